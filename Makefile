@@ -1,0 +1,54 @@
+# stripe-payments — see DESIGN.md §3 ("Running it") and scripts/devstack.sh.
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := build
+
+# Go lives in /usr/local/go/bin on this kind of machine; keep it reachable
+# when the caller's PATH lacks it.
+export PATH := $(PATH):/usr/local/go/bin
+
+GO        ?= go
+BIN       := bin/stripe-payments
+# Extra `go test` arguments for test/bench, e.g. make test TESTFLAGS='-run TestX -v'
+TESTFLAGS ?=
+export TESTFLAGS
+
+.PHONY: build test run lint bench clean stack-up stack-down stack-status stack-env
+
+## build: compile bin/stripe-payments
+build:
+	$(GO) build -o $(BIN) ./cmd/stripe-payments
+
+## test: start the local stack if needed, go vet, gofmt check, go test -race; stop what it started
+test:
+	scripts/test.sh test
+
+## run: local stack + migrate + serve in the foreground (Ctrl-C stops all it started)
+run:
+	scripts/run.sh
+
+## lint: gofmt check + go vet
+lint:
+	scripts/test.sh lint
+
+## bench: every benchmark once, against the local stack
+bench:
+	scripts/test.sh bench
+
+## clean: remove build output
+clean:
+	rm -rf bin/
+
+## stack-up / stack-down / stack-status: the local DynamoDB Local + PostgreSQL 15
+stack-up:
+	scripts/devstack.sh up
+
+stack-down:
+	scripts/devstack.sh down
+
+stack-status:
+	scripts/devstack.sh status
+
+## stack-env: print the export lines for the local stack (eval "$$(make -s stack-env)")
+stack-env:
+	@scripts/devstack.sh env

@@ -1,0 +1,140 @@
+// Command stripe-payments is the service binary: serve, migrate, and the
+// operator subcommands.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/stripe-payments/stripe-payments/internal/app"
+	"github.com/stripe-payments/stripe-payments/internal/config"
+	"github.com/stripe-payments/stripe-payments/webhook"
+)
+
+const usage = `usage: stripe-payments <command> [flags]
+
+commands:
+  serve          run the HTTP service (webhooks, internal API, health, metrics)
+  migrate        create missing DynamoDB tables and apply Postgres migrations
+  events sign    print a Stripe-Signature header for a payload read from stdin
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "stripe-payments:", err)
+		}
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return flag.ErrHelp
+	}
+	switch args[0] {
+	case "serve":
+		return serve(ctx, stderr)
+	case "migrate":
+		return migrate(ctx, stderr)
+	case "events":
+		return eventsCmd(args[1:], stdin, stdout, stderr)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	default:
+		fmt.Fprint(stderr, usage)
+		return fmt.Errorf("unknown command %q", args[0])
+	}
+}
+
+func newLogger(w io.Writer, level slog.Level) *slog.Logger {
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level}))
+}
+
+func load(stderr io.Writer) (config.Config, *slog.Logger, error) {
+	cfg, err := config.FromEnv()
+	if err != nil {
+		return cfg, nil, fmt.Errorf("configuration: %w", err)
+	}
+	return cfg, newLogger(stderr, cfg.LogLevel), nil
+}
+
+func serve(ctx context.Context, stderr io.Writer) error {
+	cfg, log, err := load(stderr)
+	if err != nil {
+		return err
+	}
+	if cfg.UsingDevWebhookSecret {
+		log.Warn("STRIPE_WEBHOOK_SECRET not set: using the local development secret", "secret", cfg.WebhookSecrets[0])
+	}
+	if cfg.UsingDevAPIToken {
+		log.Warn("INTERNAL_API_TOKEN not set: using the local development token", "token", cfg.InternalAPIToken)
+	}
+	log.Info("starting", "config", cfg)
+	a, err := app.New(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer a.Close()
+	return a.Run(ctx)
+}
+
+func migrate(ctx context.Context, stderr io.Writer) error {
+	cfg, log, err := load(stderr)
+	if err != nil {
+		return err
+	}
+	a, err := app.New(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer a.Close()
+	if err := a.Migrate(ctx); err != nil {
+		return err
+	}
+	log.Info("migrations applied")
+	return nil
+}
+
+func eventsCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] != "sign" {
+		fmt.Fprint(stderr, "usage: stripe-payments events sign [-secret S] [-at UNIX] < event.json\n")
+		return flag.ErrHelp
+	}
+	fs := flag.NewFlagSet("events sign", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	secret := fs.String("secret", "", "endpoint secret (default: the first of STRIPE_WEBHOOK_SECRET)")
+	at := fs.Int64("at", 0, "signature timestamp, Unix seconds (default: now)")
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	if *secret == "" {
+		cfg, err := config.FromEnv()
+		if err != nil {
+			return fmt.Errorf("configuration: %w", err)
+		}
+		*secret = cfg.WebhookSecrets[0]
+	}
+	payload, err := io.ReadAll(io.LimitReader(stdin, 1<<20+1))
+	if err != nil {
+		return fmt.Errorf("read payload: %w", err)
+	}
+	ts := time.Now()
+	if *at != 0 {
+		ts = time.Unix(*at, 0)
+	}
+	fmt.Fprintln(stdout, webhook.Sign(payload, *secret, ts))
+	return nil
+}

@@ -1,0 +1,171 @@
+// Package events holds the event record of DESIGN §5 and its DynamoDB store.
+package events
+
+import (
+	"bytes"
+	"compress/gzip"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/stripe/stripe-go/v76"
+)
+
+// Status is the processing state of a recorded event.
+type Status string
+
+const (
+	StatusReceived  Status = "received"
+	StatusProcessed Status = "processed"
+	StatusFailed    Status = "failed"
+)
+
+// Source says how an event reached the handler.
+type Source string
+
+const (
+	SourceWebhook Source = "webhook"
+	SourcePoller  Source = "poller"
+	SourceReplay  Source = "replay"
+)
+
+// Valid reports whether s is one of the known sources.
+func (s Source) Valid() bool {
+	return s == SourceWebhook || s == SourcePoller || s == SourceReplay
+}
+
+// Layouts of the timestamp attributes (DESIGN §5, Contract).
+const (
+	TimestampLayout = "2006-01-02 15:04:05.000"
+	DateLayout      = "2006-01-02"
+	TimeLayout      = "15:04:05.000"
+)
+
+// Domain errors; callers never need the DynamoDB driver to understand one.
+var (
+	ErrNotFound  = errors.New("event not found")
+	ErrDuplicate = errors.New("event already recorded")
+)
+
+// Record is one stored event.
+type Record struct {
+	ID            string
+	Type          string
+	StripeAccount string
+	Created       time.Time // from the event's created (second resolution)
+	Expiration    time.Time
+	Subscription  string
+	APIVersion    string
+	Livemode      bool
+	Status        Status
+	ReceivedAt    time.Time
+	ProcessedAt   time.Time
+	Source        Source
+	Attempts      int
+	LastError     string
+	Payload       []byte // raw event JSON, uncompressed in memory
+}
+
+// Timestamp renders Created as the table's timestamp attribute.
+func (r Record) Timestamp() string { return r.Created.UTC().Format(TimestampLayout) }
+
+// Date renders the date part of Created.
+func (r Record) Date() string { return r.Created.UTC().Format(DateLayout) }
+
+// Time renders the time part of Created.
+func (r Record) Time() string { return r.Created.UTC().Format(TimeLayout) }
+
+// Expired reports whether the record is past its expiration; DynamoDB deletes
+// expired items only eventually, so readers treat them as absent.
+func (r Record) Expired(now time.Time) bool {
+	return !r.Expiration.IsZero() && !now.Before(r.Expiration)
+}
+
+// NewRecord builds the record of a verified event. platformAccount stands in
+// for events that carry no Connect account.
+func NewRecord(ev *stripe.Event, payload []byte, platformAccount string, ttl time.Duration, source Source, now time.Time) Record {
+	created := time.Unix(ev.Created, 0).UTC()
+	account := ev.Account
+	if account == "" {
+		account = platformAccount
+	}
+	return Record{
+		ID:            ev.ID,
+		Type:          string(ev.Type),
+		StripeAccount: account,
+		Created:       created,
+		Expiration:    created.Add(ttl),
+		Subscription:  SubscriptionID(ev),
+		APIVersion:    ev.APIVersion,
+		Livemode:      ev.Livemode,
+		Status:        StatusReceived,
+		ReceivedAt:    now.UTC(),
+		Source:        source,
+		Attempts:      1,
+		Payload:       payload,
+	}
+}
+
+// SubscriptionID finds the Stripe subscription an event is about: the object
+// itself when it is a subscription, else its `subscription` reference (invoices,
+// invoice items, subscription schedules, subscription items), expanded or not.
+func SubscriptionID(ev *stripe.Event) string {
+	if ev.Data == nil || ev.Data.Object == nil {
+		return ""
+	}
+	obj := ev.Data.Object
+	if obj["object"] == "subscription" {
+		id, _ := obj["id"].(string)
+		return id
+	}
+	switch ref := obj["subscription"].(type) {
+	case string:
+		return ref
+	case map[string]interface{}:
+		id, _ := ref["id"].(string)
+		return id
+	}
+	// Invoices of newer API versions nest it under parent.subscription_details.
+	if parent, ok := obj["parent"].(map[string]interface{}); ok {
+		if details, ok := parent["subscription_details"].(map[string]interface{}); ok {
+			if id, ok := details["subscription"].(string); ok {
+				return id
+			}
+		}
+	}
+	return ""
+}
+
+var gzipWriters = sync.Pool{New: func() any { return gzip.NewWriter(io.Discard) }}
+
+// Compress gzips an event payload for storage.
+func Compress(payload []byte) ([]byte, error) {
+	var buf bytes.Buffer
+	buf.Grow(len(payload)/3 + 64)
+	zw := gzipWriters.Get().(*gzip.Writer)
+	defer gzipWriters.Put(zw)
+	zw.Reset(&buf)
+	if _, err := zw.Write(payload); err != nil {
+		return nil, fmt.Errorf("gzip payload: %w", err)
+	}
+	if err := zw.Close(); err != nil {
+		return nil, fmt.Errorf("gzip payload: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
+// Decompress reverses Compress.
+func Decompress(data []byte) ([]byte, error) {
+	zr, err := gzip.NewReader(bytes.NewReader(data))
+	if err != nil {
+		return nil, fmt.Errorf("gunzip payload: %w", err)
+	}
+	defer zr.Close()
+	out, err := io.ReadAll(zr)
+	if err != nil {
+		return nil, fmt.Errorf("gunzip payload: %w", err)
+	}
+	return out, nil
+}

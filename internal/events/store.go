@@ -1,0 +1,476 @@
+package events
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/stripe-payments/stripe-payments/internal/dynamo"
+)
+
+// item is the DynamoDB shape of a Record (DESIGN §5, Contract).
+type item struct {
+	ID            string `dynamodbav:"id"`
+	Type          string `dynamodbav:"type"`
+	StripeAccount string `dynamodbav:"stripe_account"`
+	Timestamp     string `dynamodbav:"timestamp"`
+	Date          string `dynamodbav:"date"`
+	Time          string `dynamodbav:"time"`
+	Expiration    int64  `dynamodbav:"expiration"`
+	Subscription  string `dynamodbav:"subscription,omitempty"`
+	APIVersion    string `dynamodbav:"api_version,omitempty"`
+	Livemode      bool   `dynamodbav:"livemode"`
+	Status        string `dynamodbav:"status"`
+	ReceivedAt    string `dynamodbav:"received_at"`
+	ProcessedAt   string `dynamodbav:"processed_at,omitempty"`
+	Source        string `dynamodbav:"source"`
+	Attempts      int    `dynamodbav:"attempts"`
+	LastError     string `dynamodbav:"last_error,omitempty"`
+	Payload       []byte `dynamodbav:"payload,omitempty"`
+}
+
+const bookkeepingTimeLayout = time.RFC3339Nano
+
+func toItem(r Record) (item, error) {
+	payload, err := Compress(r.Payload)
+	if err != nil {
+		return item{}, err
+	}
+	it := item{
+		ID: r.ID, Type: r.Type, StripeAccount: r.StripeAccount,
+		Timestamp: r.Timestamp(), Date: r.Date(), Time: r.Time(),
+		Expiration: r.Expiration.Unix(), Subscription: r.Subscription,
+		APIVersion: r.APIVersion, Livemode: r.Livemode,
+		Status: string(r.Status), ReceivedAt: r.ReceivedAt.UTC().Format(bookkeepingTimeLayout),
+		Source: string(r.Source), Attempts: r.Attempts, LastError: r.LastError,
+		Payload: payload,
+	}
+	if !r.ProcessedAt.IsZero() {
+		it.ProcessedAt = r.ProcessedAt.UTC().Format(bookkeepingTimeLayout)
+	}
+	return it, nil
+}
+
+func fromItem(it item) (Record, error) {
+	created, err := time.ParseInLocation(TimestampLayout, it.Timestamp, time.UTC)
+	if err != nil {
+		return Record{}, fmt.Errorf("event %s: bad timestamp %q: %w", it.ID, it.Timestamp, err)
+	}
+	r := Record{
+		ID: it.ID, Type: it.Type, StripeAccount: it.StripeAccount, Created: created,
+		Expiration: time.Unix(it.Expiration, 0).UTC(), Subscription: it.Subscription,
+		APIVersion: it.APIVersion, Livemode: it.Livemode, Status: Status(it.Status),
+		Source: Source(it.Source), Attempts: it.Attempts, LastError: it.LastError,
+	}
+	r.ReceivedAt, _ = time.Parse(bookkeepingTimeLayout, it.ReceivedAt)
+	if it.ProcessedAt != "" {
+		r.ProcessedAt, _ = time.Parse(bookkeepingTimeLayout, it.ProcessedAt)
+	}
+	if len(it.Payload) > 0 {
+		if r.Payload, err = Decompress(it.Payload); err != nil {
+			return Record{}, fmt.Errorf("event %s: %w", it.ID, err)
+		}
+	}
+	return r, nil
+}
+
+// Store reads and writes event records in the events table.
+type Store struct {
+	client *dynamodb.Client
+	table  string
+	ttl    time.Duration
+	now    func() time.Time
+}
+
+// NewStore returns a store over table. ttl is EVENT_TTL: queries skip index
+// entries older than it, since those records are expired.
+func NewStore(client *dynamodb.Client, table string, ttl time.Duration, now func() time.Time) *Store {
+	if now == nil {
+		now = time.Now
+	}
+	return &Store{client: client, table: table, ttl: ttl, now: now}
+}
+
+// Table is the name of the events table.
+func (s *Store) Table() string { return s.table }
+
+// Outcome of recording an event.
+type Outcome int
+
+const (
+	// Created: first time this event was recorded.
+	Created Outcome = iota
+	// Retry: recorded before but never processed; process it again.
+	Retry
+	// AlreadyProcessed: recorded and processed; nothing to do.
+	AlreadyProcessed
+)
+
+// Record stores r if its id is new. When the id is already recorded and not
+// processed, it counts one more attempt and answers Retry; when processed,
+// AlreadyProcessed. An expired leftover is replaced as if absent.
+func (s *Store) Record(ctx context.Context, r Record) (Outcome, error) {
+	it, err := toItem(r)
+	if err != nil {
+		return 0, err
+	}
+	av, err := attributevalue.MarshalMap(it)
+	if err != nil {
+		return 0, fmt.Errorf("marshal event %s: %w", r.ID, err)
+	}
+	cond := expression.AttributeNotExists(expression.Name("id")).
+		Or(expression.Name("expiration").LessThanEqual(expression.Value(s.now().Unix())))
+	expr, err := expression.NewBuilder().WithCondition(cond).Build()
+	if err != nil {
+		return 0, fmt.Errorf("build condition: %w", err)
+	}
+	_, err = s.client.PutItem(ctx, &dynamodb.PutItemInput{
+		TableName:                 aws.String(s.table),
+		Item:                      av,
+		ConditionExpression:       expr.Condition(),
+		ExpressionAttributeNames:  expr.Names(),
+		ExpressionAttributeValues: expr.Values(),
+	})
+	if err == nil {
+		return Created, nil
+	}
+	if !isConditionFailed(err) {
+		return 0, fmt.Errorf("put event %s: %w", r.ID, err)
+	}
+	return s.countAttempt(ctx, r.ID)
+}
+
+// countAttempt adds one attempt to an unprocessed record; a processed one
+// fails the condition and is reported as AlreadyProcessed.
+func (s *Store) countAttempt(ctx context.Context, id string) (Outcome, error) {
+	update := expression.Add(expression.Name("attempts"), expression.Value(1))
+	cond := expression.AttributeExists(expression.Name("id")).
+		And(expression.Name("status").NotEqual(expression.Value(string(StatusProcessed))))
+	expr, err := expression.NewBuilder().WithUpdate(update).WithCondition(cond).Build()
+	if err != nil {
+		return 0, fmt.Errorf("build update: %w", err)
+	}
+	_, err = s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 aws.String(s.table),
+		Key:                       key(id),
+		UpdateExpression:          expr.Update(),
+		ConditionExpression:       expr.Condition(),
+		ExpressionAttributeNames:  expr.Names(),
+		ExpressionAttributeValues: expr.Values(),
+	})
+	switch {
+	case err == nil:
+		return Retry, nil
+	case isConditionFailed(err):
+		return AlreadyProcessed, nil
+	default:
+		return 0, fmt.Errorf("count attempt %s: %w", id, err)
+	}
+}
+
+// MarkProcessed records that the event's effects are committed.
+func (s *Store) MarkProcessed(ctx context.Context, id string) error {
+	update := expression.Set(expression.Name("status"), expression.Value(string(StatusProcessed))).
+		Set(expression.Name("processed_at"), expression.Value(s.now().UTC().Format(bookkeepingTimeLayout))).
+		Remove(expression.Name("last_error"))
+	cond := expression.AttributeExists(expression.Name("id"))
+	return s.update(ctx, id, update, cond, false)
+}
+
+// MarkFailed records a processing error, unless the event was processed
+// meanwhile by a concurrent delivery (then the error is moot).
+func (s *Store) MarkFailed(ctx context.Context, id string, cause error) error {
+	msg := cause.Error()
+	if len(msg) > 1000 {
+		msg = msg[:1000]
+	}
+	update := expression.Set(expression.Name("status"), expression.Value(string(StatusFailed))).
+		Set(expression.Name("last_error"), expression.Value(msg))
+	cond := expression.AttributeExists(expression.Name("id")).
+		And(expression.Name("status").NotEqual(expression.Value(string(StatusProcessed))))
+	return s.update(ctx, id, update, cond, true)
+}
+
+func (s *Store) update(ctx context.Context, id string, update expression.UpdateBuilder, cond expression.ConditionBuilder, tolerateCondition bool) error {
+	expr, err := expression.NewBuilder().WithUpdate(update).WithCondition(cond).Build()
+	if err != nil {
+		return fmt.Errorf("build update: %w", err)
+	}
+	_, err = s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 aws.String(s.table),
+		Key:                       key(id),
+		UpdateExpression:          expr.Update(),
+		ConditionExpression:       expr.Condition(),
+		ExpressionAttributeNames:  expr.Names(),
+		ExpressionAttributeValues: expr.Values(),
+	})
+	if isConditionFailed(err) {
+		if tolerateCondition {
+			return nil
+		}
+		return fmt.Errorf("update event %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return fmt.Errorf("update event %s: %w", id, err)
+	}
+	return nil
+}
+
+// Get reads one record with its payload, strongly consistent. Expired records
+// are reported as ErrNotFound.
+func (s *Store) Get(ctx context.Context, id string) (Record, error) {
+	out, err := s.client.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName:      aws.String(s.table),
+		Key:            key(id),
+		ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		return Record{}, fmt.Errorf("get event %s: %w", id, err)
+	}
+	if out.Item == nil {
+		return Record{}, fmt.Errorf("get event %s: %w", id, ErrNotFound)
+	}
+	r, err := decode(out.Item)
+	if err != nil {
+		return Record{}, err
+	}
+	if r.Expired(s.now()) {
+		return Record{}, fmt.Errorf("get event %s: expired: %w", id, ErrNotFound)
+	}
+	return r, nil
+}
+
+// BatchGet reads the records of ids (without payloads), skipping absent and
+// expired ones. It issues one BatchGetItem per 100 ids and retries
+// unprocessed keys.
+func (s *Store) BatchGet(ctx context.Context, ids []string) (map[string]Record, error) {
+	found := make(map[string]Record, len(ids))
+	proj := expression.NamesList(expression.Name("id"), expression.Name("type"), expression.Name("stripe_account"),
+		expression.Name("timestamp"), expression.Name("expiration"), expression.Name("subscription"),
+		expression.Name("api_version"), expression.Name("livemode"), expression.Name("status"),
+		expression.Name("received_at"), expression.Name("processed_at"), expression.Name("source"),
+		expression.Name("attempts"), expression.Name("last_error"))
+	expr, err := expression.NewBuilder().WithProjection(proj).Build()
+	if err != nil {
+		return nil, fmt.Errorf("build projection: %w", err)
+	}
+	seen := map[string]bool{}
+	for start := 0; start < len(ids); start += 100 {
+		end := min(start+100, len(ids))
+		var keys []map[string]types.AttributeValue
+		for _, id := range ids[start:end] {
+			if !seen[id] {
+				seen[id] = true
+				keys = append(keys, key(id))
+			}
+		}
+		request := map[string]types.KeysAndAttributes{s.table: {
+			Keys: keys, ProjectionExpression: expr.Projection(), ExpressionAttributeNames: expr.Names(),
+		}}
+		for attempt := 0; len(request) > 0 && len(request[s.table].Keys) > 0; attempt++ {
+			out, err := s.client.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: request})
+			if err != nil {
+				return nil, fmt.Errorf("batch get events: %w", err)
+			}
+			for _, raw := range out.Responses[s.table] {
+				r, err := decode(raw)
+				if err != nil {
+					return nil, err
+				}
+				if !r.Expired(s.now()) {
+					found[r.ID] = r
+				}
+			}
+			request = out.UnprocessedKeys
+			if len(request) > 0 {
+				if err := sleep(ctx, backoff(attempt)); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
+	return found, nil
+}
+
+// Page is one page of a listing.
+type Page struct {
+	Records    []Record
+	NextCursor string // empty on the last page
+}
+
+// Range bounds an index query on its sort key, both ends inclusive; empty
+// ends are open.
+type Range struct {
+	From, To string
+}
+
+// ByDate lists the events created on date (YYYY-MM-DD) whose time part
+// (HH:MM:SS.mmm) lies in r, oldest first.
+func (s *Store) ByDate(ctx context.Context, date string, r Range, limit int32, cursor string) (Page, error) {
+	return s.query(ctx, dynamo.EventsDateTimeIndex, "date", date, "time", r, limit, cursor)
+}
+
+// ByAccount lists the events of a Connect account whose timestamp lies in r.
+func (s *Store) ByAccount(ctx context.Context, account string, r Range, limit int32, cursor string) (Page, error) {
+	return s.query(ctx, dynamo.EventsAccountIndex, "stripe_account", account, "timestamp", s.unexpired(r), limit, cursor)
+}
+
+// BySubscription lists the events about a subscription whose timestamp lies in r.
+func (s *Store) BySubscription(ctx context.Context, subscription string, r Range, limit int32, cursor string) (Page, error) {
+	return s.query(ctx, dynamo.EventsSubscriptionIndex, "subscription", subscription, "timestamp", s.unexpired(r), limit, cursor)
+}
+
+// unexpired narrows a timestamp range to records younger than the TTL, so
+// the index never reads what the base table would call expired.
+func (s *Store) unexpired(r Range) Range {
+	floor := s.now().Add(-s.ttl).UTC().Format(TimestampLayout)
+	if r.From < floor {
+		r.From = floor
+	}
+	return r
+}
+
+func (s *Store) query(ctx context.Context, index, pkName, pkValue, skName string, r Range, limit int32, cursor string) (Page, error) {
+	keyCond := expression.Key(pkName).Equal(expression.Value(pkValue))
+	sk := expression.Key(skName)
+	switch {
+	case r.From != "" && r.To != "":
+		if r.From > r.To {
+			return Page{}, nil
+		}
+		keyCond = keyCond.And(sk.Between(expression.Value(r.From), expression.Value(r.To)))
+	case r.From != "":
+		keyCond = keyCond.And(sk.GreaterThanEqual(expression.Value(r.From)))
+	case r.To != "":
+		keyCond = keyCond.And(sk.LessThanEqual(expression.Value(r.To)))
+	}
+	expr, err := expression.NewBuilder().WithKeyCondition(keyCond).Build()
+	if err != nil {
+		return Page{}, fmt.Errorf("build key condition: %w", err)
+	}
+	start, err := decodeCursor(cursor, "id", pkName, skName)
+	if err != nil {
+		return Page{}, err
+	}
+	out, err := s.client.Query(ctx, &dynamodb.QueryInput{
+		TableName:                 aws.String(s.table),
+		IndexName:                 aws.String(index),
+		KeyConditionExpression:    expr.KeyCondition(),
+		ExpressionAttributeNames:  expr.Names(),
+		ExpressionAttributeValues: expr.Values(),
+		ExclusiveStartKey:         start,
+		Limit:                     aws.Int32(limit),
+	})
+	if err != nil {
+		return Page{}, fmt.Errorf("query %s: %w", index, err)
+	}
+	ids := make([]string, 0, len(out.Items))
+	for _, raw := range out.Items {
+		var k struct {
+			ID string `dynamodbav:"id"`
+		}
+		if err := attributevalue.UnmarshalMap(raw, &k); err != nil {
+			return Page{}, fmt.Errorf("decode index item: %w", err)
+		}
+		ids = append(ids, k.ID)
+	}
+	// Index projections lack the bookkeeping fields: read them from the table.
+	byID, err := s.BatchGet(ctx, ids)
+	if err != nil {
+		return Page{}, err
+	}
+	page := Page{Records: make([]Record, 0, len(ids))}
+	for _, id := range ids {
+		if rec, ok := byID[id]; ok {
+			page.Records = append(page.Records, rec)
+		}
+	}
+	if page.NextCursor, err = encodeCursor(out.LastEvaluatedKey); err != nil {
+		return Page{}, err
+	}
+	return page, nil
+}
+
+// ErrInvalidCursor is returned for a cursor this store did not issue.
+var ErrInvalidCursor = errors.New("invalid cursor")
+
+func encodeCursor(lek map[string]types.AttributeValue) (string, error) {
+	if len(lek) == 0 {
+		return "", nil
+	}
+	plain := map[string]string{}
+	if err := attributevalue.UnmarshalMap(lek, &plain); err != nil {
+		return "", fmt.Errorf("encode cursor: %w", err)
+	}
+	b, err := json.Marshal(plain)
+	if err != nil {
+		return "", fmt.Errorf("encode cursor: %w", err)
+	}
+	return base64.RawURLEncoding.EncodeToString(b), nil
+}
+
+func decodeCursor(cursor string, want ...string) (map[string]types.AttributeValue, error) {
+	if cursor == "" {
+		return nil, nil
+	}
+	b, err := base64.RawURLEncoding.DecodeString(cursor)
+	if err != nil {
+		return nil, ErrInvalidCursor
+	}
+	plain := map[string]string{}
+	if err := json.Unmarshal(b, &plain); err != nil || len(plain) != len(want) {
+		return nil, ErrInvalidCursor
+	}
+	for _, k := range want {
+		if plain[k] == "" {
+			return nil, ErrInvalidCursor
+		}
+	}
+	av, err := attributevalue.MarshalMap(plain)
+	if err != nil {
+		return nil, ErrInvalidCursor
+	}
+	return av, nil
+}
+
+func decode(raw map[string]types.AttributeValue) (Record, error) {
+	var it item
+	if err := attributevalue.UnmarshalMap(raw, &it); err != nil {
+		return Record{}, fmt.Errorf("decode event item: %w", err)
+	}
+	return fromItem(it)
+}
+
+func key(id string) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{"id": &types.AttributeValueMemberS{Value: id}}
+}
+
+func isConditionFailed(err error) bool {
+	var ccf *types.ConditionalCheckFailedException
+	return errors.As(err, &ccf)
+}
+
+func backoff(attempt int) time.Duration {
+	d := time.Duration(1<<min(attempt, 6)) * 20 * time.Millisecond
+	return d
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}

@@ -1,0 +1,248 @@
+package handler_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/stripe/stripe-go/v76"
+
+	"github.com/stripe-payments/stripe-payments/internal/dynamo"
+	"github.com/stripe-payments/stripe-payments/internal/events"
+	"github.com/stripe-payments/stripe-payments/internal/handler"
+	"github.com/stripe-payments/stripe-payments/internal/stripetest"
+	"github.com/stripe-payments/stripe-payments/internal/testenv"
+	"github.com/stripe-payments/stripe-payments/internal/tracking"
+)
+
+type env struct {
+	pool  *pgxpool.Pool
+	store *events.Store
+	// failNext makes the effect applier fail the way the test wants, once.
+	failNext atomic.Pointer[func(ctx context.Context, tx pgx.Tx) error]
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	e := &env{pool: testenv.Postgres(t)}
+	client := testenv.Dynamo(t)
+	table := testenv.TableName("events")
+	testenv.CreateTables(t, client, dynamo.EventsTable(table))
+	e.store = events.NewStore(client, table, 720*time.Hour, nil)
+	// No unique key: an effect applied twice shows as two rows.
+	_, err := e.pool.Exec(context.Background(), `CREATE TABLE effects (event_id text NOT NULL)`)
+	require.NoError(t, err)
+	return e
+}
+
+func (e *env) handler(store handler.EventStore) *handler.Handler {
+	if store == nil {
+		store = e.store
+	}
+	effect := func(ctx context.Context, tx pgx.Tx, ev *stripe.Event) error {
+		if fail := e.failNext.Swap(nil); fail != nil {
+			if err := (*fail)(ctx, tx); err != nil {
+				return err
+			}
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO effects (event_id) VALUES ($1)`, ev.ID)
+		return err
+	}
+	return handler.New(handler.Config{PlatformAccount: "acct_platform_test", EventTTL: 720 * time.Hour},
+		store, tracking.NewLedger(e.pool), slog.New(slog.NewTextHandler(io.Discard, nil)),
+		handler.WithApplier("payment_intent.succeeded", effect))
+}
+
+func (e *env) count(t *testing.T, query, id string) int {
+	t.Helper()
+	var n int
+	require.NoError(t, e.pool.QueryRow(context.Background(), query, id).Scan(&n))
+	return n
+}
+
+func (e *env) effects(t *testing.T, id string) int {
+	return e.count(t, `SELECT count(*) FROM effects WHERE event_id = $1`, id)
+}
+
+func (e *env) ledger(t *testing.T, id string) int {
+	return e.count(t, `SELECT count(*) FROM processed_events WHERE event_id = $1`, id)
+}
+
+func parse(t *testing.T, payload []byte) *stripe.Event {
+	t.Helper()
+	ev, err := events.Parse(payload)
+	require.NoError(t, err)
+	return ev
+}
+
+func TestConcurrentDuplicateDeliveriesApplyOnce(t *testing.T) {
+	e := newEnv(t)
+	h := e.handler(nil)
+	payload := stripetest.Event{Fixture: "payment_intent.succeeded"}.Build(t)
+	ev := parse(t, payload)
+
+	const deliveries = 20
+	var wg sync.WaitGroup
+	outcomes := make([]handler.Outcome, deliveries)
+	errs := make([]error, deliveries)
+	start := make(chan struct{})
+	for i := range deliveries {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			outcomes[i], errs[i] = h.Handle(context.Background(), parse(t, payload), payload, events.SourceWebhook)
+		}()
+	}
+	close(start)
+	wg.Wait()
+
+	applied := 0
+	for i := range deliveries {
+		require.NoError(t, errs[i], "delivery %d", i)
+		if outcomes[i] == handler.Applied {
+			applied++
+		}
+	}
+	assert.Equal(t, 1, applied, "exactly one delivery applies the effects: %v", outcomes)
+	assert.Equal(t, 1, e.effects(t, ev.ID))
+	assert.Equal(t, 1, e.ledger(t, ev.ID))
+	rec, err := e.store.Get(context.Background(), ev.ID)
+	require.NoError(t, err)
+	assert.Equal(t, events.StatusProcessed, rec.Status)
+}
+
+func TestOutcomes(t *testing.T) {
+	e := newEnv(t)
+	h := e.handler(nil)
+	ctx := context.Background()
+
+	t.Run("unknown type is recorded and processed with no effect", func(t *testing.T) {
+		payload := stripetest.Event{Fixture: "customer.created", Type: "radar.early_fraud_warning.created"}.Build(t)
+		ev := parse(t, payload)
+		outcome, err := h.Handle(ctx, ev, payload, events.SourceWebhook)
+		require.NoError(t, err)
+		assert.Equal(t, handler.Applied, outcome)
+		rec, err := e.store.Get(ctx, ev.ID)
+		require.NoError(t, err)
+		assert.Equal(t, events.StatusProcessed, rec.Status)
+		assert.Equal(t, 1, e.ledger(t, ev.ID))
+		assert.Equal(t, 0, e.effects(t, ev.ID))
+	})
+	t.Run("sequential duplicate", func(t *testing.T) {
+		payload := stripetest.Event{Fixture: "payment_intent.succeeded"}.Build(t)
+		ev := parse(t, payload)
+		first, err := h.Handle(ctx, ev, payload, events.SourceWebhook)
+		require.NoError(t, err)
+		second, err := h.Handle(ctx, ev, payload, events.SourcePoller)
+		require.NoError(t, err)
+		assert.Equal(t, []handler.Outcome{handler.Applied, handler.Duplicate}, []handler.Outcome{first, second})
+		assert.Equal(t, 1, e.effects(t, ev.ID))
+	})
+	t.Run("livemode mismatch is ignored and not recorded", func(t *testing.T) {
+		payload := stripetest.Event{Fixture: "payment_intent.succeeded", Livemode: stripetest.Ptr(true)}.Build(t)
+		ev := parse(t, payload)
+		outcome, err := h.Handle(ctx, ev, payload, events.SourceWebhook)
+		require.NoError(t, err)
+		assert.Equal(t, handler.Ignored, outcome)
+		_, err = e.store.Get(ctx, ev.ID)
+		assert.ErrorIs(t, err, events.ErrNotFound)
+		assert.Equal(t, 0, e.ledger(t, ev.ID))
+	})
+}
+
+func TestPostgresFailureMidProcessingIsRedriven(t *testing.T) {
+	e := newEnv(t)
+	h := e.handler(nil)
+	ctx := context.Background()
+	payload := stripetest.Event{Fixture: "payment_intent.succeeded"}.Build(t)
+	ev := parse(t, payload)
+
+	// The transaction's own connection dies after the ledger claim: a real
+	// Postgres failure between the claim and the effects.
+	kill := func(ctx context.Context, tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `SELECT pg_terminate_backend(pg_backend_pid())`)
+		return err
+	}
+	e.failNext.Store(&kill)
+	outcome, err := h.Handle(ctx, ev, payload, events.SourceWebhook)
+	require.Error(t, err)
+	assert.Equal(t, handler.Failed, outcome)
+	rec, err := e.store.Get(ctx, ev.ID)
+	require.NoError(t, err)
+	assert.Equal(t, events.StatusFailed, rec.Status)
+	assert.NotEmpty(t, rec.LastError)
+	assert.Equal(t, 0, e.ledger(t, ev.ID), "the claim rolled back with the transaction")
+
+	outcome, err = h.Handle(ctx, ev, payload, events.SourceWebhook)
+	require.NoError(t, err)
+	assert.Equal(t, handler.Applied, outcome)
+	assert.Equal(t, 1, e.effects(t, ev.ID))
+	rec, err = e.store.Get(ctx, ev.ID)
+	require.NoError(t, err)
+	assert.Equal(t, events.StatusProcessed, rec.Status)
+	assert.Equal(t, 2, rec.Attempts)
+}
+
+// crashBeforeMark loses the "mark processed" write once, as a crash right
+// after the Postgres commit would.
+type crashBeforeMark struct {
+	*events.Store
+	crashed atomic.Bool
+}
+
+func (c *crashBeforeMark) MarkProcessed(ctx context.Context, id string) error {
+	if c.crashed.CompareAndSwap(false, true) {
+		return errors.New("process killed")
+	}
+	return c.Store.MarkProcessed(ctx, id)
+}
+
+func TestCrashBetweenCommitAndMarkDoesNotReapply(t *testing.T) {
+	e := newEnv(t)
+	h := e.handler(&crashBeforeMark{Store: e.store})
+	ctx := context.Background()
+	payload := stripetest.Event{Fixture: "payment_intent.succeeded"}.Build(t)
+	ev := parse(t, payload)
+
+	_, err := h.Handle(ctx, ev, payload, events.SourceWebhook)
+	require.Error(t, err, "the delivery must not be acknowledged")
+	rec, err := e.store.Get(ctx, ev.ID)
+	require.NoError(t, err)
+	assert.Equal(t, events.StatusReceived, rec.Status)
+
+	outcome, err := h.Handle(ctx, ev, payload, events.SourcePoller)
+	require.NoError(t, err)
+	assert.Equal(t, handler.Completed, outcome)
+	assert.Equal(t, 1, e.effects(t, ev.ID))
+	rec, err = e.store.Get(ctx, ev.ID)
+	require.NoError(t, err)
+	assert.Equal(t, events.StatusProcessed, rec.Status)
+}
+
+func TestApplierErrorMarksFailed(t *testing.T) {
+	e := newEnv(t)
+	h := e.handler(nil)
+	ctx := context.Background()
+	payload := stripetest.Event{Fixture: "payment_intent.succeeded"}.Build(t)
+	ev := parse(t, payload)
+	boom := func(context.Context, pgx.Tx) error { return errors.New("transition refused") }
+	e.failNext.Store(&boom)
+
+	_, err := h.Handle(ctx, ev, payload, events.SourceWebhook)
+	require.ErrorContains(t, err, "transition refused")
+	rec, err := e.store.Get(ctx, ev.ID)
+	require.NoError(t, err)
+	assert.Equal(t, events.StatusFailed, rec.Status)
+	assert.Contains(t, rec.LastError, "transition refused")
+	assert.Equal(t, 0, e.effects(t, ev.ID))
+}

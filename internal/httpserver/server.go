@@ -1,0 +1,191 @@
+// Package httpserver hosts the echo instance: error mapping, request logging
+// and metrics, health endpoints, listen and graceful shutdown. Route owners
+// (webhook, api) register themselves on it.
+package httpserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/stripe-payments/stripe-payments/internal/apperr"
+	"github.com/stripe-payments/stripe-payments/internal/metrics"
+)
+
+// Check is one readiness probe (DynamoDB, Postgres).
+type Check struct {
+	Name string
+	Run  func(ctx context.Context) error
+}
+
+// Server is the service's HTTP server.
+type Server struct {
+	Echo     *echo.Echo
+	log      *slog.Logger
+	listener net.Listener
+	server   *http.Server
+	done     chan error
+}
+
+// New returns a server with the health and metrics routes registered.
+func New(log *slog.Logger, m *metrics.Metrics, checks []Check) *Server {
+	e := echo.New()
+	e.HideBanner, e.HidePort = true, true
+	s := &Server{Echo: e, log: log}
+	e.HTTPErrorHandler = s.handleError
+	e.Use(s.observe(m))
+
+	e.GET("/healthz", func(c echo.Context) error {
+		return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
+	})
+	e.GET("/readyz", func(c echo.Context) error {
+		ctx, cancel := context.WithTimeout(c.Request().Context(), 3*time.Second)
+		defer cancel()
+		result := map[string]string{}
+		ready := true
+		for _, check := range checks {
+			if err := check.Run(ctx); err != nil {
+				log.Warn("readiness check failed", "check", check.Name, "error", err)
+				result[check.Name] = "unavailable"
+				ready = false
+				continue
+			}
+			result[check.Name] = "ok"
+		}
+		status := http.StatusOK
+		if !ready {
+			status = http.StatusServiceUnavailable
+		}
+		return c.JSON(status, result)
+	})
+	e.GET("/metrics", echo.WrapHandler(m.Handler()))
+	return s
+}
+
+// Open listens on addr ("127.0.0.1:0" picks a free port) and serves in the
+// background.
+func (s *Server) Open(addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", addr, err)
+	}
+	s.listener = ln
+	s.server = &http.Server{
+		Handler:           s.Echo,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      60 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+	s.done = make(chan error, 1)
+	go func() {
+		err := s.server.Serve(ln)
+		if errors.Is(err, http.ErrServerClosed) {
+			err = nil
+		}
+		s.done <- err
+	}()
+	return nil
+}
+
+// Addr is the address the server listens on.
+func (s *Server) Addr() string { return s.listener.Addr().String() }
+
+// URL is the server's base URL.
+func (s *Server) URL() string { return "http://" + s.Addr() }
+
+// Done is closed with the serve error when the server stops.
+func (s *Server) Done() <-chan error { return s.done }
+
+// Close stops accepting connections and waits for in-flight requests until
+// ctx ends.
+func (s *Server) Close(ctx context.Context) error {
+	if s.server == nil {
+		return nil
+	}
+	if err := s.server.Shutdown(ctx); err != nil {
+		return fmt.Errorf("shutdown http server: %w", err)
+	}
+	return nil
+}
+
+// handleError is the one place that maps errors to HTTP answers.
+func (s *Server) handleError(err error, c echo.Context) {
+	if c.Response().Committed {
+		return
+	}
+	var (
+		status int
+		body   apperr.Body
+	)
+	var he *echo.HTTPError
+	if errors.As(err, &he) {
+		status = he.Code
+		body.Error = apperr.BodyError{Code: echoCode(he.Code), Message: fmt.Sprint(he.Message)}
+	} else {
+		ae := apperr.From(err)
+		status = apperr.Status(ae.Code)
+		body.Error = apperr.BodyError{Code: ae.Code, Message: ae.Message}
+	}
+	log := s.log.With("method", c.Request().Method, "path", c.Request().URL.Path, "status", status, "error", err)
+	if status >= 500 {
+		log.Error("request failed")
+	} else {
+		log.Info("request refused")
+	}
+	if c.Request().Method == http.MethodHead {
+		_ = c.NoContent(status)
+		return
+	}
+	_ = c.JSON(status, body)
+}
+
+func echoCode(status int) apperr.Code {
+	switch status {
+	case http.StatusNotFound:
+		return apperr.CodeNotFound
+	case http.StatusMethodNotAllowed:
+		return apperr.CodeMethodNotAllowed
+	case http.StatusUnauthorized:
+		return apperr.CodeUnauthorized
+	case http.StatusRequestEntityTooLarge:
+		return apperr.CodePayloadTooLarge
+	case http.StatusBadRequest:
+		return apperr.CodeInvalidParameter
+	default:
+		if status >= 500 {
+			return apperr.CodeInternal
+		}
+		return apperr.Code("http_" + strconv.Itoa(status))
+	}
+}
+
+// observe records every request's route, status and latency.
+func (s *Server) observe(m *metrics.Metrics) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			start := time.Now()
+			err := next(c)
+			if err != nil {
+				c.Error(err)
+			}
+			route := c.Path()
+			if route == "" {
+				route = "unmatched"
+			}
+			method := c.Request().Method
+			m.HTTPRequests.WithLabelValues(route, method, strconv.Itoa(c.Response().Status)).Inc()
+			m.HTTPSeconds.WithLabelValues(route, method).Observe(time.Since(start).Seconds())
+			return nil
+		}
+	}
+}

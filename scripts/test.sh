@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# scripts/test.sh [test|bench|lint]
+#
+#   test   (default) start the local stack if it is not already up, then
+#          go vet, a gofmt check and `go test -race` on every package; stop
+#          whatever this run started. `make test` and .ci/run use it.
+#   bench  same stack handling, then every benchmark once
+#          (`go test -run '^$' -bench . -benchmem -count=1`).
+#   lint   gofmt check + go vet (no stack).
+#
+# Extra `go test` arguments come from TESTFLAGS, e.g.
+#   TESTFLAGS='-run TestWebhook -v' scripts/test.sh
+#   TESTFLAGS='-bench BenchmarkHandler -benchtime 200x' scripts/test.sh bench
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
+cd "$ROOT"
+
+mode="${1:-test}"
+case "$mode" in
+test | bench | lint) ;;
+*)
+	echo "usage: $0 [test|bench|lint]" >&2
+	exit 2
+	;;
+esac
+
+if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then
+	export PATH="$PATH:/usr/local/go/bin"
+fi
+command -v go >/dev/null 2>&1 || {
+	echo "FATAL: go not found on PATH" >&2
+	exit 1
+}
+
+read -r -a extra <<<"${TESTFLAGS:-}"
+
+gofmt_check() {
+	local files
+	files="$(find . \( -path ./.git -o -path ./.dev -o -path ./bin -o -name node_modules \
+		-o -name vendor -o -name testdata \) -prune -o -type f -name '*.go' -print0 |
+		xargs -0 -r gofmt -l)"
+	if [ -n "$files" ]; then
+		echo "FAIL: gofmt: these files are not formatted (run: gofmt -w <file>):" >&2
+		echo "$files" >&2
+		return 1
+	fi
+	echo "gofmt: ok"
+}
+
+if [ "$mode" = lint ]; then
+	gofmt_check
+	go vet ./...
+	echo "go vet: ok"
+	exit 0
+fi
+
+# This run's own record of what it started, so that a concurrent
+# `make run` or `make test` never has its components stopped by us.
+mkdir -p .dev
+export DEVSTACK_STARTED_FILE="$ROOT/.dev/started.$mode.$$"
+# The trap goes first: if `up` fails half-way, what it did start is stopped.
+trap 'scripts/devstack.sh down --started-only || true' EXIT
+
+echo "== local stack"
+if ! scripts/devstack.sh up; then
+	echo "FATAL: the local stack (DynamoDB Local + PostgreSQL 15) could not start; see the messages above" >&2
+	exit 1
+fi
+eval "$(scripts/devstack.sh env)"
+
+echo "== go vet"
+go vet ./...
+echo "== gofmt"
+gofmt_check
+
+status=0
+if [ "$mode" = test ]; then
+	echo "== go test -race"
+	go test -race -count=1 -timeout 12m "${extra[@]}" ./... || status=$?
+else
+	echo "== go test -bench"
+	go test -run '^$' -bench . -benchmem -count=1 "${extra[@]}" ./... || status=$?
+fi
+exit "$status"

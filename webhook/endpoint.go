@@ -1,0 +1,101 @@
+package webhook
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+
+	"github.com/labstack/echo/v4"
+	"github.com/stripe/stripe-go/v76"
+
+	"github.com/stripe-payments/stripe-payments/internal/apperr"
+	"github.com/stripe-payments/stripe-payments/internal/events"
+	"github.com/stripe-payments/stripe-payments/internal/handler"
+)
+
+// Path is where Stripe delivers events (DESIGN §4, Contract).
+const Path = "/webhooks/stripe"
+
+// SourceHeader lets a signed replay (the poller) say where it comes from. It
+// is honoured only on a request whose signature verified.
+const SourceHeader = "Stripe-Payments-Source"
+
+// EventHandler is what the endpoint hands verified events to.
+type EventHandler interface {
+	Handle(ctx context.Context, ev *stripe.Event, payload []byte, source events.Source) (handler.Outcome, error)
+}
+
+// Endpoint serves POST /webhooks/stripe.
+type Endpoint struct {
+	verifier *Verifier
+	handler  EventHandler
+	maxBody  int64
+	log      *slog.Logger
+}
+
+// NewEndpoint returns the endpoint. maxBody bounds the request body (1 MiB).
+func NewEndpoint(v *Verifier, h EventHandler, maxBody int64, log *slog.Logger) *Endpoint {
+	return &Endpoint{verifier: v, handler: h, maxBody: maxBody, log: log}
+}
+
+// Register adds the route to e.
+func (ep *Endpoint) Register(e *echo.Echo) {
+	e.POST(Path, ep.serve)
+}
+
+// Response is the body of a 200 answer.
+type Response struct {
+	Received bool   `json:"received"`
+	EventID  string `json:"event_id"`
+	Outcome  string `json:"outcome"`
+}
+
+func (ep *Endpoint) serve(c echo.Context) error {
+	req := c.Request()
+	if req.ContentLength > ep.maxBody {
+		return apperr.New(apperr.CodePayloadTooLarge, "body exceeds %d bytes", ep.maxBody)
+	}
+	payload, err := io.ReadAll(http.MaxBytesReader(c.Response(), req.Body, ep.maxBody))
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			return apperr.New(apperr.CodePayloadTooLarge, "body exceeds %d bytes", ep.maxBody)
+		}
+		return apperr.Wrap(err, apperr.CodeInvalidEvent, "could not read body")
+	}
+	if err := ep.verifier.Verify(payload, req.Header.Get("Stripe-Signature")); err != nil {
+		return verificationError(err)
+	}
+	ev, err := events.Parse(payload)
+	if err != nil {
+		return apperr.Wrap(err, apperr.CodeInvalidEvent, "%s", err.Error())
+	}
+	source := events.SourceWebhook
+	if s := events.Source(req.Header.Get(SourceHeader)); s != "" {
+		if !s.Valid() {
+			return apperr.New(apperr.CodeInvalidParameter, "unknown %s %q", SourceHeader, s)
+		}
+		source = s
+	}
+	outcome, err := ep.handler.Handle(req.Context(), ev, payload, source)
+	if err != nil {
+		// 5xx so that Stripe delivers the event again.
+		return apperr.Wrap(err, apperr.CodeUnavailable, "event %s could not be processed; it will be retried", ev.ID)
+	}
+	return c.JSON(http.StatusOK, Response{Received: true, EventID: ev.ID, Outcome: string(outcome)})
+}
+
+func verificationError(err error) error {
+	switch {
+	case errors.Is(err, ErrMissingSignature):
+		return apperr.New(apperr.CodeMissingSignature, "missing Stripe-Signature header")
+	case errors.Is(err, ErrOutsideTolerance):
+		return apperr.New(apperr.CodeTimestampTolerance, "signature timestamp is outside the tolerance")
+	case errors.Is(err, ErrMalformedHeader):
+		return apperr.New(apperr.CodeInvalidSignature, "malformed Stripe-Signature header")
+	default:
+		return apperr.New(apperr.CodeInvalidSignature, "no valid signature for this endpoint")
+	}
+}
