@@ -148,7 +148,7 @@ java_major() {
 find_java() {
 	local j m
 	for j in "${JAVA:-}" "$(command -v java 2>/dev/null || true)" /usr/lib/jvm/java-*-openjdk-*/bin/java; do
-		[ -n "$j" ] && [ -x "$j" ] || continue
+		if [ -z "$j" ] || [ ! -x "$j" ]; then continue; fi
 		m="$(java_major "$j")"
 		if [ -n "$m" ] && [ "$m" -ge 17 ]; then
 			echo "$j"
@@ -184,6 +184,7 @@ DDB_LIB=""
 find_ddb_jar() {
 	local jar
 	# lib/dynamodb_local_<date>/DynamoDBLocal.jar (+ DynamoDBLocal_lib/ beside it)
+	# shellcheck disable=SC2012 # our own npm dir: plain names
 	jar="$(ls -1d "$DDB_PKG_DIR"/lib/dynamodb_local_*/DynamoDBLocal.jar 2>/dev/null | sort | tail -n 1 || true)"
 	[ -n "$jar" ] && [ -f "$jar" ] && [ -d "$(dirname "$jar")/DynamoDBLocal_lib" ] || return 1
 	DDB_JAR="$jar"
@@ -255,6 +256,7 @@ start_dynamodb() {
 	# closed so the long-lived child does not hold it.
 	(
 		cd "$DEV"
+		# shellcheck disable=SC2016 # $$, $0 and $@ belong to the inner bash
 		exec setsid bash -c 'echo $$ >"$0"; exec "$@"' "$DDB_PIDFILE" \
 			nohup "$JAVA_BIN" -Xmx256m -Djava.library.path="$DDB_LIB" \
 			-jar "$DDB_JAR" -inMemory -sharedDb -disableTelemetry -port "$DYNAMO_PORT" \

@@ -3,6 +3,7 @@
 # start the local stack (what is not already up), build, migrate, then run
 # `stripe-payments serve` until SIGINT/SIGTERM; then stop the local
 # components this run started (and only those).
+# shellcheck disable=SC2317 # trap handlers are reached through traps
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"

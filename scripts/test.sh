@@ -60,7 +60,8 @@ fi
 mkdir -p .dev
 export DEVSTACK_STARTED_FILE="$ROOT/.dev/started.$mode.$$"
 # The trap goes first: if `up` fails half-way, what it did start is stopped.
-trap 'scripts/devstack.sh down --started-only || true' EXIT
+# Its messages go to a log so that go test's own lines close the output.
+trap 'scripts/devstack.sh down --started-only >>"$ROOT/.dev/devstack-down.log" 2>&1 || true' EXIT
 
 echo "== local stack"
 if ! scripts/devstack.sh up; then
