@@ -1,0 +1,62 @@
+// Package stripeclient builds the stripe-go API client from the service's
+// configuration: API base URL (real Stripe, stripe-mock or an httptest fake),
+// timeouts, retries, and logging through slog without secrets.
+package stripeclient
+
+import (
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/stripe/stripe-go/v76"
+	"github.com/stripe/stripe-go/v76/client"
+)
+
+// Options of the client.
+type Options struct {
+	APIKey  string
+	BaseURL string // STRIPE_API_BASE
+	// HTTPClient defaults to one with a 30 s timeout.
+	HTTPClient *http.Client
+	// MaxNetworkRetries is stripe-go's retry count for connection errors,
+	// 409 and 5xx (stripe-go reuses the idempotency key). Default 2.
+	MaxNetworkRetries int64
+	Log               *slog.Logger
+}
+
+// New returns a client for Stripe's API at opts.BaseURL.
+func New(opts Options) *client.API {
+	hc := opts.HTTPClient
+	if hc == nil {
+		hc = &http.Client{Timeout: 30 * time.Second}
+	}
+	retries := opts.MaxNetworkRetries
+	if retries == 0 {
+		retries = 2
+	}
+	log := opts.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	backend := stripe.GetBackendWithConfig(stripe.APIBackend, &stripe.BackendConfig{
+		URL:               stripe.String(opts.BaseURL),
+		HTTPClient:        hc,
+		MaxNetworkRetries: stripe.Int64(retries),
+		LeveledLogger:     leveledLogger{log: log.With("component", "stripe-go")},
+	})
+	return client.New(opts.APIKey, &stripe.Backends{API: backend, Connect: backend, Uploads: backend})
+}
+
+// leveledLogger routes stripe-go's logs to slog. stripe-go logs request
+// paths and error messages, never the API key.
+type leveledLogger struct{ log *slog.Logger }
+
+func (l leveledLogger) Debugf(format string, v ...interface{}) {
+	l.log.Debug(fmt.Sprintf(format, v...))
+}
+func (l leveledLogger) Infof(format string, v ...interface{}) { l.log.Debug(fmt.Sprintf(format, v...)) }
+func (l leveledLogger) Warnf(format string, v ...interface{}) { l.log.Warn(fmt.Sprintf(format, v...)) }
+func (l leveledLogger) Errorf(format string, v ...interface{}) {
+	l.log.Error(fmt.Sprintf(format, v...))
+}
