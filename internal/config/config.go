@@ -161,7 +161,7 @@ func (c Config) LogValue() slog.Value {
 		slog.String("billing_history_table", c.BillingHistoryTable),
 		slog.String("locks_table", c.LocksTable),
 		slog.Bool("internal_api_enabled", c.InternalAPIToken != ""),
-		slog.Duration("event_ttl", c.EventTTL),
+		slog.String("event_ttl", c.EventTTL.String()),
 		slog.Bool("actions_enabled", c.ActionsURL != ""),
 	)
 }
@@ -171,8 +171,10 @@ func Mask(secret string) string {
 	if secret == "" {
 		return ""
 	}
-	if i := strings.LastIndex(secret, "_"); i >= 0 && i < 10 {
-		return secret[:i+1] + "****"
+	for _, prefix := range []string{"sk_live_", "sk_test_", "rk_live_", "rk_test_", "whsec_"} {
+		if strings.HasPrefix(secret, prefix) {
+			return prefix + "****"
+		}
 	}
 	return "****"
 }

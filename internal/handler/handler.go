@@ -122,7 +122,11 @@ func (h *Handler) Handle(ctx context.Context, ev *stripe.Event, payload []byte, 
 }
 
 func (h *Handler) handle(ctx context.Context, ev *stripe.Event, payload []byte, source events.Source) (Outcome, error) {
-	log := h.log.With("event_id", ev.ID, "event_type", string(ev.Type), "stripe_account", ev.Account, "source", string(source))
+	account := ev.Account
+	if account == "" {
+		account = h.cfg.PlatformAccount
+	}
+	log := h.log.With("event_id", ev.ID, "event_type", string(ev.Type), "stripe_account", account, "source", string(source))
 	if ev.Livemode != h.cfg.Livemode {
 		log.Warn("ignoring event whose livemode does not match the configured key", "livemode", ev.Livemode)
 		return Ignored, nil
