@@ -48,8 +48,24 @@ gofmt_check() {
 	echo "gofmt: ok"
 }
 
+# terraform fmt needs no provider, so it runs offline; `terraform validate`
+# would need the AWS provider, which cannot be downloaded here, so the
+# parity test in internal/dynamo is the semantic check.
+terraform_fmt_check() {
+	if ! command -v terraform >/dev/null 2>&1; then
+		echo "FAIL: terraform not found on PATH (needed for 'terraform fmt -check terraform/')" >&2
+		return 1
+	fi
+	if ! TF_CLI_CONFIG_FILE=/dev/null terraform fmt -check -recursive -diff terraform/; then
+		echo "FAIL: terraform fmt: run 'terraform fmt -recursive terraform/'" >&2
+		return 1
+	fi
+	echo "terraform fmt: ok"
+}
+
 if [ "$mode" = lint ]; then
 	gofmt_check
+	terraform_fmt_check
 	go vet ./...
 	echo "go vet: ok"
 	exit 0
@@ -74,6 +90,8 @@ echo "== go vet"
 go vet ./...
 echo "== gofmt"
 gofmt_check
+echo "== terraform fmt"
+terraform_fmt_check
 
 status=0
 if [ "$mode" = test ]; then

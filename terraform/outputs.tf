@@ -1,0 +1,25 @@
+locals {
+  tables = {
+    events = aws_dynamodb_table.events
+  }
+}
+
+output "table_names" {
+  description = "Table names, for EVENTS_TABLE, BILLING_TABLE, BILLING_HISTORY_TABLE and LOCKS_TABLE."
+  value       = { for k, t in local.tables : k => t.name }
+}
+
+output "table_arns" {
+  description = "Table ARNs."
+  value       = { for k, t in local.tables : k => t.arn }
+}
+
+output "service_policy_arn" {
+  description = "Attach to the service's role."
+  value       = aws_iam_policy.service.arn
+}
+
+output "admin_policy_arn" {
+  description = "Attach to the role that runs `stripe-payments migrate`."
+  value       = aws_iam_policy.admin.arn
+}

@@ -1,0 +1,60 @@
+variable "region" {
+  description = "AWS region of the tables."
+  type        = string
+  default     = "us-east-1"
+}
+
+variable "name_prefix" {
+  description = "Prefix of every table name; the service's *_TABLE variables must match the outputs."
+  type        = string
+  default     = "stripe-payments"
+}
+
+variable "billing_mode" {
+  description = "PAY_PER_REQUEST (on demand) or PROVISIONED."
+  type        = string
+  default     = "PAY_PER_REQUEST"
+
+  validation {
+    condition     = contains(["PAY_PER_REQUEST", "PROVISIONED"], var.billing_mode)
+    error_message = "billing_mode must be PAY_PER_REQUEST or PROVISIONED."
+  }
+}
+
+variable "read_capacity" {
+  description = "Read capacity of each table and index when billing_mode is PROVISIONED."
+  type        = number
+  default     = 5
+}
+
+variable "write_capacity" {
+  description = "Write capacity of each table and index when billing_mode is PROVISIONED."
+  type        = number
+  default     = 5
+}
+
+variable "deletion_protection" {
+  description = "Refuse to delete the tables (turn off only to tear down a test environment)."
+  type        = bool
+  default     = true
+}
+
+variable "point_in_time_recovery" {
+  description = "Continuous backups with point-in-time recovery."
+  type        = bool
+  default     = true
+}
+
+variable "kms_key_arn" {
+  description = "Customer managed KMS key for server-side encryption; null uses the AWS owned key."
+  type        = string
+  default     = null
+}
+
+variable "tags" {
+  description = "Tags on every resource."
+  type        = map(string)
+  default = {
+    service = "stripe-payments"
+  }
+}
