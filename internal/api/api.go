@@ -7,9 +7,12 @@ import (
 // Prefix of every internal route.
 const Prefix = "/internal/v1"
 
-// Deps are the stores the API reads.
+// Deps are what the API reads and drives.
 type Deps struct {
-	Events EventReader
+	Events  EventReader
+	Handler EventHandler
+	// Fetcher may be nil: replays then need the stored payload.
+	Fetcher EventFetcher
 }
 
 // Register mounts the internal API on e behind bearer auth. An empty token
@@ -19,6 +22,8 @@ func Register(e *echo.Echo, token string, deps Deps) {
 		return
 	}
 	g := e.Group(Prefix, BearerAuth(token))
-	ev := eventRoutes{store: deps.Events}
+	ev := eventRoutes{store: deps.Events, handler: deps.Handler, fetcher: deps.Fetcher}
+	g.GET("/events", ev.list)
 	g.GET("/events/:id", ev.get)
+	g.POST("/events/:id/replay", ev.replay)
 }

@@ -4,17 +4,34 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"regexp"
 	"time"
 
 	"github.com/labstack/echo/v4"
+	"github.com/stripe/stripe-go/v76"
 
 	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/events"
+	"github.com/stripe-payments/stripe-payments/internal/handler"
 )
 
 // EventReader is the part of the events store the API reads.
 type EventReader interface {
 	Get(ctx context.Context, id string) (events.Record, error)
+	ByDate(ctx context.Context, date string, r events.Range, limit int32, cursor string) (events.Page, error)
+	ByAccount(ctx context.Context, account string, r events.Range, limit int32, cursor string) (events.Page, error)
+	BySubscription(ctx context.Context, subscription string, r events.Range, limit int32, cursor string) (events.Page, error)
+}
+
+// EventHandler re-drives an event (the one handler).
+type EventHandler interface {
+	Handle(ctx context.Context, ev *stripe.Event, payload []byte, source events.Source) (handler.Outcome, error)
+}
+
+// EventFetcher reads an event from Stripe's Events API, for a replay of an
+// event the table no longer holds. account is empty for the platform.
+type EventFetcher interface {
+	FetchEvent(ctx context.Context, id, account string) ([]byte, error)
 }
 
 // Event is the JSON shape of an event record (DESIGN §4, Contract), plus
@@ -52,14 +69,23 @@ func EventJSON(r events.Record) Event {
 	return e
 }
 
+var (
+	eventIDPattern      = regexp.MustCompile(`^evt_[A-Za-z0-9_]{1,250}$`)
+	accountPattern      = regexp.MustCompile(`^acct_[A-Za-z0-9_]{1,250}$`)
+	subscriptionPattern = regexp.MustCompile(`^sub_[A-Za-z0-9_]{1,250}$`)
+	clockPattern        = regexp.MustCompile(`^([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{3})?$`)
+)
+
 type eventRoutes struct {
-	store EventReader
+	store   EventReader
+	handler EventHandler
+	fetcher EventFetcher
 }
 
 func (h eventRoutes) get(c echo.Context) error {
-	id := c.Param("id")
-	if id == "" || len(id) > 255 {
-		return apperr.New(apperr.CodeInvalidParameter, "invalid event id")
+	id, err := eventID(c)
+	if err != nil {
+		return err
 	}
 	rec, err := h.store.Get(c.Request().Context(), id)
 	if errors.Is(err, events.ErrNotFound) {
@@ -69,4 +95,204 @@ func (h eventRoutes) get(c echo.Context) error {
 		return apperr.Wrap(err, apperr.CodeUnavailable, "could not read event")
 	}
 	return c.JSON(http.StatusOK, EventJSON(rec))
+}
+
+func eventID(c echo.Context) (string, error) {
+	id := c.Param("id")
+	if !eventIDPattern.MatchString(id) {
+		return "", apperr.New(apperr.CodeInvalidParameter, "invalid event id %q", truncate(id, 64))
+	}
+	return id, nil
+}
+
+// list serves the three listings: by date (and time range), by account and
+// by subscription (each with an optional since/until).
+func (h eventRoutes) list(c echo.Context) error {
+	q, err := queryParams(c.QueryParams(), "date", "from", "to", "stripe_account", "subscription", "since", "until", "limit", "cursor")
+	if err != nil {
+		return err
+	}
+	limit, err := pageLimit(q["limit"])
+	if err != nil {
+		return err
+	}
+	selectors := 0
+	for _, k := range []string{"date", "stripe_account", "subscription"} {
+		if q[k] != "" {
+			selectors++
+		}
+	}
+	if selectors != 1 {
+		return apperr.New(apperr.CodeInvalidParameter, "give exactly one of date, stripe_account or subscription")
+	}
+	ctx := c.Request().Context()
+	var page events.Page
+	switch {
+	case q["date"] != "":
+		if q["since"] != "" || q["until"] != "" {
+			return apperr.New(apperr.CodeInvalidParameter, "since and until go with stripe_account or subscription; use from and to with date")
+		}
+		if _, err := time.Parse(events.DateLayout, q["date"]); err != nil {
+			return apperr.New(apperr.CodeInvalidParameter, "date must be YYYY-MM-DD")
+		}
+		r, err := clockRange(q["from"], q["to"])
+		if err != nil {
+			return err
+		}
+		page, err = h.store.ByDate(ctx, q["date"], r, limit, q["cursor"])
+		if err != nil {
+			return listError(err)
+		}
+	default:
+		if q["from"] != "" || q["to"] != "" {
+			return apperr.New(apperr.CodeInvalidParameter, "from and to go with date; use since and until")
+		}
+		r, err := timestampRange(q["since"], q["until"])
+		if err != nil {
+			return err
+		}
+		if acct := q["stripe_account"]; acct != "" {
+			if !accountPattern.MatchString(acct) {
+				return apperr.New(apperr.CodeInvalidParameter, "stripe_account must be an acct_ id")
+			}
+			page, err = h.store.ByAccount(ctx, acct, r, limit, q["cursor"])
+		} else {
+			if !subscriptionPattern.MatchString(q["subscription"]) {
+				return apperr.New(apperr.CodeInvalidParameter, "subscription must be a sub_ id")
+			}
+			page, err = h.store.BySubscription(ctx, q["subscription"], r, limit, q["cursor"])
+		}
+		if err != nil {
+			return listError(err)
+		}
+	}
+	out := List[Event]{Data: make([]Event, 0, len(page.Records)), NextCursor: page.NextCursor}
+	for _, r := range page.Records {
+		out.Data = append(out.Data, EventJSON(r))
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+func listError(err error) error {
+	if errors.Is(err, events.ErrInvalidCursor) {
+		return apperr.New(apperr.CodeInvalidParameter, "invalid cursor")
+	}
+	return apperr.Wrap(err, apperr.CodeUnavailable, "could not list events")
+}
+
+// clockRange turns from/to (HH:MM:SS[.mmm]) into an inclusive time range.
+func clockRange(from, to string) (events.Range, error) {
+	var r events.Range
+	for _, p := range []struct {
+		name, value, pad string
+		dst              *string
+	}{{"from", from, ".000", &r.From}, {"to", to, ".999", &r.To}} {
+		if p.value == "" {
+			continue
+		}
+		if !clockPattern.MatchString(p.value) {
+			return r, apperr.New(apperr.CodeInvalidParameter, "%s must be HH:MM:SS or HH:MM:SS.mmm", p.name)
+		}
+		*p.dst = p.value
+		if len(p.value) == len("15:04:05") {
+			*p.dst += p.pad
+		}
+	}
+	if r.From != "" && r.To != "" && r.From > r.To {
+		return r, apperr.New(apperr.CodeInvalidParameter, "from is after to")
+	}
+	return r, nil
+}
+
+// timestampRange turns since/until (RFC3339) into an inclusive timestamp range.
+func timestampRange(since, until string) (events.Range, error) {
+	var r events.Range
+	var s, u time.Time
+	var err error
+	if since != "" {
+		if s, err = time.Parse(time.RFC3339, since); err != nil {
+			return r, apperr.New(apperr.CodeInvalidParameter, "since must be an RFC 3339 timestamp")
+		}
+		r.From = s.UTC().Format(events.TimestampLayout)
+	}
+	if until != "" {
+		if u, err = time.Parse(time.RFC3339, until); err != nil {
+			return r, apperr.New(apperr.CodeInvalidParameter, "until must be an RFC 3339 timestamp")
+		}
+		r.To = u.UTC().Format(events.TimestampLayout)
+	}
+	if since != "" && until != "" && s.After(u) {
+		return r, apperr.New(apperr.CodeInvalidParameter, "since is after until")
+	}
+	return r, nil
+}
+
+// ReplayResult answers POST /internal/v1/events/{id}/replay.
+type ReplayResult struct {
+	EventID string `json:"event_id"`
+	// Outcome is the handler's: applied, completed, duplicate or ignored.
+	Outcome string `json:"outcome"`
+	// PayloadSource says where the event came from: "store" or "stripe".
+	PayloadSource string `json:"payload_source"`
+	Event         *Event `json:"event,omitempty"`
+}
+
+// replay re-drives one event through the handler: from its stored payload,
+// or fetched from Stripe when the table no longer holds it.
+func (h eventRoutes) replay(c echo.Context) error {
+	id, err := eventID(c)
+	if err != nil {
+		return err
+	}
+	q, err := queryParams(c.QueryParams(), "stripe_account")
+	if err != nil {
+		return err
+	}
+	ctx := c.Request().Context()
+	result := ReplayResult{EventID: id, PayloadSource: "store"}
+	var payload []byte
+	rec, err := h.store.Get(ctx, id)
+	switch {
+	case err == nil && len(rec.Payload) > 0:
+		payload = rec.Payload
+	case err == nil || errors.Is(err, events.ErrNotFound):
+		account := q["stripe_account"]
+		if err == nil {
+			account = rec.StripeAccount
+		}
+		if account != "" && !accountPattern.MatchString(account) {
+			return apperr.New(apperr.CodeInvalidParameter, "stripe_account must be an acct_ id")
+		}
+		if h.fetcher == nil {
+			return apperr.New(apperr.CodeNotFound, "event %s not found", id)
+		}
+		payload, err = h.fetcher.FetchEvent(ctx, id, account)
+		if err != nil {
+			return err
+		}
+		result.PayloadSource = "stripe"
+	default:
+		return apperr.Wrap(err, apperr.CodeUnavailable, "could not read event")
+	}
+	ev, err := events.Parse(payload)
+	if err != nil {
+		return apperr.Wrap(err, apperr.CodeInternal, "stored payload of %s is not an event", id)
+	}
+	outcome, err := h.handler.Handle(ctx, ev, payload, events.SourceReplay)
+	if err != nil {
+		return apperr.Wrap(err, apperr.CodeUnavailable, "event %s could not be processed; it stays re-drivable", id)
+	}
+	result.Outcome = string(outcome)
+	if rec, err := h.store.Get(ctx, id); err == nil {
+		e := EventJSON(rec)
+		result.Event = &e
+	}
+	return c.JSON(http.StatusOK, result)
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
 }

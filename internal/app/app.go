@@ -11,6 +11,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stripe/stripe-go/v76/client"
 
 	"github.com/stripe-payments/stripe-payments/internal/api"
 	"github.com/stripe-payments/stripe-payments/internal/config"
@@ -19,6 +20,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/handler"
 	"github.com/stripe-payments/stripe-payments/internal/httpserver"
 	"github.com/stripe-payments/stripe-payments/internal/metrics"
+	"github.com/stripe-payments/stripe-payments/internal/stripeclient"
 	"github.com/stripe-payments/stripe-payments/internal/tracking"
 	"github.com/stripe-payments/stripe-payments/webhook"
 )
@@ -34,6 +36,7 @@ type App struct {
 	Handler *handler.Handler
 	Metrics *metrics.Metrics
 	Server  *httpserver.Server
+	Stripe  *client.API
 }
 
 // New connects to DynamoDB and Postgres and builds every component. It does
@@ -62,7 +65,12 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 	})
 	verifier := webhook.NewVerifier(cfg.WebhookSecrets, cfg.WebhookTolerance, nil)
 	webhook.NewEndpoint(verifier, a.Handler, cfg.WebhookMaxBody, log).Register(a.Server.Echo)
-	api.Register(a.Server.Echo, cfg.InternalAPIToken, api.Deps{Events: a.Events})
+	a.Stripe = stripeclient.New(stripeclient.Options{APIKey: cfg.StripeAPIKey, BaseURL: cfg.StripeAPIBase, Log: log})
+	api.Register(a.Server.Echo, cfg.InternalAPIToken, api.Deps{
+		Events:  a.Events,
+		Handler: a.Handler,
+		Fetcher: stripeclient.EventFetcher{API: a.Stripe, PlatformAccount: cfg.PlatformAccount},
+	})
 	return a, nil
 }
 

@@ -31,6 +31,12 @@ const (
 // of the local stack.
 func startApp(t testing.TB, logs io.Writer) *app.App {
 	t.Helper()
+	return startAppWith(t, logs, nil)
+}
+
+// startAppWith is startApp with environment overrides.
+func startAppWith(t testing.TB, logs io.Writer, overrides map[string]string) *app.App {
+	t.Helper()
 	env := map[string]string{
 		"LISTEN_ADDR":           "127.0.0.1:0",
 		"STRIPE_WEBHOOK_SECRET": "whsec_test_rotated_out," + secret,
@@ -39,6 +45,9 @@ func startApp(t testing.TB, logs io.Writer) *app.App {
 		"DYNAMODB_ENDPOINT":     testenv.DynamoEndpoint(t),
 		"EVENTS_TABLE":          testenv.TableName("events"),
 		"INTERNAL_API_TOKEN":    token,
+	}
+	for k, v := range overrides {
+		env[k] = v
 	}
 	cfg, err := config.Load(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
 	require.NoError(t, err)

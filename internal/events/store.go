@@ -361,6 +361,12 @@ func (s *Store) query(ctx context.Context, index, pkName, pkValue, skName string
 	if err != nil {
 		return Page{}, err
 	}
+	// A cursor only continues the listing it came from.
+	if start != nil {
+		if pk, ok := start[pkName].(*types.AttributeValueMemberS); !ok || pk.Value != pkValue {
+			return Page{}, ErrInvalidCursor
+		}
+	}
 	out, err := s.client.Query(ctx, &dynamodb.QueryInput{
 		TableName:                 aws.String(s.table),
 		IndexName:                 aws.String(index),

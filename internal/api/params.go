@@ -1,0 +1,52 @@
+package api
+
+import (
+	"net/url"
+	"strconv"
+
+	"github.com/stripe-payments/stripe-payments/internal/apperr"
+)
+
+// Pagination limits of every list endpoint (DESIGN §4).
+const (
+	DefaultLimit = 100
+	MaxLimit     = 1000
+)
+
+// List is the JSON shape of every list answer.
+type List[T any] struct {
+	Data       []T    `json:"data"`
+	NextCursor string `json:"next_cursor"`
+}
+
+// queryParams validates a query string against the parameters a route
+// accepts: an unknown or repeated parameter is a 400, never silently ignored.
+func queryParams(q url.Values, allowed ...string) (map[string]string, error) {
+	ok := map[string]bool{}
+	for _, a := range allowed {
+		ok[a] = true
+	}
+	out := make(map[string]string, len(q))
+	for k, v := range q {
+		if !ok[k] {
+			return nil, apperr.New(apperr.CodeInvalidParameter, "unknown parameter %q", k)
+		}
+		if len(v) != 1 {
+			return nil, apperr.New(apperr.CodeInvalidParameter, "parameter %q given more than once", k)
+		}
+		out[k] = v[0]
+	}
+	return out, nil
+}
+
+// pageLimit parses `limit`: default 100, 1 to 1000.
+func pageLimit(raw string) (int32, error) {
+	if raw == "" {
+		return DefaultLimit, nil
+	}
+	n, err := strconv.Atoi(raw)
+	if err != nil || n < 1 || n > MaxLimit {
+		return 0, apperr.New(apperr.CodeInvalidParameter, "limit must be an integer from 1 to %d", MaxLimit)
+	}
+	return int32(n), nil
+}
