@@ -42,7 +42,9 @@ type App struct {
 // New connects to DynamoDB and Postgres and builds every component. It does
 // not listen yet.
 func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error) {
-	ddb, err := dynamo.NewClient(ctx, cfg.AWSRegion, cfg.DynamoEndpoint)
+	m := metrics.New()
+	ddb, err := dynamo.NewClient(ctx, cfg.AWSRegion, cfg.DynamoEndpoint,
+		dynamo.WithRequestCounter(func(op string) { m.DynamoRequests.WithLabelValues(op).Inc() }))
 	if err != nil {
 		return nil, err
 	}
@@ -50,13 +52,15 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 	if err != nil {
 		return nil, err
 	}
-	a := &App{Config: cfg, Log: log, Dynamo: ddb, Pool: pool, Metrics: metrics.New()}
+	a := &App{Config: cfg, Log: log, Dynamo: ddb, Pool: pool, Metrics: m}
 	a.Events = events.NewStore(ddb, cfg.EventsTable, cfg.EventTTL, nil)
 	a.Ledger = tracking.NewLedger(pool)
 	a.Handler = handler.New(handler.Config{
 		PlatformAccount: cfg.PlatformAccount,
 		EventTTL:        cfg.EventTTL,
 		Livemode:        cfg.Livemode(),
+		MaxBatch:        cfg.IngestMaxBatch,
+		Flushers:        cfg.IngestFlushers,
 	}, a.Events, a.Ledger, log, handler.WithObserver(a.Metrics))
 
 	a.Server = httpserver.New(log, a.Metrics, []httpserver.Check{

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -45,6 +46,8 @@ type Config struct {
 	WebhookMaxBody        int64
 	LogLevel              slog.Level
 	ShutdownTimeout       time.Duration
+	IngestMaxBatch        int
+	IngestFlushers        int
 	UsingDevWebhookSecret bool
 	UsingDevAPIToken      bool
 }
@@ -105,6 +108,12 @@ func Load(lookup Lookup) (Config, error) {
 	var err error
 	if c.EventTTL, err = time.ParseDuration(get("EVENT_TTL", "720h")); err != nil {
 		errs = append(errs, fmt.Errorf("EVENT_TTL: %w", err))
+	}
+	if c.IngestMaxBatch, err = strconv.Atoi(get("INGEST_MAX_BATCH", "25")); err != nil || c.IngestMaxBatch < 1 || c.IngestMaxBatch > 100 {
+		errs = append(errs, errors.New("INGEST_MAX_BATCH: an integer from 1 to 100"))
+	}
+	if c.IngestFlushers, err = strconv.Atoi(get("INGEST_FLUSHERS", "2")); err != nil || c.IngestFlushers < 1 || c.IngestFlushers > 64 {
+		errs = append(errs, errors.New("INGEST_FLUSHERS: an integer from 1 to 64"))
 	}
 	if err := c.LogLevel.UnmarshalText([]byte(get("LOG_LEVEL", "info"))); err != nil {
 		errs = append(errs, fmt.Errorf("LOG_LEVEL: %w", err))

@@ -138,7 +138,12 @@ func SubscriptionID(ev *stripe.Event) string {
 	return ""
 }
 
-var gzipWriters = sync.Pool{New: func() any { return gzip.NewWriter(io.Discard) }}
+// BestSpeed: event JSON compresses ~4x at level 1 too, at a fraction of
+// the CPU of the default level, and ingest is CPU-bound on small machines.
+var gzipWriters = sync.Pool{New: func() any {
+	zw, _ := gzip.NewWriterLevel(io.Discard, gzip.BestSpeed)
+	return zw
+}}
 
 // Compress gzips an event payload for storage.
 func Compress(payload []byte) ([]byte, error) {

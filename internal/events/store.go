@@ -189,10 +189,7 @@ func (s *Store) MarkProcessed(ctx context.Context, id string) error {
 // MarkFailed records a processing error, unless the event was processed
 // meanwhile by a concurrent delivery (then the error is moot).
 func (s *Store) MarkFailed(ctx context.Context, id string, cause error) error {
-	msg := cause.Error()
-	if len(msg) > 1000 {
-		msg = msg[:1000]
-	}
+	msg := truncate(cause.Error(), 1000)
 	update := expression.Set(expression.Name("status"), expression.Value(string(StatusFailed))).
 		Set(expression.Name("last_error"), expression.Value(msg))
 	cond := expression.AttributeExists(expression.Name("id")).
@@ -249,8 +246,8 @@ func (s *Store) Get(ctx context.Context, id string) (Record, error) {
 	return r, nil
 }
 
-// BatchGet reads the records of ids (without payloads), skipping absent and
-// expired ones. It issues one BatchGetItem per 100 ids and retries
+// BatchGet reads the records of ids (without payloads, strongly consistent),
+// skipping absent and expired ones. It issues one BatchGetItem per 100 ids and retries
 // unprocessed keys.
 func (s *Store) BatchGet(ctx context.Context, ids []string) (map[string]Record, error) {
 	found := make(map[string]Record, len(ids))
@@ -275,6 +272,7 @@ func (s *Store) BatchGet(ctx context.Context, ids []string) (map[string]Record, 
 		}
 		request := map[string]types.KeysAndAttributes{s.table: {
 			Keys: keys, ProjectionExpression: expr.Projection(), ExpressionAttributeNames: expr.Names(),
+			ConsistentRead: aws.Bool(true),
 		}}
 		for attempt := 0; len(request) > 0 && len(request[s.table].Keys) > 0; attempt++ {
 			out, err := s.client.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: request})

@@ -1,13 +1,18 @@
 // Package handler is the one event handler shared by the webhook, the poller
-// and replays: record the event, apply its effects once in one Postgres
-// transaction, mark it processed.
+// and replays. Every event is applied at most once to Postgres (a
+// processed-events ledger claimed in the transaction of its effects) and
+// recorded in DynamoDB as processed only after that transaction committed.
+//
+// Concurrent deliveries are group-committed (see groupcommit.go): a batch of
+// events costs one Postgres transaction, one BatchGetItem beside it, and one
+// BatchWriteItem, instead of three round trips per event.
 package handler
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -19,18 +24,23 @@ import (
 
 // EventStore is the part of the events store the handler uses.
 type EventStore interface {
-	Record(ctx context.Context, r events.Record) (events.Outcome, error)
-	MarkProcessed(ctx context.Context, id string) error
-	MarkFailed(ctx context.Context, id string, cause error) error
+	// BatchGet reads existing records, strongly consistent, expired ones absent.
+	BatchGet(ctx context.Context, ids []string) (map[string]events.Record, error)
+	// PutProcessed writes records whose effects are committed.
+	PutProcessed(ctx context.Context, recs []events.Record) error
+	// RecordFailure leaves a failed (never a processed) record behind.
+	RecordFailure(ctx context.Context, r events.Record, cause error) error
 }
 
-// Ledger applies an event's effects at most once.
+// Ledger applies events' effects at most once.
 type Ledger interface {
 	Apply(ctx context.Context, ev tracking.EventRef, effects func(ctx context.Context, tx pgx.Tx) error) (bool, error)
+	ApplyBatch(ctx context.Context, refs []tracking.EventRef, effects func(ctx context.Context, tx pgx.Tx, ev tracking.EventRef) error) (map[string]bool, error)
 }
 
 // Applier applies one event type's state transitions inside the ledger's
-// transaction. It must only write through tx.
+// transaction. It must only write through tx, and must not call slow
+// external services: the transaction may hold a whole batch of events.
 type Applier func(ctx context.Context, tx pgx.Tx, ev *stripe.Event) error
 
 // Observer is told the outcome of every Handle call (metrics).
@@ -44,10 +54,11 @@ type Outcome string
 const (
 	// Applied: the event's effects were committed by this delivery.
 	Applied Outcome = "applied"
-	// Completed: recorded again and marked processed; the effects had
-	// been committed earlier (crash between steps) or by a concurrent delivery.
+	// Completed: the effects had been committed before (a crash between
+	// the commit and the record, or a concurrent delivery); the record was
+	// written now.
 	Completed Outcome = "completed"
-	// Duplicate: already processed; nothing was done.
+	// Duplicate: already recorded as processed; nothing was done.
 	Duplicate Outcome = "duplicate"
 	// Ignored: livemode differs from the configured key; nothing recorded.
 	Ignored Outcome = "ignored"
@@ -60,6 +71,12 @@ type Config struct {
 	PlatformAccount string
 	EventTTL        time.Duration
 	Livemode        bool
+	// MaxBatch bounds a group commit (default 25, DynamoDB's BatchWriteItem
+	// limit); 1 processes every event on its own.
+	MaxBatch int
+	// Flushers is how many batches may be in flight at once (default 4), so
+	// that one batch's Postgres work overlaps another's DynamoDB write.
+	Flushers int
 }
 
 // Handler is the one event handler.
@@ -71,6 +88,7 @@ type Handler struct {
 	observer Observer
 	log      *slog.Logger
 	now      func() time.Time
+	group    *groupCommit
 }
 
 // Option customises a Handler.
@@ -101,10 +119,17 @@ func WithClock(now func() time.Time) Option { return func(h *Handler) { h.now = 
 
 // New returns a handler.
 func New(cfg Config, store EventStore, ledger Ledger, log *slog.Logger, opts ...Option) *Handler {
+	if cfg.MaxBatch <= 0 {
+		cfg.MaxBatch = 25
+	}
+	if cfg.Flushers <= 0 {
+		cfg.Flushers = 4
+	}
 	h := &Handler{cfg: cfg, store: store, ledger: ledger, appliers: map[string]Applier{}, log: log, now: time.Now}
 	for _, o := range opts {
 		o(h)
 	}
+	h.group = &groupCommit{maxBatch: cfg.MaxBatch, maxFlushers: cfg.Flushers, process: h.processBatch}
 	return h
 }
 
@@ -122,57 +147,168 @@ func (h *Handler) Handle(ctx context.Context, ev *stripe.Event, payload []byte, 
 }
 
 func (h *Handler) handle(ctx context.Context, ev *stripe.Event, payload []byte, source events.Source) (Outcome, error) {
-	account := ev.Account
-	if account == "" {
-		account = h.cfg.PlatformAccount
-	}
-	log := h.log.With("event_id", ev.ID, "event_type", string(ev.Type), "stripe_account", account, "source", string(source))
+	rec := events.NewRecord(ev, payload, h.cfg.PlatformAccount, h.cfg.EventTTL, source, h.now())
 	if ev.Livemode != h.cfg.Livemode {
-		log.Warn("ignoring event whose livemode does not match the configured key", "livemode", ev.Livemode)
+		h.logger(rec).Warn("ignoring event whose livemode does not match the configured key", "livemode", ev.Livemode)
 		return Ignored, nil
 	}
-	rec := events.NewRecord(ev, payload, h.cfg.PlatformAccount, h.cfg.EventTTL, source, h.now())
-	recorded, err := h.store.Record(ctx, rec)
-	if err != nil {
-		return Failed, fmt.Errorf("record event: %w", err)
-	}
-	if recorded == events.AlreadyProcessed {
-		log.Debug("duplicate event")
-		return Duplicate, nil
-	}
-
-	ref := tracking.EventRef{ID: ev.ID, Type: string(ev.Type), StripeAccount: rec.StripeAccount, Created: rec.Created}
-	applied, err := h.ledger.Apply(ctx, ref, func(ctx context.Context, tx pgx.Tx) error {
-		if apply, ok := h.appliers[string(ev.Type)]; ok {
-			return apply(ctx, tx, ev)
-		}
-		return nil
-	})
-	if err != nil {
-		h.markFailed(ctx, log, ev.ID, err)
-		return Failed, fmt.Errorf("process event: %w", err)
-	}
-	if err := h.store.MarkProcessed(ctx, ev.ID); err != nil {
-		// The effects are committed; a redelivery finds the ledger entry and
-		// only repeats this step.
-		return Failed, fmt.Errorf("mark processed: %w", err)
-	}
-	if applied {
-		log.Info("event processed")
-		return Applied, nil
-	}
-	log.Info("event completed; effects were already applied")
-	return Completed, nil
+	return h.group.submit(ctx, &pending{ev: ev, rec: rec, done: make(chan struct{})})
 }
 
-// markFailed records the error on the event, on a fresh context so that a
-// cancelled request still leaves a trace. Failing to do so is only logged:
-// the event stays `received`, which the poller re-drives all the same.
-func (h *Handler) markFailed(ctx context.Context, log *slog.Logger, id string, cause error) {
+func (h *Handler) logger(rec events.Record) *slog.Logger {
+	return h.log.With("event_id", rec.ID, "event_type", rec.Type, "stripe_account", rec.StripeAccount, "source", string(rec.Source))
+}
+
+// applyEffects runs the appliers of ev's type, if any.
+func (h *Handler) applyEffects(ctx context.Context, tx pgx.Tx, ev *stripe.Event) error {
+	if apply, ok := h.appliers[string(ev.Type)]; ok {
+		return apply(ctx, tx, ev)
+	}
+	return nil
+}
+
+// processBatch handles a group of deliveries:
+//
+//  1. one Postgres transaction claims the events in the ledger and applies
+//     the effects of those it claimed (on error, each event is retried in a
+//     transaction of its own so that one bad event fails alone); at the
+//     same time, one strongly consistent BatchGetItem reads the records
+//     already there: duplicates and the bookkeeping of earlier attempts;
+//  2. one BatchWriteItem records every newly committed event as processed.
+//
+// A crash between 1 and 2 leaves no processed record; the delivery was not
+// acknowledged, so it comes again (Stripe's retry or the poller), finds the
+// ledger entry, and only writes the record.
+func (h *Handler) processBatch(ctx context.Context, batch []*pending) {
+	// The same event may be in the batch several times (concurrent
+	// deliveries): the first copy is processed, the others share its fate.
+	unique := make([]*pending, 0, len(batch))
+	copies := map[string][]*pending{}
+	for _, p := range batch {
+		if _, seen := copies[p.rec.ID]; !seen {
+			unique = append(unique, p)
+		}
+		copies[p.rec.ID] = append(copies[p.rec.ID], p)
+	}
+	finish := func(p *pending, outcome Outcome, err error) {
+		for i, c := range copies[p.rec.ID] {
+			c.outcome, c.err = outcome, err
+			if i > 0 && err == nil {
+				c.outcome = Duplicate
+			}
+			close(c.done)
+		}
+	}
+
+	// The read is off the critical path: it runs while Postgres works.
+	ids := make([]string, len(unique))
+	for i, p := range unique {
+		ids[i] = p.rec.ID
+	}
+	var (
+		existing map[string]events.Record
+		readErr  error
+		read     sync.WaitGroup
+	)
+	read.Add(1)
+	go func() {
+		defer read.Done()
+		existing, readErr = h.store.BatchGet(ctx, ids)
+	}()
+	applied, failures := h.apply(ctx, unique)
+	read.Wait()
+
+	var done []events.Record
+	var committed []*pending
+	for _, p := range unique {
+		prev, recorded := existing[p.rec.ID]
+		switch {
+		case readErr != nil:
+			// Effects may be committed; without the old record the new one
+			// cannot be written safely. The redelivery completes it.
+			finish(p, Failed, fmt.Errorf("read event record: %w", readErr))
+			continue
+		case recorded && prev.Status == events.StatusProcessed && !applied[p.rec.ID]:
+			h.logger(p.rec).Debug("duplicate event")
+			finish(p, Duplicate, nil)
+			continue
+		case failures[p.rec.ID] != nil:
+			h.recordFailure(ctx, p, failures[p.rec.ID])
+			finish(p, Failed, fmt.Errorf("process event: %w", failures[p.rec.ID]))
+			continue
+		}
+		if recorded {
+			// Keep the first delivery's bookkeeping; count this attempt.
+			p.rec.ReceivedAt, p.rec.Source, p.rec.Attempts = prev.ReceivedAt, prev.Source, prev.Attempts+1
+		}
+		p.rec.Status, p.rec.ProcessedAt = events.StatusProcessed, h.now().UTC()
+		done = append(done, p.rec)
+		committed = append(committed, p)
+	}
+	if len(done) == 0 {
+		return
+	}
+	if err := h.store.PutProcessed(ctx, done); err != nil {
+		for _, p := range committed {
+			// The effects are committed; a redelivery finds the ledger
+			// entry and only writes the record.
+			h.logger(p.rec).Error("could not record processed event", "error", err)
+			finish(p, Failed, fmt.Errorf("record processed event: %w", err))
+		}
+		return
+	}
+	for _, p := range committed {
+		if applied[p.rec.ID] {
+			h.logger(p.rec).Info("event processed")
+			finish(p, Applied, nil)
+		} else {
+			h.logger(p.rec).Info("event completed; effects were already applied")
+			finish(p, Completed, nil)
+		}
+	}
+}
+
+// apply commits the effects of todo: in one transaction, or event by event
+// when the batch fails.
+func (h *Handler) apply(ctx context.Context, todo []*pending) (applied map[string]bool, failures map[string]error) {
+	byID := make(map[string]*pending, len(todo))
+	refs := make([]tracking.EventRef, len(todo))
+	for i, p := range todo {
+		byID[p.rec.ID] = p
+		refs[i] = tracking.EventRef{ID: p.rec.ID, Type: p.rec.Type, StripeAccount: p.rec.StripeAccount, Created: p.rec.Created}
+	}
+	failures = map[string]error{}
+	if len(todo) > 1 {
+		applied, err := h.ledger.ApplyBatch(ctx, refs, func(ctx context.Context, tx pgx.Tx, ref tracking.EventRef) error {
+			return h.applyEffects(ctx, tx, byID[ref.ID].ev)
+		})
+		if err == nil {
+			return applied, failures
+		}
+		h.log.Warn("batch transaction failed; retrying its events one by one", "events", len(todo), "error", err)
+	}
+	applied = map[string]bool{}
+	for i, p := range todo {
+		ok, err := h.ledger.Apply(ctx, refs[i], func(ctx context.Context, tx pgx.Tx) error {
+			return h.applyEffects(ctx, tx, p.ev)
+		})
+		if err != nil {
+			failures[p.rec.ID] = err
+			continue
+		}
+		applied[p.rec.ID] = ok
+	}
+	return applied, failures
+}
+
+// recordFailure leaves the error on the record. Failing to do so is only
+// logged: an unrecorded event is re-driven by Stripe's retry or the poller.
+func (h *Handler) recordFailure(ctx context.Context, p *pending, cause error) {
+	log := h.logger(p.rec)
+	log.Error("event processing failed", "error", cause)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	log.Error("event processing failed", "error", cause)
-	if err := h.store.MarkFailed(ctx, id, cause); err != nil && !errors.Is(err, context.Canceled) {
-		log.Error("could not mark event failed", "error", err)
+	if err := h.store.RecordFailure(ctx, p.rec, cause); err != nil {
+		log.Error("could not record the failure", "error", err)
 	}
 }

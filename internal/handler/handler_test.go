@@ -193,18 +193,18 @@ func TestPostgresFailureMidProcessingIsRedriven(t *testing.T) {
 	assert.Equal(t, 2, rec.Attempts)
 }
 
-// crashBeforeMark loses the "mark processed" write once, as a crash right
+// crashBeforeMark loses the "record processed" write once, as a crash right
 // after the Postgres commit would.
 type crashBeforeMark struct {
 	*events.Store
 	crashed atomic.Bool
 }
 
-func (c *crashBeforeMark) MarkProcessed(ctx context.Context, id string) error {
+func (c *crashBeforeMark) PutProcessed(ctx context.Context, recs []events.Record) error {
 	if c.crashed.CompareAndSwap(false, true) {
 		return errors.New("process killed")
 	}
-	return c.Store.MarkProcessed(ctx, id)
+	return c.Store.PutProcessed(ctx, recs)
 }
 
 func TestCrashBetweenCommitAndMarkDoesNotReapply(t *testing.T) {
@@ -216,15 +216,15 @@ func TestCrashBetweenCommitAndMarkDoesNotReapply(t *testing.T) {
 
 	_, err := h.Handle(ctx, ev, payload, events.SourceWebhook)
 	require.Error(t, err, "the delivery must not be acknowledged")
-	rec, err := e.store.Get(ctx, ev.ID)
-	require.NoError(t, err)
-	assert.Equal(t, events.StatusReceived, rec.Status)
+	_, err = e.store.Get(ctx, ev.ID)
+	require.ErrorIs(t, err, events.ErrNotFound, "no processed record before the write")
+	assert.Equal(t, 1, e.ledger(t, ev.ID))
 
 	outcome, err := h.Handle(ctx, ev, payload, events.SourcePoller)
 	require.NoError(t, err)
 	assert.Equal(t, handler.Completed, outcome)
 	assert.Equal(t, 1, e.effects(t, ev.ID))
-	rec, err = e.store.Get(ctx, ev.ID)
+	rec, err := e.store.Get(ctx, ev.ID)
 	require.NoError(t, err)
 	assert.Equal(t, events.StatusProcessed, rec.Status)
 }

@@ -15,11 +15,12 @@ import (
 
 // Metrics is the set of collectors of one service instance.
 type Metrics struct {
-	Registry      *prometheus.Registry
-	EventsHandled *prometheus.CounterVec
-	HandleSeconds *prometheus.HistogramVec
-	HTTPRequests  *prometheus.CounterVec
-	HTTPSeconds   *prometheus.HistogramVec
+	Registry       *prometheus.Registry
+	EventsHandled  *prometheus.CounterVec
+	HandleSeconds  *prometheus.HistogramVec
+	HTTPRequests   *prometheus.CounterVec
+	HTTPSeconds    *prometheus.HistogramVec
+	DynamoRequests *prometheus.CounterVec
 }
 
 // New registers the collectors on a fresh registry.
@@ -44,8 +45,12 @@ func New() *Metrics {
 			Help:    "HTTP request latency by route.",
 			Buckets: prometheus.DefBuckets,
 		}, []string{"route", "method"}),
+		DynamoRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "stripe_payments_dynamodb_requests_total",
+			Help: "DynamoDB API calls by operation (retries not counted).",
+		}, []string{"operation"}),
 	}
-	m.Registry.MustRegister(
+	m.Registry.MustRegister(m.DynamoRequests,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.EventsHandled, m.HandleSeconds, m.HTTPRequests, m.HTTPSeconds,

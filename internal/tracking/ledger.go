@@ -3,6 +3,7 @@ package tracking
 import (
 	"context"
 	"fmt"
+	"sort"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -61,4 +62,52 @@ func (l *Ledger) Processed(ctx context.Context, id string) (bool, error) {
 		return false, fmt.Errorf("look up ledger %s: %w", id, err)
 	}
 	return exists, nil
+}
+
+// ApplyBatch is Apply for many events in one transaction (group commit):
+// one statement claims every id (in id order, so concurrent batches lock
+// ledger rows in the same order), then effects runs for each newly claimed
+// event in that order. Any error rolls the whole batch back; callers then
+// retry the events one by one with Apply, so one bad event fails alone.
+// refs must have distinct ids.
+func (l *Ledger) ApplyBatch(ctx context.Context, refs []EventRef, effects func(ctx context.Context, tx pgx.Tx, ev EventRef) error) (applied map[string]bool, err error) {
+	sorted := append([]EventRef(nil), refs...)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i].ID < sorted[j].ID })
+	ids := make([]string, len(sorted))
+	types := make([]string, len(sorted))
+	accounts := make([]string, len(sorted))
+	created := make([]time.Time, len(sorted))
+	for i, r := range sorted {
+		ids[i], types[i], accounts[i], created[i] = r.ID, r.Type, r.StripeAccount, r.Created
+	}
+	applied = make(map[string]bool, len(refs))
+	err = pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `INSERT INTO processed_events (event_id, event_type, stripe_account, event_created)
+			SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[]) ORDER BY 1
+			ON CONFLICT (event_id) DO NOTHING
+			RETURNING event_id`, ids, types, accounts, created)
+		if err != nil {
+			return fmt.Errorf("claim events in ledger: %w", err)
+		}
+		claimed, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return fmt.Errorf("claim events in ledger: %w", err)
+		}
+		for _, id := range claimed {
+			applied[id] = true
+		}
+		for _, ref := range sorted {
+			if !applied[ref.ID] {
+				continue
+			}
+			if err := effects(ctx, tx, ref); err != nil {
+				return fmt.Errorf("event %s: %w", ref.ID, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("apply batch of %d events: %w", len(refs), err)
+	}
+	return applied, nil
 }

@@ -1,0 +1,258 @@
+// Command loadgen sends signed, realistic Stripe events to a running
+// stripe-payments at a fixed concurrency and reports throughput, latency
+// quantiles, errors, the service's CPU and memory, and DynamoDB requests per
+// event — next to the raw DynamoDB conditional-put and Postgres transaction
+// rates measured in the same run at the same concurrency. Loopback only.
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/google/uuid"
+
+	"github.com/stripe-payments/stripe-payments/internal/config"
+	"github.com/stripe-payments/stripe-payments/internal/dynamo"
+	"github.com/stripe-payments/stripe-payments/internal/loadtest"
+	"github.com/stripe-payments/stripe-payments/internal/tracking"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "loadgen:", err)
+		os.Exit(1)
+	}
+}
+
+type options struct {
+	target      string
+	secret      string
+	concurrency int
+	duration    time.Duration
+	warmup      time.Duration
+	duplicates  float64
+	pid         int
+	baselines   bool
+	markdown    string
+}
+
+func run(ctx context.Context, args []string, out io.Writer) error {
+	cfg, err := config.FromEnv()
+	if err != nil {
+		return err
+	}
+	var o options
+	fs := flag.NewFlagSet("loadgen", flag.ContinueOnError)
+	fs.StringVar(&o.target, "target", "http://127.0.0.1:8080/webhooks/stripe", "webhook URL (loopback only)")
+	fs.StringVar(&o.secret, "secret", cfg.WebhookSecrets[0], "endpoint secret")
+	fs.IntVar(&o.concurrency, "c", 32, "concurrent senders")
+	fs.DurationVar(&o.duration, "d", 20*time.Second, "duration of each measured phase")
+	fs.DurationVar(&o.warmup, "warmup", 3*time.Second, "unmeasured warm-up")
+	fs.Float64Var(&o.duplicates, "dup", 0.05, "share of redeliveries of events already sent")
+	fs.IntVar(&o.pid, "pid", 0, "service pid, for CPU and RSS (Linux /proc)")
+	fs.BoolVar(&o.baselines, "baselines", true, "measure raw DynamoDB and Postgres rates first (uses DYNAMODB_ENDPOINT, DATABASE_URL)")
+	fs.StringVar(&o.markdown, "markdown", "", "also write the report as a Markdown table to this file")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	u, err := url.Parse(o.target)
+	if err != nil {
+		return fmt.Errorf("target: %w", err)
+	}
+	if h := u.Hostname(); h != "127.0.0.1" && h != "localhost" && h != "::1" {
+		return errors.New("target must be on loopback")
+	}
+
+	var dynamoBase, pgBase loadtest.Result
+	if o.baselines {
+		if dynamoBase, err = dynamoBaseline(ctx, cfg, o); err != nil {
+			return err
+		}
+		fmt.Fprintln(out, dynamoBase)
+		if pgBase, err = postgresBaseline(ctx, cfg, o); err != nil {
+			return err
+		}
+		fmt.Fprintln(out, pgBase)
+	}
+
+	hook := loadtest.Webhook{URL: o.target, Secret: o.secret, Client: &http.Client{
+		Timeout:   10 * time.Second,
+		Transport: &http.Transport{MaxIdleConnsPerHost: o.concurrency * 2},
+	}}
+	mix := loadtest.NewMix(o.duplicates, 42)
+	send := func(ctx context.Context, _ int, _ int64) error { return hook.Post(ctx, mix.Next(time.Now())) }
+	loadtest.Run(ctx, "warm-up", o.concurrency, o.warmup, 0, send)
+
+	metricsURL := u.Scheme + "://" + u.Host + "/metrics"
+	ddbBefore, err := scrape(ctx, metricsURL, "stripe_payments_dynamodb_requests_total")
+	if err != nil {
+		return err
+	}
+	var before loadtest.ProcStats
+	peak := int64(0)
+	stopSampling := make(chan struct{})
+	sampled := make(chan struct{})
+	if o.pid > 0 {
+		if before, err = loadtest.ReadProc(o.pid); err != nil {
+			return err
+		}
+		go func() {
+			defer close(sampled)
+			t := time.NewTicker(100 * time.Millisecond)
+			defer t.Stop()
+			for {
+				select {
+				case <-stopSampling:
+					return
+				case <-t.C:
+					if s, err := loadtest.ReadProc(o.pid); err == nil && s.RSS > peak {
+						peak = s.RSS
+					}
+				}
+			}
+		}()
+	} else {
+		close(sampled)
+	}
+	ingest := loadtest.Run(ctx, "ingest (webhook → processed)", o.concurrency, o.duration, 0, send)
+	close(stopSampling)
+	<-sampled
+	fmt.Fprintln(out, ingest)
+	ddbAfter, err := scrape(ctx, metricsURL, "stripe_payments_dynamodb_requests_total")
+	if err != nil {
+		return err
+	}
+
+	r := report{o: o, ingest: ingest, dynamo: dynamoBase, pg: pgBase,
+		ddbPerEvent: (ddbAfter - ddbBefore) / float64(max(ingest.Requests, 1))}
+	if o.pid > 0 {
+		after, err := loadtest.ReadProc(o.pid)
+		if err != nil {
+			return err
+		}
+		r.cpuCores = (after.CPU - before.CPU).Seconds() / ingest.Duration.Seconds()
+		r.peakRSS = peak
+	}
+	r.print(out)
+	if o.markdown != "" {
+		f, err := os.Create(o.markdown)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		r.markdown(f)
+	}
+	return nil
+}
+
+func dynamoBaseline(ctx context.Context, cfg config.Config, o options) (loadtest.Result, error) {
+	client, err := dynamo.NewClient(ctx, cfg.AWSRegion, cfg.DynamoEndpoint)
+	if err != nil {
+		return loadtest.Result{}, err
+	}
+	table := "loadgen-baseline-" + uuid.NewString()[:8]
+	if err := dynamo.EnsureTables(ctx, client, dynamo.EventsTable(table)); err != nil {
+		return loadtest.Result{}, err
+	}
+	defer client.DeleteTable(context.WithoutCancel(ctx), &dynamodb.DeleteTableInput{TableName: aws.String(table)})
+	loadtest.DynamoPut(ctx, client, table, o.concurrency, o.warmup)
+	return loadtest.DynamoPut(ctx, client, table, o.concurrency, o.duration), nil
+}
+
+func postgresBaseline(ctx context.Context, cfg config.Config, o options) (loadtest.Result, error) {
+	pool, err := tracking.Connect(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return loadtest.Result{}, err
+	}
+	defer pool.Close()
+	table := "loadgen_baseline_" + strings.ReplaceAll(uuid.NewString()[:8], "-", "")
+	if _, err := pool.Exec(ctx, "CREATE TABLE "+table+" (id text PRIMARY KEY, at timestamptz NOT NULL DEFAULT now())"); err != nil {
+		return loadtest.Result{}, err
+	}
+	defer pool.Exec(context.WithoutCancel(ctx), "DROP TABLE "+table)
+	loadtest.PostgresTx(ctx, pool, table, o.concurrency, o.warmup)
+	return loadtest.PostgresTx(ctx, pool, table, o.concurrency, o.duration), nil
+}
+
+// scrape sums every sample of a counter on a Prometheus text endpoint.
+func scrape(ctx context.Context, url, name string) (float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("scrape %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	sum := 0.0
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
+			continue
+		}
+		fields := strings.Fields(line)
+		v, err := strconv.ParseFloat(fields[len(fields)-1], 64)
+		if err == nil {
+			sum += v
+		}
+	}
+	return sum, sc.Err()
+}
+
+type report struct {
+	o           options
+	ingest      loadtest.Result
+	dynamo, pg  loadtest.Result
+	ddbPerEvent float64
+	cpuCores    float64
+	peakRSS     int64
+}
+
+func ratio(a, b loadtest.Result) string {
+	if b.Requests == 0 {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.2f×", a.Rate()/b.Rate())
+}
+
+func (r report) print(w io.Writer) {
+	fmt.Fprintf(w, "ingest / raw DynamoDB put: %s   ingest / raw Postgres tx: %s\n", ratio(r.ingest, r.dynamo), ratio(r.ingest, r.pg))
+	fmt.Fprintf(w, "DynamoDB requests per event: %.3f   service CPU: %.2f cores   service peak RSS: %.1f MiB\n",
+		r.ddbPerEvent, r.cpuCores, float64(r.peakRSS)/(1<<20))
+}
+
+func (r report) markdown(w io.Writer) {
+	fmt.Fprintf(w, "| measure (concurrency %d, %s each) | result |\n| --- | --- |\n", r.o.concurrency, r.o.duration)
+	row := func(name, v string) { fmt.Fprintf(w, "| %s | %s |\n", name, v) }
+	if r.dynamo.Requests > 0 {
+		row("raw DynamoDB Local conditional put", fmt.Sprintf("%.0f/s, p99 %s", r.dynamo.Rate(), r.dynamo.Quantile(.99).Round(100*time.Microsecond)))
+		row("raw Postgres single-insert transaction", fmt.Sprintf("%.0f/s, p99 %s", r.pg.Rate(), r.pg.Quantile(.99).Round(100*time.Microsecond)))
+	}
+	row("ingest (signed webhook → recorded and processed)", fmt.Sprintf("%.0f/s, %d errors", r.ingest.Rate(), r.ingest.Errors))
+	row("ingest latency p50 / p95 / p99", fmt.Sprintf("%s / %s / %s", r.ingest.Quantile(.5).Round(100*time.Microsecond),
+		r.ingest.Quantile(.95).Round(100*time.Microsecond), r.ingest.Quantile(.99).Round(100*time.Microsecond)))
+	row("**ingest ÷ raw DynamoDB put**", "**"+ratio(r.ingest, r.dynamo)+"**")
+	row("ingest ÷ raw Postgres transaction", ratio(r.ingest, r.pg))
+	row("DynamoDB requests per event", fmt.Sprintf("%.3f", r.ddbPerEvent))
+	if r.o.pid > 0 {
+		row("service CPU", fmt.Sprintf("%.2f cores", r.cpuCores))
+		row("service peak RSS (sampled every 100 ms)", fmt.Sprintf("%.1f MiB", float64(r.peakRSS)/(1<<20)))
+	}
+}

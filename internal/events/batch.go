@@ -1,0 +1,121 @@
+package events
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+)
+
+// maxBatchWrite is DynamoDB's BatchWriteItem limit.
+const maxBatchWrite = 25
+
+// attributes renders a record as DynamoDB attributes by hand: this is the
+// ingest hot path, where reflection-based marshalling showed in profiles.
+func attributes(r Record) (map[string]types.AttributeValue, error) {
+	payload, err := Compress(r.Payload)
+	if err != nil {
+		return nil, err
+	}
+	s := func(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
+	av := map[string]types.AttributeValue{
+		"id":             s(r.ID),
+		"type":           s(r.Type),
+		"stripe_account": s(r.StripeAccount),
+		"timestamp":      s(r.Timestamp()),
+		"date":           s(r.Date()),
+		"time":           s(r.Time()),
+		"expiration":     &types.AttributeValueMemberN{Value: strconv.FormatInt(r.Expiration.Unix(), 10)},
+		"livemode":       &types.AttributeValueMemberBOOL{Value: r.Livemode},
+		"status":         s(string(r.Status)),
+		"received_at":    s(r.ReceivedAt.UTC().Format(bookkeepingTimeLayout)),
+		"source":         s(string(r.Source)),
+		"attempts":       &types.AttributeValueMemberN{Value: strconv.Itoa(r.Attempts)},
+		"payload":        &types.AttributeValueMemberB{Value: payload},
+	}
+	if r.Subscription != "" {
+		av["subscription"] = s(r.Subscription)
+	}
+	if r.APIVersion != "" {
+		av["api_version"] = s(r.APIVersion)
+	}
+	if !r.ProcessedAt.IsZero() {
+		av["processed_at"] = s(r.ProcessedAt.UTC().Format(bookkeepingTimeLayout))
+	}
+	if r.LastError != "" {
+		av["last_error"] = s(r.LastError)
+	}
+	return av, nil
+}
+
+// PutProcessed writes finished records with BatchWriteItem, 25 per request,
+// retrying unprocessed items. The writes are unconditional: callers only
+// pass records whose effects Postgres has committed, and a processed record
+// is the final state, so overwriting one with another is harmless.
+func (s *Store) PutProcessed(ctx context.Context, recs []Record) error {
+	for start := 0; start < len(recs); start += maxBatchWrite {
+		chunk := recs[start:min(start+maxBatchWrite, len(recs))]
+		writes := make([]types.WriteRequest, 0, len(chunk))
+		for _, r := range chunk {
+			av, err := attributes(r)
+			if err != nil {
+				return err
+			}
+			writes = append(writes, types.WriteRequest{PutRequest: &types.PutRequest{Item: av}})
+		}
+		request := map[string][]types.WriteRequest{s.table: writes}
+		for attempt := 0; len(request[s.table]) > 0; attempt++ {
+			out, err := s.client.BatchWriteItem(ctx, &dynamodb.BatchWriteItemInput{RequestItems: request})
+			if err != nil {
+				return fmt.Errorf("batch write events: %w", err)
+			}
+			request = out.UnprocessedItems
+			if len(request[s.table]) > 0 {
+				if err := sleep(ctx, backoff(attempt)); err != nil {
+					return fmt.Errorf("batch write events: %w", err)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// RecordFailure leaves a trace of a delivery whose processing failed: the
+// record is created as failed, or an existing unprocessed one counts one more
+// attempt and takes the error. A processed record is never touched.
+func (s *Store) RecordFailure(ctx context.Context, r Record, cause error) error {
+	r.Status, r.LastError = StatusFailed, truncate(cause.Error(), 1000)
+	av, err := attributes(r)
+	if err != nil {
+		return err
+	}
+	cond := expression.AttributeNotExists(expression.Name("id")).
+		Or(expression.Name("expiration").LessThanEqual(expression.Value(s.now().Unix())))
+	expr, err := expression.NewBuilder().WithCondition(cond).Build()
+	if err != nil {
+		return fmt.Errorf("build condition: %w", err)
+	}
+	_, err = s.client.PutItem(ctx, &dynamodb.PutItemInput{
+		TableName:                 aws.String(s.table),
+		Item:                      av,
+		ConditionExpression:       expr.Condition(),
+		ExpressionAttributeNames:  expr.Names(),
+		ExpressionAttributeValues: expr.Values(),
+	})
+	if err == nil {
+		return nil
+	}
+	if !isConditionFailed(err) {
+		return fmt.Errorf("record failure of %s: %w", r.ID, err)
+	}
+	update := expression.Set(expression.Name("status"), expression.Value(string(StatusFailed))).
+		Set(expression.Name("last_error"), expression.Value(r.LastError)).
+		Add(expression.Name("attempts"), expression.Value(1))
+	notProcessed := expression.AttributeExists(expression.Name("id")).
+		And(expression.Name("status").NotEqual(expression.Value(string(StatusProcessed))))
+	return s.update(ctx, r.ID, update, notProcessed, true)
+}
