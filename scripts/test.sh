@@ -100,5 +100,7 @@ if [ "$mode" = test ]; then
 else
 	echo "== go test -bench"
 	go test -run '^$' -bench . -benchmem -count=1 "${extra[@]}" ./... || status=$?
+	echo "== ingest load test"
+	scripts/bench-ingest.sh || status=$?
 fi
 exit "$status"
