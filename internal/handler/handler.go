@@ -36,12 +36,20 @@ type EventStore interface {
 type Ledger interface {
 	Apply(ctx context.Context, ev tracking.EventRef, effects func(ctx context.Context, tx pgx.Tx) error) (bool, error)
 	ApplyBatch(ctx context.Context, refs []tracking.EventRef, effects func(ctx context.Context, tx pgx.Tx, ev tracking.EventRef) error) (map[string]bool, error)
+	Processed(ctx context.Context, id string) (bool, error)
 }
 
 // Applier applies one event type's state transitions inside the ledger's
 // transaction. It must only write through tx, and must not call slow
 // external services: the transaction may hold a whole batch of events.
 type Applier func(ctx context.Context, tx pgx.Tx, ev *stripe.Event) error
+
+// Preparer runs before the ledger transaction opens, for work that must not
+// hold a database transaction open, such as asking Stripe for what the
+// payload lacks. It may enrich ev (e.g. expand a reference in ev.Data) for the
+// appliers. It runs again on every delivery that reaches processing, so it must
+// be side-effect free; an error fails the delivery, which is retried.
+type Preparer func(ctx context.Context, ev *stripe.Event) error
 
 // Observer is told the outcome of every Handle call (metrics).
 type Observer interface {
@@ -85,6 +93,7 @@ type Handler struct {
 	store    EventStore
 	ledger   Ledger
 	appliers map[string]Applier
+	prepare  map[string]Preparer
 	observer Observer
 	log      *slog.Logger
 	now      func() time.Time
@@ -111,6 +120,12 @@ func WithApplier(eventType string, a Applier) Option {
 	}
 }
 
+// WithPreparer registers the preparer of an event type (one per type; a later
+// registration replaces an earlier one).
+func WithPreparer(eventType string, p Preparer) Option {
+	return func(h *Handler) { h.prepare[eventType] = p }
+}
+
 // WithObserver sets the outcome observer.
 func WithObserver(o Observer) Option { return func(h *Handler) { h.observer = o } }
 
@@ -125,7 +140,7 @@ func New(cfg Config, store EventStore, ledger Ledger, log *slog.Logger, opts ...
 	if cfg.Flushers <= 0 {
 		cfg.Flushers = 4
 	}
-	h := &Handler{cfg: cfg, store: store, ledger: ledger, appliers: map[string]Applier{}, log: log, now: time.Now}
+	h := &Handler{cfg: cfg, store: store, ledger: ledger, appliers: map[string]Applier{}, prepare: map[string]Preparer{}, log: log, now: time.Now}
 	for _, o := range opts {
 		o(h)
 	}
@@ -152,7 +167,32 @@ func (h *Handler) handle(ctx context.Context, ev *stripe.Event, payload []byte, 
 		h.logger(rec).Warn("ignoring event whose livemode does not match the configured key", "livemode", ev.Livemode)
 		return Ignored, nil
 	}
+	if err := h.runPreparer(ctx, ev); err != nil {
+		h.recordFailure(ctx, rec, err)
+		return Failed, err
+	}
 	return h.group.submit(ctx, &pending{ev: ev, rec: rec, done: make(chan struct{})})
+}
+
+// runPreparer runs the event type's preparer, outside any batch so that a
+// slow Stripe call delays only its own delivery. An event the ledger already
+// holds needs no preparation: its appliers will not run.
+func (h *Handler) runPreparer(ctx context.Context, ev *stripe.Event) error {
+	prepare, ok := h.prepare[string(ev.Type)]
+	if !ok {
+		return nil
+	}
+	done, err := h.ledger.Processed(ctx, ev.ID)
+	if err != nil {
+		return fmt.Errorf("prepare event: %w", err)
+	}
+	if done {
+		return nil
+	}
+	if err := prepare(ctx, ev); err != nil {
+		return fmt.Errorf("prepare event: %w", err)
+	}
+	return nil
 }
 
 func (h *Handler) logger(rec events.Record) *slog.Logger {
@@ -233,7 +273,7 @@ func (h *Handler) processBatch(ctx context.Context, batch []*pending) {
 			finish(p, Duplicate, nil)
 			continue
 		case failures[p.rec.ID] != nil:
-			h.recordFailure(ctx, p, failures[p.rec.ID])
+			h.recordFailure(ctx, p.rec, failures[p.rec.ID])
 			finish(p, Failed, fmt.Errorf("process event: %w", failures[p.rec.ID]))
 			continue
 		}
@@ -303,12 +343,12 @@ func (h *Handler) apply(ctx context.Context, todo []*pending) (applied map[strin
 
 // recordFailure leaves the error on the record. Failing to do so is only
 // logged: an unrecorded event is re-driven by Stripe's retry or the poller.
-func (h *Handler) recordFailure(ctx context.Context, p *pending, cause error) {
-	log := h.logger(p.rec)
+func (h *Handler) recordFailure(ctx context.Context, rec events.Record, cause error) {
+	log := h.logger(rec)
 	log.Error("event processing failed", "error", cause)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if err := h.store.RecordFailure(ctx, p.rec, cause); err != nil {
+	if err := h.store.RecordFailure(ctx, rec, cause); err != nil {
 		log.Error("could not record the failure", "error", err)
 	}
 }
