@@ -97,6 +97,10 @@ status=0
 if [ "$mode" = test ]; then
 	echo "== go test -race"
 	go test -race -count=1 -timeout 12m "${extra[@]}" ./... || status=$?
+	if [ "$status" -eq 0 ] && [ -z "${TESTFLAGS:-}" ]; then
+		echo "== fuzz (short)"
+		scripts/fuzz.sh "${FUZZTIME:-8s}" || status=$?
+	fi
 else
 	echo "== go test -bench"
 	go test -run '^$' -bench . -benchmem -count=1 "${extra[@]}" ./... || status=$?
