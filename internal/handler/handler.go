@@ -33,6 +33,13 @@ type Ledger interface {
 // transaction. It must only write through tx.
 type Applier func(ctx context.Context, tx pgx.Tx, ev *stripe.Event) error
 
+// Preparer runs before the ledger transaction opens, for work that must not
+// hold a database transaction open, such as asking Stripe for what the
+// payload lacks. It may enrich ev (e.g. expand a reference in ev.Data) for the
+// appliers. It runs again on every delivery that reaches processing, so it must
+// be side-effect free; an error fails the delivery, which is retried.
+type Preparer func(ctx context.Context, ev *stripe.Event) error
+
 // Observer is told the outcome of every Handle call (metrics).
 type Observer interface {
 	Handled(eventType string, outcome Outcome, elapsed time.Duration)
@@ -68,6 +75,7 @@ type Handler struct {
 	store    EventStore
 	ledger   Ledger
 	appliers map[string]Applier
+	prepare  map[string]Preparer
 	observer Observer
 	log      *slog.Logger
 	now      func() time.Time
@@ -93,6 +101,12 @@ func WithApplier(eventType string, a Applier) Option {
 	}
 }
 
+// WithPreparer registers the preparer of an event type (one per type; a later
+// registration replaces an earlier one).
+func WithPreparer(eventType string, p Preparer) Option {
+	return func(h *Handler) { h.prepare[eventType] = p }
+}
+
 // WithObserver sets the outcome observer.
 func WithObserver(o Observer) Option { return func(h *Handler) { h.observer = o } }
 
@@ -101,7 +115,7 @@ func WithClock(now func() time.Time) Option { return func(h *Handler) { h.now = 
 
 // New returns a handler.
 func New(cfg Config, store EventStore, ledger Ledger, log *slog.Logger, opts ...Option) *Handler {
-	h := &Handler{cfg: cfg, store: store, ledger: ledger, appliers: map[string]Applier{}, log: log, now: time.Now}
+	h := &Handler{cfg: cfg, store: store, ledger: ledger, appliers: map[string]Applier{}, prepare: map[string]Preparer{}, log: log, now: time.Now}
 	for _, o := range opts {
 		o(h)
 	}
@@ -137,6 +151,13 @@ func (h *Handler) handle(ctx context.Context, ev *stripe.Event, payload []byte, 
 		return Duplicate, nil
 	}
 
+	if prepare, ok := h.prepare[string(ev.Type)]; ok {
+		if err := prepare(ctx, ev); err != nil {
+			err = fmt.Errorf("prepare event: %w", err)
+			h.markFailed(ctx, log, ev.ID, err)
+			return Failed, err
+		}
+	}
 	ref := tracking.EventRef{ID: ev.ID, Type: string(ev.Type), StripeAccount: rec.StripeAccount, Created: rec.Created}
 	applied, err := h.ledger.Apply(ctx, ref, func(ctx context.Context, tx pgx.Tx) error {
 		if apply, ok := h.appliers[string(ev.Type)]; ok {
