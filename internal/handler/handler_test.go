@@ -246,3 +246,52 @@ func TestApplierErrorMarksFailed(t *testing.T) {
 	assert.Contains(t, rec.LastError, "transition refused")
 	assert.Equal(t, 0, e.effects(t, ev.ID))
 }
+
+func TestPreparerRunsBeforeTheTransactionAndCanFail(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	var inTx atomic.Bool
+	var calls atomic.Int32
+	fail := atomic.Bool{}
+	fail.Store(true)
+	prepare := func(ctx context.Context, ev *stripe.Event) error {
+		calls.Add(1)
+		// No ledger row yet: the transaction has not opened.
+		var n int
+		if err := e.pool.QueryRow(ctx, `SELECT count(*) FROM processed_events WHERE event_id = $1`, ev.ID).Scan(&n); err != nil {
+			return err
+		}
+		inTx.Store(n != 0)
+		if fail.Load() {
+			return errors.New("stripe unreachable")
+		}
+		ev.Data.Object["prepared"] = true
+		return nil
+	}
+	var sawPrepared atomic.Bool
+	apply := func(ctx context.Context, tx pgx.Tx, ev *stripe.Event) error {
+		sawPrepared.Store(ev.Data.Object["prepared"] == true)
+		return nil
+	}
+	h := handler.New(handler.Config{PlatformAccount: "acct_platform_test", EventTTL: 720 * time.Hour},
+		e.store, tracking.NewLedger(e.pool), slog.New(slog.NewTextHandler(io.Discard, nil)),
+		handler.WithPreparer("payment_intent.succeeded", prepare), handler.WithApplier("payment_intent.succeeded", apply))
+	payload := stripetest.Event{Fixture: "payment_intent.succeeded"}.Build(t)
+	ev := parse(t, payload)
+
+	outcome, err := h.Handle(ctx, ev, payload, events.SourceWebhook)
+	require.ErrorContains(t, err, "stripe unreachable")
+	assert.Equal(t, handler.Failed, outcome)
+	rec, err := e.store.Get(ctx, ev.ID)
+	require.NoError(t, err)
+	assert.Equal(t, events.StatusFailed, rec.Status)
+	assert.Equal(t, 0, e.ledger(t, ev.ID))
+
+	fail.Store(false)
+	outcome, err = h.Handle(ctx, parse(t, payload), payload, events.SourceWebhook)
+	require.NoError(t, err)
+	assert.Equal(t, handler.Applied, outcome)
+	assert.False(t, inTx.Load(), "the preparer ran inside the ledger transaction")
+	assert.True(t, sawPrepared.Load(), "the applier sees what the preparer added")
+	assert.Equal(t, int32(2), calls.Load())
+}
