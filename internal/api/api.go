@@ -10,6 +10,9 @@ const Prefix = "/internal/v1"
 // Deps are the stores the API reads.
 type Deps struct {
 	Events EventReader
+	// Tracking and Purchases (issue 3); nil leaves their routes out.
+	Tracking  TrackingReader
+	Purchases PurchaseService
 }
 
 // Register mounts the internal API on e behind bearer auth. An empty token
@@ -21,4 +24,6 @@ func Register(e *echo.Echo, token string, deps Deps) {
 	g := e.Group(Prefix, BearerAuth(token))
 	ev := eventRoutes{store: deps.Events}
 	g.GET("/events/:id", ev.get)
+	registerTracking(g, deps.Tracking)
+	registerPurchases(e, token, deps.Purchases)
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/handler"
 	"github.com/stripe-payments/stripe-payments/internal/httpserver"
 	"github.com/stripe-payments/stripe-payments/internal/metrics"
+	"github.com/stripe-payments/stripe-payments/internal/purchase"
 	"github.com/stripe-payments/stripe-payments/internal/stripeclient"
 	"github.com/stripe-payments/stripe-payments/internal/tracking"
 	"github.com/stripe-payments/stripe-payments/webhook"
@@ -76,7 +77,8 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 	})
 	verifier := webhook.NewVerifier(cfg.WebhookSecrets, cfg.WebhookTolerance, nil)
 	webhook.NewEndpoint(verifier, a.Handler, cfg.WebhookMaxBody, log).Register(a.Server.Echo)
-	api.Register(a.Server.Echo, cfg.InternalAPIToken, api.Deps{Events: a.Events})
+	api.Register(a.Server.Echo, cfg.InternalAPIToken, api.Deps{Events: a.Events, Tracking: a.Tracking,
+		Purchases: purchase.NewService(a.Tracking, a.Stripe, log.With("component", "purchase"))})
 	return a, nil
 }
 
