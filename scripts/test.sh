@@ -86,6 +86,22 @@ if ! scripts/devstack.sh up; then
 fi
 eval "$(scripts/devstack.sh env)"
 
+# stripe-mock: the purchase tests check every Stripe request shape against
+# it (they fail, never skip, without it). Installed from the Go module proxy
+# when missing; the tests start it themselves on a free loopback port.
+STRIPE_MOCK_VERSION=v0.203.0
+if [ -z "${STRIPE_MOCK_BIN:-}" ]; then
+	STRIPE_MOCK_BIN="$(go env GOPATH | cut -d: -f1)/bin/stripe-mock"
+	if [ ! -x "$STRIPE_MOCK_BIN" ]; then
+		echo "== go install github.com/stripe/stripe-mock@$STRIPE_MOCK_VERSION"
+		if ! go install "github.com/stripe/stripe-mock@$STRIPE_MOCK_VERSION"; then
+			echo "FATAL: could not install stripe-mock $STRIPE_MOCK_VERSION" >&2
+			exit 1
+		fi
+	fi
+	export STRIPE_MOCK_BIN
+fi
+
 echo "== go vet"
 go vet ./...
 echo "== gofmt"

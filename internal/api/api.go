@@ -13,6 +13,9 @@ type Deps struct {
 	Handler EventHandler
 	// Fetcher may be nil: replays then need the stored payload.
 	Fetcher EventFetcher
+	// Tracking and Purchases; nil leaves their routes out.
+	Tracking  TrackingReader
+	Purchases PurchaseService
 }
 
 // Register mounts the internal API on e behind bearer auth. An empty token
@@ -26,4 +29,6 @@ func Register(e *echo.Echo, token string, deps Deps) {
 	g.GET("/events", ev.list)
 	g.GET("/events/:id", ev.get)
 	g.POST("/events/:id/replay", ev.replay)
+	registerTracking(g, deps.Tracking)
+	registerPurchases(e, token, deps.Purchases)
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stripe/stripe-go/v76/client"
 
+	"github.com/stripe-payments/stripe-payments/internal/actions"
 	"github.com/stripe-payments/stripe-payments/internal/api"
 	"github.com/stripe-payments/stripe-payments/internal/config"
 	"github.com/stripe-payments/stripe-payments/internal/dynamo"
@@ -20,6 +21,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/handler"
 	"github.com/stripe-payments/stripe-payments/internal/httpserver"
 	"github.com/stripe-payments/stripe-payments/internal/metrics"
+	"github.com/stripe-payments/stripe-payments/internal/purchase"
 	"github.com/stripe-payments/stripe-payments/internal/stripeclient"
 	"github.com/stripe-payments/stripe-payments/internal/tracking"
 	"github.com/stripe-payments/stripe-payments/webhook"
@@ -36,7 +38,13 @@ type App struct {
 	Handler *handler.Handler
 	Metrics *metrics.Metrics
 	Server  *httpserver.Server
-	Stripe  *client.API
+
+	// Stripe API client, tracking store, actions dispatcher (started by
+	// Open, stopped by Run/Shutdown).
+	Stripe   *client.API
+	Tracking *tracking.Store
+	Actions  *actions.Dispatcher
+	stopBg   func()
 }
 
 // New connects to DynamoDB and Postgres and builds every component. It does
@@ -55,13 +63,17 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 	a := &App{Config: cfg, Log: log, Dynamo: ddb, Pool: pool, Metrics: m}
 	a.Events = events.NewStore(ddb, cfg.EventsTable, cfg.EventTTL, nil)
 	a.Ledger = tracking.NewLedger(pool)
+	a.Stripe = stripeclient.New(stripeclient.Options{APIKey: cfg.StripeAPIKey, BaseURL: cfg.StripeAPIBase, Log: log})
+	a.Tracking = tracking.NewStore(pool)
+	a.Actions = actions.NewDispatcher(pool, actions.Config{URL: cfg.ActionsURL, Secret: cfg.ActionsSecret, Log: log.With("component", "actions")})
+	flows := tracking.NewFlows(tracking.FlowsConfig{Log: log, Invoices: stripeclient.InvoiceFetcher(a.Stripe)})
 	a.Handler = handler.New(handler.Config{
 		PlatformAccount: cfg.PlatformAccount,
 		EventTTL:        cfg.EventTTL,
 		Livemode:        cfg.Livemode(),
 		MaxBatch:        cfg.IngestMaxBatch,
 		Flushers:        cfg.IngestFlushers,
-	}, a.Events, a.Ledger, log, handler.WithObserver(a.Metrics))
+	}, a.Events, a.Ledger, log, append(flowOptions(flows), handler.WithObserver(a.Metrics))...)
 
 	a.Server = httpserver.New(log, a.Metrics, []httpserver.Check{
 		{Name: "dynamodb", Run: func(ctx context.Context) error { return dynamo.Ping(ctx, ddb, cfg.EventsTable) }},
@@ -69,11 +81,12 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 	})
 	verifier := webhook.NewVerifier(cfg.WebhookSecrets, cfg.WebhookTolerance, nil)
 	webhook.NewEndpoint(verifier, a.Handler, cfg.WebhookMaxBody, log).Register(a.Server.Echo)
-	a.Stripe = stripeclient.New(stripeclient.Options{APIKey: cfg.StripeAPIKey, BaseURL: cfg.StripeAPIBase, Log: log})
 	api.Register(a.Server.Echo, cfg.InternalAPIToken, api.Deps{
-		Events:  a.Events,
-		Handler: a.Handler,
-		Fetcher: stripeclient.EventFetcher{API: a.Stripe, PlatformAccount: cfg.PlatformAccount},
+		Events:    a.Events,
+		Handler:   a.Handler,
+		Fetcher:   stripeclient.EventFetcher{API: a.Stripe, PlatformAccount: cfg.PlatformAccount},
+		Tracking:  a.Tracking,
+		Purchases: purchase.NewService(a.Tracking, a.Stripe, log.With("component", "purchase")),
 	})
 	return a, nil
 }
@@ -94,13 +107,49 @@ func (a *App) Migrate(ctx context.Context) error {
 	return nil
 }
 
-// Open starts listening on the configured address.
+// Open starts listening on the configured address and starts the actions
+// dispatcher.
 func (a *App) Open() error {
 	if err := a.Server.Open(a.Config.ListenAddr); err != nil {
 		return err
 	}
 	a.Log.Info("listening", "addr", a.Server.Addr())
+	a.startBackground()
 	return nil
+}
+
+// flowOptions registers the tracking flows' appliers and preparers.
+func flowOptions(f *tracking.Flows) []handler.Option {
+	var opts []handler.Option
+	for typ, apply := range f.Appliers() {
+		opts = append(opts, handler.WithApplier(typ, apply))
+	}
+	for typ, prepare := range f.Preparers() {
+		opts = append(opts, handler.WithPreparer(typ, prepare))
+	}
+	return opts
+}
+
+// startBackground runs the actions dispatcher until stopBackground.
+func (a *App) startBackground() {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := a.Actions.Run(ctx); err != nil {
+			a.Log.Error("actions dispatcher stopped", "error", err)
+		}
+	}()
+	a.stopBg = func() { cancel(); <-done }
+}
+
+// stopBackground stops the dispatcher after the delivery in flight (bounded
+// by its HTTP timeout).
+func (a *App) stopBackground() {
+	if a.stopBg != nil {
+		a.stopBg()
+		a.stopBg = nil
+	}
 }
 
 // Run serves until ctx is cancelled or the server fails, then shuts down
@@ -117,7 +166,9 @@ func (a *App) Run(ctx context.Context) error {
 	a.Log.Info("shutting down")
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.Config.ShutdownTimeout)
 	defer cancel()
-	if err := a.Server.Close(shutdownCtx); err != nil {
+	err := a.Server.Close(shutdownCtx)
+	a.stopBackground()
+	if err != nil {
 		return err
 	}
 	return serveErr
@@ -133,6 +184,7 @@ func (a *App) Shutdown(timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	err := a.Server.Close(ctx)
+	a.stopBackground()
 	a.Close()
 	return err
 }

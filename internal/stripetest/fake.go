@@ -1,0 +1,316 @@
+package stripetest
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// Fake is an httptest server speaking Stripe's JSON for the calls the
+// service makes (PaymentIntents, PaymentMethod attach, invoices, invoice
+// items, subscriptions). It keeps the objects it creates per connected
+// account, honours Idempotency-Key like Stripe (the same key on the same
+// account and path replays the first answer, errors below 500 included), and
+// records every request so tests can assert headers and form parameters.
+type Fake struct {
+	URL string
+
+	mu       sync.Mutex
+	objects  map[string]map[string]any // id -> object
+	owner    map[string]string         // id -> Stripe-Account
+	created  map[string]int            // object type -> count created
+	replies  map[string]reply          // account|path|idempotency key -> first answer
+	requests []Request
+	fails    []*failure
+}
+
+// Request is one request the fake received.
+type Request struct {
+	Method         string
+	Path           string
+	StripeAccount  string
+	IdempotencyKey string
+	Form           url.Values
+	Replayed       bool // answered from the idempotency cache
+}
+
+type reply struct {
+	status int
+	body   []byte
+}
+
+type failure struct {
+	method, path string
+	status       int
+	body         []byte
+	times        int // < 0: always
+}
+
+// NewFake starts a fake Stripe API; it stops when the test ends.
+func NewFake(t testing.TB) *Fake {
+	t.Helper()
+	f := &Fake{objects: map[string]map[string]any{}, owner: map[string]string{}, created: map[string]int{}, replies: map[string]reply{}}
+	srv := httptest.NewServer(http.HandlerFunc(f.serve))
+	t.Cleanup(srv.Close)
+	f.URL = srv.URL
+	return f
+}
+
+// Fail makes the next `times` requests (times < 0: all) to method+path
+// answer status with a Stripe error of errType/code/message. path may end
+// with "*" to match a prefix.
+func (f *Fake) Fail(method, path string, status int, errType, code, message string, times int) {
+	body, _ := json.Marshal(map[string]any{"error": map[string]any{"type": errType, "code": code, "message": message}})
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.fails = append(f.fails, &failure{method: method, path: path, status: status, body: body, times: times})
+}
+
+// Requests returns the requests received so far.
+func (f *Fake) Requests() []Request {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]Request(nil), f.requests...)
+}
+
+// Created counts the objects of a type ("payment_intent", "invoice",
+// "invoiceitem", "subscription") the fake created.
+func (f *Fake) Created(objectType string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.created[objectType]
+}
+
+// Put stores obj (it must have "id") as owned by stripeAccount, for GETs.
+func (f *Fake) Put(stripeAccount string, obj map[string]any) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	id := obj["id"].(string)
+	f.objects[id] = obj
+	f.owner[id] = stripeAccount
+}
+
+// Object returns a copy of a stored object, or nil.
+func (f *Fake) Object(id string) map[string]any {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	b, _ := json.Marshal(f.objects[id])
+	var out map[string]any
+	_ = json.Unmarshal(b, &out)
+	return out
+}
+
+func (f *Fake) serve(w http.ResponseWriter, r *http.Request) {
+	if err := r.ParseForm(); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	req := Request{Method: r.Method, Path: r.URL.Path, StripeAccount: r.Header.Get("Stripe-Account"),
+		IdempotencyKey: r.Header.Get("Idempotency-Key"), Form: r.PostForm}
+	if r.Method == http.MethodGet {
+		req.Form = r.URL.Query()
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !strings.HasPrefix(r.Header.Get("Authorization"), "Bearer sk_") {
+		f.requests = append(f.requests, req)
+		f.write(w, reply{401, errBody("invalid_request_error", "", "Invalid API Key provided")})
+		return
+	}
+	cacheKey := req.StripeAccount + "|" + req.Path + "|" + req.IdempotencyKey
+	if req.IdempotencyKey != "" && r.Method == http.MethodPost {
+		if rep, ok := f.replies[cacheKey]; ok {
+			req.Replayed = true
+			f.requests = append(f.requests, req)
+			f.write(w, rep)
+			return
+		}
+	}
+	f.requests = append(f.requests, req)
+	rep := f.failure(req)
+	if rep.status == 0 {
+		rep = f.route(req)
+	}
+	if req.IdempotencyKey != "" && r.Method == http.MethodPost && rep.status < 500 {
+		f.replies[cacheKey] = rep
+	}
+	f.write(w, rep)
+}
+
+func (f *Fake) write(w http.ResponseWriter, rep reply) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Request-Id", "req_fake"+uuid.NewString()[:8])
+	w.WriteHeader(rep.status)
+	_, _ = w.Write(rep.body)
+}
+
+func (f *Fake) failure(req Request) reply {
+	for _, fl := range f.fails {
+		if fl.times == 0 || fl.method != req.Method {
+			continue
+		}
+		if fl.path != req.Path && !(strings.HasSuffix(fl.path, "*") && strings.HasPrefix(req.Path, strings.TrimSuffix(fl.path, "*"))) {
+			continue
+		}
+		if fl.times > 0 {
+			fl.times--
+		}
+		return reply{fl.status, fl.body}
+	}
+	return reply{}
+}
+
+func errBody(errType, code, message string) []byte {
+	b, _ := json.Marshal(map[string]any{"error": map[string]any{"type": errType, "code": code, "message": message}})
+	return b
+}
+
+func notFound(id string) reply {
+	return reply{404, errBody("invalid_request_error", "resource_missing", "No such object: '"+id+"'")}
+}
+
+func newID(prefix string) string {
+	return prefix + strings.ReplaceAll(uuid.NewString(), "-", "")[:24]
+}
+
+func metadata(form url.Values) map[string]any {
+	md := map[string]any{}
+	for k, v := range form {
+		if strings.HasPrefix(k, "metadata[") && strings.HasSuffix(k, "]") {
+			md[k[len("metadata["):len(k)-1]] = v[0]
+		}
+	}
+	return md
+}
+
+func (f *Fake) store(objType, account string, obj map[string]any) reply {
+	f.objects[obj["id"].(string)] = obj
+	f.owner[obj["id"].(string)] = account
+	f.created[objType]++
+	return f.json(obj)
+}
+
+func (f *Fake) json(obj map[string]any) reply {
+	b, err := json.Marshal(obj)
+	if err != nil {
+		panic(err)
+	}
+	return reply{200, b}
+}
+
+// get returns a stored object visible to account.
+func (f *Fake) get(account, id string) (map[string]any, bool) {
+	obj, ok := f.objects[id]
+	if !ok || f.owner[id] != account {
+		return nil, false
+	}
+	return obj, true
+}
+
+func (f *Fake) route(req Request) reply {
+	parts := strings.Split(strings.Trim(req.Path, "/"), "/") // v1, resource, id, action
+	if len(parts) < 2 || parts[0] != "v1" {
+		return notFound(req.Path)
+	}
+	now := time.Now().Unix()
+	acct, form := req.StripeAccount, req.Form
+	switch {
+	case req.Method == http.MethodPost && len(parts) == 2 && parts[1] == "payment_intents":
+		amount, _ := strconv.ParseInt(form.Get("amount"), 10, 64)
+		id := newID("pi_")
+		return f.store("payment_intent", acct, map[string]any{
+			"id": id, "object": "payment_intent", "amount": amount, "currency": form.Get("currency"),
+			"client_secret": id + "_secret_" + uuid.NewString()[:12], "status": "requires_payment_method",
+			"created": now, "livemode": false, "metadata": metadata(form), "invoice": nil,
+			"customer": nil, "payment_method": nil, "latest_charge": nil,
+		})
+	case req.Method == http.MethodPost && len(parts) == 4 && parts[1] == "payment_methods" && parts[3] == "attach":
+		pm := map[string]any{"id": parts[2], "object": "payment_method", "type": "card",
+			"customer": form.Get("customer"), "created": now, "livemode": false, "metadata": map[string]any{},
+			"billing_details": map[string]any{"address": nil, "email": nil, "name": nil, "phone": nil}}
+		f.objects[parts[2]] = pm
+		f.owner[parts[2]] = acct
+		return f.json(pm)
+	case req.Method == http.MethodPost && len(parts) == 2 && parts[1] == "invoices":
+		return f.store("invoice", acct, map[string]any{
+			"id": newID("in_"), "object": "invoice", "customer": form.Get("customer"), "status": "draft",
+			"auto_advance": form.Get("auto_advance") == "true", "collection_method": form.Get("collection_method"),
+			"default_payment_method": form.Get("default_payment_method"), "metadata": metadata(form),
+			"subscription": nil, "payment_intent": nil, "paid": false, "amount_due": int64(0), "currency": "usd",
+			"created": now, "livemode": false, "lines": map[string]any{"object": "list", "data": []any{}, "has_more": false},
+		})
+	case req.Method == http.MethodPost && len(parts) == 2 && parts[1] == "invoiceitems":
+		inv, ok := f.get(acct, form.Get("invoice"))
+		if !ok {
+			return notFound(form.Get("invoice"))
+		}
+		qty, _ := strconv.ParseInt(form.Get("quantity"), 10, 64)
+		item := map[string]any{"id": newID("ii_"), "object": "invoiceitem", "customer": form.Get("customer"),
+			"invoice": inv["id"], "price": map[string]any{"id": form.Get("price"), "object": "price"}, "quantity": qty,
+			"amount": 1000 * qty, "currency": "usd", "metadata": metadata(form), "date": now, "livemode": false}
+		inv["amount_due"] = inv["amount_due"].(int64) + 1000*qty
+		return f.store("invoiceitem", acct, item)
+	case len(parts) == 3 && parts[1] == "invoices" && req.Method == http.MethodGet,
+		len(parts) == 3 && parts[1] == "payment_intents" && req.Method == http.MethodGet:
+		obj, ok := f.get(acct, parts[2])
+		if !ok {
+			return notFound(parts[2])
+		}
+		return f.json(obj)
+	case req.Method == http.MethodPost && len(parts) == 4 && parts[1] == "invoices" && parts[3] == "finalize":
+		inv, ok := f.get(acct, parts[2])
+		if !ok {
+			return notFound(parts[2])
+		}
+		if inv["status"] != "draft" {
+			return reply{400, errBody("invalid_request_error", "invoice_not_editable", "This invoice is already finalized.")}
+		}
+		pi := map[string]any{"id": newID("pi_"), "object": "payment_intent", "amount": inv["amount_due"],
+			"currency": "usd", "status": "requires_payment_method", "invoice": inv["id"], "metadata": map[string]any{},
+			"customer": inv["customer"], "created": now, "livemode": false}
+		f.objects[pi["id"].(string)] = pi
+		f.owner[pi["id"].(string)] = acct
+		f.created["payment_intent"]++
+		inv["status"] = "open"
+		inv["payment_intent"] = pi["id"]
+		inv["number"] = fmt.Sprintf("FAKE-%04d", f.created["invoice"])
+		return f.json(inv)
+	case req.Method == http.MethodPost && len(parts) == 4 && parts[1] == "invoices" && parts[3] == "pay":
+		inv, ok := f.get(acct, parts[2])
+		if !ok {
+			return notFound(parts[2])
+		}
+		if inv["status"] != "open" {
+			return reply{400, errBody("invalid_request_error", "invoice_not_open", "Invoice is not open.")}
+		}
+		inv["status"], inv["paid"] = "paid", true
+		if pi, ok := f.objects[inv["payment_intent"].(string)]; ok {
+			pi["status"] = "succeeded"
+			pi["payment_method"] = form.Get("payment_method")
+		}
+		return f.json(inv)
+	case req.Method == http.MethodPost && len(parts) == 2 && parts[1] == "subscriptions":
+		id := newID("sub_")
+		inv := newID("in_")
+		return f.store("subscription", acct, map[string]any{
+			"id": id, "object": "subscription", "customer": form.Get("customer"), "status": "active",
+			"default_payment_method": form.Get("default_payment_method"), "metadata": metadata(form),
+			"latest_invoice": inv, "created": now, "start_date": now, "livemode": false,
+			"items": map[string]any{"object": "list", "has_more": false, "data": []any{map[string]any{
+				"id": newID("si_"), "object": "subscription_item", "subscription": id,
+				"price":    map[string]any{"id": form.Get("items[0][price]"), "object": "price"},
+				"quantity": 1, "metadata": map[string]any{},
+			}}},
+		})
+	}
+	return notFound(req.Path)
+}
