@@ -167,6 +167,9 @@ func (a *App) Run(ctx context.Context) error {
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.Config.ShutdownTimeout)
 	defer cancel()
 	err := a.Server.Close(shutdownCtx)
+	if derr := a.Handler.Drain(shutdownCtx); derr != nil {
+		a.Log.Warn("batches still in flight at shutdown", "error", derr)
+	}
 	a.stopBackground()
 	if err != nil {
 		return err
@@ -184,6 +187,7 @@ func (a *App) Shutdown(timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	err := a.Server.Close(ctx)
+	_ = a.Handler.Drain(ctx)
 	a.stopBackground()
 	a.Close()
 	return err

@@ -88,3 +88,10 @@ func isDone(p *pending) bool {
 		return false
 	}
 }
+
+// idle reports whether no batch is queued or in flight.
+func (g *groupCommit) idle() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.flushing == 0 && len(g.queue) == 0
+}

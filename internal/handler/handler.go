@@ -352,3 +352,18 @@ func (h *Handler) recordFailure(ctx context.Context, rec events.Record, cause er
 		log.Error("could not record the failure", "error", err)
 	}
 }
+
+// Drain waits until no batch is in flight, so that shutdown closes the
+// stores only after deliveries whose senders gave up have finished.
+func (h *Handler) Drain(ctx context.Context) error {
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for !h.group.idle() {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("drain handler: %w", ctx.Err())
+		case <-t.C:
+		}
+	}
+	return nil
+}
