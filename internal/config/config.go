@@ -45,6 +45,7 @@ type Config struct {
 	WebhookMaxBody        int64
 	LogLevel              slog.Level
 	ShutdownTimeout       time.Duration
+	PollEvery             time.Duration // POLL_EVERY: run the poller inside serve; 0 = off
 	UsingDevWebhookSecret bool
 	UsingDevAPIToken      bool
 }
@@ -106,6 +107,13 @@ func Load(lookup Lookup) (Config, error) {
 	if c.EventTTL, err = time.ParseDuration(get("EVENT_TTL", "720h")); err != nil {
 		errs = append(errs, fmt.Errorf("EVENT_TTL: %w", err))
 	}
+	if v := get("POLL_EVERY", ""); v != "" {
+		if c.PollEvery, err = time.ParseDuration(v); err != nil {
+			errs = append(errs, fmt.Errorf("POLL_EVERY: %w", err))
+		} else if c.PollEvery < time.Second {
+			errs = append(errs, errors.New("POLL_EVERY: at least 1s (empty turns polling off)"))
+		}
+	}
 	if err := c.LogLevel.UnmarshalText([]byte(get("LOG_LEVEL", "info"))); err != nil {
 		errs = append(errs, fmt.Errorf("LOG_LEVEL: %w", err))
 	}
@@ -163,6 +171,7 @@ func (c Config) LogValue() slog.Value {
 		slog.Bool("internal_api_enabled", c.InternalAPIToken != ""),
 		slog.Duration("event_ttl", c.EventTTL),
 		slog.Bool("actions_enabled", c.ActionsURL != ""),
+		slog.Duration("poll_every", c.PollEvery),
 	)
 }
 
