@@ -46,7 +46,7 @@ const (
 // (webhook server, DynamoDB events table, Postgres database) on fresh
 // namespaces of the local stack.
 type env struct {
-	t   *testing.T
+	t   testing.TB
 	api *stripetest.EventsAPI
 	app *app.App
 	// handler is an in-process handler on the same stores, with an applier
@@ -61,7 +61,7 @@ type env struct {
 	fail map[string]bool
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t testing.TB) *env {
 	t.Helper()
 	e := &env{t: t, api: stripetest.NewEventsAPI(t), logs: &syncBuffer{}, now: time.Now().UTC().Truncate(time.Second), fail: map[string]bool{}}
 	vars := map[string]string{

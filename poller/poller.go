@@ -409,26 +409,23 @@ func (p *Poller) reconcile(ctx context.Context, a account, w Window, checkpointe
 // much is listed before the first replay and how far a crash sets a
 // backfill back.
 func (p *Poller) listAndDiff(ctx context.Context, a account, sl span, ar *AccountReport) ([]Candidate, error) {
-	gte, lte := sl.createdFilter()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	pages := p.listPages(ctx, a, sl)
 	var todo []Candidate
-	after := ""
-	for {
-		page, err := p.d.API.ListPage(ctx, a.id, a.connected, gte, lte, after, p.cfg.PageSize)
-		if err != nil {
-			return nil, err
+	for pg := range pages {
+		if pg.err != nil {
+			return nil, pg.err
 		}
-		if len(page.Events) == 0 {
-			break
-		}
-		ids := make([]string, len(page.Events))
-		for i, ev := range page.Events {
+		ids := make([]string, len(pg.Events))
+		for i, ev := range pg.Events {
 			ids[i] = ev.ID
 		}
 		recs, err := p.d.Store.BatchGet(ctx, ids)
 		if err != nil {
 			return nil, fmt.Errorf("diff against the events table: %w", err)
 		}
-		for _, ev := range page.Events {
+		for _, ev := range pg.Events {
 			ar.Listed++
 			rec, ok := recs[ev.ID]
 			switch {
@@ -443,16 +440,50 @@ func (p *Poller) listAndDiff(ctx context.Context, a account, sl span, ar *Accoun
 			}
 		}
 		p.progress(a.id, &ar.Counts, len(todo))
-		if !page.HasMore {
-			break
-		}
-		after = page.Events[len(page.Events)-1].ID
+	}
+	if err := ctx.Err(); err != nil {
+		// The listing stopped early: it must not look complete.
+		return nil, fmt.Errorf("list events of %s: %w", a.id, err)
 	}
 	// Listed newest first; reversing gives oldest first, also within one
 	// second. The stable sort only guards against an API that mixes pages.
 	slices.Reverse(todo)
 	sort.SliceStable(todo, func(i, j int) bool { return todo[i].Created.Before(todo[j].Created) })
 	return todo, nil
+}
+
+type listedPage struct {
+	Page
+	err error
+}
+
+// listPages lists a slice page by page in a goroutine, one page ahead of
+// the diff, so that the Stripe API and DynamoDB round trips overlap. The
+// channel closes after the last page or after an error; cancelling ctx
+// stops the listing.
+func (p *Poller) listPages(ctx context.Context, a account, sl span) <-chan listedPage {
+	out := make(chan listedPage, 1)
+	gte, lte := sl.createdFilter()
+	go func() {
+		defer close(out)
+		after := ""
+		for {
+			page, err := p.d.API.ListPage(ctx, a.id, a.connected, gte, lte, after, p.cfg.PageSize)
+			if err == nil && len(page.Events) == 0 {
+				return
+			}
+			select {
+			case out <- listedPage{Page: page, err: err}:
+			case <-ctx.Done():
+				return
+			}
+			if err != nil || !page.HasMore {
+				return
+			}
+			after = page.Events[len(page.Events)-1].ID
+		}
+	}()
+	return out
 }
 
 // Reason says why an event is replayed.

@@ -455,3 +455,29 @@ func freeAddr(t *testing.T) string {
 	require.NoError(t, ln.Close())
 	return addr
 }
+
+func TestAStoppedListingIsNotMistakenForACompleteOne(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	now := e.clock()
+	for i := range 15 {
+		_, payload := e.event("payment_intent.succeeded", platform, now.Add(-time.Duration(i+1)*time.Minute))
+		e.list(platform, payload)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// Shutdown arrives while the second page is being listed.
+	e.api.RateLimit(func(n int) bool {
+		if n == 2 {
+			cancel()
+		}
+		return false
+	})
+	rep, err := e.poller(modeInProcess, poller.Config{PageSize: 5, Lookback: time.Hour}).Run(ctx, poller.Window{})
+	require.ErrorIs(t, err, context.Canceled)
+	ar := rep.Accounts[0]
+	assert.Zero(t, ar.Replayed, "nothing is replayed from a partial listing")
+	cp, ok := e.checkpoint(platform)
+	require.True(t, ok)
+	assert.Equal(t, ar.From, cp, "the checkpoint stays at the window's start")
+}

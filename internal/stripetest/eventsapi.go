@@ -26,6 +26,7 @@ type EventsAPI struct {
 
 	mu      sync.Mutex
 	byAcct  map[string][]apiEvent // "" is the platform; sorted newest first
+	pos     map[string]map[string]int
 	seq     int
 	omitAcc bool
 	limit   func(n int) bool
@@ -59,21 +60,28 @@ func NewEventsAPI(t testing.TB) *EventsAPI {
 // URL is the base URL to use as STRIPE_API_BASE.
 func (f *EventsAPI) URL() string { return f.Server.URL }
 
-// Add makes an event listable on account ("" for the platform). The event's
-// id and created come from payload. Adding later than a poll models an event
-// that became listable late.
-func (f *EventsAPI) Add(account string, payload []byte) {
-	var head struct {
-		ID      string `json:"id"`
-		Created int64  `json:"created"`
-	}
-	if err := json.Unmarshal(payload, &head); err != nil || head.ID == "" {
-		panic(fmt.Sprintf("stripetest: not an event: %v", err))
+// Add makes events listable on account ("" for the platform). Each event's
+// id and created come from its payload. Adding later than a poll models an
+// event that became listable late.
+func (f *EventsAPI) Add(account string, payloads ...[]byte) {
+	added := make([]apiEvent, 0, len(payloads))
+	for _, payload := range payloads {
+		var head struct {
+			ID      string `json:"id"`
+			Created int64  `json:"created"`
+		}
+		if err := json.Unmarshal(payload, &head); err != nil || head.ID == "" {
+			panic(fmt.Sprintf("stripetest: not an event: %v", err))
+		}
+		added = append(added, apiEvent{id: head.ID, created: head.Created, raw: payload})
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.seq++
-	list := append(f.byAcct[account], apiEvent{id: head.ID, created: head.Created, seq: f.seq, raw: payload})
+	for i := range added {
+		f.seq++
+		added[i].seq = f.seq
+	}
+	list := append(f.byAcct[account], added...)
 	// Newest first; within one second, the later addition first.
 	sort.SliceStable(list, func(i, j int) bool {
 		if list[i].created != list[j].created {
@@ -82,6 +90,23 @@ func (f *EventsAPI) Add(account string, payload []byte) {
 		return list[i].seq > list[j].seq
 	})
 	f.byAcct[account] = list
+	delete(f.pos, account)
+}
+
+// positions maps the ids of account's list to their index; f.mu is held.
+func (f *EventsAPI) positions(account string) map[string]int {
+	if f.pos == nil {
+		f.pos = map[string]map[string]int{}
+	}
+	if pos, ok := f.pos[account]; ok {
+		return pos
+	}
+	pos := make(map[string]int, len(f.byAcct[account]))
+	for i, ev := range f.byAcct[account] {
+		pos[ev.id] = i
+	}
+	f.pos[account] = pos
+	return pos
 }
 
 // OmitAccount makes connected-account listings drop the events' `account`
@@ -142,7 +167,10 @@ func (f *EventsAPI) serve(w http.ResponseWriter, r *http.Request) {
 		}
 		limit = n
 	}
-	keep := func(created int64) bool { return true }
+	// The list is sorted newest first: each created bound is a binary search.
+	account := r.Header.Get("Stripe-Account")
+	all := f.byAcct[account]
+	lo, hi := 0, len(all)
 	for _, op := range []string{"gte", "gt", "lte", "lt"} {
 		v := q.Get("created[" + op + "]")
 		if v == "" {
@@ -153,30 +181,22 @@ func (f *EventsAPI) serve(w http.ResponseWriter, r *http.Request) {
 			stripeError(w, http.StatusBadRequest, "invalid_request_error", "parameter_invalid_integer", "created["+op+"] must be an integer")
 			return
 		}
-		prev := keep
 		switch op {
-		case "gte":
-			keep = func(c int64) bool { return prev(c) && c >= bound }
+		case "gte": // keep created >= bound: cut the tail
+			hi = min(hi, sort.Search(len(all), func(i int) bool { return all[i].created < bound }))
 		case "gt":
-			keep = func(c int64) bool { return prev(c) && c > bound }
-		case "lte":
-			keep = func(c int64) bool { return prev(c) && c <= bound }
+			hi = min(hi, sort.Search(len(all), func(i int) bool { return all[i].created <= bound }))
+		case "lte": // keep created <= bound: cut the head
+			lo = max(lo, sort.Search(len(all), func(i int) bool { return all[i].created <= bound }))
 		case "lt":
-			keep = func(c int64) bool { return prev(c) && c < bound }
+			lo = max(lo, sort.Search(len(all), func(i int) bool { return all[i].created < bound }))
 		}
 	}
-	account := r.Header.Get("Stripe-Account")
-	var matching []apiEvent
-	for _, ev := range f.byAcct[account] {
-		if keep(ev.created) {
-			matching = append(matching, ev)
-		}
-	}
+	matching := all[lo:max(lo, hi)]
+	pos := f.positions(account)
 	index := func(id string) int {
-		for i, ev := range matching {
-			if ev.id == id {
-				return i
-			}
+		if i, ok := pos[id]; ok && i >= lo && i < lo+len(matching) {
+			return i - lo
 		}
 		return -1
 	}
