@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 
 	"github.com/stripe-payments/stripe-payments/internal/metrics"
@@ -48,7 +49,7 @@ func (a *App) NewPoller(o PollerOptions) (*poller.Poller, error) {
 	} else {
 		target := o.Target
 		if target == "" {
-			target = "http://" + a.Config.ListenAddr + webhook.Path
+			target = webhookURL(a.Config.ListenAddr)
 		}
 		replayer = poller.NewWebhookReplayer(target, a.Config.WebhookSecrets[0], nil)
 	}
@@ -66,6 +67,19 @@ func (a *App) NewPoller(o PollerOptions) (*poller.Poller, error) {
 	})
 }
 
+// webhookURL is the local webhook endpoint of a listen address; an
+// all-interfaces address is reached on loopback.
+func webhookURL(listenAddr string) string {
+	host, port, err := net.SplitHostPort(listenAddr)
+	if err != nil {
+		return "http://" + listenAddr + webhook.Path
+	}
+	if host == "" || host == "0.0.0.0" || host == "::" {
+		host = "127.0.0.1"
+	}
+	return "http://" + net.JoinHostPort(host, port) + webhook.Path
+}
+
 // startPolling runs the poller every POLL_EVERY inside serve, replaying
 // through this instance's own webhook endpoint. stop cancels the loop and
 // waits for the run in flight.
@@ -74,7 +88,7 @@ func (a *App) startPolling(ctx context.Context) (stop func(), err error) {
 		return func() {}, nil
 	}
 	p, err := a.NewPoller(PollerOptions{
-		Target:   a.Server.URL() + webhook.Path,
+		Target:   webhookURL(a.Server.Addr()),
 		Observer: metrics.NewPoller(a.Metrics.Registry),
 	})
 	if err != nil {
