@@ -13,6 +13,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/dynamo"
 	"github.com/stripe-payments/stripe-payments/internal/stripetest"
 	"github.com/stripe-payments/stripe-payments/internal/testenv"
+	"github.com/stripe-payments/stripe-payments/poller"
 )
 
 func TestParsePollFlags(t *testing.T) {
@@ -102,4 +103,21 @@ func TestPollCommand(t *testing.T) {
 	require.NoError(t, err)
 	assert.Contains(t, out, "stuck sweep")
 	assert.Contains(t, out, "scanned 1, already processed 1, stuck 0, replayed 0, failed 0")
+}
+
+func TestProgressLineStaysUnderTheLogs(t *testing.T) {
+	var term bytes.Buffer
+	p := &progressLine{w: &term}
+	p.update(poller.Progress{Account: "acct_1", Counts: poller.Counts{Listed: 200, AlreadyProcessed: 180, Replayed: 5}, ToReplay: 20})
+	assert.Equal(t, "\r\033[Kacct_1: listed 200, already processed 180, to replay 20, replayed 5, failed 0", term.String())
+	term.Reset()
+	_, err := p.Write([]byte("{\"msg\":\"event replayed\"}\n"))
+	require.NoError(t, err)
+	assert.Equal(t, "\r\033[K{\"msg\":\"event replayed\"}\nacct_1: listed 200, already processed 180, to replay 20, replayed 5, failed 0", term.String(),
+		"a log line clears the progress line and draws it again below")
+	term.Reset()
+	p.clear()
+	assert.Equal(t, "\r\033[K", term.String())
+	var none *progressLine
+	none.clear() // no terminal: a nil line is a no-op
 }
