@@ -229,9 +229,6 @@ func New(cfg Config, d Deps) (*Poller, error) {
 	return &Poller{cfg: cfg, d: d, log: d.Log.With("component", "poller"), now: now}, nil
 }
 
-// Config returns the effective configuration.
-func (p *Poller) Config() Config { return p.cfg }
-
 type account struct {
 	id        string
 	connected bool // false: the platform, listed without Stripe-Account

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -45,12 +44,9 @@ func (c *Checkpoints) Save(ctx context.Context, account string, at time.Time) er
 
 // pollerLockKey is the advisory lock that keeps two checkpointed poller runs
 // (two `serve` instances with POLL_EVERY, or `serve` and an operator's
-// `poll`) from racing on the same checkpoints.
-var pollerLockKey = func() int64 {
-	h := fnv.New64a()
-	h.Write([]byte("stripe-payments:poller"))
-	return int64(h.Sum64())
-}()
+// `poll`) from racing on the same checkpoints: the FNV-1a 64 hash of
+// "stripe-payments:poller". Advisory locks are per database.
+const pollerLockKey int64 = 9162266557122944312
 
 // TryLock takes the poller's session advisory lock on a dedicated
 // connection. ok is false when another session holds it. release frees the
