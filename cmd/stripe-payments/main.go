@@ -24,6 +24,7 @@ const usage = `usage: stripe-payments <command> [flags]
 commands:
   serve          run the HTTP service (webhooks, internal API, health, metrics)
   migrate        create missing DynamoDB tables and apply Postgres migrations
+  poll           find events the service missed or never finished and replay them (poll -h)
   events sign    print a Stripe-Signature header for a payload read from stdin
 `
 
@@ -50,6 +51,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return migrate(ctx, stderr)
 	case "events":
 		return eventsCmd(args[1:], stdin, stdout, stderr)
+	case "poll":
+		return poll(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil

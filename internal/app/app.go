@@ -158,15 +158,21 @@ func (a *App) Run(ctx context.Context) error {
 	if err := a.Open(); err != nil {
 		return err
 	}
+	stopPolling, err := a.startPolling(ctx)
+	if err != nil {
+		_ = a.Server.Close(context.WithoutCancel(ctx))
+		return err
+	}
 	var serveErr error
 	select {
 	case <-ctx.Done():
 	case serveErr = <-a.Server.Done():
 	}
 	a.Log.Info("shutting down")
+	stopPolling() // the poller replays through this server: stop it first
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.Config.ShutdownTimeout)
 	defer cancel()
-	err := a.Server.Close(shutdownCtx)
+	err = a.Server.Close(shutdownCtx)
 	if derr := a.Handler.Drain(shutdownCtx); derr != nil {
 		a.Log.Warn("batches still in flight at shutdown", "error", derr)
 	}

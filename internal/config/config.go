@@ -48,6 +48,7 @@ type Config struct {
 	ShutdownTimeout       time.Duration
 	IngestMaxBatch        int
 	IngestFlushers        int
+	PollEvery             time.Duration // POLL_EVERY: run the poller inside serve; 0 = off
 	UsingDevWebhookSecret bool
 	UsingDevAPIToken      bool
 }
@@ -115,6 +116,13 @@ func Load(lookup Lookup) (Config, error) {
 	if c.IngestFlushers, err = strconv.Atoi(get("INGEST_FLUSHERS", "2")); err != nil || c.IngestFlushers < 1 || c.IngestFlushers > 64 {
 		errs = append(errs, errors.New("INGEST_FLUSHERS: an integer from 1 to 64"))
 	}
+	if v := get("POLL_EVERY", ""); v != "" {
+		if c.PollEvery, err = time.ParseDuration(v); err != nil {
+			errs = append(errs, fmt.Errorf("POLL_EVERY: %w", err))
+		} else if c.PollEvery < time.Second {
+			errs = append(errs, errors.New("POLL_EVERY: at least 1s (empty turns polling off)"))
+		}
+	}
 	if err := c.LogLevel.UnmarshalText([]byte(get("LOG_LEVEL", "info"))); err != nil {
 		errs = append(errs, fmt.Errorf("LOG_LEVEL: %w", err))
 	}
@@ -172,6 +180,7 @@ func (c Config) LogValue() slog.Value {
 		slog.Bool("internal_api_enabled", c.InternalAPIToken != ""),
 		slog.String("event_ttl", c.EventTTL.String()),
 		slog.Bool("actions_enabled", c.ActionsURL != ""),
+		slog.String("poll_every", c.PollEvery.String()),
 	)
 }
 

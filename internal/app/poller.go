@@ -1,0 +1,115 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+
+	"github.com/stripe-payments/stripe-payments/internal/metrics"
+	"github.com/stripe-payments/stripe-payments/internal/tracking"
+	"github.com/stripe-payments/stripe-payments/poller"
+	"github.com/stripe-payments/stripe-payments/webhook"
+)
+
+// PollerOptions are the choices of one poller; serve uses the defaults.
+type PollerOptions struct {
+	// Config of the runs; PlatformAccount defaults to STRIPE_PLATFORM_ACCOUNT.
+	Config poller.Config
+	// Rate limits Stripe API requests per second (0: poller.DefaultRate).
+	Rate float64
+	// Target is the webhook URL replays are POSTed to; empty means
+	// http://$LISTEN_ADDR/webhooks/stripe.
+	Target string
+	// InProcess replays through this process's handler instead.
+	InProcess bool
+	// Observer receives the metrics (nil: none).
+	Observer poller.Observer
+	// Progress is told how a run goes (nil: nothing).
+	Progress func(poller.Progress)
+	// APIClient is the HTTP client of the Stripe API (nil: default).
+	APIClient *http.Client
+}
+
+// NewPoller builds a poller on this instance's stores: the events table for
+// the diff, Postgres for checkpoints (and the run lock) and for the accounts
+// the ledger knows.
+func (a *App) NewPoller(o PollerOptions) (*poller.Poller, error) {
+	cfg := o.Config
+	if cfg.PlatformAccount == "" {
+		cfg.PlatformAccount = a.Config.PlatformAccount
+	}
+	api := poller.NewEventsAPI(poller.APIConfig{
+		Key: a.Config.StripeAPIKey, BaseURL: a.Config.StripeAPIBase, Rate: o.Rate, HTTPClient: o.APIClient,
+	}, a.Log)
+	var replayer poller.Replayer
+	if o.InProcess {
+		replayer = poller.NewHandlerReplayer(a.Handler)
+	} else {
+		target := o.Target
+		if target == "" {
+			target = webhookURL(a.Config.ListenAddr)
+		}
+		replayer = poller.NewWebhookReplayer(target, a.Config.WebhookSecrets[0], nil)
+	}
+	checkpoints := tracking.NewCheckpoints(a.Pool)
+	return poller.New(cfg, poller.Deps{
+		API:         api,
+		Store:       a.Events,
+		Checkpoints: checkpoints,
+		Locker:      checkpoints,
+		Accounts:    tracking.NewLedgerAccounts(a.Pool),
+		Replayer:    replayer,
+		Observer:    o.Observer,
+		Progress:    o.Progress,
+		Log:         a.Log,
+	})
+}
+
+// webhookURL is the local webhook endpoint of a listen address; an
+// all-interfaces address is reached on loopback.
+func webhookURL(listenAddr string) string {
+	host, port, err := net.SplitHostPort(listenAddr)
+	if err != nil {
+		return "http://" + listenAddr + webhook.Path
+	}
+	if host == "" || host == "0.0.0.0" || host == "::" {
+		host = "127.0.0.1"
+	}
+	return "http://" + net.JoinHostPort(host, port) + webhook.Path
+}
+
+// startPolling runs the poller every POLL_EVERY inside serve, replaying
+// through this instance's own webhook endpoint. stop cancels the loop and
+// waits for the run in flight.
+func (a *App) startPolling(ctx context.Context) (stop func(), err error) {
+	if a.Config.PollEvery <= 0 {
+		return func() {}, nil
+	}
+	p, err := a.NewPoller(PollerOptions{
+		Target:   webhookURL(a.Server.Addr()),
+		Observer: metrics.NewPoller(a.Metrics.Registry),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("start poller: %w", err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	a.Log.Info("poller running inside serve", "every", a.Config.PollEvery)
+	go func() {
+		defer close(done)
+		poller.Every(ctx, a.Config.PollEvery, func(ctx context.Context) {
+			rep, err := p.Run(ctx, poller.Window{})
+			switch {
+			case errors.Is(err, poller.ErrBusy):
+				a.Log.Info("poll skipped: another poller run holds the lock")
+			case err != nil && ctx.Err() == nil:
+				a.Log.Error("poll run incomplete", "error", err, "summary", rep.Summary())
+			default:
+				a.Log.Info("poll run done", "summary", rep.Summary())
+			}
+		})
+	}()
+	return func() { cancel(); <-done }, nil
+}

@@ -1,0 +1,288 @@
+package poller_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"maps"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+	"github.com/stripe/stripe-go/v76"
+
+	"github.com/stripe-payments/stripe-payments/internal/app"
+	"github.com/stripe-payments/stripe-payments/internal/config"
+	"github.com/stripe-payments/stripe-payments/internal/events"
+	"github.com/stripe-payments/stripe-payments/internal/handler"
+	"github.com/stripe-payments/stripe-payments/internal/stripetest"
+	"github.com/stripe-payments/stripe-payments/internal/testenv"
+	"github.com/stripe-payments/stripe-payments/internal/tracking"
+	"github.com/stripe-payments/stripe-payments/poller"
+	"github.com/stripe-payments/stripe-payments/webhook"
+)
+
+const (
+	platform = "acct_1PlatformTest0000"
+	acctA    = "acct_1ConnectedAAAAAA"
+	acctB    = "acct_1ConnectedBBBBBB"
+	secret   = "whsec_poller_test_secret"
+)
+
+// Replay modes: through the real webhook server, or in-process.
+const (
+	modeTarget    = "target"
+	modeInProcess = "in-process"
+)
+
+// env is one test's world: a fake Stripe Events API, and the real service
+// (webhook server, DynamoDB events table, Postgres database) on fresh
+// namespaces of the local stack.
+type env struct {
+	t   testing.TB
+	api *stripetest.EventsAPI
+	app *app.App
+	// handler is an in-process handler on the same stores, with an applier
+	// that writes one effects row per application and can be told to fail.
+	handler *handler.Handler
+	logs    *syncBuffer
+
+	vars map[string]string
+
+	mu   sync.Mutex
+	now  time.Time
+	fail map[string]bool
+}
+
+func newEnv(t testing.TB) *env {
+	t.Helper()
+	e := &env{t: t, api: stripetest.NewEventsAPI(t), logs: &syncBuffer{}, now: time.Now().UTC().Truncate(time.Second), fail: map[string]bool{}}
+	vars := map[string]string{
+		"LISTEN_ADDR":             "127.0.0.1:0",
+		"STRIPE_WEBHOOK_SECRET":   secret,
+		"STRIPE_API_KEY":          e.api.Key,
+		"STRIPE_API_BASE":         e.api.URL(),
+		"STRIPE_PLATFORM_ACCOUNT": platform,
+		"DATABASE_URL":            testenv.DatabaseURL(t),
+		"DYNAMODB_ENDPOINT":       testenv.DynamoEndpoint(t),
+		"EVENTS_TABLE":            testenv.TableName("events"),
+		"INTERNAL_API_TOKEN":      "",
+	}
+	e.vars = vars
+	e.app = startApp(t, vars, e.logs)
+	_, err := e.app.Pool.Exec(context.Background(), `CREATE TABLE effects (event_id text NOT NULL)`)
+	require.NoError(t, err)
+	effect := func(ctx context.Context, tx pgx.Tx, ev *stripe.Event) error {
+		e.mu.Lock()
+		fail := e.fail[ev.ID]
+		e.mu.Unlock()
+		if fail {
+			return errors.New("injected failure")
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO effects (event_id) VALUES ($1)`, ev.ID)
+		return err
+	}
+	var opts []handler.Option
+	for _, typ := range []string{"payment_intent.succeeded", "invoice.paid", "customer.subscription.created", "charge.refunded", "customer.created"} {
+		opts = append(opts, handler.WithApplier(typ, effect))
+	}
+	e.handler = handler.New(handler.Config{PlatformAccount: platform, EventTTL: 720 * time.Hour},
+		e.app.Events, tracking.NewLedger(e.app.Pool), slog.New(slog.NewJSONHandler(e.logs, nil)), opts...)
+	return e
+}
+
+// appVars is a copy of the environment the env's program runs with.
+func (e *env) appVars() map[string]string {
+	return maps.Clone(e.vars)
+}
+
+// startApp runs the real program on a random port, as internal/app's
+// end-to-end tests do.
+func startApp(t testing.TB, vars map[string]string, logs io.Writer) *app.App {
+	t.Helper()
+	a := buildApp(t, vars, logs)
+	require.NoError(t, a.Open())
+	t.Cleanup(func() { require.NoError(t, a.Shutdown(10*time.Second)) })
+	return a
+}
+
+// buildApp builds and migrates the program without listening.
+func buildApp(t testing.TB, vars map[string]string, logs io.Writer) *app.App {
+	t.Helper()
+	cfg, err := config.Load(func(k string) (string, bool) { v, ok := vars[k]; return v, ok })
+	require.NoError(t, err)
+	ctx := context.Background()
+	a, err := app.New(ctx, cfg, slog.New(slog.NewJSONHandler(logs, nil)))
+	require.NoError(t, err)
+	require.NoError(t, a.Migrate(ctx))
+	t.Cleanup(func() {
+		_, _ = a.Dynamo.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(cfg.EventsTable)})
+	})
+	return a
+}
+
+func (e *env) clock() time.Time {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.now
+}
+
+func (e *env) setNow(t time.Time) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.now = t.UTC()
+}
+
+func (e *env) failOn(id string, fail bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.fail[id] = fail
+}
+
+// poller builds a poller on the env's stores; mode picks the replayer.
+func (e *env) poller(mode string, cfg poller.Config) *poller.Poller {
+	return e.pollerWith(mode, cfg, poller.APIConfig{})
+}
+
+func (e *env) pollerWith(mode string, cfg poller.Config, api poller.APIConfig) *poller.Poller {
+	e.t.Helper()
+	cfg.PlatformAccount = platform
+	if cfg.RetryBackoff == 0 {
+		cfg.RetryBackoff = time.Millisecond
+	}
+	api.Key, api.BaseURL = e.api.Key, e.api.URL()
+	if api.Rate == 0 {
+		api.Rate = -1
+	}
+	if api.MinBackoff == 0 {
+		api.MinBackoff, api.MaxBackoff = 2*time.Millisecond, 20*time.Millisecond
+	}
+	log := slog.New(slog.NewJSONHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	var replayer poller.Replayer
+	switch mode {
+	case modeTarget:
+		replayer = poller.NewWebhookReplayer(e.app.Server.URL()+webhook.Path, secret, nil)
+	case modeInProcess:
+		replayer = poller.NewHandlerReplayer(e.handler)
+	default:
+		e.t.Fatalf("unknown mode %q", mode)
+	}
+	checkpoints := tracking.NewCheckpoints(e.app.Pool)
+	p, err := poller.New(cfg, poller.Deps{
+		API:         poller.NewEventsAPI(api, log),
+		Store:       e.app.Events,
+		Checkpoints: checkpoints,
+		Locker:      checkpoints,
+		Accounts:    tracking.NewLedgerAccounts(e.app.Pool),
+		Replayer:    replayer,
+		Log:         log,
+		Now:         e.clock,
+	})
+	require.NoError(e.t, err)
+	return p
+}
+
+// event builds a real-shaped event of account created at created.
+func (e *env) event(fixture, account string, created time.Time) (string, []byte) {
+	acct := stripetest.Ptr(account)
+	if account == platform {
+		acct = stripetest.Ptr("") // platform events carry no account
+	}
+	id := stripetest.NewID()
+	return id, stripetest.Event{Fixture: fixture, ID: id, Account: acct, Created: created}.Build(e.t)
+}
+
+// list makes the event listable by the fake API under its account.
+func (e *env) list(account string, payload []byte) {
+	if account == platform {
+		account = ""
+	}
+	e.api.Add(account, payload)
+}
+
+// deliver has the webhook deliver the event: recorded and processed.
+func (e *env) deliver(payload []byte) {
+	e.t.Helper()
+	ev, err := events.Parse(payload)
+	require.NoError(e.t, err)
+	outcome, err := e.handler.Handle(context.Background(), ev, payload, events.SourceWebhook)
+	require.NoError(e.t, err)
+	require.Equal(e.t, handler.Applied, outcome)
+}
+
+// recordOnly records the event as a delivery that never got processed
+// (crash after the record), optionally marked failed.
+func (e *env) recordOnly(payload []byte, failed bool) {
+	e.t.Helper()
+	ev, err := events.Parse(payload)
+	require.NoError(e.t, err)
+	ctx := context.Background()
+	rec := events.NewRecord(ev, payload, platform, 720*time.Hour, events.SourceWebhook, time.Now())
+	_, err = e.app.Events.Record(ctx, rec)
+	require.NoError(e.t, err)
+	if failed {
+		require.NoError(e.t, e.app.Events.MarkFailed(ctx, ev.ID, errors.New("postgres went away")))
+	}
+}
+
+func (e *env) record(id string) (events.Record, bool) {
+	e.t.Helper()
+	r, err := e.app.Events.Get(context.Background(), id)
+	if errors.Is(err, events.ErrNotFound) {
+		return events.Record{}, false
+	}
+	require.NoError(e.t, err)
+	return r, true
+}
+
+func (e *env) count(query string, args ...any) int {
+	e.t.Helper()
+	var n int
+	require.NoError(e.t, e.app.Pool.QueryRow(context.Background(), query, args...).Scan(&n))
+	return n
+}
+
+func (e *env) effects(id string) int {
+	return e.count(`SELECT count(*) FROM effects WHERE event_id = $1`, id)
+}
+
+func (e *env) ledger(id string) int {
+	return e.count(`SELECT count(*) FROM processed_events WHERE event_id = $1`, id)
+}
+
+func (e *env) checkpoint(account string) (time.Time, bool) {
+	e.t.Helper()
+	at, ok, err := tracking.NewCheckpoints(e.app.Pool).Load(context.Background(), account)
+	require.NoError(e.t, err)
+	return at, ok
+}
+
+func idOf(payload []byte) string {
+	var ev struct{ ID string }
+	_ = json.Unmarshal(payload, &ev)
+	return ev.ID
+}
+
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
