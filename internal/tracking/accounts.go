@@ -8,10 +8,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// LedgerAccounts lists the Connect accounts the service knows from the
-// processed-events ledger: every account that ever had an event processed.
-// It is the poller's first AccountSource; tracked purchases' accounts can be
-// added by another source.
+// LedgerAccounts lists the Connect accounts the service knows: every account
+// that ever had an event processed (the ledger) and every account a tracked
+// purchase was made on, even if none of its events ever arrived — the case
+// the poller exists for.
 type LedgerAccounts struct {
 	pool *pgxpool.Pool
 }
@@ -19,10 +19,12 @@ type LedgerAccounts struct {
 // NewLedgerAccounts returns the ledger's account source.
 func NewLedgerAccounts(pool *pgxpool.Pool) *LedgerAccounts { return &LedgerAccounts{pool: pool} }
 
-// Accounts returns every distinct stripe_account of the ledger, sorted. The
-// platform's own account is among them when platform events were processed.
+// Accounts returns every distinct stripe_account of the ledger and the
+// purchases, sorted. The platform's own account is among them when platform
+// events were processed.
 func (l *LedgerAccounts) Accounts(ctx context.Context) ([]string, error) {
-	rows, err := l.pool.Query(ctx, `SELECT DISTINCT stripe_account FROM processed_events ORDER BY 1`)
+	rows, err := l.pool.Query(ctx, `SELECT stripe_account FROM processed_events
+		UNION SELECT stripe_account FROM purchases ORDER BY 1`)
 	if err != nil {
 		return nil, fmt.Errorf("list ledger accounts: %w", err)
 	}
