@@ -1,7 +1,11 @@
 package api
 
 import (
+	"net/http"
+
 	"github.com/labstack/echo/v4"
+
+	"github.com/stripe-payments/stripe-payments/internal/api/openapi"
 )
 
 // Prefix of every internal route.
@@ -25,6 +29,9 @@ func Register(e *echo.Echo, token string, deps Deps) {
 		return
 	}
 	g := e.Group(Prefix, BearerAuth(token))
+	g.GET("/openapi.json", func(c echo.Context) error {
+		return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, openapi.Document)
+	})
 	ev := eventRoutes{store: deps.Events, handler: deps.Handler, fetcher: deps.Fetcher}
 	g.GET("/events", ev.list)
 	g.GET("/events/:id", ev.get)

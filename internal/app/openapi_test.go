@@ -1,0 +1,61 @@
+package app_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/stripe-payments/stripe-payments/internal/api/openapi"
+)
+
+// Every API route the server registers is in the OpenAPI document, and
+// every operation of the document is a registered route.
+func TestOpenAPIDocumentMatchesRoutes(t *testing.T) {
+	a := startApp(t, nil)
+	var doc struct {
+		OpenAPI string                                `json:"openapi"`
+		Paths   map[string]map[string]json.RawMessage `json:"paths"`
+	}
+	require.NoError(t, json.Unmarshal(openapi.Document, &doc))
+	require.True(t, strings.HasPrefix(doc.OpenAPI, "3."))
+
+	documented := map[string]bool{}
+	for path, ops := range doc.Paths {
+		for method := range ops {
+			documented[strings.ToUpper(method)+" "+path] = true
+		}
+	}
+	param := regexp.MustCompile(`:([a-z_]+)`)
+	registered := map[string]bool{}
+	for _, r := range a.Server.Echo.Routes() {
+		if !strings.HasPrefix(r.Path, "/internal/") && !strings.HasPrefix(r.Path, "/v1/") {
+			continue // webhook, health and metrics are not the internal API
+		}
+		if r.Method == "echo_route_not_found" {
+			continue // echo's per-group 404 routes
+		}
+		registered[r.Method+" "+param.ReplaceAllString(r.Path, "{$1}")] = true
+	}
+	assert.Equal(t, keys(documented), keys(registered), "OpenAPI paths vs registered routes")
+
+	status, body := get(t, a.Server.URL()+"/internal/v1/openapi.json", token)
+	require.Equal(t, http.StatusOK, status)
+	assert.Equal(t, doc.OpenAPI, body["openapi"])
+	status, _ = get(t, a.Server.URL()+"/internal/v1/openapi.json", "")
+	assert.Equal(t, http.StatusUnauthorized, status)
+}
+
+func keys(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
