@@ -59,3 +59,38 @@ func keys(m map[string]bool) []string {
 	sort.Strings(out)
 	return out
 }
+
+// Every API route refuses a request without the token or with a wrong one,
+// before doing anything.
+func TestEveryAPIRouteRequiresTheToken(t *testing.T) {
+	a := startApp(t, nil)
+	param := regexp.MustCompile(`:([a-z_]+)`)
+	checked := 0
+	for _, r := range a.Server.Echo.Routes() {
+		if r.Method == "echo_route_not_found" || (!strings.HasPrefix(r.Path, "/internal/") && !strings.HasPrefix(r.Path, "/v1/")) {
+			continue
+		}
+		path := param.ReplaceAllString(r.Path, "x")
+		for _, bearer := range []string{"", "wrong-token", token + "x"} {
+			req, err := http.NewRequest(r.Method, a.Server.URL()+path, strings.NewReader("{}"))
+			require.NoError(t, err)
+			if bearer != "" {
+				req.Header.Set("Authorization", "Bearer "+bearer)
+			}
+			status, body := do(t, req)
+			assert.Equal(t, http.StatusUnauthorized, status, "%s %s with %q", r.Method, path, bearer)
+			assert.Equal(t, "unauthorized", errorCode(body))
+		}
+		checked++
+	}
+	assert.GreaterOrEqual(t, checked, 9)
+}
+
+// With INTERNAL_API_TOKEN set but empty, the API routes do not exist.
+func TestEmptyTokenDisablesTheAPI(t *testing.T) {
+	a := startAppWith(t, nil, map[string]string{"INTERNAL_API_TOKEN": ""})
+	for _, path := range []string{"/internal/v1/events/evt_1", "/internal/v1/openapi.json", "/v1/purchases/x"} {
+		status, _ := get(t, a.Server.URL()+path, "")
+		assert.Equal(t, http.StatusNotFound, status, path)
+	}
+}
