@@ -66,7 +66,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 	a.Stripe = stripeclient.New(stripeclient.Options{APIKey: cfg.StripeAPIKey, BaseURL: cfg.StripeAPIBase, Log: log})
 	a.Tracking = tracking.NewStore(pool)
 	a.Actions = actions.NewDispatcher(pool, actions.Config{URL: cfg.ActionsURL, Secret: cfg.ActionsSecret, Log: log.With("component", "actions")})
-	flows := tracking.NewFlows(tracking.FlowsConfig{Log: log, Invoices: stripeclient.InvoiceFetcher(a.Stripe)})
+	flows := tracking.NewFlows(tracking.FlowsConfig{Log: log, Invoices: stripeclient.InvoiceFetcher(a.Stripe), Processed: a.Ledger.Processed})
 	a.Handler = handler.New(handler.Config{
 		PlatformAccount: cfg.PlatformAccount,
 		EventTTL:        cfg.EventTTL,
@@ -158,6 +158,12 @@ func (a *App) Run(ctx context.Context) error {
 	if err := a.Open(); err != nil {
 		return err
 	}
+	stopProfiling, err := a.startProfiling()
+	if err != nil {
+		_ = a.Server.Close(context.WithoutCancel(ctx))
+		return err
+	}
+	defer stopProfiling()
 	stopPolling, err := a.startPolling(ctx)
 	if err != nil {
 		_ = a.Server.Close(context.WithoutCancel(ctx))

@@ -47,6 +47,7 @@ type Config struct {
 	LogLevel              slog.Level
 	ShutdownTimeout       time.Duration
 	IngestMaxBatch        int
+	PprofAddr             string // PPROF_ADDR: net/http/pprof on its own listener; empty = off
 	IngestFlushers        int
 	PollEvery             time.Duration // POLL_EVERY: run the poller inside serve; 0 = off
 	UsingDevWebhookSecret bool
@@ -82,6 +83,7 @@ func Load(lookup Lookup) (Config, error) {
 		BillingHistoryTable: get("BILLING_HISTORY_TABLE", "stripe-payments-billing-history"),
 		LocksTable:          get("LOCKS_TABLE", "stripe-payments-locks"),
 		ActionsURL:          get("ACTIONS_URL", ""),
+		PprofAddr:           get("PPROF_ADDR", ""),
 		ActionsSecret:       get("ACTIONS_SECRET", DevActionsSecret),
 		WebhookTolerance:    300 * time.Second,
 		WebhookMaxBody:      1 << 20,

@@ -36,7 +36,6 @@ type EventStore interface {
 type Ledger interface {
 	Apply(ctx context.Context, ev tracking.EventRef, effects func(ctx context.Context, tx pgx.Tx) error) (bool, error)
 	ApplyBatch(ctx context.Context, refs []tracking.EventRef, effects func(ctx context.Context, tx pgx.Tx, ev tracking.EventRef) error) (map[string]bool, error)
-	Processed(ctx context.Context, id string) (bool, error)
 }
 
 // Applier applies one event type's state transitions inside the ledger's
@@ -175,18 +174,10 @@ func (h *Handler) handle(ctx context.Context, ev *stripe.Event, payload []byte, 
 }
 
 // runPreparer runs the event type's preparer, outside any batch so that a
-// slow Stripe call delays only its own delivery. An event the ledger already
-// holds needs no preparation: its appliers will not run.
+// slow Stripe call delays only its own delivery.
 func (h *Handler) runPreparer(ctx context.Context, ev *stripe.Event) error {
 	prepare, ok := h.prepare[string(ev.Type)]
 	if !ok {
-		return nil
-	}
-	done, err := h.ledger.Processed(ctx, ev.ID)
-	if err != nil {
-		return fmt.Errorf("prepare event: %w", err)
-	}
-	if done {
 		return nil
 	}
 	if err := prepare(ctx, ev); err != nil {

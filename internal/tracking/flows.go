@@ -29,6 +29,9 @@ type FlowsConfig struct {
 	LookupTimeout time.Duration
 	// Now replaces time.Now (fulfilment and action times).
 	Now func() time.Time
+	// Processed, when set, is asked before a Stripe lookup: an event the
+	// ledger already holds needs none (its appliers will not run).
+	Processed func(ctx context.Context, eventID string) (bool, error)
 }
 
 // Flows are the event-driven state machines of the tracking database: the
@@ -39,11 +42,13 @@ type Flows struct {
 	invoices InvoiceFetcher
 	timeout  time.Duration
 	now      func() time.Time
+	// processed is asked before a Stripe lookup; nil means always look up.
+	processed func(ctx context.Context, eventID string) (bool, error)
 }
 
 // NewFlows returns the flows.
 func NewFlows(cfg FlowsConfig) *Flows {
-	f := &Flows{log: cfg.Log, invoices: cfg.Invoices, timeout: cfg.LookupTimeout, now: cfg.Now}
+	f := &Flows{log: cfg.Log, invoices: cfg.Invoices, timeout: cfg.LookupTimeout, now: cfg.Now, processed: cfg.Processed}
 	if f.log == nil {
 		f.log = slog.Default()
 	}

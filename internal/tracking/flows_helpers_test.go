@@ -43,9 +43,11 @@ func newFlowEnv(t *testing.T) *flowEnv {
 	testenv.CreateTables(t, client, dynamo.EventsTable(table))
 	e.events = events.NewStore(client, table, 720*time.Hour, nil)
 	api := stripeclient.New(stripeclient.Options{APIKey: "sk_test_flows", BaseURL: e.stripe.URL, MaxNetworkRetries: 1, Log: quiet})
-	flows := tracking.NewFlows(tracking.FlowsConfig{Log: quiet, Invoices: stripeclient.InvoiceFetcher(api), LookupTimeout: 5 * time.Second})
+	ledger := tracking.NewLedger(e.pool)
+	flows := tracking.NewFlows(tracking.FlowsConfig{Log: quiet, Invoices: stripeclient.InvoiceFetcher(api), LookupTimeout: 5 * time.Second,
+		Processed: ledger.Processed})
 	e.handler = handler.New(handler.Config{PlatformAccount: "acct_platform_test", EventTTL: 720 * time.Hour},
-		e.events, tracking.NewLedger(e.pool), quiet, Register(flows)...)
+		e.events, ledger, quiet, Register(flows)...)
 	return e
 }
 

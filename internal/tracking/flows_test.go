@@ -268,16 +268,21 @@ func TestFlows(t *testing.T) {
 
 // TestOneOffLookupUsesTheConnectedAccount checks the Stripe call of the
 // "look up invoice" step: GET on the event's connected account, no
-// idempotency key needed for a read, and no call when the payload has no
-// invoice.
+// idempotency key needed for a read, no call again for a redelivery, and no
+// call when the payload has no invoice.
 func TestOneOffLookupUsesTheConnectedAccount(t *testing.T) {
 	e := newFlowEnv(t)
 	x := e.purchase(t, tracking.KindOneOff, false)
 	e.stripe.Put(acct, invoiceObject(x, false))
-	_, err := e.deliver(t, piEv("payment_intent.succeeded", false, bareInvoice)(x))
+	ev := piEv("payment_intent.succeeded", false, bareInvoice)(x)
+	ev.ID = stripetest.NewID()
+	_, err := e.deliver(t, ev)
 	require.NoError(t, err)
+	outcome, err := e.deliver(t, ev)
+	require.NoError(t, err)
+	assert.Equal(t, handler.Duplicate, outcome)
 	reqs := e.stripe.Requests()
-	require.Len(t, reqs, 1)
+	require.Len(t, reqs, 1, "a redelivery of an applied event asks Stripe nothing")
 	assert.Equal(t, http.MethodGet, reqs[0].Method)
 	assert.Equal(t, "/v1/invoices/"+x.inv, reqs[0].Path)
 	assert.Equal(t, acct, reqs[0].StripeAccount)

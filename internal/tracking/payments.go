@@ -32,6 +32,15 @@ func (f *Flows) expandInvoice(ctx context.Context, ev *stripe.Event) error {
 	if f.invoices == nil {
 		return errors.New("payment intent names an invoice but no invoice lookup is configured")
 	}
+	if f.processed != nil {
+		done, err := f.processed(ctx, ev.ID)
+		if err != nil {
+			return fmt.Errorf("look up ledger: %w", err)
+		}
+		if done {
+			return nil // a redelivery: no Stripe call for an event already applied
+		}
+	}
 	ctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
 	raw, err := f.invoices(ctx, ev.Account, id)
