@@ -121,7 +121,7 @@ func seed(b *testing.B, e *env, store *events.Store, account string, n int) []st
 				}
 				rec := events.NewRecord(ev, payloads[i], platform, 720*time.Hour, events.SourceWebhook, time.Now())
 				rec.Status, rec.ProcessedAt = events.StatusProcessed, time.Now()
-				if _, err := store.Record(context.Background(), rec); err != nil {
+				if err := store.Put(context.Background(), rec); err != nil {
 					failed.Store(err)
 				}
 			}

@@ -176,9 +176,7 @@ func TestReplay(t *testing.T) {
 		ev, err := events.Parse(payload)
 		require.NoError(t, err)
 		rec := events.NewRecord(ev, payload, a.Config.PlatformAccount, a.Config.EventTTL, events.SourceWebhook, time.Now())
-		_, err = a.Events.Record(ctx, rec)
-		require.NoError(t, err)
-		require.NoError(t, a.Events.MarkFailed(ctx, ev.ID, fmt.Errorf("postgres was down")))
+		require.NoError(t, a.Events.RecordFailure(ctx, rec, fmt.Errorf("postgres was down")))
 
 		status, body := replay(t, ev.ID, "")
 		require.Equal(t, http.StatusOK, status, body)

@@ -17,7 +17,8 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/dynamo"
 )
 
-// item is the DynamoDB shape of a Record (DESIGN §5, Contract).
+// item is the DynamoDB shape of a Record (DESIGN §5, Contract), for
+// decoding; writes build their attributes by hand (attributes in batch.go).
 type item struct {
 	ID            string `dynamodbav:"id"`
 	Type          string `dynamodbav:"type"`
@@ -39,26 +40,6 @@ type item struct {
 }
 
 const bookkeepingTimeLayout = time.RFC3339Nano
-
-func toItem(r Record) (item, error) {
-	payload, err := Compress(r.Payload)
-	if err != nil {
-		return item{}, err
-	}
-	it := item{
-		ID: r.ID, Type: r.Type, StripeAccount: r.StripeAccount,
-		Timestamp: r.Timestamp(), Date: r.Date(), Time: r.Time(),
-		Expiration: r.Expiration.Unix(), Subscription: r.Subscription,
-		APIVersion: r.APIVersion, Livemode: r.Livemode,
-		Status: string(r.Status), ReceivedAt: r.ReceivedAt.UTC().Format(bookkeepingTimeLayout),
-		Source: string(r.Source), Attempts: r.Attempts, LastError: r.LastError,
-		Payload: payload,
-	}
-	if !r.ProcessedAt.IsZero() {
-		it.ProcessedAt = r.ProcessedAt.UTC().Format(bookkeepingTimeLayout)
-	}
-	return it, nil
-}
 
 func fromItem(it item) (Record, error) {
 	created, err := time.ParseInLocation(TimestampLayout, it.Timestamp, time.UTC)
@@ -103,98 +84,17 @@ func NewStore(client *dynamodb.Client, table string, ttl time.Duration, now func
 // Table is the name of the events table.
 func (s *Store) Table() string { return s.table }
 
-// Outcome of recording an event.
-type Outcome int
-
-const (
-	// Created: first time this event was recorded.
-	Created Outcome = iota
-	// Retry: recorded before but never processed; process it again.
-	Retry
-	// AlreadyProcessed: recorded and processed; nothing to do.
-	AlreadyProcessed
-)
-
-// Record stores r if its id is new. When the id is already recorded and not
-// processed, it counts one more attempt and answers Retry; when processed,
-// AlreadyProcessed. An expired leftover is replaced as if absent.
-func (s *Store) Record(ctx context.Context, r Record) (Outcome, error) {
-	it, err := toItem(r)
+// Put writes r as it is, unconditionally: for tools and tests that need a
+// record in a given state. The handler uses PutProcessed and RecordFailure.
+func (s *Store) Put(ctx context.Context, r Record) error {
+	av, err := attributes(r)
 	if err != nil {
-		return 0, err
+		return err
 	}
-	av, err := attributevalue.MarshalMap(it)
-	if err != nil {
-		return 0, fmt.Errorf("marshal event %s: %w", r.ID, err)
+	if _, err := s.client.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(s.table), Item: av}); err != nil {
+		return fmt.Errorf("put event %s: %w", r.ID, err)
 	}
-	cond := expression.AttributeNotExists(expression.Name("id")).
-		Or(expression.Name("expiration").LessThanEqual(expression.Value(s.now().Unix())))
-	expr, err := expression.NewBuilder().WithCondition(cond).Build()
-	if err != nil {
-		return 0, fmt.Errorf("build condition: %w", err)
-	}
-	_, err = s.client.PutItem(ctx, &dynamodb.PutItemInput{
-		TableName:                 aws.String(s.table),
-		Item:                      av,
-		ConditionExpression:       expr.Condition(),
-		ExpressionAttributeNames:  expr.Names(),
-		ExpressionAttributeValues: expr.Values(),
-	})
-	if err == nil {
-		return Created, nil
-	}
-	if !isConditionFailed(err) {
-		return 0, fmt.Errorf("put event %s: %w", r.ID, err)
-	}
-	return s.countAttempt(ctx, r.ID)
-}
-
-// countAttempt adds one attempt to an unprocessed record; a processed one
-// fails the condition and is reported as AlreadyProcessed.
-func (s *Store) countAttempt(ctx context.Context, id string) (Outcome, error) {
-	update := expression.Add(expression.Name("attempts"), expression.Value(1))
-	cond := expression.AttributeExists(expression.Name("id")).
-		And(expression.Name("status").NotEqual(expression.Value(string(StatusProcessed))))
-	expr, err := expression.NewBuilder().WithUpdate(update).WithCondition(cond).Build()
-	if err != nil {
-		return 0, fmt.Errorf("build update: %w", err)
-	}
-	_, err = s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                 aws.String(s.table),
-		Key:                       key(id),
-		UpdateExpression:          expr.Update(),
-		ConditionExpression:       expr.Condition(),
-		ExpressionAttributeNames:  expr.Names(),
-		ExpressionAttributeValues: expr.Values(),
-	})
-	switch {
-	case err == nil:
-		return Retry, nil
-	case isConditionFailed(err):
-		return AlreadyProcessed, nil
-	default:
-		return 0, fmt.Errorf("count attempt %s: %w", id, err)
-	}
-}
-
-// MarkProcessed records that the event's effects are committed.
-func (s *Store) MarkProcessed(ctx context.Context, id string) error {
-	update := expression.Set(expression.Name("status"), expression.Value(string(StatusProcessed))).
-		Set(expression.Name("processed_at"), expression.Value(s.now().UTC().Format(bookkeepingTimeLayout))).
-		Remove(expression.Name("last_error"))
-	cond := expression.AttributeExists(expression.Name("id"))
-	return s.update(ctx, id, update, cond, false)
-}
-
-// MarkFailed records a processing error, unless the event was processed
-// meanwhile by a concurrent delivery (then the error is moot).
-func (s *Store) MarkFailed(ctx context.Context, id string, cause error) error {
-	msg := truncate(cause.Error(), 1000)
-	update := expression.Set(expression.Name("status"), expression.Value(string(StatusFailed))).
-		Set(expression.Name("last_error"), expression.Value(msg))
-	cond := expression.AttributeExists(expression.Name("id")).
-		And(expression.Name("status").NotEqual(expression.Value(string(StatusProcessed))))
-	return s.update(ctx, id, update, cond, true)
+	return nil
 }
 
 func (s *Store) update(ctx context.Context, id string, update expression.UpdateBuilder, cond expression.ConditionBuilder, tolerateCondition bool) error {

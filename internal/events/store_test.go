@@ -43,9 +43,7 @@ func (f *fixture) record(t *testing.T, e stripetest.Event) events.Record {
 	ev, err := events.Parse(payload)
 	require.NoError(t, err)
 	rec := events.NewRecord(ev, payload, platform, 720*time.Hour, events.SourceWebhook, f.now)
-	outcome, err := f.store.Record(context.Background(), rec)
-	require.NoError(t, err)
-	require.Equal(t, events.Created, outcome)
+	require.NoError(t, f.store.Put(context.Background(), rec))
 	return rec
 }
 
@@ -112,44 +110,69 @@ func TestPlatformEventsAndSubscriptionExtraction(t *testing.T) {
 	}
 }
 
-func TestRecordOutcomes(t *testing.T) {
+func TestFailureAndProcessedWrites(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
-	rec := f.record(t, stripetest.Event{Fixture: "payment_intent.succeeded"})
-
-	// Recorded but unprocessed: a retry, counting attempts.
-	outcome, err := f.store.Record(ctx, rec)
+	payload := stripetest.Event{Fixture: "payment_intent.succeeded"}.Build(t)
+	ev, err := events.Parse(payload)
 	require.NoError(t, err)
-	assert.Equal(t, events.Retry, outcome)
+	rec := events.NewRecord(ev, payload, platform, 720*time.Hour, events.SourceWebhook, f.now)
+
+	// A first failure creates the record, failed; a second one counts.
+	require.NoError(t, f.store.RecordFailure(ctx, rec, fmt.Errorf("postgres down")))
 	got, err := f.store.Get(ctx, rec.ID)
-	require.NoError(t, err)
-	assert.Equal(t, 2, got.Attempts)
-
-	require.NoError(t, f.store.MarkFailed(ctx, rec.ID, fmt.Errorf("postgres down")))
-	got, err = f.store.Get(ctx, rec.ID)
 	require.NoError(t, err)
 	assert.Equal(t, events.StatusFailed, got.Status)
 	assert.Equal(t, "postgres down", got.LastError)
+	assert.Equal(t, 1, got.Attempts)
+	require.NoError(t, f.store.RecordFailure(ctx, rec, fmt.Errorf("still down")))
+	got, err = f.store.Get(ctx, rec.ID)
+	require.NoError(t, err)
+	assert.Equal(t, 2, got.Attempts)
+	assert.Equal(t, "still down", got.LastError)
 
-	require.NoError(t, f.store.MarkProcessed(ctx, rec.ID))
+	processed := rec
+	processed.Status, processed.ProcessedAt, processed.Attempts = events.StatusProcessed, f.now, 3
+	require.NoError(t, f.store.PutProcessed(ctx, []events.Record{processed}))
 	got, err = f.store.Get(ctx, rec.ID)
 	require.NoError(t, err)
 	assert.Equal(t, events.StatusProcessed, got.Status)
 	assert.Empty(t, got.LastError)
 	assert.False(t, got.ProcessedAt.IsZero())
+	assert.Equal(t, 3, got.Attempts)
 
-	// Processed: duplicates do nothing, and a late failure cannot undo it.
-	outcome, err = f.store.Record(ctx, rec)
-	require.NoError(t, err)
-	assert.Equal(t, events.AlreadyProcessed, outcome)
-	require.NoError(t, f.store.MarkFailed(ctx, rec.ID, fmt.Errorf("late")))
+	// A late failure never undoes a processed record.
+	require.NoError(t, f.store.RecordFailure(ctx, rec, fmt.Errorf("late")))
 	got, err = f.store.Get(ctx, rec.ID)
 	require.NoError(t, err)
 	assert.Equal(t, events.StatusProcessed, got.Status)
+	assert.Empty(t, got.LastError)
 
 	_, err = f.store.Get(ctx, "evt_unknown")
 	assert.ErrorIs(t, err, events.ErrNotFound)
-	assert.ErrorIs(t, f.store.MarkProcessed(ctx, "evt_unknown"), events.ErrNotFound)
+}
+
+func TestPutProcessedWritesManyBatches(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	var recs []events.Record
+	var ids []string
+	for range 60 { // three BatchWriteItem requests
+		payload := stripetest.Event{Fixture: "invoice.paid"}.Build(t)
+		ev, err := events.Parse(payload)
+		require.NoError(t, err)
+		rec := events.NewRecord(ev, payload, platform, 720*time.Hour, events.SourceWebhook, f.now)
+		rec.Status, rec.ProcessedAt = events.StatusProcessed, f.now
+		recs = append(recs, rec)
+		ids = append(ids, rec.ID)
+	}
+	require.NoError(t, f.store.PutProcessed(ctx, recs))
+	got, err := f.store.BatchGet(ctx, ids)
+	require.NoError(t, err)
+	assert.Len(t, got, 60)
+	for _, r := range got {
+		assert.Equal(t, events.StatusProcessed, r.Status)
+	}
 }
 
 func TestExpiredRecordsAreAbsent(t *testing.T) {
@@ -170,11 +193,14 @@ func TestExpiredRecordsAreAbsent(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, got)
 
-	// A redelivery of an expired, not yet deleted event records it anew.
+	// A failed redelivery of an expired, not yet deleted event records it
+	// anew instead of counting an attempt on the stale item.
 	rec.Expiration = f.now.Add(time.Hour)
-	outcome, err := f.store.Record(ctx, rec)
+	require.NoError(t, f.store.RecordFailure(ctx, rec, fmt.Errorf("boom")))
+	got2, err := f.store.Get(ctx, rec.ID)
 	require.NoError(t, err)
-	assert.Equal(t, events.Created, outcome)
+	assert.Equal(t, 1, got2.Attempts)
+	assert.Equal(t, events.StatusFailed, got2.Status)
 }
 
 func TestIndexQueriesPaginate(t *testing.T) {
