@@ -115,23 +115,31 @@ func SubscriptionID(ev *stripe.Event) string {
 	if ev.Data == nil || ev.Data.Object == nil {
 		return ""
 	}
+	// Only a well-formed id becomes the index key: DynamoDB refuses empty
+	// or oversized key attributes, which would fail the event forever.
+	valid := func(id string) string {
+		if ValidID(id, "sub_") {
+			return id
+		}
+		return ""
+	}
 	obj := ev.Data.Object
 	if obj["object"] == "subscription" {
 		id, _ := obj["id"].(string)
-		return id
+		return valid(id)
 	}
 	switch ref := obj["subscription"].(type) {
 	case string:
-		return ref
+		return valid(ref)
 	case map[string]interface{}:
 		id, _ := ref["id"].(string)
-		return id
+		return valid(id)
 	}
 	// Invoices of newer API versions nest it under parent.subscription_details.
 	if parent, ok := obj["parent"].(map[string]interface{}); ok {
 		if details, ok := parent["subscription_details"].(map[string]interface{}); ok {
 			if id, ok := details["subscription"].(string); ok {
-				return id
+				return valid(id)
 			}
 		}
 	}
