@@ -169,6 +169,23 @@ func Compress(payload []byte) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
+// MaxStoredPayload bounds the compressed payload kept on a record. DynamoDB
+// refuses items over 400 KB; the webhook accepts events up to 1 MiB, and
+// Stripe's JSON compresses about 4x, but an event that does not fit would
+// fail on every delivery forever. Its record is written without the payload
+// instead: the replay API and the poller read it from Stripe's Events API.
+const MaxStoredPayload = 300 << 10
+
+// storedPayload is the payload attribute of a record: compressed, or nil
+// when it is over MaxStoredPayload.
+func storedPayload(raw []byte) ([]byte, error) {
+	payload, err := Compress(raw)
+	if err != nil || len(payload) > MaxStoredPayload {
+		return nil, err
+	}
+	return payload, nil
+}
+
 // Decompress reverses Compress.
 func Decompress(data []byte) ([]byte, error) {
 	zr, err := gzip.NewReader(bytes.NewReader(data))

@@ -41,7 +41,7 @@ type item struct {
 const bookkeepingTimeLayout = time.RFC3339Nano
 
 func toItem(r Record) (item, error) {
-	payload, err := Compress(r.Payload)
+	payload, err := storedPayload(r.Payload)
 	if err != nil {
 		return item{}, err
 	}
