@@ -14,6 +14,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -129,7 +130,7 @@ type server struct {
 	t      *testing.T
 	bin    string
 	env    []string
-	addr   string
+	addr   atomic.Pointer[string] // read by load generators while it restarts
 	logDir string
 	runs   int
 	cmd    *exec.Cmd
@@ -138,7 +139,8 @@ type server struct {
 }
 
 func newServer(t *testing.T, bin string, env []string, addr string) *server {
-	s := &server{t: t, bin: bin, env: env, addr: addr, logDir: t.TempDir()}
+	s := &server{t: t, bin: bin, env: env, logDir: t.TempDir()}
+	s.addr.Store(&addr)
 	t.Cleanup(func() {
 		if s.cmd != nil {
 			_ = s.cmd.Process.Kill()
@@ -148,11 +150,34 @@ func newServer(t *testing.T, bin string, env []string, addr string) *server {
 	return s
 }
 
-func (s *server) url() string { return "http://" + s.addr }
+func (s *server) url() string { return "http://" + *s.addr.Load() }
 
-// start runs serve and waits until /healthz answers.
+// start runs serve and waits until /healthz answers. While the server was
+// down, its port may have been taken (by an outgoing connection's ephemeral
+// port, or another test): then it moves to a new free port.
 func (s *server) start() time.Duration {
 	s.t.Helper()
+	begin := time.Now()
+	for attempt := 1; ; attempt++ {
+		err := s.try()
+		if err == nil {
+			return time.Since(begin)
+		}
+		if attempt == 3 || !strings.Contains(err.Error(), "address already in use") {
+			s.t.Fatal(err)
+		}
+		addr := freeAddr(s.t)
+		s.addr.Store(&addr)
+		for i, kv := range s.env {
+			if strings.HasPrefix(kv, "LISTEN_ADDR=") {
+				s.env[i] = "LISTEN_ADDR=" + addr
+			}
+		}
+	}
+}
+
+// try starts serve once and waits until it is healthy or has exited.
+func (s *server) try() error {
 	s.runs++
 	path := filepath.Join(s.logDir, fmt.Sprintf("serve-%02d.log", s.runs))
 	logf, err := os.Create(path)
@@ -163,9 +188,8 @@ func (s *server) start() time.Duration {
 	cmd := exec.Command(s.bin, "serve")
 	cmd.Env = s.env
 	cmd.Stdout, cmd.Stderr = logf, logf
-	begin := time.Now()
 	if err := cmd.Start(); err != nil {
-		s.t.Fatalf("start serve: %v", err)
+		return fmt.Errorf("start serve: %w", err)
 	}
 	s.cmd, s.exited = cmd, make(chan error, 1)
 	go func() { s.exited <- cmd.Wait(); _ = logf.Close() }()
@@ -175,17 +199,17 @@ func (s *server) start() time.Duration {
 		select {
 		case err := <-s.exited:
 			s.cmd = nil
-			s.t.Fatalf("serve (run %d) exited before it was healthy: %v\n%s", s.runs, err, tail(path, 30))
+			return fmt.Errorf("serve (run %d) exited before it was healthy: %v\n%s", s.runs, err, tail(path, 30))
 		default:
 		}
 		if resp, err := client.Get(s.url() + "/healthz"); err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return time.Since(begin)
+				return nil
 			}
 		}
 		if time.Now().After(deadline) {
-			s.t.Fatalf("serve (run %d) not healthy within 20s\n%s", s.runs, tail(path, 30))
+			return fmt.Errorf("serve (run %d) not healthy within 20s\n%s", s.runs, tail(path, 30))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
