@@ -10,6 +10,7 @@ fuzztime="${1:-8s}"
 targets=(
 	"./webhook/ FuzzVerify"
 	"./internal/events/ FuzzParse"
+	"./internal/tracking/ FuzzFlows"
 )
 for t in "${targets[@]}"; do
 	read -r pkg name <<<"$t"

@@ -62,8 +62,10 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 }
 
-func newLogger(w io.Writer, level slog.Level) *slog.Logger {
-	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level}))
+// newLogger logs JSON to w, masking secrets (config.Redactor) as a last line
+// of defence.
+func newLogger(w io.Writer, level slog.Level, secrets ...string) *slog.Logger {
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level, ReplaceAttr: config.Redactor(secrets...)}))
 }
 
 func load(stderr io.Writer) (config.Config, *slog.Logger, error) {
@@ -71,7 +73,7 @@ func load(stderr io.Writer) (config.Config, *slog.Logger, error) {
 	if err != nil {
 		return cfg, nil, fmt.Errorf("configuration: %w", err)
 	}
-	return cfg, newLogger(stderr, cfg.LogLevel), nil
+	return cfg, newLogger(stderr, cfg.LogLevel, cfg.Secrets()...), nil
 }
 
 func serve(ctx context.Context, stderr io.Writer) error {

@@ -139,7 +139,7 @@ func poll(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		progress = &progressLine{w: stderr}
 		logOut = progress
 	}
-	log := newLogger(logOut, cfg.LogLevel)
+	log := newLogger(logOut, cfg.LogLevel, cfg.Secrets()...)
 	a, err := app.New(ctx, cfg, log)
 	if err != nil {
 		return err

@@ -25,6 +25,8 @@ type Deps struct {
 // Register mounts the internal API on e behind bearer auth. An empty token
 // disables the routes entirely (DESIGN §3).
 func Register(e *echo.Echo, token string, deps Deps) {
+	e.Use(limitBodies(MaxBody, Prefix, PurchasePrefix))
+
 	if token == "" {
 		return
 	}

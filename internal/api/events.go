@@ -108,7 +108,7 @@ func eventID(c echo.Context) (string, error) {
 // list serves the three listings: by date (and time range), by account and
 // by subscription (each with an optional since/until).
 func (h eventRoutes) list(c echo.Context) error {
-	q, err := queryParams(c.QueryParams(), "date", "from", "to", "stripe_account", "subscription", "since", "until", "limit", "cursor")
+	q, err := requestParams(c, "date", "from", "to", "stripe_account", "subscription", "since", "until", "limit", "cursor")
 	if err != nil {
 		return err
 	}
@@ -244,7 +244,7 @@ func (h eventRoutes) replay(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	q, err := queryParams(c.QueryParams(), "stripe_account")
+	q, err := requestParams(c, "stripe_account")
 	if err != nil {
 		return err
 	}

@@ -4,6 +4,8 @@ import (
 	"net/url"
 	"strconv"
 
+	"github.com/labstack/echo/v4"
+
 	"github.com/stripe-payments/stripe-payments/internal/apperr"
 )
 
@@ -17,6 +19,17 @@ const (
 type List[T any] struct {
 	Data       []T    `json:"data"`
 	NextCursor string `json:"next_cursor"`
+}
+
+// requestParams is queryParams on the request's query string, parsed
+// strictly: a malformed pair (a bad %-escape, a ';') is a 400 too, where
+// echo's QueryParams would drop it silently.
+func requestParams(c echo.Context, allowed ...string) (map[string]string, error) {
+	q, err := url.ParseQuery(c.Request().URL.RawQuery)
+	if err != nil {
+		return nil, apperr.New(apperr.CodeInvalidParameter, "malformed query string")
+	}
+	return queryParams(q, allowed...)
 }
 
 // queryParams validates a query string against the parameters a route

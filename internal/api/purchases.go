@@ -87,12 +87,9 @@ func registerPurchases(e *echo.Echo, token string, svc PurchaseService) {
 // Idempotency-Key that this account already used answers the same purchase
 // (with Idempotent-Replayed: true) and creates nothing new at Stripe.
 func (r purchaseRoutes) create(c echo.Context) error {
-	body, err := io.ReadAll(io.LimitReader(c.Request().Body, 64<<10+1))
+	body, err := readBody(c)
 	if err != nil {
-		return apperr.Wrap(err, apperr.CodeInvalidParameter, "could not read the request body")
-	}
-	if len(body) > 64<<10 {
-		return apperr.New(apperr.CodePayloadTooLarge, "request body over 64 KiB")
+		return err
 	}
 	var req purchase.Request
 	dec := json.NewDecoder(strings.NewReader(string(body)))

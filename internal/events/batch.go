@@ -17,7 +17,7 @@ const maxBatchWrite = 25
 // attributes renders a record as DynamoDB attributes by hand: this is the
 // ingest hot path, where reflection-based marshalling showed in profiles.
 func attributes(r Record) (map[string]types.AttributeValue, error) {
-	payload, err := Compress(r.Payload)
+	payload, err := storedPayload(r.Payload)
 	if err != nil {
 		return nil, err
 	}
@@ -35,7 +35,9 @@ func attributes(r Record) (map[string]types.AttributeValue, error) {
 		"received_at":    s(r.ReceivedAt.UTC().Format(bookkeepingTimeLayout)),
 		"source":         s(string(r.Source)),
 		"attempts":       &types.AttributeValueMemberN{Value: strconv.Itoa(r.Attempts)},
-		"payload":        &types.AttributeValueMemberB{Value: payload},
+	}
+	if payload != nil {
+		av["payload"] = &types.AttributeValueMemberB{Value: payload}
 	}
 	if r.Subscription != "" {
 		av["subscription"] = s(r.Subscription)

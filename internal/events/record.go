@@ -115,23 +115,31 @@ func SubscriptionID(ev *stripe.Event) string {
 	if ev.Data == nil || ev.Data.Object == nil {
 		return ""
 	}
+	// Only a well-formed id becomes the index key: DynamoDB refuses empty
+	// or oversized key attributes, which would fail the event forever.
+	valid := func(id string) string {
+		if ValidID(id, "sub_") {
+			return id
+		}
+		return ""
+	}
 	obj := ev.Data.Object
 	if obj["object"] == "subscription" {
 		id, _ := obj["id"].(string)
-		return id
+		return valid(id)
 	}
 	switch ref := obj["subscription"].(type) {
 	case string:
-		return ref
+		return valid(ref)
 	case map[string]interface{}:
 		id, _ := ref["id"].(string)
-		return id
+		return valid(id)
 	}
 	// Invoices of newer API versions nest it under parent.subscription_details.
 	if parent, ok := obj["parent"].(map[string]interface{}); ok {
 		if details, ok := parent["subscription_details"].(map[string]interface{}); ok {
 			if id, ok := details["subscription"].(string); ok {
-				return id
+				return valid(id)
 			}
 		}
 	}
@@ -159,6 +167,23 @@ func Compress(payload []byte) ([]byte, error) {
 		return nil, fmt.Errorf("gzip payload: %w", err)
 	}
 	return buf.Bytes(), nil
+}
+
+// MaxStoredPayload bounds the compressed payload kept on a record. DynamoDB
+// refuses items over 400 KB; the webhook accepts events up to 1 MiB, and
+// Stripe's JSON compresses about 4x, but an event that does not fit would
+// fail on every delivery forever. Its record is written without the payload
+// instead: the replay API and the poller read it from Stripe's Events API.
+const MaxStoredPayload = 300 << 10
+
+// storedPayload is the payload attribute of a record: compressed, or nil
+// when it is over MaxStoredPayload.
+func storedPayload(raw []byte) ([]byte, error) {
+	payload, err := Compress(raw)
+	if err != nil || len(payload) > MaxStoredPayload {
+		return nil, err
+	}
+	return payload, nil
 }
 
 // Decompress reverses Compress.

@@ -16,6 +16,9 @@ type pending struct {
 	outcome Outcome
 	err     error
 	done    chan struct{}
+	// unprocessable is set when the preparer found the object unusable
+	// (events.ErrUnprocessable): the event is rejected without its appliers.
+	unprocessable error
 }
 
 // groupCommit batches concurrent deliveries without a background goroutine

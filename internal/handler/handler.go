@@ -10,6 +10,7 @@ package handler
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -69,6 +70,13 @@ const (
 	Duplicate Outcome = "duplicate"
 	// Ignored: livemode differs from the configured key; nothing recorded.
 	Ignored Outcome = "ignored"
+	// Rejected: the event's object cannot be processed (its appliers report
+	// events.ErrUnprocessable: it does not decode, or names ids Stripe never
+	// issues). Retrying cannot change that, so it is recorded as processed,
+	// with the reason in last_error and no effect, and logged as an error.
+	// It takes no ledger entry: once the cause is fixed, an operator replay
+	// (POST /internal/v1/events/{id}/replay) applies it.
+	Rejected Outcome = "rejected"
 	// Failed: an error; the event is left re-drivable.
 	Failed Outcome = "failed"
 )
@@ -166,11 +174,15 @@ func (h *Handler) handle(ctx context.Context, ev *stripe.Event, payload []byte, 
 		h.logger(rec).Warn("ignoring event whose livemode does not match the configured key", "livemode", ev.Livemode)
 		return Ignored, nil
 	}
+	p := &pending{ev: ev, rec: rec, done: make(chan struct{})}
 	if err := h.runPreparer(ctx, ev); err != nil {
-		h.recordFailure(ctx, rec, err)
-		return Failed, err
+		if !errors.Is(err, events.ErrUnprocessable) {
+			h.recordFailure(ctx, rec, err)
+			return Failed, err
+		}
+		p.unprocessable = err // rejected in its batch, its appliers skipped
 	}
-	return h.group.submit(ctx, &pending{ev: ev, rec: rec, done: make(chan struct{})})
+	return h.group.submit(ctx, p)
 }
 
 // runPreparer runs the event type's preparer, outside any batch so that a
@@ -246,13 +258,26 @@ func (h *Handler) processBatch(ctx context.Context, batch []*pending) {
 		defer read.Done()
 		existing, readErr = h.store.BatchGet(ctx, ids)
 	}()
-	applied, failures := h.apply(ctx, unique)
+	todo := make([]*pending, 0, len(unique))
+	for _, p := range unique {
+		if p.unprocessable == nil {
+			todo = append(todo, p)
+		}
+	}
+	applied, failures := h.apply(ctx, todo)
+	for _, p := range unique {
+		if p.unprocessable != nil {
+			failures[p.rec.ID] = p.unprocessable
+		}
+	}
 	read.Wait()
 
 	var done []events.Record
 	var committed []*pending
+	rejected := map[string]bool{}
 	for _, p := range unique {
 		prev, recorded := existing[p.rec.ID]
+		failure := failures[p.rec.ID]
 		switch {
 		case readErr != nil:
 			// Effects may be committed; without the old record the new one
@@ -263,9 +288,13 @@ func (h *Handler) processBatch(ctx context.Context, batch []*pending) {
 			h.logger(p.rec).Debug("duplicate event")
 			finish(p, Duplicate, nil)
 			continue
-		case failures[p.rec.ID] != nil:
-			h.recordFailure(ctx, p.rec, failures[p.rec.ID])
-			finish(p, Failed, fmt.Errorf("process event: %w", failures[p.rec.ID]))
+		case errors.Is(failure, events.ErrUnprocessable):
+			// Retrying cannot help: record it processed, with no effect.
+			rejected[p.rec.ID] = true
+			p.rec.LastError = truncate(failure.Error(), 1000)
+		case failure != nil:
+			h.recordFailure(ctx, p.rec, failure)
+			finish(p, Failed, fmt.Errorf("process event: %w", failure))
 			continue
 		}
 		if recorded {
@@ -289,6 +318,12 @@ func (h *Handler) processBatch(ctx context.Context, batch []*pending) {
 		return
 	}
 	for _, p := range committed {
+		if rejected[p.rec.ID] {
+			h.logger(p.rec).Error("event rejected: its object cannot be processed; recorded as processed with no effect",
+				"error", failures[p.rec.ID])
+			finish(p, Rejected, nil)
+			continue
+		}
 		if applied[p.rec.ID] {
 			h.logger(p.rec).Info("event processed")
 			finish(p, Applied, nil)
@@ -342,6 +377,13 @@ func (h *Handler) recordFailure(ctx context.Context, rec events.Record, cause er
 	if err := h.store.RecordFailure(ctx, rec, cause); err != nil {
 		log.Error("could not record the failure", "error", err)
 	}
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
 }
 
 // Drain waits until no batch is in flight, so that shutdown closes the

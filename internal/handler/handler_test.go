@@ -3,6 +3,7 @@ package handler_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"sync"
@@ -294,4 +295,60 @@ func TestPreparerRunsBeforeTheTransactionAndCanFail(t *testing.T) {
 	assert.False(t, inTx.Load(), "the preparer ran inside the ledger transaction")
 	assert.True(t, sawPrepared.Load(), "the applier sees what the preparer added")
 	assert.Equal(t, int32(2), calls.Load())
+}
+
+// An event whose object its applier cannot use (events.ErrUnprocessable)
+// would fail the same way on every delivery: it is recorded as processed with
+// the reason, answered (no 5xx loop, no held poller checkpoint), and takes no
+// ledger entry, so that a replay after a fix applies it.
+func TestUnprocessableEventIsRejectedNotRetriedForever(t *testing.T) {
+	e := newEnv(t)
+	h := e.handler(nil)
+	ctx := context.Background()
+	payload := stripetest.Event{Fixture: "payment_intent.succeeded"}.Build(t)
+	ev := parse(t, payload)
+	unusable := func(context.Context, pgx.Tx) error {
+		return fmt.Errorf("%w: decode payment intent: bad metadata", events.ErrUnprocessable)
+	}
+	e.failNext.Store(&unusable)
+
+	outcome, err := h.Handle(ctx, ev, payload, events.SourceWebhook)
+	require.NoError(t, err, "retrying cannot help: the delivery is answered")
+	assert.Equal(t, handler.Rejected, outcome)
+	rec, err := e.store.Get(ctx, ev.ID)
+	require.NoError(t, err)
+	assert.Equal(t, events.StatusProcessed, rec.Status, "the poller and the stuck sweep leave it alone")
+	assert.Contains(t, rec.LastError, "bad metadata")
+	assert.Equal(t, 0, e.ledger(t, ev.ID), "no ledger entry: effects were not applied")
+	assert.Equal(t, 0, e.effects(t, ev.ID))
+
+	outcome, err = h.Handle(ctx, parse(t, payload), payload, events.SourceWebhook)
+	require.NoError(t, err)
+	assert.Equal(t, handler.Applied, outcome, "once the applier can use it (a fix), a replay applies it")
+	assert.Equal(t, 1, e.effects(t, ev.ID))
+	assert.Equal(t, 1, e.ledger(t, ev.ID))
+
+	t.Run("a preparer's verdict rejects too, without running the appliers", func(t *testing.T) {
+		var applied atomic.Int32
+		h := handler.New(handler.Config{PlatformAccount: "acct_platform_test", EventTTL: 720 * time.Hour},
+			e.store, tracking.NewLedger(e.pool), slog.New(slog.NewTextHandler(io.Discard, nil)),
+			handler.WithPreparer("payment_intent.succeeded", func(context.Context, *stripe.Event) error {
+				return fmt.Errorf("%w: invoice id is not an invoice id", events.ErrUnprocessable)
+			}),
+			handler.WithApplier("payment_intent.succeeded", func(context.Context, pgx.Tx, *stripe.Event) error {
+				applied.Add(1)
+				return nil
+			}))
+		payload := stripetest.Event{Fixture: "payment_intent.succeeded"}.Build(t)
+		ev := parse(t, payload)
+		outcome, err := h.Handle(ctx, ev, payload, events.SourceWebhook)
+		require.NoError(t, err)
+		assert.Equal(t, handler.Rejected, outcome)
+		assert.Zero(t, applied.Load())
+		assert.Equal(t, 0, e.ledger(t, ev.ID))
+		rec, err := e.store.Get(ctx, ev.ID)
+		require.NoError(t, err)
+		assert.Equal(t, events.StatusProcessed, rec.Status)
+		assert.Contains(t, rec.LastError, "not an invoice id")
+	})
 }

@@ -128,7 +128,12 @@ func (s *Server) handleError(err error, c echo.Context) {
 		body   apperr.Body
 	)
 	var he *echo.HTTPError
-	if errors.As(err, &he) {
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		// A body limit hit while a handler (or echo's binder) was reading.
+		err = apperr.Wrap(err, apperr.CodePayloadTooLarge, "request body over %d bytes", tooLarge.Limit)
+	}
+	if errors.As(err, &he) && tooLarge == nil {
 		status = he.Code
 		body.Error = apperr.BodyError{Code: echoCode(he.Code), Message: fmt.Sprint(he.Message)}
 	} else {

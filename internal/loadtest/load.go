@@ -12,6 +12,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -119,7 +120,8 @@ func (m *Mix) Next(now time.Time) []byte {
 	account := accounts[m.rng.IntN(len(accounts))]
 	var typ string
 	var obj map[string]any
-	id := uuid.NewString()[:18]
+	// Stripe ids are letters, digits and underscores (events.Parse checks).
+	id := strings.ReplaceAll(uuid.NewString(), "-", "")[:18]
 	switch k := m.rng.IntN(10); {
 	case k < 4:
 		typ = "payment_intent.succeeded"

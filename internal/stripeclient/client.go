@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/stripe/stripe-go/v76"
@@ -49,11 +50,17 @@ func New(opts Options) *client.API {
 }
 
 // leveledLogger routes stripe-go's logs to slog. stripe-go logs request
-// paths and error messages, never the API key.
+// paths and error messages, never the API key; at debug level it also logs
+// every response body, which holds secrets (a PaymentIntent's
+// client_secret) and buyers' personal data: those bodies are dropped.
 type leveledLogger struct{ log *slog.Logger }
 
 func (l leveledLogger) Debugf(format string, v ...interface{}) {
-	l.log.Debug(fmt.Sprintf(format, v...))
+	msg := fmt.Sprintf(format, v...)
+	if strings.HasPrefix(msg, "Response: ") {
+		msg = fmt.Sprintf("Response: %d bytes (body not logged)", len(msg)-len("Response: "))
+	}
+	l.log.Debug(msg)
 }
 func (l leveledLogger) Infof(format string, v ...interface{}) { l.log.Debug(fmt.Sprintf(format, v...)) }
 func (l leveledLogger) Warnf(format string, v ...interface{}) { l.log.Warn(fmt.Sprintf(format, v...)) }

@@ -75,6 +75,14 @@ func (f *Fake) Fail(method, path string, status int, errType, code, message stri
 	f.fails = append(f.fails, &failure{method: method, path: path, status: status, body: body, times: times})
 }
 
+// FailWithBody is Fail with the whole answer body given, e.g. a card error
+// that carries the PaymentIntent (Stripe includes it, client_secret and all).
+func (f *Fake) FailWithBody(method, path string, status int, body []byte, times int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.fails = append(f.fails, &failure{method: method, path: path, status: status, body: body, times: times})
+}
+
 // Requests returns the requests received so far.
 func (f *Fake) Requests() []Request {
 	f.mu.Lock()

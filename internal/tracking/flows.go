@@ -13,6 +13,7 @@ import (
 	"github.com/stripe/stripe-go/v76"
 
 	"github.com/stripe-payments/stripe-payments/internal/actions"
+	"github.com/stripe-payments/stripe-payments/internal/events"
 )
 
 // InvoiceFetcher reads an invoice from Stripe (GET /v1/invoices/{id} on the
@@ -195,3 +196,19 @@ func (f *Flows) fulfil(ctx context.Context, tx pgx.Tx, e event, p *purchaseRow, 
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// unprocessable reports a payload its flow cannot act on: it does not decode
+// into Stripe's type, or it names ids Stripe never issues. The handler
+// records such an event as processed with no effect (retrying cannot help)
+// instead of failing it forever.
+func unprocessable(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", events.ErrUnprocessable, fmt.Sprintf(format, args...))
+}
+
+// clip bounds a payload string quoted in an error.
+func clip(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "…"
+	}
+	return s
+}

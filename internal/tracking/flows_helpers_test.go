@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -80,7 +81,7 @@ func (e *flowEnv) purchase(t *testing.T, kind tracking.Kind, bare bool) ids {
 	ctx := context.Background()
 	p, _, err := e.store.CreatePurchase(ctx, tracking.NewPurchase{Account: uuid.New(), StripeAccount: acct, Kind: kind})
 	require.NoError(t, err)
-	x := ids{purchase: p.ID, account: p.Account, pi: "pi_" + uuid.NewString()[:12], sub: "sub_" + uuid.NewString()[:12], inv: "in_" + uuid.NewString()[:12]}
+	x := ids{purchase: p.ID, account: p.Account, pi: "pi_" + stripeSuffix(), sub: "sub_" + stripeSuffix(), inv: "in_" + stripeSuffix()}
 	if bare {
 		return x
 	}
@@ -169,3 +170,7 @@ func (e *flowEnv) actions(t *testing.T) []actions.Action {
 	require.NoError(t, rows.Err())
 	return out
 }
+
+// stripeSuffix is a unique tail for a Stripe-looking id (letters and
+// digits only, as Stripe's).
+func stripeSuffix() string { return strings.ReplaceAll(uuid.NewString(), "-", "")[:16] }

@@ -430,3 +430,43 @@ func TestActionPayload(t *testing.T) {
 		assert.NoError(t, err, fmt.Sprint(a.Created))
 	}
 }
+
+// TestUnusablePayloadsAreRejected: payloads that decode as events but whose
+// object the flows cannot use (found by FuzzFlows) are answered and recorded
+// as rejected with no effect, instead of failing on every delivery forever;
+// an invoice reference given as {"id": ...} without "object" is looked up
+// like a bare id, never mistaken for an expanded non-recurring invoice.
+func TestUnusablePayloadsAreRejected(t *testing.T) {
+	e := newFlowEnv(t)
+	x := e.purchase(t, tracking.KindLegacy, false)
+	y := e.purchase(t, tracking.KindRecurring, false)
+	for name, ev := range map[string]stripetest.Event{
+		"metadata of the wrong type": {Fixture: "payment_intent.succeeded", Object: map[string]any{"id": x.pi, "metadata": map[string]any{"purchase_id": 5}}},
+		"payment intent id that is not one": {Fixture: "payment_intent.succeeded",
+			Object: map[string]any{"id": "not_a_pi", "metadata": x.metadata()}},
+		"invoice id with a path in it": {Fixture: "payment_intent.succeeded",
+			Object: map[string]any{"id": x.pi, "invoice": "in_1/../../customers/cus_1", "metadata": x.metadata()}},
+		"subscription id that is not one": {Fixture: "customer.subscription.deleted",
+			Object: map[string]any{"id": "sub", "status": "canceled", "metadata": y.metadata()}},
+		"invoice naming a bad payment intent": {Fixture: "invoice.paid",
+			Object: map[string]any{"id": x.inv, "payment_intent": "pi_\u0000", "subscription": nil, "metadata": x.metadata()}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			outcome, err := e.deliver(t, ev)
+			require.NoError(t, err)
+			assert.Equal(t, handler.Rejected, outcome)
+		})
+	}
+	assert.Equal(t, state{payment: tracking.PaymentNew}, e.state(t, x), "nothing changed")
+	assert.Equal(t, state{subscription: tracking.SubscriptionNew}, e.state(t, y))
+	assert.Empty(t, e.stripe.Requests(), "no Stripe call with an id that is not one")
+
+	z := e.purchase(t, tracking.KindOneOff, false)
+	e.stripe.Put(acct, invoiceObject(z, false))
+	outcome, err := e.deliver(t, piEv("payment_intent.succeeded", false, func(z ids) any { return map[string]any{"id": z.inv} })(z))
+	require.NoError(t, err)
+	assert.Equal(t, handler.Applied, outcome)
+	assert.Equal(t, state{fulfilled: true, payment: tracking.PaymentPaid, fulfils: 1}, e.state(t, z))
+	require.Len(t, e.stripe.Requests(), 1)
+	assert.Equal(t, "/v1/invoices/"+z.inv, e.stripe.Requests()[0].Path)
+}

@@ -9,6 +9,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/stripe/stripe-go/v76"
+
+	"github.com/stripe-payments/stripe-payments/internal/events"
 )
 
 // Payment flows of the reference: legacy purchase (payment_intent.succeeded
@@ -25,9 +27,24 @@ import (
 // ev so the applier sees whether it belongs to a subscription and its
 // metadata. The lookup is bounded by the flows' timeout.
 func (f *Flows) expandInvoice(ctx context.Context, ev *stripe.Event) error {
-	id, ok := ev.Data.Object["invoice"].(string)
-	if !ok || id == "" {
+	var id string
+	switch ref := ev.Data.Object["invoice"].(type) {
+	case string:
+		id = ref
+	case map[string]any:
+		// Expanded objects carry "object"; a bare {"id": ...} is only a
+		// reference, and deciding "not recurring" from it could fulfil a
+		// subscription payment.
+		if _, expanded := ref["object"]; !expanded {
+			id, _ = ref["id"].(string)
+		}
+	}
+	if id == "" {
 		return nil // no invoice, or already expanded
+	}
+	if !events.ValidID(id, "in_") {
+		// Never put an arbitrary string into a Stripe API path.
+		return unprocessable("payment intent names invoice %q, which is not an invoice id", clip(id))
 	}
 	if f.invoices == nil {
 		return errors.New("payment intent names an invoice but no invoice lookup is configured")
@@ -88,16 +105,19 @@ func (f *Flows) paymentIntentFailed(ctx context.Context, tx pgx.Tx, ev *stripe.E
 func paymentIntentSettlement(ev *stripe.Event, outcome PaymentStatus) (settlement, error) {
 	var pi stripe.PaymentIntent
 	if err := json.Unmarshal(ev.Data.Raw, &pi); err != nil {
-		return settlement{}, fmt.Errorf("decode payment intent: %w", err)
+		return settlement{}, unprocessable("decode payment intent: %v", err)
 	}
-	if pi.ID == "" {
-		return settlement{}, errors.New("payment intent without id")
+	if !events.ValidID(pi.ID, "pi_") {
+		return settlement{}, unprocessable("payment intent id %q is not a PaymentIntent id", clip(pi.ID))
 	}
 	s := settlement{paymentIntent: pi.ID, outcome: outcome}
 	if h, ok := hintFrom(pi.Metadata); ok {
 		s.hints = append(s.hints, h)
 	}
 	if inv := pi.Invoice; inv != nil && inv.ID != "" {
+		if !events.ValidID(inv.ID, "in_") {
+			return settlement{}, unprocessable("payment intent %s names invoice %q, which is not an invoice id", pi.ID, clip(inv.ID))
+		}
 		if inv.Object == "" {
 			// Only the id: the preparer did not run or could not expand it.
 			// Deciding "non-recurring" now could fulfil a subscription
@@ -123,10 +143,13 @@ func (f *Flows) invoicePaymentFailed(ctx context.Context, tx pgx.Tx, ev *stripe.
 func (f *Flows) invoiceSettled(ctx context.Context, tx pgx.Tx, ev *stripe.Event, outcome PaymentStatus) error {
 	var inv stripe.Invoice
 	if err := json.Unmarshal(ev.Data.Raw, &inv); err != nil {
-		return fmt.Errorf("decode invoice: %w", err)
+		return unprocessable("decode invoice: %v", err)
 	}
 	s := settlement{outcome: outcome, recurring: inv.Subscription != nil && inv.Subscription.ID != ""}
-	if inv.PaymentIntent != nil {
+	if inv.PaymentIntent != nil && inv.PaymentIntent.ID != "" {
+		if !events.ValidID(inv.PaymentIntent.ID, "pi_") {
+			return unprocessable("invoice %s names payment intent %q, which is not a PaymentIntent id", clip(inv.ID), clip(inv.PaymentIntent.ID))
+		}
 		s.paymentIntent = inv.PaymentIntent.ID
 	}
 	if h, ok := hintFrom(inv.Metadata); ok {

@@ -11,6 +11,7 @@ import (
 	"github.com/stripe/stripe-go/v76"
 
 	"github.com/stripe-payments/stripe-payments/internal/actions"
+	"github.com/stripe-payments/stripe-payments/internal/events"
 )
 
 // Subscription flows of the reference. "Subscription activated":
@@ -42,10 +43,10 @@ func targetOf(status stripe.SubscriptionStatus) SubscriptionStatus {
 func (f *Flows) subscriptionChanged(ctx context.Context, tx pgx.Tx, ev *stripe.Event) error {
 	var sub stripe.Subscription
 	if err := json.Unmarshal(ev.Data.Raw, &sub); err != nil {
-		return fmt.Errorf("decode subscription: %w", err)
+		return unprocessable("decode subscription: %v", err)
 	}
-	if sub.ID == "" {
-		return errors.New("subscription without id")
+	if !events.ValidID(sub.ID, "sub_") {
+		return unprocessable("subscription id %q is not a subscription id", clip(sub.ID))
 	}
 	target := targetOf(sub.Status)
 	if ev.Type == "customer.subscription.deleted" {
@@ -61,12 +62,15 @@ func (f *Flows) subscriptionChanged(ctx context.Context, tx pgx.Tx, ev *stripe.E
 func (f *Flows) scheduleCanceled(ctx context.Context, tx pgx.Tx, ev *stripe.Event) error {
 	var sched stripe.SubscriptionSchedule
 	if err := json.Unmarshal(ev.Data.Raw, &sched); err != nil {
-		return fmt.Errorf("decode subscription schedule: %w", err)
+		return unprocessable("decode subscription schedule: %v", err)
 	}
 	e := f.event(ev)
 	if sched.Subscription == nil || sched.Subscription.ID == "" {
 		e.log.Info("canceled schedule has no subscription: no effect", "schedule", sched.ID)
 		return nil
+	}
+	if !events.ValidID(sched.Subscription.ID, "sub_") {
+		return unprocessable("schedule names subscription %q, which is not a subscription id", clip(sched.Subscription.ID))
 	}
 	return f.moveSubscription(ctx, tx, e, sched.Subscription.ID, nil, SubscriptionTerminated)
 }

@@ -1,0 +1,48 @@
+package config_test
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"log/slog"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/stripe-payments/stripe-payments/internal/config"
+)
+
+func TestSecretsAndRedactor(t *testing.T) {
+	env := map[string]string{
+		"STRIPE_WEBHOOK_SECRET": "whsec_old_0123456789,whsec_new_0123456789",
+		"STRIPE_API_KEY":        "sk_test_abcdefghijkl",
+		"INTERNAL_API_TOKEN":    "token-0123456789",
+		"ACTIONS_SECRET":        "actions-0123456789",
+		"ACTIONS_URL":           "https://hooks:hookpass123@example.com/actions",
+		"DATABASE_URL":          "postgres://app:dbpass12345@db:5432/payments",
+	}
+	cfg, err := config.Load(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	require.NoError(t, err)
+	secrets := cfg.Secrets()
+	assert.ElementsMatch(t, []string{"whsec_old_0123456789", "whsec_new_0123456789", "sk_test_abcdefghijkl",
+		"token-0123456789", "actions-0123456789", "dbpass12345", "hookpass123"}, secrets)
+
+	var out bytes.Buffer
+	log := slog.New(slog.NewJSONHandler(&out, &slog.HandlerOptions{ReplaceAttr: config.Redactor(secrets...)}))
+	log.Error("connect postgres://app:dbpass12345@db failed with key sk_test_abcdefghijkl",
+		"error", fmt.Errorf("wrapped: %w", errors.New(`stripe said {"payment_intent":{"client_secret":"pi_3MtwBw_secret_YrKJUKri"}}`)),
+		slog.Group("request", "authorization", "Bearer token-0123456789", "body", []byte("whsec_new_0123456789")),
+		"count", 3)
+	text := out.String()
+	for _, s := range append(secrets, "pi_3MtwBw_secret_YrKJUKri") {
+		assert.NotContains(t, text, s)
+	}
+	assert.Contains(t, text, "sk_test_****")
+	assert.Contains(t, text, "[client_secret]")
+	assert.Contains(t, text, `"count":3`)
+
+	dev, err := config.Load(func(string) (string, bool) { return "", false })
+	require.NoError(t, err)
+	assert.Empty(t, dev.Secrets(), "the public dev defaults are printed on purpose, never masked")
+}

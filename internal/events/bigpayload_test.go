@@ -1,0 +1,45 @@
+package events_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/stripe-payments/stripe-payments/internal/events"
+	"github.com/stripe-payments/stripe-payments/internal/stripetest"
+)
+
+// A signed event the webhook accepts (up to 1 MiB) may not compress under
+// DynamoDB's 400 KB item limit. Its record must still be writable, or the
+// event would fail on every delivery forever: the payload is left out (the
+// replay API and the poller read such an event from Stripe's Events API).
+func TestRecordOfAnIncompressibleEventOmitsThePayload(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	noise := make([]byte, 450<<10)
+	_, _ = rand.Read(noise)
+	payload := stripetest.Event{Fixture: "customer.created", Object: map[string]any{"description": hex.EncodeToString(noise)}}.Build(t)
+	require.Less(t, len(payload), 1<<20, "the webhook accepts it")
+	ev, err := events.Parse(payload)
+	require.NoError(t, err)
+	rec := events.NewRecord(ev, payload, platform, 720*time.Hour, events.SourceWebhook, f.now)
+
+	require.NoError(t, f.store.RecordFailure(ctx, rec, errors.New("postgres down")), "a failure record")
+	rec.Status, rec.ProcessedAt = events.StatusProcessed, f.now
+	require.NoError(t, f.store.PutProcessed(ctx, []events.Record{rec}), "a processed record")
+	got, err := f.store.Get(ctx, rec.ID)
+	require.NoError(t, err)
+	assert.Equal(t, events.StatusProcessed, got.Status)
+	assert.Empty(t, got.Payload, "too large to keep")
+
+	small := f.record(t, stripetest.Event{Fixture: "customer.created"})
+	got, err = f.store.Get(ctx, small.ID)
+	require.NoError(t, err)
+	assert.Equal(t, small.Payload, got.Payload, "an ordinary payload is kept")
+}
