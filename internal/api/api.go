@@ -9,7 +9,8 @@ const Prefix = "/internal/v1"
 
 // Deps are the stores the API reads.
 type Deps struct {
-	Events EventReader
+	Events  EventReader
+	Billing BillingService // nil: no billing routes
 }
 
 // Register mounts the internal API on e behind bearer auth. An empty token
@@ -21,4 +22,7 @@ func Register(e *echo.Echo, token string, deps Deps) {
 	g := e.Group(Prefix, BearerAuth(token))
 	ev := eventRoutes{store: deps.Events}
 	g.GET("/events/:id", ev.get)
+	if deps.Billing != nil {
+		registerBilling(g, deps.Billing)
+	}
 }

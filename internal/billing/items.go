@@ -374,3 +374,7 @@ func (it historyItem) entry() HistoryEntry {
 		Amount: it.Amount, Attempts: it.Attempts, Version: it.Version, Cause: it.Cause,
 	}
 }
+
+// ValidID reports whether s can be an account, subscription or SKU id: ids
+// become parts of keys, so '#', '/' and whitespace are refused.
+func ValidID(s string) bool { return validID(s) }
