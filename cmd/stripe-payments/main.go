@@ -25,6 +25,8 @@ commands:
   serve          run the HTTP service (webhooks, internal API, health, metrics)
   migrate        create missing DynamoDB tables and apply Postgres migrations
   events sign    print a Stripe-Signature header for a payload read from stdin
+  billing remind|collect [--date D]
+                 run the recurring billing reminder or collection job
 `
 
 func main() {
@@ -50,6 +52,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return migrate(ctx, stderr)
 	case "events":
 		return eventsCmd(args[1:], stdin, stdout, stderr)
+	case "billing":
+		return billingCmd(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil

@@ -13,12 +13,14 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/stripe-payments/stripe-payments/internal/api"
+	"github.com/stripe-payments/stripe-payments/internal/billing"
 	"github.com/stripe-payments/stripe-payments/internal/config"
 	"github.com/stripe-payments/stripe-payments/internal/dynamo"
 	"github.com/stripe-payments/stripe-payments/internal/events"
 	"github.com/stripe-payments/stripe-payments/internal/handler"
 	"github.com/stripe-payments/stripe-payments/internal/httpserver"
 	"github.com/stripe-payments/stripe-payments/internal/metrics"
+	"github.com/stripe-payments/stripe-payments/internal/outbox"
 	"github.com/stripe-payments/stripe-payments/internal/tracking"
 	"github.com/stripe-payments/stripe-payments/webhook"
 )
@@ -34,6 +36,10 @@ type App struct {
 	Handler *handler.Handler
 	Metrics *metrics.Metrics
 	Server  *httpserver.Server
+	// Billing is the recurring billing core; BillingFeed applies the Stripe
+	// events about its charges (outbox topic "billing").
+	Billing     *billing.Service
+	BillingFeed *outbox.Worker
 }
 
 // New connects to DynamoDB and Postgres and builds every component. It does
@@ -50,11 +56,15 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 	a := &App{Config: cfg, Log: log, Dynamo: ddb, Pool: pool, Metrics: metrics.New()}
 	a.Events = events.NewStore(ddb, cfg.EventsTable, cfg.EventTTL, nil)
 	a.Ledger = tracking.NewLedger(pool)
+	if err := a.newBilling(); err != nil {
+		pool.Close()
+		return nil, err
+	}
 	a.Handler = handler.New(handler.Config{
 		PlatformAccount: cfg.PlatformAccount,
 		EventTTL:        cfg.EventTTL,
 		Livemode:        cfg.Livemode(),
-	}, a.Events, a.Ledger, log, handler.WithObserver(a.Metrics))
+	}, a.Events, a.Ledger, log, append([]handler.Option{handler.WithObserver(a.Metrics)}, billingAppliers()...)...)
 
 	a.Server = httpserver.New(log, a.Metrics, []httpserver.Check{
 		{Name: "dynamodb", Run: func(ctx context.Context) error { return dynamo.Ping(ctx, ddb, cfg.EventsTable) }},
@@ -62,13 +72,13 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 	})
 	verifier := webhook.NewVerifier(cfg.WebhookSecrets, cfg.WebhookTolerance, nil)
 	webhook.NewEndpoint(verifier, a.Handler, cfg.WebhookMaxBody, log).Register(a.Server.Echo)
-	api.Register(a.Server.Echo, cfg.InternalAPIToken, api.Deps{Events: a.Events})
+	api.Register(a.Server.Echo, cfg.InternalAPIToken, api.Deps{Events: a.Events, Billing: a.Billing})
 	return a, nil
 }
 
 // TableSpecs are the DynamoDB tables this configuration uses.
 func (a *App) TableSpecs() []dynamo.TableSpec {
-	return []dynamo.TableSpec{dynamo.EventsTable(a.Config.EventsTable)}
+	return append([]dynamo.TableSpec{dynamo.EventsTable(a.Config.EventsTable)}, a.billingTables()...)
 }
 
 // Migrate creates missing DynamoDB tables and applies Postgres migrations.
@@ -97,12 +107,17 @@ func (a *App) Run(ctx context.Context) error {
 	if err := a.Open(); err != nil {
 		return err
 	}
+	bctx, stopBilling := context.WithCancel(ctx)
+	defer stopBilling()
+	waitBilling := a.startBilling(bctx)
 	var serveErr error
 	select {
 	case <-ctx.Done():
 	case serveErr = <-a.Server.Done():
 	}
 	a.Log.Info("shutting down")
+	stopBilling()
+	waitBilling()
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.Config.ShutdownTimeout)
 	defer cancel()
 	if err := a.Server.Close(shutdownCtx); err != nil {

@@ -204,8 +204,16 @@ func (s *Service) applyFeed(ctx context.Context, msg FeedMessage, date dates.Dat
 			s.complete(tx, &p, pi, evDate, now)
 			tx.PutPeriod(&p, false)
 			tx.PutPaymentRef(PaymentRef{PaymentIntent: pi, AccountID: p.AccountID, SubscriptionID: p.SubscriptionID, BillingDate: p.BillingDate})
+			subChanged := false
+			if sub.Status == SubActive && sub.NextPaymentDate.Equal(p.BillingDate) {
+				s.advance(tx, &sub, p.BillingDate, today, ProcWebhook, now)
+				subChanged = true
+			}
 			if p.BillingDate.After(sub.LastPaymentDate) {
 				sub.LastPaymentDate = p.BillingDate
+				subChanged = true
+			}
+			if subChanged {
 				tx.PutSubscription(&sub)
 			}
 		}

@@ -296,8 +296,17 @@ func (s *Service) collectFirst(ctx context.Context, l *lock.Lock, sub Subscripti
 		return err
 	}
 	if p.Status != Scheduled {
-		s.log.Error("billing job: next payment's period is not SCHEDULED; not charging",
+		// Settled elsewhere (a webhook about a charge made outside this job):
+		// nothing to charge, but the subscription must move on.
+		s.log.Warn("billing job: next payment's period is no longer SCHEDULED; moving on without charging",
 			"account", sub.AccountID, "subscription_id", sub.SubscriptionID, "billing_date", p.BillingDate.String(), "status", string(p.Status))
+		now := s.now()
+		tx := s.store.NewTx(s.cause("collect", p, today), now)
+		s.advance(tx, &sub, p.BillingDate, today, ProcInitial, now)
+		tx.PutSubscription(&sub)
+		if err := s.store.Commit(ctx, tx); err != nil && !errors.Is(err, ErrConflict) {
+			return fmt.Errorf("move on: %w", err)
+		}
 		rep.add(func(r *Report) { r.Skipped++ })
 		return nil
 	}
@@ -605,3 +614,17 @@ func (s *Service) remindEntry(ctx context.Context, _ *lock.Lock, e IndexEntry, d
 	}
 	return nil
 }
+
+// NowDate is the job date of a run without --date: tomorrow in UTC, so
+// that subscriptions in time zones ahead of UTC are seen on their own
+// date. Each subscription is acted on only once its payment (or reminder)
+// date has come in its own time zone.
+func (s *Service) NowDate() dates.Date { return dates.In(s.now(), time.UTC).AddDays(1) }
+
+// CollectNow is Collect for the current date (the in-process ticker).
+func (s *Service) CollectNow(ctx context.Context) (*Report, error) {
+	return s.Collect(ctx, s.NowDate())
+}
+
+// RemindNow is Remind for the current date (the in-process ticker).
+func (s *Service) RemindNow(ctx context.Context) (*Report, error) { return s.Remind(ctx, s.NowDate()) }

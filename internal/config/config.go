@@ -47,6 +47,7 @@ type Config struct {
 	ShutdownTimeout       time.Duration
 	UsingDevWebhookSecret bool
 	UsingDevAPIToken      bool
+	Billing               BillingConfig
 }
 
 // Lookup reads one variable; os.LookupEnv in production, a map in tests.
@@ -109,6 +110,8 @@ func Load(lookup Lookup) (Config, error) {
 	if err := c.LogLevel.UnmarshalText([]byte(get("LOG_LEVEL", "info"))); err != nil {
 		errs = append(errs, fmt.Errorf("LOG_LEVEL: %w", err))
 	}
+	c.Billing, err = loadBilling(get)
+	errs = append(errs, err)
 	errs = append(errs, c.Validate())
 	return c, errors.Join(errs...)
 }
@@ -163,6 +166,7 @@ func (c Config) LogValue() slog.Value {
 		slog.Bool("internal_api_enabled", c.InternalAPIToken != ""),
 		slog.Duration("event_ttl", c.EventTTL),
 		slog.Bool("actions_enabled", c.ActionsURL != ""),
+		slog.Any("billing", c.Billing),
 	)
 }
 
