@@ -54,8 +54,14 @@ func piKey(pi string) string { return prefixPI + pi }
 
 func historyPK(account, sub string) string { return accountPK(account) + "#SUB#" + sub }
 
+// historySK keys an entry by the period version its change produced. The
+// entry is written before the change; if the change then fails (a crash, a
+// lost race), the period stays at the previous version and whatever change
+// next produces that version overwrites the entry: the history never keeps
+// a change that did not happen, and a repeated change (a rerun, a
+// redelivered event) rewrites its own entry instead of adding one.
 func historySK(e HistoryEntry) string {
-	return fmt.Sprintf("%s#%06d#%s", e.BillingDate, e.Version, e.Cause)
+	return fmt.Sprintf("%s#%06d", e.BillingDate, e.Version)
 }
 
 // validID is the rule for ids that become part of keys.

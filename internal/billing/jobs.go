@@ -188,17 +188,17 @@ func (r *Report) summary() string {
 func (s *Service) readShard(ctx context.Context, index string, date dates.Date, shard int) ([]accountWork, error) {
 	var accounts []accountWork
 	pos := map[string]int{}
-	seen := map[IndexEntry]bool{}
+	seen := map[string]bool{}
 	for d := date.AddDays(-s.cfg.LookbackDays); !d.After(date); d = d.AddDays(1) {
-		entries, err := s.store.QueryIndex(ctx, index, Partition(d, shard))
+		entries, err := s.store.QueryIndex(ctx, index, d, shard)
 		if err != nil {
 			return nil, err
 		}
 		for _, e := range entries {
-			if seen[e] {
+			if seen[e.PK+"|"+e.SK] {
 				continue
 			}
-			seen[e] = true
+			seen[e.PK+"|"+e.SK] = true
 			acc := e.Account()
 			i, ok := pos[acc]
 			if !ok {
@@ -241,7 +241,7 @@ func (s *Service) account(ctx context.Context, w accountWork, date dates.Date, l
 func (s *Service) collectEntry(ctx context.Context, l *lock.Lock, e IndexEntry, date dates.Date, rep *Report) error {
 	switch {
 	case strings.HasPrefix(e.SK, prefixSub):
-		sub, err := s.store.GetSubscriptionAt(ctx, e)
+		sub, p, found, err := s.store.GetSubscriptionWithPeriod(ctx, e)
 		if errors.Is(err, ErrNotFound) {
 			rep.add(func(r *Report) { r.Skipped++ })
 			return nil
@@ -249,7 +249,11 @@ func (s *Service) collectEntry(ctx context.Context, l *lock.Lock, e IndexEntry, 
 		if err != nil {
 			return err
 		}
-		return s.collectDue(ctx, l, sub, date, rep)
+		var due *Period
+		if found && p.BillingDate.Equal(sub.NextPaymentDate) {
+			due = &p
+		}
+		return s.collectDue(ctx, l, sub, due, date, rep)
 	case strings.HasPrefix(e.SK, prefixPeriod):
 		return s.retryEntry(ctx, l, e, date, rep)
 	case strings.HasPrefix(e.SK, prefixResume):
@@ -262,23 +266,20 @@ func (s *Service) collectEntry(ctx context.Context, l *lock.Lock, e IndexEntry, 
 // collectDue charges a subscription's next payment if it is due by date,
 // and keeps going while the next one is due too (catching up after days
 // the job did not run).
-func (s *Service) collectDue(ctx context.Context, l *lock.Lock, sub Subscription, date dates.Date, rep *Report) error {
+// due, when known, is the period of sub's next payment as read with it.
+func (s *Service) collectDue(ctx context.Context, l *lock.Lock, sub Subscription, due *Period, date dates.Date, rep *Report) error {
 	for range 48 {
 		today := s.today(sub)
-		due := sub.NextPaymentDate
-		if sub.Status != SubActive || due.IsZero() || due.After(date) || due.After(today) {
+		dueDate := sub.NextPaymentDate
+		if sub.Status != SubActive || dueDate.IsZero() || dueDate.After(date) || dueDate.After(today) {
 			rep.add(func(r *Report) { r.Skipped++ })
 			return nil
 		}
-		if err := s.collectFirst(ctx, l, sub, today, rep); err != nil {
+		next, moved, err := s.collectFirst(ctx, l, sub, due, today, rep)
+		due = nil
+		if err != nil || !moved || next.NextPaymentDate.Equal(dueDate) || next.Status != SubActive ||
+			next.NextPaymentDate.After(date) || next.NextPaymentDate.After(today) {
 			return err
-		}
-		next, err := s.store.GetSubscription(ctx, sub.AccountID, sub.SubscriptionID)
-		if err != nil {
-			return err
-		}
-		if next.NextPaymentDate.Equal(due) || next.Status != SubActive || next.NextPaymentDate.After(date) || next.NextPaymentDate.After(today) {
-			return nil
 		}
 		sub = next
 	}
@@ -287,13 +288,20 @@ func (s *Service) collectDue(ctx context.Context, l *lock.Lock, sub Subscription
 
 // collectFirst makes the first attempt on the period of sub's next payment,
 // or marks it STALE when it is too old to collect.
-func (s *Service) collectFirst(ctx context.Context, l *lock.Lock, sub Subscription, today dates.Date, rep *Report) error {
-	p, err := s.store.GetPeriod(ctx, sub.AccountID, sub.SubscriptionID, sub.NextPaymentDate)
-	switch {
-	case errors.Is(err, ErrNotFound):
-		p = newPeriod(sub, sub.NextPaymentDate, Scheduled, ProcInitial, "recreated", s.now())
-	case err != nil:
-		return err
+// It returns the subscription as written when it moved on.
+func (s *Service) collectFirst(ctx context.Context, l *lock.Lock, sub Subscription, due *Period, today dates.Date, rep *Report) (Subscription, bool, error) {
+	var p Period
+	if due != nil {
+		p = *due
+	} else {
+		var err error
+		p, err = s.store.GetPeriod(ctx, sub.AccountID, sub.SubscriptionID, sub.NextPaymentDate)
+		switch {
+		case errors.Is(err, ErrNotFound):
+			p = newPeriod(sub, sub.NextPaymentDate, Scheduled, ProcInitial, "recreated", s.now())
+		case err != nil:
+			return sub, false, err
+		}
 	}
 	if p.Status != Scheduled {
 		// Settled elsewhere (a webhook about a charge made outside this job):
@@ -304,11 +312,14 @@ func (s *Service) collectFirst(ctx context.Context, l *lock.Lock, sub Subscripti
 		tx := s.store.NewTx(s.cause("collect", p, today), now)
 		s.advance(tx, &sub, p.BillingDate, today, ProcInitial, now)
 		tx.PutSubscription(&sub)
-		if err := s.store.Commit(ctx, tx); err != nil && !errors.Is(err, ErrConflict) {
-			return fmt.Errorf("move on: %w", err)
+		if err := s.store.Commit(ctx, tx); err != nil {
+			if errors.Is(err, ErrConflict) {
+				return sub, false, nil
+			}
+			return sub, false, fmt.Errorf("move on: %w", err)
 		}
 		rep.add(func(r *Report) { r.Skipped++ })
-		return nil
+		return sub, true, nil
 	}
 	if s.cfg.Retry.IsStale(p.BillingDate, today) && p.InFlightKey == "" {
 		now := s.now()
@@ -318,16 +329,16 @@ func (s *Service) collectFirst(ctx context.Context, l *lock.Lock, sub Subscripti
 		s.advance(tx, &sub, p.BillingDate, today, ProcInitial, now)
 		tx.PutSubscription(&sub)
 		if err := s.store.Commit(ctx, tx); err != nil {
-			return fmt.Errorf("mark stale: %w", err)
+			return sub, false, fmt.Errorf("mark stale: %w", err)
 		}
 		rep.add(func(r *Report) { r.Stale++ })
-		return nil
+		return sub, true, nil
 	}
 	return s.attempt(ctx, l, sub, p, ProcInitial, today, rep)
 }
 
 func (s *Service) cause(job string, p Period, today dates.Date) string {
-	return fmt.Sprintf("%s:%s:a%d", job, today, p.Attempts+1)
+	return fmt.Sprintf("%s:%s:attempt-%d", job, today, p.Attempts+1)
 }
 
 // IdempotencyKey of attempt n on a period: the same attempt always sends
@@ -342,7 +353,8 @@ func IdempotencyKey(p Period, n int) string {
 }
 
 // attempt charges a period: claim (conditional write), charge, record.
-func (s *Service) attempt(ctx context.Context, l *lock.Lock, sub Subscription, p Period, proc Process, today dates.Date, rep *Report) error {
+// It returns the subscription as written, and whether it was.
+func (s *Service) attempt(ctx context.Context, l *lock.Lock, sub Subscription, p Period, proc Process, today dates.Date, rep *Report) (Subscription, bool, error) {
 	now := s.now()
 	// Claim: re-check on the table that the subscription is still ACTIVE and
 	// unchanged, and record the attempt's idempotency key before charging.
@@ -351,29 +363,38 @@ func (s *Service) attempt(ctx context.Context, l *lock.Lock, sub Subscription, p
 			"account", p.AccountID, "subscription_id", p.SubscriptionID, "billing_date", p.BillingDate.String(),
 			"idempotency_key", p.InFlightKey, "in_flight_since", p.InFlightAt)
 		rep.add(func(r *Report) { r.Unreconciled++ })
-		return nil
+		return sub, false, nil
 	}
 	if p.InFlightKey == "" {
 		p.InFlightKey, p.InFlightAt = IdempotencyKey(p, p.Attempts+1), now
-	}
-	if p.InitialRunDate.IsZero() {
-		p.InitialRunDate = now
-	}
-	claim := s.store.NewTx("claim", now)
-	claim.CheckSubscription(sub)
-	claim.PutPeriod(&p, true)
-	if err := s.store.Commit(ctx, claim); err != nil {
-		if errors.Is(err, ErrConflict) {
-			rep.add(func(r *Report) { r.Skipped++ })
-			return nil // changed since the index read: nothing to charge now
+		if p.InitialRunDate.IsZero() {
+			p.InitialRunDate = now
 		}
-		return fmt.Errorf("claim: %w", err)
+		claim := s.store.NewTx("claim", now)
+		claim.CheckSubscription(sub)
+		claim.PutPeriod(&p, true)
+		if err := s.store.Commit(ctx, claim); err != nil {
+			if errors.Is(err, ErrConflict) {
+				rep.add(func(r *Report) { r.Skipped++ })
+				return sub, false, nil // changed since the index read: nothing to charge now
+			}
+			return sub, false, fmt.Errorf("claim: %w", err)
+		}
+	} else if sub.Status != SubActive {
+		// Cannot happen: changes are refused while an attempt is in flight.
+		s.log.Error("billing job: attempt in flight on a subscription that is not ACTIVE; not charging",
+			"account", p.AccountID, "subscription_id", p.SubscriptionID, "billing_date", p.BillingDate.String())
+		rep.add(func(r *Report) { r.Unreconciled++ })
+		return sub, false, nil
 	}
+	// A rerun of an attempt in flight reuses its claim: the subscription was
+	// re-read under the lock, and no change is accepted while an attempt is
+	// in flight, so it is still ACTIVE.
 	if err := s.step("claimed", p); err != nil {
-		return err
+		return sub, false, err
 	}
 	if l != nil && !l.Valid() {
-		return fmt.Errorf("before charging: %w", lock.ErrNotOwner)
+		return sub, false, fmt.Errorf("before charging: %w", lock.ErrNotOwner)
 	}
 	attemptNo := p.Attempts + 1
 	// The charge stops when the job is cancelled or the lock is lost.
@@ -391,10 +412,10 @@ func (s *Service) attempt(ctx context.Context, l *lock.Lock, sub Subscription, p
 	})
 	if err != nil {
 		rep.add(func(r *Report) { r.Unknown++ })
-		return fmt.Errorf("charge %s %s: %w", p.SubscriptionID, p.BillingDate, err)
+		return sub, false, fmt.Errorf("charge %s %s: %w", p.SubscriptionID, p.BillingDate, err)
 	}
 	if err := s.step("charged", p); err != nil {
-		return err
+		return sub, false, err
 	}
 	now = s.now()
 	// The action reflects what Stripe did, so it goes out before the write:
@@ -406,12 +427,12 @@ func (s *Service) attempt(ctx context.Context, l *lock.Lock, sub Subscription, p
 		err = s.notifier.Notify(ctx, paymentAction(ActionPaymentFailed, p, res.PaymentIntent, attemptNo, res.Error, now))
 	}
 	if err != nil {
-		return err
+		return sub, false, err
 	}
 	tx := s.store.NewTx(s.cause("collect", p, today), now)
 	s.record(tx, &sub, &p, res, proc, today, today, now)
 	if err := s.store.Commit(ctx, tx); err != nil {
-		return fmt.Errorf("record attempt (the charge is in Stripe; a rerun or its webhook records it): %w", err)
+		return sub, false, fmt.Errorf("record attempt (the charge is in Stripe; a rerun or its webhook records it): %w", err)
 	}
 	rep.add(func(r *Report) {
 		switch res.Outcome {
@@ -423,7 +444,7 @@ func (s *Service) attempt(ctx context.Context, l *lock.Lock, sub Subscription, p
 			r.Declined++
 		}
 	})
-	return s.step("committed", p)
+	return sub, true, s.step("committed", p)
 }
 
 // record writes the outcome of an attempt into tx: the period's new status,
@@ -501,7 +522,8 @@ func (s *Service) retryEntry(ctx context.Context, l *lock.Lock, e IndexEntry, da
 	case p.InFlightKey != "":
 		// A crashed attempt: finish it with the same key (even if stale now:
 		// the charge may already have happened).
-		return s.attempt(ctx, l, sub, p, ProcRetry, today, rep)
+		_, _, err := s.attempt(ctx, l, sub, p, ProcRetry, today, rep)
+		return err
 	case sub.Status == SubCancelled:
 		p.Status, p.Process, p.UpdatedEvent, p.CompletionDate, p.NextAttemptDate = Cancelled, ProcRetry, "cancelled", now, dates.Date{}
 	case s.cfg.Retry.IsStale(p.BillingDate, today):
@@ -512,7 +534,8 @@ func (s *Service) retryEntry(ctx context.Context, l *lock.Lock, e IndexEntry, da
 		p.Process, p.UpdatedEvent = ProcRetry, "retry-deferred-paused"
 		rep.add(func(r *Report) { r.Skipped++ })
 	default:
-		return s.attempt(ctx, l, sub, p, ProcRetry, today, rep)
+		_, _, err := s.attempt(ctx, l, sub, p, ProcRetry, today, rep)
+		return err
 	}
 	tx.PutPeriod(&p, false)
 	if err := s.store.Commit(ctx, tx); err != nil {
@@ -551,7 +574,7 @@ func (s *Service) resumeEntry(ctx context.Context, l *lock.Lock, e IndexEntry, d
 		return err
 	}
 	rep.add(func(r *Report) { r.Resumed++ })
-	return s.collectDue(ctx, l, sub, date, rep)
+	return s.collectDue(ctx, l, sub, nil, date, rep)
 }
 
 // remindEntry sends a due reminder: claim (conditional write naming the

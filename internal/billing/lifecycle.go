@@ -162,6 +162,11 @@ func (s *Service) UpdateSubscription(ctx context.Context, account, subID string,
 		if err != nil {
 			return err
 		}
+		if sub.Status != SubCancelled {
+			if _, err := s.noAttemptInFlight(ctx, sub); err != nil {
+				return err
+			}
+		}
 		switch ch.Action {
 		case "pause":
 			out, err = s.pause(ctx, sub, ch.Months, ch.Cause)
@@ -179,6 +184,23 @@ func (s *Service) UpdateSubscription(ctx context.Context, account, subID string,
 		return err
 	})
 	return out, err
+}
+
+// noAttemptInFlight refuses a change while a collection attempt on any
+// period of sub has no recorded outcome: the attempt's rerun must still find
+// the subscription as it charged it (a crash must not let a cancelled or
+// paused subscription be charged by the rerun).
+func (s *Service) noAttemptInFlight(ctx context.Context, sub Subscription) ([]Period, error) {
+	periods, err := s.store.ListPeriods(ctx, sub.AccountID, sub.SubscriptionID)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range periods {
+		if p.InFlightKey != "" {
+			return nil, fmt.Errorf("period %s has a collection attempt in flight; retry after the next collection run: %w", p.BillingDate, ErrConflict)
+		}
+	}
+	return periods, nil
 }
 
 // openPeriod reads the SCHEDULED period of the next payment, refusing one
@@ -305,8 +327,9 @@ func (s *Service) resume(ctx context.Context, sub Subscription, at dates.Date, p
 
 // cancel ends a subscription: it leaves the indexes, and its open periods
 // (scheduled, paused, failed awaiting a retry) become CANCELLED. A period
-// with a payment on its way (ACHSENT, or an attempt in flight) is left for
-// its webhook to settle: the money moved or it did not.
+// with a payment on its way (ACHSENT) is left for its webhook to settle: the
+// money moved or it did not. (UpdateSubscription refuses while an attempt
+// is in flight.)
 func (s *Service) cancel(ctx context.Context, sub Subscription, cause string) (Subscription, error) {
 	if sub.Status == SubCancelled {
 		return sub, nil
@@ -318,9 +341,6 @@ func (s *Service) cancel(ctx context.Context, sub Subscription, cause string) (S
 	}
 	tx := s.store.NewTx(cause, now)
 	for _, p := range periods {
-		if p.InFlightKey != "" {
-			continue
-		}
 		switch p.Status {
 		case Scheduled, Paused, Error:
 			p.Status, p.Process, p.UpdatedEvent, p.CompletionDate, p.NextAttemptDate = Cancelled, ProcAdmin, "cancelled", now, dates.Date{}

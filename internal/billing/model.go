@@ -212,8 +212,7 @@ type HistoryEntry struct {
 	Amount         int64
 	Attempts       int
 	Version        int64
-	// Cause names what made the change (job run, event id, API request):
-	// with the version it makes the entry's key, so a redelivered cause
-	// rewrites its own entry instead of appending a second one.
+	// Cause names what made the change: a job attempt, an event id, an
+	// API request.
 	Cause string
 }

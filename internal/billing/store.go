@@ -431,14 +431,17 @@ func (s *Store) queryAll(ctx context.Context, pk, skPrefix string, fn func(map[s
 // IndexEntry is one item of a due-date index partition.
 type IndexEntry struct {
 	PK, SK string
+	// Date is the date of the partition the entry was read from.
+	Date dates.Date
 }
 
 // Account is the account id of the entry.
 func (e IndexEntry) Account() string { return strings.TrimPrefix(e.PK, prefixAccount) }
 
-// QueryIndex reads a whole partition of a billing index (eventually
-// consistent: callers re-check on the table before acting).
-func (s *Store) QueryIndex(ctx context.Context, index, partition string) ([]IndexEntry, error) {
+// QueryIndex reads the partition of date and shard of a billing index
+// (eventually consistent: callers re-check on the table before acting).
+func (s *Store) QueryIndex(ctx context.Context, index string, date dates.Date, shard int) ([]IndexEntry, error) {
+	partition := Partition(date, shard)
 	pkAttr := dynamo.BillingGSI1PK
 	if index == dynamo.BillingPaymentsIndex {
 		pkAttr = dynamo.BillingGSI2PK
@@ -467,7 +470,7 @@ func (s *Store) QueryIndex(ctx context.Context, index, partition string) ([]Inde
 			if err := attributevalue.UnmarshalMap(raw, &e); err != nil {
 				return nil, fmt.Errorf("decode index entry: %w", err)
 			}
-			entries = append(entries, IndexEntry{PK: e.PK, SK: e.SK})
+			entries = append(entries, IndexEntry{PK: e.PK, SK: e.SK, Date: date})
 		}
 	}
 	return entries, nil
@@ -656,4 +659,59 @@ func (s *Store) GetResumeMarkerAt(ctx context.Context, e IndexEntry) (ResumeMark
 		return ResumeMarker{}, err
 	}
 	return it.marker(), nil
+}
+
+// GetSubscriptionWithPeriod reads, in one strongly consistent BatchGetItem,
+// the subscription at a payments-index entry and its period dated on the
+// entry's partition date (the period it is due for, unless it moved since
+// the index was read: found is false then).
+func (s *Store) GetSubscriptionWithPeriod(ctx context.Context, e IndexEntry) (sub Subscription, p Period, found bool, err error) {
+	subID, _, ok := strings.Cut(strings.TrimPrefix(e.SK, prefixSub), "#SKU#")
+	if !ok {
+		return sub, p, false, fmt.Errorf("not a subscription key: %s", e.SK)
+	}
+	keys := []map[string]types.AttributeValue{key(e.PK, e.SK), key(e.PK, periodSK(subID, e.Date))}
+	req := map[string]types.KeysAndAttributes{s.table: {Keys: keys, ConsistentRead: aws.Bool(true)}}
+	var items []map[string]types.AttributeValue
+	for attempt := 0; len(req) > 0; attempt++ {
+		if attempt > 8 {
+			return sub, p, false, errors.New("batch get: unprocessed keys after retries")
+		}
+		if attempt > 0 {
+			time.Sleep(time.Duration(attempt*attempt) * 20 * time.Millisecond)
+		}
+		out, err := s.db.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: req})
+		if err != nil {
+			return sub, p, false, fmt.Errorf("batch get %s: %w", e.SK, err)
+		}
+		items = append(items, out.Responses[s.table]...)
+		req = out.UnprocessedKeys
+	}
+	subFound := false
+	for _, raw := range items {
+		var kind struct {
+			Type string `dynamodbav:"Type"`
+		}
+		if err := attributevalue.UnmarshalMap(raw, &kind); err != nil {
+			return sub, p, false, err
+		}
+		switch kind.Type {
+		case "SUB":
+			var it subItem
+			if err := attributevalue.UnmarshalMap(raw, &it); err != nil {
+				return sub, p, false, fmt.Errorf("decode subscription: %w", err)
+			}
+			sub, subFound = it.subscription(), true
+		case "PER":
+			var it periodItem
+			if err := attributevalue.UnmarshalMap(raw, &it); err != nil {
+				return sub, p, false, fmt.Errorf("decode period: %w", err)
+			}
+			p, found = it.period(), true
+		}
+	}
+	if !subFound {
+		return sub, p, false, ErrNotFound
+	}
+	return sub, p, found, nil
 }

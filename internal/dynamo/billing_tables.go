@@ -45,7 +45,7 @@ func BillingTable(name string) TableSpec {
 
 // BillingHistoryTable is the spec of BILLING_HISTORY_TABLE: an append-only
 // log of every billing-period change, PK "ACC#<account>#SUB#<subscription>",
-// SK "<billing date>#<version>#<cause>".
+// SK "<billing date>#<period version>".
 func BillingHistoryTable(name string) TableSpec {
 	return TableSpec{Name: name, PartitionKey: "PK", SortKey: "SK"}
 }

@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -170,4 +171,42 @@ func NewEnv(t testing.TB, o Options) *Env {
 func Input(sku string, day int) billing.CreateInput {
 	return billing.CreateInput{SKU: sku, Email: "payer@example.com", PaymentDay: day, Amount: 1999,
 		Currency: "usd", Term: dates.Monthly, Customer: "cus_test", PaymentMethod: "pm_ok", StripeAccount: "acct_test"}
+}
+
+// CountingTransport counts DynamoDB requests by operation (X-Amz-Target).
+type CountingTransport struct {
+	Base http.RoundTripper
+	mu   sync.Mutex
+	ops  map[string]int
+}
+
+// RoundTrip counts and forwards.
+func (c *CountingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	op := r.Header.Get("X-Amz-Target")
+	if i := strings.LastIndex(op, "."); i >= 0 {
+		op = op[i+1:]
+	}
+	c.mu.Lock()
+	if c.ops == nil {
+		c.ops = map[string]int{}
+	}
+	c.ops[op]++
+	c.mu.Unlock()
+	base := c.Base
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	return base.RoundTrip(r)
+}
+
+// Ops returns the counts so far and their total.
+func (c *CountingTransport) Ops() (map[string]int, int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out, total := map[string]int{}, 0
+	for k, v := range c.ops {
+		out[k] = v
+		total += v
+	}
+	return out, total
 }
