@@ -291,13 +291,14 @@ func (h billingRoutes) create(c echo.Context) error {
 
 // updateRequest is PATCH's body: one action, or field changes.
 type updateRequest struct {
-	Action          string `json:"action"`
-	Months          *int   `json:"months"`
-	BillingDate     string `json:"billing_date"`
-	Amount          *int64 `json:"amount"`
-	PaymentDay      *int   `json:"payment_day"`
-	BillingWeek     *int   `json:"billing_week"`
-	NextPaymentDate string `json:"next_payment_date"`
+	Action          string  `json:"action"`
+	Months          *int    `json:"months"`
+	BillingDate     string  `json:"billing_date"`
+	Amount          *int64  `json:"amount"`
+	PaymentMethod   *string `json:"payment_method"`
+	PaymentDay      *int    `json:"payment_day"`
+	BillingWeek     *int    `json:"billing_week"`
+	NextPaymentDate string  `json:"next_payment_date"`
 }
 
 func (h billingRoutes) update(c echo.Context) error {
@@ -328,12 +329,12 @@ func (r updateRequest) change() (billing.Change, error) {
 	bad := func(format string, args ...any) (billing.Change, error) {
 		return billing.Change{}, apperr.New(apperr.CodeInvalidParameter, format, args...)
 	}
-	fields := r.Amount != nil || r.PaymentDay != nil || r.BillingWeek != nil || r.NextPaymentDate != ""
-	ch := billing.Change{Action: r.Action, Amount: r.Amount, PaymentDay: r.PaymentDay, BillingWeek: r.BillingWeek}
+	fields := r.Amount != nil || r.PaymentMethod != nil || r.PaymentDay != nil || r.BillingWeek != nil || r.NextPaymentDate != ""
+	ch := billing.Change{Action: r.Action, Amount: r.Amount, PaymentMethod: r.PaymentMethod, PaymentDay: r.PaymentDay, BillingWeek: r.BillingWeek}
 	switch r.Action {
 	case "":
 		if !fields {
-			return bad("give an action (pause, resume, cancel, waive) or fields to change (amount, payment_day, billing_week, next_payment_date)")
+			return bad("give an action (pause, resume, cancel, waive) or fields to change (amount, payment_method, payment_day, billing_week, next_payment_date)")
 		}
 	case "pause", "resume", "cancel", "waive":
 		if fields {

@@ -143,6 +143,7 @@ type Change struct {
 	BillingDate dates.Date
 	// Field changes.
 	Amount          *int64
+	PaymentMethod   *string // also used by the retries of failed periods
 	PaymentDay      *int
 	BillingWeek     *int
 	NextPaymentDate dates.Date // admin move of the next period's billing date
@@ -400,8 +401,11 @@ func (s *Service) waive(ctx context.Context, sub Subscription, d dates.Date, cau
 // the next period's billing date. A move changes the period's sort key: the
 // old record is deleted and the new one put in the same transaction.
 func (s *Service) change(ctx context.Context, sub Subscription, ch Change) (Subscription, error) {
-	if ch.Amount == nil && ch.PaymentDay == nil && ch.BillingWeek == nil && ch.NextPaymentDate.IsZero() {
+	if ch.Amount == nil && ch.PaymentMethod == nil && ch.PaymentDay == nil && ch.BillingWeek == nil && ch.NextPaymentDate.IsZero() {
 		return sub, invalid("nothing to change")
+	}
+	if ch.PaymentMethod != nil && !strings.HasPrefix(*ch.PaymentMethod, "pm_") {
+		return sub, invalid("payment_method: a Stripe payment method id (pm_...)")
 	}
 	if sub.Status == SubCancelled {
 		return sub, invalid("the subscription is CANCELLED")
@@ -427,6 +431,22 @@ func (s *Service) change(ctx context.Context, sub Subscription, ch Change) (Subs
 		sub.Amount = *ch.Amount
 		open.Amount = *ch.Amount
 		open.UpdatedEvent = "amount-changed"
+	}
+	if ch.PaymentMethod != nil {
+		sub.PaymentDetails.PaymentMethod = *ch.PaymentMethod
+		open.PaymentDetails.PaymentMethod = *ch.PaymentMethod
+		open.UpdatedEvent = "payment-method-changed"
+		// Failed periods are retried with the new payment method too.
+		periods, err := s.store.ListPeriods(ctx, sub.AccountID, sub.SubscriptionID)
+		if err != nil {
+			return sub, err
+		}
+		for _, p := range periods {
+			if p.Status == Error {
+				p.PaymentDetails.PaymentMethod, p.Process, p.UpdatedEvent = *ch.PaymentMethod, ProcAdmin, "payment-method-changed"
+				tx.PutPeriod(&p, false)
+			}
+		}
 	}
 	newDate := sub.NextPaymentDate
 	if ch.PaymentDay != nil || ch.BillingWeek != nil {
@@ -467,7 +487,7 @@ func (s *Service) change(ctx context.Context, sub Subscription, ch Change) (Subs
 		tx.PutPeriod(&moved, false)
 		sub.NextPaymentDate = newDate
 		s.scheduleReminder(&sub, newDate, today, true)
-	case sub.Status == SubActive && ch.Amount != nil:
+	case sub.Status == SubActive && (ch.Amount != nil || ch.PaymentMethod != nil):
 		open.Process = ProcAdmin
 		tx.PutPeriod(&open, false)
 	}

@@ -331,3 +331,26 @@ func TestReceiptsExpireFromTheList(t *testing.T) {
 	_, err = e.Service.ListReceipts(ctx, "acc-2", 2, page.NextCursor+"x")
 	assert.ErrorIs(t, err, billing.ErrInvalidCursor)
 }
+
+func TestPaymentMethodChangeReachesRetries(t *testing.T) {
+	t.Parallel()
+	e := billingtest.NewEnv(t, billingtest.Options{})
+	e.Stripe.Decide = func(p billingtest.PI) billingtest.Behavior {
+		if p.PaymentMethod == "pm_new" {
+			return billingtest.Succeed
+		}
+		return billingtest.Decline
+	}
+	sub, err := e.Service.CreateSubscription(ctx, "acc-1", billingtest.Input("gold", 10))
+	require.NoError(t, err)
+	collect(t, e, "2024-01-10")
+	pm := "pm_new"
+	_, err = e.Service.UpdateSubscription(ctx, "acc-1", sub.SubscriptionID, billing.Change{PaymentMethod: &pm})
+	require.NoError(t, err)
+	collect(t, e, "2024-01-11")
+	assert.Equal(t, billing.Completed, period(t, e, sub, "2024-01-10").Status)
+	assert.Equal(t, "pm_new", period(t, e, sub, "2024-02-10").PaymentDetails.PaymentMethod)
+	bad := "card_x"
+	_, err = e.Service.UpdateSubscription(ctx, "acc-1", sub.SubscriptionID, billing.Change{PaymentMethod: &bad})
+	assert.ErrorIs(t, err, billing.ErrInvalid)
+}
