@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -31,8 +30,6 @@ type Store struct {
 	table   string
 	history string
 	shards  int
-	// writes counts primary write requests (metrics, benchmarks).
-	writes atomic.Int64
 }
 
 // NewStore returns a store; shards is BILLING_SHARDS.
@@ -214,7 +211,6 @@ func (s *Store) Commit(ctx context.Context, tx *Tx) error {
 	if len(tx.writes) == 0 {
 		return nil
 	}
-	s.writes.Add(1)
 	if len(tx.writes) == 1 {
 		return s.single(ctx, tx.writes[0])
 	}
@@ -292,7 +288,6 @@ func (s *Store) appendHistory(ctx context.Context, entries []HistoryEntry) error
 				case <-time.After(time.Duration(attempt*attempt) * 20 * time.Millisecond):
 				}
 			}
-			s.writes.Add(1)
 			out, err := s.db.BatchWriteItem(ctx, &dynamodb.BatchWriteItemInput{RequestItems: pending})
 			if err != nil {
 				return fmt.Errorf("append history: %w", err)
@@ -302,9 +297,6 @@ func (s *Store) appendHistory(ctx context.Context, entries []HistoryEntry) error
 	}
 	return nil
 }
-
-// Writes is how many write requests the store has sent.
-func (s *Store) Writes() int64 { return s.writes.Load() }
 
 func key(pk, sk string) map[string]types.AttributeValue {
 	return map[string]types.AttributeValue{
