@@ -86,3 +86,134 @@ resource "aws_dynamodb_table" "events" {
     kms_key_arn = var.kms_key_arn
   }
 }
+
+# Billing single table (DESIGN §8): subscriptions, billing periods, receipts
+# (TTL "TTL") and scheduling markers under PK/SK. GSI-1 (reminders) and GSI-2
+# (payments) are sparse and write-sharded: partition "<date>#<shard>".
+resource "aws_dynamodb_table" "billing" {
+  name                        = "${var.name_prefix}-billing"
+  billing_mode                = var.billing_mode
+  read_capacity               = local.read_capacity
+  write_capacity              = local.write_capacity
+  hash_key                    = "PK"
+  range_key                   = "SK"
+  deletion_protection_enabled = var.deletion_protection
+
+  attribute {
+    name = "PK"
+    type = "S"
+  }
+  attribute {
+    name = "SK"
+    type = "S"
+  }
+  attribute {
+    name = "GSI1PK"
+    type = "S"
+  }
+  attribute {
+    name = "GSI1SK"
+    type = "S"
+  }
+  attribute {
+    name = "GSI2PK"
+    type = "S"
+  }
+  attribute {
+    name = "GSI2SK"
+    type = "S"
+  }
+
+  global_secondary_index {
+    name               = "GSI-1"
+    hash_key           = "GSI1PK"
+    range_key          = "GSI1SK"
+    projection_type    = "INCLUDE"
+    non_key_attributes = ["SKU", "Email", "NextPaymentDate"]
+    read_capacity      = local.read_capacity
+    write_capacity     = local.write_capacity
+  }
+
+  global_secondary_index {
+    name               = "GSI-2"
+    hash_key           = "GSI2PK"
+    range_key          = "GSI2SK"
+    projection_type    = "INCLUDE"
+    non_key_attributes = ["Email", "PaymentDay", "PaymentAmount", "SKU", "PaymentDetails"]
+    read_capacity      = local.read_capacity
+    write_capacity     = local.write_capacity
+  }
+
+  ttl {
+    attribute_name = "TTL"
+    enabled        = true
+  }
+
+  point_in_time_recovery {
+    enabled = var.point_in_time_recovery
+  }
+
+  server_side_encryption {
+    enabled     = true
+    kms_key_arn = var.kms_key_arn
+  }
+}
+
+# Billing history: append-only, one item per billing-period change.
+resource "aws_dynamodb_table" "billing_history" {
+  name                        = "${var.name_prefix}-billing-history"
+  billing_mode                = var.billing_mode
+  read_capacity               = local.read_capacity
+  write_capacity              = local.write_capacity
+  hash_key                    = "PK"
+  range_key                   = "SK"
+  deletion_protection_enabled = var.deletion_protection
+
+  attribute {
+    name = "PK"
+    type = "S"
+  }
+  attribute {
+    name = "SK"
+    type = "S"
+  }
+
+  point_in_time_recovery {
+    enabled = var.point_in_time_recovery
+  }
+
+  server_side_encryption {
+    enabled     = true
+    kms_key_arn = var.kms_key_arn
+  }
+}
+
+# Lease locks: one item per lock; deleteOn garbage-collects records that dead
+# holders abandoned.
+resource "aws_dynamodb_table" "locks" {
+  name                        = "${var.name_prefix}-locks"
+  billing_mode                = var.billing_mode
+  read_capacity               = local.read_capacity
+  write_capacity              = local.write_capacity
+  hash_key                    = "PartitionKey"
+  deletion_protection_enabled = var.deletion_protection
+
+  attribute {
+    name = "PartitionKey"
+    type = "S"
+  }
+
+  ttl {
+    attribute_name = "deleteOn"
+    enabled        = true
+  }
+
+  point_in_time_recovery {
+    enabled = var.point_in_time_recovery
+  }
+
+  server_side_encryption {
+    enabled     = true
+    kms_key_arn = var.kms_key_arn
+  }
+}

@@ -9,10 +9,12 @@ locals {
 }
 
 data "aws_iam_policy_document" "service" {
-  # Webhook ingestion: record, mark processed/failed, read back, batch diff.
+  # Webhook ingestion: batched record writes, failure records, reads for
+  # duplicates, replays and the poller's diff.
   statement {
     sid = "EventsItems"
     actions = [
+      "dynamodb:BatchWriteItem",
       "dynamodb:PutItem",
       "dynamodb:UpdateItem",
       "dynamodb:GetItem",
@@ -21,11 +23,47 @@ data "aws_iam_policy_document" "service" {
     resources = [aws_dynamodb_table.events.arn]
   }
 
-  # Internal API and poller listings over the three GSIs.
+  # Internal API and poller listings over the events GSIs; the billing jobs
+  # over GSI-1/GSI-2; account listings on the billing and history tables.
   statement {
-    sid       = "EventsQueries"
-    actions   = ["dynamodb:Query"]
-    resources = ["${aws_dynamodb_table.events.arn}/index/*"]
+    sid     = "Queries"
+    actions = ["dynamodb:Query"]
+    resources = [
+      "${aws_dynamodb_table.events.arn}/index/*",
+      aws_dynamodb_table.billing.arn,
+      "${aws_dynamodb_table.billing.arn}/index/*",
+      aws_dynamodb_table.billing_history.arn,
+    ]
+  }
+
+  # Billing core: whole-item puts conditioned on a version, transactions
+  # (TransactWriteItems needs the per-item actions it contains), deletes of
+  # moved items, batch reads of a subscription and its period.
+  statement {
+    sid = "BillingItems"
+    actions = [
+      "dynamodb:GetItem",
+      "dynamodb:BatchGetItem",
+      "dynamodb:PutItem",
+      "dynamodb:UpdateItem",
+      "dynamodb:DeleteItem",
+      "dynamodb:ConditionCheckItem",
+    ]
+    resources = [aws_dynamodb_table.billing.arn]
+  }
+
+  # History is append-only: no update, no delete.
+  statement {
+    sid       = "BillingHistoryAppend"
+    actions   = ["dynamodb:PutItem", "dynamodb:BatchWriteItem", "dynamodb:GetItem"]
+    resources = [aws_dynamodb_table.billing_history.arn]
+  }
+
+  # Lease locks: acquire, heartbeat, release, inspect.
+  statement {
+    sid       = "Locks"
+    actions   = ["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"]
+    resources = [aws_dynamodb_table.locks.arn]
   }
 
   # /readyz describes the events table.

@@ -1,6 +1,9 @@
 locals {
   tables = {
-    events = aws_dynamodb_table.events
+    events          = aws_dynamodb_table.events
+    billing         = aws_dynamodb_table.billing
+    billing_history = aws_dynamodb_table.billing_history
+    locks           = aws_dynamodb_table.locks
   }
 }
 

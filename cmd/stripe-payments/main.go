@@ -26,6 +26,8 @@ commands:
   migrate        create missing DynamoDB tables and apply Postgres migrations
   poll           find events the service missed or never finished and replay them (poll -h)
   events sign    print a Stripe-Signature header for a payload read from stdin
+  billing remind|collect [--date D]
+                 run the recurring billing reminder or collection job
 `
 
 func main() {
@@ -53,6 +55,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return eventsCmd(args[1:], stdin, stdout, stderr)
 	case "poll":
 		return poll(ctx, args[1:], stdout, stderr)
+	case "billing":
+		return billingCmd(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil

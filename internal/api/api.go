@@ -20,6 +20,7 @@ type Deps struct {
 	// Tracking and Purchases; nil leaves their routes out.
 	Tracking  TrackingReader
 	Purchases PurchaseService
+	Billing   BillingService // nil: no billing routes
 }
 
 // Register mounts the internal API on e behind bearer auth. An empty token
@@ -40,4 +41,7 @@ func Register(e *echo.Echo, token string, deps Deps) {
 	g.POST("/events/:id/replay", ev.replay)
 	registerTracking(g, deps.Tracking)
 	registerPurchases(e, token, deps.Purchases)
+	if deps.Billing != nil {
+		registerBilling(g, deps.Billing)
+	}
 }

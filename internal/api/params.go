@@ -15,7 +15,8 @@ const (
 	MaxLimit     = 1000
 )
 
-// List is the JSON shape of every list answer.
+// List is the JSON shape of every list answer; next_cursor is "" on the
+// last page.
 type List[T any] struct {
 	Data       []T    `json:"data"`
 	NextCursor string `json:"next_cursor"`

@@ -15,12 +15,14 @@ import (
 
 	"github.com/stripe-payments/stripe-payments/internal/actions"
 	"github.com/stripe-payments/stripe-payments/internal/api"
+	"github.com/stripe-payments/stripe-payments/internal/billing"
 	"github.com/stripe-payments/stripe-payments/internal/config"
 	"github.com/stripe-payments/stripe-payments/internal/dynamo"
 	"github.com/stripe-payments/stripe-payments/internal/events"
 	"github.com/stripe-payments/stripe-payments/internal/handler"
 	"github.com/stripe-payments/stripe-payments/internal/httpserver"
 	"github.com/stripe-payments/stripe-payments/internal/metrics"
+	"github.com/stripe-payments/stripe-payments/internal/outbox"
 	"github.com/stripe-payments/stripe-payments/internal/purchase"
 	"github.com/stripe-payments/stripe-payments/internal/stripeclient"
 	"github.com/stripe-payments/stripe-payments/internal/tracking"
@@ -45,6 +47,11 @@ type App struct {
 	Tracking *tracking.Store
 	Actions  *actions.Dispatcher
 	stopBg   func()
+
+	// Billing is the recurring billing core; BillingFeed applies the Stripe
+	// events about its charges (outbox topic "billing").
+	Billing     *billing.Service
+	BillingFeed *outbox.Worker
 }
 
 // New connects to DynamoDB and Postgres and builds every component. It does
@@ -67,13 +74,17 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 	a.Tracking = tracking.NewStore(pool)
 	a.Actions = actions.NewDispatcher(pool, actions.Config{URL: cfg.ActionsURL, Secret: cfg.ActionsSecret, Log: log.With("component", "actions")})
 	flows := tracking.NewFlows(tracking.FlowsConfig{Log: log, Invoices: stripeclient.InvoiceFetcher(a.Stripe), Processed: a.Ledger.Processed})
+	if err := a.newBilling(); err != nil {
+		pool.Close()
+		return nil, err
+	}
 	a.Handler = handler.New(handler.Config{
 		PlatformAccount: cfg.PlatformAccount,
 		EventTTL:        cfg.EventTTL,
 		Livemode:        cfg.Livemode(),
 		MaxBatch:        cfg.IngestMaxBatch,
 		Flushers:        cfg.IngestFlushers,
-	}, a.Events, a.Ledger, log, append(flowOptions(flows), handler.WithObserver(a.Metrics))...)
+	}, a.Events, a.Ledger, log, append(append(flowOptions(flows), handler.WithObserver(a.Metrics)), billingAppliers()...)...)
 
 	a.Server = httpserver.New(log, a.Metrics, []httpserver.Check{
 		{Name: "dynamodb", Run: func(ctx context.Context) error { return dynamo.Ping(ctx, ddb, cfg.EventsTable) }},
@@ -87,13 +98,23 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 		Fetcher:   stripeclient.EventFetcher{API: a.Stripe, PlatformAccount: cfg.PlatformAccount},
 		Tracking:  a.Tracking,
 		Purchases: purchase.NewService(a.Tracking, a.Stripe, log.With("component", "purchase")),
+		Billing:   a.Billing,
 	})
 	return a, nil
 }
 
 // TableSpecs are the DynamoDB tables this configuration uses.
-func (a *App) TableSpecs() []dynamo.TableSpec {
-	return []dynamo.TableSpec{dynamo.EventsTable(a.Config.EventsTable)}
+func (a *App) TableSpecs() []dynamo.TableSpec { return TableSpecs(a.Config) }
+
+// TableSpecs are the DynamoDB tables of cfg: what `migrate` creates and what
+// the Terraform parity test compares terraform/ with.
+func TableSpecs(cfg config.Config) []dynamo.TableSpec {
+	return []dynamo.TableSpec{
+		dynamo.EventsTable(cfg.EventsTable),
+		dynamo.BillingTable(cfg.BillingTable),
+		dynamo.BillingHistoryTable(cfg.BillingHistoryTable),
+		dynamo.LocksTable(cfg.LocksTable),
+	}
 }
 
 // Migrate creates missing DynamoDB tables and applies Postgres migrations.
@@ -169,6 +190,9 @@ func (a *App) Run(ctx context.Context) error {
 		_ = a.Server.Close(context.WithoutCancel(ctx))
 		return err
 	}
+	bctx, stopBilling := context.WithCancel(ctx)
+	defer stopBilling()
+	waitBilling := a.startBilling(bctx)
 	var serveErr error
 	select {
 	case <-ctx.Done():
@@ -176,6 +200,8 @@ func (a *App) Run(ctx context.Context) error {
 	}
 	a.Log.Info("shutting down")
 	stopPolling() // the poller replays through this server: stop it first
+	stopBilling()
+	waitBilling()
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.Config.ShutdownTimeout)
 	defer cancel()
 	err = a.Server.Close(shutdownCtx)

@@ -44,6 +44,9 @@ func startAppWith(t testing.TB, logs io.Writer, overrides map[string]string) *ap
 		"DATABASE_URL":          testenv.DatabaseURL(t),
 		"DYNAMODB_ENDPOINT":     testenv.DynamoEndpoint(t),
 		"EVENTS_TABLE":          testenv.TableName("events"),
+		"BILLING_TABLE":         testenv.TableName("billing"),
+		"BILLING_HISTORY_TABLE": testenv.TableName("billing-history"),
+		"LOCKS_TABLE":           testenv.TableName("locks"),
 		"INTERNAL_API_TOKEN":    token,
 	}
 	for k, v := range overrides {
@@ -59,7 +62,9 @@ func startAppWith(t testing.TB, logs io.Writer, overrides map[string]string) *ap
 	require.NoError(t, err)
 	require.NoError(t, a.Migrate(ctx))
 	t.Cleanup(func() {
-		_, _ = a.Dynamo.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(cfg.EventsTable)})
+		for _, spec := range a.TableSpecs() {
+			_, _ = a.Dynamo.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(spec.Name)})
+		}
 	})
 	require.NoError(t, a.Open())
 	t.Cleanup(func() { require.NoError(t, a.Shutdown(10*time.Second)) })

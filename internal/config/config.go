@@ -52,6 +52,7 @@ type Config struct {
 	PollEvery             time.Duration // POLL_EVERY: run the poller inside serve; 0 = off
 	UsingDevWebhookSecret bool
 	UsingDevAPIToken      bool
+	Billing               BillingConfig
 }
 
 // Lookup reads one variable; os.LookupEnv in production, a map in tests.
@@ -128,6 +129,8 @@ func Load(lookup Lookup) (Config, error) {
 	if err := c.LogLevel.UnmarshalText([]byte(get("LOG_LEVEL", "info"))); err != nil {
 		errs = append(errs, fmt.Errorf("LOG_LEVEL: %w", err))
 	}
+	c.Billing, err = loadBilling(get)
+	errs = append(errs, err)
 	errs = append(errs, c.Validate())
 	return c, errors.Join(errs...)
 }
@@ -183,6 +186,7 @@ func (c Config) LogValue() slog.Value {
 		slog.String("event_ttl", c.EventTTL.String()),
 		slog.Bool("actions_enabled", c.ActionsURL != ""),
 		slog.String("poll_every", c.PollEvery.String()),
+		slog.Any("billing", c.Billing),
 	)
 }
 

@@ -15,6 +15,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/zclconf/go-cty/cty"
 
+	"github.com/stripe-payments/stripe-payments/internal/app"
+	"github.com/stripe-payments/stripe-payments/internal/config"
 	"github.com/stripe-payments/stripe-payments/internal/dynamo"
 )
 
@@ -24,12 +26,20 @@ const terraformDir = "../../terraform"
 // equal the service's default *_TABLE names.
 const tfPrefix = "stripe-payments"
 
-// codeSpecs are the tables `migrate` creates with the default configuration,
-// keyed by their Terraform resource name.
+// codeSpecs are the tables `migrate` creates with the default configuration
+// (whose table names are "stripe-payments-<name>"), keyed by their Terraform
+// resource name (<name> with "_" for "-"). A table added to the code without
+// Terraform, or the reverse, fails the parity test.
 func codeSpecs() map[string]dynamo.TableSpec {
-	return map[string]dynamo.TableSpec{
-		"events": dynamo.EventsTable(tfPrefix + "-events"),
+	cfg, err := config.Load(func(string) (string, bool) { return "", false })
+	if err != nil {
+		panic(err)
 	}
+	specs := map[string]dynamo.TableSpec{}
+	for _, s := range app.TableSpecs(cfg) {
+		specs[strings.ReplaceAll(strings.TrimPrefix(s.Name, tfPrefix+"-"), "-", "_")] = s
+	}
+	return specs
 }
 
 func TestTerraformMatchesTableSpecs(t *testing.T) {
@@ -49,6 +59,10 @@ func TestTerraformParityDetectsDrift(t *testing.T) {
 		{"TTL attribute changed", `attribute_name = "expiration"`, `attribute_name = "expires"`},
 		{"hash key changed", `hash_key                    = "id"`, `hash_key                    = "event_id"`},
 		{"index sort key changed", `range_key          = "timestamp"`, `range_key          = "time"`},
+		{"billing GSI renamed", `"GSI-2"`, `"payments-index"`},
+		{"billing projection changed", `["SKU", "Email", "NextPaymentDate"]`, `["SKU", "Email"]`},
+		{"locks TTL changed", `attribute_name = "deleteOn"`, `attribute_name = "expires"`},
+		{"billing table dropped", `resource "aws_dynamodb_table" "billing_history"`, `resource "aws_dynamodb_table_replica" "billing_history"`},
 	}
 	for _, e := range tfEdits {
 		t.Run("terraform: "+e.name, func(t *testing.T) {

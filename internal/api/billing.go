@@ -1,0 +1,421 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/stripe-payments/stripe-payments/internal/apperr"
+	"github.com/stripe-payments/stripe-payments/internal/billing"
+	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
+)
+
+// BillingService is the part of the billing core the API uses.
+type BillingService interface {
+	CreateSubscription(ctx context.Context, account string, in billing.CreateInput) (billing.Subscription, error)
+	UpdateSubscription(ctx context.Context, account, sub string, ch billing.Change) (billing.Subscription, error)
+	GetSubscription(ctx context.Context, account, sub string) (billing.Subscription, error)
+	ListSubscriptions(ctx context.Context, account string, limit int32, cursor string) (billing.Page[billing.Subscription], error)
+	ListReceipts(ctx context.Context, account string, limit int32, cursor string) (billing.Page[billing.Receipt], error)
+	ListHistory(ctx context.Context, account, sub string, limit int32, cursor string) (billing.Page[billing.HistoryEntry], error)
+}
+
+// registerBilling mounts the billing routes of DESIGN §4 on g.
+func registerBilling(g *echo.Group, svc BillingService) {
+	h := billingRoutes{svc: svc}
+	g.POST("/accounts/:account_id/subscriptions", h.create)
+	g.GET("/accounts/:account_id/subscriptions", h.listSubscriptions)
+	g.GET("/accounts/:account_id/subscriptions/:subscription_id", h.getSubscription)
+	g.PATCH("/accounts/:account_id/subscriptions/:subscription_id", h.update)
+	g.GET("/accounts/:account_id/subscriptions/:subscription_id/history", h.history)
+	g.GET("/accounts/:account_id/receipts", h.receipts)
+}
+
+// Subscription is the JSON shape of a subscription (DESIGN §4, Contract),
+// plus how it is charged and paused. Dates are YYYY-MM-DD; a date that
+// never happened is null.
+type Subscription struct {
+	AccountID        string  `json:"account_id"`
+	SubscriptionID   string  `json:"subscription_id"`
+	SKU              string  `json:"sku"`
+	Email            string  `json:"email"`
+	PaymentDay       int     `json:"payment_day"`
+	Amount           int64   `json:"amount"`
+	Currency         string  `json:"currency"`
+	Term             string  `json:"term"`
+	Status           string  `json:"status"`
+	NextPaymentDate  *string `json:"next_payment_date"`
+	NextReminderDate *string `json:"next_reminder_date"`
+	LastPaymentDate  *string `json:"last_payment_date"`
+	LastReminderDate *string `json:"last_reminder_date"`
+	BillingWeek      int     `json:"billing_week,omitempty"`
+	Timezone         string  `json:"timezone,omitempty"`
+	StripeAccount    string  `json:"stripe_account"`
+	Customer         string  `json:"customer"`
+	PaymentMethod    string  `json:"payment_method"`
+	PausedUntil      *string `json:"paused_until,omitempty"`
+}
+
+// Receipt is the JSON shape of a receipt (DESIGN §4, Contract), plus the
+// billing date it paid and when it expires.
+type Receipt struct {
+	AccountID       string `json:"account_id"`
+	SubscriptionID  string `json:"subscription_id"`
+	SKU             string `json:"sku"`
+	ProcessedDate   string `json:"processed_date"`
+	ProcessedAmount int64  `json:"processed_amount"`
+	Currency        string `json:"currency"`
+	PaymentIntent   string `json:"payment_intent"`
+	BillingDate     string `json:"billing_date"`
+	ExpiresAt       string `json:"expires_at"`
+}
+
+// HistoryEntry is the JSON shape of a history entry (DESIGN §4, Contract),
+// plus what an operator needs to read it.
+type HistoryEntry struct {
+	SubscriptionID string  `json:"subscription_id"`
+	BillingDate    string  `json:"billing_date"`
+	BillingStatus  string  `json:"billing_status"`
+	Process        string  `json:"process"`
+	LastRunDate    string  `json:"last_run_date"`
+	TransactionID  *string `json:"transaction_id"`
+	Error          *string `json:"error"`
+	UpdatedEvent   string  `json:"updated_event,omitempty"`
+	Amount         int64   `json:"amount"`
+	Attempts       int     `json:"attempts"`
+}
+
+func optDate(d dates.Date) *string {
+	if d.IsZero() {
+		return nil
+	}
+	s := d.String()
+	return &s
+}
+
+func optString(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+// SubscriptionJSON renders a subscription.
+func SubscriptionJSON(s billing.Subscription) Subscription {
+	out := Subscription{
+		AccountID: s.AccountID, SubscriptionID: s.SubscriptionID, SKU: s.SKU, Email: s.Email,
+		PaymentDay: s.PaymentDay, Amount: s.Amount, Currency: s.Currency, Term: string(s.Term), Status: string(s.Status),
+		NextPaymentDate: optDate(s.NextPaymentDate), NextReminderDate: optDate(s.NextReminderDate),
+		LastPaymentDate: optDate(s.LastPaymentDate), LastReminderDate: optDate(s.LastReminderDate),
+		BillingWeek: s.BillingWeek, Timezone: s.Timezone, StripeAccount: s.PaymentDetails.StripeAccount,
+		Customer: s.PaymentDetails.Customer, PaymentMethod: s.PaymentDetails.PaymentMethod,
+		PausedUntil: optDate(s.PausedUntil),
+	}
+	if s.Status == billing.SubCancelled {
+		out.NextPaymentDate, out.NextReminderDate = nil, nil
+	}
+	return out
+}
+
+// ReceiptJSON renders a receipt.
+func ReceiptJSON(r billing.Receipt) Receipt {
+	return Receipt{
+		AccountID: r.AccountID, SubscriptionID: r.SubscriptionID, SKU: r.SKU, ProcessedDate: r.ProcessedDate.String(),
+		ProcessedAmount: r.Amount, Currency: r.Currency, PaymentIntent: r.PaymentIntent,
+		BillingDate: r.BillingDate.String(), ExpiresAt: r.ExpiresAt.UTC().Format(time.RFC3339),
+	}
+}
+
+// HistoryJSON renders a history entry.
+func HistoryJSON(e billing.HistoryEntry) HistoryEntry {
+	return HistoryEntry{
+		SubscriptionID: e.SubscriptionID, BillingDate: e.BillingDate.String(), BillingStatus: string(e.Status),
+		Process: string(e.Process), LastRunDate: e.LastRunDate.UTC().Format(time.RFC3339Nano),
+		TransactionID: optString(e.TransactionID), Error: optString(e.Error), UpdatedEvent: e.UpdatedEvent,
+		Amount: e.Amount, Attempts: e.Attempts,
+	}
+}
+
+type billingRoutes struct {
+	svc BillingService
+}
+
+// billingError maps the billing vocabulary to the API's.
+func billingError(err error) error {
+	switch {
+	case errors.Is(err, billing.ErrInvalid):
+		return apperr.New(apperr.CodeInvalidParameter, "%s", strings.TrimPrefix(err.Error(), billing.ErrInvalid.Error()+": "))
+	case errors.Is(err, billing.ErrInvalidCursor):
+		return apperr.New(apperr.CodeInvalidParameter, "invalid cursor")
+	case errors.Is(err, billing.ErrNotFound):
+		return apperr.New(apperr.CodeNotFound, "not found")
+	case errors.Is(err, billing.ErrDuplicate):
+		return apperr.New(apperr.CodeConflict, "a different subscription with this id exists")
+	case errors.Is(err, billing.ErrLocked):
+		return apperr.New(apperr.CodeConflict, "the account is being billed right now; retry shortly")
+	case errors.Is(err, billing.ErrConflict):
+		return apperr.New(apperr.CodeConflict, "changed concurrently, or a payment attempt is in flight; retry shortly")
+	}
+	return apperr.Wrap(err, apperr.CodeUnavailable, "billing is unavailable")
+}
+
+func pathID(c echo.Context, name string) (string, error) {
+	v := c.Param(name)
+	if !billing.ValidID(v) {
+		return "", apperr.New(apperr.CodeInvalidParameter, "invalid %s", name)
+	}
+	return v, nil
+}
+
+// listParams reads limit (default 100, 1–1000) and cursor, refusing any
+// other query parameter.
+func listParams(c echo.Context) (int32, string, error) {
+	q, err := queryParams(c.QueryParams(), "limit", "cursor")
+	if err != nil {
+		return 0, "", err
+	}
+	limit, err := pageLimit(q["limit"])
+	if err != nil {
+		return 0, "", err
+	}
+	cursor, given := q["cursor"]
+	if given && (cursor == "" || len(cursor) > 2048) {
+		return 0, "", apperr.New(apperr.CodeInvalidParameter, "invalid cursor")
+	}
+	return limit, cursor, nil
+}
+
+// decodeBody decodes a JSON object strictly: no unknown fields, no
+// trailing data, at most 64 KiB.
+func decodeBody(c echo.Context, v any) error {
+	if len(c.QueryParams()) > 0 {
+		return apperr.New(apperr.CodeInvalidParameter, "no query parameters are accepted")
+	}
+	raw, err := io.ReadAll(io.LimitReader(c.Request().Body, 64<<10+1))
+	if err != nil {
+		return apperr.Wrap(err, apperr.CodeInvalidParameter, "could not read the body")
+	}
+	if len(raw) > 64<<10 {
+		return apperr.New(apperr.CodePayloadTooLarge, "the body is over 64 KiB")
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return apperr.New(apperr.CodeInvalidParameter, "invalid JSON body: %s", jsonProblem(err))
+	}
+	if dec.More() {
+		return apperr.New(apperr.CodeInvalidParameter, "invalid JSON body: trailing data")
+	}
+	return nil
+}
+
+type createRequest struct {
+	SubscriptionID string `json:"subscription_id"`
+	SKU            string `json:"sku"`
+	Email          string `json:"email"`
+	PaymentDay     int    `json:"payment_day"`
+	BillingWeek    int    `json:"billing_week"`
+	Amount         int64  `json:"amount"`
+	Currency       string `json:"currency"`
+	Term           string `json:"term"`
+	Customer       string `json:"customer"`
+	PaymentMethod  string `json:"payment_method"`
+	StripeAccount  string `json:"stripe_account"`
+	StartDate      string `json:"start_date"`
+	Timezone       string `json:"timezone"`
+}
+
+func (h billingRoutes) create(c echo.Context) error {
+	account, err := pathID(c, "account_id")
+	if err != nil {
+		return err
+	}
+	var req createRequest
+	if err := decodeBody(c, &req); err != nil {
+		return err
+	}
+	term := dates.Term(strings.ToUpper(req.Term))
+	if req.Term == "" {
+		term = dates.Monthly
+	}
+	start, err := dates.ParseOptional(req.StartDate)
+	if err != nil {
+		return apperr.New(apperr.CodeInvalidParameter, "start_date: YYYY-MM-DD")
+	}
+	sub, err := h.svc.CreateSubscription(c.Request().Context(), account, billing.CreateInput{
+		SubscriptionID: req.SubscriptionID, SKU: req.SKU, Email: req.Email, PaymentDay: req.PaymentDay,
+		BillingWeek: req.BillingWeek, Amount: req.Amount, Currency: req.Currency, Term: term,
+		Customer: req.Customer, PaymentMethod: req.PaymentMethod, StripeAccount: req.StripeAccount,
+		StartDate: start, Timezone: req.Timezone,
+	})
+	if err != nil {
+		return billingError(err)
+	}
+	return c.JSON(http.StatusCreated, SubscriptionJSON(sub))
+}
+
+// updateRequest is PATCH's body: one action, or field changes.
+type updateRequest struct {
+	Action          string  `json:"action"`
+	Months          *int    `json:"months"`
+	BillingDate     string  `json:"billing_date"`
+	Amount          *int64  `json:"amount"`
+	PaymentMethod   *string `json:"payment_method"`
+	PaymentDay      *int    `json:"payment_day"`
+	BillingWeek     *int    `json:"billing_week"`
+	NextPaymentDate string  `json:"next_payment_date"`
+}
+
+func (h billingRoutes) update(c echo.Context) error {
+	account, err := pathID(c, "account_id")
+	if err != nil {
+		return err
+	}
+	subID, err := pathID(c, "subscription_id")
+	if err != nil {
+		return err
+	}
+	var req updateRequest
+	if err := decodeBody(c, &req); err != nil {
+		return err
+	}
+	ch, err := req.change()
+	if err != nil {
+		return err
+	}
+	sub, err := h.svc.UpdateSubscription(c.Request().Context(), account, subID, ch)
+	if err != nil {
+		return billingError(err)
+	}
+	return c.JSON(http.StatusOK, SubscriptionJSON(sub))
+}
+
+func (r updateRequest) change() (billing.Change, error) {
+	bad := func(format string, args ...any) (billing.Change, error) {
+		return billing.Change{}, apperr.New(apperr.CodeInvalidParameter, format, args...)
+	}
+	fields := r.Amount != nil || r.PaymentMethod != nil || r.PaymentDay != nil || r.BillingWeek != nil || r.NextPaymentDate != ""
+	ch := billing.Change{Action: r.Action, Amount: r.Amount, PaymentMethod: r.PaymentMethod, PaymentDay: r.PaymentDay, BillingWeek: r.BillingWeek}
+	switch r.Action {
+	case "":
+		if !fields {
+			return bad("give an action (pause, resume, cancel, waive) or fields to change (amount, payment_method, payment_day, billing_week, next_payment_date)")
+		}
+	case "pause", "resume", "cancel", "waive":
+		if fields {
+			return bad("an action cannot be combined with field changes")
+		}
+	default:
+		return bad("action: one of pause, resume, cancel, waive")
+	}
+	if (r.Months != nil) != (r.Action == "pause") {
+		return bad("months goes with, and only with, action pause")
+	}
+	if (r.BillingDate != "") != (r.Action == "waive") {
+		return bad("billing_date goes with, and only with, action waive")
+	}
+	if r.PaymentDay != nil && r.BillingWeek != nil {
+		return bad("payment_day and billing_week are exclusive")
+	}
+	if r.Months != nil {
+		ch.Months = *r.Months
+	}
+	var err error
+	if ch.BillingDate, err = dates.ParseOptional(r.BillingDate); err != nil {
+		return bad("billing_date: YYYY-MM-DD")
+	}
+	if ch.NextPaymentDate, err = dates.ParseOptional(r.NextPaymentDate); err != nil {
+		return bad("next_payment_date: YYYY-MM-DD")
+	}
+	return ch, nil
+}
+
+func (h billingRoutes) getSubscription(c echo.Context) error {
+	account, err := pathID(c, "account_id")
+	if err != nil {
+		return err
+	}
+	subID, err := pathID(c, "subscription_id")
+	if err != nil {
+		return err
+	}
+	if len(c.QueryParams()) > 0 {
+		return apperr.New(apperr.CodeInvalidParameter, "no query parameters are accepted")
+	}
+	sub, err := h.svc.GetSubscription(c.Request().Context(), account, subID)
+	if err != nil {
+		return billingError(err)
+	}
+	return c.JSON(http.StatusOK, SubscriptionJSON(sub))
+}
+
+func (h billingRoutes) listSubscriptions(c echo.Context) error {
+	account, err := pathID(c, "account_id")
+	if err != nil {
+		return err
+	}
+	limit, cursor, err := listParams(c)
+	if err != nil {
+		return err
+	}
+	page, err := h.svc.ListSubscriptions(c.Request().Context(), account, limit, cursor)
+	if err != nil {
+		return billingError(err)
+	}
+	out := List[Subscription]{Data: make([]Subscription, 0, len(page.Items)), NextCursor: page.NextCursor}
+	for _, s := range page.Items {
+		out.Data = append(out.Data, SubscriptionJSON(s))
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+func (h billingRoutes) receipts(c echo.Context) error {
+	account, err := pathID(c, "account_id")
+	if err != nil {
+		return err
+	}
+	limit, cursor, err := listParams(c)
+	if err != nil {
+		return err
+	}
+	page, err := h.svc.ListReceipts(c.Request().Context(), account, limit, cursor)
+	if err != nil {
+		return billingError(err)
+	}
+	out := List[Receipt]{Data: make([]Receipt, 0, len(page.Items)), NextCursor: page.NextCursor}
+	for _, r := range page.Items {
+		out.Data = append(out.Data, ReceiptJSON(r))
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+func (h billingRoutes) history(c echo.Context) error {
+	account, err := pathID(c, "account_id")
+	if err != nil {
+		return err
+	}
+	subID, err := pathID(c, "subscription_id")
+	if err != nil {
+		return err
+	}
+	limit, cursor, err := listParams(c)
+	if err != nil {
+		return err
+	}
+	page, err := h.svc.ListHistory(c.Request().Context(), account, subID, limit, cursor)
+	if err != nil {
+		return billingError(err)
+	}
+	out := List[HistoryEntry]{Data: make([]HistoryEntry, 0, len(page.Items)), NextCursor: page.NextCursor}
+	for _, e := range page.Items {
+		out.Data = append(out.Data, HistoryJSON(e))
+	}
+	return c.JSON(http.StatusOK, out)
+}

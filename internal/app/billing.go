@@ -1,0 +1,85 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/stripe-payments/stripe-payments/internal/billing"
+	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
+	"github.com/stripe-payments/stripe-payments/internal/handler"
+	"github.com/stripe-payments/stripe-payments/internal/lock"
+	"github.com/stripe-payments/stripe-payments/internal/outbox"
+)
+
+// newBilling builds the billing core and the worker of its webhook feed.
+func (a *App) newBilling() error {
+	c := a.Config.Billing
+	charger := billing.NewCharger(a.Stripe, billing.ChargerOptions{Rate: c.StripeRateLimit, Burst: max(1, int(c.StripeRateLimit/10))})
+	locks := lock.New(a.Dynamo, a.Config.LocksTable, lock.Options{Lease: c.LockLease, Heartbeat: c.LockHeartbeat, Log: a.Log})
+	store := billing.NewStore(a.Dynamo, a.Config.BillingTable, a.Config.BillingHistoryTable, c.Shards)
+	cfg := billing.DefaultConfig()
+	cfg.Shards, cfg.WorkersPerShard, cfg.ReminderDays = c.Shards, c.WorkersPerShard, c.ReminderDays
+	cfg.Retry = dates.RetryPolicy{Days: c.RetryDays, StaleDays: c.StaleDays}
+	cfg.ReceiptTTL, cfg.LookbackDays, cfg.LockedRetryWait = c.ReceiptTTL, c.LookbackDays, c.LockLease+c.LockHeartbeat
+	svc, err := billing.New(cfg, billing.Deps{Store: store, Locks: locks, Charger: charger,
+		Notifier: billing.OutboxNotifier{Pool: a.Pool}, Log: a.Log.With("component", "billing")})
+	if err != nil {
+		return fmt.Errorf("billing: %w", err)
+	}
+	a.Billing = svc
+	a.BillingFeed = &outbox.Worker{Pool: a.Pool, Topic: billing.FeedTopic, Deliver: svc.DeliverFeed,
+		Log: a.Log.With("component", "billing-feed")}
+	return nil
+}
+
+// billingAppliers route the Stripe events about billing-core charges to the
+// billing feed, inside the handler's ledger transaction.
+func billingAppliers() []handler.Option {
+	var opts []handler.Option
+	for _, t := range billing.FeedEventTypes {
+		opts = append(opts, handler.WithApplier(t, billing.EnqueueFeed))
+	}
+	return opts
+}
+
+// startBilling runs the feed worker and, with BILLING_EVERY set, the
+// reminder and collection jobs on a ticker, until ctx ends. The returned
+// function waits for them to finish their work in flight.
+func (a *App) startBilling(ctx context.Context) (wait func()) {
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		_ = a.BillingFeed.Run(ctx)
+	}()
+	if every := a.Config.Billing.Every; every > 0 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a.billingTicker(ctx, every)
+		}()
+	}
+	return wg.Wait
+}
+
+func (a *App) billingTicker(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		for _, job := range []func(context.Context) (*billing.Report, error){a.Billing.RemindNow, a.Billing.CollectNow} {
+			if ctx.Err() != nil {
+				return
+			}
+			if _, err := job(ctx); err != nil && ctx.Err() == nil {
+				a.Log.Error("billing job failed", "error", err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}

@@ -1,0 +1,89 @@
+package app_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/stripe-payments/stripe-payments/internal/billing"
+	"github.com/stripe-payments/stripe-payments/internal/billing/billingtest"
+	"github.com/stripe-payments/stripe-payments/internal/outbox"
+	"github.com/stripe-payments/stripe-payments/internal/stripetest"
+)
+
+func send(t *testing.T, method, url string, body any) (int, map[string]any) {
+	t.Helper()
+	raw, err := json.Marshal(body)
+	require.NoError(t, err)
+	req, err := http.NewRequest(method, url, bytes.NewReader(raw))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	return do(t, req)
+}
+
+// The billing core through the real program: the API creates a
+// subscription, Stripe's webhooks about its charge reach the billing feed
+// through the one handler (exactly once, however often delivered), and the
+// API shows the receipt and the history.
+func TestBillingEndToEnd(t *testing.T) {
+	a := startApp(t, nil)
+	url := a.Server.URL()
+	ctx := context.Background()
+
+	status, sub := send(t, http.MethodPost, url+"/internal/v1/accounts/acct_e2e/subscriptions", map[string]any{
+		"sku": "gold", "email": "e2e@example.com", "payment_day": 28, "amount": 1500, "currency": "usd",
+		"term": "MONTHLY", "customer": "cus_e2e", "payment_method": "pm_e2e"})
+	require.Equal(t, http.StatusCreated, status, sub)
+	subID := sub["subscription_id"].(string)
+	date := sub["next_payment_date"].(string)
+
+	fake := billingtest.NewStripe(0, nil)
+	defer fake.Close()
+	pi := billingtest.PI{ID: "pi_e2e", Account: "acct_e2e", Amount: 1500, Currency: "usd", Status: "succeeded",
+		Metadata: map[string]string{billing.MetaAccount: "acct_e2e", billing.MetaSubscription: subID, billing.MetaDate: date}}
+	deliver := func(payload []byte) {
+		t.Helper()
+		for range 2 { // Stripe delivers twice
+			status, body := post(t, url, payload, stripetest.Sign(payload, secret, time.Now()))
+			require.Equal(t, http.StatusOK, status, body)
+		}
+		n, err := a.BillingFeed.DeliverDue(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, 1, n, "one feed message per event")
+	}
+	deliver(fake.Event(pi, "payment_intent.succeeded", time.Now()))
+	pi.Refunded = true
+	deliver(fake.Event(pi, "charge.refunded", time.Now()))
+
+	status, list := get(t, url+"/internal/v1/accounts/acct_e2e/receipts", token)
+	require.Equal(t, http.StatusOK, status, list)
+	require.Len(t, list["data"], 1)
+	assert.Equal(t, "pi_e2e", list["data"].([]any)[0].(map[string]any)["payment_intent"])
+
+	status, list = get(t, url+"/internal/v1/accounts/acct_e2e/subscriptions/"+subID+"/history", token)
+	require.Equal(t, http.StatusOK, status, list)
+	var got []string
+	for _, e := range list["data"].([]any) {
+		if e.(map[string]any)["billing_date"] == date {
+			got = append(got, e.(map[string]any)["billing_status"].(string))
+		}
+	}
+	assert.Equal(t, []string{"SCHEDULED", "COMPLETED", "REFUNDED"}, got)
+
+	status, list = get(t, url+"/internal/v1/accounts/acct_e2e/subscriptions", token)
+	require.Equal(t, http.StatusOK, status, list)
+	s := list["data"].([]any)[0].(map[string]any)
+	assert.Equal(t, date, s["last_payment_date"])
+	assert.NotEqual(t, date, s["next_payment_date"], "the subscription moved on")
+
+	n, err := outbox.Pending(ctx, a.Pool, billing.ActionTopic)
+	require.NoError(t, err)
+	assert.Equal(t, 1, n, "one billing.payment_completed action")
+}

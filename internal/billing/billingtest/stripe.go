@@ -1,0 +1,334 @@
+// Package billingtest has the test doubles of the billing core: a fake
+// Stripe speaking Stripe's HTTP and JSON (PaymentIntents, idempotency keys,
+// declines, bank debits that settle later, refunds, rate limiting) and an
+// environment of real DynamoDB Local tables with a settable clock.
+package billingtest
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// Behavior is what the fake does with one new PaymentIntent.
+type Behavior int
+
+const (
+	// Succeed: status succeeded.
+	Succeed Behavior = iota
+	// Decline: 402 card_declined; the PI is requires_payment_method.
+	Decline
+	// Process: status processing (a bank debit); settle it with Settle.
+	Process
+	// Lost: the charge succeeds but the response is a 500, as if the
+	// connection broke after Stripe acted. The idempotency key keeps the
+	// PaymentIntent: a retry with the same key gets it back.
+	Lost
+	// Fail500: a 500 before anything happened (nothing stored).
+	Fail500
+)
+
+// PI is one PaymentIntent the fake created.
+type PI struct {
+	ID             string
+	Account        string
+	Customer       string
+	PaymentMethod  string
+	Amount         int64
+	Currency       string
+	Status         string
+	Metadata       map[string]string
+	IdempotencyKey string
+	Refunded       bool
+	Created        time.Time
+	DeclineCode    string
+}
+
+// Stripe is the fake API.
+type Stripe struct {
+	Server *httptest.Server
+	// Decide picks the behavior of a new PaymentIntent (default Succeed).
+	Decide func(p PI) Behavior
+
+	mu      sync.Mutex
+	pis     map[string]*PI
+	order   []string
+	byKey   map[string]string // idempotency key → PI id
+	limiter *rate.Limiter
+	now     func() time.Time
+
+	requests    atomic.Int64
+	rateLimited atomic.Int64
+	seq         atomic.Int64
+}
+
+// NewStripe starts a fake; limit > 0 enforces that many requests per second
+// (429 beyond it, as Stripe does).
+func NewStripe(limit float64, now func() time.Time) *Stripe {
+	if now == nil {
+		now = time.Now
+	}
+	f := &Stripe{pis: map[string]*PI{}, byKey: map[string]string{}, now: now}
+	if limit > 0 {
+		f.limiter = rate.NewLimiter(rate.Limit(limit), max(1, int(limit/10)))
+	}
+	f.Server = httptest.NewServer(http.HandlerFunc(f.serve))
+	return f
+}
+
+// URL is the fake's base URL (STRIPE_API_BASE).
+func (f *Stripe) URL() string { return f.Server.URL }
+
+// Close stops the server.
+func (f *Stripe) Close() { f.Server.Close() }
+
+// Requests and RateLimited count the requests served and refused with 429.
+func (f *Stripe) Requests() int64    { return f.requests.Load() }
+func (f *Stripe) RateLimited() int64 { return f.rateLimited.Load() }
+
+func stripeError(w http.ResponseWriter, status int, typ, code, msg string, pi map[string]any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	e := map[string]any{"type": typ, "code": code, "message": msg}
+	if pi != nil {
+		e["payment_intent"] = pi
+		e["decline_code"] = "insufficient_funds"
+	}
+	_ = json.NewEncoder(w).Encode(map[string]any{"error": e})
+}
+
+func (f *Stripe) serve(w http.ResponseWriter, r *http.Request) {
+	f.requests.Add(1)
+	if f.limiter != nil && !f.limiter.Allow() {
+		f.rateLimited.Add(1)
+		stripeError(w, http.StatusTooManyRequests, "invalid_request_error", "rate_limit",
+			"Request rate limit exceeded.", nil)
+		return
+	}
+	switch {
+	case r.Method == http.MethodPost && r.URL.Path == "/v1/payment_intents":
+		f.create(w, r)
+	case r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/v1/payment_intents/"):
+		f.mu.Lock()
+		p, ok := f.pis[strings.TrimPrefix(r.URL.Path, "/v1/payment_intents/")]
+		var body map[string]any
+		if ok {
+			body = p.JSON()
+		}
+		f.mu.Unlock()
+		if !ok {
+			stripeError(w, http.StatusNotFound, "invalid_request_error", "resource_missing", "No such payment_intent", nil)
+			return
+		}
+		writeJSON(w, body)
+	default:
+		stripeError(w, http.StatusNotFound, "invalid_request_error", "", "unknown route "+r.URL.Path, nil)
+	}
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func (f *Stripe) create(w http.ResponseWriter, r *http.Request) {
+	if err := r.ParseForm(); err != nil {
+		stripeError(w, http.StatusBadRequest, "invalid_request_error", "", "bad form", nil)
+		return
+	}
+	key := r.Header.Get("Idempotency-Key")
+	f.mu.Lock()
+	if id, ok := f.byKey[key]; ok && key != "" {
+		p := f.pis[id]
+		f.mu.Unlock()
+		f.respond(w, p, false)
+		return
+	}
+	f.mu.Unlock()
+	amount, _ := strconv.ParseInt(r.PostForm.Get("amount"), 10, 64)
+	p := &PI{
+		ID: fmt.Sprintf("pi_fake%08d", f.seq.Add(1)), Account: r.Header.Get("Stripe-Account"),
+		Customer: r.PostForm.Get("customer"), PaymentMethod: r.PostForm.Get("payment_method"),
+		Amount: amount, Currency: r.PostForm.Get("currency"), Metadata: map[string]string{},
+		IdempotencyKey: key, Created: f.now(),
+	}
+	for k, v := range r.PostForm {
+		if strings.HasPrefix(k, "metadata[") && strings.HasSuffix(k, "]") && len(v) > 0 {
+			p.Metadata[strings.TrimSuffix(strings.TrimPrefix(k, "metadata["), "]")] = v[0]
+		}
+	}
+	if r.PostForm.Get("confirm") != "true" || r.PostForm.Get("off_session") != "true" {
+		stripeError(w, http.StatusBadRequest, "invalid_request_error", "parameter_missing", "want confirm and off_session", nil)
+		return
+	}
+	behavior := Succeed
+	if f.Decide != nil {
+		behavior = f.Decide(*p)
+	}
+	if behavior == Fail500 {
+		stripeError(w, http.StatusInternalServerError, "api_error", "", "internal error", nil)
+		return
+	}
+	switch behavior {
+	case Decline:
+		p.Status, p.DeclineCode = "requires_payment_method", "insufficient_funds"
+	case Process:
+		p.Status = "processing"
+	default:
+		p.Status = "succeeded"
+	}
+	f.mu.Lock()
+	// A concurrent request with the same key lost the race: answer with the
+	// winner, as Stripe would (it answers 409 while one is in progress).
+	if id, ok := f.byKey[key]; ok && key != "" {
+		existing := f.pis[id]
+		f.mu.Unlock()
+		f.respond(w, existing, false)
+		return
+	}
+	f.pis[p.ID] = p
+	f.order = append(f.order, p.ID)
+	if key != "" {
+		f.byKey[key] = p.ID
+	}
+	f.mu.Unlock()
+	f.respond(w, p, behavior == Lost)
+}
+
+func (f *Stripe) respond(w http.ResponseWriter, p *PI, lost bool) {
+	f.mu.Lock()
+	body := p.JSON()
+	status := p.Status
+	f.mu.Unlock()
+	switch {
+	case lost:
+		stripeError(w, http.StatusInternalServerError, "api_error", "", "connection reset", nil)
+	case status == "requires_payment_method":
+		stripeError(w, http.StatusPaymentRequired, "card_error", "card_declined", "Your card has insufficient funds.", body)
+	default:
+		writeJSON(w, body)
+	}
+}
+
+// JSON is the PaymentIntent as Stripe renders it (the fields the service
+// and stripe-go read).
+func (p *PI) JSON() map[string]any {
+	body := map[string]any{
+		"id": p.ID, "object": "payment_intent", "amount": p.Amount, "currency": p.Currency,
+		"customer": p.Customer, "payment_method": p.PaymentMethod, "status": p.Status,
+		"metadata": p.Metadata, "livemode": false, "created": p.Created.Unix(),
+		"latest_charge": "ch_" + strings.TrimPrefix(p.ID, "pi_"), "last_payment_error": nil,
+	}
+	if p.Status == "requires_payment_method" {
+		body["last_payment_error"] = map[string]any{"type": "card_error", "code": "card_declined",
+			"decline_code": p.DeclineCode, "message": "Your card has insufficient funds."}
+	}
+	return body
+}
+
+// PIs returns copies of every PaymentIntent, in creation order.
+func (f *Stripe) PIs() []PI {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]PI, 0, len(f.order))
+	for _, id := range f.order {
+		out = append(out, *f.pis[id])
+	}
+	return out
+}
+
+// Get returns one PaymentIntent.
+func (f *Stripe) Get(id string) (PI, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	p, ok := f.pis[id]
+	if !ok {
+		return PI{}, false
+	}
+	return *p, true
+}
+
+// Settle ends a processing PaymentIntent: succeeded or failed.
+func (f *Stripe) Settle(id string, ok bool) (PI, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	p := f.pis[id]
+	if p == nil || p.Status != "processing" {
+		return PI{}, fmt.Errorf("%s is not processing", id)
+	}
+	if ok {
+		p.Status = "succeeded"
+	} else {
+		p.Status, p.DeclineCode = "requires_payment_method", "insufficient_funds"
+	}
+	return *p, nil
+}
+
+// Refund refunds a succeeded PaymentIntent in full.
+func (f *Stripe) Refund(id string) (PI, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	p := f.pis[id]
+	if p == nil || p.Status != "succeeded" || p.Refunded {
+		return PI{}, fmt.Errorf("%s cannot be refunded", id)
+	}
+	p.Refunded = true
+	return *p, nil
+}
+
+// Event renders a Stripe event about p: "payment_intent.<x>" carries the
+// PaymentIntent, "charge.refunded" its charge (with the PaymentIntent's
+// metadata, as Stripe copies it).
+func (f *Stripe) Event(p PI, typ string, created time.Time) []byte {
+	var obj map[string]any
+	if typ == "charge.refunded" {
+		obj = map[string]any{
+			"id": "ch_" + strings.TrimPrefix(p.ID, "pi_"), "object": "charge", "amount": p.Amount,
+			"amount_refunded": p.Amount, "refunded": true, "currency": p.Currency, "payment_intent": p.ID,
+			"metadata": p.Metadata, "status": "succeeded", "paid": true, "captured": true, "livemode": false,
+		}
+	} else {
+		obj = p.JSON()
+	}
+	ev := map[string]any{
+		"id": fmt.Sprintf("evt_fake%08d", f.seq.Add(1)), "object": "event", "api_version": "2023-10-16",
+		"created": created.Unix(), "livemode": false, "type": typ, "pending_webhooks": 1,
+		"data": map[string]any{"object": obj},
+	}
+	if p.Account != "" {
+		ev["account"] = p.Account
+	}
+	b, _ := json.Marshal(ev)
+	return b
+}
+
+// Successful counts, per "account/subscription/billing date" of the
+// billing metadata, the PaymentIntents that succeeded (refunded or not).
+func (f *Stripe) Successful() map[string][]string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[string][]string{}
+	for _, id := range f.order {
+		p := f.pis[id]
+		if p.Status == "succeeded" {
+			k := PeriodKey(p.Metadata["billing_account"], p.Metadata["billing_subscription"], p.Metadata["billing_date"])
+			out[k] = append(out[k], p.ID)
+		}
+	}
+	for _, v := range out {
+		sort.Strings(v)
+	}
+	return out
+}
+
+// PeriodKey names a billing period in test maps.
+func PeriodKey(account, sub, date string) string { return account + "/" + sub + "/" + date }

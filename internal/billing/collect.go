@@ -1,0 +1,358 @@
+package billing
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
+	"github.com/stripe-payments/stripe-payments/internal/lock"
+)
+
+// collectEntry acts on one payments-index entry of an account whose lock is
+// held: a subscription whose payment is due, a failed period whose retry is
+// due, or a pause that ends.
+func (s *Service) collectEntry(ctx context.Context, l *lock.Lock, e IndexEntry, date dates.Date, rep *Report) error {
+	switch {
+	case strings.HasPrefix(e.SK, prefixSub):
+		sub, p, found, err := s.store.GetSubscriptionWithPeriod(ctx, e)
+		if errors.Is(err, ErrNotFound) {
+			rep.add(func(r *Report) { r.Skipped++ })
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		var due *Period
+		if found && p.BillingDate.Equal(sub.NextPaymentDate) {
+			due = &p
+		}
+		return s.collectDue(ctx, l, sub, due, date, rep)
+	case strings.HasPrefix(e.SK, prefixPeriod):
+		return s.retryEntry(ctx, l, e, date, rep)
+	case strings.HasPrefix(e.SK, prefixResume):
+		return s.resumeEntry(ctx, l, e, date, rep)
+	}
+	rep.add(func(r *Report) { r.Skipped++ })
+	return nil
+}
+
+// collectDue charges a subscription's next payment if it is due by date,
+// and keeps going while the next one is due too (catching up after days
+// the job did not run).
+// due, when known, is the period of sub's next payment as read with it.
+func (s *Service) collectDue(ctx context.Context, l *lock.Lock, sub Subscription, due *Period, date dates.Date, rep *Report) error {
+	for range 48 {
+		today := s.today(sub)
+		dueDate := sub.NextPaymentDate
+		if sub.Status != SubActive || dueDate.IsZero() || dueDate.After(date) || dueDate.After(today) {
+			rep.add(func(r *Report) { r.Skipped++ })
+			return nil
+		}
+		next, moved, err := s.collectFirst(ctx, l, sub, due, today, rep)
+		due = nil
+		if err != nil || !moved || next.NextPaymentDate.Equal(dueDate) || next.Status != SubActive ||
+			next.NextPaymentDate.After(date) || next.NextPaymentDate.After(today) {
+			return err
+		}
+		sub = next
+	}
+	return nil
+}
+
+// collectFirst makes the first attempt on the period of sub's next payment,
+// or marks it STALE when it is too old to collect.
+// It returns the subscription as written when it moved on.
+func (s *Service) collectFirst(ctx context.Context, l *lock.Lock, sub Subscription, due *Period, today dates.Date, rep *Report) (Subscription, bool, error) {
+	var p Period
+	if due != nil {
+		p = *due
+	} else {
+		var err error
+		p, err = s.store.GetPeriod(ctx, sub.AccountID, sub.SubscriptionID, sub.NextPaymentDate)
+		switch {
+		case errors.Is(err, ErrNotFound):
+			p = newPeriod(sub, sub.NextPaymentDate, Scheduled, ProcInitial, "recreated", s.now())
+		case err != nil:
+			return sub, false, err
+		}
+	}
+	if p.Status != Scheduled {
+		// Settled elsewhere (a webhook about a charge made outside this job):
+		// nothing to charge, but the subscription must move on.
+		s.log.Warn("billing job: next payment's period is no longer SCHEDULED; moving on without charging",
+			"account", sub.AccountID, "subscription_id", sub.SubscriptionID, "billing_date", p.BillingDate.String(), "status", string(p.Status))
+		now := s.now()
+		tx := s.store.NewTx(s.cause("collect", p, today), now)
+		s.advance(tx, &sub, p.BillingDate, today, ProcInitial, now)
+		tx.PutSubscription(&sub)
+		if err := s.store.Commit(ctx, tx); err != nil {
+			if errors.Is(err, ErrConflict) {
+				return sub, false, nil
+			}
+			return sub, false, fmt.Errorf("move on: %w", err)
+		}
+		rep.add(func(r *Report) { r.Skipped++ })
+		return sub, true, nil
+	}
+	if s.cfg.Retry.IsStale(p.BillingDate, today) && p.InFlightKey == "" {
+		now := s.now()
+		tx := s.store.NewTx(s.cause("collect", p, today), now)
+		p.Status, p.Process, p.UpdatedEvent, p.CompletionDate = Stale, ProcInitial, "stale", now
+		tx.PutPeriod(&p, false)
+		s.advance(tx, &sub, p.BillingDate, today, ProcInitial, now)
+		tx.PutSubscription(&sub)
+		if err := s.store.Commit(ctx, tx); err != nil {
+			return sub, false, fmt.Errorf("mark stale: %w", err)
+		}
+		rep.add(func(r *Report) { r.Stale++ })
+		return sub, true, nil
+	}
+	return s.attempt(ctx, l, sub, p, ProcInitial, today, rep)
+}
+
+func (s *Service) cause(job string, p Period, today dates.Date) string {
+	return fmt.Sprintf("%s:%s:attempt-%d", job, today, p.Attempts+1)
+}
+
+// IdempotencyKey of attempt n on a period: the same attempt always sends
+// the same key, so a rerun after a crash gets the same PaymentIntent back.
+// The attempt number is part of it because Stripe replays a declined
+// request's answer for its key: a retry on a later day is a new attempt.
+func IdempotencyKey(p Period, n int) string {
+	k := fmt.Sprintf("billing:%s:%s:%s:%d", p.AccountID, p.SubscriptionID, p.BillingDate, n)
+	if len(k) > 255 {
+		sum := sha256.Sum256([]byte(k))
+		k = "billing:" + hex.EncodeToString(sum[:])
+	}
+	return k
+}
+
+// attempt charges a period: claim (conditional write), charge, record.
+// It returns the subscription as written, and whether it was.
+func (s *Service) attempt(ctx context.Context, l *lock.Lock, sub Subscription, p Period, proc Process, today dates.Date, rep *Report) (Subscription, bool, error) {
+	now := s.now()
+	// Claim: re-check on the table that the subscription is still ACTIVE and
+	// unchanged, and record the attempt's idempotency key before charging.
+	if p.InFlightKey != "" && now.Sub(p.InFlightAt) > s.cfg.IdempotencyWindow {
+		s.log.Error("billing job: attempt in flight beyond Stripe's idempotency window; not retrying (runbook: ERROR period)",
+			"account", p.AccountID, "subscription_id", p.SubscriptionID, "billing_date", p.BillingDate.String(),
+			"idempotency_key", p.InFlightKey, "in_flight_since", p.InFlightAt)
+		rep.add(func(r *Report) { r.Unreconciled++ })
+		return sub, false, nil
+	}
+	if p.InFlightKey == "" {
+		p.InFlightKey, p.InFlightAt = IdempotencyKey(p, p.Attempts+1), now
+		if p.InitialRunDate.IsZero() {
+			p.InitialRunDate = now
+		}
+		claim := s.store.NewTx("claim", now)
+		claim.CheckSubscription(sub)
+		claim.PutPeriod(&p, true)
+		if err := s.store.Commit(ctx, claim); err != nil {
+			if errors.Is(err, ErrConflict) {
+				rep.add(func(r *Report) { r.Skipped++ })
+				return sub, false, nil // changed since the index read: nothing to charge now
+			}
+			return sub, false, fmt.Errorf("claim: %w", err)
+		}
+	} else if sub.Status != SubActive {
+		// Cannot happen: changes are refused while an attempt is in flight.
+		s.log.Error("billing job: attempt in flight on a subscription that is not ACTIVE; not charging",
+			"account", p.AccountID, "subscription_id", p.SubscriptionID, "billing_date", p.BillingDate.String())
+		rep.add(func(r *Report) { r.Unreconciled++ })
+		return sub, false, nil
+	}
+	// A rerun of an attempt in flight reuses its claim: the subscription was
+	// re-read under the lock, and no change is accepted while an attempt is
+	// in flight, so it is still ACTIVE.
+	if err := s.step("claimed", p); err != nil {
+		return sub, false, err
+	}
+	if l != nil && !l.Valid() {
+		return sub, false, fmt.Errorf("before charging: %w", lock.ErrNotOwner)
+	}
+	attemptNo := p.Attempts + 1
+	// The charge stops when the job is cancelled or the lock is lost.
+	cctx, stop := context.WithCancel(ctx)
+	defer stop()
+	if l != nil {
+		defer context.AfterFunc(l.Context(), stop)()
+	}
+	res, err := s.charger.Charge(cctx, ChargeRequest{
+		StripeAccount: p.PaymentDetails.StripeAccount, Customer: p.PaymentDetails.Customer,
+		PaymentMethod: p.PaymentDetails.PaymentMethod, Amount: p.Amount, Currency: p.Currency,
+		IdempotencyKey: p.InFlightKey, Description: fmt.Sprintf("%s %s", p.SKU, p.BillingDate),
+		Metadata: map[string]string{MetaAccount: p.AccountID, MetaSubscription: p.SubscriptionID,
+			MetaDate: p.BillingDate.String(), MetaSKU: p.SKU},
+	})
+	if err != nil {
+		rep.add(func(r *Report) { r.Unknown++ })
+		return sub, false, fmt.Errorf("charge %s %s: %w", p.SubscriptionID, p.BillingDate, err)
+	}
+	if err := s.step("charged", p); err != nil {
+		return sub, false, err
+	}
+	now = s.now()
+	// The action reflects what Stripe did, so it goes out before the write:
+	// a rerun gets the same PaymentIntent and the same dedupe key.
+	switch res.Outcome {
+	case Succeeded:
+		err = s.notifier.Notify(ctx, paymentAction(ActionPaymentCompleted, p, res.PaymentIntent, attemptNo, "", now))
+	case Declined:
+		err = s.notifier.Notify(ctx, paymentAction(ActionPaymentFailed, p, res.PaymentIntent, attemptNo, res.Error, now))
+	}
+	if err != nil {
+		return sub, false, err
+	}
+	tx := s.store.NewTx(s.cause("collect", p, today), now)
+	s.record(tx, &sub, &p, res, proc, today, today, now)
+	if err := s.store.Commit(ctx, tx); err != nil {
+		return sub, false, fmt.Errorf("record attempt (the charge is in Stripe; a rerun or its webhook records it): %w", err)
+	}
+	rep.add(func(r *Report) {
+		switch res.Outcome {
+		case Succeeded:
+			r.Succeeded++
+		case Processing:
+			r.Processing++
+		default:
+			r.Declined++
+		}
+	})
+	return sub, true, s.step("committed", p)
+}
+
+// record writes the outcome of an attempt into tx: the period's new status,
+// a receipt for a success, and the subscription moved on when this was the
+// first attempt on its next payment.
+func (s *Service) record(tx *Tx, sub *Subscription, p *Period, res ChargeResult, proc Process, today, processed dates.Date, now time.Time) {
+	p.Attempts++
+	p.InFlightKey, p.InFlightAt = "", time.Time{}
+	p.Process = proc
+	if res.PaymentIntent != "" {
+		p.TransactionID = res.PaymentIntent
+		tx.PutPaymentRef(PaymentRef{PaymentIntent: res.PaymentIntent, AccountID: p.AccountID,
+			SubscriptionID: p.SubscriptionID, BillingDate: p.BillingDate})
+	}
+	switch res.Outcome {
+	case Succeeded:
+		s.complete(tx, p, res.PaymentIntent, processed, now)
+	case Processing:
+		p.Status, p.UpdatedEvent, p.Error, p.NextAttemptDate = ACHSent, "ach-sent", "", dates.Date{}
+	default:
+		next, _ := s.cfg.Retry.NextAttempt(p.BillingDate, today)
+		p.Status, p.UpdatedEvent, p.Error, p.NextAttemptDate = Error, "attempt-failed", res.Error, next
+	}
+	tx.PutPeriod(p, false)
+	subChanged := false
+	if sub.Status == SubActive && sub.NextPaymentDate.Equal(p.BillingDate) {
+		s.advance(tx, sub, p.BillingDate, today, proc, now)
+		subChanged = true
+	}
+	if p.Status == Completed && p.BillingDate.After(sub.LastPaymentDate) {
+		sub.LastPaymentDate = p.BillingDate
+		subChanged = true
+	}
+	if subChanged {
+		tx.PutSubscription(sub)
+	}
+}
+
+// complete marks p COMPLETED and writes its receipt.
+func (s *Service) complete(tx *Tx, p *Period, pi string, processed dates.Date, now time.Time) {
+	tx.PutReceipt(Receipt{
+		AccountID: p.AccountID, SubscriptionID: p.SubscriptionID, SKU: p.SKU, ProcessedDate: processed,
+		BillingDate: p.BillingDate, Amount: p.Amount, Currency: p.Currency, PaymentIntent: pi,
+		ExpiresAt: now.Add(s.cfg.ReceiptTTL),
+	})
+	p.Status, p.Error, p.NextAttemptDate, p.CompletionDate = Completed, "", dates.Date{}, now
+	if !strings.HasPrefix(p.UpdatedEvent, "late-success") {
+		p.UpdatedEvent = "completed"
+	}
+}
+
+// retryEntry handles a failed period whose next look is due: retry it,
+// or mark it STALE, or (subscription paused) put the retry off.
+func (s *Service) retryEntry(ctx context.Context, l *lock.Lock, e IndexEntry, date dates.Date, rep *Report) error {
+	p, err := s.store.GetPeriodAt(ctx, e)
+	if errors.Is(err, ErrNotFound) {
+		rep.add(func(r *Report) { r.Skipped++ })
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	sub, err := s.store.GetSubscription(ctx, p.AccountID, p.SubscriptionID)
+	if err != nil {
+		return err
+	}
+	today := s.today(sub)
+	if p.Status != Error || p.NextAttemptDate.IsZero() || p.NextAttemptDate.After(date) || p.NextAttemptDate.After(today) {
+		rep.add(func(r *Report) { r.Skipped++ })
+		return nil
+	}
+	now := s.now()
+	tx := s.store.NewTx(s.cause("retry", p, today), now)
+	switch {
+	case p.InFlightKey != "":
+		// A crashed attempt: finish it with the same key (even if stale now:
+		// the charge may already have happened).
+		_, _, err := s.attempt(ctx, l, sub, p, ProcRetry, today, rep)
+		return err
+	case sub.Status == SubCancelled:
+		p.Status, p.Process, p.UpdatedEvent, p.CompletionDate, p.NextAttemptDate = Cancelled, ProcRetry, "cancelled", now, dates.Date{}
+	case s.cfg.Retry.IsStale(p.BillingDate, today):
+		p.Status, p.Process, p.UpdatedEvent, p.CompletionDate, p.NextAttemptDate = Stale, ProcRetry, "stale", now, dates.Date{}
+		rep.add(func(r *Report) { r.Stale++ })
+	case sub.Status == SubPaused:
+		p.NextAttemptDate, _ = s.cfg.Retry.NextAttempt(p.BillingDate, today)
+		p.Process, p.UpdatedEvent = ProcRetry, "retry-deferred-paused"
+		rep.add(func(r *Report) { r.Skipped++ })
+	default:
+		_, _, err := s.attempt(ctx, l, sub, p, ProcRetry, today, rep)
+		return err
+	}
+	tx.PutPeriod(&p, false)
+	if err := s.store.Commit(ctx, tx); err != nil {
+		return fmt.Errorf("update failed period: %w", err)
+	}
+	return nil
+}
+
+// resumeEntry ends a pause whose resume marker is due, then charges the
+// first period if it is already due.
+func (s *Service) resumeEntry(ctx context.Context, l *lock.Lock, e IndexEntry, date dates.Date, rep *Report) error {
+	m, err := s.store.GetResumeMarkerAt(ctx, e)
+	if errors.Is(err, ErrNotFound) {
+		rep.add(func(r *Report) { r.Skipped++ })
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	sub, err := s.store.GetSubscription(ctx, m.AccountID, m.SubscriptionID)
+	if err != nil {
+		return err
+	}
+	today := s.today(sub)
+	if m.TriggerDate.After(date) || m.TriggerDate.After(today) {
+		rep.add(func(r *Report) { r.Skipped++ })
+		return nil
+	}
+	if sub.Status != SubPaused {
+		tx := s.store.NewTx("resume", s.now())
+		tx.DeleteResumeMarker(m)
+		return s.store.Commit(ctx, tx)
+	}
+	sub, err = s.resume(ctx, sub, m.ResumeDate, ProcPause, "pause-resume", fmt.Sprintf("resume:%s", today))
+	if err != nil {
+		return err
+	}
+	rep.add(func(r *Report) { r.Resumed++ })
+	return s.collectDue(ctx, l, sub, nil, date, rep)
+}

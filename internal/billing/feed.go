@@ -1,0 +1,265 @@
+package billing
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stripe/stripe-go/v76"
+
+	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
+	"github.com/stripe-payments/stripe-payments/internal/lock"
+	"github.com/stripe-payments/stripe-payments/internal/outbox"
+)
+
+// FeedTopic is the outbox topic of the webhook feed.
+const FeedTopic = "billing"
+
+// FeedEventTypes are the Stripe events that feed the billing core.
+var FeedEventTypes = []string{
+	"payment_intent.processing",
+	"payment_intent.succeeded",
+	"payment_intent.payment_failed",
+	"charge.refunded",
+}
+
+// FeedMessage is the outbox payload of one Stripe event about a billing
+// charge.
+type FeedMessage struct {
+	EventID       string `json:"event_id"`
+	Type          string `json:"type"`
+	Created       int64  `json:"created"`
+	PaymentIntent string `json:"payment_intent"`
+	Account       string `json:"account,omitempty"`
+	Subscription  string `json:"subscription,omitempty"`
+	BillingDate   string `json:"billing_date,omitempty"`
+	Error         string `json:"error,omitempty"`
+}
+
+type feedObject struct {
+	ID               string            `json:"id"`
+	Object           string            `json:"object"`
+	Metadata         map[string]string `json:"metadata"`
+	PaymentIntent    json.RawMessage   `json:"payment_intent"`
+	Refunded         bool              `json:"refunded"`
+	LastPaymentError *struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	} `json:"last_payment_error"`
+}
+
+func (o feedObject) paymentIntentID() string {
+	if o.Object == "payment_intent" {
+		return o.ID
+	}
+	var id string
+	if json.Unmarshal(o.PaymentIntent, &id) == nil {
+		return id
+	}
+	var obj struct {
+		ID string `json:"id"`
+	}
+	if json.Unmarshal(o.PaymentIntent, &obj) == nil {
+		return obj.ID
+	}
+	return ""
+}
+
+// EnqueueFeed is the handler applier of FeedEventTypes: inside the event's
+// ledger transaction it enqueues the event for the billing core on the
+// "billing" topic (dedupe key: the event id), when the PaymentIntent is a
+// billing-core charge (metadata billing_*). A full refund's charge without
+// that metadata is enqueued too, for a lookup of its PaymentIntent.
+// DynamoDB is never written inside the Postgres transaction: the billing
+// outbox worker applies the message afterwards, idempotently.
+func EnqueueFeed(ctx context.Context, tx pgx.Tx, ev *stripe.Event) error {
+	msg, ok, err := FeedFromEvent(ev)
+	if err != nil || !ok {
+		return err
+	}
+	payload, err := json.Marshal(msg)
+	if err != nil {
+		return fmt.Errorf("encode billing feed message: %w", err)
+	}
+	_, err = outbox.Enqueue(ctx, tx, outbox.Message{
+		Topic: FeedTopic, Type: msg.Type, DedupeKey: "billing:" + ev.ID, Payload: payload,
+	})
+	return err
+}
+
+// FeedFromEvent extracts the feed message of ev; ok is false when the event
+// is not about a billing charge.
+func FeedFromEvent(ev *stripe.Event) (FeedMessage, bool, error) {
+	if ev.Data == nil || len(ev.Data.Raw) == 0 {
+		return FeedMessage{}, false, nil
+	}
+	var obj feedObject
+	if err := json.Unmarshal(ev.Data.Raw, &obj); err != nil {
+		return FeedMessage{}, false, fmt.Errorf("decode %s object: %w", ev.Type, err)
+	}
+	msg := FeedMessage{EventID: ev.ID, Type: string(ev.Type), Created: ev.Created, PaymentIntent: obj.paymentIntentID(),
+		Account: obj.Metadata[MetaAccount], Subscription: obj.Metadata[MetaSubscription], BillingDate: obj.Metadata[MetaDate]}
+	if obj.LastPaymentError != nil {
+		msg.Error = obj.LastPaymentError.Code + ": " + obj.LastPaymentError.Message
+	}
+	marked := msg.Account != "" && msg.Subscription != "" && msg.BillingDate != ""
+	switch string(ev.Type) {
+	case "payment_intent.processing", "payment_intent.succeeded", "payment_intent.payment_failed":
+		return msg, marked && msg.PaymentIntent != "", nil
+	case "charge.refunded":
+		// Only a full refund ends a period; partial ones change nothing here.
+		return msg, obj.Refunded && msg.PaymentIntent != "", nil
+	}
+	return FeedMessage{}, false, nil
+}
+
+// DeliverFeed is the billing outbox worker's Deliver: apply one message.
+func (s *Service) DeliverFeed(ctx context.Context, m outbox.Message) error {
+	var msg FeedMessage
+	if err := json.Unmarshal(m.Payload, &msg); err != nil {
+		s.log.Error("billing feed: undecodable message dropped", "message_id", m.ID, "error", err)
+		return nil
+	}
+	return s.ApplyFeed(ctx, msg)
+}
+
+// ApplyFeed applies one Stripe event to its billing period, under the
+// account's lock (ErrLocked: the outbox retries it later). Applying is
+// idempotent: every transition is conditional on the state it leaves, and
+// the history entry's key is derived from the event id.
+func (s *Service) ApplyFeed(ctx context.Context, msg FeedMessage) error {
+	if msg.Account == "" {
+		ref, err := s.store.GetPaymentRef(ctx, msg.PaymentIntent)
+		if errors.Is(err, ErrNotFound) {
+			return nil // not a billing-core charge
+		}
+		if err != nil {
+			return err
+		}
+		msg.Account, msg.Subscription, msg.BillingDate = ref.AccountID, ref.SubscriptionID, ref.BillingDate.String()
+	}
+	date, err := dates.Parse(msg.BillingDate)
+	if err != nil || !validID(msg.Account) || !validID(msg.Subscription) {
+		s.log.Error("billing feed: bad billing metadata; ignored", "event_id", msg.EventID, "payment_intent", msg.PaymentIntent)
+		return nil
+	}
+	return s.withLock(ctx, msg.Account, func(ctx context.Context, _ *lock.Lock) error {
+		return s.applyFeed(ctx, msg, date)
+	})
+}
+
+func (s *Service) applyFeed(ctx context.Context, msg FeedMessage, date dates.Date) error {
+	log := s.log.With("event_id", msg.EventID, "event_type", msg.Type, "payment_intent", msg.PaymentIntent,
+		"account", msg.Account, "subscription_id", msg.Subscription, "billing_date", date.String())
+	p, err := s.store.GetPeriod(ctx, msg.Account, msg.Subscription, date)
+	if errors.Is(err, ErrNotFound) {
+		log.Warn("billing feed: no such billing period; ignored")
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	sub, err := s.store.GetSubscription(ctx, msg.Account, msg.Subscription)
+	if err != nil {
+		return err
+	}
+	now, today := s.now(), s.today(sub)
+	evDate := dates.In(time.Unix(msg.Created, 0), sub.Location())
+	pi := msg.PaymentIntent
+	inFlight := p.InFlightKey != "" && p.TransactionID != pi
+	tx := s.store.NewTx("evt:"+msg.EventID, now)
+	var action *Action
+
+	switch msg.Type {
+	case "payment_intent.processing":
+		switch {
+		case inFlight && (p.Status == Scheduled || p.Status == Error):
+			s.record(tx, &sub, &p, ChargeResult{Outcome: Processing, PaymentIntent: pi}, ProcWebhook, today, evDate, now)
+		default:
+			return nil // recorded already, or an older event
+		}
+	case "payment_intent.succeeded":
+		a := paymentAction(ActionPaymentCompleted, p, pi, 0, "", now)
+		action = &a
+		switch {
+		case (p.Status == Completed || p.Status == Refunded) && p.TransactionID == pi:
+			return nil // the job recorded it
+		case p.Status == Completed || p.Status == Refunded:
+			log.Error("billing feed: a second successful charge for one period; refund it", "recorded_payment_intent", p.TransactionID)
+			p.UpdatedEvent, p.Error, p.Process = "duplicate-charge", "second successful charge "+pi+": refund it", ProcWebhook
+			tx.PutPeriod(&p, false)
+			tx.PutPaymentRef(PaymentRef{PaymentIntent: pi, AccountID: p.AccountID, SubscriptionID: p.SubscriptionID, BillingDate: p.BillingDate})
+		case inFlight:
+			s.record(tx, &sub, &p, ChargeResult{Outcome: Succeeded, PaymentIntent: pi}, ProcWebhook, today, evDate, now)
+		default:
+			// Money moved: whatever the period's state, it is now collected.
+			if p.Status != ACHSent && p.Status != Error && p.Status != Scheduled {
+				log.Warn("billing feed: payment succeeded on a period that had ended", "status", string(p.Status))
+				p.UpdatedEvent = "late-success-after-" + string(p.Status)
+			}
+			p.TransactionID, p.Process = pi, ProcWebhook
+			s.complete(tx, &p, pi, evDate, now)
+			tx.PutPeriod(&p, false)
+			tx.PutPaymentRef(PaymentRef{PaymentIntent: pi, AccountID: p.AccountID, SubscriptionID: p.SubscriptionID, BillingDate: p.BillingDate})
+			subChanged := false
+			if sub.Status == SubActive && sub.NextPaymentDate.Equal(p.BillingDate) {
+				s.advance(tx, &sub, p.BillingDate, today, ProcWebhook, now)
+				subChanged = true
+			}
+			if p.BillingDate.After(sub.LastPaymentDate) {
+				sub.LastPaymentDate = p.BillingDate
+				subChanged = true
+			}
+			if subChanged {
+				tx.PutSubscription(&sub)
+			}
+		}
+	case "payment_intent.payment_failed":
+		a := paymentAction(ActionPaymentFailed, p, pi, 0, msg.Error, now)
+		action = &a
+		switch {
+		case inFlight && (p.Status == Scheduled || p.Status == Error):
+			s.record(tx, &sub, &p, ChargeResult{Outcome: Declined, PaymentIntent: pi, Error: msg.Error}, ProcWebhook, today, evDate, now)
+		case p.Status == ACHSent && p.TransactionID == pi:
+			next, _ := s.cfg.Retry.NextAttempt(p.BillingDate, today)
+			p.Status, p.Process, p.UpdatedEvent, p.Error, p.NextAttemptDate = Error, ProcWebhook, "ach-failed", msg.Error, next
+			if sub.Status == SubCancelled {
+				p.Status, p.NextAttemptDate, p.CompletionDate = Cancelled, dates.Date{}, now
+			}
+			tx.PutPeriod(&p, false)
+		default:
+			return nil // recorded already, or an older event
+		}
+	case "charge.refunded":
+		switch {
+		case p.Status == Completed && p.TransactionID == pi:
+			p.Status, p.Process, p.UpdatedEvent, p.CompletionDate = Refunded, ProcWebhook, "refunded", now
+			tx.PutPeriod(&p, false)
+		case p.Status == Refunded:
+			return nil
+		case p.Status == Scheduled || p.Status == ACHSent || p.Status == Error:
+			// The success has not been applied yet (events arrive out of
+			// order): the outbox delivers this again later.
+			return fmt.Errorf("refund of %s before its success: %w", pi, ErrRetryLater)
+		default:
+			log.Warn("billing feed: refund of a charge this period does not record; ignored", "status", string(p.Status),
+				"recorded_payment_intent", p.TransactionID)
+			return nil
+		}
+	default:
+		return nil
+	}
+	if action != nil {
+		if err := s.notifier.Notify(ctx, *action); err != nil {
+			return err
+		}
+	}
+	if err := s.store.Commit(ctx, tx); err != nil {
+		return fmt.Errorf("apply %s: %w", msg.Type, err)
+	}
+	log.Info("billing feed applied", "status", string(p.Status))
+	return nil
+}

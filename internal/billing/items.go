@@ -1,0 +1,386 @@
+package billing
+
+import (
+	"fmt"
+	"hash/fnv"
+	"strings"
+	"time"
+
+	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
+)
+
+// Key scheme of BILLING_TABLE (DESIGN §8; README "Recurring billing"):
+//
+//	subscription    PK=ACC#<account>  SK=SUB#<subscription>#SKU#<sku>
+//	billing period  PK=ACC#<account>  SK=PER#<subscription>#<billing date>
+//	receipt         PK=ACC#<account>  SK=REC#<processed date>#SKU#<sku>#SUB#<subscription>#<billing date>
+//	resume marker   PK=ACC#<account>  SK=RESUME#<subscription>
+//	PI reference    PK=PI#<payment intent>  SK=PI#<payment intent>
+//
+// The receipt key extends the design's REC#<ProcessedDate>#SKU#<SKU> with
+// the subscription and billing date: two subscriptions of one SKU, or a retry
+// and a regular charge of one subscription, can be processed on the same
+// day. begins_with(SK, "REC#") and date ordering are unchanged.
+const (
+	prefixAccount = "ACC#"
+	prefixSub     = "SUB#"
+	prefixPeriod  = "PER#"
+	prefixReceipt = "REC#"
+	prefixResume  = "RESUME#"
+	prefixPI      = "PI#"
+
+	// NeverSentinel is the GSI sort value of a subscription that was never
+	// paid (or never reminded): a sparse index needs both key attributes, so
+	// a brand-new subscription without LastPaymentDate carries this instead
+	// and is still in the payments index. It sorts before every real date.
+	NeverSentinel = "0000-00-00"
+
+	timeLayout = time.RFC3339Nano
+)
+
+func accountPK(account string) string { return prefixAccount + account }
+
+func subSK(sub, sku string) string { return prefixSub + sub + "#SKU#" + sku }
+
+func periodSK(sub string, d dates.Date) string { return prefixPeriod + sub + "#" + d.String() }
+
+func receiptSK(r Receipt) string {
+	return prefixReceipt + r.ProcessedDate.String() + "#SKU#" + r.SKU + "#SUB#" + r.SubscriptionID + "#" + r.BillingDate.String()
+}
+
+func resumeSK(sub string) string { return prefixResume + sub }
+
+func piKey(pi string) string { return prefixPI + pi }
+
+func historyPK(account, sub string) string { return accountPK(account) + "#SUB#" + sub }
+
+// historySK keys an entry by the period version its change produced. The
+// entry is written before the change; if the change then fails (a crash, a
+// lost race), the period stays at the previous version and whatever change
+// next produces that version overwrites the entry: the history never keeps
+// a change that did not happen, and a repeated change (a rerun, a
+// redelivered event) rewrites its own entry instead of adding one.
+func historySK(e HistoryEntry) string {
+	return fmt.Sprintf("%s#%06d", e.BillingDate, e.Version)
+}
+
+// validID is the rule for ids that become part of keys.
+func validID(s string) bool {
+	return s != "" && len(s) <= 128 && !strings.ContainsAny(s, "#\x00/ \t\r\n")
+}
+
+// Shard is the write shard of an account: every index entry of an account
+// lands in the same shard, so one worker per shard sees all of an account's
+// due items together and takes its lock once.
+func Shard(account string, shards int) int {
+	if shards <= 1 {
+		return 0
+	}
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(account))
+	return int(h.Sum32() % uint32(shards))
+}
+
+// Partition is a sharded GSI partition value: "<date>#<shard>".
+func Partition(d dates.Date, shard int) string { return fmt.Sprintf("%s#%d", d, shard) }
+
+func formatTime(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format(timeLayout)
+}
+
+func parseTime(s string) time.Time {
+	if s == "" {
+		return time.Time{}
+	}
+	t, _ := time.Parse(timeLayout, s)
+	return t
+}
+
+func parseDate(s string) dates.Date {
+	d, _ := dates.ParseOptional(s)
+	return d
+}
+
+func orSentinel(d dates.Date) string {
+	if d.IsZero() {
+		return NeverSentinel
+	}
+	return d.String()
+}
+
+// subItem is the stored subscription.
+type subItem struct {
+	PK               string         `dynamodbav:"PK"`
+	SK               string         `dynamodbav:"SK"`
+	Type             string         `dynamodbav:"Type"`
+	AccountID        string         `dynamodbav:"AccountId"`
+	SubscriptionID   string         `dynamodbav:"SubscriptionId"`
+	SKU              string         `dynamodbav:"SKU"`
+	Email            string         `dynamodbav:"Email"`
+	PaymentDay       int            `dynamodbav:"PaymentDay"`
+	BillingWeek      int            `dynamodbav:"BillingWeek,omitempty"`
+	PaymentAmount    int64          `dynamodbav:"PaymentAmount"`
+	Currency         string         `dynamodbav:"Currency"`
+	Term             string         `dynamodbav:"Term"`
+	Timezone         string         `dynamodbav:"Timezone,omitempty"`
+	PaymentDetails   PaymentDetails `dynamodbav:"PaymentDetails"`
+	Status           string         `dynamodbav:"Status"`
+	NextPaymentDate  string         `dynamodbav:"NextPaymentDate,omitempty"`
+	NextReminderDate string         `dynamodbav:"NextReminderDate,omitempty"`
+	RemindFor        string         `dynamodbav:"RemindFor,omitempty"`
+	LastPaymentDate  string         `dynamodbav:"LastPaymentDate,omitempty"`
+	LastReminderDate string         `dynamodbav:"LastReminderDate,omitempty"`
+	ReminderPending  string         `dynamodbav:"ReminderPending,omitempty"`
+	PausedFrom       string         `dynamodbav:"PausedFrom,omitempty"`
+	PausedUntil      string         `dynamodbav:"PausedUntil,omitempty"`
+	PauseMonths      int            `dynamodbav:"PauseMonths,omitempty"`
+	CreatedAt        string         `dynamodbav:"CreatedAt"`
+	UpdatedAt        string         `dynamodbav:"UpdatedAt"`
+	Version          int64          `dynamodbav:"Version"`
+	GSI1PK           string         `dynamodbav:"GSI1PK,omitempty"`
+	GSI1SK           string         `dynamodbav:"GSI1SK,omitempty"`
+	GSI2PK           string         `dynamodbav:"GSI2PK,omitempty"`
+	GSI2SK           string         `dynamodbav:"GSI2SK,omitempty"`
+}
+
+// toSubItem renders s; the index keys follow from its state: only an ACTIVE
+// subscription is in the reminders and payments indexes.
+func toSubItem(s Subscription, shards int) subItem {
+	it := subItem{
+		PK: accountPK(s.AccountID), SK: subSK(s.SubscriptionID, s.SKU), Type: "SUB",
+		AccountID: s.AccountID, SubscriptionID: s.SubscriptionID, SKU: s.SKU, Email: s.Email,
+		PaymentDay: s.PaymentDay, BillingWeek: s.BillingWeek, PaymentAmount: s.Amount, Currency: s.Currency,
+		Term: string(s.Term), Timezone: s.Timezone, PaymentDetails: s.PaymentDetails, Status: string(s.Status),
+		NextPaymentDate: s.NextPaymentDate.String(), NextReminderDate: s.NextReminderDate.String(),
+		RemindFor: s.RemindFor.String(), LastPaymentDate: s.LastPaymentDate.String(),
+		LastReminderDate: s.LastReminderDate.String(), ReminderPending: s.ReminderPending.String(),
+		PausedFrom: s.PausedFrom.String(), PausedUntil: s.PausedUntil.String(), PauseMonths: s.PauseMonths,
+		CreatedAt: formatTime(s.CreatedAt), UpdatedAt: formatTime(s.UpdatedAt), Version: s.Version,
+	}
+	if s.Status == SubActive {
+		shard := Shard(s.AccountID, shards)
+		if !s.NextReminderDate.IsZero() {
+			it.GSI1PK, it.GSI1SK = Partition(s.NextReminderDate, shard), orSentinel(s.LastReminderDate)
+		}
+		if !s.NextPaymentDate.IsZero() {
+			it.GSI2PK, it.GSI2SK = Partition(s.NextPaymentDate, shard), orSentinel(s.LastPaymentDate)
+		}
+	}
+	return it
+}
+
+func (it subItem) subscription() Subscription {
+	return Subscription{
+		AccountID: it.AccountID, SubscriptionID: it.SubscriptionID, SKU: it.SKU, Email: it.Email,
+		PaymentDay: it.PaymentDay, BillingWeek: it.BillingWeek, Amount: it.PaymentAmount, Currency: it.Currency,
+		Term: dates.Term(it.Term), Timezone: it.Timezone, PaymentDetails: it.PaymentDetails, Status: SubStatus(it.Status),
+		NextPaymentDate: parseDate(it.NextPaymentDate), NextReminderDate: parseDate(it.NextReminderDate),
+		RemindFor: parseDate(it.RemindFor), LastPaymentDate: parseDate(it.LastPaymentDate),
+		LastReminderDate: parseDate(it.LastReminderDate), ReminderPending: parseDate(it.ReminderPending),
+		PausedFrom: parseDate(it.PausedFrom), PausedUntil: parseDate(it.PausedUntil), PauseMonths: it.PauseMonths,
+		CreatedAt: parseTime(it.CreatedAt), UpdatedAt: parseTime(it.UpdatedAt), Version: it.Version,
+	}
+}
+
+// periodItem is the stored billing period.
+type periodItem struct {
+	PK                  string         `dynamodbav:"PK"`
+	SK                  string         `dynamodbav:"SK"`
+	Type                string         `dynamodbav:"Type"`
+	AccountID           string         `dynamodbav:"AccountId"`
+	SubscriptionID      string         `dynamodbav:"SubscriptionId"`
+	SKU                 string         `dynamodbav:"SKU"`
+	BillingDate         string         `dynamodbav:"BillingDate"`
+	PaymentAmount       int64          `dynamodbav:"PaymentAmount"`
+	Currency            string         `dynamodbav:"Currency"`
+	PaymentDetails      PaymentDetails `dynamodbav:"PaymentDetails"`
+	Email               string         `dynamodbav:"Email"`
+	BillingStatus       string         `dynamodbav:"BillingStatus"`
+	Process             string         `dynamodbav:"Process"`
+	UpdatedEvent        string         `dynamodbav:"UpdatedEvent,omitempty"`
+	TransactionID       string         `dynamodbav:"TransactionId,omitempty"`
+	Error               string         `dynamodbav:"Error,omitempty"`
+	Attempts            int            `dynamodbav:"Attempts"`
+	InFlightKey         string         `dynamodbav:"InFlightKey,omitempty"`
+	InFlightAt          string         `dynamodbav:"InFlightAt,omitempty"`
+	NextAttemptDate     string         `dynamodbav:"NextAttemptDate,omitempty"`
+	PauseDurationMonths int            `dynamodbav:"PauseDurationMonths,omitempty"`
+	CreatedDate         string         `dynamodbav:"CreatedDate"`
+	InitialRunDate      string         `dynamodbav:"InitialRunDate,omitempty"`
+	LastRunDate         string         `dynamodbav:"LastRunDate,omitempty"`
+	CompletionDate      string         `dynamodbav:"CompletionDate,omitempty"`
+	Version             int64          `dynamodbav:"Version"`
+	GSI2PK              string         `dynamodbav:"GSI2PK,omitempty"`
+	GSI2SK              string         `dynamodbav:"GSI2SK,omitempty"`
+}
+
+// toPeriodItem renders p; a period is in the payments index while a job has
+// to come back to it (an ERROR awaiting its retry or stale mark).
+func toPeriodItem(p Period, shards int) periodItem {
+	it := periodItem{
+		PK: accountPK(p.AccountID), SK: periodSK(p.SubscriptionID, p.BillingDate), Type: "PER",
+		AccountID: p.AccountID, SubscriptionID: p.SubscriptionID, SKU: p.SKU, BillingDate: p.BillingDate.String(),
+		PaymentAmount: p.Amount, Currency: p.Currency, PaymentDetails: p.PaymentDetails, Email: p.Email,
+		BillingStatus: string(p.Status), Process: string(p.Process), UpdatedEvent: p.UpdatedEvent,
+		TransactionID: p.TransactionID, Error: p.Error, Attempts: p.Attempts,
+		InFlightKey: p.InFlightKey, InFlightAt: formatTime(p.InFlightAt), NextAttemptDate: p.NextAttemptDate.String(),
+		PauseDurationMonths: p.PauseDurationMonths, CreatedDate: formatTime(p.CreatedDate),
+		InitialRunDate: formatTime(p.InitialRunDate), LastRunDate: formatTime(p.LastRunDate),
+		CompletionDate: formatTime(p.CompletionDate), Version: p.Version,
+	}
+	if p.Status == Error && !p.NextAttemptDate.IsZero() {
+		it.GSI2PK, it.GSI2SK = Partition(p.NextAttemptDate, Shard(p.AccountID, shards)), it.SK
+	}
+	return it
+}
+
+func (it periodItem) period() Period {
+	return Period{
+		AccountID: it.AccountID, SubscriptionID: it.SubscriptionID, SKU: it.SKU, BillingDate: parseDate(it.BillingDate),
+		Amount: it.PaymentAmount, Currency: it.Currency, PaymentDetails: it.PaymentDetails, Email: it.Email,
+		Status: Status(it.BillingStatus), Process: Process(it.Process), UpdatedEvent: it.UpdatedEvent,
+		TransactionID: it.TransactionID, Error: it.Error, Attempts: it.Attempts,
+		InFlightKey: it.InFlightKey, InFlightAt: parseTime(it.InFlightAt), NextAttemptDate: parseDate(it.NextAttemptDate),
+		PauseDurationMonths: it.PauseDurationMonths, CreatedDate: parseTime(it.CreatedDate),
+		InitialRunDate: parseTime(it.InitialRunDate), LastRunDate: parseTime(it.LastRunDate),
+		CompletionDate: parseTime(it.CompletionDate), Version: it.Version,
+	}
+}
+
+// receiptItem is the stored receipt; TTL is Unix seconds.
+type receiptItem struct {
+	PK              string `dynamodbav:"PK"`
+	SK              string `dynamodbav:"SK"`
+	Type            string `dynamodbav:"Type"`
+	AccountID       string `dynamodbav:"AccountId"`
+	SubscriptionID  string `dynamodbav:"SubscriptionId"`
+	SKU             string `dynamodbav:"SKU"`
+	ProcessedDate   string `dynamodbav:"ProcessedDate"`
+	BillingDate     string `dynamodbav:"BillingDate"`
+	ProcessedAmount int64  `dynamodbav:"ProcessedAmount"`
+	Currency        string `dynamodbav:"Currency"`
+	PaymentIntent   string `dynamodbav:"PaymentIntent"`
+	TTL             int64  `dynamodbav:"TTL"`
+}
+
+func toReceiptItem(r Receipt) receiptItem {
+	return receiptItem{
+		PK: accountPK(r.AccountID), SK: receiptSK(r), Type: "REC", AccountID: r.AccountID,
+		SubscriptionID: r.SubscriptionID, SKU: r.SKU, ProcessedDate: r.ProcessedDate.String(),
+		BillingDate: r.BillingDate.String(), ProcessedAmount: r.Amount, Currency: r.Currency,
+		PaymentIntent: r.PaymentIntent, TTL: r.ExpiresAt.Unix(),
+	}
+}
+
+func (it receiptItem) receipt() Receipt {
+	return Receipt{
+		AccountID: it.AccountID, SubscriptionID: it.SubscriptionID, SKU: it.SKU,
+		ProcessedDate: parseDate(it.ProcessedDate), BillingDate: parseDate(it.BillingDate),
+		Amount: it.ProcessedAmount, Currency: it.Currency, PaymentIntent: it.PaymentIntent,
+		ExpiresAt: time.Unix(it.TTL, 0).UTC(),
+	}
+}
+
+// ResumeMarker schedules the automatic end of a pause: it sits in the
+// payments index on the date the collection job should resume the
+// subscription (the paused subscription itself has left both indexes).
+type ResumeMarker struct {
+	AccountID      string
+	SubscriptionID string
+	SKU            string
+	ResumeDate     dates.Date // end of the pause
+	TriggerDate    dates.Date // when the job resumes it
+	Version        int64
+}
+
+type resumeItem struct {
+	PK             string `dynamodbav:"PK"`
+	SK             string `dynamodbav:"SK"`
+	Type           string `dynamodbav:"Type"`
+	AccountID      string `dynamodbav:"AccountId"`
+	SubscriptionID string `dynamodbav:"SubscriptionId"`
+	SKU            string `dynamodbav:"SKU"`
+	ResumeDate     string `dynamodbav:"ResumeDate"`
+	TriggerDate    string `dynamodbav:"TriggerDate"`
+	Version        int64  `dynamodbav:"Version"`
+	GSI2PK         string `dynamodbav:"GSI2PK"`
+	GSI2SK         string `dynamodbav:"GSI2SK"`
+}
+
+func toResumeItem(m ResumeMarker, shards int) resumeItem {
+	return resumeItem{
+		PK: accountPK(m.AccountID), SK: resumeSK(m.SubscriptionID), Type: "RESUME", AccountID: m.AccountID,
+		SubscriptionID: m.SubscriptionID, SKU: m.SKU, ResumeDate: m.ResumeDate.String(),
+		TriggerDate: m.TriggerDate.String(), Version: m.Version,
+		GSI2PK: Partition(m.TriggerDate, Shard(m.AccountID, shards)), GSI2SK: resumeSK(m.SubscriptionID),
+	}
+}
+
+func (it resumeItem) marker() ResumeMarker {
+	return ResumeMarker{AccountID: it.AccountID, SubscriptionID: it.SubscriptionID, SKU: it.SKU,
+		ResumeDate: parseDate(it.ResumeDate), TriggerDate: parseDate(it.TriggerDate), Version: it.Version}
+}
+
+// PaymentRef maps a PaymentIntent back to its billing period, for Stripe
+// events that do not carry the billing metadata (a refund's charge).
+type PaymentRef struct {
+	PaymentIntent  string
+	AccountID      string
+	SubscriptionID string
+	BillingDate    dates.Date
+}
+
+type piItem struct {
+	PK             string `dynamodbav:"PK"`
+	SK             string `dynamodbav:"SK"`
+	Type           string `dynamodbav:"Type"`
+	PaymentIntent  string `dynamodbav:"PaymentIntent"`
+	AccountID      string `dynamodbav:"AccountId"`
+	SubscriptionID string `dynamodbav:"SubscriptionId"`
+	BillingDate    string `dynamodbav:"BillingDate"`
+}
+
+// historyItem is the stored history entry.
+type historyItem struct {
+	PK             string `dynamodbav:"PK"`
+	SK             string `dynamodbav:"SK"`
+	AccountID      string `dynamodbav:"AccountId"`
+	SubscriptionID string `dynamodbav:"SubscriptionId"`
+	BillingDate    string `dynamodbav:"BillingDate"`
+	BillingStatus  string `dynamodbav:"BillingStatus"`
+	Process        string `dynamodbav:"Process"`
+	UpdatedEvent   string `dynamodbav:"UpdatedEvent,omitempty"`
+	LastRunDate    string `dynamodbav:"LastRunDate"`
+	TransactionID  string `dynamodbav:"TransactionId,omitempty"`
+	Error          string `dynamodbav:"Error,omitempty"`
+	Amount         int64  `dynamodbav:"Amount"`
+	Attempts       int    `dynamodbav:"Attempts"`
+	Version        int64  `dynamodbav:"Version"`
+	Cause          string `dynamodbav:"Cause"`
+}
+
+func toHistoryItem(e HistoryEntry) historyItem {
+	return historyItem{
+		PK: historyPK(e.AccountID, e.SubscriptionID), SK: historySK(e), AccountID: e.AccountID,
+		SubscriptionID: e.SubscriptionID, BillingDate: e.BillingDate.String(), BillingStatus: string(e.Status),
+		Process: string(e.Process), UpdatedEvent: e.UpdatedEvent, LastRunDate: formatTime(e.LastRunDate),
+		TransactionID: e.TransactionID, Error: e.Error, Amount: e.Amount, Attempts: e.Attempts,
+		Version: e.Version, Cause: e.Cause,
+	}
+}
+
+func (it historyItem) entry() HistoryEntry {
+	return HistoryEntry{
+		AccountID: it.AccountID, SubscriptionID: it.SubscriptionID, BillingDate: parseDate(it.BillingDate),
+		Status: Status(it.BillingStatus), Process: Process(it.Process), UpdatedEvent: it.UpdatedEvent,
+		LastRunDate: parseTime(it.LastRunDate), TransactionID: it.TransactionID, Error: it.Error,
+		Amount: it.Amount, Attempts: it.Attempts, Version: it.Version, Cause: it.Cause,
+	}
+}
+
+// ValidID reports whether s can be an account, subscription or SKU id: ids
+// become parts of keys, so '#', '/' and whitespace are refused.
+func ValidID(s string) bool { return validID(s) }

@@ -1,0 +1,250 @@
+package billing
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
+	"github.com/stripe-payments/stripe-payments/internal/dynamo"
+	"github.com/stripe-payments/stripe-payments/internal/lock"
+)
+
+// Report summarises one job run.
+type Report struct {
+	Job  string `json:"job"`
+	Date string `json:"date"`
+	// Entries read from the index partitions.
+	Entries int `json:"entries"`
+	// Reminded: reminders sent.
+	Reminded int `json:"reminded"`
+	// Attempts answered by Stripe, by outcome.
+	Succeeded  int `json:"succeeded"`
+	Processing int `json:"processing"`
+	Declined   int `json:"declined"`
+	// Stale: periods given up on; Resumed: pauses ended.
+	Stale   int `json:"stale"`
+	Resumed int `json:"resumed"`
+	// Skipped: entries with nothing to do (stale index reads, not due).
+	Skipped int `json:"skipped"`
+	// Locked: accounts whose lock another holder kept for the whole run.
+	Locked int `json:"locked"`
+	// Unknown: attempts left in flight (no trustworthy answer); a rerun
+	// within the idempotency window completes them.
+	Unknown int `json:"unknown"`
+	// Unreconciled: attempts in flight for longer than the idempotency
+	// window, left alone (README runbook).
+	Unreconciled int `json:"unreconciled"`
+	// Errors: entries that failed otherwise (see the logs).
+	Errors int `json:"errors"`
+
+	mu sync.Mutex
+}
+
+func (r *Report) add(f func(r *Report)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	f(r)
+}
+
+// OK reports a run that left nothing for a rerun.
+func (r *Report) OK() bool {
+	return r.Locked == 0 && r.Unknown == 0 && r.Errors == 0
+}
+
+type accountWork struct {
+	account string
+	entries []IndexEntry
+}
+
+// Collect charges what is due on date (collect --date D): subscriptions
+// whose next payment is due, failed periods whose retry is due, pauses that
+// end. It reads the payments index partitions of date and the LookbackDays
+// before it, shard by shard in parallel, and works account by account under
+// the account's lease lock.
+func (s *Service) Collect(ctx context.Context, date dates.Date) (*Report, error) {
+	if s.charger == nil {
+		return nil, errors.New("collect: no Stripe charger configured")
+	}
+	return s.run(ctx, "collect", date, dynamo.BillingPaymentsIndex, true, s.collectEntry)
+}
+
+// Remind sends the reminders due on date (remind --date D).
+func (s *Service) Remind(ctx context.Context, date dates.Date) (*Report, error) {
+	return s.run(ctx, "remind", date, dynamo.BillingRemindersIndex, false, s.remindEntry)
+}
+
+type entryFunc func(ctx context.Context, l *lock.Lock, e IndexEntry, date dates.Date, rep *Report) error
+
+func (s *Service) run(ctx context.Context, job string, date dates.Date, index string, locked bool, fn entryFunc) (*Report, error) {
+	rep := &Report{Job: job, Date: date.String()}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	log := s.log.With("job", job, "date", date.String())
+	start := time.Now()
+
+	var (
+		mu      sync.Mutex
+		retry   []accountWork
+		wg      sync.WaitGroup
+		readErr error
+	)
+	work := func(w accountWork) {
+		err := s.account(ctx, w, date, locked, fn, rep)
+		switch {
+		case errors.Is(err, ErrLocked):
+			mu.Lock()
+			retry = append(retry, w)
+			mu.Unlock()
+		case errors.Is(err, ErrCrash):
+			cancel(err)
+		case err != nil && ctx.Err() == nil:
+			log.Error("billing job: account failed", "account", w.account, "error", err)
+			rep.add(func(r *Report) { r.Errors++ })
+		}
+	}
+	for shard := 0; shard < s.store.Shards(); shard++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			accounts, err := s.readShard(ctx, index, date, shard)
+			if err != nil {
+				mu.Lock()
+				readErr = errors.Join(readErr, err)
+				mu.Unlock()
+				return
+			}
+			n := 0
+			for _, a := range accounts {
+				n += len(a.entries)
+			}
+			rep.add(func(r *Report) { r.Entries += n })
+			ch := make(chan accountWork)
+			var workers sync.WaitGroup
+			for range s.cfg.WorkersPerShard {
+				workers.Add(1)
+				go func() {
+					defer workers.Done()
+					for w := range ch {
+						work(w)
+					}
+				}()
+			}
+			for _, a := range accounts {
+				if ctx.Err() != nil {
+					break
+				}
+				ch <- a
+			}
+			close(ch)
+			workers.Wait()
+		}()
+	}
+	wg.Wait()
+
+	if len(retry) > 0 && s.cfg.LockedRetryWait > 0 && ctx.Err() == nil {
+		log.Info("billing job: retrying locked accounts after a lease", "accounts", len(retry), "wait", s.cfg.LockedRetryWait.String())
+		select {
+		case <-ctx.Done():
+		case <-time.After(s.cfg.LockedRetryWait):
+		}
+		again := retry
+		retry = nil
+		for _, w := range again {
+			if ctx.Err() != nil {
+				break
+			}
+			work(w)
+		}
+	}
+	rep.Locked = len(retry)
+	for _, w := range retry {
+		log.Warn("billing job: account locked for the whole run; rerun the job", "account", w.account)
+	}
+	log.Info("billing job done", "report", rep.summary(), "elapsed", time.Since(start).String())
+	if cause := context.Cause(ctx); cause != nil {
+		return rep, cause
+	}
+	if readErr != nil {
+		return rep, readErr
+	}
+	return rep, nil
+}
+
+func (r *Report) summary() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return fmt.Sprintf("entries=%d reminded=%d succeeded=%d processing=%d declined=%d stale=%d resumed=%d skipped=%d locked=%d unknown=%d unreconciled=%d errors=%d",
+		r.Entries, r.Reminded, r.Succeeded, r.Processing, r.Declined, r.Stale, r.Resumed, r.Skipped, r.Locked, r.Unknown, r.Unreconciled, r.Errors)
+}
+
+// readShard reads one shard's partitions for date and the lookback days,
+// grouped by account in order of first appearance.
+func (s *Service) readShard(ctx context.Context, index string, date dates.Date, shard int) ([]accountWork, error) {
+	var accounts []accountWork
+	pos := map[string]int{}
+	seen := map[string]bool{}
+	for d := date.AddDays(-s.cfg.LookbackDays); !d.After(date); d = d.AddDays(1) {
+		entries, err := s.store.QueryIndex(ctx, index, d, shard)
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range entries {
+			if seen[e.PK+"|"+e.SK] {
+				continue
+			}
+			seen[e.PK+"|"+e.SK] = true
+			acc := e.Account()
+			i, ok := pos[acc]
+			if !ok {
+				i = len(accounts)
+				pos[acc] = i
+				accounts = append(accounts, accountWork{account: acc})
+			}
+			accounts[i].entries = append(accounts[i].entries, e)
+		}
+	}
+	return accounts, nil
+}
+
+// account processes one account's entries, under its lock when locked.
+func (s *Service) account(ctx context.Context, w accountWork, date dates.Date, locked bool, fn entryFunc, rep *Report) error {
+	each := func(ctx context.Context, l *lock.Lock) error {
+		for _, e := range w.entries {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if l != nil && !l.Valid() {
+				return fmt.Errorf("account %s: %w", w.account, lock.ErrNotOwner)
+			}
+			if err := fn(ctx, l, e, date, rep); err != nil {
+				if errors.Is(err, ErrCrash) || errors.Is(err, lock.ErrNotOwner) {
+					return err
+				}
+				s.log.Error("billing job: entry failed", "account", w.account, "sk", e.SK, "error", err)
+				rep.add(func(r *Report) { r.Errors++ })
+			}
+		}
+		return nil
+	}
+	if !locked {
+		return each(ctx, nil)
+	}
+	return s.withLock(ctx, w.account, each)
+}
+
+// NowDate is the job date of a run without --date: tomorrow in UTC, so
+// that subscriptions in time zones ahead of UTC are seen on their own
+// date. Each subscription is acted on only once its payment (or reminder)
+// date has come in its own time zone.
+func (s *Service) NowDate() dates.Date { return dates.In(s.now(), time.UTC).AddDays(1) }
+
+// CollectNow is Collect for the current date (the in-process ticker).
+func (s *Service) CollectNow(ctx context.Context) (*Report, error) {
+	return s.Collect(ctx, s.NowDate())
+}
+
+// RemindNow is Remind for the current date (the in-process ticker).
+func (s *Service) RemindNow(ctx context.Context) (*Report, error) { return s.Remind(ctx, s.NowDate()) }

@@ -1,0 +1,218 @@
+// Package billing is the recurring billing core (DESIGN §8): subscriptions
+// with a payment day in a DynamoDB single table, billing-period records that
+// move through the lifecycle of a period (SCHEDULED → COMPLETED …), receipts
+// with a TTL, an append-only history, the daily reminder and collection jobs,
+// and the feed of Stripe events about the PaymentIntents those jobs create.
+package billing
+
+import (
+	"errors"
+	"time"
+
+	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
+)
+
+// Errors of the billing vocabulary; the store translates DynamoDB's.
+var (
+	ErrNotFound      = errors.New("not found")
+	ErrConflict      = errors.New("conflicting concurrent change")
+	ErrDuplicate     = errors.New("already exists")
+	ErrInvalidCursor = errors.New("invalid cursor")
+	// ErrLocked: the account's billing lock is held by someone else (a
+	// collection in progress); try again shortly.
+	ErrLocked = errors.New("account is being billed")
+	// ErrInvalid wraps a request that breaks a rule (bad state, bad value).
+	ErrInvalid = errors.New("invalid request")
+	// ErrRetryLater: a webhook arrived before the state it applies to
+	// (e.g. a refund before its success); the feed retries it.
+	ErrRetryLater = errors.New("not applicable yet")
+)
+
+// SubStatus is the state of a subscription.
+type SubStatus string
+
+const (
+	SubActive    SubStatus = "ACTIVE"
+	SubPaused    SubStatus = "PAUSED"
+	SubCancelled SubStatus = "CANCELLED"
+)
+
+// Status is the state of one billing period (reference 003).
+type Status string
+
+const (
+	// Scheduled: awaiting its first collection attempt.
+	Scheduled Status = "SCHEDULED"
+	// ACHSent: submitted; Stripe reports the PaymentIntent as processing
+	// (bank debits) until a webhook settles it.
+	ACHSent Status = "ACHSENT"
+	// Completed: collected. Terminal (but for a later refund).
+	Completed Status = "COMPLETED"
+	// Error: the latest attempt failed; retried on the retry schedule.
+	Error Status = "ERROR"
+	// Waived: forgiven without payment. Terminal.
+	Waived Status = "WAIVED"
+	// Cancelled: the subscription was cancelled before collection. Terminal.
+	Cancelled Status = "CANCELLED"
+	// Paused: billing paused for PauseDurationMonths.
+	Paused Status = "PAUSED"
+	// PausedSkipped: the period fell in a pause window and was skipped. Terminal.
+	PausedSkipped Status = "PAUSED_SKIPPED"
+	// Refunded: collected, then refunded in full. Terminal.
+	Refunded Status = "REFUNDED"
+	// Stale: too old to collect (past the stale threshold). Terminal.
+	Stale Status = "STALE"
+)
+
+// Terminal reports whether no job will touch a period in s again.
+func (s Status) Terminal() bool {
+	switch s {
+	case Completed, Waived, Cancelled, PausedSkipped, Refunded, Stale:
+		return true
+	}
+	return false
+}
+
+// Process is what made a change (reference 003, plus ADMIN for the API).
+type Process string
+
+const (
+	ProcInitial         Process = "INITIAL"
+	ProcRetry           Process = "RETRY"
+	ProcPause           Process = "PAUSE"
+	ProcWebhook         Process = "WEBHOOK"
+	ProcBatch           Process = "BATCH"
+	ProcManualRepayment Process = "MANUAL_REPAYMENT"
+	ProcAdmin           Process = "ADMIN"
+	ProcNotIdentified   Process = "NOT_IDENTIFIED"
+)
+
+// PaymentDetails is how a subscription is charged: a customer and a saved
+// payment method on a connected account.
+type PaymentDetails struct {
+	Customer      string `dynamodbav:"Customer"`
+	PaymentMethod string `dynamodbav:"PaymentMethod"`
+	StripeAccount string `dynamodbav:"StripeAccount"`
+}
+
+// Subscription is an account's agreement to pay Amount on a payment day.
+type Subscription struct {
+	AccountID      string
+	SubscriptionID string
+	SKU            string
+	Email          string
+	PaymentDay     int
+	BillingWeek    int // 1–5: Friday billing on that Friday of the month
+	Amount         int64
+	Currency       string
+	Term           dates.Term
+	Timezone       string
+	PaymentDetails PaymentDetails
+	Status         SubStatus
+
+	NextPaymentDate  dates.Date
+	NextReminderDate dates.Date
+	// RemindFor is the payment date the pending reminder announces.
+	RemindFor        dates.Date
+	LastPaymentDate  dates.Date
+	LastReminderDate dates.Date
+	// ReminderPending is set between the conditional claim of a reminder and
+	// its completion, so a crash in between resends (deduplicated).
+	ReminderPending dates.Date
+
+	// PausedFrom is the first skipped period of a pause, PausedUntil the end
+	// of its window.
+	PausedFrom  dates.Date
+	PausedUntil dates.Date
+	PauseMonths int
+
+	CreatedAt time.Time
+	UpdatedAt time.Time
+	Version   int64
+}
+
+// Rule is the subscription's billing-date rule.
+func (s Subscription) Rule() dates.Rule {
+	return dates.Rule{Day: s.PaymentDay, Week: s.BillingWeek, Term: s.Term}
+}
+
+// Location is the subscription's time zone (UTC when unset or unknown).
+func (s Subscription) Location() *time.Location {
+	if s.Timezone == "" {
+		return time.UTC
+	}
+	loc, err := time.LoadLocation(s.Timezone)
+	if err != nil {
+		return time.UTC
+	}
+	return loc
+}
+
+// Period is one billing period of a subscription: the record the lifecycle
+// statuses live on (reference 003's billing-activity record).
+type Period struct {
+	AccountID      string
+	SubscriptionID string
+	SKU            string
+	BillingDate    dates.Date
+	Amount         int64
+	Currency       string
+	PaymentDetails PaymentDetails
+	Email          string
+
+	Status       Status
+	Process      Process
+	UpdatedEvent string
+	// TransactionID is the PaymentIntent of the latest attempt.
+	TransactionID string
+	Error         string
+	Attempts      int
+	// InFlightKey is the idempotency key of an attempt whose outcome is not
+	// recorded yet (a crash between the charge and the write). A rerun
+	// reuses it, so Stripe answers with the same PaymentIntent.
+	InFlightKey string
+	InFlightAt  time.Time
+	// NextAttemptDate: when the collection job looks at this period again
+	// (a retry, or the stale mark); zero when no job needs to.
+	NextAttemptDate dates.Date
+
+	PauseDurationMonths int
+	CreatedDate         time.Time
+	InitialRunDate      time.Time
+	LastRunDate         time.Time
+	CompletionDate      time.Time
+	Version             int64
+}
+
+// Receipt records one successful charge.
+type Receipt struct {
+	AccountID      string
+	SubscriptionID string
+	SKU            string
+	ProcessedDate  dates.Date
+	BillingDate    dates.Date
+	Amount         int64
+	Currency       string
+	PaymentIntent  string
+	ExpiresAt      time.Time
+}
+
+// HistoryEntry is one change of a billing period, as appended to the
+// history table before the change is written.
+type HistoryEntry struct {
+	AccountID      string
+	SubscriptionID string
+	BillingDate    dates.Date
+	Status         Status
+	Process        Process
+	UpdatedEvent   string
+	LastRunDate    time.Time
+	TransactionID  string
+	Error          string
+	Amount         int64
+	Attempts       int
+	Version        int64
+	// Cause names what made the change: a job attempt, an event id, an
+	// API request.
+	Cause string
+}

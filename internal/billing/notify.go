@@ -1,0 +1,113 @@
+package billing
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
+	"github.com/stripe-payments/stripe-payments/internal/outbox"
+)
+
+// Action types the billing core emits on the action outbox (DESIGN §6).
+const (
+	ActionReminderDue      = "billing.reminder_due"
+	ActionPaymentCompleted = "billing.payment_completed"
+	ActionPaymentFailed    = "billing.payment_failed"
+	// ActionTopic is the outbox topic of actions.
+	ActionTopic = "action"
+)
+
+// Action is one side effect for ACTIONS_URL: the DESIGN §6 fields plus the
+// billing details a consumer needs to act (send the email, update a ledger).
+type Action struct {
+	Type           string `json:"type"`
+	Account        string `json:"account"`
+	StripeAccount  string `json:"stripe_account"`
+	SubscriptionID string `json:"subscription_id"`
+	Created        int64  `json:"created"`
+	SKU            string `json:"sku"`
+	Email          string `json:"email,omitempty"`
+	BillingDate    string `json:"billing_date"`
+	Amount         int64  `json:"amount"`
+	Currency       string `json:"currency"`
+	PaymentIntent  string `json:"payment_intent,omitempty"`
+	Attempt        int    `json:"attempt,omitempty"`
+	Error          string `json:"error,omitempty"`
+}
+
+// DedupeKey names the effect: one action per subscription, billing date and
+// type (and PaymentIntent for payment outcomes), however often it is caused.
+func (a Action) DedupeKey() string {
+	k := fmt.Sprintf("%s:%s:%s:%s", a.Type, a.Account, a.SubscriptionID, a.BillingDate)
+	switch {
+	case a.PaymentIntent != "":
+		k += ":" + a.PaymentIntent
+	case a.Attempt > 0:
+		k += fmt.Sprintf(":attempt-%d", a.Attempt)
+	}
+	return k
+}
+
+// Notifier delivers billing actions. Notify must be idempotent per
+// DedupeKey: jobs call it again after a crash.
+type Notifier interface {
+	Notify(ctx context.Context, a Action) error
+}
+
+// OutboxNotifier enqueues actions on the "action" outbox topic, whose
+// dispatcher POSTs them to ACTIONS_URL (or logs them): at least once, one
+// message per dedupe key.
+type OutboxNotifier struct {
+	Pool *pgxpool.Pool
+}
+
+// Notify enqueues a.
+func (n OutboxNotifier) Notify(ctx context.Context, a Action) error {
+	payload, err := json.Marshal(a)
+	if err != nil {
+		return fmt.Errorf("encode action: %w", err)
+	}
+	err = pgx.BeginFunc(ctx, n.Pool, func(tx pgx.Tx) error {
+		_, err := outbox.Enqueue(ctx, tx, outbox.Message{
+			Topic: ActionTopic, Type: a.Type, DedupeKey: a.DedupeKey(), Payload: payload,
+		})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("notify %s: %w", a.Type, err)
+	}
+	return nil
+}
+
+// LogNotifier only logs actions (no Postgres: tests, dry runs).
+type LogNotifier struct{ Log *slog.Logger }
+
+// Notify logs a.
+func (n LogNotifier) Notify(_ context.Context, a Action) error {
+	n.Log.Info("billing action", "action", a.Type, "account", a.Account, "subscription_id", a.SubscriptionID,
+		"billing_date", a.BillingDate, "payment_intent", a.PaymentIntent)
+	return nil
+}
+
+func paymentAction(typ string, p Period, pi string, attempt int, errMsg string, now time.Time) Action {
+	return Action{
+		Type: typ, Account: p.AccountID, StripeAccount: p.PaymentDetails.StripeAccount,
+		SubscriptionID: p.SubscriptionID, Created: now.Unix(), SKU: p.SKU, Email: p.Email,
+		BillingDate: p.BillingDate.String(), Amount: p.Amount, Currency: p.Currency,
+		PaymentIntent: pi, Attempt: attempt, Error: errMsg,
+	}
+}
+
+func reminderAction(sub Subscription, payDate dates.Date, now time.Time) Action {
+	return Action{
+		Type: ActionReminderDue, Account: sub.AccountID, StripeAccount: sub.PaymentDetails.StripeAccount,
+		SubscriptionID: sub.SubscriptionID, Created: now.Unix(), SKU: sub.SKU, Email: sub.Email,
+		BillingDate: payDate.String(), Amount: sub.Amount, Currency: sub.Currency,
+	}
+}

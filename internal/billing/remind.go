@@ -1,0 +1,72 @@
+package billing
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
+	"github.com/stripe-payments/stripe-payments/internal/lock"
+)
+
+// remindEntry sends a due reminder: claim (conditional write naming the
+// payment it announces), notify (idempotent per subscription and payment
+// date), then move the reminder on to the following payment.
+func (s *Service) remindEntry(ctx context.Context, _ *lock.Lock, e IndexEntry, date dates.Date, rep *Report) error {
+	if !strings.HasPrefix(e.SK, prefixSub) {
+		return nil
+	}
+	sub, err := s.store.GetSubscriptionAt(ctx, e)
+	if errors.Is(err, ErrNotFound) {
+		rep.add(func(r *Report) { r.Skipped++ })
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	today := s.today(sub)
+	if sub.Status != SubActive || sub.NextReminderDate.IsZero() || sub.NextReminderDate.After(date) || sub.NextReminderDate.After(today) {
+		rep.add(func(r *Report) { r.Skipped++ })
+		return nil
+	}
+	target := sub.RemindFor
+	if target.IsZero() {
+		target = sub.NextPaymentDate
+	}
+	now := s.now()
+	if !target.Before(today) {
+		if !sub.ReminderPending.Equal(target) {
+			sub.ReminderPending = target
+			claim := s.store.NewTx("remind", now)
+			claim.PutSubscription(&sub)
+			if err := s.store.Commit(ctx, claim); err != nil {
+				if errors.Is(err, ErrConflict) {
+					rep.add(func(r *Report) { r.Skipped++ })
+					return nil
+				}
+				return fmt.Errorf("claim reminder: %w", err)
+			}
+		}
+		if err := s.notifier.Notify(ctx, reminderAction(sub, target, now)); err != nil {
+			return err
+		}
+		sent := date
+		if sent.After(today) {
+			sent = today
+		}
+		sub.LastReminderDate = sent
+		rep.add(func(r *Report) { r.Reminded++ })
+	} else {
+		rep.add(func(r *Report) { r.Skipped++ }) // too late to remind: the payment date passed
+	}
+	next := sub.Rule().Next(target)
+	sub.ReminderPending, sub.RemindFor = dates.Date{}, next
+	sub.NextReminderDate = dates.ReminderDate(next, s.cfg.ReminderDays, today.AddDays(1))
+	tx := s.store.NewTx("remind", now)
+	tx.PutSubscription(&sub)
+	if err := s.store.Commit(ctx, tx); err != nil && !errors.Is(err, ErrConflict) {
+		return fmt.Errorf("advance reminder: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,86 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// BillingConfig is the recurring billing core's part of the configuration
+// (README "Configuration").
+type BillingConfig struct {
+	Shards          int           // BILLING_SHARDS
+	WorkersPerShard int           // BILLING_WORKERS
+	ReminderDays    int           // BILLING_REMINDER_DAYS
+	RetryDays       []int         // BILLING_RETRY_DAYS
+	StaleDays       int           // BILLING_STALE_DAYS
+	ReceiptTTL      time.Duration // BILLING_RECEIPT_TTL
+	LookbackDays    int           // BILLING_LOOKBACK_DAYS
+	LockLease       time.Duration // BILLING_LOCK_LEASE
+	LockHeartbeat   time.Duration // BILLING_LOCK_HEARTBEAT
+	Every           time.Duration // BILLING_EVERY: in-process jobs in serve; 0 = off
+	StripeRateLimit float64       // STRIPE_RATE_LIMIT, requests per second
+}
+
+// loadBilling reads the BILLING_* variables and STRIPE_RATE_LIMIT.
+func loadBilling(get func(key, def string) string) (BillingConfig, error) {
+	var errs []error
+	atoi := func(key, def string, lo, hi int) int {
+		n, err := strconv.Atoi(get(key, def))
+		if err != nil || n < lo || n > hi {
+			errs = append(errs, fmt.Errorf("%s: an integer from %d to %d", key, lo, hi))
+		}
+		return n
+	}
+	dur := func(key, def string, allowZero bool) time.Duration {
+		d, err := time.ParseDuration(get(key, def))
+		if err != nil || d < 0 || (d == 0 && !allowZero) {
+			errs = append(errs, fmt.Errorf("%s: a positive duration such as %s", key, def))
+		}
+		return d
+	}
+	b := BillingConfig{
+		Shards:          atoi("BILLING_SHARDS", "8", 1, 1000),
+		WorkersPerShard: atoi("BILLING_WORKERS", "2", 1, 100),
+		ReminderDays:    atoi("BILLING_REMINDER_DAYS", "7", 0, 27),
+		StaleDays:       atoi("BILLING_STALE_DAYS", "30", 1, 365),
+		LookbackDays:    atoi("BILLING_LOOKBACK_DAYS", "3", 0, 31),
+		ReceiptTTL:      dur("BILLING_RECEIPT_TTL", "4392h", false),
+		LockLease:       dur("BILLING_LOCK_LEASE", "60s", false),
+		LockHeartbeat:   dur("BILLING_LOCK_HEARTBEAT", "1s", false),
+		Every:           dur("BILLING_EVERY", "0s", true),
+	}
+	prev := 0
+	for _, f := range strings.Split(get("BILLING_RETRY_DAYS", "1,3,5,7"), ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= prev || n >= b.StaleDays {
+			errs = append(errs, errors.New("BILLING_RETRY_DAYS: increasing day numbers below BILLING_STALE_DAYS, e.g. 1,3,5,7"))
+			break
+		}
+		b.RetryDays, prev = append(b.RetryDays, n), n
+	}
+	rate, err := strconv.ParseFloat(get("STRIPE_RATE_LIMIT", "20"), 64)
+	if err != nil || rate <= 0 || rate > 10000 {
+		errs = append(errs, errors.New("STRIPE_RATE_LIMIT: requests per second, above 0"))
+	}
+	b.StripeRateLimit = rate
+	if b.LockHeartbeat > 0 && b.LockLease > 0 && b.LockHeartbeat*3 > b.LockLease {
+		errs = append(errs, errors.New("BILLING_LOCK_HEARTBEAT: at most a third of BILLING_LOCK_LEASE"))
+	}
+	return b, errors.Join(errs...)
+}
+
+// LogValue renders the billing settings (no secrets among them).
+func (b BillingConfig) LogValue() slog.Value {
+	return slog.GroupValue(
+		slog.Int("shards", b.Shards), slog.Int("workers_per_shard", b.WorkersPerShard),
+		slog.Int("reminder_days", b.ReminderDays), slog.Any("retry_days", b.RetryDays),
+		slog.Int("stale_days", b.StaleDays), slog.Duration("receipt_ttl", b.ReceiptTTL),
+		slog.Int("lookback_days", b.LookbackDays), slog.Duration("lock_lease", b.LockLease),
+		slog.Duration("lock_heartbeat", b.LockHeartbeat), slog.Duration("every", b.Every),
+		slog.Float64("stripe_rate_limit", b.StripeRateLimit),
+	)
+}
