@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/google/uuid"
 	"log/slog"
 	"time"
 
@@ -26,19 +27,27 @@ const (
 // Action is one side effect for ACTIONS_URL: the DESIGN §6 fields plus the
 // billing details a consumer needs to act (send the email, update a ledger).
 type Action struct {
-	Type           string `json:"type"`
-	Account        string `json:"account"`
-	StripeAccount  string `json:"stripe_account"`
-	SubscriptionID string `json:"subscription_id"`
-	Created        int64  `json:"created"`
-	SKU            string `json:"sku"`
-	Email          string `json:"email,omitempty"`
-	BillingDate    string `json:"billing_date"`
-	Amount         int64  `json:"amount"`
-	Currency       string `json:"currency"`
-	PaymentIntent  string `json:"payment_intent,omitempty"`
-	Attempt        int    `json:"attempt,omitempty"`
-	Error          string `json:"error,omitempty"`
+	// ID is the outbox message id, set when the action is enqueued; it
+	// never changes across redeliveries (receivers dedupe on it).
+	ID            uuid.UUID `json:"id"`
+	Type          string    `json:"type"`
+	Account       string    `json:"account"`
+	StripeAccount string    `json:"stripe_account"`
+	// PurchaseID is always null for billing actions; the key is there so
+	// every action has the shape of DESIGN §6.
+	PurchaseID     *string `json:"purchase_id"`
+	SubscriptionID string  `json:"subscription_id"`
+	// Created is when the effect was decided, RFC 3339 UTC, as for every
+	// action.
+	Created       string `json:"created"`
+	SKU           string `json:"sku"`
+	Email         string `json:"email,omitempty"`
+	BillingDate   string `json:"billing_date"`
+	Amount        int64  `json:"amount"`
+	Currency      string `json:"currency"`
+	PaymentIntent string `json:"payment_intent,omitempty"`
+	Attempt       int    `json:"attempt,omitempty"`
+	Error         string `json:"error,omitempty"`
 }
 
 // DedupeKey names the effect: one action per subscription, billing date and
@@ -69,13 +78,14 @@ type OutboxNotifier struct {
 
 // Notify enqueues a.
 func (n OutboxNotifier) Notify(ctx context.Context, a Action) error {
+	a.ID = uuid.New()
 	payload, err := json.Marshal(a)
 	if err != nil {
 		return fmt.Errorf("encode action: %w", err)
 	}
 	err = pgx.BeginFunc(ctx, n.Pool, func(tx pgx.Tx) error {
 		_, err := outbox.Enqueue(ctx, tx, outbox.Message{
-			Topic: ActionTopic, Type: a.Type, DedupeKey: a.DedupeKey(), Payload: payload,
+			ID: a.ID, Topic: ActionTopic, Type: a.Type, DedupeKey: a.DedupeKey(), Payload: payload,
 		})
 		return err
 	})
@@ -98,7 +108,7 @@ func (n LogNotifier) Notify(_ context.Context, a Action) error {
 func paymentAction(typ string, p Period, pi string, attempt int, errMsg string, now time.Time) Action {
 	return Action{
 		Type: typ, Account: p.AccountID, StripeAccount: p.PaymentDetails.StripeAccount,
-		SubscriptionID: p.SubscriptionID, Created: now.Unix(), SKU: p.SKU, Email: p.Email,
+		SubscriptionID: p.SubscriptionID, Created: now.UTC().Format(time.RFC3339), SKU: p.SKU, Email: p.Email,
 		BillingDate: p.BillingDate.String(), Amount: p.Amount, Currency: p.Currency,
 		PaymentIntent: pi, Attempt: attempt, Error: errMsg,
 	}
@@ -107,7 +117,7 @@ func paymentAction(typ string, p Period, pi string, attempt int, errMsg string, 
 func reminderAction(sub Subscription, payDate dates.Date, now time.Time) Action {
 	return Action{
 		Type: ActionReminderDue, Account: sub.AccountID, StripeAccount: sub.PaymentDetails.StripeAccount,
-		SubscriptionID: sub.SubscriptionID, Created: now.Unix(), SKU: sub.SKU, Email: sub.Email,
+		SubscriptionID: sub.SubscriptionID, Created: now.UTC().Format(time.RFC3339), SKU: sub.SKU, Email: sub.Email,
 		BillingDate: payDate.String(), Amount: sub.Amount, Currency: sub.Currency,
 	}
 }
