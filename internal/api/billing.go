@@ -369,11 +369,7 @@ func (h billingRoutes) listSubscriptions(c echo.Context) error {
 	if err != nil {
 		return billingError(err)
 	}
-	out := List[Subscription]{Data: make([]Subscription, 0, len(page.Items)), NextCursor: page.NextCursor}
-	for _, s := range page.Items {
-		out.Data = append(out.Data, SubscriptionJSON(s))
-	}
-	return c.JSON(http.StatusOK, out)
+	return c.JSON(http.StatusOK, listOf(page.Items, page.NextCursor, SubscriptionJSON))
 }
 
 func (h billingRoutes) receipts(c echo.Context) error {
@@ -389,11 +385,7 @@ func (h billingRoutes) receipts(c echo.Context) error {
 	if err != nil {
 		return billingError(err)
 	}
-	out := List[Receipt]{Data: make([]Receipt, 0, len(page.Items)), NextCursor: page.NextCursor}
-	for _, r := range page.Items {
-		out.Data = append(out.Data, ReceiptJSON(r))
-	}
-	return c.JSON(http.StatusOK, out)
+	return c.JSON(http.StatusOK, listOf(page.Items, page.NextCursor, ReceiptJSON))
 }
 
 func (h billingRoutes) history(c echo.Context) error {
@@ -413,9 +405,5 @@ func (h billingRoutes) history(c echo.Context) error {
 	if err != nil {
 		return billingError(err)
 	}
-	out := List[HistoryEntry]{Data: make([]HistoryEntry, 0, len(page.Items)), NextCursor: page.NextCursor}
-	for _, e := range page.Items {
-		out.Data = append(out.Data, HistoryJSON(e))
-	}
-	return c.JSON(http.StatusOK, out)
+	return c.JSON(http.StatusOK, listOf(page.Items, page.NextCursor, HistoryJSON))
 }

@@ -166,11 +166,7 @@ func (h eventRoutes) list(c echo.Context) error {
 			return listError(err)
 		}
 	}
-	out := List[Event]{Data: make([]Event, 0, len(page.Records)), NextCursor: page.NextCursor}
-	for _, r := range page.Records {
-		out.Data = append(out.Data, EventJSON(r))
-	}
-	return c.JSON(http.StatusOK, out)
+	return c.JSON(http.StatusOK, listOf(page.Records, page.NextCursor, EventJSON))
 }
 
 func listError(err error) error {

@@ -33,6 +33,15 @@ func requestParams(c echo.Context, allowed ...string) (map[string]string, error)
 	return queryParams(q, allowed...)
 }
 
+// listOf renders a page of items as a List.
+func listOf[T, J any](items []T, next string, render func(T) J) List[J] {
+	out := List[J]{Data: make([]J, 0, len(items)), NextCursor: next}
+	for _, it := range items {
+		out.Data = append(out.Data, render(it))
+	}
+	return out
+}
+
 // queryParams validates a query string against the parameters a route
 // accepts: an unknown or repeated parameter is a 400, never silently ignored.
 func queryParams(q url.Values, allowed ...string) (map[string]string, error) {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
+	"github.com/stripe-payments/stripe-payments/internal/dynamo"
 )
 
 // Errors of the billing vocabulary; the store translates DynamoDB's.
@@ -17,7 +18,7 @@ var (
 	ErrNotFound      = errors.New("not found")
 	ErrConflict      = errors.New("conflicting concurrent change")
 	ErrDuplicate     = errors.New("already exists")
-	ErrInvalidCursor = errors.New("invalid cursor")
+	ErrInvalidCursor = dynamo.ErrInvalidCursor
 	// ErrLocked: the account's billing lock is held by someone else (a
 	// collection in progress); try again shortly.
 	ErrLocked = errors.New("account is being billed")

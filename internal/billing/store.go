@@ -2,8 +2,6 @@ package billing
 
 import (
 	"context"
-	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -558,7 +556,7 @@ func (s *Store) AllHistory(ctx context.Context, account, sub string) ([]HistoryE
 
 func (s *Store) listPage(ctx context.Context, table string, kc expression.KeyConditionBuilder, filter *expression.ConditionBuilder,
 	forward bool, pk string, limit int32, cursor string) ([]map[string]types.AttributeValue, string, error) {
-	start, err := decodeCursor(cursor, pk)
+	start, err := dynamo.DecodeCursor(cursor, map[string]string{"PK": pk}, "PK", "SK")
 	if err != nil {
 		return nil, "", err
 	}
@@ -589,41 +587,12 @@ func (s *Store) listPage(ctx context.Context, table string, kc expression.KeyCon
 			return items, "", nil
 		}
 		if int32(len(items)) >= limit {
-			next, err := encodeCursor(out.LastEvaluatedKey)
+			next, err := dynamo.EncodeCursor(out.LastEvaluatedKey)
 			return items, next, err
 		}
 		in.ExclusiveStartKey = out.LastEvaluatedKey
 		in.Limit = aws.Int32(limit - int32(len(items)))
 	}
-}
-
-// Cursors are the opaque, URL-safe encoding of a page's last key. A cursor
-// is only valid for the partition that issued it.
-func encodeCursor(lek map[string]types.AttributeValue) (string, error) {
-	plain := map[string]string{}
-	if err := attributevalue.UnmarshalMap(lek, &plain); err != nil {
-		return "", fmt.Errorf("encode cursor: %w", err)
-	}
-	b, err := json.Marshal(plain)
-	if err != nil {
-		return "", fmt.Errorf("encode cursor: %w", err)
-	}
-	return base64.RawURLEncoding.EncodeToString(b), nil
-}
-
-func decodeCursor(cursor, pk string) (map[string]types.AttributeValue, error) {
-	if cursor == "" {
-		return nil, nil
-	}
-	b, err := base64.RawURLEncoding.DecodeString(cursor)
-	if err != nil {
-		return nil, ErrInvalidCursor
-	}
-	plain := map[string]string{}
-	if err := json.Unmarshal(b, &plain); err != nil || len(plain) != 2 || plain["PK"] != pk || plain["SK"] == "" {
-		return nil, ErrInvalidCursor
-	}
-	return key(plain["PK"], plain["SK"]), nil
 }
 
 // GetSubscriptionAt reads the subscription item at an index entry's keys.

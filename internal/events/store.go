@@ -2,8 +2,6 @@ package events
 
 import (
 	"context"
-	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -255,15 +253,9 @@ func (s *Store) query(ctx context.Context, index, pkName, pkValue, skName string
 	if err != nil {
 		return Page{}, fmt.Errorf("build key condition: %w", err)
 	}
-	start, err := decodeCursor(cursor, "id", pkName, skName)
+	start, err := dynamo.DecodeCursor(cursor, map[string]string{pkName: pkValue}, "id", pkName, skName)
 	if err != nil {
 		return Page{}, err
-	}
-	// A cursor only continues the listing it came from.
-	if start != nil {
-		if pk, ok := start[pkName].(*types.AttributeValueMemberS); !ok || pk.Value != pkValue {
-			return Page{}, ErrInvalidCursor
-		}
 	}
 	out, err := s.client.Query(ctx, &dynamodb.QueryInput{
 		TableName:                 aws.String(s.table),
@@ -298,53 +290,14 @@ func (s *Store) query(ctx context.Context, index, pkName, pkValue, skName string
 			page.Records = append(page.Records, rec)
 		}
 	}
-	if page.NextCursor, err = encodeCursor(out.LastEvaluatedKey); err != nil {
+	if page.NextCursor, err = dynamo.EncodeCursor(out.LastEvaluatedKey); err != nil {
 		return Page{}, err
 	}
 	return page, nil
 }
 
-// ErrInvalidCursor is returned for a cursor this store did not issue.
-var ErrInvalidCursor = errors.New("invalid cursor")
-
-func encodeCursor(lek map[string]types.AttributeValue) (string, error) {
-	if len(lek) == 0 {
-		return "", nil
-	}
-	plain := map[string]string{}
-	if err := attributevalue.UnmarshalMap(lek, &plain); err != nil {
-		return "", fmt.Errorf("encode cursor: %w", err)
-	}
-	b, err := json.Marshal(plain)
-	if err != nil {
-		return "", fmt.Errorf("encode cursor: %w", err)
-	}
-	return base64.RawURLEncoding.EncodeToString(b), nil
-}
-
-func decodeCursor(cursor string, want ...string) (map[string]types.AttributeValue, error) {
-	if cursor == "" {
-		return nil, nil
-	}
-	b, err := base64.RawURLEncoding.DecodeString(cursor)
-	if err != nil {
-		return nil, ErrInvalidCursor
-	}
-	plain := map[string]string{}
-	if err := json.Unmarshal(b, &plain); err != nil || len(plain) != len(want) {
-		return nil, ErrInvalidCursor
-	}
-	for _, k := range want {
-		if plain[k] == "" {
-			return nil, ErrInvalidCursor
-		}
-	}
-	av, err := attributevalue.MarshalMap(plain)
-	if err != nil {
-		return nil, ErrInvalidCursor
-	}
-	return av, nil
-}
+// ErrInvalidCursor is returned for a cursor this listing did not issue.
+var ErrInvalidCursor = dynamo.ErrInvalidCursor
 
 func decode(raw map[string]types.AttributeValue) (Record, error) {
 	var it item
