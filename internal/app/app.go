@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -18,6 +19,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/billing"
 	"github.com/stripe-payments/stripe-payments/internal/config"
 	"github.com/stripe-payments/stripe-payments/internal/dynamo"
+	"github.com/stripe-payments/stripe-payments/internal/email"
 	"github.com/stripe-payments/stripe-payments/internal/events"
 	"github.com/stripe-payments/stripe-payments/internal/handler"
 	"github.com/stripe-payments/stripe-payments/internal/httpserver"
@@ -46,7 +48,9 @@ type App struct {
 	Stripe   *client.API
 	Tracking *tracking.Store
 	Actions  *actions.Dispatcher
-	stopBg   func()
+	// Emails sends reminder emails through SES; nil unless SES_FROM_ADDRESS.
+	Emails *outbox.Worker
+	stopBg func()
 
 	// Billing is the recurring billing core; BillingFeed applies the Stripe
 	// events about its charges (outbox topic "billing").
@@ -74,6 +78,15 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 	a.Tracking = tracking.NewStore(pool)
 	a.Actions = actions.NewDispatcher(pool, actions.Config{URL: cfg.ActionsURL, Secret: cfg.ActionsSecret, Log: log.With("component", "actions")})
 	flows := tracking.NewFlows(tracking.FlowsConfig{Log: log, Invoices: stripeclient.InvoiceFetcher(a.Stripe), Processed: a.Ledger.Processed})
+	if cfg.SESFromAddress != "" {
+		ses, err := email.NewSESClient(ctx, cfg.AWSRegion, cfg.SESEndpoint)
+		if err != nil {
+			pool.Close()
+			return nil, err
+		}
+		sender := email.Sender{Client: ses, From: cfg.SESFromAddress, ConfigurationSet: cfg.SESConfigurationSet}
+		a.Emails = &outbox.Worker{Pool: pool, Topic: email.Topic, Deliver: sender.Deliver, Log: log.With("component", "email")}
+	}
 	if err := a.newBilling(); err != nil {
 		pool.Close()
 		return nil, err
@@ -154,14 +167,22 @@ func flowOptions(f *tracking.Flows) []handler.Option {
 // startBackground runs the actions dispatcher until stopBackground.
 func (a *App) startBackground() {
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
 	go func() {
-		defer close(done)
+		defer wg.Done()
 		if err := a.Actions.Run(ctx); err != nil {
 			a.Log.Error("actions dispatcher stopped", "error", err)
 		}
 	}()
-	a.stopBg = func() { cancel(); <-done }
+	if a.Emails != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = a.Emails.Run(ctx)
+		}()
+	}
+	a.stopBg = func() { cancel(); wg.Wait() }
 }
 
 // stopBackground stops the dispatcher after the delivery in flight (bounded

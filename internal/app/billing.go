@@ -24,7 +24,7 @@ func (a *App) newBilling() error {
 	cfg.Retry = dates.RetryPolicy{Days: c.RetryDays, StaleDays: c.StaleDays}
 	cfg.ReceiptTTL, cfg.LookbackDays, cfg.LockedRetryWait = c.ReceiptTTL, c.LookbackDays, c.LockLease+c.LockHeartbeat
 	svc, err := billing.New(cfg, billing.Deps{Store: store, Locks: locks, Charger: charger,
-		Notifier: billing.OutboxNotifier{Pool: a.Pool}, Log: a.Log.With("component", "billing")})
+		Notifier: billing.OutboxNotifier{Pool: a.Pool, Email: a.Config.SESFromAddress != ""}, Log: a.Log.With("component", "billing")})
 	if err != nil {
 		return fmt.Errorf("billing: %w", err)
 	}

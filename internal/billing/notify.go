@@ -4,14 +4,16 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/google/uuid"
 	"log/slog"
+	"strings"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
+	"github.com/stripe-payments/stripe-payments/internal/email"
 	"github.com/stripe-payments/stripe-payments/internal/outbox"
 )
 
@@ -74,6 +76,9 @@ type Notifier interface {
 // message per dedupe key.
 type OutboxNotifier struct {
 	Pool *pgxpool.Pool
+	// Email also enqueues a reminder email (outbox topic "email", sent
+	// through SES) for every billing.reminder_due with an address.
+	Email bool
 }
 
 // Notify enqueues a.
@@ -84,8 +89,25 @@ func (n OutboxNotifier) Notify(ctx context.Context, a Action) error {
 		return fmt.Errorf("encode action: %w", err)
 	}
 	err = pgx.BeginFunc(ctx, n.Pool, func(tx pgx.Tx) error {
-		_, err := outbox.Enqueue(ctx, tx, outbox.Message{
+		if _, err := outbox.Enqueue(ctx, tx, outbox.Message{
 			ID: a.ID, Topic: ActionTopic, Type: a.Type, DedupeKey: a.DedupeKey(), Payload: payload,
+		}); err != nil {
+			return err
+		}
+		if !n.Email || a.Type != ActionReminderDue || a.Email == "" {
+			return nil
+		}
+		m := reminderEmail(a)
+		if err := m.Validate(); err != nil {
+			// A bad address must not block the reminder action itself.
+			return nil
+		}
+		body, err := json.Marshal(m)
+		if err != nil {
+			return fmt.Errorf("encode email: %w", err)
+		}
+		_, err = outbox.Enqueue(ctx, tx, outbox.Message{
+			Topic: email.Topic, Type: a.Type, DedupeKey: "email:" + a.DedupeKey(), Payload: body,
 		})
 		return err
 	})
@@ -93,6 +115,33 @@ func (n OutboxNotifier) Notify(ctx context.Context, a Action) error {
 		return fmt.Errorf("notify %s: %w", a.Type, err)
 	}
 	return nil
+}
+
+// reminderEmail is the text of a payment reminder.
+func reminderEmail(a Action) email.Message {
+	return email.Message{
+		To:      a.Email,
+		Subject: fmt.Sprintf("Your %s payment is due on %s", a.SKU, a.BillingDate),
+		Text: fmt.Sprintf("Hello,\n\nyour %s subscription will be charged %s on %s.\n"+
+			"Nothing to do if your payment method is up to date.\n", a.SKU, formatAmount(a.Amount, a.Currency), a.BillingDate),
+	}
+}
+
+// zeroDecimal are the currencies Stripe counts in whole units.
+var zeroDecimal = map[string]bool{"bif": true, "clp": true, "djf": true, "gnf": true, "jpy": true, "kmf": true,
+	"krw": true, "mga": true, "pyg": true, "rwf": true, "ugx": true, "vnd": true, "vuv": true, "xaf": true, "xof": true, "xpf": true}
+
+// formatAmount renders minor units for people: 1500 usd is "15.00 USD".
+func formatAmount(minor int64, currency string) string {
+	cur := strings.ToUpper(currency)
+	if zeroDecimal[strings.ToLower(currency)] {
+		return fmt.Sprintf("%d %s", minor, cur)
+	}
+	sign := ""
+	if minor < 0 {
+		sign, minor = "-", -minor
+	}
+	return fmt.Sprintf("%s%d.%02d %s", sign, minor/100, minor%100, cur)
 }
 
 // LogNotifier only logs actions (no Postgres: tests, dry runs).

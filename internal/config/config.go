@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/mail"
 	"os"
 	"strconv"
 	"strings"
@@ -48,6 +49,9 @@ type Config struct {
 	ShutdownTimeout       time.Duration
 	IngestMaxBatch        int
 	PprofAddr             string // PPROF_ADDR: net/http/pprof on its own listener; empty = off
+	SESFromAddress        string // SES_FROM_ADDRESS: reminder emails through SES from it; empty = off
+	SESEndpoint           string // SES_ENDPOINT: SES API endpoint override (tests); empty = AWS
+	SESConfigurationSet   string // SES_CONFIGURATION_SET: optional
 	IngestFlushers        int
 	PollEvery             time.Duration // POLL_EVERY: run the poller inside serve; 0 = off
 	UsingDevWebhookSecret bool
@@ -85,6 +89,9 @@ func Load(lookup Lookup) (Config, error) {
 		LocksTable:          get("LOCKS_TABLE", "stripe-payments-locks"),
 		ActionsURL:          get("ACTIONS_URL", ""),
 		PprofAddr:           get("PPROF_ADDR", ""),
+		SESFromAddress:      get("SES_FROM_ADDRESS", ""),
+		SESEndpoint:         get("SES_ENDPOINT", ""),
+		SESConfigurationSet: get("SES_CONFIGURATION_SET", ""),
 		ActionsSecret:       get("ACTIONS_SECRET", DevActionsSecret),
 		WebhookTolerance:    300 * time.Second,
 		WebhookMaxBody:      1 << 20,
@@ -141,6 +148,11 @@ func (c Config) Validate() error {
 	if len(c.WebhookSecrets) == 0 {
 		errs = append(errs, errors.New("STRIPE_WEBHOOK_SECRET: at least one secret is required"))
 	}
+	if c.SESFromAddress != "" {
+		if _, err := mail.ParseAddress(c.SESFromAddress); err != nil {
+			errs = append(errs, fmt.Errorf("SES_FROM_ADDRESS: %w", err))
+		}
+	}
 	if !strings.HasPrefix(c.StripeAPIKey, "sk_") && !strings.HasPrefix(c.StripeAPIKey, "rk_") {
 		errs = append(errs, errors.New("STRIPE_API_KEY: must be a secret (sk_) or restricted (rk_) key"))
 	}
@@ -185,6 +197,7 @@ func (c Config) LogValue() slog.Value {
 		slog.Bool("internal_api_enabled", c.InternalAPIToken != ""),
 		slog.String("event_ttl", c.EventTTL.String()),
 		slog.Bool("actions_enabled", c.ActionsURL != ""),
+		slog.Bool("reminder_emails", c.SESFromAddress != ""),
 		slog.String("poll_every", c.PollEvery.String()),
 		slog.Any("billing", c.Billing),
 	)
