@@ -72,6 +72,16 @@ data "aws_iam_policy_document" "service" {
     actions   = ["dynamodb:DescribeTable"]
     resources = [aws_dynamodb_table.events.arn]
   }
+
+  # Reminder emails, only when an SES identity is given.
+  dynamic "statement" {
+    for_each = var.ses_identity_arn == null ? [] : [var.ses_identity_arn]
+    content {
+      sid       = "ReminderEmails"
+      actions   = ["ses:SendEmail"]
+      resources = [statement.value]
+    }
+  }
 }
 
 data "aws_iam_policy_document" "admin" {

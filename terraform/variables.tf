@@ -58,3 +58,9 @@ variable "tags" {
     service = "stripe-payments"
   }
 }
+
+variable "ses_identity_arn" {
+  description = "SES identity the service sends reminder emails from (SES_FROM_ADDRESS); null grants no SES access."
+  type        = string
+  default     = null
+}
