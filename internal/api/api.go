@@ -31,7 +31,7 @@ func Register(e *echo.Echo, token string, deps Deps) {
 	if token == "" {
 		return
 	}
-	g := e.Group(Prefix, BearerAuth(token))
+	g := router{g: e.Group(Prefix), auth: BearerAuth(token)}
 	g.GET("/openapi.json", func(c echo.Context) error {
 		return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, openapi.Document)
 	})
@@ -45,3 +45,15 @@ func Register(e *echo.Echo, token string, deps Deps) {
 		registerBilling(g, deps.Billing)
 	}
 }
+
+// router mounts routes with the bearer check as route middleware rather than
+// group middleware: echo gives a group with middleware a catch-all route,
+// which would answer a wrong method with 404 instead of 405.
+type router struct {
+	g    *echo.Group
+	auth echo.MiddlewareFunc
+}
+
+func (r router) GET(path string, h echo.HandlerFunc)   { r.g.GET(path, h, r.auth) }
+func (r router) POST(path string, h echo.HandlerFunc)  { r.g.POST(path, h, r.auth) }
+func (r router) PATCH(path string, h echo.HandlerFunc) { r.g.PATCH(path, h, r.auth) }

@@ -28,7 +28,7 @@ type BillingService interface {
 }
 
 // registerBilling mounts the billing routes of DESIGN §4 on g.
-func registerBilling(g *echo.Group, svc BillingService) {
+func registerBilling(g router, svc BillingService) {
 	h := billingRoutes{svc: svc}
 	g.POST("/accounts/:account_id/subscriptions", h.create)
 	g.GET("/accounts/:account_id/subscriptions", h.listSubscriptions)

@@ -78,7 +78,7 @@ func registerPurchases(e *echo.Echo, token string, svc PurchaseService) {
 		return
 	}
 	r := purchaseRoutes{svc: svc}
-	g := e.Group(PurchasePrefix, BearerAuth(token))
+	g := router{g: e.Group(PurchasePrefix), auth: BearerAuth(token)}
 	g.POST("/purchases", r.create)
 	g.GET("/purchases/:id", r.get)
 }

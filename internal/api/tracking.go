@@ -38,7 +38,7 @@ type trackingRoutes struct {
 
 // registerTracking mounts the internal read routes of the tracking tables
 // (DESIGN §4) on the internal group.
-func registerTracking(g *echo.Group, store TrackingReader) {
+func registerTracking(g router, store TrackingReader) {
 	if store == nil {
 		return
 	}
