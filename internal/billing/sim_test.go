@@ -285,7 +285,7 @@ func (s *sim) collect(day dates.Date) {
 // one request at a time per connection, so this is what keeps the run short.
 func TestSimulation(t *testing.T) {
 	t.Parallel()
-	nSubs, months := envInt("BILLING_SIM_SUBS", 200), envInt("BILLING_SIM_MONTHS", 4)
+	nSubs, months := envInt("BILLING_SIM_SUBS", 200), envInt("BILLING_SIM_MONTHS", 24)
 	universes := envInt("BILLING_SIM_UNIVERSES", 4)
 	seed := uint64(envInt("BILLING_SIM_SEED", 6))
 	t.Logf("simulation: %d subscriptions in %d universes, %d months, seed %d", nSubs, universes, months, seed)
