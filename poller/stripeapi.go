@@ -15,6 +15,8 @@ import (
 	"github.com/stripe/stripe-go/v76"
 	"github.com/stripe/stripe-go/v76/form"
 	"golang.org/x/time/rate"
+
+	"github.com/stripe-payments/stripe-payments/internal/stripeclient"
 )
 
 // APIConfig configures the Stripe Events API client.
@@ -87,11 +89,10 @@ func NewEventsAPI(cfg APIConfig, log *slog.Logger) *EventsAPI {
 	}
 	hc := *base
 	hc.Transport = &limitedTransport{limiter: limiter, next: transportOf(base)}
-	backend := stripe.GetBackendWithConfig(stripe.APIBackend, &stripe.BackendConfig{
-		URL:               stripe.String(cfg.BaseURL),
-		HTTPClient:        &hc,
-		LeveledLogger:     leveledLogger{log: log},
-		MaxNetworkRetries: stripe.Int64(2),
+	// The poller logs the errors it acts on itself, with event and account
+	// keys: stripe-go's own go to debug (without response bodies).
+	backend := stripeclient.NewBackend(stripeclient.Options{
+		BaseURL: cfg.BaseURL, HTTPClient: &hc, MaxNetworkRetries: 2, Log: log, QuietErrors: true,
 	})
 	return &EventsAPI{backend: backend, key: cfg.Key, cfg: cfg, limiter: limiter, log: log}
 }
@@ -258,23 +259,6 @@ func transportOf(c *http.Client) http.RoundTripper {
 		return c.Transport
 	}
 	return http.DefaultTransport
-}
-
-// leveledLogger routes stripe-go's logging to slog at debug level: the
-// poller logs the errors it acts on itself, with event and account keys.
-type leveledLogger struct{ log *slog.Logger }
-
-func (l leveledLogger) Debugf(format string, v ...interface{}) {
-	l.log.Debug(fmt.Sprintf(format, v...), "component", "stripe-go")
-}
-func (l leveledLogger) Infof(format string, v ...interface{}) {
-	l.log.Debug(fmt.Sprintf(format, v...), "component", "stripe-go")
-}
-func (l leveledLogger) Warnf(format string, v ...interface{}) {
-	l.log.Debug(fmt.Sprintf(format, v...), "component", "stripe-go")
-}
-func (l leveledLogger) Errorf(format string, v ...interface{}) {
-	l.log.Debug(fmt.Sprintf(format, v...), "component", "stripe-go")
 }
 
 func sleep(ctx context.Context, d time.Duration) error {

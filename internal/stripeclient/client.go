@@ -24,10 +24,20 @@ type Options struct {
 	// 409 and 5xx (stripe-go reuses the idempotency key). Default 2.
 	MaxNetworkRetries int64
 	Log               *slog.Logger
+	// QuietErrors logs stripe-go's errors at debug level, for callers that
+	// handle and log every error themselves (the poller's 429 backoff).
+	QuietErrors bool
 }
 
 // New returns a client for Stripe's API at opts.BaseURL.
 func New(opts Options) *client.API {
+	backend := NewBackend(opts)
+	return client.New(opts.APIKey, &stripe.Backends{API: backend, Connect: backend, Uploads: backend})
+}
+
+// NewBackend returns the stripe-go backend behind New, for callers that make
+// raw calls (the poller keeps each listed event's exact bytes).
+func NewBackend(opts Options) stripe.Backend {
 	hc := opts.HTTPClient
 	if hc == nil {
 		hc = &http.Client{Timeout: 30 * time.Second}
@@ -40,20 +50,22 @@ func New(opts Options) *client.API {
 	if log == nil {
 		log = slog.Default()
 	}
-	backend := stripe.GetBackendWithConfig(stripe.APIBackend, &stripe.BackendConfig{
+	return stripe.GetBackendWithConfig(stripe.APIBackend, &stripe.BackendConfig{
 		URL:               stripe.String(opts.BaseURL),
 		HTTPClient:        hc,
 		MaxNetworkRetries: stripe.Int64(retries),
-		LeveledLogger:     leveledLogger{log: log.With("component", "stripe-go")},
+		LeveledLogger:     leveledLogger{log: log.With("component", "stripe-go"), quiet: opts.QuietErrors},
 	})
-	return client.New(opts.APIKey, &stripe.Backends{API: backend, Connect: backend, Uploads: backend})
 }
 
 // leveledLogger routes stripe-go's logs to slog. stripe-go logs request
 // paths and error messages, never the API key; at debug level it also logs
 // every response body, which holds secrets (a PaymentIntent's
 // client_secret) and buyers' personal data: those bodies are dropped.
-type leveledLogger struct{ log *slog.Logger }
+type leveledLogger struct {
+	log   *slog.Logger
+	quiet bool // warnings and errors at debug level
+}
 
 func (l leveledLogger) Debugf(format string, v ...interface{}) {
 	msg := fmt.Sprintf(format, v...)
@@ -63,7 +75,17 @@ func (l leveledLogger) Debugf(format string, v ...interface{}) {
 	l.log.Debug(msg)
 }
 func (l leveledLogger) Infof(format string, v ...interface{}) { l.log.Debug(fmt.Sprintf(format, v...)) }
-func (l leveledLogger) Warnf(format string, v ...interface{}) { l.log.Warn(fmt.Sprintf(format, v...)) }
+func (l leveledLogger) Warnf(format string, v ...interface{}) {
+	if l.quiet {
+		l.log.Debug(fmt.Sprintf(format, v...))
+		return
+	}
+	l.log.Warn(fmt.Sprintf(format, v...))
+}
 func (l leveledLogger) Errorf(format string, v ...interface{}) {
+	if l.quiet {
+		l.log.Debug(fmt.Sprintf(format, v...))
+		return
+	}
 	l.log.Error(fmt.Sprintf(format, v...))
 }
