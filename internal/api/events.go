@@ -34,24 +34,25 @@ type EventFetcher interface {
 	FetchEvent(ctx context.Context, id, account string) ([]byte, error)
 }
 
-// Event is the JSON shape of an event record (DESIGN §4, Contract), plus
+// Event is the JSON shape of an event record (DESIGN §4, Contract): every
+// key of the contract is always present, null when it has no value, plus
 // api_version and last_error for operators.
 type Event struct {
-	ID            string `json:"id"`
-	Type          string `json:"type"`
-	StripeAccount string `json:"stripe_account"`
-	Timestamp     string `json:"timestamp"`
-	Date          string `json:"date"`
-	Time          string `json:"time"`
-	Expiration    int64  `json:"expiration"`
-	Subscription  string `json:"subscription,omitempty"`
-	Status        string `json:"status"`
-	ReceivedAt    string `json:"received_at"`
-	ProcessedAt   string `json:"processed_at,omitempty"`
-	Source        string `json:"source"`
-	Attempts      int    `json:"attempts"`
-	APIVersion    string `json:"api_version,omitempty"`
-	LastError     string `json:"last_error,omitempty"`
+	ID            string  `json:"id"`
+	Type          string  `json:"type"`
+	StripeAccount string  `json:"stripe_account"`
+	Timestamp     string  `json:"timestamp"`
+	Date          string  `json:"date"`
+	Time          string  `json:"time"`
+	Expiration    int64   `json:"expiration"`
+	Subscription  *string `json:"subscription"` // null when the event is about none
+	Status        string  `json:"status"`
+	ReceivedAt    string  `json:"received_at"`
+	ProcessedAt   *string `json:"processed_at"` // null until processed
+	Source        string  `json:"source"`
+	Attempts      int     `json:"attempts"`
+	APIVersion    string  `json:"api_version,omitempty"`
+	LastError     string  `json:"last_error,omitempty"`
 }
 
 // EventJSON renders a record.
@@ -59,12 +60,16 @@ func EventJSON(r events.Record) Event {
 	e := Event{
 		ID: r.ID, Type: r.Type, StripeAccount: r.StripeAccount,
 		Timestamp: r.Timestamp(), Date: r.Date(), Time: r.Time(),
-		Expiration: r.Expiration.Unix(), Subscription: r.Subscription,
-		Status: string(r.Status), ReceivedAt: r.ReceivedAt.UTC().Format(time.RFC3339Nano),
+		Expiration: r.Expiration.Unix(),
+		Status:     string(r.Status), ReceivedAt: r.ReceivedAt.UTC().Format(time.RFC3339Nano),
 		Source: string(r.Source), Attempts: r.Attempts, APIVersion: r.APIVersion, LastError: r.LastError,
 	}
+	if r.Subscription != "" {
+		e.Subscription = &r.Subscription
+	}
 	if !r.ProcessedAt.IsZero() {
-		e.ProcessedAt = r.ProcessedAt.UTC().Format(time.RFC3339Nano)
+		at := r.ProcessedAt.UTC().Format(time.RFC3339Nano)
+		e.ProcessedAt = &at
 	}
 	return e
 }

@@ -183,6 +183,9 @@ func TestReplay(t *testing.T) {
 		assert.Equal(t, "applied", body["outcome"])
 		assert.Equal(t, "store", body["payload_source"])
 		assert.Equal(t, "processed", body["event"].(map[string]any)["status"])
+		sub, present := body["event"].(map[string]any)["subscription"]
+		assert.True(t, present, "every contract key is present")
+		assert.Nil(t, sub, "a payment event is about no subscription: null")
 
 		status, body = replay(t, ev.ID, "")
 		require.Equal(t, http.StatusOK, status, body)

@@ -11,6 +11,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
 
+// MaxLastError bounds the last_error attribute: an error chain can quote a
+// whole payload, and the record must stay small.
+const MaxLastError = 1000
+
 // maxBatchWrite is DynamoDB's BatchWriteItem limit.
 const maxBatchWrite = 25
 
@@ -49,7 +53,7 @@ func attributes(r Record) (map[string]types.AttributeValue, error) {
 		av["processed_at"] = s(r.ProcessedAt.UTC().Format(bookkeepingTimeLayout))
 	}
 	if r.LastError != "" {
-		av["last_error"] = s(r.LastError)
+		av["last_error"] = s(truncate(r.LastError, MaxLastError))
 	}
 	return av, nil
 }
@@ -90,7 +94,7 @@ func (s *Store) PutProcessed(ctx context.Context, recs []Record) error {
 // record is created as failed, or an existing unprocessed one counts one more
 // attempt and takes the error. A processed record is never touched.
 func (s *Store) RecordFailure(ctx context.Context, r Record, cause error) error {
-	r.Status, r.LastError = StatusFailed, truncate(cause.Error(), 1000)
+	r.Status, r.LastError = StatusFailed, truncate(cause.Error(), MaxLastError)
 	av, err := attributes(r)
 	if err != nil {
 		return err

@@ -291,7 +291,7 @@ func (h *Handler) processBatch(ctx context.Context, batch []*pending) {
 		case errors.Is(failure, events.ErrUnprocessable):
 			// Retrying cannot help: record it processed, with no effect.
 			rejected[p.rec.ID] = true
-			p.rec.LastError = truncate(failure.Error(), 1000)
+			p.rec.LastError = failure.Error() // the store bounds its length
 		case failure != nil:
 			h.recordFailure(ctx, p.rec, failure)
 			finish(p, Failed, fmt.Errorf("process event: %w", failure))
@@ -377,13 +377,6 @@ func (h *Handler) recordFailure(ctx context.Context, rec events.Record, cause er
 	if err := h.store.RecordFailure(ctx, rec, cause); err != nil {
 		log.Error("could not record the failure", "error", err)
 	}
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n]
 }
 
 // Drain waits until no batch is in flight, so that shutdown closes the
