@@ -13,7 +13,7 @@ BIN       := bin/stripe-payments
 TESTFLAGS ?=
 export TESTFLAGS
 
-.PHONY: build test run lint bench fuzz clean stack-up stack-down stack-status stack-env
+.PHONY: build test run lint bench bench-peer fuzz clean stack-up stack-down stack-status stack-env
 
 ## build: compile bin/stripe-payments
 build:
@@ -34,6 +34,10 @@ lint:
 ## bench: every benchmark once, against the local stack
 bench:
 	scripts/test.sh bench
+
+## bench-peer: this service against stripe-sync-engine 0.48.5 on one durable Postgres, side by side (≈ 3 min)
+bench-peer:
+	scripts/bench-peer.sh
 
 ## fuzz: every fuzz target for 2 minutes (make test runs them for 8 s)
 fuzz:

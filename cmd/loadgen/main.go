@@ -3,6 +3,10 @@
 // quantiles, errors, the service's CPU and memory, and DynamoDB requests per
 // event — next to the raw DynamoDB conditional-put and Postgres transaction
 // rates measured in the same run at the same concurrency. Loopback only.
+//
+//	loadgen [flags]              the mixed-event load test of `make bench`
+//	loadgen compare [flags]      this service against a peer ingester, side by side (`make bench-peer`)
+//	loadgen drop-tables NAME...  delete a benchmark's DynamoDB tables (DynamoDB Local keeps them in memory)
 package main
 
 import (
@@ -52,6 +56,14 @@ type options struct {
 }
 
 func run(ctx context.Context, args []string, out io.Writer) error {
+	if len(args) > 0 {
+		switch args[0] {
+		case "compare":
+			return runCompare(ctx, args[1:], out)
+		case "drop-tables":
+			return dropTables(ctx, args[1:])
+		}
+	}
 	cfg, err := config.FromEnv()
 	if err != nil {
 		return err
@@ -255,4 +267,23 @@ func (r report) markdown(w io.Writer) {
 		row("service CPU", fmt.Sprintf("%.2f cores", r.cpuCores))
 		row("service peak RSS (sampled every 100 ms)", fmt.Sprintf("%.1f MiB", float64(r.peakRSS)/(1<<20)))
 	}
+}
+
+// dropTables deletes DynamoDB tables (a benchmark's own, on DYNAMODB_ENDPOINT).
+func dropTables(ctx context.Context, names []string) error {
+	endpoint := os.Getenv("DYNAMODB_ENDPOINT")
+	if endpoint == "" || loopback(endpoint) != nil {
+		return errors.New("drop-tables: DYNAMODB_ENDPOINT must be a loopback DynamoDB Local")
+	}
+	client, err := dynamo.NewClient(ctx, envOr("AWS_REGION", "us-east-1"), endpoint)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, n := range names {
+		if _, err := client.DeleteTable(ctx, &dynamodb.DeleteTableInput{TableName: aws.String(n)}); err != nil {
+			errs = append(errs, fmt.Errorf("delete table %s: %w", n, err))
+		}
+	}
+	return errors.Join(errs...)
 }

@@ -20,31 +20,65 @@ import (
 // record, so the same three GSIs are maintained) into a scratch table built
 // from the events table spec.
 func DynamoPut(ctx context.Context, client *dynamodb.Client, table string, concurrency int, d time.Duration) Result {
-	payload := make([]byte, 700) // a gzipped event is ~0.5–1 KiB
-	s := func(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
 	return Run(ctx, "raw DynamoDB conditional put", concurrency, d, 0, func(ctx context.Context, _ int, _ int64) error {
-		now := time.Now().UTC()
 		_, err := client.PutItem(ctx, &dynamodb.PutItemInput{
-			TableName: aws.String(table),
-			Item: map[string]types.AttributeValue{
-				"id":             s("evt_base" + uuid.NewString()),
-				"type":           s("payment_intent.succeeded"),
-				"stripe_account": s("acct_1LoadAAAAAAAAAAA"),
-				"timestamp":      s(now.Format("2006-01-02 15:04:05.000")),
-				"date":           s(now.Format("2006-01-02")),
-				"time":           s(now.Format("15:04:05.000")),
-				"subscription":   s("sub_base" + uuid.NewString()[:8]),
-				"expiration":     &types.AttributeValueMemberN{Value: "4102444800"},
-				"status":         s("processed"),
-				"source":         s("webhook"),
-				"attempts":       &types.AttributeValueMemberN{Value: "1"},
-				"payload":        &types.AttributeValueMemberB{Value: payload},
-			},
+			TableName:           aws.String(table),
+			Item:                eventItem(time.Now().UTC(), true),
 			ConditionExpression: aws.String("attribute_not_exists(id)"),
 		})
 		return err
 	})
 }
+
+// DynamoBatchWrite measures the raw batch-write ceiling: writers each
+// sending BatchWriteItem requests of 25 event-sized items (unprocessed items
+// resent until none is left). A Result's Requests counts batches: items per
+// second are 25 × Rate(). withSubscription puts the items in the sparse
+// subscription index too (three GSIs instead of two).
+func DynamoBatchWrite(ctx context.Context, client *dynamodb.Client, table string, writers int, d time.Duration, withSubscription bool) Result {
+	return Run(ctx, "raw DynamoDB BatchWriteItem×25", writers, d, 0, func(ctx context.Context, _ int, _ int64) error {
+		now := time.Now().UTC()
+		reqs := make([]types.WriteRequest, 25)
+		for i := range reqs {
+			reqs[i] = types.WriteRequest{PutRequest: &types.PutRequest{Item: eventItem(now, withSubscription)}}
+		}
+		for len(reqs) > 0 {
+			out, err := client.BatchWriteItem(ctx, &dynamodb.BatchWriteItemInput{RequestItems: map[string][]types.WriteRequest{table: reqs}})
+			if err != nil {
+				return err
+			}
+			reqs = out.UnprocessedItems[table]
+		}
+		return nil
+	})
+}
+
+// eventItem is an event-sized item: every attribute of an event record
+// (~0.7 KiB payload), so the same GSIs are maintained (the subscription
+// index only when withSubscription).
+func eventItem(now time.Time, withSubscription bool) map[string]types.AttributeValue {
+	s := func(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
+	item := map[string]types.AttributeValue{
+		"id":             s("evt_base" + uuid.NewString()),
+		"type":           s("payment_intent.succeeded"),
+		"stripe_account": s("acct_1LoadAAAAAAAAAAA"),
+		"timestamp":      s(now.Format("2006-01-02 15:04:05.000")),
+		"date":           s(now.Format("2006-01-02")),
+		"time":           s(now.Format("15:04:05.000")),
+		"subscription":   s("sub_base" + uuid.NewString()[:8]),
+		"expiration":     &types.AttributeValueMemberN{Value: "4102444800"},
+		"status":         s("processed"),
+		"source":         s("webhook"),
+		"attempts":       &types.AttributeValueMemberN{Value: "1"},
+		"payload":        &types.AttributeValueMemberB{Value: basePayload},
+	}
+	if !withSubscription {
+		delete(item, "subscription")
+	}
+	return item
+}
+
+var basePayload = make([]byte, 700) // a gzipped event is ~0.5–1 KiB
 
 // PostgresTx measures the raw single-transaction rate: BEGIN, one insert,
 // COMMIT, into a scratch table.

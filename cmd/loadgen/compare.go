@@ -1,0 +1,353 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/google/uuid"
+
+	"github.com/stripe-payments/stripe-payments/internal/dynamo"
+	"github.com/stripe-payments/stripe-payments/internal/loadtest"
+	"github.com/stripe-payments/stripe-payments/internal/tracking"
+)
+
+// compareOptions configure `loadgen compare`: the same signed
+// customer.updated stream (unique ids) sent to this service and to a peer
+// ingester, at each concurrency, in interleaved rounds.
+type compareOptions struct {
+	ours, peer             string
+	oursSecret, peerSecret string
+	peerName               string
+	concurrency            []int
+	rounds                 int
+	duration, warmup       time.Duration
+	oursPID, peerPID       int
+	ceilings               bool
+	ceilingDuration        time.Duration
+	databaseURL            string
+	dynamoEndpoint, region string
+	markdown               string
+}
+
+// sample is one measured phase of one target.
+type sample struct {
+	res    loadtest.Result
+	cpuSec float64 // CPU seconds of the target's process during the phase (0: unknown)
+}
+
+func runCompare(ctx context.Context, args []string, out io.Writer) error {
+	var o compareOptions
+	fs := flag.NewFlagSet("loadgen compare", flag.ContinueOnError)
+	fs.StringVar(&o.ours, "ours", "http://127.0.0.1:8080/webhooks/stripe", "this service's webhook URL (loopback only)")
+	fs.StringVar(&o.oursSecret, "ours-secret", os.Getenv("STRIPE_WEBHOOK_SECRET"), "this service's endpoint secret")
+	fs.StringVar(&o.peer, "peer", "", "the peer's webhook URL (loopback only)")
+	fs.StringVar(&o.peerSecret, "peer-secret", "", "the peer's endpoint secret")
+	fs.StringVar(&o.peerName, "peer-name", "peer", "the peer's name in the report")
+	conc := fs.String("c", "1,32", "comma-separated concurrencies")
+	fs.IntVar(&o.rounds, "rounds", 3, "interleaved rounds")
+	fs.DurationVar(&o.duration, "d", 10*time.Second, "duration of each measured phase")
+	fs.DurationVar(&o.warmup, "warmup", 3*time.Second, "unmeasured warm-up of each target at each concurrency, before the first round")
+	fs.IntVar(&o.oursPID, "ours-pid", 0, "this service's pid, for CPU per event (Linux /proc)")
+	fs.IntVar(&o.peerPID, "peer-pid", 0, "the peer's pid, for CPU per event")
+	fs.BoolVar(&o.ceilings, "ceilings", true, "also measure the storage ceilings (durable Postgres commit, DynamoDB batch write and put) in this run")
+	fs.DurationVar(&o.ceilingDuration, "ceiling-d", 5*time.Second, "duration of each ceiling measure")
+	fs.StringVar(&o.databaseURL, "database-url", os.Getenv("DATABASE_URL"), "Postgres of the ceilings (the one both services use)")
+	fs.StringVar(&o.dynamoEndpoint, "dynamodb-endpoint", os.Getenv("DYNAMODB_ENDPOINT"), "DynamoDB of the ceilings")
+	fs.StringVar(&o.region, "region", envOr("AWS_REGION", "us-east-1"), "AWS region")
+	fs.StringVar(&o.markdown, "markdown", "", "also write the report as Markdown to this file")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	for _, s := range strings.Split(*conc, ",") {
+		c, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || c < 1 {
+			return fmt.Errorf("-c: %q is not a positive integer", s)
+		}
+		o.concurrency = append(o.concurrency, c)
+	}
+	if o.peer == "" || o.oursSecret == "" || o.peerSecret == "" || o.rounds < 1 {
+		return errors.New("-peer, -ours-secret, -peer-secret and -rounds ≥ 1 are required")
+	}
+	for _, t := range []string{o.ours, o.peer} {
+		if err := loopback(t); err != nil {
+			return err
+		}
+	}
+
+	var ceilings []ceiling
+	if o.ceilings {
+		var err error
+		if ceilings, err = measureCeilings(ctx, o, out); err != nil {
+			return err
+		}
+	}
+
+	maxConc := 0
+	for _, c := range o.concurrency {
+		maxConc = max(maxConc, c)
+	}
+	client := func() *http.Client {
+		return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: maxConc * 2}}
+	}
+	targets := [2]struct {
+		name string
+		hook loadtest.Webhook
+		pid  int
+	}{
+		{o.peerName, loadtest.Webhook{URL: o.peer, Secret: o.peerSecret, Client: client()}, o.peerPID},
+		{"this service", loadtest.Webhook{URL: o.ours, Secret: o.oursSecret, Client: client()}, o.oursPID},
+	}
+	phase := func(t int, c int, d time.Duration, label string) (sample, error) {
+		send := func(ctx context.Context, _ int, _ int64) error {
+			return targets[t].hook.Post(ctx, loadtest.CustomerUpdated(time.Now()))
+		}
+		var before loadtest.ProcStats
+		if targets[t].pid > 0 {
+			var err error
+			if before, err = loadtest.ReadProc(targets[t].pid); err != nil {
+				return sample{}, err
+			}
+		}
+		res := loadtest.Run(ctx, label, c, d, 0, send)
+		s := sample{res: res}
+		if targets[t].pid > 0 {
+			after, err := loadtest.ReadProc(targets[t].pid)
+			if err != nil {
+				return sample{}, err
+			}
+			s.cpuSec = (after.CPU - before.CPU).Seconds()
+		}
+		return s, ctx.Err()
+	}
+
+	for _, c := range o.concurrency {
+		for t := range targets {
+			if _, err := phase(t, c, o.warmup, "warm-up"); err != nil {
+				return err
+			}
+		}
+	}
+	// samples[target][concurrency index] over the rounds. Each round runs
+	// every concurrency on both targets, alternating which goes first, so a
+	// slow minute of the shared machine hits both.
+	var samples [2][][]sample
+	for t := range samples {
+		samples[t] = make([][]sample, len(o.concurrency))
+	}
+	for r := range o.rounds {
+		for ci, c := range o.concurrency {
+			order := []int{0, 1}
+			if (r+ci)%2 == 1 {
+				order = []int{1, 0}
+			}
+			for _, t := range order {
+				s, err := phase(t, c, o.duration, fmt.Sprintf("r%d %s", r+1, targets[t].name))
+				if err != nil {
+					return err
+				}
+				fmt.Fprintln(out, s.res)
+				samples[t][ci] = append(samples[t][ci], s)
+			}
+		}
+	}
+
+	rep := compareReport{o: o, ceilings: ceilings}
+	for ci, c := range o.concurrency {
+		rep.rows = append(rep.rows, compareRow{c: c, peer: summarise(samples[0][ci]), ours: summarise(samples[1][ci])})
+	}
+	rep.text(out)
+	if o.markdown != "" {
+		f, err := os.Create(o.markdown)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		rep.markdownTo(f)
+	}
+	return nil
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+func loopback(target string) error {
+	u, err := url.Parse(target)
+	if err != nil {
+		return fmt.Errorf("target %q: %w", target, err)
+	}
+	if h := u.Hostname(); h != "127.0.0.1" && h != "localhost" && h != "::1" {
+		return fmt.Errorf("target %q must be on loopback", target)
+	}
+	return nil
+}
+
+// summary is the medians of one target at one concurrency over the rounds.
+type summary struct {
+	rate, minRate, maxRate float64
+	p50, p99               time.Duration
+	errors                 int64
+	cpuPerEvent            time.Duration // 0: unknown
+}
+
+func summarise(ss []sample) summary {
+	var rates []float64
+	var p50s, p99s []time.Duration
+	var s summary
+	var cpu, n float64
+	for _, x := range ss {
+		rates = append(rates, x.res.Rate())
+		p50s = append(p50s, x.res.Quantile(.5))
+		p99s = append(p99s, x.res.Quantile(.99))
+		s.errors += x.res.Errors
+		cpu += x.cpuSec
+		n += float64(x.res.Requests)
+	}
+	sort.Float64s(rates)
+	s.rate, s.minRate, s.maxRate = median(rates), rates[0], rates[len(rates)-1]
+	s.p50, s.p99 = medianDuration(p50s), medianDuration(p99s)
+	if cpu > 0 && n > 0 {
+		s.cpuPerEvent = time.Duration(cpu / n * float64(time.Second))
+	}
+	return s
+}
+
+func median(v []float64) float64 {
+	sort.Float64s(v)
+	if len(v)%2 == 1 {
+		return v[len(v)/2]
+	}
+	return (v[len(v)/2-1] + v[len(v)/2]) / 2
+}
+
+func medianDuration(v []time.Duration) time.Duration {
+	f := make([]float64, len(v))
+	for i, d := range v {
+		f[i] = float64(d)
+	}
+	return time.Duration(median(f))
+}
+
+// ceiling is one storage limit measured in the same run.
+type ceiling struct {
+	what string
+	res  loadtest.Result
+	per  int // items per operation
+}
+
+func (c ceiling) String() string {
+	return fmt.Sprintf("%.0f/s (p50 %s, p99 %s)", c.res.Rate()*float64(c.per), ms(c.res.Quantile(.5)), ms(c.res.Quantile(.99)))
+}
+
+// measureCeilings measures, on the benchmark's own Postgres and DynamoDB:
+// a durable single-insert commit at concurrency 1 and 32 (the floor of
+// acknowledging one event, which both services pay), and DynamoDB Local's
+// batch-write rate (25 items per request, 8 writers) and conditional-put
+// rate and latency.
+func measureCeilings(ctx context.Context, o compareOptions, out io.Writer) ([]ceiling, error) {
+	if o.databaseURL == "" || o.dynamoEndpoint == "" {
+		return nil, errors.New("ceilings need -database-url and -dynamodb-endpoint (or turn them off with -ceilings=false)")
+	}
+	pool, err := tracking.Connect(ctx, o.databaseURL)
+	if err != nil {
+		return nil, err
+	}
+	defer pool.Close()
+	pgTable := "loadgen_ceiling_" + strings.ReplaceAll(uuid.NewString()[:8], "-", "")
+	if _, err := pool.Exec(ctx, "CREATE TABLE "+pgTable+" (id text PRIMARY KEY, at timestamptz NOT NULL DEFAULT now())"); err != nil {
+		return nil, err
+	}
+	defer pool.Exec(context.WithoutCancel(ctx), "DROP TABLE "+pgTable)
+	client, err := dynamo.NewClient(ctx, o.region, o.dynamoEndpoint)
+	if err != nil {
+		return nil, err
+	}
+	ddbTable := "loadgen-ceiling-" + uuid.NewString()[:8]
+	if err := dynamo.EnsureTables(ctx, client, dynamo.EventsTable(ddbTable)); err != nil {
+		return nil, err
+	}
+	defer client.DeleteTable(context.WithoutCancel(ctx), &dynamodb.DeleteTableInput{TableName: aws.String(ddbTable)})
+
+	d := o.ceilingDuration
+	var cs []ceiling
+	add := func(what string, per int, r loadtest.Result) {
+		c := ceiling{what: what, res: r, per: per}
+		fmt.Fprintf(out, "ceiling: %-52s %s, errors=%d\n", what, c, r.Errors)
+		cs = append(cs, c)
+	}
+	loadtest.PostgresTx(ctx, pool, pgTable, 8, time.Second)
+	add("durable Postgres commit (1 insert), 1 at a time", 1, loadtest.PostgresTx(ctx, pool, pgTable, 1, d))
+	add("durable Postgres commit (1 insert), 32 concurrent", 1, loadtest.PostgresTx(ctx, pool, pgTable, 32, d))
+	add("DynamoDB conditional put, 1 at a time", 1, loadtest.DynamoPut(ctx, client, ddbTable, 1, d))
+	// Items shaped like a customer.updated record: no subscription, so two GSIs.
+	loadtest.DynamoBatchWrite(ctx, client, ddbTable, 8, time.Second, false)
+	add("DynamoDB BatchWriteItem×25, 8 writers (items, 2 GSIs)", 25, loadtest.DynamoBatchWrite(ctx, client, ddbTable, 8, d, false))
+	return cs, ctx.Err()
+}
+
+type compareRow struct {
+	c          int
+	peer, ours summary
+}
+
+type compareReport struct {
+	o        compareOptions
+	rows     []compareRow
+	ceilings []ceiling
+}
+
+func ms(d time.Duration) string {
+	return strconv.FormatFloat(float64(d)/float64(time.Millisecond), 'f', 2, 64) + " ms"
+}
+
+func (r compareReport) cell(s summary) string {
+	v := fmt.Sprintf("%.0f req/s (%.0f–%.0f), p50 %s, p99 %s", s.rate, s.minRate, s.maxRate, ms(s.p50), ms(s.p99))
+	if s.errors > 0 {
+		v += fmt.Sprintf(", **%d errors**", s.errors)
+	}
+	return v
+}
+
+func (r compareReport) text(w io.Writer) {
+	fmt.Fprintf(w, "\nmedians of %d rounds of %s, same customer.updated stream (unique ids):\n", r.o.rounds, r.o.duration)
+	for _, row := range r.rows {
+		fmt.Fprintf(w, "c=%-3d %s: %s\n      this service: %s\n      ratio %.2f×, p99 %s vs %s\n", row.c, r.o.peerName, r.cell(row.peer),
+			r.cell(row.ours), row.ours.rate/row.peer.rate, ms(row.ours.p99), ms(row.peer.p99))
+	}
+}
+
+func (r compareReport) markdownTo(w io.Writer) {
+	fmt.Fprintf(w, "Medians of %d interleaved rounds of %s per target and concurrency (range of the rates in brackets).\n\n", r.o.rounds, r.o.duration)
+	fmt.Fprintf(w, "| concurrency | %s | this service | ratio | p99 this service ÷ peer |\n| --- | --- | --- | --- | --- |\n", r.o.peerName)
+	for _, row := range r.rows {
+		fmt.Fprintf(w, "| %d | %s | %s | **%.2f×** | %.2f |\n", row.c, r.cell(row.peer), r.cell(row.ours),
+			row.ours.rate/row.peer.rate, float64(row.ours.p99)/float64(max(row.peer.p99, 1)))
+	}
+	if r.rows[0].ours.cpuPerEvent > 0 || r.rows[0].peer.cpuPerEvent > 0 {
+		fmt.Fprintf(w, "\n| CPU per event (process only) | %s | this service |\n| --- | --- | --- |\n", r.o.peerName)
+		for _, row := range r.rows {
+			fmt.Fprintf(w, "| concurrency %d | %d µs | %d µs |\n", row.c, row.peer.cpuPerEvent.Microseconds(), row.ours.cpuPerEvent.Microseconds())
+		}
+	}
+	if len(r.ceilings) > 0 {
+		fmt.Fprintf(w, "\n| ceiling, same run (%s each) | rate |\n| --- | --- |\n", r.o.ceilingDuration)
+		for _, c := range r.ceilings {
+			fmt.Fprintf(w, "| %s | %s |\n", c.what, c)
+		}
+	}
+}
