@@ -191,10 +191,11 @@ func (f *Flows) settle(ctx context.Context, tx pgx.Tx, e event, s settlement) er
 			log.Info("payment already " + string(s.outcome))
 		case pay.Status == PaymentFailed && s.outcome == PaymentPaid:
 			// A PaymentIntent can succeed after a failed attempt (the buyer
-			// retries with another card). The diagram has no failed -> paid
-			// arrow, so the row stays failed; the money was collected, so the
-			// purchase is still fulfilled below.
-			log.Error("payment succeeded after it was marked failed: the payment row stays failed (no failed -> paid arrow); fulfilling the purchase")
+			// retries with another card): the money was collected, so the
+			// payment ends paid. Reference 004's diagram has no failed -> paid
+			// arrow; migration 00011 adds it (README, deviation from 004).
+			next = PaymentPaid
+			log.Info("payment succeeded after a failed attempt: failed -> paid")
 		default:
 			log.Warn("payment failure reported for a paid payment: ignored")
 		}

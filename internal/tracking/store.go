@@ -156,10 +156,10 @@ func (s *Store) RecordInvoice(ctx context.Context, purchase uuid.UUID, invoice s
 }
 
 // MarkPaymentPaid is the purchase API's "store completed payment": Stripe
-// answered that the invoice is paid. new -> paid; any other state is left
-// alone (an event may already have moved it).
+// answered that the invoice is paid. new or failed -> paid (a failed
+// attempt can be followed by a success); paid is left alone.
 func (s *Store) MarkPaymentPaid(ctx context.Context, paymentIntent string) error {
-	if _, err := s.pool.Exec(ctx, `UPDATE payments SET status = 'paid' WHERE id = $1 AND status = 'new'`, paymentIntent); err != nil {
+	if _, err := s.pool.Exec(ctx, `UPDATE payments SET status = 'paid' WHERE id = $1 AND status IN ('new', 'failed')`, paymentIntent); err != nil {
 		return fmt.Errorf("mark payment %s paid: %w", paymentIntent, translate(err))
 	}
 	return nil
