@@ -65,6 +65,7 @@ func newEnv(t testing.TB) *env {
 	t.Helper()
 	e := &env{t: t, api: stripetest.NewEventsAPI(t), logs: &syncBuffer{}, now: time.Now().UTC().Truncate(time.Second), fail: map[string]bool{}}
 	vars := map[string]string{
+		"APP_ENV":                 "development",
 		"LISTEN_ADDR":             "127.0.0.1:0",
 		"STRIPE_WEBHOOK_SECRET":   secret,
 		"STRIPE_API_KEY":          e.api.Key,
@@ -73,7 +74,7 @@ func newEnv(t testing.TB) *env {
 		"DATABASE_URL":            testenv.DatabaseURL(t),
 		"DYNAMODB_ENDPOINT":       testenv.DynamoEndpoint(t),
 		"EVENTS_TABLE":            testenv.TableName("events"),
-		"INTERNAL_API_TOKEN":      "",
+		"INTERNAL_API_TOKEN":      "disabled",
 	}
 	e.vars = vars
 	e.app = startApp(t, vars, e.logs)

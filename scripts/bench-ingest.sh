@@ -21,7 +21,7 @@ mkdir -p "$OUT"
 go build -o "$OUT/stripe-payments" ./cmd/stripe-payments
 go build -o "$OUT/loadgen" ./cmd/loadgen
 
-export LISTEN_ADDR="127.0.0.1:$PORT" LOG_LEVEL=warn
+export APP_ENV=development LISTEN_ADDR="127.0.0.1:$PORT" LOG_LEVEL=warn
 export EVENTS_TABLE="bench-events-$$" BILLING_TABLE="bench-billing-$$" BILLING_HISTORY_TABLE="bench-billing-history-$$" LOCKS_TABLE="bench-locks-$$"
 export STRIPE_WEBHOOK_SECRET="whsec_bench_local_only" INTERNAL_API_TOKEN="bench-token"
 "$OUT/stripe-payments" migrate >/dev/null 2>"$OUT/migrate.log"

@@ -37,6 +37,8 @@ if ! scripts/devstack.sh up >/dev/null; then
 	exit 1
 fi
 eval "$(scripts/devstack.sh env)"
+# Development mode: the dev defaults (DESIGN §3) apply only under it.
+export APP_ENV=development
 export LISTEN_ADDR="${LISTEN_ADDR:-127.0.0.1:8080}"
 
 echo "== go build"

@@ -85,6 +85,8 @@ if ! scripts/devstack.sh up; then
 	exit 1
 fi
 eval "$(scripts/devstack.sh env)"
+# Development mode: the dev defaults (DESIGN §3) apply only under it.
+export APP_ENV=development
 
 # stripe-mock: the purchase tests check every Stripe request shape against
 # it (they fail, never skip, without it). Installed from the Go module proxy

@@ -64,7 +64,8 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 			return dropTables(ctx, args[1:])
 		}
 	}
-	cfg, err := config.FromEnv()
+	// The secret signs the load; the databases serve the baselines.
+	cfg, err := config.FromEnvFor(config.Uses{WebhookSecret: true, Database: true})
 	if err != nil {
 		return err
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/stripe-payments/stripe-payments/internal/app"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
+	"github.com/stripe-payments/stripe-payments/internal/config"
 )
 
 const billingUsage = `usage: stripe-payments billing <remind|collect> [--date YYYY-MM-DD]
@@ -42,7 +43,7 @@ func billingCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		fmt.Fprint(stderr, billingUsage)
 		return fmt.Errorf("unexpected arguments %v", fs.Args())
 	}
-	cfg, log, err := load(stderr)
+	cfg, log, err := load(stderr, config.UsesBilling)
 	if err != nil {
 		return err
 	}

@@ -87,8 +87,13 @@ func freeAddr(t *testing.T) string {
 	return addr
 }
 
-// environ is the process environment with overrides applied.
+// environ is the process environment with overrides applied, in
+// development mode (APP_ENV=development, as `make test` sets) unless the
+// overrides say otherwise.
 func environ(overrides map[string]string) []string {
+	if _, ok := overrides["APP_ENV"]; !ok {
+		overrides["APP_ENV"] = "development"
+	}
 	var env []string
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")

@@ -72,8 +72,10 @@ func newLogger(w io.Writer, level slog.Level, secrets ...string) *slog.Logger {
 	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level, ReplaceAttr: config.Redactor(secrets...)}))
 }
 
-func load(stderr io.Writer) (config.Config, *slog.Logger, error) {
-	cfg, err := config.FromEnv()
+// load reads the configuration of a subcommand: only the required settings
+// it uses are required (config.Uses).
+func load(stderr io.Writer, uses config.Uses) (config.Config, *slog.Logger, error) {
+	cfg, err := config.FromEnvFor(uses)
 	if err != nil {
 		return cfg, nil, fmt.Errorf("configuration: %w", err)
 	}
@@ -81,9 +83,12 @@ func load(stderr io.Writer) (config.Config, *slog.Logger, error) {
 }
 
 func serve(ctx context.Context, stderr io.Writer) error {
-	cfg, log, err := load(stderr)
+	cfg, log, err := load(stderr, config.UsesServe)
 	if err != nil {
 		return err
+	}
+	if cfg.Development {
+		log.Warn("APP_ENV=development: development defaults apply; never run production this way")
 	}
 	if cfg.UsingDevWebhookSecret {
 		log.Warn("STRIPE_WEBHOOK_SECRET not set: using the local development secret", "secret", cfg.WebhookSecrets[0])
@@ -101,7 +106,7 @@ func serve(ctx context.Context, stderr io.Writer) error {
 }
 
 func migrate(ctx context.Context, stderr io.Writer) error {
-	cfg, log, err := load(stderr)
+	cfg, log, err := load(stderr, config.UsesMigrate)
 	if err != nil {
 		return err
 	}
@@ -130,7 +135,7 @@ func eventsCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		return err
 	}
 	if *secret == "" {
-		cfg, err := config.FromEnv()
+		cfg, err := config.FromEnvFor(config.UsesSign)
 		if err != nil {
 			return fmt.Errorf("configuration: %w", err)
 		}

@@ -128,7 +128,11 @@ func poll(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	cfg, err := config.FromEnv()
+	// Replays are signed with the webhook secret and POSTed, unless they run
+	// in this process or nothing is replayed.
+	uses := config.UsesPoll
+	uses.WebhookSecret = !f.inProcess && !f.dryRun
+	cfg, err := config.FromEnvFor(uses)
 	if err != nil {
 		return fmt.Errorf("configuration: %w", err)
 	}

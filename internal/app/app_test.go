@@ -38,6 +38,7 @@ func startApp(t testing.TB, logs io.Writer) *app.App {
 func startAppWith(t testing.TB, logs io.Writer, overrides map[string]string) *app.App {
 	t.Helper()
 	env := map[string]string{
+		"APP_ENV":               "development",
 		"LISTEN_ADDR":           "127.0.0.1:0",
 		"STRIPE_WEBHOOK_SECRET": "whsec_test_rotated_out," + secret,
 		"STRIPE_API_KEY":        "sk_test_e2e",

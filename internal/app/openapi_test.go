@@ -86,9 +86,9 @@ func TestEveryAPIRouteRequiresTheToken(t *testing.T) {
 	assert.GreaterOrEqual(t, checked, 9)
 }
 
-// With INTERNAL_API_TOKEN set but empty, the API routes do not exist.
-func TestEmptyTokenDisablesTheAPI(t *testing.T) {
-	a := startAppWith(t, nil, map[string]string{"INTERNAL_API_TOKEN": ""})
+// With INTERNAL_API_TOKEN=disabled, the API routes do not exist.
+func TestDisabledTokenDisablesTheAPI(t *testing.T) {
+	a := startAppWith(t, nil, map[string]string{"INTERNAL_API_TOKEN": "disabled"})
 	for _, path := range []string{"/internal/v1/events/evt_1", "/internal/v1/openapi.json", "/v1/purchases/x"} {
 		status, _ := get(t, a.Server.URL()+path, "")
 		assert.Equal(t, http.StatusNotFound, status, path)

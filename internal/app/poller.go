@@ -44,9 +44,17 @@ func (a *App) NewPoller(o PollerOptions) (*poller.Poller, error) {
 		Key: a.Config.StripeAPIKey, BaseURL: a.Config.StripeAPIBase, Rate: o.Rate, HTTPClient: o.APIClient,
 	}, a.Log)
 	var replayer poller.Replayer
-	if o.InProcess {
+	switch {
+	case o.InProcess:
 		replayer = poller.NewHandlerReplayer(a.Handler)
-	} else {
+	case len(a.Config.WebhookSecrets) == 0:
+		// A dry run replays nothing, so poll does not require the secret
+		// for one; any other run must sign its replays.
+		if !cfg.DryRun {
+			return nil, errors.New("poller: replays are signed with STRIPE_WEBHOOK_SECRET, which is not set")
+		}
+		replayer = poller.NewHandlerReplayer(a.Handler)
+	default:
 		target := o.Target
 		if target == "" {
 			target = webhookURL(a.Config.ListenAddr)

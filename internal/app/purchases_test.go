@@ -89,6 +89,7 @@ func startPurchaseApp(t *testing.T) *purchaseEnv {
 	t.Helper()
 	e := &purchaseEnv{stripe: stripetest.NewFake(t), sink: newActionSink(t)}
 	env := map[string]string{
+		"APP_ENV":               "development",
 		"LISTEN_ADDR":           "127.0.0.1:0",
 		"STRIPE_WEBHOOK_SECRET": secret,
 		"STRIPE_API_KEY":        "sk_test_purchases",

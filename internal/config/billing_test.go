@@ -9,7 +9,7 @@ import (
 )
 
 func TestBillingDefaults(t *testing.T) {
-	c, err := load(nil)
+	c, err := load(dev(nil))
 	require.NoError(t, err)
 	b := c.Billing
 	assert.Equal(t, 8, b.Shards)
@@ -37,11 +37,11 @@ func TestBillingInvalid(t *testing.T) {
 	}
 	for k, v := range tests {
 		t.Run(k, func(t *testing.T) {
-			_, err := load(map[string]string{k: v})
+			_, err := load(dev(map[string]string{k: v}))
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), k)
 		})
 	}
-	_, err := load(map[string]string{"BILLING_RETRY_DAYS": "1,3,5,30"})
+	_, err := load(dev(map[string]string{"BILLING_RETRY_DAYS": "1,3,5,30"}))
 	assert.ErrorContains(t, err, "BILLING_RETRY_DAYS", "retries stop before the stale threshold")
 }

@@ -13,8 +13,9 @@ import (
 	"time"
 )
 
-// Dev defaults. They are for local development only and are printed at start
-// so nobody mistakes them for production values.
+// Dev defaults. They apply only in development mode (APP_ENV=development,
+// which `make run` and `make test` set) and are printed at start so nobody
+// mistakes them for production values.
 const (
 	DevWebhookSecret    = "whsec_dev_local_only"
 	DevAPIKey           = "sk_test_dev_local_only"
@@ -22,11 +23,20 @@ const (
 	DevActionsSecret    = "dev-actions-secret"
 	DevDatabaseURL      = "postgres://postgres@127.0.0.1:55432/stripe_payments?sslmode=disable"
 	DevDynamoEndpoint   = "http://127.0.0.1:8766"
+	DevPlatformAccount  = "acct_platform_dev"
 )
+
+// DevelopmentEnv is the APP_ENV value under which the dev defaults apply.
+const DevelopmentEnv = "development"
+
+// InternalAPIDisabled is the INTERNAL_API_TOKEN value that turns the internal
+// and purchase routes off (a blank value is a missing one, never "off").
+const InternalAPIDisabled = "disabled"
 
 // Config is every setting of the service. Fields map one to one onto the
 // environment variables of DESIGN §3.
 type Config struct {
+	Development           bool // APP_ENV=development: dev defaults apply
 	ListenAddr            string
 	WebhookSecrets        []string
 	StripeAPIKey          string
@@ -39,7 +49,7 @@ type Config struct {
 	BillingTable          string
 	BillingHistoryTable   string
 	LocksTable            string
-	InternalAPIToken      string
+	InternalAPIToken      string // empty: the internal routes are off (INTERNAL_API_TOKEN=disabled)
 	EventTTL              time.Duration
 	ActionsURL            string
 	ActionsSecret         string
@@ -59,29 +69,75 @@ type Config struct {
 	Billing               BillingConfig
 }
 
+// Uses names the required settings a subcommand uses. Only those are
+// required (outside development mode) and given dev defaults (inside it);
+// a subcommand never fails for a secret it does not use.
+type Uses struct {
+	WebhookSecret   bool // STRIPE_WEBHOOK_SECRET
+	StripeAPIKey    bool // STRIPE_API_KEY
+	PlatformAccount bool // STRIPE_PLATFORM_ACCOUNT
+	Database        bool // DATABASE_URL
+	InternalAPI     bool // INTERNAL_API_TOKEN
+	Actions         bool // ACTIONS_SECRET, when ACTIONS_URL is set
+}
+
+// What each subcommand uses.
+var (
+	// UsesServe: everything.
+	UsesServe = Uses{WebhookSecret: true, StripeAPIKey: true, PlatformAccount: true, Database: true, InternalAPI: true, Actions: true}
+	// UsesMigrate: the databases only.
+	UsesMigrate = Uses{Database: true}
+	// UsesPoll: the Events API, the events table and the checkpoints; the
+	// webhook secret only when replays are signed and POSTed (see poll).
+	UsesPoll = Uses{StripeAPIKey: true, PlatformAccount: true, Database: true}
+	// UsesBilling: Stripe charges, the billing tables and the outbox.
+	UsesBilling = Uses{StripeAPIKey: true, Database: true}
+	// UsesSign: the webhook secret (events sign without -secret).
+	UsesSign = Uses{WebhookSecret: true}
+)
+
 // Lookup reads one variable; os.LookupEnv in production, a map in tests.
 type Lookup func(key string) (string, bool)
 
-// FromEnv loads the configuration from the process environment.
+// FromEnv loads the configuration of serve from the process environment.
 func FromEnv() (Config, error) { return Load(os.LookupEnv) }
 
-// Load builds a Config from lookup, applying dev defaults, then validates it.
-func Load(lookup Lookup) (Config, error) {
+// FromEnvFor loads the configuration a subcommand uses from the process
+// environment.
+func FromEnvFor(uses Uses) (Config, error) { return LoadFor(os.LookupEnv, uses) }
+
+// Load builds the Config of serve (every required setting) from lookup.
+func Load(lookup Lookup) (Config, error) { return LoadFor(lookup, UsesServe) }
+
+// LoadFor builds a Config from lookup for a subcommand that uses the given
+// required settings, then validates it. Production fails closed (DESIGN §3):
+// dev defaults apply only under APP_ENV=development; outside it every
+// missing or blank required setting is named in one error; and a live key
+// together with any dev value is refused in every mode.
+func LoadFor(lookup Lookup, uses Uses) (Config, error) {
 	get := func(key, def string) string {
 		if v, ok := lookup(key); ok && strings.TrimSpace(v) != "" {
 			return strings.TrimSpace(v)
 		}
 		return def
 	}
-	_, hasSecret := lookup("STRIPE_WEBHOOK_SECRET")
-	_, hasToken := lookup("INTERNAL_API_TOKEN")
+	appEnv, _ := lookup("APP_ENV")
+	dev := strings.TrimSpace(appEnv) == DevelopmentEnv
+	// devDefault is def in development mode and for a used setting, else "".
+	devDefault := func(used bool, def string) string {
+		if dev && used {
+			return def
+		}
+		return ""
+	}
 	c := Config{
+		Development:         dev,
 		ListenAddr:          get("LISTEN_ADDR", "127.0.0.1:8080"),
-		StripeAPIKey:        get("STRIPE_API_KEY", DevAPIKey),
+		StripeAPIKey:        get("STRIPE_API_KEY", devDefault(uses.StripeAPIKey, DevAPIKey)),
 		StripeAPIBase:       strings.TrimRight(get("STRIPE_API_BASE", "https://api.stripe.com"), "/"),
-		PlatformAccount:     get("STRIPE_PLATFORM_ACCOUNT", "acct_platform_dev"),
-		DatabaseURL:         get("DATABASE_URL", DevDatabaseURL),
-		DynamoEndpoint:      get("DYNAMODB_ENDPOINT", DevDynamoEndpoint),
+		PlatformAccount:     get("STRIPE_PLATFORM_ACCOUNT", devDefault(uses.PlatformAccount, DevPlatformAccount)),
+		DatabaseURL:         get("DATABASE_URL", devDefault(uses.Database, DevDatabaseURL)),
+		DynamoEndpoint:      get("DYNAMODB_ENDPOINT", devDefault(true, DevDynamoEndpoint)),
 		AWSRegion:           get("AWS_REGION", "us-east-1"),
 		EventsTable:         get("EVENTS_TABLE", "stripe-payments-events"),
 		BillingTable:        get("BILLING_TABLE", "stripe-payments-billing"),
@@ -92,30 +148,40 @@ func Load(lookup Lookup) (Config, error) {
 		SESFromAddress:      get("SES_FROM_ADDRESS", ""),
 		SESEndpoint:         get("SES_ENDPOINT", ""),
 		SESConfigurationSet: get("SES_CONFIGURATION_SET", ""),
-		ActionsSecret:       get("ACTIONS_SECRET", DevActionsSecret),
+		InternalAPIToken:    get("INTERNAL_API_TOKEN", devDefault(uses.InternalAPI, DevInternalAPIToken)),
 		WebhookTolerance:    300 * time.Second,
 		WebhookMaxBody:      1 << 20,
 		ShutdownTimeout:     20 * time.Second,
 	}
+	// The actions secret signs deliveries to ACTIONS_URL: without a URL it
+	// is unused, and gets no default.
+	c.ActionsSecret = get("ACTIONS_SECRET", devDefault(uses.Actions && c.ActionsURL != "", DevActionsSecret))
 	// DYNAMODB_ENDPOINT set to the empty string means "real AWS".
 	if v, ok := lookup("DYNAMODB_ENDPOINT"); ok && strings.TrimSpace(v) == "" {
 		c.DynamoEndpoint = ""
 	}
-	// INTERNAL_API_TOKEN set to the empty string disables the internal routes.
-	if v, ok := lookup("INTERNAL_API_TOKEN"); ok {
-		c.InternalAPIToken = strings.TrimSpace(v)
-	} else {
-		c.InternalAPIToken = DevInternalAPIToken
-	}
-	c.UsingDevAPIToken = !hasToken
-	c.UsingDevWebhookSecret = !hasSecret
-	for _, s := range strings.Split(get("STRIPE_WEBHOOK_SECRET", DevWebhookSecret), ",") {
+	c.UsingDevAPIToken = dev && uses.InternalAPI && get("INTERNAL_API_TOKEN", "") == ""
+	for _, s := range strings.Split(get("STRIPE_WEBHOOK_SECRET", ""), ",") {
 		if s = strings.TrimSpace(s); s != "" {
 			c.WebhookSecrets = append(c.WebhookSecrets, s)
 		}
 	}
+	if len(c.WebhookSecrets) == 0 && dev && uses.WebhookSecret {
+		c.WebhookSecrets, c.UsingDevWebhookSecret = []string{DevWebhookSecret}, true
+	}
 
 	var errs []error
+	if missing := c.missing(uses); len(missing) > 0 {
+		errs = append(errs, fmt.Errorf("missing required settings (dev defaults apply only with APP_ENV=%s): %s",
+			DevelopmentEnv, strings.Join(missing, ", ")))
+	}
+	if devs := c.devValues(); c.Livemode() && len(devs) > 0 {
+		errs = append(errs, fmt.Errorf("STRIPE_API_KEY is a live key but %s hold development values: refused in every mode",
+			strings.Join(devs, ", ")))
+	}
+	if c.InternalAPIToken == InternalAPIDisabled {
+		c.InternalAPIToken = ""
+	}
 	var err error
 	if c.EventTTL, err = time.ParseDuration(get("EVENT_TTL", "720h")); err != nil {
 		errs = append(errs, fmt.Errorf("EVENT_TTL: %w", err))
@@ -142,28 +208,72 @@ func Load(lookup Lookup) (Config, error) {
 	return c, errors.Join(errs...)
 }
 
-// Validate reports every invalid setting at once.
+// missing names the required settings of uses that are empty (after the dev
+// defaults, so only outside development mode can one be missing).
+func (c Config) missing(uses Uses) []string {
+	var out []string
+	need := func(used bool, name, value string) {
+		if used && value == "" {
+			out = append(out, name)
+		}
+	}
+	if uses.WebhookSecret && len(c.WebhookSecrets) == 0 {
+		out = append(out, "STRIPE_WEBHOOK_SECRET")
+	}
+	need(uses.StripeAPIKey, "STRIPE_API_KEY", c.StripeAPIKey)
+	need(uses.PlatformAccount, "STRIPE_PLATFORM_ACCOUNT", c.PlatformAccount)
+	need(uses.Database, "DATABASE_URL", c.DatabaseURL)
+	if uses.InternalAPI && c.InternalAPIToken == "" {
+		out = append(out, "INTERNAL_API_TOKEN (set it to "+InternalAPIDisabled+" to turn the internal routes off)")
+	}
+	if uses.Actions && c.ActionsURL != "" && c.ActionsSecret == "" {
+		out = append(out, "ACTIONS_SECRET (ACTIONS_URL is set)")
+	}
+	return out
+}
+
+// devValues names the settings that hold a development value, however they
+// got it (a default or set by hand).
+func (c Config) devValues() []string {
+	var out []string
+	for _, s := range c.WebhookSecrets {
+		if s == DevWebhookSecret {
+			out = append(out, "STRIPE_WEBHOOK_SECRET")
+			break
+		}
+	}
+	for _, v := range []struct{ name, value, dev string }{
+		{"STRIPE_API_KEY", c.StripeAPIKey, DevAPIKey},
+		{"STRIPE_PLATFORM_ACCOUNT", c.PlatformAccount, DevPlatformAccount},
+		{"DATABASE_URL", c.DatabaseURL, DevDatabaseURL},
+		{"DYNAMODB_ENDPOINT", c.DynamoEndpoint, DevDynamoEndpoint},
+		{"INTERNAL_API_TOKEN", c.InternalAPIToken, DevInternalAPIToken},
+		{"ACTIONS_SECRET", c.ActionsSecret, DevActionsSecret},
+	} {
+		if v.value == v.dev {
+			out = append(out, v.name)
+		}
+	}
+	return out
+}
+
+// Validate reports every invalid setting at once; a missing required one is
+// reported by LoadFor, which knows what the subcommand uses.
 func (c Config) Validate() error {
 	var errs []error
-	if len(c.WebhookSecrets) == 0 {
-		errs = append(errs, errors.New("STRIPE_WEBHOOK_SECRET: at least one secret is required"))
-	}
 	if c.SESFromAddress != "" {
 		if _, err := mail.ParseAddress(c.SESFromAddress); err != nil {
 			errs = append(errs, fmt.Errorf("SES_FROM_ADDRESS: %w", err))
 		}
 	}
-	if !strings.HasPrefix(c.StripeAPIKey, "sk_") && !strings.HasPrefix(c.StripeAPIKey, "rk_") {
+	if c.StripeAPIKey != "" && !strings.HasPrefix(c.StripeAPIKey, "sk_") && !strings.HasPrefix(c.StripeAPIKey, "rk_") {
 		errs = append(errs, errors.New("STRIPE_API_KEY: must be a secret (sk_) or restricted (rk_) key"))
 	}
-	if !strings.HasPrefix(c.PlatformAccount, "acct_") {
+	if c.PlatformAccount != "" && !strings.HasPrefix(c.PlatformAccount, "acct_") {
 		errs = append(errs, errors.New("STRIPE_PLATFORM_ACCOUNT: must start with acct_"))
 	}
 	if c.EventTTL <= 0 {
 		errs = append(errs, errors.New("EVENT_TTL: must be positive"))
-	}
-	if c.DatabaseURL == "" {
-		errs = append(errs, errors.New("DATABASE_URL: required"))
 	}
 	for name, v := range map[string]string{"EVENTS_TABLE": c.EventsTable, "BILLING_TABLE": c.BillingTable, "BILLING_HISTORY_TABLE": c.BillingHistoryTable, "LOCKS_TABLE": c.LocksTable} {
 		if len(v) < 3 || len(v) > 255 {
@@ -182,6 +292,7 @@ func (c Config) Livemode() bool {
 // LogValue masks every secret so a logged Config never leaks one.
 func (c Config) LogValue() slog.Value {
 	return slog.GroupValue(
+		slog.Bool("development", c.Development),
 		slog.String("listen_addr", c.ListenAddr),
 		slog.Int("webhook_secrets", len(c.WebhookSecrets)),
 		slog.String("stripe_api_key", Mask(c.StripeAPIKey)),

@@ -15,12 +15,13 @@ import (
 
 func TestSecretsAndRedactor(t *testing.T) {
 	env := map[string]string{
-		"STRIPE_WEBHOOK_SECRET": "whsec_old_0123456789,whsec_new_0123456789",
-		"STRIPE_API_KEY":        "sk_test_abcdefghijkl",
-		"INTERNAL_API_TOKEN":    "token-0123456789",
-		"ACTIONS_SECRET":        "actions-0123456789",
-		"ACTIONS_URL":           "https://hooks:hookpass123@example.com/actions",
-		"DATABASE_URL":          "postgres://app:dbpass12345@db:5432/payments",
+		"STRIPE_WEBHOOK_SECRET":   "whsec_old_0123456789,whsec_new_0123456789",
+		"STRIPE_API_KEY":          "sk_test_abcdefghijkl",
+		"INTERNAL_API_TOKEN":      "token-0123456789",
+		"ACTIONS_SECRET":          "actions-0123456789",
+		"ACTIONS_URL":             "https://hooks:hookpass123@example.com/actions",
+		"DATABASE_URL":            "postgres://app:dbpass12345@db:5432/payments",
+		"STRIPE_PLATFORM_ACCOUNT": "acct_1Platform",
 	}
 	cfg, err := config.Load(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
 	require.NoError(t, err)
@@ -42,7 +43,7 @@ func TestSecretsAndRedactor(t *testing.T) {
 	assert.Contains(t, text, "[client_secret]")
 	assert.Contains(t, text, `"count":3`)
 
-	dev, err := config.Load(func(string) (string, bool) { return "", false })
+	dev, err := config.Load(func(k string) (string, bool) { return "development", k == "APP_ENV" })
 	require.NoError(t, err)
 	assert.Empty(t, dev.Secrets(), "the public dev defaults are printed on purpose, never masked")
 }
