@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime/debug"
 	"strconv"
 	"time"
 
@@ -40,7 +41,9 @@ func New(log *slog.Logger, m *metrics.Metrics, checks []Check) *Server {
 	e.HideBanner, e.HidePort = true, true
 	s := &Server{Echo: e, log: log}
 	e.HTTPErrorHandler = s.handleError
-	e.Use(s.observe(m))
+	// observe is outermost, so a recovered panic is counted as the 500 it
+	// answers.
+	e.Use(s.observe(m), s.recoverPanics(m))
 
 	e.GET("/healthz", func(c echo.Context) error {
 		return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
@@ -174,7 +177,10 @@ func echoCode(status int) apperr.Code {
 	}
 }
 
-// observe records every request's route, status and latency.
+// observe records every request's route, status and latency. Every label
+// comes from a fixed set (metrics fed by request data must not grow with
+// it): the route is the registered template, never the raw path, and the
+// method one of the standard ones or OTHER.
 func (s *Server) observe(m *metrics.Metrics) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
@@ -183,14 +189,82 @@ func (s *Server) observe(m *metrics.Metrics) echo.MiddlewareFunc {
 			if err != nil {
 				c.Error(err)
 			}
-			route := c.Path()
-			if route == "" {
-				route = "unmatched"
-			}
-			method := c.Request().Method
-			m.HTTPRequests.WithLabelValues(route, method, strconv.Itoa(c.Response().Status)).Inc()
+			route, method := routeLabel(c), MethodLabel(c.Request().Method)
+			m.HTTPRequests.WithLabelValues(route, method, statusLabel(c.Response().Status)).Inc()
 			m.HTTPSeconds.WithLabelValues(route, method).Observe(time.Since(start).Seconds())
 			return nil
 		}
 	}
+}
+
+// recoverPanics turns a panicking handler into a 500 JSON error that is
+// logged with its stack and counted; the server keeps serving. A deliberate
+// http.ErrAbortHandler (abort the response) is passed on to net/http.
+func (s *Server) recoverPanics(m *metrics.Metrics) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) (err error) {
+			defer func() {
+				r := recover()
+				if r == nil {
+					return
+				}
+				if r == http.ErrAbortHandler {
+					panic(r)
+				}
+				route := routeLabel(c)
+				m.HTTPPanics.WithLabelValues(route).Inc()
+				s.log.Error("handler panicked", "route", route, "method", c.Request().Method,
+					"panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+				err = apperr.New(apperr.CodeInternal, "internal error")
+			}()
+			return next(c)
+		}
+	}
+}
+
+// routeLabel is the route template the request matched ("/internal/v1/events/:id"),
+// or "unmatched": echo gives the template, never the raw path, for a
+// matched route, and for a path that matched nothing the label must not be
+// the path.
+func routeLabel(c echo.Context) string {
+	route := c.Path()
+	if route == "" || c.Response().Status == http.StatusNotFound && !isRoute(c.Echo(), route) {
+		return "unmatched"
+	}
+	return route
+}
+
+// isRoute reports whether path is a registered route template.
+func isRoute(e *echo.Echo, path string) bool {
+	for _, r := range e.Routes() {
+		if r.Path == path {
+			return true
+		}
+	}
+	return false
+}
+
+// methods are the method labels besides OTHER.
+var methods = map[string]bool{
+	http.MethodGet: true, http.MethodHead: true, http.MethodPost: true, http.MethodPut: true,
+	http.MethodPatch: true, http.MethodDelete: true, http.MethodOptions: true,
+	http.MethodConnect: true, http.MethodTrace: true,
+}
+
+// MethodLabel maps a request method onto a fixed set: the standard methods,
+// else OTHER.
+func MethodLabel(method string) string {
+	if methods[method] {
+		return method
+	}
+	return "OTHER"
+}
+
+// statusLabel is the status code, which the server itself chooses (a
+// bounded set); anything outside 100–599 is "other".
+func statusLabel(status int) string {
+	if status < 100 || status > 599 {
+		return "other"
+	}
+	return strconv.Itoa(status)
 }

@@ -20,6 +20,7 @@ type Metrics struct {
 	HandleSeconds  *prometheus.HistogramVec
 	HTTPRequests   *prometheus.CounterVec
 	HTTPSeconds    *prometheus.HistogramVec
+	HTTPPanics     *prometheus.CounterVec
 	DynamoRequests *prometheus.CounterVec
 }
 
@@ -45,6 +46,10 @@ func New() *Metrics {
 			Help:    "HTTP request latency by route.",
 			Buckets: prometheus.DefBuckets,
 		}, []string{"route", "method"}),
+		HTTPPanics: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "stripe_payments_http_panics_total",
+			Help: "HTTP handlers that panicked (answered 500, server kept serving), by route template.",
+		}, []string{"route"}),
 		DynamoRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "stripe_payments_dynamodb_requests_total",
 			Help: "DynamoDB API calls by operation (retries not counted).",
@@ -53,7 +58,7 @@ func New() *Metrics {
 	m.Registry.MustRegister(m.DynamoRequests,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.EventsHandled, m.HandleSeconds, m.HTTPRequests, m.HTTPSeconds,
+		m.EventsHandled, m.HandleSeconds, m.HTTPRequests, m.HTTPSeconds, m.HTTPPanics,
 	)
 	return m
 }
