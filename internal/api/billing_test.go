@@ -92,7 +92,7 @@ func TestBillingRoutes(t *testing.T) {
 	}
 	assert.Equal(t, "ACTIVE", sub["status"])
 	assert.Equal(t, "usd", sub["currency"])
-	assert.Equal(t, "acct_1", sub["stripe_account"], "the account id is the connected account when it is one")
+	assert.Equal(t, "", sub["stripe_account"], "no stripe_account: charged on the platform's own account, even for an acct_ account id")
 	assert.Equal(t, "2024-01-31", sub["next_payment_date"])
 	assert.Nil(t, sub["last_payment_date"])
 
@@ -232,7 +232,7 @@ func TestBillingRoutesRefuseInvalidParameters(t *testing.T) {
 		{"sku with #", "POST", "/accounts/acc-1/subscriptions", with("sku", "a#b"), 400},
 		{"bad customer", "POST", "/accounts/acc-1/subscriptions", with("customer", "x"), 400},
 		{"bad payment method", "POST", "/accounts/acc-1/subscriptions", with("payment_method", "x"), 400},
-		{"no stripe account", "POST", "/accounts/acc-1/subscriptions", with("stripe_account", nil), 400},
+		{"stripe account not an acct_ id", "POST", "/accounts/acc-1/subscriptions", with("stripe_account", "merchant-1"), 400},
 		{"bad start date", "POST", "/accounts/acc-1/subscriptions", with("start_date", "2024-02-30"), 400},
 		{"bad timezone", "POST", "/accounts/acc-1/subscriptions", with("timezone", "Mars/Olympus"), 400},
 		{"billing week 6", "POST", "/accounts/acc-1/subscriptions", func() map[string]any { b := with("payment_day", nil); b["billing_week"] = 6; return b }(), 400},
@@ -279,4 +279,39 @@ func TestBillingRoutesRefuseInvalidParameters(t *testing.T) {
 		resp.Body.Close()
 		assert.Equal(t, http.StatusUnauthorized, resp.StatusCode)
 	})
+}
+
+// DESIGN §4: stripe_account is optional for any account_id; absent, the
+// platform charges its own customer on its own account, with no
+// Stripe-Account header. Given, the charge is made on that account.
+func TestCreateWithoutStripeAccountChargesOnThePlatform(t *testing.T) {
+	t.Parallel()
+	c, e := newAPI(t)
+	status, platform := c.do(http.MethodPost, "/accounts/merchant-42/subscriptions", validCreate())
+	require.Equal(t, http.StatusCreated, status, platform)
+	assert.Equal(t, "", platform["stripe_account"])
+	connected := validCreate()
+	connected["stripe_account"] = "acct_connected"
+	status, other := c.do(http.MethodPost, "/accounts/merchant-43/subscriptions", connected)
+	require.Equal(t, http.StatusCreated, status, other)
+
+	day := dates.MustParse(platform["next_payment_date"].(string))
+	e.Clock.SetDate(day)
+	rep, err := e.Service.Collect(t.Context(), day)
+	require.NoError(t, err)
+	require.True(t, rep.OK(), "%+v", rep)
+
+	byAccount := map[string]billingtest.PI{}
+	for _, pi := range e.Stripe.PIs() {
+		byAccount[pi.Metadata["billing_account"]] = pi
+	}
+	require.Len(t, byAccount, 2)
+	assert.False(t, byAccount["merchant-42"].AccountHeader, "a platform charge must not send Stripe-Account")
+	assert.Equal(t, "succeeded", byAccount["merchant-42"].Status)
+	assert.True(t, byAccount["merchant-43"].AccountHeader)
+	assert.Equal(t, "acct_connected", byAccount["merchant-43"].Account)
+
+	status, list := c.do(http.MethodGet, "/accounts/merchant-42/receipts", nil)
+	require.Equal(t, http.StatusOK, status, list)
+	assert.Len(t, list["data"].([]any), 1, "the platform charge has its receipt")
 }

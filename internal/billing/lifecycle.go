@@ -72,8 +72,8 @@ func (in CreateInput) Validate(account string) error {
 	if !strings.HasPrefix(in.PaymentMethod, "pm_") {
 		add("payment_method: a Stripe payment method id (pm_...)")
 	}
-	if !strings.HasPrefix(in.StripeAccount, "acct_") {
-		add("stripe_account: a connected account id (acct_...), defaults to account_id when that is one")
+	if in.StripeAccount != "" && !strings.HasPrefix(in.StripeAccount, "acct_") {
+		add("stripe_account: a connected account id (acct_...), or absent to charge on the platform's own account")
 	}
 	if in.Timezone != "" {
 		if _, err := time.LoadLocation(in.Timezone); err != nil || in.Timezone == "Local" {
@@ -90,9 +90,8 @@ func (in CreateInput) Validate(account string) error {
 // (createSubscription). The first payment is on the first payment day after
 // today (or on/after start_date when later): today's job may have run.
 func (s *Service) CreateSubscription(ctx context.Context, account string, in CreateInput) (Subscription, error) {
-	if in.StripeAccount == "" && strings.HasPrefix(account, "acct_") {
-		in.StripeAccount = account
-	}
+	// No stripe_account: the platform charges its own customer on its own
+	// account, with no Stripe-Account header (DESIGN §4), whatever account_id.
 	in.Currency = strings.ToLower(in.Currency)
 	if err := in.Validate(account); err != nil {
 		return Subscription{}, err

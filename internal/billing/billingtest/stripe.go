@@ -39,8 +39,11 @@ const (
 
 // PI is one PaymentIntent the fake created.
 type PI struct {
-	ID             string
-	Account        string
+	ID      string
+	Account string
+	// AccountHeader: the create request carried a Stripe-Account header
+	// (a charge on the platform's own account must not).
+	AccountHeader  bool
 	Customer       string
 	PaymentMethod  string
 	Amount         int64
@@ -156,7 +159,7 @@ func (f *Stripe) create(w http.ResponseWriter, r *http.Request) {
 	f.mu.Unlock()
 	amount, _ := strconv.ParseInt(r.PostForm.Get("amount"), 10, 64)
 	p := &PI{
-		ID: fmt.Sprintf("pi_fake%08d", f.seq.Add(1)), Account: r.Header.Get("Stripe-Account"),
+		ID: fmt.Sprintf("pi_fake%08d", f.seq.Add(1)), Account: r.Header.Get("Stripe-Account"), AccountHeader: len(r.Header.Values("Stripe-Account")) > 0,
 		Customer: r.PostForm.Get("customer"), PaymentMethod: r.PostForm.Get("payment_method"),
 		Amount: amount, Currency: r.PostForm.Get("currency"), Metadata: map[string]string{},
 		IdempotencyKey: key, Created: f.now(),
