@@ -20,7 +20,8 @@
 # (1,32), BENCH_PG_PORT (55442), BENCH_PORT_BASE (18280: service, +1 peer,
 # +2 stripe-mock, +3 pprof), BENCH_SERVICE_ENV (extra VAR=value words for
 # the service, e.g. "INGEST_FLUSHERS=4"), BENCH_WRITE=0 to leave
-# BENCHMARKS.md alone.
+# BENCHMARKS.md alone, BENCH_PROFILE=1 to save CPU profiles of this service
+# (first round, each concurrency) as .dev/bench-peer/cpu-c<N>.pprof.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
@@ -162,7 +163,8 @@ log "this service pid $ours_pid on :$OURS_PORT (pprof :$PPROF_PORT), stripe-sync
 	-ours "http://127.0.0.1:$OURS_PORT/webhooks/stripe" -ours-secret "$SECRET_OURS" -ours-pid "$ours_pid" \
 	-peer "http://127.0.0.1:$PEER_PORT/webhooks" -peer-secret "$SECRET_PEER" -peer-pid "$peer_pid" \
 	-database-url "$PG_URL/postgres?sslmode=disable" \
-	-c "$CONCURRENCY" -rounds "$ROUNDS" -d "$DURATION" -markdown "$OUT/compare.md" | tee "$OUT/compare.txt"
+	-c "$CONCURRENCY" -rounds "$ROUNDS" -d "$DURATION" -markdown "$OUT/compare.md" \
+	${BENCH_PROFILE:+-pprof "http://127.0.0.1:$PPROF_PORT" -profile-dir "$OUT"} | tee "$OUT/compare.txt"
 
 # Both must have stored every event they acknowledged.
 log "rows: this service's ledger $(psql_bench -d bench_ours -c 'SELECT count(*) FROM processed_events'), the peer's customers $(psql_bench -d bench_peer -c 'SELECT count(*) FROM stripe.customers')"

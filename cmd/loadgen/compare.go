@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -39,6 +40,7 @@ type compareOptions struct {
 	databaseURL            string
 	dynamoEndpoint, region string
 	markdown               string
+	pprof, profileDir      string
 }
 
 // sample is one measured phase of one target.
@@ -67,6 +69,8 @@ func runCompare(ctx context.Context, args []string, out io.Writer) error {
 	fs.StringVar(&o.dynamoEndpoint, "dynamodb-endpoint", os.Getenv("DYNAMODB_ENDPOINT"), "DynamoDB of the ceilings")
 	fs.StringVar(&o.region, "region", envOr("AWS_REGION", "us-east-1"), "AWS region")
 	fs.StringVar(&o.markdown, "markdown", "", "also write the report as Markdown to this file")
+	fs.StringVar(&o.pprof, "pprof", "", "this service's pprof base URL (PPROF_ADDR): a CPU profile of its first measured phase at each concurrency")
+	fs.StringVar(&o.profileDir, "profile-dir", ".", "where the CPU profiles go (cpu-c<concurrency>.pprof)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -109,6 +113,7 @@ func runCompare(ctx context.Context, args []string, out io.Writer) error {
 		{o.peerName, loadtest.Webhook{URL: o.peer, Secret: o.peerSecret, Client: client()}, o.peerPID},
 		{"this service", loadtest.Webhook{URL: o.ours, Secret: o.oursSecret, Client: client()}, o.oursPID},
 	}
+	profiledAt := map[int]bool{}
 	phase := func(t int, c int, d time.Duration, label string) (sample, error) {
 		send := func(ctx context.Context, _ int, _ int64) error {
 			return targets[t].hook.Post(ctx, loadtest.CustomerUpdated(time.Now()))
@@ -120,7 +125,20 @@ func runCompare(ctx context.Context, args []string, out io.Writer) error {
 				return sample{}, err
 			}
 		}
+		var profiled chan error
+		if t == 1 && o.pprof != "" && !profiledAt[c] && d == o.duration {
+			profiledAt[c] = true
+			profiled = make(chan error, 1)
+			go func() {
+				profiled <- fetchProfile(ctx, o.pprof, max(d-time.Second, time.Second), filepath.Join(o.profileDir, fmt.Sprintf("cpu-c%d.pprof", c)))
+			}()
+		}
 		res := loadtest.Run(ctx, label, c, d, 0, send)
+		if profiled != nil {
+			if err := <-profiled; err != nil {
+				return sample{}, err
+			}
+		}
 		s := sample{res: res}
 		if targets[t].pid > 0 {
 			after, err := loadtest.ReadProc(targets[t].pid)
@@ -177,6 +195,35 @@ func runCompare(ctx context.Context, args []string, out io.Writer) error {
 		rep.markdownTo(f)
 	}
 	return nil
+}
+
+// fetchProfile saves a CPU profile of d from a net/http/pprof endpoint.
+func fetchProfile(ctx context.Context, base string, d time.Duration, path string) error {
+	if err := loopback(base); err != nil {
+		return err
+	}
+	url := fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", strings.TrimRight(base, "/"), int(d.Seconds()))
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("profile: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("profile: %s answered %d", url, resp.StatusCode)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return fmt.Errorf("profile: %w", err)
+	}
+	return f.Close()
 }
 
 func envOr(k, def string) string {

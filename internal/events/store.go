@@ -64,10 +64,28 @@ func fromItem(it item) (Record, error) {
 
 // Store reads and writes event records in the events table.
 type Store struct {
-	client *dynamodb.Client
-	table  string
-	ttl    time.Duration
-	now    func() time.Time
+	client  *dynamodb.Client
+	table   string
+	ttl     time.Duration
+	now     func() time.Time
+	pending Pending
+}
+
+// Pending holds records acknowledged but not yet written to the table (the
+// handler's write-behind, package recordq).
+type Pending interface {
+	Lookup(ctx context.Context, ids []string) (map[string]Record, error)
+}
+
+// WithPending returns a store whose Get and BatchGet also find the records
+// still pending in p: an acknowledged event is never absent. Reads check
+// the table, then p for what the table lacks, then the table again for what
+// p lacks too, since a pending record leaves p only after it is in the
+// table and may have moved between the first two reads.
+func (s *Store) WithPending(p Pending) *Store {
+	c := *s
+	c.pending = p
+	return &c
 }
 
 // NewStore returns a store over table. ttl is EVENT_TTL: queries skip index
@@ -123,6 +141,30 @@ func (s *Store) update(ctx context.Context, id string, update expression.UpdateB
 // Get reads one record with its payload, strongly consistent. Expired records
 // are reported as ErrNotFound.
 func (s *Store) Get(ctx context.Context, id string) (Record, error) {
+	r, err := s.get(ctx, id)
+	if s.pending == nil || err == nil {
+		return r, err
+	}
+	// Absent from the table, or the table failed (a pending record is still
+	// readable during an outage of the table).
+	found, perr := s.pending.Lookup(ctx, []string{id})
+	if perr != nil {
+		// Not ErrNotFound: the record may be pending (a 5xx, never a 404).
+		return Record{}, fmt.Errorf("get event %s: %w", id, perr)
+	}
+	if p, ok := found[id]; ok {
+		if p.Expired(s.now()) {
+			return Record{}, fmt.Errorf("get event %s: expired: %w", id, ErrNotFound)
+		}
+		return p, nil
+	}
+	if !errors.Is(err, ErrNotFound) {
+		return Record{}, err
+	}
+	return s.get(ctx, id)
+}
+
+func (s *Store) get(ctx context.Context, id string) (Record, error) {
 	out, err := s.client.GetItem(ctx, &dynamodb.GetItemInput{
 		TableName:      aws.String(s.table),
 		Key:            key(id),
@@ -148,6 +190,48 @@ func (s *Store) Get(ctx context.Context, id string) (Record, error) {
 // skipping absent and expired ones. It issues one BatchGetItem per 100 ids and retries
 // unprocessed keys.
 func (s *Store) BatchGet(ctx context.Context, ids []string) (map[string]Record, error) {
+	found, err := s.batchGet(ctx, ids)
+	if err != nil || s.pending == nil {
+		return found, err
+	}
+	var missing []string
+	for _, id := range ids {
+		if _, ok := found[id]; !ok {
+			missing = append(missing, id)
+		}
+	}
+	if len(missing) == 0 {
+		return found, nil
+	}
+	pending, err := s.pending.Lookup(ctx, missing)
+	if err != nil {
+		return nil, fmt.Errorf("batch get events: %w", err)
+	}
+	var again []string
+	for _, id := range missing {
+		if p, ok := pending[id]; ok {
+			if !p.Expired(s.now()) {
+				p.Payload = nil // BatchGet reads no payloads
+				found[id] = p
+			}
+			continue
+		}
+		again = append(again, id)
+	}
+	if len(again) == 0 {
+		return found, nil
+	}
+	landed, err := s.batchGet(ctx, again)
+	if err != nil {
+		return nil, err
+	}
+	for id, r := range landed {
+		found[id] = r
+	}
+	return found, nil
+}
+
+func (s *Store) batchGet(ctx context.Context, ids []string) (map[string]Record, error) {
 	found := make(map[string]Record, len(ids))
 	proj := expression.NamesList(expression.Name("id"), expression.Name("type"), expression.Name("stripe_account"),
 		expression.Name("timestamp"), expression.Name("expiration"), expression.Name("subscription"),

@@ -71,6 +71,15 @@ func (l *Ledger) Processed(ctx context.Context, id string) (bool, error) {
 // retry the events one by one with Apply, so one bad event fails alone.
 // refs must have distinct ids.
 func (l *Ledger) ApplyBatch(ctx context.Context, refs []EventRef, effects func(ctx context.Context, tx pgx.Tx, ev EventRef) error) (applied map[string]bool, err error) {
+	return l.ApplyBatchThen(ctx, refs, effects, nil)
+}
+
+// ApplyBatchThen is ApplyBatch with a last step in the same transaction:
+// then (when not nil) runs after the effects with the ids newly claimed, in
+// id order (the handler writes their event records there, so that they are
+// durable with the commit).
+func (l *Ledger) ApplyBatchThen(ctx context.Context, refs []EventRef, effects func(ctx context.Context, tx pgx.Tx, ev EventRef) error,
+	then func(ctx context.Context, tx pgx.Tx, claimed []string) error) (applied map[string]bool, err error) {
 	sorted := append([]EventRef(nil), refs...)
 	sort.Slice(sorted, func(i, j int) bool { return sorted[i].ID < sorted[j].ID })
 	ids := make([]string, len(sorted))
@@ -103,6 +112,9 @@ func (l *Ledger) ApplyBatch(ctx context.Context, refs []EventRef, effects func(c
 			if err := effects(ctx, tx, ref); err != nil {
 				return fmt.Errorf("event %s: %w", ref.ID, err)
 			}
+		}
+		if then != nil && len(claimed) > 0 {
+			return then(ctx, tx, claimed)
 		}
 		return nil
 	})

@@ -1,0 +1,462 @@
+// Package recordq is the write-behind of the events table. The handler
+// inserts the record of every event a batch claims into a Postgres table
+// (event_records_pending) in the batch's own transaction, so the webhook can
+// acknowledge on the durable commit; the queue then copies the records to
+// the events table with BatchWriteItem and deletes the rows. Until a row is
+// deleted the events store reads the record from Postgres (Lookup), so an
+// acknowledged event is never absent from the internal API.
+//
+// A crash leaves rows behind; Run writes them on start, and every instance
+// periodically sweeps rows older than SweepAge (an instance that died, or a
+// write that failed). Writes are idempotent: a record already processed in
+// the table is left alone, and the row deleted.
+package recordq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/stripe-payments/stripe-payments/internal/events"
+	"github.com/stripe-payments/stripe-payments/internal/tracking"
+)
+
+// ErrUnavailable is returned by Admit while records cannot be written to
+// the events table: deliveries are refused (5xx) rather than let the
+// backlog grow while the table is down.
+var ErrUnavailable = errors.New("events table unavailable")
+
+// Table is the events table, without the read-through of this queue.
+type Table interface {
+	// BatchGet reads existing records, strongly consistent.
+	BatchGet(ctx context.Context, ids []string) (map[string]events.Record, error)
+	// PutProcessed writes processed records.
+	PutProcessed(ctx context.Context, recs []events.Record) error
+}
+
+// Observer is told about every batch written (metrics).
+type Observer interface {
+	RecordsWritten(n int, elapsed time.Duration, err error)
+	RecordBacklog(n int)
+}
+
+// Config of a Queue; zero values take the defaults.
+type Config struct {
+	// Writers is how many BatchWriteItem requests may be in flight (4).
+	Writers int
+	// MaxBacklog bounds the records acknowledged but not yet in the table;
+	// at the bound Admit waits (10,000).
+	MaxBacklog int
+	// Linger is how long a writer waits for a batch to fill once it has
+	// fewer than 25 records (2 ms): it delays only the table write, never
+	// an acknowledgement, and saves requests at low load.
+	Linger time.Duration
+	// SweepEvery and SweepAge: how often rows older than SweepAge that this
+	// instance is not writing are taken up (10 s, 30 s).
+	SweepEvery, SweepAge time.Duration
+	Log                  *slog.Logger
+	Observer             Observer
+}
+
+// batchSize is DynamoDB's BatchWriteItem limit.
+const batchSize = 25
+
+// Queue is the write-behind of one instance.
+type Queue struct {
+	pool  *pgxpool.Pool
+	table Table
+	cfg   Config
+
+	mu      sync.Mutex
+	waiting []events.Record // handed over, not yet taken by a writer
+	known   map[string]bool // ids waiting or being written here
+	failing error           // the last write's error; nil once one succeeds
+	changed chan struct{}   // closed and replaced on every change (broadcast)
+}
+
+// New returns a queue over pool's event_records_pending table, writing to table.
+func New(pool *pgxpool.Pool, table Table, cfg Config) *Queue {
+	if cfg.Writers <= 0 {
+		cfg.Writers = 4
+	}
+	if cfg.MaxBacklog <= 0 {
+		cfg.MaxBacklog = 10000
+	}
+	if cfg.Linger <= 0 {
+		cfg.Linger = 2 * time.Millisecond
+	}
+	if cfg.SweepEvery <= 0 {
+		cfg.SweepEvery = 10 * time.Second
+	}
+	if cfg.SweepAge <= 0 {
+		cfg.SweepAge = 30 * time.Second
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	return &Queue{pool: pool, table: table, cfg: cfg, known: map[string]bool{}, changed: make(chan struct{})}
+}
+
+// Enqueue inserts recs (processed, their effects committed by tx) as pending
+// rows in tx: they become durable with the batch's commit.
+func (q *Queue) Enqueue(ctx context.Context, tx pgx.Tx, recs []events.Record) error {
+	if len(recs) == 0 {
+		return nil
+	}
+	ids := make([]string, len(recs))
+	metas := make([][]byte, len(recs))
+	payloads := make([][]byte, len(recs))
+	for i, r := range recs {
+		m, err := encode(r)
+		if err != nil {
+			return err
+		}
+		ids[i], metas[i], payloads[i] = r.ID, m, r.Payload
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO event_records_pending (event_id, record, payload)
+		SELECT * FROM unnest($1::text[], $2::bytea[], $3::bytea[]) ON CONFLICT (event_id) DO NOTHING`,
+		ids, metas, payloads); err != nil {
+		return fmt.Errorf("enqueue event records: %w", err)
+	}
+	return nil
+}
+
+// Hand gives the writers records whose pending rows are committed.
+func (q *Queue) Hand(recs []events.Record) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for _, r := range recs {
+		if !q.known[r.ID] {
+			q.known[r.ID] = true
+			q.waiting = append(q.waiting, r)
+		}
+	}
+	q.broadcast()
+	q.observeBacklog()
+}
+
+// broadcast wakes every waiter; q.mu must be held.
+func (q *Queue) broadcast() {
+	close(q.changed)
+	q.changed = make(chan struct{})
+}
+
+func (q *Queue) observeBacklog() {
+	if q.cfg.Observer != nil {
+		q.cfg.Observer.RecordBacklog(len(q.known))
+	}
+}
+
+// Admit is asked before a delivery is processed: it fails with
+// ErrUnavailable while writes to the table fail, and waits while the
+// backlog is at MaxBacklog (until ctx ends).
+func (q *Queue) Admit(ctx context.Context) error {
+	q.mu.Lock()
+	for {
+		if q.failing != nil {
+			err := q.failing
+			q.mu.Unlock()
+			return fmt.Errorf("%w: %w", ErrUnavailable, err)
+		}
+		if len(q.known) < q.cfg.MaxBacklog {
+			q.mu.Unlock()
+			return nil
+		}
+		ch := q.changed
+		q.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("%w: backlog of %d records: %w", ErrUnavailable, q.cfg.MaxBacklog, ctx.Err())
+		}
+		q.mu.Lock()
+	}
+}
+
+// Backlog is the number of records handed over and not yet written.
+func (q *Queue) Backlog() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.known)
+}
+
+// Lookup reads pending records by id (the events store's read-through).
+func (q *Queue) Lookup(ctx context.Context, ids []string) (map[string]events.Record, error) {
+	rows, err := q.pool.Query(ctx, `SELECT record, payload FROM event_records_pending WHERE event_id = ANY($1)`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("look up pending event records: %w", err)
+	}
+	return collect(rows)
+}
+
+func collect(rows pgx.Rows) (map[string]events.Record, error) {
+	found := map[string]events.Record{}
+	var meta, payload []byte
+	_, err := pgx.ForEachRow(rows, []any{&meta, &payload}, func() error {
+		r, err := decode(meta, payload)
+		if err != nil {
+			return err
+		}
+		found[r.ID] = r
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read pending event records: %w", err)
+	}
+	return found, nil
+}
+
+// Run writes records until ctx ends: first the rows a previous process left,
+// then what Hand gives, with periodic sweeps. Call Flush before cancelling
+// ctx to write everything handed over.
+func (q *Queue) Run(ctx context.Context) error {
+	if err := q.sweep(ctx, 0); err != nil {
+		q.cfg.Log.Error("could not read pending event records at start; the periodic sweep retries", "error", err)
+	}
+	var wg sync.WaitGroup
+	for range q.cfg.Writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			q.write(ctx)
+		}()
+	}
+	t := time.NewTicker(q.cfg.SweepEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			wg.Wait()
+			return nil
+		case <-t.C:
+			if err := q.sweep(ctx, q.cfg.SweepAge); err != nil && ctx.Err() == nil {
+				q.cfg.Log.Warn("sweep of pending event records failed", "error", err)
+			}
+		}
+	}
+}
+
+// Flush waits until every record handed over is written (or ctx ends).
+func (q *Queue) Flush(ctx context.Context) error {
+	q.mu.Lock()
+	for len(q.known) > 0 {
+		ch := q.changed
+		n := len(q.known)
+		q.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("flush event records: %d not written: %w", n, ctx.Err())
+		}
+		q.mu.Lock()
+	}
+	q.mu.Unlock()
+	return nil
+}
+
+// sweep hands over the rows older than age.
+func (q *Queue) sweep(ctx context.Context, age time.Duration) error {
+	for {
+		rows, err := q.pool.Query(ctx, `SELECT record, payload FROM event_records_pending
+			WHERE enqueued_at <= now() - $1::interval ORDER BY enqueued_at LIMIT 1000`, age)
+		if err != nil {
+			return fmt.Errorf("sweep pending event records: %w", err)
+		}
+		found, err := collect(rows)
+		if err != nil {
+			return err
+		}
+		recs := make([]events.Record, 0, len(found))
+		q.mu.Lock()
+		for _, r := range found {
+			if !q.known[r.ID] {
+				recs = append(recs, r)
+			}
+		}
+		q.mu.Unlock()
+		if len(recs) > 0 {
+			q.cfg.Log.Info("writing event records left pending", "records", len(recs))
+			q.Hand(recs)
+		}
+		if len(found) < 1000 || len(recs) == 0 {
+			return nil
+		}
+		// More than a page is pending: let the writers catch up first.
+		if err := q.Flush(ctx); err != nil {
+			return err
+		}
+	}
+}
+
+// take waits for records and takes up to a batch of them; nil when ctx ends.
+func (q *Queue) take(ctx context.Context) []events.Record {
+	q.mu.Lock()
+	for len(q.waiting) == 0 {
+		ch := q.changed
+		q.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil
+		}
+		q.mu.Lock()
+	}
+	if len(q.waiting) < batchSize {
+		// Let the batch fill a little: this delays the table write only.
+		q.mu.Unlock()
+		select {
+		case <-time.After(q.cfg.Linger):
+		case <-ctx.Done():
+			return nil
+		}
+		q.mu.Lock()
+		if len(q.waiting) == 0 { // another writer took them
+			q.mu.Unlock()
+			return q.take(ctx)
+		}
+	}
+	n := min(len(q.waiting), batchSize)
+	batch := append([]events.Record(nil), q.waiting[:n]...)
+	q.waiting = append(q.waiting[:0:0], q.waiting[n:]...)
+	q.mu.Unlock()
+	return batch
+}
+
+// write is one writer's loop.
+func (q *Queue) write(ctx context.Context) {
+	failures := 0
+	for {
+		batch := q.take(ctx)
+		if batch == nil {
+			return
+		}
+		start := time.Now()
+		err := q.writeBatch(ctx, batch)
+		if q.cfg.Observer != nil {
+			q.cfg.Observer.RecordsWritten(len(batch), time.Since(start), err)
+		}
+		q.mu.Lock()
+		if err != nil {
+			q.failing = err
+			q.waiting = append(batch, q.waiting...) // first again, once the table answers
+		} else {
+			q.failing = nil
+			for _, r := range batch {
+				delete(q.known, r.ID)
+			}
+		}
+		q.broadcast()
+		q.observeBacklog()
+		q.mu.Unlock()
+		if err == nil {
+			failures = 0
+			continue
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		q.cfg.Log.Error("could not write event records to the events table; retrying", "records", len(batch), "error", err)
+		failures++
+		select {
+		case <-time.After(min(50*time.Millisecond<<min(failures, 6), 2*time.Second)):
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// writeBatch writes one batch to the table, keeping the bookkeeping of an
+// earlier failed delivery (first received_at and source, attempts + 1), and
+// deletes its pending rows.
+func (q *Queue) writeBatch(ctx context.Context, batch []events.Record) error {
+	ids := make([]string, len(batch))
+	for i, r := range batch {
+		ids[i] = r.ID
+	}
+	existing, err := q.table.BatchGet(ctx, ids)
+	if err != nil {
+		return err
+	}
+	put := make([]events.Record, 0, len(batch))
+	for _, r := range batch {
+		if prev, ok := existing[r.ID]; ok {
+			if prev.Status == events.StatusProcessed {
+				continue // written before (a lost delete, another instance's sweep)
+			}
+			r.ReceivedAt, r.Source, r.Attempts = prev.ReceivedAt, prev.Source, prev.Attempts+1
+		}
+		put = append(put, r)
+	}
+	if err := q.table.PutProcessed(ctx, put); err != nil {
+		return err
+	}
+	// The record is in the table: losing this delete in a crash only means
+	// a sweep finds the row and deletes it, so it need not wait for fsync.
+	err = pgx.BeginFunc(ctx, q.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SET LOCAL synchronous_commit = off`); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `DELETE FROM event_records_pending WHERE event_id = ANY($1)`, ids)
+		return err
+	})
+	if err != nil {
+		// Not a write failure: the records are in the table. A sweep
+		// deletes the rows later.
+		q.cfg.Log.Warn("could not delete written pending event records", "records", len(ids), "error", err)
+	}
+	return nil
+}
+
+// ClaimAndEnqueue is the ledger claim of events that have no effects to
+// apply (tracking.Ledger.ApplyBatch's claim, with no applier to run) and the
+// insert of their pending records, in one statement and so one round trip
+// and one durable commit. It returns the ids newly claimed; the others were
+// claimed before (their records are, or were, pending already) and get no
+// row. recs must have distinct ids; refs[i] describes recs[i].
+func (q *Queue) ClaimAndEnqueue(ctx context.Context, refs []tracking.EventRef, recs []events.Record) (map[string]bool, error) {
+	n := len(recs)
+	ids, types, accounts := make([]string, n), make([]string, n), make([]string, n)
+	created := make([]time.Time, n)
+	metas, payloads := make([][]byte, n), make([][]byte, n)
+	for i, r := range recs {
+		m, err := encode(r)
+		if err != nil {
+			return nil, err
+		}
+		ref := refs[i]
+		ids[i], types[i], accounts[i], created[i], metas[i], payloads[i] = ref.ID, ref.Type, ref.StripeAccount, ref.Created, m, r.Payload
+	}
+	// ORDER BY 1: ledger rows are locked in id order, as ApplyBatch does, so
+	// concurrent batches never deadlock.
+	rows, err := q.pool.Query(ctx, `WITH claimed AS (
+			INSERT INTO processed_events (event_id, event_type, stripe_account, event_created)
+			SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[]) ORDER BY 1
+			ON CONFLICT (event_id) DO NOTHING
+			RETURNING event_id
+		), pending AS (
+			INSERT INTO event_records_pending (event_id, record, payload)
+			SELECT r.event_id, r.record, r.payload
+			FROM unnest($1::text[], $5::bytea[], $6::bytea[]) AS r(event_id, record, payload)
+			JOIN claimed USING (event_id)
+			ON CONFLICT (event_id) DO NOTHING
+		)
+		SELECT event_id FROM claimed`, ids, types, accounts, created, metas, payloads)
+	if err != nil {
+		return nil, fmt.Errorf("claim and enqueue %d events: %w", n, err)
+	}
+	claimed, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("claim and enqueue %d events: %w", n, err)
+	}
+	applied := make(map[string]bool, len(claimed))
+	for _, id := range claimed {
+		applied[id] = true
+	}
+	return applied, nil
+}

@@ -1,0 +1,275 @@
+package recordq_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/stripe-payments/stripe-payments/internal/dynamo"
+	"github.com/stripe-payments/stripe-payments/internal/events"
+	"github.com/stripe-payments/stripe-payments/internal/recordq"
+	"github.com/stripe-payments/stripe-payments/internal/stripetest"
+	"github.com/stripe-payments/stripe-payments/internal/testenv"
+	"github.com/stripe-payments/stripe-payments/internal/tracking"
+)
+
+type env struct {
+	pool  *pgxpool.Pool
+	table *events.Store // the events table alone
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	client := testenv.Dynamo(t)
+	name := testenv.TableName("events")
+	testenv.CreateTables(t, client, dynamo.EventsTable(name))
+	return &env{pool: testenv.Postgres(t), table: events.NewStore(client, name, 720*time.Hour, nil)}
+}
+
+// record builds the processed record of a fresh real-shaped event.
+func record(t *testing.T) events.Record {
+	t.Helper()
+	payload := stripetest.Event{Fixture: "customer.subscription.updated"}.Build(t)
+	ev, err := events.Parse(payload)
+	require.NoError(t, err)
+	r := events.NewRecord(ev, payload, "acct_platform_test", 720*time.Hour, events.SourceWebhook, time.Now())
+	r.Status, r.ProcessedAt = events.StatusProcessed, time.Now().UTC()
+	return r
+}
+
+// commit enqueues recs in a committed transaction, as the handler's batch does.
+func commit(t *testing.T, e *env, q *recordq.Queue, recs ...events.Record) {
+	t.Helper()
+	require.NoError(t, pgx.BeginFunc(context.Background(), e.pool, func(tx pgx.Tx) error {
+		return q.Enqueue(context.Background(), tx, recs)
+	}))
+}
+
+func (e *env) pendingRows(t *testing.T) int {
+	t.Helper()
+	var n int
+	require.NoError(t, e.pool.QueryRow(context.Background(), `SELECT count(*) FROM event_records_pending`).Scan(&n))
+	return n
+}
+
+// run starts the queue's writers until the test ends.
+func run(t *testing.T, q *recordq.Queue) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = q.Run(ctx)
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
+func flush(t *testing.T, q *recordq.Queue) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	require.NoError(t, q.Flush(ctx))
+}
+
+func TestRecordsReachTheTableAndLeavePostgres(t *testing.T) {
+	e := newEnv(t)
+	q := recordq.New(e.pool, e.table, recordq.Config{})
+	store := e.table.WithPending(q)
+	ctx := context.Background()
+	recs := make([]events.Record, 60) // more than two batches
+	for i := range recs {
+		recs[i] = record(t)
+	}
+	commit(t, e, q, recs...)
+
+	// Before any write: every record is readable, with its payload, through
+	// the store, and absent from the table itself.
+	got, err := store.Get(ctx, recs[0].ID)
+	require.NoError(t, err)
+	assert.Equal(t, events.StatusProcessed, got.Status)
+	assert.JSONEq(t, string(recs[0].Payload), string(got.Payload))
+	assert.Equal(t, recs[0].Subscription, got.Subscription)
+	_, err = e.table.Get(ctx, recs[0].ID)
+	assert.ErrorIs(t, err, events.ErrNotFound)
+	ids := make([]string, len(recs))
+	for i, r := range recs {
+		ids[i] = r.ID
+	}
+	found, err := store.BatchGet(ctx, ids)
+	require.NoError(t, err)
+	assert.Len(t, found, len(recs))
+
+	q.Hand(recs)
+	run(t, q)
+	flush(t, q)
+	assert.Zero(t, e.pendingRows(t), "written rows are deleted")
+	inTable, err := e.table.BatchGet(ctx, ids)
+	require.NoError(t, err)
+	require.Len(t, inTable, len(recs))
+	for _, r := range recs {
+		assert.Equal(t, events.StatusProcessed, inTable[r.ID].Status, r.ID)
+		assert.Equal(t, 1, inTable[r.ID].Attempts)
+	}
+	got, err = store.Get(ctx, recs[59].ID)
+	require.NoError(t, err)
+	assert.JSONEq(t, string(recs[59].Payload), string(got.Payload))
+}
+
+func TestRowsLeftByACrashAreWrittenOnStart(t *testing.T) {
+	e := newEnv(t)
+	dead := recordq.New(e.pool, e.table, recordq.Config{})
+	recs := []events.Record{record(t), record(t), record(t)}
+	commit(t, e, dead, recs...) // committed, never handed over: the process died
+
+	q := recordq.New(e.pool, e.table, recordq.Config{})
+	run(t, q)
+	deadline := time.Now().Add(20 * time.Second)
+	for e.pendingRows(t) > 0 {
+		require.True(t, time.Now().Before(deadline), "rows still pending")
+		time.Sleep(20 * time.Millisecond)
+	}
+	for _, r := range recs {
+		got, err := e.table.Get(context.Background(), r.ID)
+		require.NoError(t, err)
+		assert.Equal(t, events.StatusProcessed, got.Status)
+	}
+}
+
+func TestWriteKeepsTheBookkeepingOfEarlierAttempts(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	q := recordq.New(e.pool, e.table, recordq.Config{})
+
+	failedBefore := record(t)
+	first := time.Now().Add(-time.Hour).UTC().Truncate(time.Millisecond)
+	prev := failedBefore
+	prev.Status, prev.ProcessedAt, prev.ReceivedAt, prev.Source, prev.Attempts = events.StatusFailed, time.Time{}, first, events.SourcePoller, 2
+	require.NoError(t, e.table.RecordFailure(ctx, prev, errors.New("postgres down")))
+
+	processedBefore := record(t)
+	done := processedBefore
+	done.ProcessedAt = time.Now().Add(-time.Minute).UTC().Truncate(time.Millisecond)
+	done.Attempts = 5
+	require.NoError(t, e.table.PutProcessed(ctx, []events.Record{done}))
+
+	commit(t, e, q, failedBefore, processedBefore)
+	q.Hand([]events.Record{failedBefore, processedBefore})
+	run(t, q)
+	flush(t, q)
+
+	got, err := e.table.Get(ctx, failedBefore.ID)
+	require.NoError(t, err)
+	assert.Equal(t, events.StatusProcessed, got.Status)
+	assert.Equal(t, 3, got.Attempts, "one more attempt than the failed record")
+	assert.True(t, first.Equal(got.ReceivedAt), "first received_at kept: %s", got.ReceivedAt)
+	assert.Equal(t, events.SourcePoller, got.Source)
+
+	got, err = e.table.Get(ctx, processedBefore.ID)
+	require.NoError(t, err)
+	assert.Equal(t, 5, got.Attempts, "a processed record is left alone")
+	assert.True(t, done.ProcessedAt.Equal(got.ProcessedAt))
+	assert.Zero(t, e.pendingRows(t))
+}
+
+func TestAdmitRefusesWhileTheTableFailsAndRecovers(t *testing.T) {
+	e := newEnv(t)
+	client := testenv.Dynamo(t)
+	missing := testenv.TableName("events-later")
+	table := events.NewStore(client, missing, 720*time.Hour, nil) // not created yet: every write fails
+	q := recordq.New(e.pool, table, recordq.Config{})
+	ctx := context.Background()
+	require.NoError(t, q.Admit(ctx))
+
+	r := record(t)
+	commit(t, e, q, r)
+	q.Hand([]events.Record{r})
+	run(t, q)
+	deadline := time.Now().Add(20 * time.Second)
+	for q.Admit(ctx) == nil {
+		require.True(t, time.Now().Before(deadline), "Admit never refused while the table was missing")
+		time.Sleep(10 * time.Millisecond)
+	}
+	assert.ErrorIs(t, q.Admit(ctx), recordq.ErrUnavailable)
+	// The record stays readable from Postgres during the outage.
+	got, err := table.WithPending(q).Get(ctx, r.ID)
+	require.NoError(t, err)
+	assert.Equal(t, events.StatusProcessed, got.Status)
+
+	testenv.CreateTables(t, client, dynamo.EventsTable(missing))
+	flush(t, q)
+	require.NoError(t, q.Admit(ctx))
+	got, err = table.Get(ctx, r.ID)
+	require.NoError(t, err)
+	assert.Equal(t, events.StatusProcessed, got.Status)
+	assert.Zero(t, e.pendingRows(t))
+}
+
+func TestAdmitWaitsAtTheBacklogBound(t *testing.T) {
+	e := newEnv(t)
+	q := recordq.New(e.pool, e.table, recordq.Config{MaxBacklog: 2})
+	recs := []events.Record{record(t), record(t)}
+	commit(t, e, q, recs...)
+	q.Hand(recs) // no writer runs yet: the backlog is full
+
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	assert.ErrorIs(t, q.Admit(ctx), recordq.ErrUnavailable)
+	assert.ErrorIs(t, q.Admit(ctx), context.DeadlineExceeded)
+
+	admitted := make(chan error, 1)
+	go func() { admitted <- q.Admit(context.Background()) }()
+	run(t, q)
+	select {
+	case err := <-admitted:
+		require.NoError(t, err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("Admit still waiting after the writers emptied the backlog")
+	}
+}
+
+func TestStoreFindsNothingForAnUnknownEvent(t *testing.T) {
+	e := newEnv(t)
+	q := recordq.New(e.pool, e.table, recordq.Config{})
+	store := e.table.WithPending(q)
+	_, err := store.Get(context.Background(), stripetest.NewID())
+	assert.ErrorIs(t, err, events.ErrNotFound)
+	found, err := store.BatchGet(context.Background(), []string{stripetest.NewID()})
+	require.NoError(t, err)
+	assert.Empty(t, found)
+}
+
+func TestClaimAndEnqueueClaimsOnceAndQueuesOnlyNewClaims(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	q := recordq.New(e.pool, e.table, recordq.Config{})
+	ref := func(r events.Record) tracking.EventRef {
+		return tracking.EventRef{ID: r.ID, Type: r.Type, StripeAccount: r.StripeAccount, Created: r.Created}
+	}
+	old, a, b := record(t), record(t), record(t)
+	applied, err := tracking.NewLedger(e.pool).Apply(ctx, ref(old), func(context.Context, pgx.Tx) error { return nil })
+	require.NoError(t, err)
+	require.True(t, applied)
+
+	claimed, err := q.ClaimAndEnqueue(ctx, []tracking.EventRef{ref(a), ref(old), ref(b)}, []events.Record{a, old, b})
+	require.NoError(t, err)
+	assert.Equal(t, map[string]bool{a.ID: true, b.ID: true}, claimed)
+	assert.Equal(t, 2, e.pendingRows(t), "no pending row for an event claimed before")
+	var ledger int
+	require.NoError(t, e.pool.QueryRow(ctx, `SELECT count(*) FROM processed_events WHERE event_id = ANY($1)`,
+		[]string{a.ID, b.ID, old.ID}).Scan(&ledger))
+	assert.Equal(t, 3, ledger)
+
+	again, err := q.ClaimAndEnqueue(ctx, []tracking.EventRef{ref(a)}, []events.Record{a})
+	require.NoError(t, err)
+	assert.Empty(t, again, "a second claim of the same event claims nothing")
+	pending, err := q.Lookup(ctx, []string{a.ID, b.ID, old.ID})
+	require.NoError(t, err)
+	assert.Len(t, pending, 2)
+	assert.JSONEq(t, string(a.Payload), string(pending[a.ID].Payload))
+}
