@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 
+	"github.com/stripe-payments/stripe-payments/internal/billing"
 	"github.com/stripe-payments/stripe-payments/internal/metrics"
 	"github.com/stripe-payments/stripe-payments/internal/tracking"
 	"github.com/stripe-payments/stripe-payments/poller"
@@ -67,11 +68,12 @@ func (a *App) NewPoller(o PollerOptions) (*poller.Poller, error) {
 		Store:       a.Events,
 		Checkpoints: checkpoints,
 		Locker:      checkpoints,
-		Accounts:    tracking.NewLedgerAccounts(a.Pool),
-		Replayer:    replayer,
-		Observer:    o.Observer,
-		Progress:    o.Progress,
-		Log:         a.Log,
+		// Every account the ledger, the purchases or the billing table knows.
+		Accounts: poller.Accounts{tracking.NewLedgerAccounts(a.Pool), billing.ChargedAccounts{Store: a.Billing.Store()}},
+		Replayer: replayer,
+		Observer: o.Observer,
+		Progress: o.Progress,
+		Log:      a.Log,
 	})
 }
 

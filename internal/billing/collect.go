@@ -177,6 +177,12 @@ func (s *Service) attempt(ctx context.Context, l *lock.Lock, sub Subscription, p
 		return sub, false, fmt.Errorf("before charging: %w", lock.ErrNotOwner)
 	}
 	attemptNo := p.Attempts + 1
+	rep.add(func(r *Report) {
+		if r.chargedOn == nil {
+			r.chargedOn = map[string]bool{}
+		}
+		r.chargedOn[p.PaymentDetails.StripeAccount] = true
+	})
 	// The charge stops when the job is cancelled or the lock is lost.
 	cctx, stop := context.WithCancel(ctx)
 	defer stop()

@@ -40,6 +40,10 @@ type Report struct {
 	// Errors: entries that failed otherwise (see the logs).
 	Errors int `json:"errors"`
 
+	// chargedOn: the Stripe accounts this run charged on, registered for
+	// the poller at the end (subscriptions created before the registry).
+	chargedOn map[string]bool
+
 	mu sync.Mutex
 }
 
@@ -157,6 +161,15 @@ func (s *Service) run(ctx context.Context, job string, date dates.Date, index st
 				break
 			}
 			work(w)
+		}
+	}
+	if len(rep.chargedOn) > 0 {
+		var accounts []string
+		for a := range rep.chargedOn {
+			accounts = append(accounts, a)
+		}
+		if err := s.store.RegisterChargedAccounts(context.WithoutCancel(ctx), accounts...); err != nil {
+			log.Warn("billing job: could not register the Stripe accounts charged on (the poller may miss them until the next run)", "error", err)
 		}
 	}
 	rep.Locked = len(retry)

@@ -120,6 +120,11 @@ func (s *Service) CreateSubscription(ctx context.Context, account string, in Cre
 	sub.NextPaymentDate = first
 	s.scheduleReminder(&sub, first, today, true)
 
+	// Registered before the subscription exists, so the poller's account
+	// list always covers every account the table charges on.
+	if err := s.store.RegisterChargedAccounts(ctx, sub.PaymentDetails.StripeAccount); err != nil {
+		return Subscription{}, err
+	}
 	tx := s.store.NewTx("create:"+sub.SubscriptionID, now)
 	tx.PutSubscription(&sub)
 	p := newPeriod(sub, first, Scheduled, ProcInitial, "created", now)

@@ -1,0 +1,60 @@
+package app_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/stripe-payments/stripe-payments/internal/app"
+	"github.com/stripe-payments/stripe-payments/internal/billing"
+	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
+	"github.com/stripe-payments/stripe-payments/poller"
+)
+
+// The poller lists events for every Stripe account the billing table
+// charges on, even one that no event, ledger row or purchase ever named: a
+// billing account whose webhooks were all missed still has its settlements
+// and refunds replayed (issue 12).
+func TestPollerListsTheAccountsBillingChargesOn(t *testing.T) {
+	var mu sync.Mutex
+	listed := map[string]bool{}
+	stripe := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/events" {
+			http.Error(w, `{"error":{"message":"unexpected"}}`, http.StatusNotFound)
+			return
+		}
+		mu.Lock()
+		listed[r.Header.Get("Stripe-Account")] = true
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]any{"object": "list", "data": []any{}, "has_more": false, "url": "/v1/events"})
+	}))
+	t.Cleanup(stripe.Close)
+	a := startAppWith(t, nil, map[string]string{"STRIPE_API_BASE": stripe.URL})
+
+	in := billing.CreateInput{SKU: "gold", Email: "payer@example.com", PaymentDay: 10, Amount: 1999, Currency: "usd",
+		Term: dates.Monthly, Customer: "cus_1", PaymentMethod: "pm_1", StripeAccount: "acct_billing_only"}
+	_, err := a.Billing.CreateSubscription(t.Context(), "merchant-1", in)
+	require.NoError(t, err)
+	in.StripeAccount = "" // on the platform: polled as the platform, no registry entry
+	_, err = a.Billing.CreateSubscription(t.Context(), "merchant-2", in)
+	require.NoError(t, err)
+
+	accounts, err := billing.ChargedAccounts{Store: a.Billing.Store()}.Accounts(t.Context())
+	require.NoError(t, err)
+	assert.Equal(t, []string{"acct_billing_only"}, accounts)
+
+	p, err := a.NewPoller(app.PollerOptions{InProcess: true})
+	require.NoError(t, err)
+	_, err = p.Run(t.Context(), poller.Window{})
+	require.NoError(t, err)
+	mu.Lock()
+	defer mu.Unlock()
+	assert.True(t, listed["acct_billing_only"], "the billing account is polled: %v", listed)
+	assert.True(t, listed[""], "the platform is polled (no Stripe-Account header): %v", listed)
+}
