@@ -17,6 +17,9 @@ type Deps struct {
 	Handler EventHandler
 	// Fetcher may be nil: replays then need the stored payload.
 	Fetcher EventFetcher
+	// PlatformAccount is STRIPE_PLATFORM_ACCOUNT: a replay fetched as it
+	// is a platform event.
+	PlatformAccount string
 	// Tracking and Purchases; nil leaves their routes out.
 	Tracking  TrackingReader
 	Purchases PurchaseService
@@ -35,7 +38,7 @@ func Register(e *echo.Echo, token string, deps Deps) {
 	g.GET("/openapi.json", func(c echo.Context) error {
 		return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, openapi.Document)
 	})
-	ev := eventRoutes{store: deps.Events, handler: deps.Handler, fetcher: deps.Fetcher}
+	ev := eventRoutes{store: deps.Events, handler: deps.Handler, fetcher: deps.Fetcher, platform: deps.PlatformAccount}
 	g.GET("/events", ev.list)
 	g.GET("/events/:id", ev.get)
 	g.POST("/events/:id/replay", ev.replay)

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"regexp"
@@ -82,9 +83,10 @@ var (
 )
 
 type eventRoutes struct {
-	store   EventReader
-	handler EventHandler
-	fetcher EventFetcher
+	store    EventReader
+	handler  EventHandler
+	fetcher  EventFetcher
+	platform string // STRIPE_PLATFORM_ACCOUNT
 }
 
 func (h eventRoutes) get(c echo.Context) error {
@@ -251,7 +253,10 @@ func (h eventRoutes) replay(c echo.Context) error {
 	}
 	ctx := c.Request().Context()
 	result := ReplayResult{EventID: id, PayloadSource: "store"}
-	var payload []byte
+	var (
+		payload     []byte
+		fetchedFrom string // the account an event fetched from Stripe was asked of
+	)
 	rec, err := h.store.Get(ctx, id)
 	switch {
 	case err == nil && len(rec.Payload) > 0:
@@ -271,13 +276,21 @@ func (h eventRoutes) replay(c echo.Context) error {
 		if err != nil {
 			return err
 		}
-		result.PayloadSource = "stripe"
+		result.PayloadSource, fetchedFrom = "stripe", account
 	default:
 		return apperr.Wrap(err, apperr.CodeUnavailable, "could not read event")
 	}
 	ev, err := events.Parse(payload)
 	if err != nil {
+		if result.PayloadSource == "stripe" {
+			return apperr.Wrap(err, apperr.CodeUpstream, "Stripe answered %s with something that is not an event", id)
+		}
 		return apperr.Wrap(err, apperr.CodeInternal, "stored payload of %s is not an event", id)
+	}
+	if result.PayloadSource == "stripe" {
+		if payload, ev, err = h.fetchedAs(id, fetchedFrom, payload, ev); err != nil {
+			return err
+		}
 	}
 	outcome, err := h.handler.Handle(ctx, ev, payload, events.SourceReplay)
 	if err != nil {
@@ -289,6 +302,47 @@ func (h eventRoutes) replay(c echo.Context) error {
 		result.Event = &e
 	}
 	return c.JSON(http.StatusOK, result)
+}
+
+// fetchedAs checks an event fetched from Stripe against the request and
+// files it under the account it was fetched from. Stripe answered a GET of
+// event id made as account (the Stripe-Account header; empty or the
+// platform's id: the platform):
+//   - a different id is a wrong answer: 502, nothing written;
+//   - a connected account's event that carries another `account` is a wrong
+//     answer too: 502, nothing written;
+//   - a connected account's event without `account` (Stripe leaves the field
+//     out of events read with a Stripe-Account header, as the poller sees
+//     in listings) is that account's: DESIGN §5 stores the platform only
+//     for an event that has no Connect account, and this one does — the
+//     one Stripe served it as. The field is set in the payload, so the
+//     stored payload, the record's stripe_account and every applier agree,
+//     and a later re-drive from the table files it the same way.
+func (h eventRoutes) fetchedAs(id, account string, payload []byte, ev *stripe.Event) ([]byte, *stripe.Event, error) {
+	if ev.ID != id {
+		return nil, nil, apperr.New(apperr.CodeUpstream, "Stripe answered a request for event %s with event %q; nothing was recorded", id, truncate(ev.ID, 100))
+	}
+	connected := account != "" && account != h.platform
+	switch {
+	case !connected || ev.Account == account:
+		return payload, ev, nil
+	case ev.Account != "":
+		return nil, nil, apperr.New(apperr.CodeUpstream, "Stripe answered event %s of account %s with one of account %q; nothing was recorded", id, account, truncate(ev.Account, 100))
+	}
+	var doc map[string]json.RawMessage
+	if err := json.Unmarshal(payload, &doc); err != nil {
+		return nil, nil, apperr.Wrap(err, apperr.CodeUpstream, "Stripe answered %s with something that is not an event", id)
+	}
+	doc["account"], _ = json.Marshal(account)
+	filed, err := json.Marshal(doc)
+	if err != nil {
+		return nil, nil, apperr.Wrap(err, apperr.CodeInternal, "file event %s under %s", id, account)
+	}
+	ev, err = events.Parse(filed)
+	if err != nil {
+		return nil, nil, apperr.Wrap(err, apperr.CodeInternal, "file event %s under %s", id, account)
+	}
+	return filed, ev, nil
 }
 
 func truncate(s string, n int) string {

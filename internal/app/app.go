@@ -106,12 +106,13 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 	verifier := webhook.NewVerifier(cfg.WebhookSecrets, cfg.WebhookTolerance, nil)
 	webhook.NewEndpoint(verifier, a.Handler, cfg.WebhookMaxBody, log).Register(a.Server.Echo)
 	api.Register(a.Server.Echo, cfg.InternalAPIToken, api.Deps{
-		Events:    a.Events,
-		Handler:   a.Handler,
-		Fetcher:   stripeclient.EventFetcher{API: a.Stripe, PlatformAccount: cfg.PlatformAccount},
-		Tracking:  a.Tracking,
-		Purchases: purchase.NewService(a.Tracking, a.Stripe, log.With("component", "purchase")),
-		Billing:   a.Billing,
+		Events:          a.Events,
+		Handler:         a.Handler,
+		Fetcher:         stripeclient.EventFetcher{API: a.Stripe, PlatformAccount: cfg.PlatformAccount},
+		PlatformAccount: cfg.PlatformAccount,
+		Tracking:        a.Tracking,
+		Purchases:       purchase.NewService(a.Tracking, a.Stripe, log.With("component", "purchase")),
+		Billing:         a.Billing,
 	})
 	return a, nil
 }
