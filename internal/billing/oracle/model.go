@@ -180,19 +180,28 @@ func (s *Sub) extend(today Date) {
 	if s.cancelled || len(s.periods) == 0 {
 		return
 	}
-	for last := s.periods[len(s.periods)-1].Scheduled; last < today.AddDays(horizon); last = s.periods[len(s.periods)-1].Scheduled {
-		s.addPeriod(s.rule.After(last), today)
+	for s.open() < 2 || s.periods[len(s.periods)-1].Scheduled < today.AddDays(horizon) {
+		s.addPeriod(s.rule.After(s.periods[len(s.periods)-1].Scheduled), today)
 	}
 }
 
+// open counts the periods at the end of the schedule nothing happened to.
+func (s *Sub) open() int {
+	n := 0
+	for i := len(s.periods) - 1; i >= 0 && s.periods[i].Status == Scheduled && len(s.periods[i].Attempts) == 0; i-- {
+		n++
+	}
+	return n
+}
+
 // remind requires the reminder of p's charge date, announced on today: on
-// charge − ReminderDays, or at once (today, or the next day's job) when that
-// day has passed.
+// charge − ReminderDays, or at once when that day has come (today, or the
+// next day's job: today's may have run before the announcement).
 func (s *Sub) remind(p *Period, today Date) {
 	s.unremind(p, today)
 	due := p.Charge.AddDays(-s.cfg.ReminderDays)
 	r := Reminder{Period: p.Scheduled, PayDate: p.Charge, From: due, To: due}
-	if due < today {
+	if due <= today {
 		r.From, r.To = today, min(today.AddDays(1), p.Charge)
 	}
 	s.reminders = append(s.reminders, r)
@@ -286,12 +295,12 @@ func (s *Sub) ChangeAmount(_ Date, amount int64) error {
 }
 
 // ChangeRule changes the payment day (or Friday week) at today: periods
-// charged or in flight stay; the next period is the new rule's first date at
-// least one term after the last charged period's scheduled date (none: after
-// today and on or after start), and after today.
+// charged or in flight stay (and every other period that already ended);
+// the next period is the new rule's first date at least one term after the
+// last of them (none: after today and on or after start), and after today.
 func (s *Sub) ChangeRule(today Date, day, week int) error {
-	next := s.rule
-	next.Day, next.Week, next.Month = day, week, 0
+	next := s.rule // a YEARLY rule keeps its month: only the day changes
+	next.Day, next.Week = day, week
 	if s.cancelled || next.Validate() != nil {
 		return ErrRefused
 	}
@@ -304,13 +313,23 @@ func (s *Sub) ChangeRule(today Date, day, week int) error {
 			continue
 		}
 		kept = append(kept, p)
-		if p.Charged() {
-			from = max(from, AddMonths(p.Scheduled, s.rule.Term.Months()))
-		}
+		// The rule anchors on the last charged period; "no two periods
+		// ever less than one term apart" extends that to every period kept
+		// (waived, skipped, stale ones too).
+		from = max(from, s.termAfter(p.Scheduled))
 	}
 	s.periods, s.rule = kept, next
 	s.scheduleFrom(from, today)
 	return nil
+}
+
+// termAfter is one term after d: a month later, clamped (YEARLY: 12); for
+// Friday billing four weeks, the shortest distance of two of its periods.
+func (s *Sub) termAfter(d Date) Date {
+	if s.rule.Week != 0 {
+		return d.AddDays(28)
+	}
+	return AddMonths(d, s.rule.Term.Months())
 }
 
 // Move charges one period on another date: strictly between its neighbours'
@@ -361,6 +380,7 @@ func (s *Sub) Waive(today, period Date) error {
 	}
 	p.set(Waived)
 	s.unremind(p, today)
+	s.extend(today)
 	return nil
 }
 

@@ -119,6 +119,9 @@ func TestFirstPeriodIsAfterTodayAndOnOrAfterStart(t *testing.T) {
 	w = newWorld(t, Rule{Day: 5}, "2024-03-03", d("2024-04-01"))
 	w.until("2024-05-05")
 	assert.Equal(t, []string{"2024-04-05", "2024-05-05"}, w.chargeDays())
+	w = newWorld(t, Rule{Day: 10}, "2024-03-03", NoDate)
+	assert.Equal(t, []Reminder{{Period: d("2024-03-10"), PayDate: d("2024-03-10"), From: d("2024-03-03"), To: d("2024-03-04"), Sent: d("2024-03-03")}},
+		w.s.Reminders()[:1], "its reminder day is today: today's job may have run, so today or tomorrow")
 	w = newWorld(t, Rule{Day: 5}, "2024-03-03", NoDate)
 	w.until("2024-03-05")
 	assert.Equal(t, []string{"2024-03-03 2024-03-05"}, w.remind, "reminder at once")
@@ -175,6 +178,30 @@ func TestRuleChangeKeepsOneTermAfterTheLastCharge(t *testing.T) {
 	require.NoError(t, w.s.ChangeRule(w.day, 15, 0))
 	w.until("2024-03-15")
 	assert.Equal(t, []string{"2024-01-15", "2024-02-15", "2024-03-15"}, w.chargeDays())
+
+	// A waived period counts too: never two periods less than a term apart.
+	w = newWorld(t, Rule{Day: 21}, "2024-01-02", d("2024-01-29"))
+	require.NoError(t, w.s.Waive(w.day, d("2024-02-21")))
+	w.until("2024-02-13")
+	require.NoError(t, w.s.ChangeRule(w.day, 24, 0))
+	w.until("2024-03-24")
+	assert.Equal(t, []string{"2024-03-24"}, w.chargeDays())
+
+	// YEARLY keeps its month when its day changes; Nov 11 2028 is less
+	// than a year after Nov 28 2027.
+	w = newWorld(t, Rule{Term: Yearly, Day: 28}, "2027-11-09", NoDate)
+	w.until("2027-12-01")
+	require.NoError(t, w.s.ChangeRule(w.day, 11, 0))
+	w.until("2029-12-01")
+	assert.Equal(t, []string{"2027-11-28", "2029-11-11"}, w.chargeDays())
+
+	// Friday billing: a term is four weeks (two 4th Fridays may be 28 days
+	// apart): week 4 → 5 in a month with four Fridays keeps Dec 25.
+	w = newWorld(t, Rule{Week: 4}, "2026-11-01", NoDate)
+	w.until("2026-12-04")
+	require.NoError(t, w.s.ChangeRule(w.day, 0, 5))
+	w.until("2027-01-31")
+	assert.Equal(t, []string{"2026-11-27", "2026-12-25", "2027-01-29"}, w.chargeDays())
 
 	// Friday billing: week 1 → week 5.
 	w = newWorld(t, Rule{Week: 1}, "2024-01-02", NoDate)
