@@ -37,6 +37,9 @@ type Config struct {
 	Idle time.Duration
 	Log  *slog.Logger
 	Now  func() time.Time
+	// Policy: the outbox lease and dead-letter limits (zero: defaults, no
+	// limits).
+	Policy outbox.Policy
 }
 
 // Dispatcher delivers the actions of the outbox to ACTIONS_URL, at least
@@ -81,6 +84,7 @@ func NewDispatcher(pool *pgxpool.Pool, cfg Config) *Dispatcher {
 		// One message per poll: shutdown waits for at most one delivery.
 		Batch: 1, Idle: cfg.Idle, Backoff: cfg.Backoff, Now: cfg.Now,
 	}
+	cfg.Policy.Apply(d.worker)
 	return d
 }
 

@@ -24,6 +24,7 @@ type Deps struct {
 	Tracking  TrackingReader
 	Purchases PurchaseService
 	Billing   BillingService // nil: no billing routes
+	Outbox    OutboxAdmin    // nil: no outbox routes
 }
 
 // Register mounts the internal API on e behind bearer auth. An empty token
@@ -47,6 +48,7 @@ func Register(e *echo.Echo, token string, deps Deps) {
 	if deps.Billing != nil {
 		registerBilling(g, deps.Billing)
 	}
+	registerOutbox(g, deps.Outbox)
 }
 
 // router mounts routes with the bearer check as route middleware rather than

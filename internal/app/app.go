@@ -56,6 +56,11 @@ type App struct {
 	// events about its charges (outbox topic "billing").
 	Billing     *billing.Service
 	BillingFeed *outbox.Worker
+
+	// Outbox lists and re-drives dead letters and reads backlog figures
+	// (internal API, operator console).
+	Outbox        *outbox.Store
+	OutboxMetrics *metrics.Outbox
 }
 
 // New connects to DynamoDB and Postgres and builds every component. It does
@@ -72,11 +77,12 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 		return nil, err
 	}
 	a := &App{Config: cfg, Log: log, Dynamo: ddb, Pool: pool, Metrics: m}
+	a.newOutbox()
 	a.Events = events.NewStore(ddb, cfg.EventsTable, cfg.EventTTL, nil)
 	a.Ledger = tracking.NewLedger(pool)
 	a.Stripe = stripeclient.New(stripeclient.Options{APIKey: cfg.StripeAPIKey, BaseURL: cfg.StripeAPIBase, Log: log})
 	a.Tracking = tracking.NewStore(pool)
-	a.Actions = actions.NewDispatcher(pool, actions.Config{URL: cfg.ActionsURL, Secret: cfg.ActionsSecret, Log: log.With("component", "actions")})
+	a.Actions = actions.NewDispatcher(pool, actions.Config{URL: cfg.ActionsURL, Secret: cfg.ActionsSecret, Log: log.With("component", "actions"), Policy: a.outboxPolicy()})
 	flows := tracking.NewFlows(tracking.FlowsConfig{Log: log, Invoices: stripeclient.InvoiceFetcher(a.Stripe), Processed: a.Ledger.Processed})
 	if cfg.SESFromAddress != "" {
 		ses, err := email.NewSESClient(ctx, cfg.AWSRegion, cfg.SESEndpoint)
@@ -86,6 +92,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 		}
 		sender := email.Sender{Client: ses, From: cfg.SESFromAddress, ConfigurationSet: cfg.SESConfigurationSet}
 		a.Emails = &outbox.Worker{Pool: pool, Topic: email.Topic, Deliver: sender.Deliver, Log: log.With("component", "email")}
+		a.outboxPolicy().Apply(a.Emails)
 	}
 	if err := a.newBilling(); err != nil {
 		pool.Close()
@@ -113,6 +120,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 		Tracking:        a.Tracking,
 		Purchases:       purchase.NewService(a.Tracking, a.Stripe, log.With("component", "purchase")),
 		Billing:         a.Billing,
+		Outbox:          a.Outbox,
 	})
 	return a, nil
 }
@@ -176,6 +184,7 @@ func (a *App) startBackground() {
 			a.Log.Error("actions dispatcher stopped", "error", err)
 		}
 	}()
+	a.startOutboxHousekeeping(ctx, &wg)
 	if a.Emails != nil {
 		wg.Add(1)
 		go func() {

@@ -31,6 +31,7 @@ func (a *App) newBilling() error {
 	a.Billing = svc
 	a.BillingFeed = &outbox.Worker{Pool: a.Pool, Topic: billing.FeedTopic, Deliver: svc.DeliverFeed,
 		Log: a.Log.With("component", "billing-feed")}
+	a.outboxPolicy().Apply(a.BillingFeed)
 	return nil
 }
 

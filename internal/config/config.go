@@ -67,6 +67,7 @@ type Config struct {
 	UsingDevWebhookSecret bool
 	UsingDevAPIToken      bool
 	Billing               BillingConfig
+	Outbox                OutboxConfig
 }
 
 // Uses names the required settings a subcommand uses. Only those are
@@ -204,6 +205,8 @@ func LoadFor(lookup Lookup, uses Uses) (Config, error) {
 	}
 	c.Billing, err = loadBilling(get)
 	errs = append(errs, err)
+	c.Outbox, err = loadOutbox(get, c.EventTTL, c.Billing.LookbackDays)
+	errs = append(errs, err)
 	errs = append(errs, c.Validate())
 	return c, errors.Join(errs...)
 }
@@ -311,6 +314,7 @@ func (c Config) LogValue() slog.Value {
 		slog.Bool("reminder_emails", c.SESFromAddress != ""),
 		slog.String("poll_every", c.PollEvery.String()),
 		slog.Any("billing", c.Billing),
+		slog.Any("outbox", c.Outbox),
 	)
 }
 

@@ -20,11 +20,12 @@ type LedgerAccounts struct {
 func NewLedgerAccounts(pool *pgxpool.Pool) *LedgerAccounts { return &LedgerAccounts{pool: pool} }
 
 // Accounts returns every distinct stripe_account of the ledger and the
-// purchases, sorted. The platform's own account is among them when platform
+// purchases, and those whose ledger rows were all pruned, sorted. The platform's own account is among them when platform
 // events were processed.
 func (l *LedgerAccounts) Accounts(ctx context.Context) ([]string, error) {
 	rows, err := l.pool.Query(ctx, `SELECT stripe_account FROM processed_events
-		UNION SELECT stripe_account FROM purchases ORDER BY 1`)
+		UNION SELECT stripe_account FROM purchases
+		UNION SELECT stripe_account FROM ledger_pruned_accounts ORDER BY 1`)
 	if err != nil {
 		return nil, fmt.Errorf("list ledger accounts: %w", err)
 	}

@@ -1,0 +1,112 @@
+package app
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/stripe-payments/stripe-payments/internal/actions"
+	"github.com/stripe-payments/stripe-payments/internal/billing"
+	"github.com/stripe-payments/stripe-payments/internal/email"
+	"github.com/stripe-payments/stripe-payments/internal/metrics"
+	"github.com/stripe-payments/stripe-payments/internal/outbox"
+	"github.com/stripe-payments/stripe-payments/internal/tracking"
+)
+
+// outboxTopics are the topics the code writes: their gauges read 0 rather
+// than vanish when a topic has nothing pending.
+var outboxTopics = []string{actions.Topic, billing.FeedTopic, email.Topic}
+
+// Housekeeping cadence: the backlog gauges and the prune batch size.
+const (
+	outboxStatsEvery = 15 * time.Second
+	pruneBatch       = 1000
+)
+
+// newOutbox builds the outbox store and metrics; outboxPolicy then gives
+// every worker the configured lease and dead-letter limits.
+func (a *App) newOutbox() {
+	a.OutboxMetrics = metrics.NewOutbox(a.Metrics.Registry)
+	a.Outbox = outbox.NewStore(a.Pool, a.Log.With("component", "outbox"), nil)
+}
+
+func (a *App) outboxPolicy() outbox.Policy {
+	c := a.Config.Outbox
+	return outbox.Policy{Lease: c.Lease, MaxAttempts: c.MaxAttempts, MaxAge: c.MaxAge,
+		OnDead: func(topic string) { a.OutboxMetrics.DeadLettered.WithLabelValues(topic).Inc() }}
+}
+
+// startOutboxHousekeeping refreshes the backlog gauges every 15 s and, with
+// PRUNE_EVERY set, prunes delivered outbox rows and old ledger rows at start
+// and then on that period, until ctx ends. Every replica does both: the
+// queries are cheap and the deletes skip rows another replica is deleting.
+func (a *App) startOutboxHousekeeping(ctx context.Context, wg *sync.WaitGroup) {
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		every(ctx, outboxStatsEvery, a.refreshOutboxStats)
+	}()
+	if p := a.Config.Outbox.PruneEvery; p > 0 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			every(ctx, p, a.prune)
+		}()
+	}
+}
+
+// every runs f at once and then every d until ctx ends.
+func every(ctx context.Context, d time.Duration, f func(context.Context)) {
+	t := time.NewTicker(d)
+	defer t.Stop()
+	for {
+		f(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (a *App) refreshOutboxStats(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	st, err := a.Outbox.Stats(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			a.Log.Warn("outbox figures not refreshed", "error", err)
+		}
+		return
+	}
+	m := a.OutboxMetrics
+	for _, topic := range outboxTopics {
+		m.Pending.WithLabelValues(topic).Set(0)
+		m.OldestAge.WithLabelValues(topic).Set(0)
+		m.Dead.WithLabelValues(topic).Set(0)
+	}
+	for _, s := range st {
+		m.Pending.WithLabelValues(s.Topic).Set(float64(s.Pending))
+		m.OldestAge.WithLabelValues(s.Topic).Set(s.OldestPending.Seconds())
+		m.Dead.WithLabelValues(s.Topic).Set(float64(s.Dead))
+	}
+}
+
+// prune deletes delivered outbox rows past OUTBOX_RETENTION and ledger rows
+// past LEDGER_RETENTION (tracking.PruneLedger says why that bound is safe).
+func (a *App) prune(ctx context.Context) {
+	c := a.Config.Outbox
+	n, err := a.Outbox.PruneDelivered(ctx, c.Retention, pruneBatch)
+	a.OutboxMetrics.Pruned.WithLabelValues("outbox").Add(float64(n))
+	if err != nil && ctx.Err() == nil {
+		a.Log.Error("outbox prune failed", "error", err)
+	}
+	l, err := tracking.PruneLedger(ctx, a.Pool, time.Now().Add(-c.LedgerRetention), pruneBatch)
+	a.OutboxMetrics.Pruned.WithLabelValues("processed_events").Add(float64(l))
+	if err != nil && ctx.Err() == nil {
+		a.Log.Error("ledger prune failed", "error", err)
+	}
+	if n+l > 0 {
+		a.Log.Info("pruned rows past retention", "outbox", n, "processed_events", l)
+	}
+}
