@@ -76,6 +76,9 @@ const (
 	DefaultBatch = 10
 	DefaultLease = 30 * time.Second
 	DefaultIdle  = 500 * time.Millisecond
+	// statementTimeout bounds each claim and bookkeeping statement, so a
+	// black-holed Postgres cannot hang a worker for good.
+	statementTimeout = 10 * time.Second
 )
 
 // Worker delivers the messages of one topic. Several workers, in one process
@@ -215,29 +218,31 @@ func (w *Worker) DeliverDue(parent context.Context) (int, error) {
 			return attempted, w.release(ctx, token, msgs[i:])
 		}
 		attempted++
-		if w.spent(m) {
-			// The last lease ended with no result (a crash or a hang) and the
-			// limits are reached: do not try a poison message again.
-			if err := w.fail(ctx, token, m, errors.New("lease expired without a result"), true); err != nil {
-				return attempted, err
-			}
-			continue
-		}
-		dctx, cancel := context.WithDeadline(ctx, deadline)
-		derr := w.Deliver(dctx, m.Message)
-		cancel()
-		if derr == nil {
-			if err := w.succeed(ctx, m); err != nil {
-				return attempted, err
-			}
-			continue
-		}
-		dead := (w.MaxAttempts > 0 && m.Attempts+1 >= w.MaxAttempts) || (w.MaxAge > 0 && w.Now().Sub(m.since) >= w.MaxAge)
-		if err := w.fail(ctx, token, m, derr, dead); err != nil {
+		if err := w.deliver(ctx, token, m, deadline); err != nil {
+			// Postgres failed: hand the rest back rather than leave them
+			// leased (best effort; their lease expires anyway).
+			_ = w.release(ctx, token, msgs[i+1:])
 			return attempted, err
 		}
 	}
 	return attempted, nil
+}
+
+// deliver runs one claimed message and records its result.
+func (w *Worker) deliver(ctx context.Context, token string, m claimed, deadline time.Time) error {
+	if w.spent(m) {
+		// The last lease ended with no result (a crash or a hang) and the
+		// limits are reached: do not try a poison message again.
+		return w.fail(ctx, token, m, errors.New("lease expired without a result"), true)
+	}
+	dctx, cancel := context.WithDeadline(ctx, deadline)
+	derr := w.Deliver(dctx, m.Message)
+	cancel()
+	if derr == nil {
+		return w.succeed(ctx, m)
+	}
+	dead := (w.MaxAttempts > 0 && m.Attempts+1 >= w.MaxAttempts) || (w.MaxAge > 0 && w.Now().Sub(m.since) >= w.MaxAge)
+	return w.fail(ctx, token, m, derr, dead)
 }
 
 // spent reports whether m is past its limits before this attempt: its
@@ -258,6 +263,8 @@ func (w *Worker) spent(m claimed) bool {
 func (w *Worker) claim(ctx context.Context, token string) ([]claimed, error) {
 	now := w.Now()
 	until := now.Add(w.Lease)
+	ctx, cancel := context.WithTimeout(ctx, statementTimeout)
+	defer cancel()
 	rows, err := w.Pool.Query(ctx, `UPDATE outbox o
 		SET leased_until = $3, lease_owner = $4, available_at = $3, attempts = o.attempts + 1
 		FROM (SELECT id, available_at, lease_owner IS NOT NULL AS expired FROM outbox
@@ -294,6 +301,8 @@ func (w *Worker) claim(ctx context.Context, token string) ([]claimed, error) {
 // succeed marks m delivered. It does not check the lease: the effect is out,
 // and sending it again would only add a duplicate.
 func (w *Worker) succeed(ctx context.Context, m claimed) error {
+	ctx, cancel := context.WithTimeout(ctx, statementTimeout)
+	defer cancel()
 	_, err := w.Pool.Exec(ctx, `UPDATE outbox
 		SET delivered_at = $2, last_error = NULL, leased_until = NULL, lease_owner = NULL, dead_at = NULL
 		WHERE id = $1 AND delivered_at IS NULL`, m.ID, w.Now())
@@ -313,7 +322,9 @@ func (w *Worker) fail(ctx context.Context, token string, m claimed, derr error, 
 	if dead {
 		deadAt = &now
 	}
-	tag, err := w.Pool.Exec(ctx, `UPDATE outbox
+	sctx, cancel := context.WithTimeout(ctx, statementTimeout)
+	defer cancel()
+	tag, err := w.Pool.Exec(sctx, `UPDATE outbox
 		SET last_error = $3, available_at = $4, dead_at = $5, leased_until = NULL, lease_owner = NULL
 		WHERE id = $1 AND lease_owner = $2 AND delivered_at IS NULL`,
 		m.ID, token, truncate(derr.Error(), 1000), next, deadAt)
@@ -347,6 +358,8 @@ func (w *Worker) release(ctx context.Context, token string, msgs []claimed) erro
 	for i, m := range msgs {
 		ids[i] = m.ID
 	}
+	ctx, cancel := context.WithTimeout(ctx, statementTimeout)
+	defer cancel()
 	_, err := w.Pool.Exec(ctx, `UPDATE outbox
 		SET available_at = $3, leased_until = NULL, lease_owner = NULL, attempts = attempts - 1
 		WHERE id = ANY($1) AND lease_owner = $2 AND delivered_at IS NULL`, ids, token, w.Now())
