@@ -9,7 +9,7 @@ import (
 )
 
 func TestOutboxDefaults(t *testing.T) {
-	c, err := load(nil)
+	c, err := load(dev(nil))
 	require.NoError(t, err)
 	o := c.Outbox
 	assert.Equal(t, 500, o.MaxAttempts)
@@ -43,7 +43,7 @@ func TestOutboxSettings(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := load(tc.env)
+			_, err := load(dev(tc.env))
 			if tc.wantErr == "" {
 				require.NoError(t, err)
 				return
