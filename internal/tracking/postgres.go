@@ -41,7 +41,11 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 	if err != nil {
 		return fmt.Errorf("migration locker: %w", err)
 	}
-	provider, err := goose.NewProvider(goose.DialectPostgres, db, migrations.FS, goose.WithSessionLocker(locker))
+	// Out of order: migration numbers are reserved in blocks per change, so a
+	// database may already hold a higher number than one that lands later;
+	// each migration stands alone, and goose applies the missing ones.
+	provider, err := goose.NewProvider(goose.DialectPostgres, db, migrations.FS,
+		goose.WithSessionLocker(locker), goose.WithAllowOutofOrder(true))
 	if err != nil {
 		return fmt.Errorf("migration provider: %w", err)
 	}
