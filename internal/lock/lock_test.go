@@ -93,51 +93,116 @@ func TestContentionOnlyOneOfNWins(t *testing.T) {
 	require.NoError(t, l.Release(context.Background()))
 }
 
+// manualClock is a lock client's clock that moves only when the test says
+// (Options.Now): the lease tests decide what "a whole lease has passed"
+// means on the observer's clock, so they hold however slow the machine is
+// (-race on two busy cores) and never sleep to make time pass.
+type manualClock struct {
+	mu    sync.Mutex
+	now   time.Time
+	reads int
+}
+
+func newManualClock() *manualClock { return &manualClock{now: time.Now()} }
+
+func (c *manualClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.reads++
+	return c.now
+}
+
+func (c *manualClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// Reads is how often the client looked at the clock: once per acquire
+// attempt that found the lock held.
+func (c *manualClock) Reads() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.reads
+}
+
+func (e env) clientAt(owner string, lease, heartbeat time.Duration, clock *manualClock) *lock.Client {
+	return lock.New(e.db, e.table, lock.Options{Owner: owner, Lease: lease, Heartbeat: heartbeat, Log: quiet, Now: clock.Now})
+}
+
+// eventually waits for cond, polling; the deadline is far beyond any normal
+// duration: it only bounds a broken run.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestHeartbeatKeepsTheLockPastItsLease: as long as the holder heartbeats,
+// a contender never takes over, however much time passes on the
+// contender's clock between its looks: each heartbeat replaces the RVN, and
+// only an RVN unchanged for a whole lease means a dead holder.
 func TestHeartbeatKeepsTheLockPastItsLease(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	const lease, beat = 300 * time.Millisecond, 40 * time.Millisecond
+	const lease, beat = 30 * time.Second, 20 * time.Millisecond
 	key := lock.Key("kept")
 	holder, err := e.client("holder", lease, beat).Acquire(context.Background(), key, true)
 	require.NoError(t, err)
-	first := e.rvn(t, key)
 
-	// A waiting contender polls for four leases and never gets it.
-	ctx, cancel := context.WithTimeout(context.Background(), 4*lease)
-	defer cancel()
-	_, err = e.client("contender", lease, beat).Acquire(ctx, key, false)
-	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	clock := newManualClock()
+	contender := e.clientAt("contender", lease, beat, clock)
+	for round := range 5 {
+		_, err = contender.Acquire(context.Background(), key, true)
+		require.ErrorIs(t, err, lock.ErrAlreadyLocked, "round %d", round)
+		// The RVN the contender saw, or a later one: RVNs never repeat, so
+		// a change from this one is a heartbeat after the contender's look.
+		seen := e.rvn(t, key)
+		// Two leases pass on the contender's clock while the holder beats
+		// at least once (event: the RVN in the table moved).
+		clock.Advance(2 * lease)
+		eventually(t, "a heartbeat", func() bool { return e.rvn(t, key) != seen })
+		_, err = contender.Acquire(context.Background(), key, true)
+		require.ErrorIs(t, err, lock.ErrAlreadyLocked, "round %d: a beating holder keeps the lock", round)
+	}
 	assert.True(t, holder.Valid())
 	assert.NoError(t, holder.Context().Err())
-	assert.NotEqual(t, first, e.rvn(t, key), "the heartbeat replaces the record version number")
 	require.NoError(t, holder.Release(context.Background()))
 	assert.Error(t, holder.Context().Err(), "released: the lock's context ends")
+	assert.False(t, holder.Valid())
 }
 
+// TestDeadHolderIsTakenOverOnlyAfterTheLease: a holder that stopped
+// heartbeating keeps its lock until the heir has watched the same RVN for a
+// whole lease on its own clock, and not a nanosecond less.
 func TestDeadHolderIsTakenOverOnlyAfterTheLease(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	const lease, beat = 400 * time.Millisecond, 50 * time.Millisecond
+	const lease, beat = 30 * time.Second, 20 * time.Millisecond
 	key := lock.Key("dead")
 	dead, err := e.client("dead", lease, beat).Acquire(context.Background(), key, true)
 	require.NoError(t, err)
 	dead.Abandon() // the process died: no more heartbeats, no release
 
-	heir := e.client("heir", lease, beat)
-	start := time.Now()
+	clock := newManualClock()
+	heir := e.clientAt("heir", lease, beat, clock)
 	_, err = heir.Acquire(context.Background(), key, true)
 	require.ErrorIs(t, err, lock.ErrAlreadyLocked, "fail-if-locked: the first sight only starts the watch")
 
-	// Fail-if-locked again before a lease has passed: still refused.
-	time.Sleep(lease / 2)
-	_, err = heir.Acquire(context.Background(), key, true)
-	require.ErrorIs(t, err, lock.ErrAlreadyLocked)
-
-	// After a whole lease with the same RVN, the takeover succeeds.
-	time.Sleep(lease/2 + 20*time.Millisecond)
+	for _, step := range []time.Duration{lease / 2, lease/2 - time.Nanosecond} {
+		clock.Advance(step)
+		_, err = heir.Acquire(context.Background(), key, true)
+		require.ErrorIs(t, err, lock.ErrAlreadyLocked, "less than a lease watched: still refused")
+	}
+	// A whole lease with the same RVN: the takeover succeeds.
+	clock.Advance(time.Nanosecond)
 	l, err := heir.Acquire(context.Background(), key, true)
 	require.NoError(t, err)
-	assert.GreaterOrEqual(t, time.Since(start), lease)
 
 	// The dead holder, were it to wake up, can no longer release it.
 	assert.ErrorIs(t, dead.Release(context.Background()), lock.ErrNotOwner)
@@ -147,12 +212,30 @@ func TestDeadHolderIsTakenOverOnlyAfterTheLease(t *testing.T) {
 		d2, err := e.client("dead2", lease, beat).Acquire(context.Background(), key, true)
 		require.NoError(t, err)
 		d2.Abandon()
-		start := time.Now()
-		ctx, cancel := context.WithTimeout(context.Background(), 5*lease)
-		defer cancel()
-		l, err := e.client("waiter", lease, beat).Acquire(ctx, key, false)
-		require.NoError(t, err)
-		assert.GreaterOrEqual(t, time.Since(start), lease)
+		clock := newManualClock()
+		waiter := e.clientAt("waiter", lease, beat, clock)
+		got := make(chan error, 1)
+		var l *lock.Lock
+		go func() {
+			var err error
+			l, err = waiter.Acquire(context.Background(), key, false)
+			got <- err
+		}()
+		// It polls (each poll reads its clock) and keeps waiting while no
+		// lease has passed on its clock.
+		eventually(t, "three polls", func() bool { return clock.Reads() >= 3 })
+		select {
+		case err := <-got:
+			t.Fatalf("took the lock before a lease had passed: %v", err)
+		default:
+		}
+		clock.Advance(lease)
+		select {
+		case err := <-got:
+			require.NoError(t, err)
+		case <-time.After(30 * time.Second):
+			t.Fatal("the waiting acquire did not take over")
+		}
 		require.NoError(t, l.Release(context.Background()))
 	})
 }
@@ -180,7 +263,7 @@ func TestHolderNoticesALostLock(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	key := lock.Key("stolen")
-	held, err := e.client("victim", 2*time.Second, 30*time.Millisecond).Acquire(context.Background(), key, true)
+	held, err := e.client("victim", 30*time.Second, 20*time.Millisecond).Acquire(context.Background(), key, true)
 	require.NoError(t, err)
 	// An operator deletes the record (the stuck-lock runbook): the next
 	// heartbeat's condition fails and work under the lock is cancelled.
@@ -189,9 +272,10 @@ func TestHolderNoticesALostLock(t *testing.T) {
 		Key:       map[string]types.AttributeValue{"PartitionKey": &types.AttributeValueMemberS{Value: key}},
 	})
 	require.NoError(t, err)
+	// The next heartbeat (20 ms) notices; the wait only bounds a broken run.
 	select {
 	case <-held.Context().Done():
-	case <-time.After(2 * time.Second):
+	case <-time.After(30 * time.Second):
 		t.Fatal("the holder did not notice")
 	}
 	assert.False(t, held.Valid())
