@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime/debug"
 	"sort"
 	"strconv"
 	"strings"
@@ -236,13 +237,27 @@ func (w *Worker) deliver(ctx context.Context, token string, m claimed, deadline 
 		return w.fail(ctx, token, m, errors.New("lease expired without a result"), true)
 	}
 	dctx, cancel := context.WithDeadline(ctx, deadline)
-	derr := w.Deliver(dctx, m.Message)
+	derr := w.call(dctx, m.Message)
 	cancel()
 	if derr == nil {
 		return w.succeed(ctx, m)
 	}
 	dead := (w.MaxAttempts > 0 && m.Attempts+1 >= w.MaxAttempts) || (w.MaxAge > 0 && w.Now().Sub(m.since) >= w.MaxAge)
 	return w.fail(ctx, token, m, derr, dead)
+}
+
+// call runs the consumer; a panic is a failed attempt (logged with its
+// stack), not the end of the worker, so a poison message reaches its limits
+// and becomes a dead letter instead of crashing every replica in turn.
+func (w *Worker) call(ctx context.Context, m Message) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			w.Log.Error("outbox consumer panicked", "topic", w.Topic, "message_id", m.ID, "panic", fmt.Sprint(r),
+				"stack", string(debug.Stack()))
+			err = fmt.Errorf("consumer panicked: %v", r)
+		}
+	}()
+	return w.Deliver(ctx, m)
 }
 
 // spent reports whether m is past its limits before this attempt: its

@@ -277,3 +277,25 @@ func TestPruneDeliveredRemovesOnlyRowsPastRetention(t *testing.T) {
 	_, err = store.PruneDelivered(ctx, 0, 3)
 	assert.Error(t, err, "a zero retention is refused")
 }
+
+// A consumer that panics fails its attempt instead of killing the worker;
+// the message reaches its limit and becomes a dead letter.
+func TestPanickingConsumerFailsTheAttempt(t *testing.T) {
+	pool := testenv.Postgres(t)
+	ctx := context.Background()
+	enqueue(t, pool, "email", 1, time.Now())
+	now := time.Now()
+	tries := 0
+	w := &outbox.Worker{Pool: pool, Topic: "email", Log: quiet, MaxAttempts: 2, Now: func() time.Time { return now },
+		Deliver: func(context.Context, outbox.Message) error { tries++; panic("bad template") }}
+	for range 3 {
+		_, err := w.DeliverDue(ctx)
+		require.NoError(t, err)
+		now = now.Add(time.Hour)
+	}
+	assert.Equal(t, 2, tries)
+	list, _, err := outbox.NewStore(pool, quiet, nil).ListDead(ctx, "email", outbox.DeadCursor{}, 10)
+	require.NoError(t, err)
+	require.Len(t, list, 1)
+	assert.Contains(t, list[0].LastError, "consumer panicked: bad template")
+}
