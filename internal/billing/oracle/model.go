@@ -199,6 +199,11 @@ func (s *Sub) open() int {
 // next day's job: today's may have run before the announcement).
 func (s *Sub) remind(p *Period, today Date) {
 	s.unremind(p, today)
+	for _, r := range s.reminders {
+		if r.Period == p.Scheduled && r.PayDate == p.Charge {
+			return // this charge date was announced already (before a pause, a move back)
+		}
+	}
 	due := p.Charge.AddDays(-s.cfg.ReminderDays)
 	r := Reminder{Period: p.Scheduled, PayDate: p.Charge, From: due, To: due}
 	if due <= today {
@@ -248,12 +253,13 @@ func (s *Sub) Rule() Rule { return s.rule }
 func (s *Sub) Cancelled() bool { return s.cancelled }
 
 // Pause skips the next n periods without an attempt (YEARLY: the next one
-// when it falls within n months); nothing shifts.
+// when it falls within n months); nothing shifts. A pause that would skip
+// nothing is refused.
 func (s *Sub) Pause(today Date, n int) error {
 	if s.cancelled || n < 1 {
 		return ErrRefused
 	}
-	limit := AddMonths(today, n)
+	limit, want := AddMonths(today, n), n
 	for _, p := range s.periods {
 		if n == 0 {
 			break
@@ -267,6 +273,9 @@ func (s *Sub) Pause(today Date, n int) error {
 		p.set(Paused)
 		s.unremind(p, today)
 		n--
+	}
+	if n == want {
+		return fmt.Errorf("%w: no period within %d months", ErrRefused, want)
 	}
 	return nil
 }

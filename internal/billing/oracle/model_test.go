@@ -239,11 +239,21 @@ func TestPauseSkipsNPeriodsAndResumeReschedules(t *testing.T) {
 	assert.Contains(t, w.remind, "2024-04-03 2024-04-10")
 	assert.NotContains(t, w.remind, "2024-02-03 2024-02-10", "none for a skipped period")
 
+	// Announced, paused, resumed: no second reminder for the same date.
+	w = newWorld(t, Rule{Day: 10}, "2024-01-02", NoDate)
+	w.until("2024-01-05")
+	require.NoError(t, w.s.Pause(w.day, 1))
+	w.until("2024-01-06")
+	require.NoError(t, w.s.Resume(w.day))
+	w.until("2024-01-10")
+	assert.Equal(t, []string{"2024-01-03 2024-01-10"}, w.remind)
+	assert.Equal(t, []string{"2024-01-10"}, w.chargeDays())
+
 	// YEARLY: the next period when it falls within N months.
 	w = newWorld(t, Rule{Term: Yearly, Day: 1}, "2024-01-02", NoDate)
 	w.until("2024-03-01")
-	require.NoError(t, w.s.Pause(w.day, 1))
-	assert.Equal(t, Scheduled, w.s.Period(d("2025-02-01")).Status, "Feb 1 2025 is not within one month of Mar 1")
+	assert.ErrorIs(t, w.s.Pause(w.day, 1), ErrRefused, "Feb 1 2025 is not within one month of Mar 1: nothing to pause")
+	assert.Equal(t, Scheduled, w.s.Period(d("2025-02-01")).Status)
 	require.NoError(t, w.s.Pause(w.day, 12))
 	assert.Equal(t, Paused, w.s.Period(d("2025-02-01")).Status)
 	assert.Equal(t, Scheduled, w.s.Period(d("2026-02-01")).Status)
