@@ -60,7 +60,9 @@ type Subscription struct {
 	StripeAccount    string  `json:"stripe_account"`
 	Customer         string  `json:"customer"`
 	PaymentMethod    string  `json:"payment_method"`
-	PausedUntil      *string `json:"paused_until,omitempty"`
+	// PausedUntil is the scheduled date of the last PAUSED period of a
+	// pause; next_payment_date is the first charge after it.
+	PausedUntil *string `json:"paused_until,omitempty"`
 }
 
 // Receipt is the JSON shape of a receipt (DESIGN §4, Contract), plus the

@@ -14,8 +14,8 @@ import (
 )
 
 // collectEntry acts on one payments-index entry of an account whose lock is
-// held: a subscription whose payment is due, a failed period whose retry is
-// due, or a pause that ends.
+// held: a subscription whose next period is due (to charge, or to skip when
+// paused), or a failed period whose retry is due.
 func (s *Service) collectEntry(ctx context.Context, l *lock.Lock, e IndexEntry, date dates.Date, rep *Report) error {
 	switch {
 	case strings.HasPrefix(e.SK, prefixSub):
@@ -28,35 +28,33 @@ func (s *Service) collectEntry(ctx context.Context, l *lock.Lock, e IndexEntry, 
 			return err
 		}
 		var due *Period
-		if found && p.BillingDate.Equal(sub.NextPaymentDate) {
+		if found && p.BillingDate.Equal(sub.NextPeriodDate) {
 			due = &p
 		}
 		return s.collectDue(ctx, l, sub, due, date, rep)
 	case strings.HasPrefix(e.SK, prefixPeriod):
 		return s.retryEntry(ctx, l, e, date, rep)
-	case strings.HasPrefix(e.SK, prefixResume):
-		return s.resumeEntry(ctx, l, e, date, rep)
 	}
 	rep.add(func(r *Report) { r.Skipped++ })
 	return nil
 }
 
-// collectDue charges a subscription's next payment if it is due by date,
-// and keeps going while the next one is due too (catching up after days
-// the job did not run).
-// due, when known, is the period of sub's next payment as read with it.
+// collectDue acts on a subscription's next period if it is due by date
+// (charges it, or skips it when paused), and keeps going while the next one
+// is due too (catching up after days the job did not run).
+// due, when known, is the subscription's next period as read with it.
 func (s *Service) collectDue(ctx context.Context, l *lock.Lock, sub Subscription, due *Period, date dates.Date, rep *Report) error {
 	for range 48 {
 		today := s.today(sub)
-		dueDate := sub.NextPaymentDate
-		if sub.Status != SubActive || dueDate.IsZero() || dueDate.After(date) || dueDate.After(today) {
+		cursor, dueDate := sub.NextPeriodDate, sub.DueDate
+		if sub.Status == SubCancelled || dueDate.IsZero() || dueDate.After(date) || dueDate.After(today) {
 			rep.add(func(r *Report) { r.Skipped++ })
 			return nil
 		}
 		next, moved, err := s.collectFirst(ctx, l, sub, due, today, rep)
 		due = nil
-		if err != nil || !moved || next.NextPaymentDate.Equal(dueDate) || next.Status != SubActive ||
-			next.NextPaymentDate.After(date) || next.NextPaymentDate.After(today) {
+		if err != nil || !moved || next.NextPeriodDate.Equal(cursor) || next.Status == SubCancelled ||
+			next.DueDate.After(date) || next.DueDate.After(today) {
 			return err
 		}
 		sub = next
@@ -64,8 +62,8 @@ func (s *Service) collectDue(ctx context.Context, l *lock.Lock, sub Subscription
 	return nil
 }
 
-// collectFirst makes the first attempt on the period of sub's next payment,
-// or marks it STALE when it is too old to collect.
+// collectFirst makes the first attempt on sub's next period, or marks it
+// STALE when it is too old to collect, or PAUSED_SKIPPED when it is paused.
 // It returns the subscription as written when it moved on.
 func (s *Service) collectFirst(ctx context.Context, l *lock.Lock, sub Subscription, due *Period, today dates.Date, rep *Report) (Subscription, bool, error) {
 	var p Period
@@ -73,13 +71,39 @@ func (s *Service) collectFirst(ctx context.Context, l *lock.Lock, sub Subscripti
 		p = *due
 	} else {
 		var err error
-		p, err = s.store.GetPeriod(ctx, sub.AccountID, sub.SubscriptionID, sub.NextPaymentDate)
+		p, err = s.store.GetPeriod(ctx, sub.AccountID, sub.SubscriptionID, sub.NextPeriodDate)
 		switch {
 		case errors.Is(err, ErrNotFound):
-			p = newPeriod(sub, sub.NextPaymentDate, Scheduled, ProcInitial, "recreated", s.now())
+			p = newPeriod(sub, sub.NextPeriodDate, Scheduled, ProcInitial, "recreated", s.now())
 		case err != nil:
 			return sub, false, err
 		}
+	}
+	if p.Status == Paused {
+		// A paused period whose date came: skipped, and the subscription
+		// moves on (ACTIVE again after the last one).
+		now := s.now()
+		tx := s.store.NewTx(fmt.Sprintf("collect:%s:pause-skip", today), now)
+		p.Status, p.Process, p.UpdatedEvent, p.CompletionDate = PausedSkipped, ProcPause, "pause-skipped", now
+		tx.PutPeriod(&p, false)
+		if err := s.advance(ctx, tx, &sub, p.BillingDate, today, ProcPause, now); err != nil {
+			return sub, false, err
+		}
+		tx.PutSubscription(&sub)
+		if err := s.store.Commit(ctx, tx); err != nil {
+			if errors.Is(err, ErrConflict) {
+				rep.add(func(r *Report) { r.Skipped++ })
+				return sub, false, nil
+			}
+			return sub, false, fmt.Errorf("skip paused period: %w", err)
+		}
+		rep.add(func(r *Report) {
+			r.PausedSkipped++
+			if sub.Status == SubActive {
+				r.Resumed++
+			}
+		})
+		return sub, true, nil
 	}
 	if p.Status != Scheduled {
 		// Settled elsewhere (a webhook about a charge made outside this job):
@@ -88,7 +112,9 @@ func (s *Service) collectFirst(ctx context.Context, l *lock.Lock, sub Subscripti
 			"account", sub.AccountID, "subscription_id", sub.SubscriptionID, "billing_date", p.BillingDate.String(), "status", string(p.Status))
 		now := s.now()
 		tx := s.store.NewTx(s.cause("collect", p, today), now)
-		s.advance(tx, &sub, p.BillingDate, today, ProcInitial, now)
+		if err := s.advance(ctx, tx, &sub, p.BillingDate, today, ProcInitial, now); err != nil {
+			return sub, false, err
+		}
 		tx.PutSubscription(&sub)
 		if err := s.store.Commit(ctx, tx); err != nil {
 			if errors.Is(err, ErrConflict) {
@@ -99,12 +125,14 @@ func (s *Service) collectFirst(ctx context.Context, l *lock.Lock, sub Subscripti
 		rep.add(func(r *Report) { r.Skipped++ })
 		return sub, true, nil
 	}
-	if s.cfg.Retry.IsStale(p.BillingDate, today) && p.InFlightKey == "" {
+	if s.cfg.Retry.IsStale(p.Due(), today) && p.InFlightKey == "" {
 		now := s.now()
 		tx := s.store.NewTx(s.cause("collect", p, today), now)
 		p.Status, p.Process, p.UpdatedEvent, p.CompletionDate = Stale, ProcInitial, "stale", now
 		tx.PutPeriod(&p, false)
-		s.advance(tx, &sub, p.BillingDate, today, ProcInitial, now)
+		if err := s.advance(ctx, tx, &sub, p.BillingDate, today, ProcInitial, now); err != nil {
+			return sub, false, err
+		}
 		tx.PutSubscription(&sub)
 		if err := s.store.Commit(ctx, tx); err != nil {
 			return sub, false, fmt.Errorf("mark stale: %w", err)
@@ -160,16 +188,17 @@ func (s *Service) attempt(ctx context.Context, l *lock.Lock, sub Subscription, p
 			}
 			return sub, false, fmt.Errorf("claim: %w", err)
 		}
-	} else if sub.Status != SubActive {
+	} else if sub.Status == SubCancelled {
 		// Cannot happen: changes are refused while an attempt is in flight.
-		s.log.Error("billing job: attempt in flight on a subscription that is not ACTIVE; not charging",
+		s.log.Error("billing job: attempt in flight on a CANCELLED subscription; not charging",
 			"account", p.AccountID, "subscription_id", p.SubscriptionID, "billing_date", p.BillingDate.String())
 		rep.add(func(r *Report) { r.Unreconciled++ })
 		return sub, false, nil
 	}
 	// A rerun of an attempt in flight reuses its claim: the subscription was
 	// re-read under the lock, and no change is accepted while an attempt is
-	// in flight, so it is still ACTIVE.
+	// in flight, so it is as it was charged (ACTIVE, or PAUSED for the retry
+	// of a period charged before the pause).
 	if err := s.step("claimed", p); err != nil {
 		return sub, false, err
 	}
@@ -216,7 +245,9 @@ func (s *Service) attempt(ctx context.Context, l *lock.Lock, sub Subscription, p
 		return sub, false, err
 	}
 	tx := s.store.NewTx(s.cause("collect", p, today), now)
-	s.record(tx, &sub, &p, res, proc, today, today, now)
+	if err := s.record(ctx, tx, &sub, &p, res, proc, today, today, now); err != nil {
+		return sub, false, err
+	}
 	if err := s.store.Commit(ctx, tx); err != nil {
 		return sub, false, fmt.Errorf("record attempt (the charge is in Stripe; a rerun or its webhook records it): %w", err)
 	}
@@ -235,8 +266,8 @@ func (s *Service) attempt(ctx context.Context, l *lock.Lock, sub Subscription, p
 
 // record writes the outcome of an attempt into tx: the period's new status,
 // a receipt for a success, and the subscription moved on when this was the
-// first attempt on its next payment.
-func (s *Service) record(tx *Tx, sub *Subscription, p *Period, res ChargeResult, proc Process, today, processed dates.Date, now time.Time) {
+// first attempt on its next period.
+func (s *Service) record(ctx context.Context, tx *Tx, sub *Subscription, p *Period, res ChargeResult, proc Process, today, processed dates.Date, now time.Time) error {
 	p.Attempts++
 	p.InFlightKey, p.InFlightAt = "", time.Time{}
 	p.Process = proc
@@ -251,22 +282,36 @@ func (s *Service) record(tx *Tx, sub *Subscription, p *Period, res ChargeResult,
 	case Processing:
 		p.Status, p.UpdatedEvent, p.Error, p.NextAttemptDate = ACHSent, "ach-sent", "", dates.Date{}
 	default:
-		next, _ := s.cfg.Retry.NextAttempt(p.BillingDate, today)
+		next, _ := s.cfg.Retry.NextAttempt(p.Due(), today)
 		p.Status, p.UpdatedEvent, p.Error, p.NextAttemptDate = Error, "attempt-failed", res.Error, next
 	}
 	tx.PutPeriod(p, false)
-	subChanged := false
-	if sub.Status == SubActive && sub.NextPaymentDate.Equal(p.BillingDate) {
-		s.advance(tx, sub, p.BillingDate, today, proc, now)
-		subChanged = true
+	return s.movedOn(ctx, tx, sub, *p, today, proc, now)
+}
+
+// movedOn updates sub after a charge of p was recorded (by a job or a
+// webhook): the last charged period and the last payment, and the cursor
+// moves past p when p was the next period.
+func (s *Service) movedOn(ctx context.Context, tx *Tx, sub *Subscription, p Period, today dates.Date, proc Process, now time.Time) error {
+	changed := false
+	if sub.Status != SubCancelled && sub.NextPeriodDate.Equal(p.BillingDate) {
+		if err := s.advance(ctx, tx, sub, p.BillingDate, today, proc, now); err != nil {
+			return err
+		}
+		changed = true
 	}
-	if p.Status == Completed && p.BillingDate.After(sub.LastPaymentDate) {
-		sub.LastPaymentDate = p.BillingDate
-		subChanged = true
+	if p.BillingDate.After(sub.LastChargedPeriod) {
+		sub.LastChargedPeriod = p.BillingDate
+		changed = true
 	}
-	if subChanged {
+	if (p.Status == Completed || p.Status == Refunded) && p.Due().After(sub.LastPaymentDate) {
+		sub.LastPaymentDate = p.Due()
+		changed = true
+	}
+	if changed {
 		tx.PutSubscription(sub)
 	}
+	return nil
 }
 
 // complete marks p COMPLETED and writes its receipt.
@@ -312,14 +357,12 @@ func (s *Service) retryEntry(ctx context.Context, l *lock.Lock, e IndexEntry, da
 		return err
 	case sub.Status == SubCancelled:
 		p.Status, p.Process, p.UpdatedEvent, p.CompletionDate, p.NextAttemptDate = Cancelled, ProcRetry, "cancelled", now, dates.Date{}
-	case s.cfg.Retry.IsStale(p.BillingDate, today):
+	case s.cfg.Retry.IsStale(p.Due(), today):
 		p.Status, p.Process, p.UpdatedEvent, p.CompletionDate, p.NextAttemptDate = Stale, ProcRetry, "stale", now, dates.Date{}
 		rep.add(func(r *Report) { r.Stale++ })
-	case sub.Status == SubPaused:
-		p.NextAttemptDate, _ = s.cfg.Retry.NextAttempt(p.BillingDate, today)
-		p.Process, p.UpdatedEvent = ProcRetry, "retry-deferred-paused"
-		rep.add(func(r *Report) { r.Skipped++ })
 	default:
+		// A pause is about periods not yet charged: a failed period's
+		// retries go on.
 		_, _, err := s.attempt(ctx, l, sub, p, ProcRetry, today, rep)
 		return err
 	}
@@ -328,37 +371,4 @@ func (s *Service) retryEntry(ctx context.Context, l *lock.Lock, e IndexEntry, da
 		return fmt.Errorf("update failed period: %w", err)
 	}
 	return nil
-}
-
-// resumeEntry ends a pause whose resume marker is due, then charges the
-// first period if it is already due.
-func (s *Service) resumeEntry(ctx context.Context, l *lock.Lock, e IndexEntry, date dates.Date, rep *Report) error {
-	m, err := s.store.GetResumeMarkerAt(ctx, e)
-	if errors.Is(err, ErrNotFound) {
-		rep.add(func(r *Report) { r.Skipped++ })
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	sub, err := s.store.GetSubscription(ctx, m.AccountID, m.SubscriptionID)
-	if err != nil {
-		return err
-	}
-	today := s.today(sub)
-	if m.TriggerDate.After(date) || m.TriggerDate.After(today) {
-		rep.add(func(r *Report) { r.Skipped++ })
-		return nil
-	}
-	if sub.Status != SubPaused {
-		tx := s.store.NewTx("resume", s.now())
-		tx.DeleteResumeMarker(m)
-		return s.store.Commit(ctx, tx)
-	}
-	sub, err = s.resume(ctx, sub, m.ResumeDate, ProcPause, "pause-resume", fmt.Sprintf("resume:%s", today))
-	if err != nil {
-		return err
-	}
-	rep.add(func(r *Report) { r.Resumed++ })
-	return s.collectDue(ctx, l, sub, nil, date, rep)
 }

@@ -177,7 +177,9 @@ func (s *Service) applyFeed(ctx context.Context, msg FeedMessage, date dates.Dat
 	case "payment_intent.processing":
 		switch {
 		case inFlight && (p.Status == Scheduled || p.Status == Error):
-			s.record(tx, &sub, &p, ChargeResult{Outcome: Processing, PaymentIntent: pi}, ProcWebhook, today, evDate, now)
+			if err := s.record(ctx, tx, &sub, &p, ChargeResult{Outcome: Processing, PaymentIntent: pi}, ProcWebhook, today, evDate, now); err != nil {
+				return err
+			}
 		default:
 			return nil // recorded already, or an older event
 		}
@@ -193,7 +195,9 @@ func (s *Service) applyFeed(ctx context.Context, msg FeedMessage, date dates.Dat
 			tx.PutPeriod(&p, false)
 			tx.PutPaymentRef(PaymentRef{PaymentIntent: pi, AccountID: p.AccountID, SubscriptionID: p.SubscriptionID, BillingDate: p.BillingDate})
 		case inFlight:
-			s.record(tx, &sub, &p, ChargeResult{Outcome: Succeeded, PaymentIntent: pi}, ProcWebhook, today, evDate, now)
+			if err := s.record(ctx, tx, &sub, &p, ChargeResult{Outcome: Succeeded, PaymentIntent: pi}, ProcWebhook, today, evDate, now); err != nil {
+				return err
+			}
 		default:
 			// Money moved: whatever the period's state, it is now collected.
 			if p.Status != ACHSent && p.Status != Error && p.Status != Scheduled {
@@ -204,17 +208,8 @@ func (s *Service) applyFeed(ctx context.Context, msg FeedMessage, date dates.Dat
 			s.complete(tx, &p, pi, evDate, now)
 			tx.PutPeriod(&p, false)
 			tx.PutPaymentRef(PaymentRef{PaymentIntent: pi, AccountID: p.AccountID, SubscriptionID: p.SubscriptionID, BillingDate: p.BillingDate})
-			subChanged := false
-			if sub.Status == SubActive && sub.NextPaymentDate.Equal(p.BillingDate) {
-				s.advance(tx, &sub, p.BillingDate, today, ProcWebhook, now)
-				subChanged = true
-			}
-			if p.BillingDate.After(sub.LastPaymentDate) {
-				sub.LastPaymentDate = p.BillingDate
-				subChanged = true
-			}
-			if subChanged {
-				tx.PutSubscription(&sub)
+			if err := s.movedOn(ctx, tx, &sub, p, today, ProcWebhook, now); err != nil {
+				return err
 			}
 		}
 	case "payment_intent.payment_failed":
@@ -222,9 +217,11 @@ func (s *Service) applyFeed(ctx context.Context, msg FeedMessage, date dates.Dat
 		action = &a
 		switch {
 		case inFlight && (p.Status == Scheduled || p.Status == Error):
-			s.record(tx, &sub, &p, ChargeResult{Outcome: Declined, PaymentIntent: pi, Error: msg.Error}, ProcWebhook, today, evDate, now)
+			if err := s.record(ctx, tx, &sub, &p, ChargeResult{Outcome: Declined, PaymentIntent: pi, Error: msg.Error}, ProcWebhook, today, evDate, now); err != nil {
+				return err
+			}
 		case p.Status == ACHSent && p.TransactionID == pi:
-			next, _ := s.cfg.Retry.NextAttempt(p.BillingDate, today)
+			next, _ := s.cfg.Retry.NextAttempt(p.Due(), today)
 			p.Status, p.Process, p.UpdatedEvent, p.Error, p.NextAttemptDate = Error, ProcWebhook, "ach-failed", msg.Error, next
 			if sub.Status == SubCancelled {
 				p.Status, p.NextAttemptDate, p.CompletionDate = Cancelled, dates.Date{}, now

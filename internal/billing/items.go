@@ -14,7 +14,6 @@ import (
 //	subscription    PK=ACC#<account>  SK=SUB#<subscription>#SKU#<sku>
 //	billing period  PK=ACC#<account>  SK=PER#<subscription>#<billing date>
 //	receipt         PK=ACC#<account>  SK=REC#<processed date>#SKU#<sku>#SUB#<subscription>#<billing date>
-//	resume marker   PK=ACC#<account>  SK=RESUME#<subscription>
 //	PI reference    PK=PI#<payment intent>  SK=PI#<payment intent>
 //
 // The receipt key extends the design's REC#<ProcessedDate>#SKU#<SKU> with
@@ -26,7 +25,6 @@ const (
 	prefixSub     = "SUB#"
 	prefixPeriod  = "PER#"
 	prefixReceipt = "REC#"
-	prefixResume  = "RESUME#"
 	prefixPI      = "PI#"
 
 	// NeverSentinel is the GSI sort value of a subscription that was never
@@ -48,18 +46,16 @@ func receiptSK(r Receipt) string {
 	return prefixReceipt + r.ProcessedDate.String() + "#SKU#" + r.SKU + "#SUB#" + r.SubscriptionID + "#" + r.BillingDate.String()
 }
 
-func resumeSK(sub string) string { return prefixResume + sub }
-
 func piKey(pi string) string { return prefixPI + pi }
 
 func historyPK(account, sub string) string { return accountPK(account) + "#SUB#" + sub }
 
-// historySK keys an entry by the period version its change produced. The
-// entry is written before the change; if the change then fails (a crash, a
-// lost race), the period stays at the previous version and whatever change
-// next produces that version overwrites the entry: the history never keeps
-// a change that did not happen, and a repeated change (a rerun, a
-// redelivered event) rewrites its own entry instead of adding one.
+// historySK keys an entry by the billing date and the period version its
+// change produced. Period records are never deleted (a period replaced by a
+// rule change stays as CANCELLED, and comes back at its next version if the
+// rule brings its date back), so versions never repeat; the entry is written
+// in the change's own transaction, conditioned on its key not existing: a
+// change that fails writes no entry, and no write ever replaces one.
 func historySK(e HistoryEntry) string {
 	return fmt.Sprintf("%s#%06d", e.BillingDate, e.Version)
 }
@@ -128,11 +124,15 @@ type subItem struct {
 	Timezone         string         `dynamodbav:"Timezone,omitempty"`
 	PaymentDetails   PaymentDetails `dynamodbav:"PaymentDetails"`
 	Status           string         `dynamodbav:"Status"`
+	StartDate        string         `dynamodbav:"StartDate,omitempty"`
+	NextPeriodDate   string         `dynamodbav:"NextPeriodDate,omitempty"`
+	DueDate          string         `dynamodbav:"DueDate,omitempty"`
 	NextPaymentDate  string         `dynamodbav:"NextPaymentDate,omitempty"`
 	NextReminderDate string         `dynamodbav:"NextReminderDate,omitempty"`
 	RemindFor        string         `dynamodbav:"RemindFor,omitempty"`
 	LastPaymentDate  string         `dynamodbav:"LastPaymentDate,omitempty"`
 	LastReminderDate string         `dynamodbav:"LastReminderDate,omitempty"`
+	LastCharged      string         `dynamodbav:"LastChargedPeriod,omitempty"`
 	ReminderPending  string         `dynamodbav:"ReminderPending,omitempty"`
 	PausedFrom       string         `dynamodbav:"PausedFrom,omitempty"`
 	PausedUntil      string         `dynamodbav:"PausedUntil,omitempty"`
@@ -146,43 +146,58 @@ type subItem struct {
 	GSI2SK           string         `dynamodbav:"GSI2SK,omitempty"`
 }
 
-// toSubItem renders s; the index keys follow from its state: only an ACTIVE
-// subscription is in the reminders and payments indexes.
+// toSubItem renders s; the index keys follow from its state: an ACTIVE or
+// PAUSED subscription is in the payments index on its due date (a paused
+// one, so that its PAUSED periods become PAUSED_SKIPPED as their dates
+// pass) and in the reminders index on its next reminder.
 func toSubItem(s Subscription, shards int) subItem {
 	it := subItem{
 		PK: accountPK(s.AccountID), SK: subSK(s.SubscriptionID, s.SKU), Type: "SUB",
 		AccountID: s.AccountID, SubscriptionID: s.SubscriptionID, SKU: s.SKU, Email: s.Email,
 		PaymentDay: s.PaymentDay, BillingWeek: s.BillingWeek, PaymentAmount: s.Amount, Currency: s.Currency,
 		Term: string(s.Term), Timezone: s.Timezone, PaymentDetails: s.PaymentDetails, Status: string(s.Status),
+		StartDate: s.StartDate.String(), NextPeriodDate: s.NextPeriodDate.String(), DueDate: s.DueDate.String(),
 		NextPaymentDate: s.NextPaymentDate.String(), NextReminderDate: s.NextReminderDate.String(),
 		RemindFor: s.RemindFor.String(), LastPaymentDate: s.LastPaymentDate.String(),
-		LastReminderDate: s.LastReminderDate.String(), ReminderPending: s.ReminderPending.String(),
-		PausedFrom: s.PausedFrom.String(), PausedUntil: s.PausedUntil.String(), PauseMonths: s.PauseMonths,
+		LastReminderDate: s.LastReminderDate.String(), LastCharged: s.LastChargedPeriod.String(),
+		ReminderPending: s.ReminderPending.String(),
+		PausedFrom:      s.PausedFrom.String(), PausedUntil: s.PausedUntil.String(), PauseMonths: s.PauseMonths,
 		CreatedAt: formatTime(s.CreatedAt), UpdatedAt: formatTime(s.UpdatedAt), Version: s.Version,
 	}
-	if s.Status == SubActive {
+	if s.Status == SubActive || s.Status == SubPaused {
 		shard := Shard(s.AccountID, shards)
 		if !s.NextReminderDate.IsZero() {
 			it.GSI1PK, it.GSI1SK = Partition(s.NextReminderDate, shard), orSentinel(s.LastReminderDate)
 		}
-		if !s.NextPaymentDate.IsZero() {
-			it.GSI2PK, it.GSI2SK = Partition(s.NextPaymentDate, shard), orSentinel(s.LastPaymentDate)
+		if !s.DueDate.IsZero() {
+			it.GSI2PK, it.GSI2SK = Partition(s.DueDate, shard), orSentinel(s.LastPaymentDate)
 		}
 	}
 	return it
 }
 
 func (it subItem) subscription() Subscription {
-	return Subscription{
+	sub := Subscription{
 		AccountID: it.AccountID, SubscriptionID: it.SubscriptionID, SKU: it.SKU, Email: it.Email,
 		PaymentDay: it.PaymentDay, BillingWeek: it.BillingWeek, Amount: it.PaymentAmount, Currency: it.Currency,
 		Term: dates.Term(it.Term), Timezone: it.Timezone, PaymentDetails: it.PaymentDetails, Status: SubStatus(it.Status),
+		StartDate: parseDate(it.StartDate), NextPeriodDate: parseDate(it.NextPeriodDate), DueDate: parseDate(it.DueDate),
 		NextPaymentDate: parseDate(it.NextPaymentDate), NextReminderDate: parseDate(it.NextReminderDate),
 		RemindFor: parseDate(it.RemindFor), LastPaymentDate: parseDate(it.LastPaymentDate),
-		LastReminderDate: parseDate(it.LastReminderDate), ReminderPending: parseDate(it.ReminderPending),
-		PausedFrom: parseDate(it.PausedFrom), PausedUntil: parseDate(it.PausedUntil), PauseMonths: it.PauseMonths,
+		LastReminderDate: parseDate(it.LastReminderDate), LastChargedPeriod: parseDate(it.LastCharged),
+		ReminderPending: parseDate(it.ReminderPending),
+		PausedFrom:      parseDate(it.PausedFrom), PausedUntil: parseDate(it.PausedUntil), PauseMonths: it.PauseMonths,
 		CreatedAt: parseTime(it.CreatedAt), UpdatedAt: parseTime(it.UpdatedAt), Version: it.Version,
 	}
+	// Items written before the cursor existed: the next payment was the
+	// next period, unmoved.
+	if sub.NextPeriodDate.IsZero() {
+		sub.NextPeriodDate = sub.NextPaymentDate
+	}
+	if sub.DueDate.IsZero() {
+		sub.DueDate = sub.NextPaymentDate
+	}
+	return sub
 }
 
 // periodItem is the stored billing period.
@@ -194,6 +209,7 @@ type periodItem struct {
 	SubscriptionID      string         `dynamodbav:"SubscriptionId"`
 	SKU                 string         `dynamodbav:"SKU"`
 	BillingDate         string         `dynamodbav:"BillingDate"`
+	ChargeDate          string         `dynamodbav:"ChargeDate,omitempty"`
 	PaymentAmount       int64          `dynamodbav:"PaymentAmount"`
 	Currency            string         `dynamodbav:"Currency"`
 	PaymentDetails      PaymentDetails `dynamodbav:"PaymentDetails"`
@@ -223,7 +239,7 @@ func toPeriodItem(p Period, shards int) periodItem {
 	it := periodItem{
 		PK: accountPK(p.AccountID), SK: periodSK(p.SubscriptionID, p.BillingDate), Type: "PER",
 		AccountID: p.AccountID, SubscriptionID: p.SubscriptionID, SKU: p.SKU, BillingDate: p.BillingDate.String(),
-		PaymentAmount: p.Amount, Currency: p.Currency, PaymentDetails: p.PaymentDetails, Email: p.Email,
+		ChargeDate: p.ChargeDate.String(), PaymentAmount: p.Amount, Currency: p.Currency, PaymentDetails: p.PaymentDetails, Email: p.Email,
 		BillingStatus: string(p.Status), Process: string(p.Process), UpdatedEvent: p.UpdatedEvent,
 		TransactionID: p.TransactionID, Error: p.Error, Attempts: p.Attempts,
 		InFlightKey: p.InFlightKey, InFlightAt: formatTime(p.InFlightAt), NextAttemptDate: p.NextAttemptDate.String(),
@@ -240,7 +256,7 @@ func toPeriodItem(p Period, shards int) periodItem {
 func (it periodItem) period() Period {
 	return Period{
 		AccountID: it.AccountID, SubscriptionID: it.SubscriptionID, SKU: it.SKU, BillingDate: parseDate(it.BillingDate),
-		Amount: it.PaymentAmount, Currency: it.Currency, PaymentDetails: it.PaymentDetails, Email: it.Email,
+		ChargeDate: parseDate(it.ChargeDate), Amount: it.PaymentAmount, Currency: it.Currency, PaymentDetails: it.PaymentDetails, Email: it.Email,
 		Status: Status(it.BillingStatus), Process: Process(it.Process), UpdatedEvent: it.UpdatedEvent,
 		TransactionID: it.TransactionID, Error: it.Error, Attempts: it.Attempts,
 		InFlightKey: it.InFlightKey, InFlightAt: parseTime(it.InFlightAt), NextAttemptDate: parseDate(it.NextAttemptDate),
@@ -282,46 +298,6 @@ func (it receiptItem) receipt() Receipt {
 		Amount: it.ProcessedAmount, Currency: it.Currency, PaymentIntent: it.PaymentIntent,
 		ExpiresAt: time.Unix(it.TTL, 0).UTC(),
 	}
-}
-
-// ResumeMarker schedules the automatic end of a pause: it sits in the
-// payments index on the date the collection job should resume the
-// subscription (the paused subscription itself has left both indexes).
-type ResumeMarker struct {
-	AccountID      string
-	SubscriptionID string
-	SKU            string
-	ResumeDate     dates.Date // end of the pause
-	TriggerDate    dates.Date // when the job resumes it
-	Version        int64
-}
-
-type resumeItem struct {
-	PK             string `dynamodbav:"PK"`
-	SK             string `dynamodbav:"SK"`
-	Type           string `dynamodbav:"Type"`
-	AccountID      string `dynamodbav:"AccountId"`
-	SubscriptionID string `dynamodbav:"SubscriptionId"`
-	SKU            string `dynamodbav:"SKU"`
-	ResumeDate     string `dynamodbav:"ResumeDate"`
-	TriggerDate    string `dynamodbav:"TriggerDate"`
-	Version        int64  `dynamodbav:"Version"`
-	GSI2PK         string `dynamodbav:"GSI2PK"`
-	GSI2SK         string `dynamodbav:"GSI2SK"`
-}
-
-func toResumeItem(m ResumeMarker, shards int) resumeItem {
-	return resumeItem{
-		PK: accountPK(m.AccountID), SK: resumeSK(m.SubscriptionID), Type: "RESUME", AccountID: m.AccountID,
-		SubscriptionID: m.SubscriptionID, SKU: m.SKU, ResumeDate: m.ResumeDate.String(),
-		TriggerDate: m.TriggerDate.String(), Version: m.Version,
-		GSI2PK: Partition(m.TriggerDate, Shard(m.AccountID, shards)), GSI2SK: resumeSK(m.SubscriptionID),
-	}
-}
-
-func (it resumeItem) marker() ResumeMarker {
-	return ResumeMarker{AccountID: it.AccountID, SubscriptionID: it.SubscriptionID, SKU: it.SKU,
-		ResumeDate: parseDate(it.ResumeDate), TriggerDate: parseDate(it.TriggerDate), Version: it.Version}
 }
 
 // PaymentRef maps a PaymentIntent back to its billing period, for Stripe

@@ -24,9 +24,11 @@ type Report struct {
 	Succeeded  int `json:"succeeded"`
 	Processing int `json:"processing"`
 	Declined   int `json:"declined"`
-	// Stale: periods given up on; Resumed: pauses ended.
-	Stale   int `json:"stale"`
-	Resumed int `json:"resumed"`
+	// Stale: periods given up on; PausedSkipped: paused periods whose date
+	// came; Resumed: pauses ended (after their last skipped period).
+	Stale         int `json:"stale"`
+	PausedSkipped int `json:"paused_skipped"`
+	Resumed       int `json:"resumed"`
 	// Skipped: entries with nothing to do (stale index reads, not due).
 	Skipped int `json:"skipped"`
 	// Locked: accounts whose lock another holder kept for the whole run.
@@ -64,8 +66,8 @@ type accountWork struct {
 }
 
 // Collect charges what is due on date (collect --date D): subscriptions
-// whose next payment is due, failed periods whose retry is due, pauses that
-// end. It reads the payments index partitions of date and the LookbackDays
+// whose next period is due (paused periods are skipped on their dates),
+// failed periods whose retry is due. It reads the payments index partitions of date and the LookbackDays
 // before it, shard by shard in parallel, and works account by account under
 // the account's lease lock.
 func (s *Service) Collect(ctx context.Context, date dates.Date) (*Report, error) {
@@ -189,8 +191,8 @@ func (s *Service) run(ctx context.Context, job string, date dates.Date, index st
 func (r *Report) summary() string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return fmt.Sprintf("entries=%d reminded=%d succeeded=%d processing=%d declined=%d stale=%d resumed=%d skipped=%d locked=%d unknown=%d unreconciled=%d errors=%d",
-		r.Entries, r.Reminded, r.Succeeded, r.Processing, r.Declined, r.Stale, r.Resumed, r.Skipped, r.Locked, r.Unknown, r.Unreconciled, r.Errors)
+	return fmt.Sprintf("entries=%d reminded=%d succeeded=%d processing=%d declined=%d stale=%d paused_skipped=%d resumed=%d skipped=%d locked=%d unknown=%d unreconciled=%d errors=%d",
+		r.Entries, r.Reminded, r.Succeeded, r.Processing, r.Declined, r.Stale, r.PausedSkipped, r.Resumed, r.Skipped, r.Locked, r.Unknown, r.Unreconciled, r.Errors)
 }
 
 // readShard reads one shard's partitions for date and the lookback days,

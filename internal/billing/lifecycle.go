@@ -115,10 +115,10 @@ func (s *Service) CreateSubscription(ctx context.Context, account string, in Cre
 		return Subscription{}, err
 	}
 	today := s.today(sub)
-	from := dates.Max(today.AddDays(1), in.StartDate)
-	first := sub.Rule().First(from)
-	sub.NextPaymentDate = first
-	s.scheduleReminder(&sub, first, today, true)
+	sub.StartDate = in.StartDate
+	first := sub.Rule().First(dates.Max(today.AddDays(1), in.StartDate))
+	p := newPeriod(sub, first, Scheduled, ProcInitial, "created", now)
+	s.point(&sub, p, today, true)
 
 	// Registered before the subscription exists, so the poller's account
 	// list always covers every account the table charges on.
@@ -127,7 +127,6 @@ func (s *Service) CreateSubscription(ctx context.Context, account string, in Cre
 	}
 	tx := s.store.NewTx("create:"+sub.SubscriptionID, now)
 	tx.PutSubscription(&sub)
-	p := newPeriod(sub, first, Scheduled, ProcInitial, "created", now)
 	tx.PutPeriod(&p, false)
 	if err := s.store.Commit(ctx, tx); err != nil {
 		if errors.Is(err, ErrConflict) {
@@ -176,7 +175,7 @@ func (s *Service) UpdateSubscription(ctx context.Context, account, subID string,
 		case "pause":
 			out, err = s.pause(ctx, sub, ch.Months, ch.Cause)
 		case "resume":
-			out, err = s.resume(ctx, sub, dates.Date{}, ProcPause, "pause-resume", ch.Cause)
+			out, err = s.resume(ctx, sub, ch.Cause)
 		case "cancel":
 			out, err = s.cancel(ctx, sub, ch.Cause)
 		case "waive":
@@ -208,14 +207,14 @@ func (s *Service) noAttemptInFlight(ctx context.Context, sub Subscription) ([]Pe
 	return periods, nil
 }
 
-// openPeriod reads the SCHEDULED period of the next payment, refusing one
-// with an attempt in flight (its outcome is not known yet).
+// openPeriod reads the subscription's next period (its cursor), refusing
+// one with an attempt in flight (its outcome is not known yet).
 func (s *Service) openPeriod(ctx context.Context, sub Subscription) (Period, error) {
-	p, err := s.store.GetPeriod(ctx, sub.AccountID, sub.SubscriptionID, sub.NextPaymentDate)
+	p, err := s.store.GetPeriod(ctx, sub.AccountID, sub.SubscriptionID, sub.NextPeriodDate)
 	if errors.Is(err, ErrNotFound) {
 		// Lost by an earlier crash between writes cannot happen (one
 		// transaction), but be lenient: recreate it.
-		return newPeriod(sub, sub.NextPaymentDate, Scheduled, ProcAdmin, "recreated", s.now()), nil
+		return newPeriod(sub, sub.NextPeriodDate, Scheduled, ProcAdmin, "recreated", s.now()), nil
 	}
 	if err != nil {
 		return Period{}, err
@@ -226,10 +225,12 @@ func (s *Service) openPeriod(ctx context.Context, sub Subscription) (Period, err
 	return p, nil
 }
 
-// pause skips every billing period in the window [next payment, +months):
-// the next period becomes PAUSED, the subscription leaves the indexes, and
-// a resume marker waits in the payments index for the day before the first
-// post-pause reminder. YEARLY subscriptions pause in whole years.
+// pause marks the next N periods not yet charged PAUSED (a YEARLY
+// subscription: its next period, when it falls within N months); the
+// collection job makes each PAUSED_SKIPPED on its date, and the
+// subscription is ACTIVE again after the last one. Nothing shifts: the
+// first period after the pause keeps its scheduled date and is announced
+// as usual.
 func (s *Service) pause(ctx context.Context, sub Subscription, months int, cause string) (Subscription, error) {
 	if sub.Status != SubActive {
 		return sub, invalid("only an ACTIVE subscription can be paused (it is %s)", sub.Status)
@@ -237,93 +238,100 @@ func (s *Service) pause(ctx context.Context, sub Subscription, months int, cause
 	if months < 1 || months > s.cfg.MaxPauseMonths {
 		return sub, invalid("months: 1 to %d", s.cfg.MaxPauseMonths)
 	}
-	if sub.Term == dates.Yearly && months%12 != 0 {
-		return sub, invalid("months: a YEARLY subscription pauses in multiples of 12")
-	}
-	p, err := s.openPeriod(ctx, sub)
+	cur, err := s.openPeriod(ctx, sub)
 	if err != nil {
 		return sub, err
 	}
-	now, today := s.now(), s.today(sub)
-	from := sub.NextPaymentDate
-	until := dates.AddMonthsClamped(from, months)
-	resumeAt := sub.Rule().FirstAfter(from, until.AddDays(-1))
-	trigger := dates.Max(dates.ReminderDate(resumeAt, s.cfg.ReminderDays, dates.Date{}).AddDays(-1), today.AddDays(1))
-
-	tx := s.store.NewTx(cause, now)
-	p.Status, p.Process, p.UpdatedEvent, p.PauseDurationMonths = Paused, ProcPause, "paused", months
-	tx.PutPeriod(&p, false)
-	sub.Status, sub.PausedFrom, sub.PausedUntil, sub.PauseMonths = SubPaused, from, until, months
-	sub.NextPaymentDate = resumeAt
-	s.scheduleReminder(&sub, resumeAt, today, true)
-	tx.PutSubscription(&sub)
-	m, err := s.store.GetResumeMarker(ctx, sub.AccountID, sub.SubscriptionID)
-	if err != nil && !errors.Is(err, ErrNotFound) {
-		return sub, err
+	if cur.Status != Scheduled {
+		return sub, fmt.Errorf("next period %s is %s: %w", cur.BillingDate, cur.Status, ErrConflict)
 	}
-	m.AccountID, m.SubscriptionID, m.SKU, m.ResumeDate, m.TriggerDate = sub.AccountID, sub.SubscriptionID, sub.SKU, until, trigger
-	tx.PutResumeMarker(&m)
+	now, today := s.now(), s.today(sub)
+	n := months
+	if sub.Term == dates.Yearly {
+		if limit := dates.AddMonthsClamped(today, months); cur.BillingDate.After(limit) {
+			return sub, invalid("the next period (%s) is not within %d months: nothing to pause", cur.BillingDate, months)
+		}
+		n = 1
+	}
+	rule := sub.Rule()
+	tx := s.store.NewTx(cause, now)
+	var first Period
+	for d, paused, steps := cur.BillingDate, 0, 0; paused < n; d, steps = rule.Next(d), steps+1 {
+		if steps > n+24 {
+			return sub, fmt.Errorf("pause: fewer than %d open periods after %s: %w", n, cur.BillingDate, ErrConflict)
+		}
+		p := cur
+		if paused > 0 {
+			p, err = s.store.GetPeriod(ctx, sub.AccountID, sub.SubscriptionID, d)
+			switch {
+			case errors.Is(err, ErrNotFound):
+				p = newPeriod(sub, d, Paused, ProcPause, "paused", now)
+			case err != nil:
+				return sub, err
+			case p.Status == Cancelled && p.Attempts == 0:
+				s.reopen(&p, sub, ProcPause, "paused")
+			case p.Status != Scheduled:
+				continue // ended already (waived ahead): not a period to pause
+			}
+		}
+		p.Status, p.Process, p.UpdatedEvent, p.PauseDurationMonths, p.ChargeDate = Paused, ProcPause, "paused", months, dates.Date{}
+		tx.PutPeriod(&p, false)
+		if paused == 0 {
+			first = p
+		}
+		sub.PausedUntil = d
+		paused++
+	}
+	sub.PausedFrom, sub.PauseMonths = first.BillingDate, months
+	s.point(&sub, first, today, true)
+	tx.PutSubscription(&sub)
 	if err := s.store.Commit(ctx, tx); err != nil {
 		return sub, fmt.Errorf("pause: %w", err)
 	}
 	return sub, nil
 }
 
-// resume ends a pause. at is the first date billing may resume (zero: the
-// day after today, a manual resume). Skipped periods become PAUSED_SKIPPED;
-// the first period on or after at is SCHEDULED.
-func (s *Service) resume(ctx context.Context, sub Subscription, at dates.Date, proc Process, event, cause string) (Subscription, error) {
+// resume ends a pause early: the PAUSED periods still in the future are
+// SCHEDULED again (and announced, BILLING_REMINDER_DAYS before or at once),
+// the ones whose date has come are PAUSED_SKIPPED.
+func (s *Service) resume(ctx context.Context, sub Subscription, cause string) (Subscription, error) {
 	if sub.Status != SubPaused {
 		return sub, invalid("only a PAUSED subscription can be resumed (it is %s)", sub.Status)
 	}
 	now, today := s.now(), s.today(sub)
-	if at.IsZero() {
-		at = today.AddDays(1)
-	}
 	rule := sub.Rule()
-	from := sub.PausedFrom
-	if from.IsZero() {
-		from = sub.NextPaymentDate
-	}
-	next := rule.FirstAfter(from, at.AddDays(-1))
 	tx := s.store.NewTx(cause, now)
-	first, err := s.store.GetPeriod(ctx, sub.AccountID, sub.SubscriptionID, from)
-	switch {
-	case errors.Is(err, ErrNotFound):
-		first = newPeriod(sub, from, Paused, ProcPause, "paused", now)
-	case err != nil:
-		return sub, err
-	}
-	if first.Status == Paused {
-		if next.Equal(from) {
-			first.Status, first.UpdatedEvent = Scheduled, event
+	var first *Period
+	for d := sub.NextPeriodDate; !d.After(sub.PausedUntil); d = rule.Next(d) {
+		p, err := s.store.GetPeriod(ctx, sub.AccountID, sub.SubscriptionID, d)
+		if errors.Is(err, ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return sub, err
+		}
+		if p.Status != Paused {
+			continue
+		}
+		p.Process = ProcPause
+		if d.After(today) {
+			p.Status, p.UpdatedEvent = Scheduled, "resumed"
+			if first == nil {
+				first = &p
+			}
 		} else {
-			first.Status, first.UpdatedEvent = PausedSkipped, "pause-skipped"
+			p.Status, p.UpdatedEvent, p.CompletionDate = PausedSkipped, "pause-skipped", now
 		}
-		first.Process = proc
-		if first.Status.Terminal() {
-			first.CompletionDate = now
-		}
-		tx.PutPeriod(&first, false)
+		tx.PutPeriod(&p, false)
 	}
-	for d := rule.Next(from); d.Before(next); d = rule.Next(d) {
-		skipped := newPeriod(sub, d, PausedSkipped, proc, "pause-skipped", now)
-		skipped.PauseDurationMonths, skipped.CompletionDate = sub.PauseMonths, now
-		tx.PutPeriod(&skipped, false)
-	}
-	if !next.Equal(from) {
-		np := newPeriod(sub, next, Scheduled, proc, event, now)
-		tx.PutPeriod(&np, false)
-	}
+	last := sub.PausedUntil
 	sub.Status, sub.PausedFrom, sub.PausedUntil, sub.PauseMonths = SubActive, dates.Date{}, dates.Date{}, 0
-	sub.NextPaymentDate = next
-	s.scheduleReminder(&sub, next, today, false)
-	tx.PutSubscription(&sub)
-	if m, err := s.store.GetResumeMarker(ctx, sub.AccountID, sub.SubscriptionID); err == nil {
-		tx.DeleteResumeMarker(m)
-	} else if !errors.Is(err, ErrNotFound) {
+	if first != nil {
+		s.point(&sub, *first, today, true)
+	} else if err := s.advance(ctx, tx, &sub, last, today, ProcPause, now); err != nil {
 		return sub, err
 	}
+	tx.PutSubscription(&sub)
 	if err := s.store.Commit(ctx, tx); err != nil {
 		return sub, fmt.Errorf("resume: %w", err)
 	}
@@ -355,11 +363,6 @@ func (s *Service) cancel(ctx context.Context, sub Subscription, cause string) (S
 	sub.Status = SubCancelled
 	sub.NextReminderDate, sub.RemindFor, sub.ReminderPending = dates.Date{}, dates.Date{}, dates.Date{}
 	tx.PutSubscription(&sub)
-	if m, err := s.store.GetResumeMarker(ctx, sub.AccountID, sub.SubscriptionID); err == nil {
-		tx.DeleteResumeMarker(m)
-	} else if !errors.Is(err, ErrNotFound) {
-		return sub, err
-	}
 	if err := s.store.Commit(ctx, tx); err != nil {
 		return sub, fmt.Errorf("cancel: %w", err)
 	}
@@ -367,7 +370,7 @@ func (s *Service) cancel(ctx context.Context, sub Subscription, cause string) (S
 }
 
 // waive forgives one period (SCHEDULED or ERROR) without payment. Waiving
-// the next payment moves the subscription on to the following one.
+// the next period moves the subscription on to the following one.
 func (s *Service) waive(ctx context.Context, sub Subscription, d dates.Date, cause string) (Subscription, error) {
 	if d.IsZero() {
 		return sub, invalid("billing_date is required to waive")
@@ -385,12 +388,21 @@ func (s *Service) waive(ctx context.Context, sub Subscription, d dates.Date, cau
 	if p.InFlightKey != "" {
 		return sub, fmt.Errorf("period %s has a collection attempt in flight: %w", d, ErrConflict)
 	}
-	now := s.now()
+	now, today := s.now(), s.today(sub)
 	tx := s.store.NewTx(cause, now)
 	p.Status, p.Process, p.UpdatedEvent, p.CompletionDate, p.NextAttemptDate = Waived, ProcAdmin, "waived", now, dates.Date{}
 	tx.PutPeriod(&p, false)
-	if sub.Status == SubActive && sub.NextPaymentDate.Equal(d) {
-		s.advance(tx, &sub, d, s.today(sub), ProcAdmin, now)
+	switch {
+	case sub.Status != SubCancelled && sub.NextPeriodDate.Equal(d):
+		if err := s.advance(ctx, tx, &sub, d, today, ProcAdmin, now); err != nil {
+			return sub, err
+		}
+		tx.PutSubscription(&sub)
+	case sub.Status != SubCancelled && sub.RemindFor.Equal(d):
+		// A period ahead of the cursor (scheduled again by a resume): no
+		// reminder for it; announce the one after.
+		next := sub.Rule().Next(d)
+		s.scheduleReminder(&sub, next, chargeDate(sub, next), today, true)
 		tx.PutSubscription(&sub)
 	}
 	if err := s.store.Commit(ctx, tx); err != nil {
@@ -399,11 +411,35 @@ func (s *Service) waive(ctx context.Context, sub Subscription, d dates.Date, cau
 	return sub, nil
 }
 
-// change applies field changes: amount (the subscription and its scheduled
-// period), payment day or Friday week (the next period moves within its
-// month, or to the next term when that day has passed), or an admin move of
-// the next period's billing date. A move changes the period's sort key: the
-// old record is deleted and the new one put in the same transaction.
+// replacedByRule reports a period a rule change cancelled (it is no
+// period of the subscription's rule any more).
+func replacedByRule(p Period) bool {
+	return p.Status == Cancelled && strings.HasPrefix(p.UpdatedEvent, "rule-changed")
+}
+
+// lastCharged is the scheduled date of the latest period a charge was made
+// for (whatever came of it), zero when none was.
+func lastCharged(sub Subscription, periods []Period) dates.Date {
+	last := sub.LastChargedPeriod
+	for _, p := range periods {
+		if (p.Attempts > 0 || p.InFlightKey != "" || p.TransactionID != "") && p.BillingDate.After(last) {
+			last = p.BillingDate
+		}
+	}
+	return last
+}
+
+// change applies field changes (DESIGN §8 "Billing schedule semantics"):
+//   - amount and payment method: the subscription and every period not yet
+//     charged (SCHEDULED and PAUSED; the payment method also reaches failed
+//     periods' retries), never a charge in flight;
+//   - payment day or Friday week (a rule change): the next period becomes
+//     the first date of the new rule at least one term after the last
+//     charged period's scheduled date (none charged: the first after today,
+//     on or after start_date); the replaced periods are CANCELLED;
+//   - next_payment_date (a move): that one period is charged on the new
+//     date, strictly between its neighbours' scheduled dates and not in the
+//     past; it keeps its scheduled date, and so do the periods after it.
 func (s *Service) change(ctx context.Context, sub Subscription, ch Change) (Subscription, error) {
 	if ch.Amount == nil && ch.PaymentMethod == nil && ch.PaymentDay == nil && ch.BillingWeek == nil && ch.NextPaymentDate.IsZero() {
 		return sub, invalid("nothing to change")
@@ -414,46 +450,69 @@ func (s *Service) change(ctx context.Context, sub Subscription, ch Change) (Subs
 	if sub.Status == SubCancelled {
 		return sub, invalid("the subscription is CANCELLED")
 	}
-	dateChange := ch.PaymentDay != nil || ch.BillingWeek != nil || !ch.NextPaymentDate.IsZero()
-	if dateChange && sub.Status != SubActive {
+	ruleChange := ch.PaymentDay != nil || ch.BillingWeek != nil
+	if (ruleChange || !ch.NextPaymentDate.IsZero()) && sub.Status != SubActive {
 		return sub, invalid("billing dates change only on an ACTIVE subscription (it is %s)", sub.Status)
+	}
+	if ruleChange && !ch.NextPaymentDate.IsZero() {
+		return sub, invalid("change the payment day or move the next payment, not both at once")
 	}
 	if ch.Amount != nil && (*ch.Amount < 1 || *ch.Amount > 99_999_999) {
 		return sub, invalid("amount: 1 to 99999999 minor units")
 	}
 	now, today := s.now(), s.today(sub)
-	tx := s.store.NewTx(ch.Cause, now)
-	var open Period
-	if sub.Status == SubActive {
-		var err error
-		if open, err = s.openPeriod(ctx, sub); err != nil {
-			return sub, err
+	periods, err := s.store.ListPeriods(ctx, sub.AccountID, sub.SubscriptionID)
+	if err != nil {
+		return sub, err
+	}
+	// Each period is written once, in its final state.
+	byDate := map[dates.Date]*Period{}
+	var order []dates.Date
+	touch := func(p Period) *Period {
+		if q, ok := byDate[p.BillingDate]; ok {
+			return q
+		}
+		byDate[p.BillingDate] = &p
+		order = append(order, p.BillingDate)
+		return &p
+	}
+	var cur *Period
+	for _, p := range periods {
+		if p.BillingDate.Equal(sub.NextPeriodDate) {
+			p := p
+			cur = &p
 		}
 	}
-	orig := open
-	if ch.Amount != nil {
-		sub.Amount = *ch.Amount
-		open.Amount = *ch.Amount
-		open.UpdatedEvent = "amount-changed"
+	if cur == nil {
+		p := newPeriod(sub, sub.NextPeriodDate, Scheduled, ProcAdmin, "recreated", now)
+		cur = touch(p)
 	}
-	if ch.PaymentMethod != nil {
-		sub.PaymentDetails.PaymentMethod = *ch.PaymentMethod
-		open.PaymentDetails.PaymentMethod = *ch.PaymentMethod
-		open.UpdatedEvent = "payment-method-changed"
-		// Failed periods are retried with the new payment method too.
-		periods, err := s.store.ListPeriods(ctx, sub.AccountID, sub.SubscriptionID)
-		if err != nil {
-			return sub, err
+
+	if ch.Amount != nil || ch.PaymentMethod != nil {
+		if ch.Amount != nil {
+			sub.Amount = *ch.Amount
 		}
-		for _, p := range periods {
-			if p.Status == Error {
-				p.PaymentDetails.PaymentMethod, p.Process, p.UpdatedEvent = *ch.PaymentMethod, ProcAdmin, "payment-method-changed"
-				tx.PutPeriod(&p, false)
+		if ch.PaymentMethod != nil {
+			sub.PaymentDetails.PaymentMethod = *ch.PaymentMethod
+		}
+		for _, p := range append(periods, *cur) {
+			open := p.Status == Scheduled || p.Status == Paused
+			if p.InFlightKey != "" || !(open || (p.Status == Error && ch.PaymentMethod != nil)) {
+				continue
 			}
+			q := touch(p)
+			if ch.Amount != nil && open && q.Amount != *ch.Amount {
+				q.Amount, q.UpdatedEvent = *ch.Amount, "amount-changed"
+			}
+			if ch.PaymentMethod != nil && q.PaymentDetails.PaymentMethod != *ch.PaymentMethod {
+				q.PaymentDetails.PaymentMethod, q.UpdatedEvent = *ch.PaymentMethod, "payment-method-changed"
+			}
+			q.Process = ProcAdmin
 		}
 	}
-	newDate := sub.NextPaymentDate
-	if ch.PaymentDay != nil || ch.BillingWeek != nil {
+
+	switch {
+	case ruleChange:
 		rule := sub.Rule()
 		if ch.PaymentDay != nil {
 			rule.Day, rule.Week = *ch.PaymentDay, 0
@@ -465,35 +524,71 @@ func (s *Service) change(ctx context.Context, sub Subscription, ch Change) (Subs
 			return sub, invalid("%v", err)
 		}
 		sub.PaymentDay, sub.BillingWeek = rule.Day, rule.Week
-		newDate = rule.InMonth(sub.NextPaymentDate.Year(), sub.NextPaymentDate.Month())
-		if !newDate.After(today) {
-			newDate = rule.Next(newDate)
+		lower := dates.Max(today.AddDays(1), sub.StartDate)
+		if last := lastCharged(sub, periods); !last.IsZero() {
+			lower = dates.Max(lower, dates.AddMonthsClamped(last, sub.Term.Months()))
 		}
+		next := rule.FirstOnOrAfter(cur.BillingDate, lower)
+		// Every period scheduled from the cursor on belongs to the old rule:
+		// cancelled, but for the new next period itself.
+		var target *Period
+		for _, p := range append(periods, *cur) {
+			if p.Status != Scheduled || p.InFlightKey != "" || p.BillingDate.Before(cur.BillingDate) {
+				continue
+			}
+			q := touch(p)
+			if q.BillingDate.Equal(next) {
+				target = q
+				continue
+			}
+			q.Status, q.Process, q.UpdatedEvent = Cancelled, ProcAdmin, "rule-changed-to-"+next.String()
+			q.ChargeDate, q.CompletionDate = dates.Date{}, now
+		}
+		if target == nil {
+			for _, p := range periods {
+				if p.BillingDate.Equal(next) {
+					if !replacedByRule(p) || p.Attempts > 0 {
+						return sub, fmt.Errorf("period %s exists and is %s: %w", next, p.Status, ErrConflict)
+					}
+					target = touch(p)
+					s.reopen(target, sub, ProcAdmin, "rule-changed-from-"+cur.BillingDate.String())
+				}
+			}
+		}
+		if target == nil {
+			target = touch(newPeriod(sub, next, Scheduled, ProcAdmin, "rule-changed-from-"+cur.BillingDate.String(), now))
+		}
+		target.ChargeDate = dates.Date{}
+		s.point(&sub, *target, today, true)
+	case !ch.NextPaymentDate.IsZero():
+		to := ch.NextPaymentDate
+		if cur.Status != Scheduled || cur.InFlightKey != "" {
+			return sub, fmt.Errorf("next period %s is %s: %w", cur.BillingDate, cur.Status, ErrConflict)
+		}
+		if to.Before(today) {
+			return sub, invalid("next_payment_date must not be in the past (today is %s)", today)
+		}
+		following := sub.Rule().Next(cur.BillingDate)
+		if !to.Before(following) {
+			return sub, invalid("next_payment_date must be before the following period (%s)", following)
+		}
+		for _, p := range periods {
+			if p.BillingDate.Before(cur.BillingDate) && !replacedByRule(p) && !to.After(p.BillingDate) {
+				return sub, invalid("next_payment_date must be after the previous period (%s)", p.BillingDate)
+			}
+		}
+		q := touch(*cur)
+		q.ChargeDate, q.Process, q.UpdatedEvent = to, ProcAdmin, "charge-date-moved-to-"+to.String()
+		if to.Equal(q.BillingDate) {
+			q.ChargeDate = dates.Date{}
+		}
+		// Announce the new date unless this period was announced already.
+		s.point(&sub, *q, today, !sub.RemindFor.After(q.BillingDate))
 	}
-	if !ch.NextPaymentDate.IsZero() {
-		newDate = ch.NextPaymentDate
-		if !newDate.After(today) {
-			return sub, invalid("next_payment_date must be after today (%s)", today)
-		}
-		if !newDate.Before(sub.Rule().Next(sub.NextPaymentDate)) {
-			return sub, invalid("next_payment_date must be before the following period (%s)", sub.Rule().Next(sub.NextPaymentDate))
-		}
-		if !sub.LastPaymentDate.IsZero() && !newDate.After(sub.LastPaymentDate) {
-			return sub, invalid("next_payment_date must be after the last payment (%s)", sub.LastPaymentDate)
-		}
-	}
-	switch {
-	case sub.Status == SubActive && !newDate.Equal(sub.NextPaymentDate):
-		tx.DeletePeriod(orig, "billing-date-changed-to-"+newDate.String())
-		moved := open
-		moved.BillingDate, moved.Version, moved.Process = newDate, 0, ProcAdmin
-		moved.UpdatedEvent = "billing-date-changed-from-" + sub.NextPaymentDate.String()
-		tx.PutPeriod(&moved, false)
-		sub.NextPaymentDate = newDate
-		s.scheduleReminder(&sub, newDate, today, true)
-	case sub.Status == SubActive && (ch.Amount != nil || ch.PaymentMethod != nil):
-		open.Process = ProcAdmin
-		tx.PutPeriod(&open, false)
+
+	tx := s.store.NewTx(ch.Cause, now)
+	for _, d := range order {
+		tx.PutPeriod(byDate[d], false)
 	}
 	tx.PutSubscription(&sub)
 	if err := s.store.Commit(ctx, tx); err != nil {

@@ -37,8 +37,11 @@ func TestPauseSkipsPeriodsAndResumesByItself(t *testing.T) {
 	assert.Equal(t, billing.SubPaused, sub.Status)
 	assert.Equal(t, "2024-04-20", sub.NextPaymentDate.String(), "Feb and Mar are skipped")
 	pk, sk := subKeys(sub)
-	assert.Empty(t, inIndex(t, e, dynamo.BillingPaymentsIndex, pk, sk), "a paused subscription leaves the payments index")
-	assert.Empty(t, inIndex(t, e, dynamo.BillingRemindersIndex, pk, sk), "and the reminders index")
+	shard := billing.Shard("acc-1", e.Store.Shards())
+	assert.Equal(t, []string{billing.Partition(d("2024-02-20"), shard)}, inIndex(t, e, dynamo.BillingPaymentsIndex, pk, sk),
+		"a paused subscription waits in the payments index for its paused period's date, to skip it")
+	assert.Equal(t, []string{billing.Partition(d("2024-04-13"), shard)}, inIndex(t, e, dynamo.BillingRemindersIndex, pk, sk),
+		"the first period after the pause is announced as usual")
 	assert.Equal(t, billing.Paused, period(t, e, sub, "2024-02-20").Status)
 
 	for day := d("2024-01-26"); !day.After(d("2024-04-21")); day = day.AddDays(1) {
@@ -83,8 +86,9 @@ func TestManualResumeAndCancel(t *testing.T) {
 		assert.Equal(t, billing.SubActive, got.Status)
 		assert.Equal(t, "2024-01-05", got.NextPaymentDate.String())
 		assert.Equal(t, billing.Scheduled, period(t, e, sub, "2024-01-05").Status)
-		_, err = e.Store.GetResumeMarker(ctx, "acc-1", sub.SubscriptionID)
-		assert.ErrorIs(t, err, billing.ErrNotFound)
+		for _, m := range []string{"2024-02-05", "2024-03-05"} {
+			assert.Equal(t, billing.Scheduled, period(t, e, sub, m).Status, "paused periods in the future are scheduled again")
+		}
 	})
 	t.Run("resume mid-pause skips what passed", func(t *testing.T) {
 		e.Clock.SetDate(d("2024-01-04"))
@@ -159,8 +163,7 @@ func TestChangePaymentDayMovesThePeriod(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "2024-01-31", got.NextPaymentDate.String())
 	assert.Equal(t, "2024-01-24", got.NextReminderDate.String(), "the new date is announced again")
-	_, err = e.Store.GetPeriod(ctx, "acc-1", sub.SubscriptionID, d("2024-01-15"))
-	assert.ErrorIs(t, err, billing.ErrNotFound, "the old sort key is gone")
+	assert.Equal(t, billing.Cancelled, period(t, e, sub, "2024-01-15").Status, "the replaced period ends CANCELLED")
 	moved := period(t, e, sub, "2024-01-31")
 	assert.Equal(t, billing.Scheduled, moved.Status)
 	assert.Equal(t, int64(2500), moved.Amount)
@@ -169,7 +172,7 @@ func TestChangePaymentDayMovesThePeriod(t *testing.T) {
 		inIndex(t, e, dynamo.BillingPaymentsIndex, pk, sk))
 	h := history(t, e, sub)
 	require.Len(t, statuses(h, "2024-01-15"), 2)
-	assert.Equal(t, "billing-date-changed-to-2024-01-31", h[1].UpdatedEvent)
+	assert.Equal(t, "rule-changed-to-2024-01-31", h[1].UpdatedEvent)
 
 	t.Run("a day already passed this month moves to the next term", func(t *testing.T) {
 		day := 5
@@ -185,7 +188,8 @@ func TestChangePaymentDayMovesThePeriod(t *testing.T) {
 		got, err = e.Service.GetSubscription(ctx, "acc-1", sub.SubscriptionID)
 		require.NoError(t, err)
 		assert.Equal(t, "2024-03-05", got.NextPaymentDate.String(), "the rule's day again afterwards")
-		for _, bad := range []string{"2024-02-07", "2024-04-05", "2024-01-01"} {
+		// The following period's date, and dates in the past.
+		for _, bad := range []string{"2024-04-05", "2024-01-01", "2024-02-06"} {
 			_, err = e.Service.UpdateSubscription(ctx, "acc-1", sub.SubscriptionID, billing.Change{NextPaymentDate: d(bad)})
 			assert.ErrorIs(t, err, billing.ErrInvalid, bad)
 		}

@@ -111,18 +111,42 @@ type Subscription struct {
 	PaymentDetails PaymentDetails
 	Status         SubStatus
 
+	// StartDate is the create request's start_date (zero: none): no period
+	// is ever scheduled before it.
+	StartDate dates.Date
+	// NextPeriodDate is the scheduled date of the period the collection job
+	// acts on next: the subscription's cursor. Its record exists (SCHEDULED,
+	// or PAUSED while a pause lasts) and is keyed by that scheduled date
+	// whatever date it is charged on. Later periods follow from the rule:
+	// Rule().Next of a period's scheduled date, never of its charge date.
+	NextPeriodDate dates.Date
+	// DueDate is when the job acts on that period: its charge date, or the
+	// scheduled date of a PAUSED one (it becomes PAUSED_SKIPPED then). The
+	// payments index is keyed on it.
+	DueDate dates.Date
+	// NextPaymentDate is the date of the next charge: the charge date of
+	// the next period, or of the first one after a pause (the API's
+	// next_payment_date).
 	NextPaymentDate  dates.Date
 	NextReminderDate dates.Date
-	// RemindFor is the payment date the pending reminder announces.
-	RemindFor        dates.Date
+	// RemindFor is the scheduled date of the period the pending reminder
+	// announces (one reminder per period; it announces the charge date).
+	RemindFor dates.Date
+	// LastPaymentDate is the charge date of the latest COMPLETED period.
 	LastPaymentDate  dates.Date
 	LastReminderDate dates.Date
+	// LastChargedPeriod is the scheduled date of the latest period a charge
+	// was made for (whatever its outcome): a rule change schedules the next
+	// period at least one term after it.
+	LastChargedPeriod dates.Date
 	// ReminderPending is set between the conditional claim of a reminder and
 	// its completion, so a crash in between resends (deduplicated).
 	ReminderPending dates.Date
 
-	// PausedFrom is the first skipped period of a pause, PausedUntil the end
-	// of its window.
+	// A pause: PausedFrom and PausedUntil are the scheduled dates of the
+	// first and the last PAUSED period (their records exist from the pause
+	// on); the subscription is PAUSED until the last one is skipped or it is
+	// resumed.
 	PausedFrom  dates.Date
 	PausedUntil dates.Date
 	PauseMonths int
@@ -155,7 +179,12 @@ type Period struct {
 	AccountID      string
 	SubscriptionID string
 	SKU            string
-	BillingDate    dates.Date
+	// BillingDate is the period's scheduled date: its identity (key,
+	// idempotency key, billing_date metadata) for good.
+	BillingDate dates.Date
+	// ChargeDate is the date an operator moved the charge to (zero: the
+	// scheduled date). Only this period moves; later ones keep their dates.
+	ChargeDate     dates.Date
 	Amount         int64
 	Currency       string
 	PaymentDetails PaymentDetails
@@ -183,6 +212,15 @@ type Period struct {
 	LastRunDate         time.Time
 	CompletionDate      time.Time
 	Version             int64
+}
+
+// Due is the date the period is charged on: its scheduled date, or the
+// date it was moved to.
+func (p Period) Due() dates.Date {
+	if p.ChargeDate.IsZero() {
+		return p.BillingDate
+	}
+	return p.ChargeDate
 }
 
 // Receipt records one successful charge.

@@ -11,8 +11,8 @@ import (
 )
 
 // remindEntry sends a due reminder: claim (conditional write naming the
-// payment it announces), notify (idempotent per subscription and payment
-// date), then move the reminder on to the following payment.
+// period it announces), notify (idempotent per subscription and payment
+// date), then move the reminder on to the following period.
 func (s *Service) remindEntry(ctx context.Context, _ *lock.Lock, e IndexEntry, date dates.Date, rep *Report) error {
 	if !strings.HasPrefix(e.SK, prefixSub) {
 		return nil
@@ -26,16 +26,24 @@ func (s *Service) remindEntry(ctx context.Context, _ *lock.Lock, e IndexEntry, d
 		return err
 	}
 	today := s.today(sub)
-	if sub.Status != SubActive || sub.NextReminderDate.IsZero() || sub.NextReminderDate.After(date) || sub.NextReminderDate.After(today) {
+	if sub.Status == SubCancelled || sub.NextReminderDate.IsZero() || sub.NextReminderDate.After(date) || sub.NextReminderDate.After(today) {
 		rep.add(func(r *Report) { r.Skipped++ })
 		return nil
 	}
+	// target is the period announced (its scheduled date), pay its charge
+	// date.
 	target := sub.RemindFor
 	if target.IsZero() {
-		target = sub.NextPaymentDate
+		target = sub.NextPeriodDate
+	}
+	pay := chargeDate(sub, target)
+	if target.Equal(sub.NextPeriodDate) && sub.Status == SubPaused {
+		// Cannot happen (a pause announces the period after it), but a
+		// paused period is never announced.
+		pay = dates.Date{}
 	}
 	now := s.now()
-	if !target.Before(today) {
+	if !pay.IsZero() && !pay.Before(today) {
 		if !sub.ReminderPending.Equal(target) {
 			sub.ReminderPending = target
 			claim := s.store.NewTx("remind", now)
@@ -48,7 +56,7 @@ func (s *Service) remindEntry(ctx context.Context, _ *lock.Lock, e IndexEntry, d
 				return fmt.Errorf("claim reminder: %w", err)
 			}
 		}
-		if err := s.notifier.Notify(ctx, reminderAction(sub, target, now)); err != nil {
+		if err := s.notifier.Notify(ctx, reminderAction(sub, pay, now)); err != nil {
 			return err
 		}
 		sent := date
@@ -62,7 +70,7 @@ func (s *Service) remindEntry(ctx context.Context, _ *lock.Lock, e IndexEntry, d
 	}
 	next := sub.Rule().Next(target)
 	sub.ReminderPending, sub.RemindFor = dates.Date{}, next
-	sub.NextReminderDate = dates.ReminderDate(next, s.cfg.ReminderDays, today.AddDays(1))
+	sub.NextReminderDate = dates.ReminderDate(chargeDate(sub, next), s.cfg.ReminderDays, today.AddDays(1))
 	tx := s.store.NewTx("remind", now)
 	tx.PutSubscription(&sub)
 	if err := s.store.Commit(ctx, tx); err != nil && !errors.Is(err, ErrConflict) {

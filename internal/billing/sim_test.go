@@ -107,13 +107,16 @@ func (s *sim) hook(step string, _ billing.Period) error {
 
 // decide is the fake Stripe's outcome for a new PaymentIntent, by the
 // customer's class; it also checks, at the moment of the charge, that the
-// charge is allowed: the subscription ACTIVE, the period open and not stale.
+// charge is allowed: the subscription ACTIVE (or PAUSED for a retry), the
+// period open and not stale.
 func (s *sim) decide(p billingtest.PI) billingtest.Behavior {
 	ctx := context.Background()
 	acc, subID, date := p.Metadata[billing.MetaAccount], p.Metadata[billing.MetaSubscription], p.Metadata[billing.MetaDate]
 	sub, per, found, err := s.e.Store.GetSubscriptionWithPeriod(ctx, billing.IndexEntry{PK: "ACC#" + acc,
 		SK: "SUB#" + subID + "#SKU#" + p.Metadata[billing.MetaSKU], Date: dates.MustParse(date)})
-	if err != nil || sub.Status != billing.SubActive {
+	// A pause is about periods not yet charged: the retries of a failed one
+	// go on while the subscription is PAUSED (DESIGN §8).
+	if err != nil || !(sub.Status == billing.SubActive || (sub.Status == billing.SubPaused && per.Status == billing.Error)) {
 		s.violate("charge %s for %s/%s while the subscription is %s (%v)", p.ID, subID, date, sub.Status, err)
 	}
 	if !found || (per.Status != billing.Scheduled && per.Status != billing.Error) || per.InFlightKey != p.IdempotencyKey {
@@ -544,7 +547,8 @@ func (s *sim) check() map[billing.Status]int {
 				}
 			}
 		}
-		assert.Contains(t, []billing.Status{billing.Scheduled, billing.PausedSkipped}, h[0].Status, "%s: starts SCHEDULED", k)
+		// A period ahead of the next one is created PAUSED by a pause.
+		assert.Contains(t, []billing.Status{billing.Scheduled, billing.Paused}, h[0].Status, "%s: starts SCHEDULED or PAUSED", k)
 		for _, pi := range attempts[k] {
 			want := billing.Error
 			switch pi.Status {
@@ -582,7 +586,12 @@ func allowed(from, to billing.Status) bool {
 	next := map[billing.Status][]billing.Status{
 		billing.Scheduled: {billing.Scheduled, billing.ACHSent, billing.Completed, billing.Error, billing.Waived,
 			billing.Cancelled, billing.Paused, billing.Stale},
-		billing.Paused:    {billing.PausedSkipped, billing.Scheduled, billing.Cancelled},
+		// PAUSED → PAUSED: an amount or payment-method change reaches paused
+		// periods too.
+		billing.Paused: {billing.Paused, billing.PausedSkipped, billing.Scheduled, billing.Cancelled},
+		// A period a rule change cancelled is scheduled again when the rule
+		// brings its date back (day 15 → 20 → 15).
+		billing.Cancelled: {billing.Scheduled},
 		billing.Error:     {billing.Error, billing.ACHSent, billing.Completed, billing.Stale, billing.Cancelled, billing.Waived},
 		billing.ACHSent:   {billing.Completed, billing.Error, billing.Cancelled},
 		billing.Completed: {billing.Refunded},

@@ -41,8 +41,9 @@ func NewStore(db *dynamodb.Client, table, historyTable string, shards int) *Stor
 // Shards is the configured write-shard count.
 func (s *Store) Shards() int { return s.shards }
 
-// Tx collects the writes of one logical change: history entries first, then
-// every primary write in one TransactWriteItems (all or nothing).
+// Tx collects the writes of one logical change and its history entries;
+// Commit applies them in one TransactWriteItems (all or nothing), so the
+// history holds exactly the changes that happened.
 type Tx struct {
 	store   *Store
 	cause   string
@@ -121,10 +122,10 @@ func (tx *Tx) PutSubscription(sub *Subscription) {
 	tx.put(toSubItem(*sub, tx.store.shards), &cond)
 }
 
-// CheckSubscription makes the change conditional on sub being ACTIVE and
-// unchanged since it was read, without writing it.
+// CheckSubscription makes the change conditional on sub being unchanged
+// since it was read and not CANCELLED, without writing it.
 func (tx *Tx) CheckSubscription(sub Subscription) {
-	cond := versionCond(sub.Version).And(expression.Name("Status").Equal(expression.Value(string(SubActive))))
+	cond := versionCond(sub.Version).And(expression.Name("Status").NotEqual(expression.Value(string(SubCancelled))))
 	expr, err := expression.NewBuilder().WithCondition(cond).Build()
 	if err != nil {
 		tx.fail(err)
@@ -156,18 +157,6 @@ func (tx *Tx) PutPeriod(p *Period, quiet bool) {
 	})
 }
 
-// DeletePeriod removes p (an admin move of its billing date), recording
-// the move in the history under its old date.
-func (tx *Tx) DeletePeriod(p Period, event string) {
-	tx.del(accountPK(p.AccountID), periodSK(p.SubscriptionID, p.BillingDate), versionCond(p.Version))
-	tx.history = append(tx.history, HistoryEntry{
-		AccountID: p.AccountID, SubscriptionID: p.SubscriptionID, BillingDate: p.BillingDate,
-		Status: p.Status, Process: ProcAdmin, UpdatedEvent: event, LastRunDate: tx.now,
-		TransactionID: p.TransactionID, Amount: p.Amount, Attempts: p.Attempts,
-		Version: p.Version + 1, Cause: tx.cause,
-	})
-}
-
 // PutReceipt adds a receipt; it must not exist.
 func (tx *Tx) PutReceipt(r Receipt) {
 	cond := expression.AttributeNotExists(expression.Name("PK"))
@@ -181,38 +170,34 @@ func (tx *Tx) PutPaymentRef(ref PaymentRef) {
 		BillingDate: ref.BillingDate.String()}, nil)
 }
 
-// PutResumeMarker writes m at its next version.
-func (tx *Tx) PutResumeMarker(m *ResumeMarker) {
-	cond := versionCond(m.Version)
-	m.Version++
-	tx.put(toResumeItem(*m, tx.store.shards), &cond)
-}
-
-// DeleteResumeMarker removes m if unchanged.
-func (tx *Tx) DeleteResumeMarker(m ResumeMarker) {
-	tx.del(accountPK(m.AccountID), resumeSK(m.SubscriptionID), versionCond(m.Version))
-}
-
 // Empty reports whether the change writes nothing.
 func (tx *Tx) Empty() bool { return len(tx.writes) == 0 }
 
-// Commit appends the history entries, then applies every primary write at
-// once. ErrConflict: an item changed since it was read (or a concurrent
-// transaction touched it); nothing was written to the billing table.
+// Commit applies every write of tx and appends its history entries in one
+// transaction. ErrConflict: an item changed since it was read (or a
+// concurrent transaction touched it); nothing was written.
 func (s *Store) Commit(ctx context.Context, tx *Tx) error {
 	if tx.err != nil {
 		return tx.err
 	}
-	if err := s.appendHistory(ctx, tx.history); err != nil {
-		return err
+	writes := tx.writes
+	for _, e := range tx.history {
+		w, err := s.historyWrite(e)
+		if err != nil {
+			return err
+		}
+		writes = append(writes, w)
 	}
-	if len(tx.writes) == 0 {
+	if len(writes) == 0 {
 		return nil
 	}
-	if len(tx.writes) == 1 {
-		return s.single(ctx, tx.writes[0])
+	if len(writes) > maxTxItems {
+		return fmt.Errorf("billing transaction: %d writes, more than DynamoDB's %d", len(writes), maxTxItems)
 	}
-	_, err := s.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: tx.writes})
+	if len(writes) == 1 {
+		return s.single(ctx, writes[0])
+	}
+	_, err := s.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: writes})
 	var canceled *types.TransactionCanceledException
 	if errors.As(err, &canceled) {
 		for _, r := range canceled.CancellationReasons {
@@ -230,6 +215,26 @@ func (s *Store) Commit(ctx context.Context, tx *Tx) error {
 		return fmt.Errorf("billing transaction: %w", err)
 	}
 	return nil
+}
+
+// maxTxItems is TransactWriteItems' limit.
+const maxTxItems = 100
+
+// historyWrite is the put of one history entry: it must not exist (no
+// write ever replaces an entry).
+func (s *Store) historyWrite(e HistoryEntry) (types.TransactWriteItem, error) {
+	av, err := attributevalue.MarshalMap(toHistoryItem(e))
+	if err != nil {
+		return types.TransactWriteItem{}, fmt.Errorf("marshal history: %w", err)
+	}
+	expr, err := expression.NewBuilder().WithCondition(expression.AttributeNotExists(expression.Name("PK"))).Build()
+	if err != nil {
+		return types.TransactWriteItem{}, err
+	}
+	return types.TransactWriteItem{Put: &types.Put{
+		TableName: aws.String(s.history), Item: av, ConditionExpression: expr.Condition(),
+		ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
+	}}, nil
 }
 
 // single performs a one-item change without a transaction (half the cost).
@@ -255,43 +260,6 @@ func (s *Store) single(ctx context.Context, w types.TransactWriteItem) error {
 	}
 	if err != nil {
 		return fmt.Errorf("billing write: %w", err)
-	}
-	return nil
-}
-
-// appendHistory writes entries with BatchWriteItem, retrying unprocessed
-// items. Entry keys are deterministic (billing date, version, cause), so a
-// repeated change rewrites its own entry rather than adding one.
-func (s *Store) appendHistory(ctx context.Context, entries []HistoryEntry) error {
-	for len(entries) > 0 {
-		n := min(25, len(entries))
-		var reqs []types.WriteRequest
-		for _, e := range entries[:n] {
-			av, err := attributevalue.MarshalMap(toHistoryItem(e))
-			if err != nil {
-				return fmt.Errorf("marshal history: %w", err)
-			}
-			reqs = append(reqs, types.WriteRequest{PutRequest: &types.PutRequest{Item: av}})
-		}
-		entries = entries[n:]
-		pending := map[string][]types.WriteRequest{s.history: reqs}
-		for attempt := 0; len(pending[s.history]) > 0; attempt++ {
-			if attempt > 8 {
-				return errors.New("append history: unprocessed items after retries")
-			}
-			if attempt > 0 {
-				select {
-				case <-ctx.Done():
-					return fmt.Errorf("append history: %w", ctx.Err())
-				case <-time.After(time.Duration(attempt*attempt) * 20 * time.Millisecond):
-				}
-			}
-			out, err := s.db.BatchWriteItem(ctx, &dynamodb.BatchWriteItemInput{RequestItems: pending})
-			if err != nil {
-				return fmt.Errorf("append history: %w", err)
-			}
-			pending = out.UnprocessedItems
-		}
 	}
 	return nil
 }
@@ -355,15 +323,6 @@ func (s *Store) GetPeriod(ctx context.Context, account, sub string, d dates.Date
 		return Period{}, err
 	}
 	return it.period(), nil
-}
-
-// GetResumeMarker reads a subscription's resume marker.
-func (s *Store) GetResumeMarker(ctx context.Context, account, sub string) (ResumeMarker, error) {
-	var it resumeItem
-	if err := s.getItem(ctx, accountPK(account), resumeSK(sub), &it); err != nil {
-		return ResumeMarker{}, err
-	}
-	return it.marker(), nil
 }
 
 // GetPaymentRef finds the period a PaymentIntent was created for.
@@ -611,15 +570,6 @@ func (s *Store) GetPeriodAt(ctx context.Context, e IndexEntry) (Period, error) {
 		return Period{}, err
 	}
 	return it.period(), nil
-}
-
-// GetResumeMarkerAt reads the resume marker at an index entry's keys.
-func (s *Store) GetResumeMarkerAt(ctx context.Context, e IndexEntry) (ResumeMarker, error) {
-	var it resumeItem
-	if err := s.getItem(ctx, e.PK, e.SK, &it); err != nil {
-		return ResumeMarker{}, err
-	}
-	return it.marker(), nil
 }
 
 // GetSubscriptionWithPeriod reads, in one strongly consistent BatchGetItem,

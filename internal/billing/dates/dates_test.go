@@ -220,3 +220,29 @@ func TestCompareAndDays(t *testing.T) {
 	assert.Equal(t, "2024-03-01", d("2024-02-28").AddDays(2).String())
 	assert.Equal(t, "2024-03-01", dates.In(time.Date(2024, 2, 29, 23, 30, 0, 0, time.UTC), time.FixedZone("x", 3600)).String())
 }
+
+func TestFirstOnOrAfter(t *testing.T) {
+	cases := []struct {
+		rule       dates.Rule
+		ref, lower string
+		want       string
+	}{
+		{dates.Rule{Day: 2, Term: dates.Monthly}, "", "2024-02-29", "2024-03-02"},
+		{dates.Rule{Day: 31, Term: dates.Monthly}, "", "2024-02-01", "2024-02-29"},
+		{dates.Rule{Day: 15, Term: dates.Monthly}, "", "2024-02-15", "2024-02-15"},
+		{dates.Rule{Week: 5, Term: dates.Monthly}, "", "2024-02-24", "2024-03-29"},
+		{dates.Rule{Day: 10, Term: dates.Yearly}, "2024-03-15", "2025-03-15", "2026-03-10"},
+		{dates.Rule{Day: 20, Term: dates.Yearly}, "2024-03-15", "2025-03-15", "2025-03-20"},
+		{dates.Rule{Day: 29, Term: dates.Yearly}, "2024-02-29", "2024-03-01", "2025-02-28"},
+	}
+	for _, c := range cases {
+		if got := c.rule.FirstOnOrAfter(parseOrZero(c.ref), dates.MustParse(c.lower)); got.String() != c.want {
+			t.Errorf("%+v from %s on/after %s: got %s, want %s", c.rule, c.ref, c.lower, got, c.want)
+		}
+	}
+}
+
+func parseOrZero(s string) dates.Date {
+	d, _ := dates.ParseOptional(s)
+	return d
+}

@@ -87,6 +87,21 @@ func (r Rule) FirstAfter(anchor, d Date) Date {
 	return anchor
 }
 
+// FirstOnOrAfter is the first billing date of the rule on or after lower.
+// A YEARLY rule bills once a year in the month of ref (one of its dates);
+// a MONTHLY one every month, so ref does not matter.
+func (r Rule) FirstOnOrAfter(ref, lower Date) Date {
+	m := lower.m
+	if r.Term == Yearly && !ref.IsZero() {
+		m = ref.m
+	}
+	d := r.InMonth(lower.y, m)
+	for d.Before(lower) {
+		d = r.Next(d)
+	}
+	return d
+}
+
 // NthWeekday is the n-th (1–5) weekday wd of a month; when the month has no
 // n-th one, its last one.
 func NthWeekday(y int, m time.Month, wd time.Weekday, n int) Date {
