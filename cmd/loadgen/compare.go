@@ -47,7 +47,20 @@ type compareOptions struct {
 type sample struct {
 	res    loadtest.Result
 	cpuSec float64 // CPU seconds of the target's process during the phase (0: unknown)
+	// drain is how long after the phase's last answer the target's
+	// write-behind backlog (stripe_payments_event_records_backlog) took to
+	// reach zero: every acknowledged record in the events table.
+	drain time.Duration
 }
+
+// sustained is the rate counting the drain: events per second until every
+// acknowledged event was in the events table.
+func (s sample) sustained() float64 {
+	return float64(s.res.Requests) / (s.res.Duration + s.drain).Seconds()
+}
+
+// backlogMetric is this service's write-behind backlog gauge.
+const backlogMetric = "stripe_payments_event_records_backlog"
 
 func runCompare(ctx context.Context, args []string, out io.Writer) error {
 	var o compareOptions
@@ -113,6 +126,8 @@ func runCompare(ctx context.Context, args []string, out io.Writer) error {
 		{o.peerName, loadtest.Webhook{URL: o.peer, Secret: o.peerSecret, Client: client()}, o.peerPID},
 		{"this service", loadtest.Webhook{URL: o.ours, Secret: o.oursSecret, Client: client()}, o.oursPID},
 	}
+	ou, _ := url.Parse(o.ours)
+	metricsURL := ou.Scheme + "://" + ou.Host + "/metrics"
 	profiledAt := map[int]bool{}
 	phase := func(t int, c int, d time.Duration, label string) (sample, error) {
 		send := func(ctx context.Context, _ int, _ int64) error {
@@ -140,6 +155,12 @@ func runCompare(ctx context.Context, args []string, out io.Writer) error {
 			}
 		}
 		s := sample{res: res}
+		if t == 1 {
+			var err error
+			if s.drain, err = waitDrained(ctx, metricsURL); err != nil {
+				return sample{}, err
+			}
+		}
 		if targets[t].pid > 0 {
 			after, err := loadtest.ReadProc(targets[t].pid)
 			if err != nil {
@@ -197,6 +218,25 @@ func runCompare(ctx context.Context, args []string, out io.Writer) error {
 	return nil
 }
 
+// waitDrained polls the backlog gauge until it is zero (at most a minute);
+// zero at once when the service has no write-behind.
+func waitDrained(ctx context.Context, metricsURL string) (time.Duration, error) {
+	start := time.Now()
+	for {
+		n, err := scrape(ctx, metricsURL, backlogMetric)
+		if err != nil {
+			return 0, err
+		}
+		if n == 0 {
+			return time.Since(start), nil
+		}
+		if time.Since(start) > time.Minute {
+			return 0, fmt.Errorf("%s still %v after a minute", backlogMetric, n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // fetchProfile saves a CPU profile of d from a net/http/pprof endpoint.
 func fetchProfile(ctx context.Context, base string, d time.Duration, path string) error {
 	if err := loopback(base); err != nil {
@@ -247,18 +287,22 @@ func loopback(target string) error {
 // summary is the medians of one target at one concurrency over the rounds.
 type summary struct {
 	rate, minRate, maxRate float64
+	sustained              float64       // median of the rates counting the drain
+	drain                  time.Duration // median drain after the phase
 	p50, p99               time.Duration
 	errors                 int64
 	cpuPerEvent            time.Duration // 0: unknown
 }
 
 func summarise(ss []sample) summary {
-	var rates []float64
-	var p50s, p99s []time.Duration
+	var rates, sustained []float64
+	var p50s, p99s, drains []time.Duration
 	var s summary
 	var cpu, n float64
 	for _, x := range ss {
 		rates = append(rates, x.res.Rate())
+		sustained = append(sustained, x.sustained())
+		drains = append(drains, x.drain)
 		p50s = append(p50s, x.res.Quantile(.5))
 		p99s = append(p99s, x.res.Quantile(.99))
 		s.errors += x.res.Errors
@@ -268,6 +312,7 @@ func summarise(ss []sample) summary {
 	sort.Float64s(rates)
 	s.rate, s.minRate, s.maxRate = median(rates), rates[0], rates[len(rates)-1]
 	s.p50, s.p99 = medianDuration(p50s), medianDuration(p99s)
+	s.sustained, s.drain = median(sustained), medianDuration(drains)
 	if cpu > 0 && n > 0 {
 		s.cpuPerEvent = time.Duration(cpu / n * float64(time.Second))
 	}
@@ -373,17 +418,18 @@ func (r compareReport) cell(s summary) string {
 func (r compareReport) text(w io.Writer) {
 	fmt.Fprintf(w, "\nmedians of %d rounds of %s, same customer.updated stream (unique ids):\n", r.o.rounds, r.o.duration)
 	for _, row := range r.rows {
-		fmt.Fprintf(w, "c=%-3d %s: %s\n      this service: %s\n      ratio %.2f×, p99 %s vs %s\n", row.c, r.o.peerName, r.cell(row.peer),
-			r.cell(row.ours), row.ours.rate/row.peer.rate, ms(row.ours.p99), ms(row.peer.p99))
+		fmt.Fprintf(w, "c=%-3d %s: %s\n      this service: %s\n      ratio %.2f×, p99 %s vs %s; records in the table %s after the last answer (sustained ratio %.2f×)\n",
+			row.c, r.o.peerName, r.cell(row.peer), r.cell(row.ours), row.ours.rate/row.peer.rate, ms(row.ours.p99), ms(row.peer.p99),
+			ms(row.ours.drain), row.ours.sustained/row.peer.rate)
 	}
 }
 
 func (r compareReport) markdownTo(w io.Writer) {
 	fmt.Fprintf(w, "Medians of %d interleaved rounds of %s per target and concurrency (range of the rates in brackets).\n\n", r.o.rounds, r.o.duration)
-	fmt.Fprintf(w, "| concurrency | %s | this service | ratio | p99 this service ÷ peer |\n| --- | --- | --- | --- | --- |\n", r.o.peerName)
+	fmt.Fprintf(w, "| concurrency | %s | this service | ratio | p99 this service ÷ peer | every record in DynamoDB after the last answer | ratio counting that drain |\n| --- | --- | --- | --- | --- | --- | --- |\n", r.o.peerName)
 	for _, row := range r.rows {
-		fmt.Fprintf(w, "| %d | %s | %s | **%.2f×** | %.2f |\n", row.c, r.cell(row.peer), r.cell(row.ours),
-			row.ours.rate/row.peer.rate, float64(row.ours.p99)/float64(max(row.peer.p99, 1)))
+		fmt.Fprintf(w, "| %d | %s | %s | **%.2f×** | %.2f | %s | %.2f× |\n", row.c, r.cell(row.peer), r.cell(row.ours),
+			row.ours.rate/row.peer.rate, float64(row.ours.p99)/float64(max(row.peer.p99, 1)), ms(row.ours.drain), row.ours.sustained/row.peer.rate)
 	}
 	if r.rows[0].ours.cpuPerEvent > 0 || r.rows[0].peer.cpuPerEvent > 0 {
 		fmt.Fprintf(w, "\n| CPU per event (process only) | %s | this service |\n| --- | --- | --- |\n", r.o.peerName)

@@ -26,6 +26,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/metrics"
 	"github.com/stripe-payments/stripe-payments/internal/outbox"
 	"github.com/stripe-payments/stripe-payments/internal/purchase"
+	"github.com/stripe-payments/stripe-payments/internal/recordq"
 	"github.com/stripe-payments/stripe-payments/internal/stripeclient"
 	"github.com/stripe-payments/stripe-payments/internal/tracking"
 	"github.com/stripe-payments/stripe-payments/webhook"
@@ -37,7 +38,8 @@ type App struct {
 	Log     *slog.Logger
 	Dynamo  *dynamodb.Client
 	Pool    *pgxpool.Pool
-	Events  *events.Store
+	Events  *events.Store  // the events table, reading through Records
+	Records *recordq.Queue // the events table's write-behind
 	Ledger  *tracking.Ledger
 	Handler *handler.Handler
 	Metrics *metrics.Metrics
@@ -78,7 +80,13 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 	}
 	a := &App{Config: cfg, Log: log, Dynamo: ddb, Pool: pool, Metrics: m}
 	a.newOutbox()
-	a.Events = events.NewStore(ddb, cfg.EventsTable, cfg.EventTTL, nil)
+	table := events.NewStore(ddb, cfg.EventsTable, cfg.EventTTL, nil)
+	recordMetrics := m.NewRecords()
+	a.Records = recordq.New(pool, table, recordq.Config{
+		Writers: cfg.IngestRecords.Writers, MaxBacklog: cfg.IngestRecords.Backlog,
+		Log: log.With("component", "records"), Observer: recordMetrics,
+	})
+	a.Events = table.WithPending(a.Records)
 	a.Ledger = tracking.NewLedger(pool)
 	a.Stripe = stripeclient.New(stripeclient.Options{APIKey: cfg.StripeAPIKey, BaseURL: cfg.StripeAPIBase, Log: log})
 	a.Tracking = tracking.NewStore(pool)
@@ -180,6 +188,11 @@ func (a *App) startBackground() {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
+		_ = a.Records.Run(ctx)
+	}()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
 		if err := a.Actions.Run(ctx); err != nil {
 			a.Log.Error("actions dispatcher stopped", "error", err)
 		}
@@ -239,6 +252,9 @@ func (a *App) Run(ctx context.Context) error {
 	if derr := a.Handler.Drain(shutdownCtx); derr != nil {
 		a.Log.Warn("batches still in flight at shutdown", "error", derr)
 	}
+	if ferr := a.Records.Flush(shutdownCtx); ferr != nil {
+		a.Log.Warn("event records still pending at shutdown; the next start writes them", "error", ferr)
+	}
 	a.stopBackground()
 	if err != nil {
 		return err
@@ -257,6 +273,7 @@ func (a *App) Shutdown(timeout time.Duration) error {
 	defer cancel()
 	err := a.Server.Close(ctx)
 	_ = a.Handler.Drain(ctx)
+	_ = a.Records.Flush(ctx)
 	a.stopBackground()
 	a.Close()
 	return err

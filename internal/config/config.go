@@ -63,6 +63,7 @@ type Config struct {
 	SESEndpoint           string // SES_ENDPOINT: SES API endpoint override (tests); empty = AWS
 	SESConfigurationSet   string // SES_CONFIGURATION_SET: optional
 	IngestFlushers        int
+	IngestRecords         IngestRecords // the events table's write-behind: INGEST_WRITE_BEHIND, INGEST_RECORD_WRITERS, INGEST_RECORD_BACKLOG
 	PollEvery             time.Duration // POLL_EVERY: run the poller inside serve; 0 = off
 	UsingDevWebhookSecret bool
 	UsingDevAPIToken      bool
@@ -193,6 +194,8 @@ func LoadFor(lookup Lookup, uses Uses) (Config, error) {
 	if c.IngestFlushers, err = strconv.Atoi(get("INGEST_FLUSHERS", "2")); err != nil || c.IngestFlushers < 1 || c.IngestFlushers > 64 {
 		errs = append(errs, errors.New("INGEST_FLUSHERS: an integer from 1 to 64"))
 	}
+	c.IngestRecords, err = loadIngestRecords(get)
+	errs = append(errs, err)
 	if v := get("POLL_EVERY", ""); v != "" {
 		if c.PollEvery, err = time.ParseDuration(v); err != nil {
 			errs = append(errs, fmt.Errorf("POLL_EVERY: %w", err))

@@ -142,13 +142,16 @@ func (s *Store) update(ctx context.Context, id string, update expression.UpdateB
 // are reported as ErrNotFound.
 func (s *Store) Get(ctx context.Context, id string) (Record, error) {
 	r, err := s.get(ctx, id)
-	if s.pending == nil || err == nil {
+	if s.pending == nil || (err == nil && r.Status == StatusProcessed) {
 		return r, err
 	}
-	// Absent from the table, or the table failed (a pending record is still
-	// readable during an outage of the table).
+	// Absent from the table, not processed there yet, or the table failed
+	// (a pending record is still readable during an outage of the table).
 	found, perr := s.pending.Lookup(ctx, []string{id})
 	if perr != nil {
+		if err == nil {
+			return r, nil
+		}
 		// Not ErrNotFound: the record may be pending (a 5xx, never a 404).
 		return Record{}, fmt.Errorf("get event %s: %w", id, perr)
 	}
@@ -156,12 +159,23 @@ func (s *Store) Get(ctx context.Context, id string) (Record, error) {
 		if p.Expired(s.now()) {
 			return Record{}, fmt.Errorf("get event %s: expired: %w", id, ErrNotFound)
 		}
+		if err == nil {
+			p = Supersede(r, p)
+		}
 		return p, nil
 	}
-	if !errors.Is(err, ErrNotFound) {
-		return Record{}, err
+	if err == nil || !errors.Is(err, ErrNotFound) {
+		return r, err
 	}
 	return s.get(ctx, id)
+}
+
+// Supersede is next, a processed record about to replace prev in the
+// table, with the bookkeeping of prev's earlier attempts kept: the first
+// received_at and source, and one more attempt.
+func Supersede(prev, next Record) Record {
+	next.ReceivedAt, next.Source, next.Attempts = prev.ReceivedAt, prev.Source, prev.Attempts+1
+	return next
 }
 
 func (s *Store) get(ctx context.Context, id string) (Record, error) {
@@ -194,29 +208,35 @@ func (s *Store) BatchGet(ctx context.Context, ids []string) (map[string]Record, 
 	if err != nil || s.pending == nil {
 		return found, err
 	}
-	var missing []string
+	// Absent, or recorded but not processed: a processed record may be
+	// pending for them.
+	var check []string
 	for _, id := range ids {
-		if _, ok := found[id]; !ok {
-			missing = append(missing, id)
+		if r, ok := found[id]; !ok || r.Status != StatusProcessed {
+			check = append(check, id)
 		}
 	}
-	if len(missing) == 0 {
+	if len(check) == 0 {
 		return found, nil
 	}
-	pending, err := s.pending.Lookup(ctx, missing)
+	pending, err := s.pending.Lookup(ctx, check)
 	if err != nil {
 		return nil, fmt.Errorf("batch get events: %w", err)
 	}
 	var again []string
-	for _, id := range missing {
-		if p, ok := pending[id]; ok {
-			if !p.Expired(s.now()) {
-				p.Payload = nil // BatchGet reads no payloads
-				found[id] = p
+	for _, id := range check {
+		p, ok := pending[id]
+		prev, recorded := found[id]
+		switch {
+		case ok && !p.Expired(s.now()):
+			p.Payload = nil // BatchGet reads no payloads
+			if recorded {
+				p = Supersede(prev, p)
 			}
-			continue
+			found[id] = p
+		case !ok && !recorded:
+			again = append(again, id)
 		}
-		again = append(again, id)
 	}
 	if len(again) == 0 {
 		return found, nil

@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -51,10 +52,10 @@ type Config struct {
 	// Writers is how many BatchWriteItem requests may be in flight (4).
 	Writers int
 	// MaxBacklog bounds the records acknowledged but not yet in the table;
-	// at the bound Admit waits (10,000).
+	// at the bound Admit waits (2,000).
 	MaxBacklog int
 	// Linger is how long a writer waits for a batch to fill once it has
-	// fewer than 25 records (2 ms): it delays only the table write, never
+	// fewer than 25 records (10 ms): it delays only the table write, never
 	// an acknowledgement, and saves requests at low load.
 	Linger time.Duration
 	// SweepEvery and SweepAge: how often rows older than SweepAge that this
@@ -73,6 +74,8 @@ type Queue struct {
 	table Table
 	cfg   Config
 
+	running atomic.Bool // Run is writing: the handler may acknowledge before the table write
+
 	mu      sync.Mutex
 	waiting []events.Record // handed over, not yet taken by a writer
 	known   map[string]bool // ids waiting or being written here
@@ -86,10 +89,10 @@ func New(pool *pgxpool.Pool, table Table, cfg Config) *Queue {
 		cfg.Writers = 4
 	}
 	if cfg.MaxBacklog <= 0 {
-		cfg.MaxBacklog = 10000
+		cfg.MaxBacklog = 2000
 	}
 	if cfg.Linger <= 0 {
-		cfg.Linger = 2 * time.Millisecond
+		cfg.Linger = 10 * time.Millisecond
 	}
 	if cfg.SweepEvery <= 0 {
 		cfg.SweepEvery = 10 * time.Second
@@ -216,9 +219,8 @@ func collect(rows pgx.Rows) (map[string]events.Record, error) {
 // then what Hand gives, with periodic sweeps. Call Flush before cancelling
 // ctx to write everything handed over.
 func (q *Queue) Run(ctx context.Context) error {
-	if err := q.sweep(ctx, 0); err != nil {
-		q.cfg.Log.Error("could not read pending event records at start; the periodic sweep retries", "error", err)
-	}
+	q.running.Store(true)
+	defer q.running.Store(false)
 	var wg sync.WaitGroup
 	for range q.cfg.Writers {
 		wg.Add(1)
@@ -226,6 +228,9 @@ func (q *Queue) Run(ctx context.Context) error {
 			defer wg.Done()
 			q.write(ctx)
 		}()
+	}
+	if err := q.sweep(ctx, 0); err != nil && ctx.Err() == nil {
+		q.cfg.Log.Error("could not read pending event records at start; the periodic sweep retries", "error", err)
 	}
 	t := time.NewTicker(q.cfg.SweepEvery)
 	defer t.Stop()
@@ -241,6 +246,11 @@ func (q *Queue) Run(ctx context.Context) error {
 		}
 	}
 }
+
+// Running reports whether Run is writing records: only then may a record
+// be left to the queue (a process without writers, such as an in-process
+// poll, writes its records itself).
+func (q *Queue) Running() bool { return q.running.Load() }
 
 // Flush waits until every record handed over is written (or ctx ends).
 func (q *Queue) Flush(ctx context.Context) error {
@@ -389,7 +399,7 @@ func (q *Queue) writeBatch(ctx context.Context, batch []events.Record) error {
 			if prev.Status == events.StatusProcessed {
 				continue // written before (a lost delete, another instance's sweep)
 			}
-			r.ReceivedAt, r.Source, r.Attempts = prev.ReceivedAt, prev.Source, prev.Attempts+1
+			r = events.Supersede(prev, r)
 		}
 		put = append(put, r)
 	}

@@ -273,3 +273,27 @@ func TestClaimAndEnqueueClaimsOnceAndQueuesOnlyNewClaims(t *testing.T) {
 	assert.Len(t, pending, 2)
 	assert.JSONEq(t, string(a.Payload), string(pending[a.ID].Payload))
 }
+
+func TestStorePrefersThePendingProcessedRecordToAFailedOne(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	q := recordq.New(e.pool, e.table, recordq.Config{})
+	store := e.table.WithPending(q)
+	r := record(t)
+	failed := r
+	failed.Status, failed.ProcessedAt, failed.Source = events.StatusFailed, time.Time{}, events.SourcePoller
+	failed.ReceivedAt = time.Now().Add(-time.Hour).UTC().Truncate(time.Millisecond)
+	require.NoError(t, e.table.RecordFailure(ctx, failed, errors.New("postgres down")))
+	commit(t, e, q, r) // the redelivery committed; its record is not in the table yet
+
+	got, err := store.Get(ctx, r.ID)
+	require.NoError(t, err)
+	assert.Equal(t, events.StatusProcessed, got.Status)
+	assert.Equal(t, 2, got.Attempts)
+	assert.Equal(t, events.SourcePoller, got.Source)
+	assert.True(t, failed.ReceivedAt.Equal(got.ReceivedAt))
+	found, err := store.BatchGet(ctx, []string{r.ID})
+	require.NoError(t, err)
+	assert.Equal(t, events.StatusProcessed, found[r.ID].Status)
+	assert.Equal(t, 2, found[r.ID].Attempts)
+}
