@@ -1,16 +1,19 @@
 # Two policies instead of one broad one: the running service gets only the
 # item and query actions it uses, on its own tables and their indexes; table
-# administration (create, update, TTL) is a separate policy for the migration
-# job or the deploy role.
+# administration is a separate policy for the role that runs
+# `stripe-payments migrate`. internal/dynamo/iam_test.go reads this file and
+# the code's DynamoDB calls and fails on any difference, both ways: every
+# action here is one the code performs on that table, and every call the code
+# makes is granted. TransactWriteItems has no IAM action of its own: each of
+# its items needs PutItem, UpdateItem, DeleteItem or ConditionCheckItem.
 
 locals {
   table_arns = [for t in local.tables : t.arn]
-  index_arns = [for t in local.tables : "${t.arn}/index/*"]
 }
 
 data "aws_iam_policy_document" "service" {
-  # Webhook ingestion: batched record writes, failure records, reads for
-  # duplicates, replays and the poller's diff.
+  # Webhook ingestion: batched record writes, failure records, the status
+  # update of a record, reads for duplicates, replays and the poller's diff.
   statement {
     sid = "EventsItems"
     actions = [
@@ -36,26 +39,29 @@ data "aws_iam_policy_document" "service" {
     ]
   }
 
-  # Billing core: whole-item puts conditioned on a version, transactions
-  # (TransactWriteItems needs the per-item actions it contains), deletes of
-  # moved items, batch reads of a subscription and its period.
+  # Billing core: puts conditioned on a version and transactions of them,
+  # deletes of moved items, batch reads of a subscription and its period,
+  # batch puts of the charged-accounts registry.
   statement {
     sid = "BillingItems"
     actions = [
       "dynamodb:GetItem",
       "dynamodb:BatchGetItem",
       "dynamodb:PutItem",
-      "dynamodb:UpdateItem",
+      "dynamodb:BatchWriteItem",
       "dynamodb:DeleteItem",
       "dynamodb:ConditionCheckItem",
     ]
     resources = [aws_dynamodb_table.billing.arn]
   }
 
-  # History is append-only: no update, no delete.
+  # History is append-only: PutItem only, every put conditioned on the entry
+  # not existing (the code's side, checked by the test). No UpdateItem, no
+  # DeleteItem, and no BatchWriteItem, which allows deletes and
+  # unconditional overwrites alike.
   statement {
     sid       = "BillingHistoryAppend"
-    actions   = ["dynamodb:PutItem", "dynamodb:BatchWriteItem", "dynamodb:GetItem"]
+    actions   = ["dynamodb:PutItem"]
     resources = [aws_dynamodb_table.billing_history.arn]
   }
 
@@ -73,6 +79,29 @@ data "aws_iam_policy_document" "service" {
     resources = [aws_dynamodb_table.events.arn]
   }
 
+  # A customer managed key encrypts the tables: reading needs Decrypt and
+  # DescribeKey, writing also Encrypt, ReEncrypt and GenerateDataKey. Only
+  # through DynamoDB in this region, never directly.
+  dynamic "statement" {
+    for_each = var.kms_key_arn == null ? [] : [var.kms_key_arn]
+    content {
+      sid = "TableEncryptionKey"
+      actions = [
+        "kms:Decrypt",
+        "kms:DescribeKey",
+        "kms:Encrypt",
+        "kms:ReEncrypt*",
+        "kms:GenerateDataKey*",
+      ]
+      resources = [statement.value]
+      condition {
+        test     = "StringEquals"
+        variable = "kms:ViaService"
+        values   = ["dynamodb.${var.region}.amazonaws.com"]
+      }
+    }
+  }
+
   # Reminder emails, only when an SES identity is given.
   dynamic "statement" {
     for_each = var.ses_identity_arn == null ? [] : [var.ses_identity_arn]
@@ -84,27 +113,19 @@ data "aws_iam_policy_document" "service" {
   }
 }
 
+# What `migrate` does: create a missing table (its GSIs come with it), wait
+# for it to be active, enable its TTL. Terraform itself runs with the
+# deployer's own credentials, not this policy.
 data "aws_iam_policy_document" "admin" {
   statement {
     sid = "TableAdministration"
     actions = [
       "dynamodb:CreateTable",
       "dynamodb:DescribeTable",
-      "dynamodb:UpdateTable",
       "dynamodb:DescribeTimeToLive",
       "dynamodb:UpdateTimeToLive",
-      "dynamodb:DescribeContinuousBackups",
-      "dynamodb:UpdateContinuousBackups",
-      "dynamodb:TagResource",
-      "dynamodb:ListTagsOfResource",
     ]
-    resources = concat(local.table_arns, local.index_arns)
-  }
-
-  statement {
-    sid       = "ListTables"
-    actions   = ["dynamodb:ListTables"]
-    resources = ["*"]
+    resources = local.table_arns
   }
 }
 
@@ -116,6 +137,6 @@ resource "aws_iam_policy" "service" {
 
 resource "aws_iam_policy" "admin" {
   name        = "${var.name_prefix}-admin"
-  description = "stripe-payments migrations: create and update its DynamoDB tables and their TTL."
+  description = "stripe-payments migrate: create its DynamoDB tables and enable their TTL."
   policy      = data.aws_iam_policy_document.admin.json
 }

@@ -1,0 +1,662 @@
+package dynamo_test
+
+import (
+	"bytes"
+	"go/ast"
+	"go/parser"
+	"go/printer"
+	"go/token"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/hashicorp/hcl/v2"
+	"github.com/hashicorp/hcl/v2/hclparse"
+	"github.com/hashicorp/hcl/v2/hclsyntax"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/zclconf/go-cty/cty"
+	"github.com/zclconf/go-cty/cty/function"
+	"github.com/zclconf/go-cty/cty/function/stdlib"
+)
+
+// The IAM parity test: terraform/iam.tf grants exactly the DynamoDB actions
+// the code performs, per table (and per table's indexes), both ways — a
+// call without its grant fails, and so does a grant no code uses. The calls
+// are read from the source: every DynamoDB request literal
+// (dynamodb.<Op>Input, and the items of a transaction, types.Put, Update,
+// Delete, ConditionCheck, Get) in the service's packages, with the table its
+// TableName (or a batch's RequestItems key) names. IAM has no action of its
+// own for TransactWriteItems/TransactGetItems: each item needs the item
+// action (PutItem, UpdateItem, DeleteItem, ConditionCheckItem, GetItem).
+
+const moduleRoot = "../.."
+
+// tableExprs maps, per package, how the code names a table to the Terraform
+// table (resource name) it is at run time, as internal/app wires it. "admin"
+// marks `migrate`'s table administration, on every table. A DynamoDB call
+// naming its table any other way fails the test until it is added here.
+var tableExprs = map[string]map[string][]string{
+	"internal/events": {"s.table": {"events"}},
+	"internal/billing": {
+		"s.table": {"billing"}, "tx.store.table": {"billing"},
+		"s.history": {"billing_history"},
+		// listPage(ctx, table, …) lists subscriptions and receipts
+		// (BILLING_TABLE) and history entries (BILLING_HISTORY_TABLE).
+		"table": {"billing", "billing_history"},
+	},
+	"internal/lock": {"c.table": {"locks"}},
+	"internal/dynamo": {
+		"spec.Name": {"admin"},  // EnsureTables: every table of `migrate`
+		"s.Name":    {"admin"},  // TableSpec.CreateTableInput, for EnsureTables
+		"table":     {"events"}, // Ping: /readyz describes EVENTS_TABLE
+	},
+}
+
+// skipDirs are not the service: test helpers, the load tool, benchmarks.
+var skipDirs = regexp.MustCompile(`(^|/)(testdata|internal/testenv|internal/stripetest|internal/billing/billingtest|internal/loadtest|cmd/loadgen|bench|node_modules|\.dev|\.git)(/|$)`)
+
+// call is one DynamoDB request the code makes.
+type call struct {
+	pkg, pos string
+	op       string   // IAM action without the "dynamodb:" prefix
+	tables   []string // Terraform table names, or "admin"
+	index    bool     // Query/Scan on an index
+	deletes  bool     // BatchWriteItem with delete requests
+	cond     bool     // carries a ConditionExpression
+}
+
+// itemOps are the transaction items and the action each needs.
+var itemOps = map[string]string{"Put": "PutItem", "Update": "UpdateItem", "Delete": "DeleteItem", "ConditionCheck": "ConditionCheckItem", "Get": "GetItem"}
+
+// noAction are request types without an IAM action of their own.
+var noAction = map[string]bool{"TransactWriteItems": true, "TransactGetItems": true}
+
+// scanCalls reads every DynamoDB request literal of the service's packages.
+func scanCalls(t *testing.T, root string) []call {
+	t.Helper()
+	var calls []call
+	fset := token.NewFileSet()
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		rel = filepath.ToSlash(rel)
+		if d.IsDir() {
+			if skipDirs.MatchString(rel) {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
+		if err != nil {
+			return err
+		}
+		calls = append(calls, scanFile(t, fset, f, filepath.ToSlash(filepath.Dir(rel)))...)
+		return nil
+	})
+	require.NoError(t, err)
+	return calls
+}
+
+func scanFile(t *testing.T, fset *token.FileSet, f *ast.File, pkg string) []call {
+	ddb, types := "", ""
+	for _, imp := range f.Imports {
+		p, _ := strconv.Unquote(imp.Path.Value)
+		name := filepath.Base(p)
+		if imp.Name != nil {
+			name = imp.Name.Name
+		}
+		switch p {
+		case "github.com/aws/aws-sdk-go-v2/service/dynamodb":
+			ddb = name
+		case "github.com/aws/aws-sdk-go-v2/service/dynamodb/types":
+			types = name
+		}
+	}
+	if ddb == "" && types == "" {
+		return nil
+	}
+	var calls []call
+	for _, decl := range f.Decls {
+		fn, ok := decl.(*ast.FuncDecl)
+		if !ok || fn.Body == nil {
+			continue
+		}
+		ast.Inspect(fn.Body, func(n ast.Node) bool {
+			lit, ok := n.(*ast.CompositeLit)
+			if !ok {
+				return true
+			}
+			sel, ok := lit.Type.(*ast.SelectorExpr)
+			if !ok {
+				return true
+			}
+			x, ok := sel.X.(*ast.Ident)
+			if !ok {
+				return true
+			}
+			c := call{pkg: pkg, pos: fset.Position(lit.Pos()).String()}
+			switch {
+			case x.Name == ddb && ddb != "" && strings.HasSuffix(sel.Sel.Name, "Input"):
+				c.op = strings.TrimSuffix(sel.Sel.Name, "Input")
+				if noAction[c.op] {
+					return true
+				}
+			case x.Name == types && types != "" && itemOps[sel.Sel.Name] != "":
+				c.op = itemOps[sel.Sel.Name]
+			default:
+				return true
+			}
+			fields := map[string]ast.Expr{}
+			for _, el := range lit.Elts {
+				if kv, ok := el.(*ast.KeyValueExpr); ok {
+					if k, ok := kv.Key.(*ast.Ident); ok {
+						fields[k.Name] = kv.Value
+					}
+				}
+			}
+			_, c.index = fields["IndexName"]
+			_, c.cond = fields["ConditionExpression"]
+			var names []string
+			switch c.op {
+			case "BatchWriteItem", "BatchGetItem":
+				// The tables are the keys of the request maps built in
+				// this function (retries reuse the answer's map).
+				elem := "[]" + types + ".WriteRequest"
+				if c.op == "BatchGetItem" {
+					elem = types + ".KeysAndAttributes"
+				}
+				names = mapKeys(fset, fn.Body, elem)
+				c.deletes = uses(fn.Body, types, "DeleteRequest")
+			default:
+				if e, ok := fields["TableName"]; ok {
+					names = []string{render(fset, e)}
+				}
+			}
+			if len(names) == 0 {
+				t.Errorf("%s: %s names no table the test can read", c.pos, c.op)
+				return true
+			}
+			for _, name := range names {
+				c.tables = append(c.tables, name)
+			}
+			calls = append(calls, c)
+			return true
+		})
+	}
+	return calls
+}
+
+// render is the source of e without an aws.String(…) wrapper.
+func render(fset *token.FileSet, e ast.Expr) string {
+	if ce, ok := e.(*ast.CallExpr); ok && len(ce.Args) == 1 {
+		if s, ok := ce.Fun.(*ast.SelectorExpr); ok && s.Sel.Name == "String" {
+			e = ce.Args[0]
+		}
+	}
+	var b bytes.Buffer
+	_ = printer.Fprint(&b, fset, e)
+	return b.String()
+}
+
+// mapKeys are the keys of the map literals map[string]<elem> in body.
+func mapKeys(fset *token.FileSet, body ast.Node, elem string) []string {
+	var keys []string
+	ast.Inspect(body, func(n ast.Node) bool {
+		lit, ok := n.(*ast.CompositeLit)
+		if !ok {
+			return true
+		}
+		mt, ok := lit.Type.(*ast.MapType)
+		if !ok || render(fset, mt.Value) != elem {
+			return true
+		}
+		for _, el := range lit.Elts {
+			if kv, ok := el.(*ast.KeyValueExpr); ok {
+				keys = append(keys, render(fset, kv.Key))
+			}
+		}
+		return true
+	})
+	return keys
+}
+
+// uses reports whether body builds a types.<name> literal.
+func uses(body ast.Node, pkg, name string) bool {
+	found := false
+	ast.Inspect(body, func(n ast.Node) bool {
+		if lit, ok := n.(*ast.CompositeLit); ok {
+			if sel, ok := lit.Type.(*ast.SelectorExpr); ok && sel.Sel.Name == name {
+				if x, ok := sel.X.(*ast.Ident); ok && x.Name == pkg {
+					found = true
+				}
+			}
+		}
+		return !found
+	})
+	return found
+}
+
+// forwarded matches a TableName taken from a transaction item (a one-item
+// transaction sent as a plain PutItem/DeleteItem): its tables are those of
+// that item type's literals in the package.
+var forwarded = regexp.MustCompile(`^\w+\.(Put|Update|Delete|ConditionCheck|Get)\.TableName$`)
+
+// resolve maps each call's table expressions onto Terraform tables.
+func resolve(t *testing.T, calls []call) []call {
+	t.Helper()
+	itemTables := map[string]map[string][]string{} // pkg -> item op -> table exprs
+	for _, c := range calls {
+		for _, name := range c.tables {
+			if !forwarded.MatchString(name) && c.op != "BatchWriteItem" && c.op != "BatchGetItem" {
+				if itemTables[c.pkg] == nil {
+					itemTables[c.pkg] = map[string][]string{}
+				}
+				itemTables[c.pkg][c.op] = append(itemTables[c.pkg][c.op], name)
+			}
+		}
+	}
+	var out []call
+	for _, c := range calls {
+		var exprs []string
+		for _, name := range c.tables {
+			if m := forwarded.FindStringSubmatch(name); m != nil {
+				exprs = append(exprs, itemTables[c.pkg][itemOps[m[1]]]...)
+				continue
+			}
+			exprs = append(exprs, name)
+		}
+		r := c
+		r.tables = nil
+		seen := map[string]bool{}
+		for _, e := range exprs {
+			tables, ok := tableExprs[c.pkg][e]
+			if !ok {
+				t.Errorf("%s: %s on table %q: unknown to the IAM test; map it in tableExprs", c.pos, c.op, e)
+				continue
+			}
+			for _, tb := range tables {
+				if !seen[tb] {
+					seen[tb] = true
+					r.tables = append(r.tables, tb)
+				}
+			}
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// grant is one action on one resource: "dynamodb:PutItem table/events",
+// "dynamodb:Query table/events/index/*", "kms:Decrypt kms-key".
+type grant string
+
+// codeGrants are the grants the code needs, per policy ("service",
+// "admin"), for tables (the Terraform table names).
+func codeGrants(calls []call, tables []string) map[string]map[grant]bool {
+	out := map[string]map[grant]bool{"service": {}, "admin": {}}
+	for _, c := range calls {
+		for _, tb := range c.tables {
+			policy, targets := "service", []string{tb}
+			if tb == "admin" {
+				policy, targets = "admin", tables
+			}
+			for _, target := range targets {
+				res := "table/" + target
+				if c.index {
+					res += "/index/*"
+				}
+				out[policy][grant("dynamodb:"+c.op+" "+res)] = true
+			}
+		}
+	}
+	return out
+}
+
+// kmsGrants are what the service needs on a customer managed key when it
+// reads and writes encrypted tables (as AWS CDK's grantReadWriteData adds):
+// reads need Decrypt and DescribeKey; writes also Encrypt, ReEncrypt and
+// GenerateDataKey. `migrate` never creates an encrypted table (Terraform
+// does), so the admin policy needs none.
+func kmsGrants(service map[grant]bool) map[grant]bool {
+	reads, writes := false, false
+	for g := range service {
+		action := strings.Fields(string(g))[0]
+		switch strings.TrimPrefix(action, "dynamodb:") {
+		case "GetItem", "BatchGetItem", "Query", "Scan":
+			reads = true
+		case "PutItem", "UpdateItem", "DeleteItem", "BatchWriteItem":
+			writes = true
+		}
+	}
+	out := map[grant]bool{}
+	if reads || writes {
+		out["kms:Decrypt kms-key"], out["kms:DescribeKey kms-key"] = true, true
+	}
+	if writes {
+		out["kms:Encrypt kms-key"], out["kms:ReEncrypt* kms-key"], out["kms:GenerateDataKey* kms-key"] = true, true, true
+	}
+	return out
+}
+
+// tfPolicies evaluates the aws_iam_policy_document data sources of dir into
+// grants per document, with vars set as given (a null kms_key_arn and
+// ses_identity_arn leave their statements out). kmsVia collects the
+// kms:ViaService condition values of KMS statements.
+func tfPolicies(t *testing.T, dir string, vars map[string]cty.Value) (map[string]map[grant]bool, []string) {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, "*.tf"))
+	require.NoError(t, err)
+	parser := hclparse.NewParser()
+	var bodies []*hclsyntax.Body
+	tables := map[string]cty.Value{}
+	for _, path := range files {
+		f, diags := parser.ParseHCLFile(path)
+		require.False(t, diags.HasErrors(), diags.Error())
+		body := f.Body.(*hclsyntax.Body)
+		bodies = append(bodies, body)
+		for _, b := range body.Blocks {
+			if b.Type == "resource" && len(b.Labels) == 2 && b.Labels[0] == "aws_dynamodb_table" {
+				tables[b.Labels[1]] = cty.ObjectVal(map[string]cty.Value{"arn": cty.StringVal("table/" + b.Labels[1])})
+			}
+		}
+	}
+	ctx := &hcl.EvalContext{
+		Variables: map[string]cty.Value{
+			"var":                cty.ObjectVal(vars),
+			"aws_dynamodb_table": cty.ObjectVal(tables),
+		},
+		Functions: map[string]function.Function{"concat": stdlib.ConcatFunc, "format": stdlib.FormatFunc},
+	}
+	// locals may refer to each other across files: evaluate until settled.
+	locals := map[string]cty.Value{}
+	pending := map[string]hcl.Expression{}
+	for _, body := range bodies {
+		for _, b := range body.Blocks {
+			if b.Type == "locals" {
+				for name, attr := range b.Body.Attributes {
+					pending[name] = attr.Expr
+				}
+			}
+		}
+	}
+	// (Locals about other things, such as capacities, may stay unresolved:
+	// a policy that used one would fail to evaluate below.)
+	for progress := true; progress; {
+		progress = false
+		ctx.Variables["local"] = cty.ObjectVal(locals)
+		for name, expr := range pending {
+			if v, diags := expr.Value(ctx); !diags.HasErrors() {
+				locals[name], progress = v, true
+				delete(pending, name)
+			}
+		}
+	}
+	ctx.Variables["local"] = cty.ObjectVal(locals)
+
+	out := map[string]map[grant]bool{}
+	var kmsVia []string
+	addStatement := func(doc string, ctx *hcl.EvalContext, body *hclsyntax.Body) {
+		eval := func(name string) []string {
+			attr, ok := body.Attributes[name]
+			require.True(t, ok, "%s: a statement without %s", doc, name)
+			v, diags := attr.Expr.Value(ctx)
+			require.False(t, diags.HasErrors(), diags.Error())
+			var s []string
+			for it := v.ElementIterator(); it.Next(); {
+				_, e := it.Element()
+				s = append(s, e.AsString())
+			}
+			return s
+		}
+		if effect, ok := body.Attributes["effect"]; ok {
+			v, _ := effect.Expr.Value(ctx)
+			require.Equal(t, "Allow", v.AsString(), "%s: only Allow statements are compared", doc)
+		}
+		actions, resources := eval("actions"), eval("resources")
+		for _, a := range actions {
+			for _, r := range resources {
+				if vars["kms_key_arn"].IsKnown() && !vars["kms_key_arn"].IsNull() && r == vars["kms_key_arn"].AsString() {
+					r = "kms-key"
+				}
+				out[doc][grant(a+" "+r)] = true
+			}
+		}
+		for _, cb := range body.Blocks {
+			if cb.Type != "condition" {
+				continue
+			}
+			if v, _ := cb.Body.Attributes["variable"].Expr.Value(ctx); v.AsString() == "kms:ViaService" {
+				vals, _ := cb.Body.Attributes["values"].Expr.Value(ctx)
+				for it := vals.ElementIterator(); it.Next(); {
+					_, e := it.Element()
+					kmsVia = append(kmsVia, e.AsString())
+				}
+			}
+		}
+	}
+	for _, body := range bodies {
+		for _, b := range body.Blocks {
+			if b.Type != "data" || len(b.Labels) != 2 || b.Labels[0] != "aws_iam_policy_document" {
+				continue
+			}
+			doc := b.Labels[1]
+			out[doc] = map[grant]bool{}
+			for _, sb := range b.Body.Blocks {
+				switch {
+				case sb.Type == "statement":
+					addStatement(doc, ctx, sb.Body)
+				case sb.Type == "dynamic" && len(sb.Labels) == 1 && sb.Labels[0] == "statement":
+					forEach, diags := sb.Body.Attributes["for_each"].Expr.Value(ctx)
+					require.False(t, diags.HasErrors(), diags.Error())
+					for it := forEach.ElementIterator(); it.Next(); {
+						k, v := it.Element()
+						inner := ctx.NewChild()
+						inner.Variables = map[string]cty.Value{"statement": cty.ObjectVal(map[string]cty.Value{"key": k, "value": v})}
+						for _, cb := range sb.Body.Blocks {
+							if cb.Type == "content" {
+								addStatement(doc, inner, cb.Body)
+							}
+						}
+					}
+				default:
+					t.Fatalf("%s: unexpected block %s", doc, sb.Type)
+				}
+			}
+		}
+	}
+	return out, kmsVia
+}
+
+func tfVars(kms, ses bool) map[string]cty.Value {
+	vars := map[string]cty.Value{
+		"region":           cty.StringVal("eu-west-1"),
+		"name_prefix":      cty.StringVal(tfPrefix),
+		"kms_key_arn":      cty.NullVal(cty.String),
+		"ses_identity_arn": cty.NullVal(cty.String),
+	}
+	if kms {
+		vars["kms_key_arn"] = cty.StringVal("arn:aws:kms:eu-west-1:111122223333:key/test")
+	}
+	if ses {
+		vars["ses_identity_arn"] = cty.StringVal("arn:aws:ses:eu-west-1:111122223333:identity/example.com")
+	}
+	return vars
+}
+
+// onlyPrefix keeps the grants whose action starts with prefix.
+func onlyPrefix(gs map[grant]bool, prefix string) map[grant]bool {
+	out := map[grant]bool{}
+	for g := range gs {
+		if strings.HasPrefix(string(g), prefix) {
+			out[g] = true
+		}
+	}
+	return out
+}
+
+// diff lists a's grants that b lacks.
+func diff(a, b map[grant]bool) []string {
+	var out []string
+	for g := range a {
+		if !b[g] {
+			out = append(out, string(g))
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// compareGrants fails for a call without a grant and a grant without a call.
+func compareGrants(t *testing.T, what string, code, tf map[grant]bool) {
+	t.Helper()
+	assert.Empty(t, diff(code, tf), "%s: the code makes these calls, terraform/iam.tf does not grant them", what)
+	assert.Empty(t, diff(tf, code), "%s: terraform/iam.tf grants these, no code uses them", what)
+}
+
+func tableNames(t *testing.T) []string {
+	t.Helper()
+	specs, err := parseTerraformDir(terraformDir)
+	require.NoError(t, err)
+	var names []string
+	for name := range specs {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// TestIAMMatchesTheCode: the service and admin policies grant exactly the
+// DynamoDB calls the code makes, per table and index; KMS grants appear
+// exactly when kms_key_arn is set; the history table is append-only.
+func TestIAMMatchesTheCode(t *testing.T) {
+	calls := resolve(t, scanCalls(t, moduleRoot))
+	require.False(t, t.Failed())
+	require.NotEmpty(t, calls)
+	want := codeGrants(calls, tableNames(t))
+	for _, c := range calls {
+		t.Logf("%-20s %-18s %v index=%v", c.pkg, c.op, c.tables, c.index)
+	}
+
+	for _, tc := range []struct {
+		name     string
+		kms, ses bool
+	}{{"no KMS key, no SES", false, false}, {"customer managed KMS key and SES", true, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			tf, via := tfPolicies(t, terraformDir, tfVars(tc.kms, tc.ses))
+			compareGrants(t, "service", want["service"], onlyPrefix(tf["service"], "dynamodb:"))
+			compareGrants(t, "admin", want["admin"], onlyPrefix(tf["admin"], "dynamodb:"))
+			assert.Empty(t, onlyPrefix(tf["admin"], "kms:"), "migrate creates no encrypted table: no KMS grant")
+			if tc.kms {
+				compareGrants(t, "service KMS", kmsGrants(want["service"]), onlyPrefix(tf["service"], "kms:"))
+				assert.Equal(t, []string{"dynamodb.eu-west-1.amazonaws.com"}, via, "the key is usable only through DynamoDB")
+			} else {
+				assert.Empty(t, onlyPrefix(tf["service"], "kms:"), "no KMS grant without kms_key_arn")
+			}
+			ses := onlyPrefix(tf["service"], "ses:")
+			if tc.ses {
+				assert.Equal(t, map[grant]bool{"ses:SendEmail arn:aws:ses:eu-west-1:111122223333:identity/example.com": true}, ses)
+			} else {
+				assert.Empty(t, ses)
+			}
+			for doc, gs := range tf {
+				for g := range gs {
+					action := strings.Fields(string(g))[0]
+					assert.Regexp(t, `^(dynamodb|kms|ses):`, action, "%s grants %s, which the test does not know", doc, g)
+					assert.NotContains(t, string(g), "*:", "no wildcard actions")
+				}
+			}
+		})
+	}
+}
+
+// TestIAMHistoryIsAppendOnly: no code path can replace or delete a history
+// entry. IAM cannot tell a BatchWriteItem put from a delete, nor a put that
+// replaces from one that adds, so the history table gets neither
+// BatchWriteItem, UpdateItem nor DeleteItem, and every put to it is
+// conditional (the entry must not exist).
+func TestIAMHistoryIsAppendOnly(t *testing.T) {
+	calls := resolve(t, scanCalls(t, moduleRoot))
+	puts := 0
+	for _, c := range calls {
+		for _, tb := range c.tables {
+			if tb != "billing_history" {
+				continue
+			}
+			switch c.op {
+			case "PutItem":
+				puts++
+				assert.True(t, c.cond, "%s: a history put without a condition could replace an entry", c.pos)
+			case "GetItem", "BatchGetItem", "Query", "ConditionCheckItem":
+			default:
+				t.Errorf("%s: %s on the append-only history table", c.pos, c.op)
+			}
+		}
+	}
+	assert.Positive(t, puts, "the history is written somewhere")
+	tf, _ := tfPolicies(t, terraformDir, tfVars(true, true))
+	for g := range tf["service"] {
+		if strings.Contains(string(g), "table/billing_history") {
+			for _, bad := range []string{"BatchWriteItem", "UpdateItem", "DeleteItem", "PartiQL"} {
+				assert.NotContains(t, string(g), bad)
+			}
+		}
+	}
+}
+
+// TestIAMParityDetectsDrift: the comparison fails when either side moves: a
+// grant removed, a grant added, a call added.
+func TestIAMParityDetectsDrift(t *testing.T) {
+	calls := resolve(t, scanCalls(t, moduleRoot))
+	want := codeGrants(calls, tableNames(t))
+	tf, _ := tfPolicies(t, terraformDir, tfVars(false, false))
+	got := onlyPrefix(tf["service"], "dynamodb:")
+	require.Empty(t, diff(want["service"], got))
+	require.Empty(t, diff(got, want["service"]))
+
+	removed := map[grant]bool{}
+	for g := range got {
+		if g != "dynamodb:GetItem table/locks" {
+			removed[g] = true
+		}
+	}
+	assert.Equal(t, []string{"dynamodb:GetItem table/locks"}, diff(want["service"], removed), "a missing grant is found")
+	added := map[grant]bool{"dynamodb:DeleteItem table/billing_history": true}
+	for g := range got {
+		added[g] = true
+	}
+	assert.Equal(t, []string{"dynamodb:DeleteItem table/billing_history"}, diff(added, want["service"]), "an unused grant is found")
+
+	// A new call in the code, read by the scanner from source.
+	dir := t.TempDir()
+	pkg := filepath.Join(dir, "internal", "events")
+	require.NoError(t, os.MkdirAll(pkg, 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(pkg, "x.go"), []byte(`package events
+
+import (
+	"context"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+)
+
+func (s *Store) wipe(ctx context.Context, k map[string]types.AttributeValue) {
+	_, _ = s.client.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: aws.String(s.table), Key: k})
+	_, _ = s.client.Scan(ctx, &dynamodb.ScanInput{TableName: aws.String(s.table), IndexName: aws.String("x")})
+}
+`), 0o644))
+	extra := codeGrants(resolve(t, scanCalls(t, dir)), tableNames(t))["service"]
+	assert.Equal(t, map[grant]bool{"dynamodb:DeleteItem table/events": true, "dynamodb:Scan table/events/index/*": true}, extra)
+	assert.Equal(t, []string{"dynamodb:DeleteItem table/events", "dynamodb:Scan table/events/index/*"}, diff(extra, got))
+}
