@@ -23,7 +23,8 @@ const billingUsage = `usage: stripe-payments billing <remind|collect> [--date YY
 acts on each subscription once the date has come in its own time zone.
 Rerunning a job for a date sends and charges nothing twice. The report is
 printed as JSON; the exit status is 1 when something is left for a rerun
-(locked accounts, attempts without an answer, errors).
+(locked accounts, attempts without an answer, periods whose outcome is still
+unresolved, errors).
 `
 
 // billingCmd runs one billing job, as cron or an operator would.

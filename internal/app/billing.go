@@ -10,6 +10,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
 	"github.com/stripe-payments/stripe-payments/internal/handler"
 	"github.com/stripe-payments/stripe-payments/internal/lock"
+	"github.com/stripe-payments/stripe-payments/internal/metrics"
 	"github.com/stripe-payments/stripe-payments/internal/outbox"
 )
 
@@ -24,7 +25,8 @@ func (a *App) newBilling() error {
 	cfg.Retry = dates.RetryPolicy{Days: c.RetryDays, StaleDays: c.StaleDays}
 	cfg.ReceiptTTL, cfg.LookbackDays, cfg.LockedRetryWait = c.ReceiptTTL, c.LookbackDays, c.LockLease+c.LockHeartbeat
 	svc, err := billing.New(cfg, billing.Deps{Store: store, Locks: locks, Charger: charger,
-		Notifier: billing.OutboxNotifier{Pool: a.Pool, Email: a.Config.SESFromAddress != ""}, Log: a.Log.With("component", "billing")})
+		Notifier: billing.OutboxNotifier{Pool: a.Pool, Email: a.Config.SESFromAddress != ""}, Log: a.Log.With("component", "billing"),
+		Observer: metrics.NewBilling(a.Metrics.Registry)})
 	if err != nil {
 		return fmt.Errorf("billing: %w", err)
 	}

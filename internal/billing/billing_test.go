@@ -168,7 +168,7 @@ func TestRemindAndCollectOncePerDate(t *testing.T) {
 	assert.Equal(t, int64(1999), pi.Amount)
 	assert.Equal(t, "billing:acc-1:"+sub.SubscriptionID+":2024-01-15:1", pi.IdempotencyKey)
 	assert.Equal(t, map[string]string{"billing_account": "acc-1", "billing_subscription": sub.SubscriptionID,
-		"billing_date": "2024-01-15", "billing_sku": "gold"}, pi.Metadata)
+		"billing_date": "2024-01-15", "billing_sku": "gold", "billing_attempt": "1"}, pi.Metadata)
 
 	p := period(t, e, sub, "2024-01-15")
 	assert.Equal(t, billing.Completed, p.Status)

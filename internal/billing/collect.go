@@ -161,80 +161,105 @@ func IdempotencyKey(p Period, n int) string {
 }
 
 // attempt charges a period: claim (conditional write), charge, record.
-// It returns the subscription as written, and whether it was.
+// An attempt already in flight (a crash, or no answer from Stripe) is
+// settled first: within Stripe's idempotency window it is resent with its
+// key; past it, or when the resend has no answer either, Stripe is asked for
+// the PaymentIntent it made (resolve.go). It returns the subscription as
+// written, and whether it was.
 func (s *Service) attempt(ctx context.Context, l *lock.Lock, sub Subscription, p Period, proc Process, today dates.Date, rep *Report) (Subscription, bool, error) {
 	now := s.now()
-	// Claim: re-check on the table that the subscription is still ACTIVE and
-	// unchanged, and record the attempt's idempotency key before charging.
-	if p.InFlightKey != "" && now.Sub(p.InFlightAt) > s.cfg.IdempotencyWindow {
-		s.log.Error("billing job: attempt in flight beyond Stripe's idempotency window; not retrying (runbook: ERROR period)",
-			"account", p.AccountID, "subscription_id", p.SubscriptionID, "billing_date", p.BillingDate.String(),
-			"idempotency_key", p.InFlightKey, "in_flight_since", p.InFlightAt)
-		rep.add(func(r *Report) { r.Unreconciled++ })
-		return sub, false, nil
-	}
-	if p.InFlightKey == "" {
-		p.InFlightKey, p.InFlightAt = IdempotencyKey(p, p.Attempts+1), now
-		if p.InitialRunDate.IsZero() {
-			p.InitialRunDate = now
-		}
-		claim := s.store.NewTx("claim", now)
-		claim.CheckSubscription(sub)
-		claim.PutPeriod(&p, true)
-		if err := s.store.Commit(ctx, claim); err != nil {
-			if errors.Is(err, ErrConflict) {
-				rep.add(func(r *Report) { r.Skipped++ })
-				return sub, false, nil // changed since the index read: nothing to charge now
-			}
-			return sub, false, fmt.Errorf("claim: %w", err)
-		}
-	} else if sub.Status == SubCancelled {
+	var (
+		res      ChargeResult
+		resolved bool // res is what Stripe said when asked, not a charge's answer
+	)
+	if p.InFlightKey != "" && sub.Status == SubCancelled {
 		// Cannot happen: changes are refused while an attempt is in flight.
 		s.log.Error("billing job: attempt in flight on a CANCELLED subscription; not charging",
 			"account", p.AccountID, "subscription_id", p.SubscriptionID, "billing_date", p.BillingDate.String())
-		rep.add(func(r *Report) { r.Unreconciled++ })
+		s.leftUnresolved(rep)
 		return sub, false, nil
 	}
-	// A rerun of an attempt in flight reuses its claim: the subscription was
-	// re-read under the lock, and no change is accepted while an attempt is
-	// in flight, so it is as it was charged (ACTIVE, or PAUSED for the retry
-	// of a period charged before the pause).
-	if err := s.step("claimed", p); err != nil {
-		return sub, false, err
-	}
-	if l != nil && !l.Valid() {
-		return sub, false, fmt.Errorf("before charging: %w", lock.ErrNotOwner)
+	if p.InFlightKey != "" && now.Sub(p.InFlightAt) > s.cfg.IdempotencyWindow {
+		var (
+			again bool
+			err   error
+		)
+		sub, p, res, resolved, again, err = s.resolveLost(ctx, sub, p, proc, today, rep)
+		if err != nil || (!resolved && !again) {
+			return sub, false, err
+		}
+		if again {
+			if l != nil && !l.Valid() {
+				return sub, false, fmt.Errorf("before charging: %w", lock.ErrNotOwner)
+			}
+		}
 	}
 	attemptNo := p.Attempts + 1
-	rep.add(func(r *Report) {
-		if r.chargedOn == nil {
-			r.chargedOn = map[string]bool{}
+	if !resolved {
+		resent := p.InFlightKey != ""
+		if !resent {
+			// Claim: re-check on the table that the subscription is still
+			// ACTIVE and unchanged, and record the attempt's idempotency key
+			// before charging.
+			p.InFlightKey, p.InFlightAt = IdempotencyKey(p, attemptNo), now
+			if p.InitialRunDate.IsZero() {
+				p.InitialRunDate = now
+			}
+			claim := s.store.NewTx("claim", now)
+			claim.CheckSubscription(sub)
+			claim.PutPeriod(&p, true)
+			if err := s.store.Commit(ctx, claim); err != nil {
+				if errors.Is(err, ErrConflict) {
+					rep.add(func(r *Report) { r.Skipped++ })
+					return sub, false, nil // changed since the index read: nothing to charge now
+				}
+				return sub, false, fmt.Errorf("claim: %w", err)
+			}
 		}
-		r.chargedOn[p.PaymentDetails.StripeAccount] = true
-	})
-	// The charge stops when the job is cancelled or the lock is lost.
-	cctx, stop := context.WithCancel(ctx)
-	defer stop()
-	if l != nil {
-		defer context.AfterFunc(l.Context(), stop)()
-	}
-	res, err := s.charger.Charge(cctx, ChargeRequest{
-		StripeAccount: p.PaymentDetails.StripeAccount, Customer: p.PaymentDetails.Customer,
-		PaymentMethod: p.PaymentDetails.PaymentMethod, Amount: p.Amount, Currency: p.Currency,
-		IdempotencyKey: p.InFlightKey, Description: fmt.Sprintf("%s %s", p.SKU, p.BillingDate),
-		Metadata: map[string]string{MetaAccount: p.AccountID, MetaSubscription: p.SubscriptionID,
-			MetaDate: p.BillingDate.String(), MetaSKU: p.SKU},
-	})
-	if err != nil {
-		rep.add(func(r *Report) { r.Unknown++ })
-		return sub, false, fmt.Errorf("charge %s %s: %w", p.SubscriptionID, p.BillingDate, err)
-	}
-	if err := s.step("charged", p); err != nil {
-		return sub, false, err
+		// A rerun of an attempt in flight reuses its claim: the subscription
+		// was re-read under the lock, and no change is accepted while an
+		// attempt is in flight, so it is as it was charged (ACTIVE, or
+		// PAUSED for the retry of a period charged before the pause).
+		if err := s.step("claimed", p); err != nil {
+			return sub, false, err
+		}
+		if l != nil && !l.Valid() {
+			return sub, false, fmt.Errorf("before charging: %w", lock.ErrNotOwner)
+		}
+		rep.add(func(r *Report) {
+			if r.chargedOn == nil {
+				r.chargedOn = map[string]bool{}
+			}
+			r.chargedOn[p.PaymentDetails.StripeAccount] = true
+		})
+		var err error
+		res, err = s.charge(ctx, l, p, attemptNo)
+		if err != nil && resent {
+			// Within the window Stripe replays a saved 500 for the key: ask
+			// it for the PaymentIntent instead. Only a find settles it here:
+			// the original request may still be running at Stripe.
+			if lk, lerr := s.charger.FindAttempt(ctx, attemptQuery(p)); lerr == nil && lk.Found {
+				s.log.Info("billing job: unknown outcome resolved by asking Stripe", "account", p.AccountID,
+					"subscription_id", p.SubscriptionID, "billing_date", p.BillingDate.String(),
+					"payment_intent", lk.Result.PaymentIntent, "found_by", lk.How)
+				s.obs.OutcomeResolved(outcomeName(lk.Result.Outcome))
+				res, err = lk.Result, nil
+			}
+		}
+		if err != nil {
+			s.obs.OutcomeUnknown()
+			rep.add(func(r *Report) { r.Unknown++ })
+			s.leftUnresolved(rep)
+			return sub, false, fmt.Errorf("charge %s %s: %w", p.SubscriptionID, p.BillingDate, err)
+		}
+		if err := s.step("charged", p); err != nil {
+			return sub, false, err
+		}
 	}
 	now = s.now()
 	// The action reflects what Stripe did, so it goes out before the write:
 	// a rerun gets the same PaymentIntent and the same dedupe key.
+	var err error
 	switch res.Outcome {
 	case Succeeded:
 		err = s.notifier.Notify(ctx, paymentAction(ActionPaymentCompleted, p, res.PaymentIntent, attemptNo, "", now))
@@ -244,7 +269,11 @@ func (s *Service) attempt(ctx context.Context, l *lock.Lock, sub Subscription, p
 	if err != nil {
 		return sub, false, err
 	}
-	tx := s.store.NewTx(s.cause("collect", p, today), now)
+	cause := s.cause("collect", p, today)
+	if resolved {
+		cause = s.cause("resolve", p, today) // the history says the outcome was looked up
+	}
+	tx := s.store.NewTx(cause, now)
 	if err := s.record(ctx, tx, &sub, &p, res, proc, today, today, now); err != nil {
 		return sub, false, err
 	}
@@ -252,6 +281,9 @@ func (s *Service) attempt(ctx context.Context, l *lock.Lock, sub Subscription, p
 		return sub, false, fmt.Errorf("record attempt (the charge is in Stripe; a rerun or its webhook records it): %w", err)
 	}
 	rep.add(func(r *Report) {
+		if resolved {
+			r.Resolved++
+		}
 		switch res.Outcome {
 		case Succeeded:
 			r.Succeeded++
@@ -262,6 +294,22 @@ func (s *Service) attempt(ctx context.Context, l *lock.Lock, sub Subscription, p
 		}
 	})
 	return sub, true, s.step("committed", p)
+}
+
+// charge makes attempt n on p at Stripe, with the attempt's idempotency key.
+// The charge stops when the job is cancelled or the lock is lost.
+func (s *Service) charge(ctx context.Context, l *lock.Lock, p Period, n int) (ChargeResult, error) {
+	cctx, stop := context.WithCancel(ctx)
+	defer stop()
+	if l != nil {
+		defer context.AfterFunc(l.Context(), stop)()
+	}
+	return s.charger.Charge(cctx, ChargeRequest{
+		StripeAccount: p.PaymentDetails.StripeAccount, Customer: p.PaymentDetails.Customer,
+		PaymentMethod: p.PaymentDetails.PaymentMethod, Amount: p.Amount, Currency: p.Currency,
+		IdempotencyKey: p.InFlightKey, Description: fmt.Sprintf("%s %s", p.SKU, p.BillingDate),
+		Metadata: attemptMeta(p, n),
+	})
 }
 
 // record writes the outcome of an attempt into tx: the period's new status,

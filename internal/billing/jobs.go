@@ -33,12 +33,17 @@ type Report struct {
 	Skipped int `json:"skipped"`
 	// Locked: accounts whose lock another holder kept for the whole run.
 	Locked int `json:"locked"`
-	// Unknown: attempts left in flight (no trustworthy answer); a rerun
-	// within the idempotency window completes them.
+	// Unknown: charges of this run that got no trustworthy answer.
 	Unknown int `json:"unknown"`
-	// Unreconciled: attempts in flight for longer than the idempotency
-	// window, left alone (README runbook).
-	Unreconciled int `json:"unreconciled"`
+	// Resolved: attempts whose unknown outcome this run settled by asking
+	// Stripe (found and recorded, or not found and recorded as lost).
+	Resolved int `json:"resolved"`
+	// Unresolved: periods this run left with an attempt whose outcome is
+	// still unknown (resolve.go); the next run settles them. Not OK.
+	Unresolved int `json:"unresolved"`
+	// SweptFrom: the oldest index partition this run read (collect: the
+	// sweep watermark reaches back past the lookback after an outage).
+	SweptFrom string `json:"swept_from,omitempty"`
 	// Errors: entries that failed otherwise (see the logs).
 	Errors int `json:"errors"`
 
@@ -55,9 +60,10 @@ func (r *Report) add(f func(r *Report)) {
 	f(r)
 }
 
-// OK reports a run that left nothing for a rerun.
+// OK reports a run that left nothing for a rerun: no locked account, no
+// error, no period whose outcome is unknown.
 func (r *Report) OK() bool {
-	return r.Locked == 0 && r.Unknown == 0 && r.Errors == 0
+	return r.Locked == 0 && r.Unknown == 0 && r.Unresolved == 0 && r.Errors == 0
 }
 
 type accountWork struct {
@@ -90,6 +96,14 @@ func (s *Service) run(ctx context.Context, job string, date dates.Date, index st
 	defer cancel(nil)
 	log := s.log.With("job", job, "date", date.String())
 	start := time.Now()
+	from := date.AddDays(-s.cfg.LookbackDays)
+	if locked { // collect: reach back to what the last clean run left
+		var err error
+		if from, err = s.sweepFrom(ctx, job, date); err != nil {
+			return rep, err
+		}
+	}
+	rep.SweptFrom = from.String()
 
 	var (
 		mu      sync.Mutex
@@ -115,7 +129,7 @@ func (s *Service) run(ctx context.Context, job string, date dates.Date, index st
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			accounts, err := s.readShard(ctx, index, date, shard)
+			accounts, err := s.readShard(ctx, index, from, date, shard)
 			if err != nil {
 				mu.Lock()
 				readErr = errors.Join(readErr, err)
@@ -178,6 +192,18 @@ func (s *Service) run(ctx context.Context, job string, date dates.Date, index st
 	for _, w := range retry {
 		log.Warn("billing job: account locked for the whole run; rerun the job", "account", w.account)
 	}
+	if locked {
+		s.obs.UnresolvedPeriods(rep.Unresolved)
+		if readErr == nil && context.Cause(ctx) == nil && rep.OK() {
+			// Everything due by date was handled: later runs need not read
+			// those partitions again (but for the lookback).
+			if err := s.store.AdvanceSweep(context.WithoutCancel(ctx), job, date.AddDays(-1)); err != nil {
+				log.Warn("billing job: could not advance the sweep watermark (the next run reads further back)", "error", err)
+			}
+		} else if rep.Unresolved > 0 {
+			log.Error("billing job: periods with an unknown outcome are unresolved; rerun the job (README runbook: unknown outcomes)", "unresolved", rep.Unresolved)
+		}
+	}
 	log.Info("billing job done", "report", rep.summary(), "elapsed", time.Since(start).String())
 	if cause := context.Cause(ctx); cause != nil {
 		return rep, cause
@@ -191,17 +217,17 @@ func (s *Service) run(ctx context.Context, job string, date dates.Date, index st
 func (r *Report) summary() string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return fmt.Sprintf("entries=%d reminded=%d succeeded=%d processing=%d declined=%d stale=%d paused_skipped=%d resumed=%d skipped=%d locked=%d unknown=%d unreconciled=%d errors=%d",
-		r.Entries, r.Reminded, r.Succeeded, r.Processing, r.Declined, r.Stale, r.PausedSkipped, r.Resumed, r.Skipped, r.Locked, r.Unknown, r.Unreconciled, r.Errors)
+	return fmt.Sprintf("entries=%d reminded=%d succeeded=%d processing=%d declined=%d stale=%d paused_skipped=%d resumed=%d skipped=%d locked=%d unknown=%d resolved=%d unresolved=%d errors=%d swept_from=%s",
+		r.Entries, r.Reminded, r.Succeeded, r.Processing, r.Declined, r.Stale, r.PausedSkipped, r.Resumed, r.Skipped, r.Locked, r.Unknown, r.Resolved, r.Unresolved, r.Errors, r.SweptFrom)
 }
 
-// readShard reads one shard's partitions for date and the lookback days,
-// grouped by account in order of first appearance.
-func (s *Service) readShard(ctx context.Context, index string, date dates.Date, shard int) ([]accountWork, error) {
+// readShard reads one shard's partitions from from to date, grouped by
+// account in order of first appearance.
+func (s *Service) readShard(ctx context.Context, index string, from, date dates.Date, shard int) ([]accountWork, error) {
 	var accounts []accountWork
 	pos := map[string]int{}
 	seen := map[string]bool{}
-	for d := date.AddDays(-s.cfg.LookbackDays); !d.After(date); d = d.AddDays(1) {
+	for d := from; !d.After(date); d = d.AddDays(1) {
 		entries, err := s.store.QueryIndex(ctx, index, d, shard)
 		if err != nil {
 			return nil, err

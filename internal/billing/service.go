@@ -31,9 +31,11 @@ type Config struct {
 	// caught up (what is there was not processed; what was is gone from it).
 	LookbackDays int
 	// IdempotencyWindow is how long a Stripe idempotency key may be reused:
-	// Stripe keeps keys for 24 h. An attempt left in flight for longer is
-	// not retried by a job (it could charge twice); its webhook settles it,
-	// or an operator does (README runbook).
+	// Stripe may prune keys once they are 24 h old. Within it, a rerun
+	// resends an attempt in flight with its key; past it a resend could
+	// charge twice, so the job asks Stripe for the attempt's PaymentIntent
+	// (search by metadata, list by customer), records what happened, and
+	// only then makes a new attempt (resolve.go).
 	IdempotencyWindow time.Duration
 	// MaxPauseMonths bounds a pause.
 	MaxPauseMonths int
@@ -71,6 +73,8 @@ type Deps struct {
 	Now      func() time.Time
 	Log      *slog.Logger
 	Hooks    Hooks
+	// Observer receives the money-safety metrics (nil: none).
+	Observer Observer
 }
 
 // Service is the billing core: lifecycle operations, jobs and the feed.
@@ -83,6 +87,7 @@ type Service struct {
 	now      func() time.Time
 	log      *slog.Logger
 	hooks    Hooks
+	obs      Observer
 }
 
 // New returns the service.
@@ -121,11 +126,14 @@ func New(cfg Config, d Deps) (*Service, error) {
 	if d.Log == nil {
 		d.Log = slog.Default()
 	}
+	if d.Observer == nil {
+		d.Observer = nopObserver{}
+	}
 	if d.Notifier == nil {
 		d.Notifier = LogNotifier{Log: d.Log}
 	}
 	return &Service{cfg: cfg, store: d.Store, locks: d.Locks, charger: d.Charger, notifier: d.Notifier,
-		now: d.Now, log: d.Log, hooks: d.Hooks}, nil
+		now: d.Now, log: d.Log, hooks: d.Hooks, obs: d.Observer}, nil
 }
 
 // Store is the service's store.

@@ -96,6 +96,8 @@ type Options struct {
 	Log         *slog.Logger
 	// DynamoHTTP replaces the DynamoDB client's HTTP client (counting).
 	DynamoHTTP *http.Client
+	// Observer receives the service's money-safety metrics.
+	Observer billing.Observer
 }
 
 // Env is a billing service on fresh DynamoDB Local tables and a fake Stripe.
@@ -165,7 +167,7 @@ func NewEnv(t testing.TB, o Options) *Env {
 	e.Lock = lock.New(db, e.Locks, lock.Options{Lease: lease, Heartbeat: beat, Log: log})
 	e.Store = billing.NewStore(db, e.Billing, e.History, cfg.Shards)
 	svc, err := billing.New(cfg, billing.Deps{Store: e.Store, Locks: e.Lock, Charger: e.Charger,
-		Notifier: e.Notifier, Now: e.Clock.Now, Log: log, Hooks: o.Hooks})
+		Notifier: e.Notifier, Now: e.Clock.Now, Log: log, Hooks: o.Hooks, Observer: o.Observer})
 	if err != nil {
 		t.Fatalf("billing service: %v", err)
 	}

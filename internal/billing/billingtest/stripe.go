@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -35,6 +36,11 @@ const (
 	Lost
 	// Fail500: a 500 before anything happened (nothing stored).
 	Fail500
+	// Acted500: Stripe acted (the PaymentIntent exists, with the outcome
+	// ActedAs picks) but answered 500 and saved that answer for the key:
+	// a resend with the same key gets the 500 again, as Stripe replays a
+	// saved 500. Only asking for the PaymentIntent (search, list) finds it.
+	Acted500
 )
 
 // PI is one PaymentIntent the fake created.
@@ -61,6 +67,15 @@ type Stripe struct {
 	Server *httptest.Server
 	// Decide picks the behavior of a new PaymentIntent (default Succeed).
 	Decide func(p PI) Behavior
+	// ActedAs is the real outcome of an Acted500 PaymentIntent: Succeed
+	// (default), Decline or Process.
+	ActedAs func(p PI) Behavior
+	// SearchLag hides PaymentIntents younger than this from the Search API
+	// (Stripe's search lags writes; List does not).
+	SearchLag time.Duration
+
+	down     atomic.Bool
+	saved500 map[string]bool // idempotency keys whose saved answer is a 500
 
 	mu      sync.Mutex
 	pis     map[string]*PI
@@ -80,7 +95,7 @@ func NewStripe(limit float64, now func() time.Time) *Stripe {
 	if now == nil {
 		now = time.Now
 	}
-	f := &Stripe{pis: map[string]*PI{}, byKey: map[string]string{}, now: now}
+	f := &Stripe{pis: map[string]*PI{}, byKey: map[string]string{}, saved500: map[string]bool{}, now: now}
 	if limit > 0 {
 		f.limiter = rate.NewLimiter(rate.Limit(limit), max(1, int(limit/10)))
 	}
@@ -117,12 +132,21 @@ func (f *Stripe) serve(w http.ResponseWriter, r *http.Request) {
 			"Request rate limit exceeded.", nil)
 		return
 	}
+	if f.down.Load() {
+		stripeError(w, http.StatusInternalServerError, "api_error", "", "internal error", nil)
+		return
+	}
 	switch {
 	case r.Method == http.MethodPost && r.URL.Path == "/v1/payment_intents":
 		f.create(w, r)
+	case r.Method == http.MethodGet && r.URL.Path == "/v1/payment_intents/search":
+		f.search(w, r)
+	case r.Method == http.MethodGet && r.URL.Path == "/v1/payment_intents":
+		f.list(w, r)
 	case r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/v1/payment_intents/"):
 		f.mu.Lock()
 		p, ok := f.pis[strings.TrimPrefix(r.URL.Path, "/v1/payment_intents/")]
+		ok = ok && p.Account == r.Header.Get("Stripe-Account") // another account's objects do not exist
 		var body map[string]any
 		if ok {
 			body = p.JSON()
@@ -150,6 +174,11 @@ func (f *Stripe) create(w http.ResponseWriter, r *http.Request) {
 	}
 	key := r.Header.Get("Idempotency-Key")
 	f.mu.Lock()
+	if f.saved500[key] && key != "" {
+		f.mu.Unlock()
+		stripeError(w, http.StatusInternalServerError, "api_error", "", "internal error (replayed)", nil)
+		return
+	}
 	if id, ok := f.byKey[key]; ok && key != "" {
 		p := f.pis[id]
 		f.mu.Unlock()
@@ -181,6 +210,13 @@ func (f *Stripe) create(w http.ResponseWriter, r *http.Request) {
 		stripeError(w, http.StatusInternalServerError, "api_error", "", "internal error", nil)
 		return
 	}
+	acted := behavior == Acted500
+	if acted {
+		behavior = Succeed
+		if f.ActedAs != nil {
+			behavior = f.ActedAs(*p)
+		}
+	}
 	switch behavior {
 	case Decline:
 		p.Status, p.DeclineCode = "requires_payment_method", "insufficient_funds"
@@ -202,9 +238,12 @@ func (f *Stripe) create(w http.ResponseWriter, r *http.Request) {
 	f.order = append(f.order, p.ID)
 	if key != "" {
 		f.byKey[key] = p.ID
+		if acted {
+			f.saved500[key] = true
+		}
 	}
 	f.mu.Unlock()
-	f.respond(w, p, behavior == Lost)
+	f.respond(w, p, behavior == Lost || acted)
 }
 
 func (f *Stripe) respond(w http.ResponseWriter, p *PI, lost bool) {
@@ -335,3 +374,73 @@ func (f *Stripe) Successful() map[string][]string {
 
 // PeriodKey names a billing period in test maps.
 func PeriodKey(account, sub, date string) string { return account + "/" + sub + "/" + date }
+
+// SetDown makes every request answer 500 without acting (an outage).
+func (f *Stripe) SetDown(down bool) { f.down.Store(down) }
+
+var searchClause = regexp.MustCompile(`^metadata\['([^'\]]+)'\]:'((?:[^'\\]|\\.)*)'$`)
+
+// search is GET /v1/payment_intents/search: the fake understands
+// metadata['key']:'value' clauses joined by AND, on the request's account.
+func (f *Stripe) search(w http.ResponseWriter, r *http.Request) {
+	query := r.URL.Query().Get("query")
+	want := map[string]string{}
+	for _, clause := range strings.Split(query, " AND ") {
+		m := searchClause.FindStringSubmatch(strings.TrimSpace(clause))
+		if m == nil {
+			stripeError(w, http.StatusBadRequest, "invalid_request_error", "", "unsupported search query: "+query, nil)
+			return
+		}
+		want[m[1]] = strings.NewReplacer(`\'`, `'`, `\\`, `\`).Replace(m[2])
+	}
+	account := r.Header.Get("Stripe-Account")
+	var data []any
+	f.mu.Lock()
+	for _, id := range f.order {
+		p := f.pis[id]
+		if p.Account != account || f.now().Sub(p.Created) < f.SearchLag {
+			continue
+		}
+		match := true
+		for k, v := range want {
+			if p.Metadata[k] != v {
+				match = false
+			}
+		}
+		if match {
+			data = append(data, p.JSON())
+		}
+	}
+	f.mu.Unlock()
+	if data == nil {
+		data = []any{}
+	}
+	writeJSON(w, map[string]any{"object": "search_result", "url": "/v1/payment_intents/search", "has_more": false,
+		"next_page": nil, "data": data})
+}
+
+// list is GET /v1/payment_intents?customer=&created[gte]= on the request's
+// account, newest first.
+func (f *Stripe) list(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	customer := q.Get("customer")
+	var since int64
+	if v := q.Get("created[gte]"); v != "" {
+		since, _ = strconv.ParseInt(v, 10, 64)
+	}
+	account := r.Header.Get("Stripe-Account")
+	var data []any
+	f.mu.Lock()
+	for i := len(f.order) - 1; i >= 0; i-- {
+		p := f.pis[f.order[i]]
+		if p.Account != account || (customer != "" && p.Customer != customer) || p.Created.Unix() < since {
+			continue
+		}
+		data = append(data, p.JSON())
+	}
+	f.mu.Unlock()
+	if data == nil {
+		data = []any{}
+	}
+	writeJSON(w, map[string]any{"object": "list", "url": "/v1/payment_intents", "has_more": false, "data": data})
+}

@@ -1,0 +1,121 @@
+package billing
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
+)
+
+// Unknown outcomes (DESIGN §8 "Failures"). A charge that got no trustworthy
+// answer (timeout, 5xx) leaves its period with the attempt in flight
+// (InFlightKey, InFlightAt). Nothing else happens to that period until the
+// outcome is known:
+//
+//   - within Stripe's idempotency window, a rerun resends the attempt with
+//     its key (Stripe answers with the same PaymentIntent, or executes it
+//     if it never started); when that too has no answer, Stripe is asked
+//     for the PaymentIntent (below), and only a find settles it: the
+//     original request may still be running;
+//   - past the window a resend could charge twice, so Stripe is asked
+//     first: the Search API by the metadata the attempt set, then the
+//     customer's PaymentIntents created since the attempt started (List is
+//     strongly consistent; search lags). Found: its outcome is recorded as
+//     the attempt's (COMPLETED with a receipt, ACHSENT, or ERROR on the
+//     ordinary retry days). Not found: Stripe never made it; the lost
+//     attempt is recorded in the history, and only then a new attempt is
+//     made (with a new key), or the period is marked STALE when it is past
+//     BILLING_STALE_DAYS.
+//
+// Until then every run that meets the period counts it as unresolved: its
+// report is not OK (the CLI exits 1), and the unresolved-periods gauge says
+// how many.
+
+// attemptQuery is how Stripe is asked for the PaymentIntent of p's attempt
+// in flight.
+func attemptQuery(p Period) AttemptQuery {
+	q := AttemptQuery{StripeAccount: p.PaymentDetails.StripeAccount, Customer: p.PaymentDetails.Customer,
+		Amount: p.Amount, Currency: p.Currency, Metadata: attemptMeta(p, p.Attempts+1), Since: p.InFlightAt,
+		Exclude: map[string]bool{}}
+	if p.TransactionID != "" {
+		q.Exclude[p.TransactionID] = true // an earlier attempt's
+	}
+	return q
+}
+
+func outcomeName(o Outcome) string {
+	switch o {
+	case Succeeded:
+		return "succeeded"
+	case Processing:
+		return "processing"
+	case Declined:
+		return "declined"
+	}
+	return "unknown"
+}
+
+// leftUnresolved counts a period left with its outcome unknown.
+func (s *Service) leftUnresolved(rep *Report) {
+	rep.add(func(r *Report) { r.Unresolved++ })
+}
+
+// resolveLost settles an attempt in flight for longer than the idempotency
+// window by asking Stripe for its PaymentIntent. It returns, with the
+// subscription and period as they now are:
+//   - resolved: the PaymentIntent was found; res is its outcome, to record
+//     as the attempt's;
+//   - again: it was not found and the lost attempt is recorded; make a new
+//     attempt now;
+//   - neither: nothing more to do in this run (Stripe could not be asked:
+//     still unresolved; or the period went STALE).
+func (s *Service) resolveLost(ctx context.Context, sub Subscription, p Period, proc Process, today dates.Date, rep *Report) (
+	_ Subscription, _ Period, res ChargeResult, resolved, again bool, err error) {
+	log := s.log.With("account", p.AccountID, "subscription_id", p.SubscriptionID, "billing_date", p.BillingDate.String(),
+		"attempt", p.Attempts+1, "in_flight_since", p.InFlightAt)
+	lk, err := s.charger.FindAttempt(ctx, attemptQuery(p))
+	if err != nil {
+		log.Error("billing job: outcome of an attempt unknown past the idempotency window, and Stripe could not be asked; rerun the job (README runbook: unknown outcomes)", "error", err)
+		s.leftUnresolved(rep)
+		return sub, p, res, false, false, nil
+	}
+	if lk.Found {
+		log.Info("billing job: unknown outcome resolved by asking Stripe", "payment_intent", lk.Result.PaymentIntent,
+			"found_by", lk.How, "outcome", outcomeName(lk.Result.Outcome))
+		s.obs.OutcomeResolved(outcomeName(lk.Result.Outcome))
+		return sub, p, lk.Result, true, false, nil
+	}
+	// Stripe never made it: the attempt is over. Record it, then charge
+	// anew (or give up when the period is too old).
+	s.obs.OutcomeResolved("not_found")
+	now := s.now()
+	tx := s.store.NewTx(s.cause("resolve", p, today), now)
+	p.Attempts++
+	p.InFlightKey, p.InFlightAt = "", time.Time{}
+	p.Process, p.UpdatedEvent = proc, "attempt-lost"
+	p.Error = fmt.Sprintf("attempt %d: no PaymentIntent at Stripe (its outcome was unknown); not charged", p.Attempts)
+	stale := s.cfg.Retry.IsStale(p.Due(), today)
+	if stale {
+		p.Status, p.UpdatedEvent, p.CompletionDate, p.NextAttemptDate = Stale, "stale", now, dates.Date{}
+	}
+	tx.PutPeriod(&p, false)
+	if stale && sub.Status != SubCancelled && sub.NextPeriodDate.Equal(p.BillingDate) {
+		// Given up on the subscription's next period: it moves on.
+		if err := s.advance(ctx, tx, &sub, p.BillingDate, today, proc, now); err != nil {
+			return sub, p, res, false, false, err
+		}
+		tx.PutSubscription(&sub)
+	}
+	if err := s.store.Commit(ctx, tx); err != nil {
+		return sub, p, res, false, false, fmt.Errorf("record lost attempt: %w", err)
+	}
+	rep.add(func(r *Report) {
+		r.Resolved++
+		if stale {
+			r.Stale++
+		}
+	})
+	log.Warn("billing job: no PaymentIntent found for an attempt whose outcome was unknown; recorded as lost", "stale", stale)
+	return sub, p, res, false, !stale, nil
+}

@@ -1,0 +1,269 @@
+package billing_test
+
+import (
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/stripe-payments/stripe-payments/internal/billing"
+	"github.com/stripe-payments/stripe-payments/internal/billing/billingtest"
+)
+
+// countingObserver records the money-safety metrics.
+type countingObserver struct {
+	mu         sync.Mutex
+	refused    map[string]int
+	unknown    int
+	resolved   map[string]int
+	unresolved []int
+}
+
+func newObserver() *countingObserver {
+	return &countingObserver{refused: map[string]int{}, resolved: map[string]int{}}
+}
+
+func (o *countingObserver) FeedRefused(reason string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.refused[reason]++
+}
+
+func (o *countingObserver) OutcomeUnknown() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.unknown++
+}
+
+func (o *countingObserver) OutcomeResolved(result string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.resolved[result]++
+}
+
+func (o *countingObserver) UnresolvedPeriods(n int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.unresolved = append(o.unresolved, n)
+}
+
+func (o *countingObserver) lastUnresolved() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if len(o.unresolved) == 0 {
+		return -1
+	}
+	return o.unresolved[len(o.unresolved)-1]
+}
+
+// firstThen makes the first new PaymentIntent behave as first, the others
+// as Succeed.
+func firstThen(first billingtest.Behavior) func(billingtest.PI) billingtest.Behavior {
+	var mu sync.Mutex
+	n := 0
+	return func(billingtest.PI) billingtest.Behavior {
+		mu.Lock()
+		defer mu.Unlock()
+		n++
+		if n == 1 {
+			return first
+		}
+		return billingtest.Succeed
+	}
+}
+
+func receiptsOf(t *testing.T, e *billingtest.Env, account string) []billing.Receipt {
+	t.Helper()
+	page, err := e.Service.ListReceipts(ctx, account, 100, "")
+	require.NoError(t, err)
+	return page.Items
+}
+
+// Issue 12, scenario 3: "A charge whose outcome is unknown is stuck for
+// good." Stripe answers 500 on the first run; the following daily runs
+// resolve it by asking Stripe for the PaymentIntent, never park it, and
+// every run that leaves it unresolved is not OK and says so in a metric.
+func TestScenario3UnknownOutcomeIsResolvedNotStuck(t *testing.T) {
+	t.Parallel()
+
+	t.Run("found succeeded: COMPLETED with a receipt, no second charge", func(t *testing.T) {
+		t.Parallel()
+		obs := newObserver()
+		e := billingtest.NewEnv(t, billingtest.Options{Observer: obs})
+		e.Stripe.Decide = firstThen(billingtest.Acted500) // Stripe charged, answered 500, saved the 500
+		sub, err := e.Service.CreateSubscription(ctx, "acc-1", billingtest.Input("gold", 10))
+		require.NoError(t, err)
+
+		rep := collect(t, e, "2024-01-10")
+		assert.Equal(t, 1, rep.Unknown)
+		assert.Equal(t, 1, rep.Unresolved)
+		assert.False(t, rep.OK(), "a run that leaves an unknown outcome is not OK (the CLI exits 1)")
+		assert.Equal(t, 1, obs.lastUnresolved())
+		assert.NotEmpty(t, period(t, e, sub, "2024-01-10").InFlightKey)
+
+		// Stripe is down for the rest of the day: a rerun cannot resolve it.
+		e.Stripe.SetDown(true)
+		rep = collect(t, e, "2024-01-10")
+		assert.False(t, rep.OK())
+		assert.Equal(t, 1, rep.Unresolved)
+		e.Stripe.SetDown(false)
+
+		// Next day, past the 23 h window: asked, found, recorded.
+		rep = collect(t, e, "2024-01-11")
+		assert.True(t, rep.OK(), "%+v", rep)
+		assert.Equal(t, 1, rep.Resolved)
+		assert.Equal(t, 0, obs.lastUnresolved())
+		p := period(t, e, sub, "2024-01-10")
+		assert.Equal(t, billing.Completed, p.Status)
+		assert.Empty(t, p.InFlightKey)
+		assert.Equal(t, e.Stripe.PIs()[0].ID, p.TransactionID)
+		require.Len(t, e.Stripe.PIs(), 1, "no second charge")
+		recs := receiptsOf(t, e, "acc-1")
+		require.Len(t, recs, 1)
+		assert.Equal(t, "2024-01-11", recs[0].ProcessedDate.String())
+		got, err := e.Service.GetSubscription(ctx, "acc-1", sub.SubscriptionID)
+		require.NoError(t, err)
+		assert.Equal(t, "2024-02-10", got.NextPaymentDate.String(), "the subscription moved on")
+		assert.Equal(t, 1, obs.resolved["succeeded"])
+
+		// And the schedule goes on.
+		rep = collect(t, e, "2024-02-10")
+		assert.True(t, rep.OK())
+		assert.Equal(t, billing.Completed, period(t, e, sub, "2024-02-10").Status)
+	})
+
+	t.Run("not found: the lost attempt is recorded, then a new attempt charges", func(t *testing.T) {
+		t.Parallel()
+		e := billingtest.NewEnv(t, billingtest.Options{})
+		e.Stripe.Decide = firstThen(billingtest.Fail500) // nothing happened at Stripe
+		sub, err := e.Service.CreateSubscription(ctx, "acc-1", billingtest.Input("gold", 10))
+		require.NoError(t, err)
+		rep := collect(t, e, "2024-01-10")
+		assert.False(t, rep.OK())
+		require.Empty(t, e.Stripe.PIs())
+
+		rep = collect(t, e, "2024-01-11")
+		assert.True(t, rep.OK(), "%+v", rep)
+		assert.Equal(t, 1, rep.Succeeded)
+		pis := e.Stripe.PIs()
+		require.Len(t, pis, 1)
+		assert.Equal(t, "2", pis[0].Metadata[billing.MetaAttempt], "a new attempt, with its own key")
+		assert.NotEqual(t, billing.IdempotencyKey(period(t, e, sub, "2024-01-10"), 1), pis[0].IdempotencyKey)
+		p := period(t, e, sub, "2024-01-10")
+		assert.Equal(t, billing.Completed, p.Status)
+		assert.Equal(t, 2, p.Attempts)
+		var events []string
+		for _, h := range history(t, e, sub) {
+			if h.BillingDate.String() == "2024-01-10" {
+				events = append(events, h.UpdatedEvent)
+			}
+		}
+		assert.Contains(t, events, "attempt-lost", "what happened is recorded before the new attempt")
+		assert.Len(t, receiptsOf(t, e, "acc-1"), 1)
+	})
+
+	t.Run("search lags: the customer's list finds a declined attempt; ERROR, retried on schedule", func(t *testing.T) {
+		t.Parallel()
+		e := billingtest.NewEnv(t, billingtest.Options{})
+		e.Stripe.SearchLag = 72 * 3600e9
+		e.Stripe.Decide = firstThen(billingtest.Acted500)
+		e.Stripe.ActedAs = func(billingtest.PI) billingtest.Behavior { return billingtest.Decline }
+		sub, err := e.Service.CreateSubscription(ctx, "acc-1", billingtest.Input("gold", 10))
+		require.NoError(t, err)
+		collect(t, e, "2024-01-10")
+		rep := collect(t, e, "2024-01-11")
+		assert.True(t, rep.OK(), "%+v", rep)
+		assert.Equal(t, 1, rep.Declined)
+		require.Len(t, e.Stripe.PIs(), 1, "resolving charges nothing")
+		p := period(t, e, sub, "2024-01-10")
+		assert.Equal(t, billing.Error, p.Status)
+		assert.Equal(t, e.Stripe.PIs()[0].ID, p.TransactionID)
+		assert.Equal(t, "2024-01-13", p.NextAttemptDate.String(), "the ordinary retry days (1, 3, 5, 7)")
+		rep = collect(t, e, "2024-01-13")
+		assert.Equal(t, 1, rep.Succeeded)
+		assert.Equal(t, billing.Completed, period(t, e, sub, "2024-01-10").Status)
+	})
+
+	t.Run("a retry whose answer is lost is resolved before the next retry", func(t *testing.T) {
+		t.Parallel()
+		e := billingtest.NewEnv(t, billingtest.Options{})
+		var mu sync.Mutex
+		n := 0
+		e.Stripe.Decide = func(billingtest.PI) billingtest.Behavior {
+			mu.Lock()
+			defer mu.Unlock()
+			n++
+			switch n {
+			case 1:
+				return billingtest.Decline
+			case 2:
+				return billingtest.Acted500
+			}
+			return billingtest.Succeed
+		}
+		e.Stripe.ActedAs = func(billingtest.PI) billingtest.Behavior { return billingtest.Decline }
+		sub, err := e.Service.CreateSubscription(ctx, "acc-1", billingtest.Input("gold", 8))
+		require.NoError(t, err)
+		collect(t, e, "2024-01-08") // declined
+		rep := collect(t, e, "2024-01-09")
+		assert.False(t, rep.OK(), "retry day 1: made at Stripe, answer lost")
+		rep = collect(t, e, "2024-01-10")
+		assert.True(t, rep.OK(), "%+v", rep)
+		p := period(t, e, sub, "2024-01-08")
+		assert.Equal(t, billing.Error, p.Status)
+		assert.Equal(t, 2, p.Attempts)
+		assert.Equal(t, e.Stripe.PIs()[1].ID, p.TransactionID)
+		assert.Equal(t, "2024-01-11", p.NextAttemptDate.String())
+		require.Len(t, e.Stripe.PIs(), 2)
+		rep = collect(t, e, "2024-01-11")
+		assert.Equal(t, 1, rep.Succeeded)
+		assert.Equal(t, billing.Completed, period(t, e, sub, "2024-01-08").Status)
+	})
+
+	t.Run("Stripe down for days: unresolved and not OK on every run, never parked, then resolved", func(t *testing.T) {
+		t.Parallel()
+		obs := newObserver()
+		e := billingtest.NewEnv(t, billingtest.Options{Observer: obs})
+		e.Stripe.Decide = firstThen(billingtest.Acted500)
+		sub, err := e.Service.CreateSubscription(ctx, "acc-1", billingtest.Input("gold", 10))
+		require.NoError(t, err)
+		collect(t, e, "2024-01-10")
+		e.Stripe.SetDown(true)
+		for _, day := range []string{"2024-01-11", "2024-01-12", "2024-01-13", "2024-01-14", "2024-01-15", "2024-01-16"} {
+			rep := collect(t, e, day)
+			assert.False(t, rep.OK(), day)
+			assert.Equal(t, 1, rep.Unresolved, day)
+			assert.Equal(t, 1, obs.lastUnresolved(), day)
+		}
+		e.Stripe.SetDown(false)
+		// Six days later, beyond the 3-day lookback: the sweep still reads it.
+		rep := collect(t, e, "2024-01-17")
+		assert.True(t, rep.OK(), "%+v", rep)
+		assert.Equal(t, billing.Completed, period(t, e, sub, "2024-01-10").Status)
+		require.Len(t, e.Stripe.PIs(), 1)
+	})
+
+	t.Run("jobs not run for longer than the lookback: old periods STALE or charged, never forgotten", func(t *testing.T) {
+		t.Parallel()
+		e := billingtest.NewEnv(t, billingtest.Options{})
+		sub, err := e.Service.CreateSubscription(ctx, "acc-1", billingtest.Input("gold", 10))
+		require.NoError(t, err)
+		rep := collect(t, e, "2024-01-05") // a clean run: nothing due yet
+		require.True(t, rep.OK())
+		// The jobs stop for eight weeks (lookback: 3 days, stale: 30 days).
+		rep = collect(t, e, "2024-03-01")
+		assert.True(t, rep.OK(), "%+v", rep)
+		assert.Equal(t, "2024-01-05", rep.SweptFrom, "read back to the last clean run, not only the lookback")
+		assert.Equal(t, billing.Stale, period(t, e, sub, "2024-01-10").Status, "past BILLING_STALE_DAYS: marked")
+		assert.Equal(t, billing.Completed, period(t, e, sub, "2024-02-10").Status, "within it: charged")
+		got, err := e.Service.GetSubscription(ctx, "acc-1", sub.SubscriptionID)
+		require.NoError(t, err)
+		assert.Equal(t, "2024-03-10", got.NextPaymentDate.String())
+		assert.Len(t, e.Stripe.PIs(), 1)
+
+		// The next daily run reads only the lookback again.
+		rep = collect(t, e, "2024-03-02")
+		assert.Equal(t, "2024-02-28", rep.SweptFrom)
+	})
+}
