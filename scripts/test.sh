@@ -104,6 +104,25 @@ if [ -z "${STRIPE_MOCK_BIN:-}" ]; then
 	export STRIPE_MOCK_BIN
 fi
 
+# The operator console's browser tests drive Debian's chromium (never a
+# browser downloaded by a tool); the monitoring rules are checked with
+# Debian's promtool. Installed from apt when missing, like devstack.sh does
+# for Java and PostgreSQL.
+if [ "$mode" = test ]; then
+	missing=()
+	command -v chromium >/dev/null 2>&1 || missing+=(chromium fonts-dejavu-core)
+	command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
+	if [ "${#missing[@]}" -gt 0 ]; then
+		echo "== apt-get install ${missing[*]}"
+		as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo -n "$@"; fi; }
+		if ! as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq </dev/null ||
+			! as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" </dev/null; then
+			echo "FATAL: could not install ${missing[*]} (apt-get install -y ${missing[*]}); the console and monitoring tests need them" >&2
+			exit 1
+		fi
+	fi
+fi
+
 echo "== go vet"
 go vet ./...
 echo "== gofmt"

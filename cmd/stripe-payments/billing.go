@@ -67,7 +67,9 @@ func billingCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if job == "remind" {
 		run = a.Billing.Remind
 	}
+	started := time.Now()
 	rep, err := run(ctx, date)
+	a.RecordBillingRun(context.WithoutCancel(ctx), job, date, started, rep, err)
 	if rep != nil {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")

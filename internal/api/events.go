@@ -251,7 +251,32 @@ func (h eventRoutes) replay(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	ctx := c.Request().Context()
+	result, err := h.replayEvent(c.Request().Context(), id, q["stripe_account"])
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, result)
+}
+
+// Replayer re-drives events exactly as POST /internal/v1/events/{id}/replay
+// does; the operator console replays through it.
+type Replayer struct{ routes eventRoutes }
+
+// NewReplayer returns the replay logic of the API on deps.
+func NewReplayer(deps Deps) Replayer {
+	return Replayer{eventRoutes{store: deps.Events, handler: deps.Handler, fetcher: deps.Fetcher, platform: deps.PlatformAccount}}
+}
+
+// Replay re-drives event id; account is the connected account to fetch it
+// as when the table no longer holds it. Errors are *apperr.Error.
+func (r Replayer) Replay(ctx context.Context, id, account string) (ReplayResult, error) {
+	if !eventIDPattern.MatchString(id) {
+		return ReplayResult{}, apperr.New(apperr.CodeInvalidParameter, "invalid event id %q", truncate(id, 64))
+	}
+	return r.routes.replayEvent(ctx, id, account)
+}
+
+func (h eventRoutes) replayEvent(ctx context.Context, id, account string) (ReplayResult, error) {
 	result := ReplayResult{EventID: id, PayloadSource: "store"}
 	var (
 		payload     []byte
@@ -262,46 +287,45 @@ func (h eventRoutes) replay(c echo.Context) error {
 	case err == nil && len(rec.Payload) > 0:
 		payload = rec.Payload
 	case err == nil || errors.Is(err, events.ErrNotFound):
-		account := q["stripe_account"]
 		if err == nil {
 			account = rec.StripeAccount
 		}
 		if account != "" && !accountPattern.MatchString(account) {
-			return apperr.New(apperr.CodeInvalidParameter, "stripe_account must be an acct_ id")
+			return result, apperr.New(apperr.CodeInvalidParameter, "stripe_account must be an acct_ id")
 		}
 		if h.fetcher == nil {
-			return apperr.New(apperr.CodeNotFound, "event %s not found", id)
+			return result, apperr.New(apperr.CodeNotFound, "event %s not found", id)
 		}
 		payload, err = h.fetcher.FetchEvent(ctx, id, account)
 		if err != nil {
-			return err
+			return result, err
 		}
 		result.PayloadSource, fetchedFrom = "stripe", account
 	default:
-		return apperr.Wrap(err, apperr.CodeUnavailable, "could not read event")
+		return result, apperr.Wrap(err, apperr.CodeUnavailable, "could not read event")
 	}
 	ev, err := events.Parse(payload)
 	if err != nil {
 		if result.PayloadSource == "stripe" {
-			return apperr.Wrap(err, apperr.CodeUpstream, "Stripe answered %s with something that is not an event", id)
+			return result, apperr.Wrap(err, apperr.CodeUpstream, "Stripe answered %s with something that is not an event", id)
 		}
-		return apperr.Wrap(err, apperr.CodeInternal, "stored payload of %s is not an event", id)
+		return result, apperr.Wrap(err, apperr.CodeInternal, "stored payload of %s is not an event", id)
 	}
 	if result.PayloadSource == "stripe" {
 		if payload, ev, err = h.fetchedAs(id, fetchedFrom, payload, ev); err != nil {
-			return err
+			return result, err
 		}
 	}
 	outcome, err := h.handler.Handle(ctx, ev, payload, events.SourceReplay)
 	if err != nil {
-		return apperr.Wrap(err, apperr.CodeUnavailable, "event %s could not be processed; it stays re-drivable", id)
+		return result, apperr.Wrap(err, apperr.CodeUnavailable, "event %s could not be processed; it stays re-drivable", id)
 	}
 	result.Outcome = string(outcome)
 	if rec, err := h.store.Get(ctx, id); err == nil {
 		e := EventJSON(rec)
 		result.Event = &e
 	}
-	return c.JSON(http.StatusOK, result)
+	return result, nil
 }
 
 // fetchedAs checks an event fetched from Stripe against the request and

@@ -24,6 +24,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/handler"
 	"github.com/stripe-payments/stripe-payments/internal/httpserver"
 	"github.com/stripe-payments/stripe-payments/internal/metrics"
+	"github.com/stripe-payments/stripe-payments/internal/ops"
 	"github.com/stripe-payments/stripe-payments/internal/outbox"
 	"github.com/stripe-payments/stripe-payments/internal/purchase"
 	"github.com/stripe-payments/stripe-payments/internal/recordq"
@@ -63,6 +64,12 @@ type App struct {
 	// (internal API, operator console).
 	Outbox        *outbox.Store
 	OutboxMetrics *metrics.Outbox
+
+	// Ops: what the operator console records (events per hour, failed and
+	// rejected events, billing runs).
+	OpsCounter  *ops.Counter
+	OpsProblems *ops.Problems
+	OpsRuns     *ops.Runs
 }
 
 // New connects to DynamoDB and Postgres and builds every component. It does
@@ -106,13 +113,17 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 		pool.Close()
 		return nil, err
 	}
+	a.OpsCounter = ops.NewCounter(pool, log.With("component", "ops"), nil)
+	a.OpsProblems = ops.NewProblems(pool, log.With("component", "ops"))
+	a.OpsRuns = ops.NewRuns(pool)
 	a.Handler = handler.New(handler.Config{
 		PlatformAccount: cfg.PlatformAccount,
 		EventTTL:        cfg.EventTTL,
 		Livemode:        cfg.Livemode(),
 		MaxBatch:        cfg.IngestMaxBatch,
 		Flushers:        cfg.IngestFlushers,
-	}, a.Events, a.Ledger, log, append(append(flowOptions(flows), handler.WithObserver(a.Metrics)), billingAppliers()...)...)
+	}, a.OpsProblems.Track(a.Events), a.Ledger, log,
+		append(append(flowOptions(flows), handler.WithObserver(ops.Observers{a.Metrics, a.OpsCounter})), billingAppliers()...)...)
 
 	a.Server = httpserver.New(log, a.Metrics, []httpserver.Check{
 		{Name: "dynamodb", Run: func(ctx context.Context) error { return dynamo.Ping(ctx, ddb, cfg.EventsTable) }},
@@ -120,7 +131,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 	})
 	verifier := webhook.NewVerifier(cfg.WebhookSecrets, cfg.WebhookTolerance, nil)
 	webhook.NewEndpoint(verifier, a.Handler, cfg.WebhookMaxBody, log).Register(a.Server.Echo)
-	api.Register(a.Server.Echo, cfg.InternalAPIToken, api.Deps{
+	apiDeps := api.Deps{
 		Events:          a.Events,
 		Handler:         a.Handler,
 		Fetcher:         stripeclient.EventFetcher{API: a.Stripe, PlatformAccount: cfg.PlatformAccount},
@@ -129,7 +140,16 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 		Purchases:       purchase.NewService(a.Tracking, a.Stripe, log.With("component", "purchase")),
 		Billing:         a.Billing,
 		Outbox:          a.Outbox,
-	})
+	}
+	api.Register(a.Server.Echo, cfg.InternalAPIToken, apiDeps)
+	if err := ops.Register(a.Server.Echo, ops.Deps{
+		Token: cfg.InternalAPIToken, Pool: pool, Events: a.Events, Replayer: api.NewReplayer(apiDeps),
+		Billing: a.Billing, Counter: a.OpsCounter, Problems: a.OpsProblems, Runs: a.OpsRuns,
+		Gatherer: a.Metrics.Registry, Log: log.With("component", "ops"),
+	}); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("operator console: %w", err)
+	}
 	return a, nil
 }
 
@@ -205,6 +225,11 @@ func (a *App) startBackground() {
 			_ = a.Emails.Run(ctx)
 		}()
 	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		a.OpsCounter.Run(ctx, 10*time.Second)
+	}()
 	a.stopBg = func() { cancel(); wg.Wait() }
 }
 

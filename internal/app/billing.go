@@ -71,12 +71,20 @@ func (a *App) billingTicker(ctx context.Context, every time.Duration) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
-		for _, job := range []func(context.Context) (*billing.Report, error){a.Billing.RemindNow, a.Billing.CollectNow} {
+		for _, job := range []struct {
+			name string
+			run  func(context.Context) (*billing.Report, error)
+		}{{"remind", a.Billing.RemindNow}, {"collect", a.Billing.CollectNow}} {
 			if ctx.Err() != nil {
 				return
 			}
-			if _, err := job(ctx); err != nil && ctx.Err() == nil {
+			started := time.Now()
+			rep, err := job.run(ctx)
+			if err != nil && ctx.Err() == nil {
 				a.Log.Error("billing job failed", "error", err)
+			}
+			if ctx.Err() == nil {
+				a.RecordBillingRun(ctx, job.name, a.Billing.NowDate(), started, rep, err)
 			}
 		}
 		select {
@@ -84,5 +92,13 @@ func (a *App) billingTicker(ctx context.Context, every time.Duration) {
 			return
 		case <-t.C:
 		}
+	}
+}
+
+// RecordBillingRun keeps a job run's report for the operator console; a
+// failure to record is logged, never the run's failure.
+func (a *App) RecordBillingRun(ctx context.Context, job string, date dates.Date, started time.Time, rep *billing.Report, runErr error) {
+	if err := a.OpsRuns.Record(ctx, job, date.Time(), started, rep, runErr); err != nil {
+		a.Log.Warn("could not record billing run", "job", job, "error", err)
 	}
 }

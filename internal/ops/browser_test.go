@@ -1,0 +1,436 @@
+package ops_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/stripe-payments/stripe-payments/internal/app"
+	"github.com/stripe-payments/stripe-payments/internal/config"
+	"github.com/stripe-payments/stripe-payments/internal/stripetest"
+	"github.com/stripe-payments/stripe-payments/internal/testenv"
+)
+
+const (
+	secret = "whsec_test_ops_console"
+	token  = "ops-console-test-token"
+)
+
+// fakeStripe answers the invoice lookups of payment_intent events: with an
+// error while down, else with an invoice about no subscription.
+type fakeStripe struct {
+	*httptest.Server
+	down atomic.Bool
+}
+
+func newFakeStripe(t *testing.T) *fakeStripe {
+	f := &fakeStripe{}
+	f.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		id, ok := strings.CutPrefix(r.URL.Path, "/v1/invoices/")
+		if !ok || f.down.Load() {
+			w.WriteHeader(http.StatusBadRequest)
+			fmt.Fprint(w, `{"error":{"type":"invalid_request_error","message":"test Stripe is down"}}`)
+			return
+		}
+		fmt.Fprintf(w, `{"id":%q,"object":"invoice","subscription":null,"livemode":false}`, id)
+	}))
+	t.Cleanup(f.Close)
+	return f
+}
+
+func startApp(t *testing.T, stripeURL string, overrides ...string) *app.App {
+	t.Helper()
+	env := map[string]string{
+		"APP_ENV":               "development",
+		"LISTEN_ADDR":           "127.0.0.1:0",
+		"STRIPE_WEBHOOK_SECRET": secret,
+		"STRIPE_API_KEY":        "sk_test_ops",
+		"STRIPE_API_BASE":       stripeURL,
+		"DATABASE_URL":          testenv.DatabaseURL(t),
+		"DYNAMODB_ENDPOINT":     testenv.DynamoEndpoint(t),
+		"EVENTS_TABLE":          testenv.TableName("events"),
+		"BILLING_TABLE":         testenv.TableName("billing"),
+		"BILLING_HISTORY_TABLE": testenv.TableName("billing-history"),
+		"LOCKS_TABLE":           testenv.TableName("locks"),
+		"INTERNAL_API_TOKEN":    token,
+	}
+	for i := 0; i+1 < len(overrides); i += 2 {
+		env[overrides[i]] = overrides[i+1]
+	}
+	cfg, err := config.Load(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	require.NoError(t, err)
+	ctx := context.Background()
+	a, err := app.New(ctx, cfg, slog.New(slog.NewJSONHandler(io.Discard, nil)))
+	require.NoError(t, err)
+	require.NoError(t, a.Migrate(ctx))
+	t.Cleanup(func() {
+		for _, spec := range a.TableSpecs() {
+			_, _ = a.Dynamo.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(spec.Name)})
+		}
+	})
+	require.NoError(t, a.Open())
+	t.Cleanup(func() { require.NoError(t, a.Shutdown(10*time.Second)) })
+	return a
+}
+
+// deliver posts a signed event to the webhook and returns the status.
+func deliver(t *testing.T, a *app.App, payload []byte) int {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, a.Server.URL()+"/webhooks/stripe", bytes.NewReader(payload))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Stripe-Signature", stripetest.Sign(payload, secret, time.Now()))
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+func apiJSON(t *testing.T, a *app.App, method, path string, body any) (int, map[string]any) {
+	t.Helper()
+	var rd io.Reader
+	if body != nil {
+		raw, err := json.Marshal(body)
+		require.NoError(t, err)
+		rd = bytes.NewReader(raw)
+	}
+	req, err := http.NewRequest(method, a.Server.URL()+path, rd)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var out map[string]any
+	_ = json.NewDecoder(resp.Body).Decode(&out)
+	return resp.StatusCode, out
+}
+
+// browser starts Debian's chromium headless, with everything that would
+// reach the network in the background turned off. It fails, never skips,
+// without chromium.
+func browser(t *testing.T) context.Context {
+	t.Helper()
+	path, err := exec.LookPath("chromium")
+	if err != nil {
+		t.Fatalf("chromium not found on PATH: the console's browser tests need it. Install it: apt-get install -y chromium (scripts/test.sh does)")
+	}
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(path),
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.WindowSize(1280, 900),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-domain-reliability", true),
+		chromedp.Flag("no-pings", true),
+		chromedp.Flag("mute-audio", true),
+		chromedp.Flag("disable-features", "Translate,OptimizationHints,MediaRouter,DialMediaRouteProvider,AutofillServerCommunication,CertificateTransparencyComponentUpdater"),
+	)
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	t.Cleanup(cancelAlloc)
+	ctx, cancel := chromedp.NewContext(actx)
+	t.Cleanup(cancel)
+	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate("about:blank")), "start chromium")
+	return ctx
+}
+
+// shots is where the screenshots go: OPS_SCREENSHOTS, else .dev/ops-screenshots
+// at the repository root (ignored by git).
+func shots(t *testing.T) string {
+	dir := os.Getenv("OPS_SCREENSHOTS")
+	if dir == "" {
+		dir = filepath.Join("..", "..", ".dev", "ops-screenshots")
+	}
+	require.NoError(t, os.MkdirAll(dir, 0o755))
+	abs, _ := filepath.Abs(dir)
+	t.Logf("screenshots in %s", abs)
+	return dir
+}
+
+func TestConsoleInARealBrowser(t *testing.T) {
+	stripe := newFakeStripe(t)
+	a := startApp(t, stripe.URL)
+	base := a.Server.URL() + "/ops"
+	dir := shots(t)
+	ctx := browser(t)
+	step := func(what string, actions ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		require.NoError(t, chromedp.Do(sctx, actions...), what)
+	}
+	text := func(sel string) string {
+		t.Helper()
+		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		s, err := chromedp.Run(sctx, chromedp.Text(chromedp.CSS(sel)))
+		require.NoError(t, err, sel)
+		return s
+	}
+	count := func(sel string) int {
+		t.Helper()
+		n, err := chromedp.Run(ctx, chromedp.Evaluate[int](fmt.Sprintf("document.querySelectorAll(%q).length", sel)))
+		require.NoError(t, err)
+		return n
+	}
+	shot := func(name string) {
+		t.Helper()
+		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name+".png"), png, 0o644))
+	}
+
+	// Events the test sends now: applied ones on two accounts (one about a
+	// subscription), a duplicate, an ignored one, a rejected one and a
+	// failed one (Stripe down during its invoice lookup).
+	acct := "acct_1OpsConsoleA"
+	applied := stripetest.Event{Fixture: "customer.subscription.updated", Account: &acct}
+	subPayload := applied.Build(t)
+	require.Equal(t, http.StatusOK, deliver(t, a, subPayload))
+	require.Equal(t, http.StatusOK, deliver(t, a, subPayload), "duplicate")
+	var subEvent struct {
+		ID   string
+		Data struct{ Object struct{ ID string } }
+	}
+	require.NoError(t, json.Unmarshal(subPayload, &subEvent))
+	for range 3 {
+		require.Equal(t, http.StatusOK, deliver(t, a, stripetest.Event{Fixture: "customer.created", Account: &acct}.Build(t)))
+	}
+	live := true
+	require.Equal(t, http.StatusOK, deliver(t, a, stripetest.Event{Fixture: "customer.created", Livemode: &live}.Build(t)), "ignored")
+	rejectedID := stripetest.NewID()
+	require.Equal(t, http.StatusOK, deliver(t, a, stripetest.Event{Fixture: "payment_intent.succeeded", ID: rejectedID,
+		Object: map[string]any{"invoice": "not-an-invoice"}}.Build(t)), "rejected")
+	stripe.down.Store(true)
+	failedID := stripetest.NewID()
+	failedPayload := stripetest.Event{Fixture: "payment_intent.succeeded", ID: failedID, Object: map[string]any{"invoice": "in_1OpsConsole"}}.Build(t)
+	require.GreaterOrEqual(t, deliver(t, a, failedPayload), 500, "failed")
+
+	// A billing subscription to pause and resume.
+	status, sub := apiJSON(t, a, http.MethodPost, "/internal/v1/accounts/merchant-ops/subscriptions", map[string]any{
+		"sku": "gold", "email": "ops@example.com", "payment_day": 28, "amount": 1500, "currency": "usd",
+		"term": "MONTHLY", "customer": "cus_ops", "payment_method": "pm_ops"})
+	require.Equal(t, http.StatusCreated, status, sub)
+	subID := sub["subscription_id"].(string)
+
+	t.Run("login refuses a wrong token, then accepts the right one", func(t *testing.T) {
+		step("open", chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.ID("token")))
+		shot("01-login")
+		step("wrong token", chromedp.SetValue(chromedp.ID("token"), "not-the-token"), chromedp.Click(chromedp.CSS(`form button[type=submit]`)),
+			chromedp.WaitVisible(chromedp.CSS(".alert.bad")))
+		assert.Contains(t, text(".alert.bad"), "not the internal API token")
+		shot("02-login-wrong-token")
+		step("right token", chromedp.SetValue(chromedp.ID("token"), token), chromedp.Click(chromedp.CSS(`form button[type=submit]`)),
+			chromedp.WaitVisible(chromedp.ID("events-chart")))
+	})
+
+	t.Run("the overview charts the events just sent", func(t *testing.T) {
+		assert.GreaterOrEqual(t, count(`#events-chart rect[fill="#009E73"]`), 1, "applied bar")
+		for _, colour := range []string{"#56B4E9", "#8C8C8C", "#E69F00", "#D55E00"} { // duplicate, ignored, rejected, failed
+			assert.GreaterOrEqual(t, count(fmt.Sprintf(`#events-chart rect[fill="%s"]`, colour)), 1, colour)
+		}
+		legend := text(".legend")
+		for _, want := range []string{"applied 4", "duplicate 1", "ignored 1", "rejected 1", "failed 1"} {
+			assert.Contains(t, legend, want)
+		}
+		assert.Equal(t, "1", text("#failed-count"))
+		assert.Equal(t, "1", text("#rejected-count"))
+		shot("03-overview")
+		step("phone", chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(2)))
+		shot("04-overview-phone")
+		step("laptop", chromedp.EmulateViewport(1280, 900))
+	})
+
+	t.Run("find an event by each index", func(t *testing.T) {
+		step("by id", chromedp.Navigate(base+"/events"), chromedp.SetValue(chromedp.ID("q-id"), subEvent.ID),
+			chromedp.Submit(chromedp.ID("q-id")), chromedp.WaitVisible(chromedp.ID("event-status")))
+		assert.Contains(t, text("h1"), subEvent.ID)
+		assert.Contains(t, text("pre.payload"), `"object": "subscription"`, "pretty-printed payload")
+		shot("05-event")
+		today := time.Now().UTC().Format("2006-01-02")
+		step("by date", chromedp.Navigate(base+"/events"), chromedp.SetValue(chromedp.ID("q-date"), today),
+			chromedp.Submit(chromedp.ID("q-date")), chromedp.WaitVisible(chromedp.ID("res-h")))
+		assert.Contains(t, text("table.events"), subEvent.ID)
+		shot("06-events-by-date")
+		step("by account", chromedp.Navigate(base+"/events"), chromedp.SetValue(chromedp.ID("q-acct"), acct),
+			chromedp.Submit(chromedp.ID("q-acct")), chromedp.WaitVisible(chromedp.ID("res-h")))
+		assert.Contains(t, text("table.events"), subEvent.ID)
+		assert.Equal(t, 4, count("table.events tbody tr"), "the account's four events")
+		step("by subscription", chromedp.Navigate(base+"/events"), chromedp.SetValue(chromedp.ID("q-sub"), subEvent.Data.Object.ID),
+			chromedp.Submit(chromedp.ID("q-sub")), chromedp.WaitVisible(chromedp.ID("res-h")))
+		assert.Contains(t, text("table.events"), subEvent.ID)
+		assert.Equal(t, 1, count("table.events tbody tr"))
+		shot("07-events-by-subscription")
+	})
+
+	t.Run("open a failed event, replay it, see it processed", func(t *testing.T) {
+		step("dead letters", chromedp.Navigate(base+"/"), chromedp.Click(chromedp.ID("failed-count")),
+			chromedp.WaitVisible(chromedp.CSS("table.problems")))
+		assert.Contains(t, text("table.problems"), failedID)
+		assert.NotContains(t, text("table.problems"), rejectedID, "filtered to failed")
+		shot("08-failed-events")
+		step("open it", chromedp.Click(chromedp.CSS(`table.problems a[href$="`+failedID+`"]`)), chromedp.WaitVisible(chromedp.ID("last-error")))
+		assert.Equal(t, "failed", text("#event-status"))
+		assert.Contains(t, text("#last-error"), "test Stripe is down")
+		shot("09-failed-event")
+		stripe.down.Store(false) // the cause is fixed
+		step("replay", chromedp.Click(chromedp.ID("replay")), chromedp.WaitVisible(chromedp.ID("replay-results")))
+		res := text("#replay-results")
+		assert.Contains(t, res, failedID)
+		assert.Contains(t, res, "applied")
+		assert.Contains(t, res, "processed")
+		shot("10-replayed")
+		step("gone from the list", chromedp.Navigate(base+"/problems"), chromedp.WaitVisible(chromedp.ID("main")))
+		assert.NotContains(t, text("main"), failedID)
+	})
+
+	t.Run("replay a selection and see each result", func(t *testing.T) {
+		step("select", chromedp.Navigate(base+"/problems"), chromedp.WaitVisible(chromedp.CSS("table.problems")),
+			chromedp.Click(chromedp.ID("sel-"+rejectedID)), chromedp.Click(chromedp.ID("replay-selected")),
+			chromedp.WaitVisible(chromedp.ID("replay-results")))
+		res := text("#replay-results")
+		assert.Contains(t, res, rejectedID)
+		assert.Contains(t, res, "still rejected", "still unprocessable: the reason is shown")
+		shot("11-replayed-selection")
+	})
+
+	subURL := base + "/billing/merchant-ops/" + subID
+	t.Run("pause and resume a billing subscription behind a confirmation", func(t *testing.T) {
+		step("account", chromedp.Navigate(base+"/billing/merchant-ops"), chromedp.WaitVisible(chromedp.ID("subs-h")))
+		assert.Contains(t, text("main"), subID)
+		shot("12-billing-account")
+		step("subscription", chromedp.Navigate(subURL), chromedp.WaitVisible(chromedp.ID("sub-status")))
+		assert.Equal(t, "ACTIVE", text("#sub-status"))
+		shot("13-billing-subscription")
+		step("pause", chromedp.SetValue(chromedp.ID("a-months"), "2"), chromedp.Click(chromedp.ID("pause")), chromedp.WaitVisible(chromedp.ID("confirm")))
+		assert.Contains(t, text("main"), "Pause billing for 2 month")
+		shot("14-confirm-pause")
+		step("confirm", chromedp.Click(chromedp.ID("confirm")), chromedp.WaitVisible(chromedp.ID("sub-status")))
+		assert.Equal(t, "PAUSED", text("#sub-status"))
+		_, got := apiJSON(t, a, http.MethodGet, "/internal/v1/accounts/merchant-ops/subscriptions/"+subID, nil)
+		assert.Equal(t, "PAUSED", got["status"])
+		shot("15-paused")
+		step("resume", chromedp.Click(chromedp.ID("resume")), chromedp.WaitVisible(chromedp.ID("confirm")),
+			chromedp.Click(chromedp.ID("confirm")), chromedp.WaitVisible(chromedp.ID("sub-status")))
+		assert.Equal(t, "ACTIVE", text("#sub-status"))
+	})
+
+	t.Run("a request without the cookie or with a bad CSRF token changes nothing", func(t *testing.T) {
+		cookies, err := chromedp.Call(ctx, network.GetCookies, network.GetCookiesParams{URLs: []string{base + "/"}})
+		require.NoError(t, err)
+		var session *network.Cookie
+		for _, c := range cookies.Cookies {
+			if c.Name == "ops_session" {
+				session = c
+			}
+		}
+		require.NotNil(t, session, "the session cookie")
+		assert.True(t, session.HTTPOnly, "HttpOnly")
+		assert.Equal(t, network.CookieSameSiteStrict, session.SameSite)
+
+		post := func(path string, form url.Values, withCookie bool) int {
+			req, err := http.NewRequest(http.MethodPost, base+path, strings.NewReader(form.Encode()))
+			require.NoError(t, err)
+			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+			if withCookie {
+				req.AddCookie(&http.Cookie{Name: session.Name, Value: session.Value})
+			}
+			resp, err := http.DefaultClient.Do(req)
+			require.NoError(t, err)
+			resp.Body.Close()
+			return resp.StatusCode
+		}
+		pause := url.Values{"action": {"pause"}, "months": {"1"}}
+		assert.Equal(t, http.StatusUnauthorized, post("/billing/merchant-ops/"+subID+"/action", pause, false))
+		pause.Set("csrf", "forged")
+		assert.Equal(t, http.StatusForbidden, post("/billing/merchant-ops/"+subID+"/action", pause, true))
+		assert.Equal(t, http.StatusForbidden, post("/billing/merchant-ops/"+subID+"/action", url.Values{"action": {"cancel"}}, true))
+		_, got := apiJSON(t, a, http.MethodGet, "/internal/v1/accounts/merchant-ops/subscriptions/"+subID, nil)
+		assert.Equal(t, "ACTIVE", got["status"], "nothing changed")
+
+		before, err := a.Events.Get(context.Background(), rejectedID)
+		require.NoError(t, err)
+		assert.Equal(t, http.StatusForbidden, post("/problems/replay", url.Values{"id": {rejectedID}, "csrf": {"forged"}}, true))
+		assert.Equal(t, http.StatusUnauthorized, post("/events/"+rejectedID+"/replay", url.Values{}, false))
+		after, err := a.Events.Get(context.Background(), rejectedID)
+		require.NoError(t, err)
+		assert.Equal(t, before.Attempts, after.Attempts, "no replay ran")
+	})
+
+	t.Run("log out", func(t *testing.T) {
+		step("logout", chromedp.Navigate(base+"/"), chromedp.Click(chromedp.CSS(".logout button")), chromedp.WaitVisible(chromedp.CSS(".alert.ok")))
+		shot("16-logged-out")
+		step("back to login", chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.ID("token")))
+	})
+}
+
+// The console is off whenever the internal API is.
+func TestConsoleIsOffWithTheInternalAPI(t *testing.T) {
+	a := startApp(t, "http://127.0.0.1:1", "INTERNAL_API_TOKEN", "disabled")
+	for _, path := range []string{"/ops/", "/ops/login", "/ops/static/style.css"} {
+		resp, err := http.Get(a.Server.URL() + path)
+		require.NoError(t, err)
+		resp.Body.Close()
+		assert.Equal(t, http.StatusNotFound, resp.StatusCode, path)
+	}
+}
+
+// Every page carries a Content-Security-Policy that allows no script and
+// nothing from another origin, and no page has an inline script or style.
+func TestConsoleHeadersAndNoInlineCode(t *testing.T) {
+	a := startApp(t, "http://127.0.0.1:1")
+	resp, err := http.Get(a.Server.URL() + "/ops/login")
+	require.NoError(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	csp := resp.Header.Get("Content-Security-Policy")
+	assert.Contains(t, csp, "default-src 'none'")
+	assert.NotContains(t, csp, "unsafe-inline")
+	assert.NotContains(t, csp, "script-src", "no script source at all: default-src 'none' forbids scripts")
+	assert.Equal(t, "nosniff", resp.Header.Get("X-Content-Type-Options"))
+	assert.Equal(t, "no-store", resp.Header.Get("Cache-Control"))
+	assert.NotContains(t, string(body), "<script")
+	assert.NotContains(t, string(body), "style=")
+	for _, c := range resp.Cookies() {
+		assert.True(t, c.HttpOnly, c.Name)
+		assert.Equal(t, http.SameSiteStrictMode, c.SameSite, c.Name)
+		assert.False(t, c.Secure, "plain HTTP: not Secure")
+	}
+	req, err := http.NewRequest(http.MethodGet, a.Server.URL()+"/ops/login", nil)
+	require.NoError(t, err)
+	req.Header.Set("X-Forwarded-Proto", "https")
+	resp, err = http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.NotEmpty(t, resp.Cookies())
+	for _, c := range resp.Cookies() {
+		assert.True(t, c.Secure, "behind TLS: Secure")
+	}
+	resp, err = http.Get(a.Server.URL() + "/ops/")
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, "/ops/login", resp.Request.URL.Path, "no session: the login page")
+}

@@ -1,0 +1,253 @@
+// Package ops is the operator console at /ops/ (DESIGN §4): server-rendered
+// HTML pages over the events store, the dead-letter list, the outbox, the
+// poller's checkpoints and the billing core, behind the internal API token
+// entered once per browser session. Charts are SVG drawn on the server, so
+// the pages run no script at all and the Content-Security-Policy forbids
+// every script; everything they load is embedded in the binary.
+package ops
+
+import (
+	"bytes"
+	"context"
+	"embed"
+	"errors"
+	"html/template"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v4/middleware"
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
+
+	"github.com/stripe-payments/stripe-payments/internal/api"
+	"github.com/stripe-payments/stripe-payments/internal/billing"
+)
+
+// Prefix of every console route.
+const Prefix = "/ops"
+
+//go:embed templates/*.html static/*
+var assets embed.FS
+
+// CSP forbids scripts, inline styles, frames and every other origin.
+const CSP = "default-src 'none'; style-src 'self'; img-src 'self' data:; form-action 'self'; " +
+	"frame-ancestors 'none'; base-uri 'none'"
+
+// Deps are what the console reads and drives.
+type Deps struct {
+	// Token is INTERNAL_API_TOKEN; empty leaves the console off.
+	Token    string
+	Pool     *pgxpool.Pool
+	Events   api.EventReader
+	Replayer api.Replayer
+	Billing  *billing.Service // nil: no billing pages
+	Counter  *Counter
+	Problems *Problems
+	Runs     *Runs
+	Gatherer prometheus.Gatherer
+	Log      *slog.Logger
+	Now      func() time.Time
+	// Test clocks (issue 14) plug in here: a page under /ops/clocks in test
+	// mode, listed in the navigation.
+}
+
+// Console serves the pages.
+type Console struct {
+	d        Deps
+	sessions sessions
+	pages    map[string]*template.Template
+	logins   *rate.Limiter
+}
+
+// Register mounts the console on e; nothing when the token is empty (the
+// console is off whenever the internal API is).
+func Register(e *echo.Echo, d Deps) error {
+	if d.Token == "" {
+		return nil
+	}
+	if d.Now == nil {
+		d.Now = time.Now
+	}
+	if d.Log == nil {
+		d.Log = slog.Default()
+	}
+	c := &Console{d: d, sessions: newSessions(d.Token, d.Now), pages: map[string]*template.Template{},
+		// Wrong tokens are slowed down for everyone: a guess a second.
+		logins: rate.NewLimiter(1, 5)}
+	if err := c.parse(); err != nil {
+		return err
+	}
+	static, err := fs.Sub(assets, "static")
+	if err != nil {
+		return err
+	}
+	g := e.Group(Prefix, c.headers, middleware.BodyLimit("64K"))
+	e.GET(Prefix, func(ec echo.Context) error { return ec.Redirect(http.StatusSeeOther, Prefix+"/") }, c.headers)
+	g.GET("/static/*", echo.WrapHandler(http.StripPrefix(Prefix+"/static/", http.FileServer(http.FS(static)))))
+	g.GET("/login", c.loginPage)
+	g.POST("/login", c.login)
+	g.POST("/logout", c.logout, c.auth)
+	g.GET("/", c.overview, c.auth)
+	g.GET("/events", c.eventSearch, c.auth)
+	g.GET("/events/:id", c.eventPage, c.auth)
+	g.POST("/events/:id/replay", c.replayOne, c.auth)
+	g.GET("/problems", c.problems, c.auth)
+	g.POST("/problems/replay", c.replaySelection, c.auth)
+	g.GET("/outbox", c.outbox, c.auth)
+	g.GET("/runs", c.runs, c.auth)
+	if d.Billing != nil {
+		g.GET("/billing", c.billingSearch, c.auth)
+		g.GET("/billing/:account", c.billingAccount, c.auth)
+		g.GET("/billing/:account/:sub", c.billingSubscription, c.auth)
+		g.GET("/billing/:account/:sub/confirm", c.billingConfirm, c.auth)
+		g.POST("/billing/:account/:sub/action", c.billingAction, c.auth)
+	}
+	return nil
+}
+
+func (c *Console) parse() error {
+	pages, err := fs.Glob(assets, "templates/*.html")
+	if err != nil {
+		return err
+	}
+	for _, p := range pages {
+		name := strings.TrimSuffix(strings.TrimPrefix(p, "templates/"), ".html")
+		if name == "layout" {
+			continue
+		}
+		t, err := template.New(name).Funcs(funcs).ParseFS(assets, "templates/layout.html", p)
+		if err != nil {
+			return err
+		}
+		c.pages[name] = t
+	}
+	return nil
+}
+
+// headers sets the security headers of every console response.
+func (c *Console) headers(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(ec echo.Context) error {
+		h := ec.Response().Header()
+		h.Set("Content-Security-Policy", CSP)
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("X-Frame-Options", "DENY")
+		h.Set("Referrer-Policy", "same-origin") // no-referrer would make Chrome send Origin: null on our own forms
+		h.Set("Cross-Origin-Opener-Policy", "same-origin")
+		h.Set("Cache-Control", "no-store")
+		return next(ec)
+	}
+}
+
+type ctxKey struct{}
+
+// auth lets through requests with a valid session; a state-changing one
+// also needs the session's CSRF token and a same-origin request. A page
+// asked for without a session redirects to the login page; anything else is
+// refused and changes nothing.
+func (c *Console) auth(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(ec echo.Context) error {
+		r := ec.Request()
+		var id string
+		ok := false
+		if ck, err := r.Cookie(sessionCookie); err == nil {
+			id, ok = c.sessions.check(ck.Value)
+		}
+		if !ok {
+			if r.Method == http.MethodGet {
+				return ec.Redirect(http.StatusSeeOther, Prefix+"/login")
+			}
+			return c.fail(ec, http.StatusUnauthorized, "Your session has ended. Log in again; nothing was changed.")
+		}
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			if !sameOrigin(r) || !c.sessions.csrfOK("session", id, r.PostFormValue("csrf")) {
+				return c.fail(ec, http.StatusForbidden, "This form is stale or did not come from the console (CSRF check failed); nothing was changed. Reload the page and try again.")
+			}
+		}
+		ec.Set("ops.session", id)
+		return next(ec)
+	}
+}
+
+// view is what every page template gets.
+type view struct {
+	Title  string
+	Nav    string
+	CSRF   string
+	Authed bool
+	Error  string
+	Notice string
+	Data   any
+}
+
+func (c *Console) render(ec echo.Context, status int, page string, v view) error {
+	if id, _ := ec.Get("ops.session").(string); id != "" {
+		v.Authed, v.CSRF = true, c.sessions.csrf("session", id)
+	}
+	t, ok := c.pages[page]
+	if !ok {
+		return echo.NewHTTPError(http.StatusInternalServerError, "no template "+page)
+	}
+	var buf bytes.Buffer
+	if err := t.ExecuteTemplate(&buf, "layout", v); err != nil {
+		c.d.Log.Error("render console page", "page", page, "error", err)
+		return ec.String(http.StatusInternalServerError, "could not render the page")
+	}
+	return ec.HTMLBlob(status, buf.Bytes())
+}
+
+func (c *Console) fail(ec echo.Context, status int, msg string) error {
+	return c.render(ec, status, "message", view{Title: http.StatusText(status), Error: msg})
+}
+
+// unavailable renders a dependency error without its details (they are
+// logged).
+func (c *Console) unavailable(ec echo.Context, what string, err error) error {
+	c.d.Log.Error("console: "+what, "error", err)
+	return c.fail(ec, http.StatusServiceUnavailable, "Could not "+what+" (see the service logs). Try again.")
+}
+
+func (c *Console) loginPage(ec echo.Context) error {
+	nonce := randomID()
+	setCookie(ec.Response(), ec.Request(), loginCookie, nonce, 600)
+	return c.render(ec, http.StatusOK, "login", view{Title: "Log in", Data: c.sessions.csrf("login", nonce)})
+}
+
+func (c *Console) login(ec echo.Context) error {
+	r := ec.Request()
+	ck, err := r.Cookie(loginCookie)
+	if err != nil || !sameOrigin(r) || !c.sessions.csrfOK("login", ck.Value, r.PostFormValue("csrf")) {
+		return c.fail(ec, http.StatusForbidden, "The login form is stale or did not come from the console; nothing was changed. Open the login page again.")
+	}
+	if !c.logins.Allow() {
+		return c.loginAgain(ec, http.StatusTooManyRequests, "Too many attempts; wait a few seconds.")
+	}
+	if !tokenOK(c.d.Token, r.PostFormValue("token")) {
+		c.d.Log.Warn("console login refused: wrong token", "remote", ec.RealIP())
+		return c.loginAgain(ec, http.StatusUnauthorized, "That is not the internal API token.")
+	}
+	value, _ := c.sessions.issue()
+	setCookie(ec.Response(), r, sessionCookie, value, int(SessionTTL/time.Second))
+	setCookie(ec.Response(), r, loginCookie, "", -1)
+	return ec.Redirect(http.StatusSeeOther, Prefix+"/")
+}
+
+func (c *Console) loginAgain(ec echo.Context, status int, msg string) error {
+	nonce := randomID()
+	setCookie(ec.Response(), ec.Request(), loginCookie, nonce, 600)
+	return c.render(ec, status, "login", view{Title: "Log in", Error: msg, Data: c.sessions.csrf("login", nonce)})
+}
+
+func (c *Console) logout(ec echo.Context) error {
+	setCookie(ec.Response(), ec.Request(), sessionCookie, "", -1)
+	ec.Set("ops.session", "")
+	return c.render(ec, http.StatusOK, "message", view{Title: "Logged out", Notice: "You are logged out. This browser no longer holds a session."})
+}
+
+func ctxOf(ec echo.Context) context.Context { return ec.Request().Context() }
+
+func isNotFound(err error) bool { return errors.Is(err, billing.ErrNotFound) }
