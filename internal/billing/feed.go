@@ -37,6 +37,16 @@ type FeedMessage struct {
 	Subscription  string `json:"subscription,omitempty"`
 	BillingDate   string `json:"billing_date,omitempty"`
 	Error         string `json:"error,omitempty"`
+	// What the feed checks before the event may move a period (feed trust):
+	// the event's Stripe account ("" for the platform), the object's amount
+	// and currency, and the attempt number of its metadata. V is 2 on
+	// messages that carry them; older ones are checked against the
+	// PaymentIntent read from Stripe.
+	V             int    `json:"v,omitempty"`
+	StripeAccount string `json:"stripe_account,omitempty"`
+	Amount        int64  `json:"amount,omitempty"`
+	Currency      string `json:"currency,omitempty"`
+	Attempt       string `json:"attempt,omitempty"`
 }
 
 type feedObject struct {
@@ -45,6 +55,8 @@ type feedObject struct {
 	Metadata         map[string]string `json:"metadata"`
 	PaymentIntent    json.RawMessage   `json:"payment_intent"`
 	Refunded         bool              `json:"refunded"`
+	Amount           int64             `json:"amount"`
+	Currency         string            `json:"currency"`
 	LastPaymentError *struct {
 		Code    string `json:"code"`
 		Message string `json:"message"`
@@ -101,7 +113,8 @@ func FeedFromEvent(ev *stripe.Event) (FeedMessage, bool, error) {
 		return FeedMessage{}, false, fmt.Errorf("decode %s object: %w", ev.Type, err)
 	}
 	msg := FeedMessage{EventID: ev.ID, Type: string(ev.Type), Created: ev.Created, PaymentIntent: obj.paymentIntentID(),
-		Account: obj.Metadata[MetaAccount], Subscription: obj.Metadata[MetaSubscription], BillingDate: obj.Metadata[MetaDate]}
+		Account: obj.Metadata[MetaAccount], Subscription: obj.Metadata[MetaSubscription], BillingDate: obj.Metadata[MetaDate],
+		V: 2, StripeAccount: ev.Account, Amount: obj.Amount, Currency: obj.Currency, Attempt: obj.Metadata[MetaAttempt]}
 	if obj.LastPaymentError != nil {
 		msg.Error = obj.LastPaymentError.Code + ": " + obj.LastPaymentError.Message
 	}
@@ -156,11 +169,17 @@ func (s *Service) applyFeed(ctx context.Context, msg FeedMessage, date dates.Dat
 		"account", msg.Account, "subscription_id", msg.Subscription, "billing_date", date.String())
 	p, err := s.store.GetPeriod(ctx, msg.Account, msg.Subscription, date)
 	if errors.Is(err, ErrNotFound) {
-		log.Warn("billing feed: no such billing period; ignored")
+		s.refuse(log, msg, "period")
 		return nil
 	}
 	if err != nil {
 		return err
+	}
+	if reason, err := s.feedRefusal(ctx, msg, p); err != nil {
+		return err
+	} else if reason != "" {
+		s.refuse(log, msg, reason)
+		return nil
 	}
 	sub, err := s.store.GetSubscription(ctx, msg.Account, msg.Subscription)
 	if err != nil {

@@ -37,6 +37,9 @@ type Config struct {
 	// (search by metadata, list by customer), records what happened, and
 	// only then makes a new attempt (resolve.go).
 	IdempotencyWindow time.Duration
+	// PlatformAccount is STRIPE_PLATFORM_ACCOUNT: the platform's own account
+	// id, the same as "" (no Stripe-Account) to the webhook feed's checks.
+	PlatformAccount string
 	// MaxPauseMonths bounds a pause.
 	MaxPauseMonths int
 	// LockedRetryWait: when a job found accounts locked, it tries them
