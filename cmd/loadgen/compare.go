@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"flag"
@@ -57,6 +58,70 @@ type sample struct {
 // acknowledged event was in the events table.
 func (s sample) sustained() float64 {
 	return float64(s.res.Requests) / (s.res.Duration + s.drain).Seconds()
+}
+
+// stages accumulates, over this service's measured phases, the deltas of
+// its per-stage metrics: where an event's time goes.
+type stages map[string]float64
+
+func (st stages) add(before, after map[string]float64) {
+	for k, v := range after {
+		st[k] += v - before[k]
+	}
+}
+
+func (st stages) mean(sum, count string) float64 {
+	if st[count] == 0 {
+		return 0
+	}
+	return st[sum] / st[count]
+}
+
+// Series of this service's stage metrics (internal/metrics/records.go).
+const (
+	commitSum    = `stripe_payments_ingest_stage_seconds_sum{stage="commit"}`
+	commitCount  = `stripe_payments_ingest_stage_seconds_count{stage="commit"}`
+	recordSum    = `stripe_payments_ingest_stage_seconds_sum{stage="record"}`
+	recordCount  = `stripe_payments_ingest_stage_seconds_count{stage="record"}`
+	batchSum     = `stripe_payments_ingest_batch_events_sum`
+	batchCount   = `stripe_payments_ingest_batch_events_count`
+	writeSum     = `stripe_payments_event_records_write_seconds_sum`
+	writeCount   = `stripe_payments_event_records_write_seconds_count`
+	writtenOK    = `stripe_payments_event_records_written_total{result="ok"}`
+	dynamoPrefix = `stripe_payments_dynamodb_requests_total`
+)
+
+// series reads every sample of a Prometheus text endpoint, by series.
+func series(ctx context.Context, url string) (map[string]float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("scrape %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		if i < 0 {
+			continue
+		}
+		if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil {
+			out[line[:i]] += v
+			if strings.HasPrefix(line, dynamoPrefix) {
+				out[dynamoPrefix] += v
+			}
+		}
+	}
+	return out, sc.Err()
 }
 
 // backlogMetric is this service's write-behind backlog gauge.
@@ -129,6 +194,7 @@ func runCompare(ctx context.Context, args []string, out io.Writer) error {
 	ou, _ := url.Parse(o.ours)
 	metricsURL := ou.Scheme + "://" + ou.Host + "/metrics"
 	profiledAt := map[int]bool{}
+	stageStats := map[int]stages{}
 	phase := func(t int, c int, d time.Duration, label string) (sample, error) {
 		send := func(ctx context.Context, _ int, _ int64) error {
 			return targets[t].hook.Post(ctx, loadtest.CustomerUpdated(time.Now()))
@@ -148,6 +214,13 @@ func runCompare(ctx context.Context, args []string, out io.Writer) error {
 				profiled <- fetchProfile(ctx, o.pprof, max(d-time.Second, time.Second), filepath.Join(o.profileDir, fmt.Sprintf("cpu-c%d.pprof", c)))
 			}()
 		}
+		var metricsBefore map[string]float64
+		if t == 1 && d == o.duration {
+			var err error
+			if metricsBefore, err = series(ctx, metricsURL); err != nil {
+				return sample{}, err
+			}
+		}
 		res := loadtest.Run(ctx, label, c, d, 0, send)
 		if profiled != nil {
 			if err := <-profiled; err != nil {
@@ -159,6 +232,17 @@ func runCompare(ctx context.Context, args []string, out io.Writer) error {
 			var err error
 			if s.drain, err = waitDrained(ctx, metricsURL); err != nil {
 				return sample{}, err
+			}
+			if metricsBefore != nil {
+				after, err := series(ctx, metricsURL)
+				if err != nil {
+					return sample{}, err
+				}
+				if stageStats[c] == nil {
+					stageStats[c] = stages{}
+				}
+				stageStats[c].add(metricsBefore, after)
+				stageStats[c]["events"] += float64(res.Requests)
 			}
 		}
 		if targets[t].pid > 0 {
@@ -204,7 +288,7 @@ func runCompare(ctx context.Context, args []string, out io.Writer) error {
 
 	rep := compareReport{o: o, ceilings: ceilings}
 	for ci, c := range o.concurrency {
-		rep.rows = append(rep.rows, compareRow{c: c, peer: summarise(samples[0][ci]), ours: summarise(samples[1][ci])})
+		rep.rows = append(rep.rows, compareRow{c: c, peer: summarise(samples[0][ci]), ours: summarise(samples[1][ci]), stages: stageStats[c]})
 	}
 	rep.text(out)
 	if o.markdown != "" {
@@ -395,6 +479,7 @@ func measureCeilings(ctx context.Context, o compareOptions, out io.Writer) ([]ce
 type compareRow struct {
 	c          int
 	peer, ours summary
+	stages     stages // this service's measured phases, all rounds
 }
 
 type compareReport struct {
@@ -424,6 +509,14 @@ func (r compareReport) text(w io.Writer) {
 	}
 }
 
+func concurrencyHeads(rows []compareRow) []string {
+	out := make([]string, len(rows))
+	for i, row := range rows {
+		out[i] = fmt.Sprintf("concurrency %d", row.c)
+	}
+	return out
+}
+
 func (r compareReport) markdownTo(w io.Writer) {
 	fmt.Fprintf(w, "Medians of %d interleaved rounds of %s per target and concurrency (range of the rates in brackets).\n\n", r.o.rounds, r.o.duration)
 	fmt.Fprintf(w, "| concurrency | %s | this service | ratio | p99 this service ÷ peer | every record in DynamoDB after the last answer | ratio counting that drain |\n| --- | --- | --- | --- | --- | --- | --- |\n", r.o.peerName)
@@ -436,6 +529,28 @@ func (r compareReport) markdownTo(w io.Writer) {
 		for _, row := range r.rows {
 			fmt.Fprintf(w, "| concurrency %d | %d µs | %d µs |\n", row.c, row.peer.cpuPerEvent.Microseconds(), row.ours.cpuPerEvent.Microseconds())
 		}
+	}
+	if len(r.rows) > 0 && r.rows[0].stages != nil {
+		fmt.Fprintf(w, "\n| where this service's time goes (means over its measured phases) | %s |\n| --- |%s\n",
+			strings.Join(concurrencyHeads(r.rows), " | "), strings.Repeat(" --- |", len(r.rows)))
+		line := func(name string, v func(st stages) string) {
+			cells := make([]string, len(r.rows))
+			for i, row := range r.rows {
+				cells[i] = v(row.stages)
+			}
+			fmt.Fprintf(w, "| %s | %s |\n", name, strings.Join(cells, " | "))
+		}
+		line("events per group-commit batch", func(st stages) string { return fmt.Sprintf("%.1f", st.mean(batchSum, batchCount)) })
+		line("batch's Postgres commit (the answer waits for it)", func(st stages) string {
+			return ms(time.Duration(st.mean(commitSum, commitCount) * float64(time.Second)))
+		})
+		line("synchronous events-table work of a batch (redeliveries, failures; without write-behind: every batch)", func(st stages) string {
+			return fmt.Sprintf("%s × %.0f", ms(time.Duration(st.mean(recordSum, recordCount)*float64(time.Second))), st[recordCount])
+		})
+		line("write-behind batch (BatchGetItem + BatchWriteItem + delete)", func(st stages) string {
+			return fmt.Sprintf("%s, %.1f records", ms(time.Duration(st.mean(writeSum, writeCount)*float64(time.Second))), st.mean(writtenOK, writeCount))
+		})
+		line("DynamoDB requests per event", func(st stages) string { return fmt.Sprintf("%.3f", st.mean(dynamoPrefix, "events")) })
 	}
 	if len(r.ceilings) > 0 {
 		fmt.Fprintf(w, "\n| ceiling, same run (%s each) | rate |\n| --- | --- |\n", r.o.ceilingDuration)

@@ -87,9 +87,13 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 	}
 	a := &App{Config: cfg, Log: log, Dynamo: ddb, Pool: pool, Metrics: m}
 	a.newOutbox()
+	a.OpsProblems = ops.NewProblems(pool, log.With("component", "ops"))
 	table := events.NewStore(ddb, cfg.EventsTable, cfg.EventTTL, nil)
 	recordMetrics := m.NewRecords()
-	a.Records = recordq.New(pool, table, recordq.Config{
+	// The write-behind writes through the console's problem tracking, as
+	// the handler does: a re-driven event leaves the dead-letter list when
+	// its processed record is written.
+	a.Records = recordq.New(pool, a.OpsProblems.Track(table), recordq.Config{
 		Writers: cfg.IngestRecords.Writers, MaxBacklog: cfg.IngestRecords.Backlog,
 		Log: log.With("component", "records"), Observer: recordMetrics,
 	})
@@ -114,7 +118,6 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 		return nil, err
 	}
 	a.OpsCounter = ops.NewCounter(pool, log.With("component", "ops"), nil)
-	a.OpsProblems = ops.NewProblems(pool, log.With("component", "ops"))
 	a.OpsRuns = ops.NewRuns(pool)
 	a.Handler = handler.New(handler.Config{
 		PlatformAccount: cfg.PlatformAccount,
