@@ -147,7 +147,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 	api.Register(a.Server.Echo, cfg.InternalAPIToken, apiDeps)
 	if err := ops.Register(a.Server.Echo, ops.Deps{
 		Token: cfg.InternalAPIToken, Pool: pool, Events: a.Events, Replayer: api.NewReplayer(apiDeps),
-		Billing: a.Billing, Counter: a.OpsCounter, Problems: a.OpsProblems, Runs: a.OpsRuns,
+		Billing: a.Billing, Counter: a.OpsCounter, Problems: a.OpsProblems, Runs: a.OpsRuns, Outbox: a.Outbox,
 		Gatherer: a.Metrics.Registry, Log: log.With("component", "ops"),
 	}); err != nil {
 		pool.Close()

@@ -235,6 +235,11 @@ func TestConsoleInARealBrowser(t *testing.T) {
 	require.Equal(t, http.StatusCreated, status, sub)
 	subID := sub["subscription_id"].(string)
 
+	// A dead letter of the outbox (a receiver that kept failing).
+	_, err := a.Pool.Exec(context.Background(), `INSERT INTO outbox (id, topic, type, dedupe_key, payload, attempts, last_error, dead_at)
+		VALUES (gen_random_uuid(), 'actions', 'purchase.completed', 'ops-test-dead', '{}', 8, 'receiver answered 500', now())`)
+	require.NoError(t, err)
+
 	t.Run("login refuses a wrong token, then accepts the right one", func(t *testing.T) {
 		step("open", chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.ID("token")))
 		shot("01-login")
@@ -257,10 +262,18 @@ func TestConsoleInARealBrowser(t *testing.T) {
 		}
 		assert.Equal(t, "1", text("#failed-count"))
 		assert.Equal(t, "1", text("#rejected-count"))
+		assert.Contains(t, text("#ob-h + div table"), "actions")
 		shot("03-overview")
 		step("phone", chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(2)))
 		shot("04-overview-phone")
 		step("laptop", chromedp.EmulateViewport(1280, 900))
+	})
+
+	t.Run("outbox backlog and dead letters", func(t *testing.T) {
+		step("dead letters", chromedp.Navigate(base+"/"), chromedp.Click(chromedp.CSS(`a[href="/ops/outbox?topic=actions&dead=1"]`)),
+			chromedp.WaitVisible(chromedp.CSS("td.err")))
+		assert.Contains(t, text("main"), "receiver answered 500")
+		shot("04b-outbox-dead-letters")
 	})
 
 	t.Run("find an event by each index", func(t *testing.T) {

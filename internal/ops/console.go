@@ -49,6 +49,7 @@ type Deps struct {
 	Counter  *Counter
 	Problems *Problems
 	Runs     *Runs
+	Outbox   OutboxReader
 	Gatherer prometheus.Gatherer
 	Log      *slog.Logger
 	Now      func() time.Time

@@ -10,11 +10,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/labstack/echo/v4"
 
 	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/events"
+	"github.com/stripe-payments/stripe-payments/internal/outbox"
 )
 
 // PageSize of every list.
@@ -36,7 +38,7 @@ type overviewData struct {
 	Outcomes    []string
 	Problems    map[string]int64
 	Checkpoints []Checkpoint
-	Outbox      []TopicStats
+	Outbox      []outbox.TopicStats
 	Runs        []Run
 	Today       string
 	Warnings    []string
@@ -68,7 +70,7 @@ func (c *Console) overview(ec echo.Context) error {
 	if d.Checkpoints, err = Checkpoints(ctx, c.d.Pool, c.d.Gatherer, now); err != nil {
 		return c.unavailable(ec, "read the poller checkpoints", err)
 	}
-	if d.Outbox, err = OutboxStats(ctx, c.d.Pool, now); err != nil {
+	if d.Outbox, err = c.d.Outbox.Stats(ctx); err != nil {
 		return c.unavailable(ec, "read the outbox backlog", err)
 	}
 	if d.Runs, err = c.d.Runs.Last(ctx, 5); err != nil {
@@ -417,19 +419,49 @@ type outboxMessage struct {
 
 type outboxData struct {
 	Topic    string
-	Stats    []TopicStats
+	Dead     bool
+	Stats    []outbox.TopicStats
 	Messages []outboxMessage
+	Letters  []outbox.DeadLetter
 	Next     string
 }
 
-// outbox lists undelivered messages of a topic, oldest due first, a page at
-// a time through the partial index of undelivered messages.
+// outbox lists the undelivered messages of a topic, oldest due first, or
+// (dead=1) its dead letters, newest first, a page at a time through the
+// partial indexes of those rows.
 func (c *Console) outbox(ec echo.Context) error {
 	ctx := ctxOf(ec)
-	d := outboxData{Topic: ec.QueryParam("topic")}
+	d := outboxData{Topic: ec.QueryParam("topic"), Dead: ec.QueryParam("dead") == "1"}
 	var err error
-	if d.Stats, err = OutboxStats(ctx, c.d.Pool, c.d.Now()); err != nil {
+	if d.Stats, err = c.d.Outbox.Stats(ctx); err != nil {
 		return c.unavailable(ec, "read the outbox", err)
+	}
+	next := url.Values{}
+	if d.Topic != "" {
+		next.Set("topic", d.Topic)
+	}
+	if d.Dead {
+		var after outbox.DeadCursor
+		if cur := ec.QueryParam("after"); cur != "" {
+			at, id, ok := strings.Cut(cur, "|")
+			t, terr := time.Parse(time.RFC3339Nano, at)
+			u, uerr := uuid.Parse(id)
+			if !ok || terr != nil || uerr != nil {
+				return c.fail(ec, http.StatusBadRequest, "That page link is not valid; open the list again.")
+			}
+			after = outbox.DeadCursor{DeadAt: t, ID: u}
+		}
+		letters, cur, err := c.d.Outbox.ListDead(ctx, d.Topic, after, PageSize)
+		if err != nil {
+			return c.unavailable(ec, "list the dead letters", err)
+		}
+		d.Letters = letters
+		if cur != nil {
+			next.Set("dead", "1")
+			next.Set("after", cur.DeadAt.UTC().Format(time.RFC3339Nano)+"|"+cur.ID.String())
+			d.Next = Prefix + "/outbox?" + next.Encode()
+		}
+		return c.render(ec, http.StatusOK, "outbox", view{Title: "Outbox dead letters", Nav: "outbox", Data: d})
 	}
 	after := time.Time{}
 	if cur := ec.QueryParam("after"); cur != "" {
@@ -438,7 +470,7 @@ func (c *Console) outbox(ec echo.Context) error {
 		}
 	}
 	rows, err := c.d.Pool.Query(ctx, `SELECT id::text, topic, type, attempts, coalesce(last_error, ''), created_at, available_at
-		FROM outbox WHERE delivered_at IS NULL AND ($1 = '' OR topic = $1) AND available_at > $2
+		FROM outbox WHERE delivered_at IS NULL AND dead_at IS NULL AND ($1 = '' OR topic = $1) AND available_at > $2
 		ORDER BY available_at LIMIT $3`, d.Topic, after, PageSize+1)
 	if err != nil {
 		return c.unavailable(ec, "read the outbox", err)
@@ -453,11 +485,8 @@ func (c *Console) outbox(ec echo.Context) error {
 	}
 	if len(d.Messages) > PageSize {
 		d.Messages = d.Messages[:PageSize]
-		q := url.Values{"after": {d.Messages[PageSize-1].AvailableAt.UTC().Format(time.RFC3339Nano)}}
-		if d.Topic != "" {
-			q.Set("topic", d.Topic)
-		}
-		d.Next = Prefix + "/outbox?" + q.Encode()
+		next.Set("after", d.Messages[PageSize-1].AvailableAt.UTC().Format(time.RFC3339Nano))
+		d.Next = Prefix + "/outbox?" + next.Encode()
 	}
 	return c.render(ec, http.StatusOK, "outbox", view{Title: "Outbox", Nav: "outbox", Data: d})
 }

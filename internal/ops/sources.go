@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/stripe-payments/stripe-payments/internal/billing"
+	"github.com/stripe-payments/stripe-payments/internal/outbox"
 )
 
 // Runs records billing job runs for the overview.
@@ -154,28 +155,8 @@ func gathered(g prometheus.Gatherer, name, label string) map[string]float64 {
 	return out
 }
 
-// TopicStats is the outbox backlog of one topic.
-type TopicStats struct {
-	Topic         string
-	Pending       int64
-	OldestPending time.Duration
-	Dead          int64
-	// DeadKnown is false while the outbox has no dead letters to count.
-	DeadKnown bool
-}
-
-// OutboxStats reads the outbox backlog per topic from the partial index of
-// undelivered messages (a small set when deliveries work).
-func OutboxStats(ctx context.Context, pool *pgxpool.Pool, now time.Time) ([]TopicStats, error) {
-	rows, err := pool.Query(ctx, `SELECT topic, count(*), min(created_at) FROM outbox WHERE delivered_at IS NULL GROUP BY topic ORDER BY topic`)
-	if err != nil {
-		return nil, fmt.Errorf("read outbox backlog: %w", err)
-	}
-	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (TopicStats, error) {
-		var s TopicStats
-		var oldest time.Time
-		err := row.Scan(&s.Topic, &s.Pending, &oldest)
-		s.OldestPending = now.Sub(oldest)
-		return s, err
-	})
+// OutboxReader is what the console reads of the outbox (outbox.Store).
+type OutboxReader interface {
+	Stats(ctx context.Context) ([]outbox.TopicStats, error)
+	ListDead(ctx context.Context, topic string, after outbox.DeadCursor, limit int) ([]outbox.DeadLetter, *outbox.DeadCursor, error)
 }
