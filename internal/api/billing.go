@@ -25,6 +25,7 @@ type BillingService interface {
 	ListSubscriptions(ctx context.Context, account string, limit int32, cursor string) (billing.Page[billing.Subscription], error)
 	ListReceipts(ctx context.Context, account string, limit int32, cursor string) (billing.Page[billing.Receipt], error)
 	ListHistory(ctx context.Context, account, sub string, limit int32, cursor string) (billing.Page[billing.HistoryEntry], error)
+	Pay(ctx context.Context, account, sub string) (billing.Subscription, billing.Period, error)
 }
 
 // registerBilling mounts the billing routes of DESIGN §4 on g.
@@ -34,6 +35,7 @@ func registerBilling(g router, svc BillingService) {
 	g.GET("/accounts/:account_id/subscriptions", h.listSubscriptions)
 	g.GET("/accounts/:account_id/subscriptions/:subscription_id", h.getSubscription)
 	g.PATCH("/accounts/:account_id/subscriptions/:subscription_id", h.update)
+	g.POST("/accounts/:account_id/subscriptions/:subscription_id/pay", h.pay)
 	g.GET("/accounts/:account_id/subscriptions/:subscription_id/history", h.history)
 	g.GET("/accounts/:account_id/receipts", h.receipts)
 }
@@ -160,6 +162,10 @@ func billingError(err error) error {
 		return apperr.New(apperr.CodeNotFound, "not found")
 	case errors.Is(err, billing.ErrDuplicate):
 		return apperr.New(apperr.CodeConflict, "a different subscription with this id exists")
+	case errors.Is(err, billing.ErrNothingToPay):
+		return apperr.New(apperr.CodeConflict, "no unpaid ERROR period to pay")
+	case errors.Is(err, billing.ErrAttemptInFlight):
+		return apperr.New(apperr.CodeConflict, "a payment attempt is in flight; retry after the next collection run")
 	case errors.Is(err, billing.ErrLocked):
 		return apperr.New(apperr.CodeConflict, "the account is being billed right now; retry shortly")
 	case errors.Is(err, billing.ErrConflict):
@@ -408,4 +414,47 @@ func (h billingRoutes) history(c echo.Context) error {
 		return billingError(err)
 	}
 	return c.JSON(http.StatusOK, listOf(page.Items, page.NextCursor, HistoryJSON))
+}
+
+// PayResult is the answer of pay now: the period charged, as its history
+// entry shows it, and the subscription afterwards.
+type PayResult struct {
+	BillingDate   string       `json:"billing_date"`
+	BillingStatus string       `json:"billing_status"`
+	Process       string       `json:"process"`
+	TransactionID *string      `json:"transaction_id"`
+	Error         *string      `json:"error"`
+	Amount        int64        `json:"amount"`
+	Attempts      int          `json:"attempts"`
+	Subscription  Subscription `json:"subscription"`
+}
+
+// pay is POST …/subscriptions/{id}/pay: charge the oldest ERROR period now
+// (process MANUAL_REPAYMENT). 200 with the period's outcome (COMPLETED,
+// ACHSENT, or ERROR when declined); 409 when there is nothing to pay, an
+// attempt is in flight, or a job holds the account.
+func (h billingRoutes) pay(c echo.Context) error {
+	account, err := pathID(c, "account_id")
+	if err != nil {
+		return err
+	}
+	subID, err := pathID(c, "subscription_id")
+	if err != nil {
+		return err
+	}
+	if len(c.QueryParams()) > 0 {
+		return apperr.New(apperr.CodeInvalidParameter, "no query parameters are accepted")
+	}
+	if raw, _ := io.ReadAll(io.LimitReader(c.Request().Body, 1<<10)); len(bytes.TrimSpace(raw)) > 0 && string(bytes.TrimSpace(raw)) != "{}" {
+		return apperr.New(apperr.CodeInvalidParameter, "pay takes no body (or {})")
+	}
+	sub, p, err := h.svc.Pay(c.Request().Context(), account, subID)
+	if err != nil {
+		return billingError(err)
+	}
+	return c.JSON(http.StatusOK, PayResult{
+		BillingDate: p.BillingDate.String(), BillingStatus: string(p.Status), Process: string(p.Process),
+		TransactionID: optString(p.TransactionID), Error: optString(p.Error), Amount: p.Amount, Attempts: p.Attempts,
+		Subscription: SubscriptionJSON(sub),
+	})
 }

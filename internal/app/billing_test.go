@@ -13,6 +13,7 @@ import (
 
 	"github.com/stripe-payments/stripe-payments/internal/billing"
 	"github.com/stripe-payments/stripe-payments/internal/billing/billingtest"
+	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
 	"github.com/stripe-payments/stripe-payments/internal/stripetest"
 )
 
@@ -38,15 +39,26 @@ func TestBillingEndToEnd(t *testing.T) {
 
 	status, sub := send(t, http.MethodPost, url+"/internal/v1/accounts/acct_e2e/subscriptions", map[string]any{
 		"sku": "gold", "email": "e2e@example.com", "payment_day": 28, "amount": 1500, "currency": "usd",
-		"term": "MONTHLY", "customer": "cus_e2e", "payment_method": "pm_e2e"})
+		"term": "MONTHLY", "customer": "cus_e2e", "payment_method": "pm_e2e", "stripe_account": "acct_e2e"})
 	require.Equal(t, http.StatusCreated, status, sub)
 	subID := sub["subscription_id"].(string)
 	date := sub["next_payment_date"].(string)
 
+	// A collection charged pi_e2e and crashed before recording it: the
+	// period has its attempt in flight, and the webhook settles it (the
+	// feed trusts a PaymentIntent the service did not record only then).
+	p, err := a.Billing.Store().GetPeriod(ctx, "acct_e2e", subID, dates.MustParse(date))
+	require.NoError(t, err)
+	p.InFlightKey, p.InFlightAt = billing.IdempotencyKey(p, 1), time.Now()
+	claim := a.Billing.Store().NewTx("claim", time.Now())
+	claim.PutPeriod(&p, true)
+	require.NoError(t, a.Billing.Store().Commit(ctx, claim))
+
 	fake := billingtest.NewStripe(0, nil)
 	defer fake.Close()
 	pi := billingtest.PI{ID: "pi_e2e", Account: "acct_e2e", Amount: 1500, Currency: "usd", Status: "succeeded",
-		Metadata: map[string]string{billing.MetaAccount: "acct_e2e", billing.MetaSubscription: subID, billing.MetaDate: date}}
+		Metadata: map[string]string{billing.MetaAccount: "acct_e2e", billing.MetaSubscription: subID, billing.MetaDate: date,
+			billing.MetaAttempt: "1"}}
 	deliver := func(payload []byte) {
 		t.Helper()
 		for range 2 { // Stripe delivers twice

@@ -1,0 +1,89 @@
+package billing
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/stripe-payments/stripe-payments/internal/lock"
+)
+
+// Pay now errors (the API answers 409 for both).
+var (
+	// ErrNothingToPay: the subscription has no unpaid ERROR period.
+	ErrNothingToPay = errors.New("no unpaid ERROR period to pay")
+	// ErrAttemptInFlight: a period of the subscription has a collection
+	// attempt whose outcome is not recorded yet.
+	ErrAttemptInFlight = errors.New("a payment attempt is in flight")
+)
+
+// PayNow charges the subscription's oldest ERROR period at once (DESIGN §4
+// "pay now", process MANUAL_REPAYMENT) and returns the subscription as it
+// is afterwards. See Pay.
+func (s *Service) PayNow(ctx context.Context, account, subID string) (Subscription, error) {
+	sub, _, err := s.Pay(ctx, account, subID)
+	return sub, err
+}
+
+// Pay charges the subscription's oldest ERROR period at once, exactly as
+// a collection job would: under the account's lock (ErrLocked when a job
+// holds it), with the claim, the attempt's idempotency key (attempt n+1 of
+// the period), the history entry, the receipt and the action. It returns
+// the subscription and the period as they are afterwards; a declined pay now
+// leaves the period ERROR (its retries go on). ErrNothingToPay when there is
+// no ERROR period, ErrAttemptInFlight when an attempt of the subscription
+// is in flight (its outcome must be known first). A charge without a
+// trustworthy answer returns the error and leaves the attempt in flight:
+// the collection job resolves it.
+func (s *Service) Pay(ctx context.Context, account, subID string) (Subscription, Period, error) {
+	if s.charger == nil {
+		return Subscription{}, Period{}, errors.New("pay now: no Stripe charger configured")
+	}
+	var (
+		outSub Subscription
+		outP   Period
+	)
+	err := s.withLock(ctx, account, func(ctx context.Context, l *lock.Lock) error {
+		sub, err := s.store.GetSubscription(ctx, account, subID)
+		if err != nil {
+			return err
+		}
+		periods, err := s.store.ListPeriods(ctx, account, subID)
+		if err != nil {
+			return err
+		}
+		var due *Period
+		for i := range periods { // oldest first
+			if periods[i].InFlightKey != "" {
+				return fmt.Errorf("period %s: %w", periods[i].BillingDate, ErrAttemptInFlight)
+			}
+			if due == nil && periods[i].Status == Error {
+				due = &periods[i]
+			}
+		}
+		if due == nil {
+			return ErrNothingToPay
+		}
+		if sub.Status == SubCancelled {
+			return invalid("the subscription is cancelled")
+		}
+		rep := &Report{Job: "pay"}
+		next, _, err := s.attempt(ctx, l, sub, *due, ProcManualRepayment, s.today(sub), rep)
+		if err != nil {
+			return err
+		}
+		if rep.Skipped > 0 {
+			return fmt.Errorf("pay now: the subscription changed meanwhile: %w", ErrConflict)
+		}
+		p, err := s.store.GetPeriod(ctx, account, subID, due.BillingDate)
+		if err != nil {
+			return err
+		}
+		outSub, outP = next, p
+		if fresh, err := s.store.GetSubscription(ctx, account, subID); err == nil {
+			outSub = fresh
+		}
+		return nil
+	})
+	return outSub, outP, err
+}
