@@ -417,12 +417,17 @@ func replacedByRule(p Period) bool {
 	return p.Status == Cancelled && strings.HasPrefix(p.UpdatedEvent, "rule-changed")
 }
 
-// lastCharged is the scheduled date of the latest period a charge was made
-// for (whatever came of it), zero when none was.
-func lastCharged(sub Subscription, periods []Period) dates.Date {
+// lastKept is the scheduled date of the latest period a rule change must
+// keep its distance from: one charged (whatever came of it) or ended
+// (waived, skipped, stale); zero when there is none. Periods still to come
+// (SCHEDULED, PAUSED) and the ones a rule change replaced do not count.
+func lastKept(sub Subscription, periods []Period) dates.Date {
 	last := sub.LastChargedPeriod
 	for _, p := range periods {
-		if (p.Attempts > 0 || p.InFlightKey != "" || p.TransactionID != "") && p.BillingDate.After(last) {
+		if p.Status == Scheduled && p.Attempts == 0 && p.InFlightKey == "" || p.Status == Paused || replacedByRule(p) {
+			continue
+		}
+		if p.BillingDate.After(last) {
 			last = p.BillingDate
 		}
 	}
@@ -431,12 +436,14 @@ func lastCharged(sub Subscription, periods []Period) dates.Date {
 
 // change applies field changes (DESIGN §8 "Billing schedule semantics"):
 //   - amount and payment method: the subscription and every period not yet
-//     charged (SCHEDULED and PAUSED; the payment method also reaches failed
-//     periods' retries), never a charge in flight;
+//     charged (SCHEDULED, PAUSED, and ERROR for its retries), never a charge
+//     in flight;
 //   - payment day or Friday week (a rule change): the next period becomes
 //     the first date of the new rule at least one term after the last
-//     charged period's scheduled date (none charged: the first after today,
-//     on or after start_date); the replaced periods are CANCELLED;
+//     charged (or ended: waived, skipped, stale) period's scheduled date
+//     (none: the first after today, on or after start_date), so no two
+//     periods are less than a term apart; the replaced periods are
+//     CANCELLED;
 //   - next_payment_date (a move): that one period is charged on the new
 //     date, strictly between its neighbours' scheduled dates and not in the
 //     past; it keeps its scheduled date, and so do the periods after it.
@@ -496,12 +503,12 @@ func (s *Service) change(ctx context.Context, sub Subscription, ch Change) (Subs
 			sub.PaymentDetails.PaymentMethod = *ch.PaymentMethod
 		}
 		for _, p := range append(periods, *cur) {
-			open := p.Status == Scheduled || p.Status == Paused
-			if p.InFlightKey != "" || !(open || (p.Status == Error && ch.PaymentMethod != nil)) {
+			// Not yet charged: scheduled, paused, or failed (its retries).
+			if p.InFlightKey != "" || !(p.Status == Scheduled || p.Status == Paused || p.Status == Error) {
 				continue
 			}
 			q := touch(p)
-			if ch.Amount != nil && open && q.Amount != *ch.Amount {
+			if ch.Amount != nil && q.Amount != *ch.Amount {
 				q.Amount, q.UpdatedEvent = *ch.Amount, "amount-changed"
 			}
 			if ch.PaymentMethod != nil && q.PaymentDetails.PaymentMethod != *ch.PaymentMethod {
@@ -525,8 +532,8 @@ func (s *Service) change(ctx context.Context, sub Subscription, ch Change) (Subs
 		}
 		sub.PaymentDay, sub.BillingWeek = rule.Day, rule.Week
 		lower := dates.Max(today.AddDays(1), sub.StartDate)
-		if last := lastCharged(sub, periods); !last.IsZero() {
-			lower = dates.Max(lower, dates.AddMonthsClamped(last, sub.Term.Months()))
+		if last := lastKept(sub, periods); !last.IsZero() {
+			lower = dates.Max(lower, rule.OneTermAfter(last))
 		}
 		next := rule.FirstOnOrAfter(cur.BillingDate, lower)
 		// Every period scheduled from the cursor on belongs to the old rule:
@@ -582,8 +589,9 @@ func (s *Service) change(ctx context.Context, sub Subscription, ch Change) (Subs
 		if to.Equal(q.BillingDate) {
 			q.ChargeDate = dates.Date{}
 		}
-		// Announce the new date unless this period was announced already.
-		s.point(&sub, *q, today, !sub.RemindFor.After(q.BillingDate))
+		// The new charge date is announced (one reminder per charge date),
+		// unless it did not change.
+		s.point(&sub, *q, today, !q.Due().Equal(cur.Due()))
 	}
 
 	tx := s.store.NewTx(ch.Cause, now)

@@ -149,6 +149,35 @@ func TestChangePaymentDayKeepsOneTermFromLastCharge(t *testing.T) {
 	assert.Equal(t, []string{"2024-01-24 for 2024-01-31", "2024-02-24 for 2024-03-02", "2024-03-26 for 2024-04-02"},
 		reminders(e, sub.SubscriptionID))
 
+	t.Run("a waived period keeps its distance too", func(t *testing.T) {
+		t.Parallel()
+		e := billingtest.NewEnv(t, billingtest.Options{Start: time.Date(2024, 1, 20, 9, 0, 0, 0, time.UTC)})
+		sub, err := e.Service.CreateSubscription(ctx, "acc-1", billingtest.Input("gold", 31))
+		require.NoError(t, err)
+		collect(t, e, "2024-01-31")
+		e.Clock.SetDate(d("2024-02-01"))
+		_, err = e.Service.UpdateSubscription(ctx, "acc-1", sub.SubscriptionID, billing.Change{Action: "waive", BillingDate: d("2024-02-29")})
+		require.NoError(t, err)
+		e.Clock.SetDate(d("2024-03-02"))
+		day := 11
+		got, err := e.Service.UpdateSubscription(ctx, "acc-1", sub.SubscriptionID, billing.Change{PaymentDay: &day})
+		require.NoError(t, err)
+		assert.Equal(t, "2024-04-11", got.NextPaymentDate.String(), "one term after the waived Feb 29")
+	})
+	t.Run("Friday billing: a term is four weeks", func(t *testing.T) {
+		t.Parallel()
+		e := billingtest.NewEnv(t, billingtest.Options{})
+		in := billingtest.Input("gold", 0)
+		in.BillingWeek = 5
+		sub, err := e.Service.CreateSubscription(ctx, "acc-1", in)
+		require.NoError(t, err)
+		collect(t, e, "2024-01-26")
+		e.Clock.SetDate(d("2024-01-27"))
+		week := 4
+		got, err := e.Service.UpdateSubscription(ctx, "acc-1", sub.SubscriptionID, billing.Change{BillingWeek: &week})
+		require.NoError(t, err)
+		assert.Equal(t, "2024-02-23", got.NextPaymentDate.String(), "28 days after Jan 26")
+	})
 	t.Run("nothing charged yet: the first new day after today", func(t *testing.T) {
 		t.Parallel()
 		e := billingtest.NewEnv(t, billingtest.Options{Start: time.Date(2024, 1, 20, 9, 0, 0, 0, time.UTC)})

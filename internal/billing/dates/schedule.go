@@ -87,6 +87,16 @@ func (r Rule) FirstAfter(anchor, d Date) Date {
 	return anchor
 }
 
+// OneTermAfter is d plus one term of the rule: 12 months for YEARLY; for
+// MONTHLY one month clamped to the month's end (Jan 31 → Feb 29), or four
+// weeks for Friday billing (two of its periods can be 28 days apart).
+func (r Rule) OneTermAfter(d Date) Date {
+	if r.Week > 0 && r.Term == Monthly {
+		return d.AddDays(28)
+	}
+	return AddMonthsClamped(d, r.Term.Months())
+}
+
 // FirstOnOrAfter is the first billing date of the rule on or after lower.
 // A YEARLY rule bills once a year in the month of ref (one of its dates);
 // a MONTHLY one every month, so ref does not matter.
