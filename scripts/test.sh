@@ -130,6 +130,12 @@ gofmt_check
 echo "== terraform fmt"
 terraform_fmt_check
 
+if [ "$mode" = test ]; then
+	echo "== promtool"
+	promtool check rules monitoring/prometheus/alerts.yml
+	promtool test rules monitoring/prometheus/alerts_test.yml
+fi
+
 status=0
 if [ "$mode" = test ]; then
 	echo "== go test -race"

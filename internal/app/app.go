@@ -118,7 +118,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 		return nil, err
 	}
 	a.OpsCounter = ops.NewCounter(pool, log.With("component", "ops"), nil)
-	a.OpsRuns = ops.NewRuns(pool)
+	a.OpsRuns = ops.NewRuns(pool, m.Registry)
 	a.Handler = handler.New(handler.Config{
 		PlatformAccount: cfg.PlatformAccount,
 		EventTTL:        cfg.EventTTL,

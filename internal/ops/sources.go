@@ -14,14 +14,42 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/outbox"
 )
 
-// Runs records billing job runs for the overview.
-type Runs struct{ pool *pgxpool.Pool }
+// Runs records billing job runs for the overview and counts them in
+// stripe_payments_billing_runs_total{job,result} (result ok, incomplete: a
+// rerun is needed, or failed).
+type Runs struct {
+	pool  *pgxpool.Pool
+	count *prometheus.CounterVec
+}
 
-// NewRuns returns the run log on pool.
-func NewRuns(pool *pgxpool.Pool) *Runs { return &Runs{pool: pool} }
+// NewRuns returns the run log on pool, its counter registered on reg (nil:
+// not registered).
+func NewRuns(pool *pgxpool.Pool, reg prometheus.Registerer) *Runs {
+	r := &Runs{pool: pool, count: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "stripe_payments_billing_runs_total",
+		Help: "Billing job runs (remind, collect) by result: ok, incomplete (a rerun for the same date is needed) or failed.",
+	}, []string{"job", "result"})}
+	for _, job := range []string{"remind", "collect"} {
+		for _, result := range []string{"ok", "incomplete", "failed"} {
+			r.count.WithLabelValues(job, result) // present at 0, so increase() sees the first one
+		}
+	}
+	if reg != nil {
+		reg.MustRegister(r.count)
+	}
+	return r
+}
 
 // Record writes one run; rep may be nil when the run failed before a report.
 func (r *Runs) Record(ctx context.Context, job string, date time.Time, started time.Time, rep *billing.Report, runErr error) error {
+	result := "ok"
+	switch {
+	case runErr != nil || rep == nil:
+		result = "failed"
+	case !rep.OK():
+		result = "incomplete"
+	}
+	r.count.WithLabelValues(job, result).Inc()
 	raw := []byte("{}")
 	if rep != nil {
 		var err error

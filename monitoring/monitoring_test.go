@@ -1,0 +1,190 @@
+// Package monitoring_test checks the monitoring assets against the service:
+// every metric a rule or a dashboard panel names is one the service
+// registers, every alert has a promtool unit test, and promtool accepts the
+// rules and passes their tests.
+package monitoring_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/stripe-payments/stripe-payments/internal/app"
+	"github.com/stripe-payments/stripe-payments/internal/config"
+	"github.com/stripe-payments/stripe-payments/internal/metrics"
+	"github.com/stripe-payments/stripe-payments/internal/testenv"
+)
+
+const (
+	rulesFile     = "prometheus/alerts.yml"
+	rulesTestFile = "prometheus/alerts_test.yml"
+	dashboardFile = "grafana/stripe-payments.json"
+)
+
+// Prometheus adds these to every scrape; the service does not export them.
+var scrapeMetrics = map[string]bool{"up": true}
+
+var metricName = regexp.MustCompile(`\b(stripe_payments_[a-z0-9_]+|up)\b`)
+
+// namesIn returns the metric names an expression text mentions, histogram
+// series (_bucket, _sum, _count) folded into their family.
+func namesIn(texts ...string) map[string]bool {
+	out := map[string]bool{}
+	for _, t := range texts {
+		for _, m := range metricName.FindAllString(t, -1) {
+			for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+				if base, ok := strings.CutSuffix(m, suffix); ok && base != "" {
+					m = base + "\x00" + m // resolved below: the family or the series
+					break
+				}
+			}
+			out[m] = true
+		}
+	}
+	return out
+}
+
+// exported is the set of metric families the running service registers.
+// A registry lists no descriptors, so each name is probed: registering a
+// fresh collector under a name the registry holds fails.
+func exported(t *testing.T, reg *prometheus.Registry, name string) bool {
+	t.Helper()
+	probe := prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: "monitoring test probe"})
+	err := reg.Register(probe)
+	if err == nil {
+		reg.Unregister(probe)
+		return false
+	}
+	var already prometheus.AlreadyRegisteredError
+	if errors.As(err, &already) {
+		return true
+	}
+	// A different label set or help text under the same name: registered.
+	return strings.Contains(err.Error(), name)
+}
+
+func startApp(t *testing.T) *app.App {
+	t.Helper()
+	env := map[string]string{
+		"APP_ENV":               "development",
+		"LISTEN_ADDR":           "127.0.0.1:0",
+		"STRIPE_WEBHOOK_SECRET": "whsec_monitoring",
+		"STRIPE_API_KEY":        "sk_test_monitoring",
+		"DATABASE_URL":          testenv.DatabaseURL(t),
+		"DYNAMODB_ENDPOINT":     testenv.DynamoEndpoint(t),
+		"EVENTS_TABLE":          testenv.TableName("events"),
+		"BILLING_TABLE":         testenv.TableName("billing"),
+		"BILLING_HISTORY_TABLE": testenv.TableName("billing-history"),
+		"LOCKS_TABLE":           testenv.TableName("locks"),
+		"INTERNAL_API_TOKEN":    "monitoring-token",
+	}
+	cfg, err := config.Load(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	require.NoError(t, err)
+	a, err := app.New(context.Background(), cfg, slog.New(slog.NewJSONHandler(io.Discard, nil)))
+	require.NoError(t, err)
+	t.Cleanup(a.Close)
+	return a
+}
+
+func TestEveryMetricNamedIsExported(t *testing.T) {
+	rules, err := os.ReadFile(rulesFile)
+	require.NoError(t, err)
+	raw, err := os.ReadFile(dashboardFile)
+	require.NoError(t, err)
+	var dash struct {
+		Panels []struct {
+			Title   string
+			Targets []struct{ Expr string }
+		}
+		Templating struct{ List []struct{ Query any } }
+	}
+	require.NoError(t, json.Unmarshal(raw, &dash), "dashboard JSON")
+	var exprs []string
+	for _, p := range dash.Panels {
+		for _, tg := range p.Targets {
+			exprs = append(exprs, tg.Expr)
+		}
+	}
+	for _, v := range dash.Templating.List {
+		if s, ok := v.Query.(string); ok {
+			exprs = append(exprs, s)
+		}
+	}
+	require.NotEmpty(t, exprs, "the dashboard has panels with queries")
+
+	a := startApp(t)
+	reg := a.Metrics.Registry
+	// serve registers the poller's collectors when it starts polling
+	// (POLL_EVERY); register them as it does.
+	metrics.NewPoller(reg)
+
+	check := func(source string, names map[string]bool) {
+		require.NotEmpty(t, names, source)
+		var missing []string
+		for n := range names {
+			if base, series, ok := strings.Cut(n, "\x00"); ok {
+				if exported(t, reg, base) || exported(t, reg, series) {
+					continue
+				}
+				missing = append(missing, series)
+				continue
+			}
+			if scrapeMetrics[n] || exported(t, reg, n) {
+				continue
+			}
+			missing = append(missing, n)
+		}
+		sort.Strings(missing)
+		assert.Empty(t, missing, "%s names metrics the service does not export", source)
+	}
+	check(rulesFile, namesIn(string(rules)))
+	check(dashboardFile, namesIn(exprs...))
+
+	// The probe itself works: a made-up name is not exported.
+	assert.False(t, exported(t, reg, "stripe_payments_no_such_metric_total"))
+}
+
+var alertName = regexp.MustCompile(`(?m)^\s*-?\s*alert:\s*(\S+)`)
+var testedAlert = regexp.MustCompile(`(?m)^\s*alertname:\s*(\S+)`)
+
+// Every alert has a promtool unit test that expects it to fire.
+func TestEveryAlertHasAUnitTest(t *testing.T) {
+	rules, err := os.ReadFile(rulesFile)
+	require.NoError(t, err)
+	tests, err := os.ReadFile(rulesTestFile)
+	require.NoError(t, err)
+	tested := map[string]bool{}
+	for _, m := range testedAlert.FindAllStringSubmatch(string(tests), -1) {
+		tested[m[1]] = true
+	}
+	alerts := alertName.FindAllStringSubmatch(string(rules), -1)
+	require.NotEmpty(t, alerts)
+	for _, m := range alerts {
+		assert.True(t, tested[m[1]], "alert %s has no promtool test", m[1])
+	}
+}
+
+// promtool (Debian's prometheus package; scripts/test.sh installs it)
+// accepts the rules and passes their unit tests.
+func TestPromtool(t *testing.T) {
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		t.Fatalf("promtool not found on PATH: install it with apt-get install -y prometheus (scripts/test.sh does)")
+	}
+	for _, args := range [][]string{{"check", "rules", rulesFile}, {"test", "rules", rulesTestFile}} {
+		out, err := exec.Command(promtool, args...).CombinedOutput()
+		require.NoError(t, err, "promtool %s:\n%s", strings.Join(args, " "), out)
+	}
+}
