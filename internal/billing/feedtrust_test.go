@@ -144,3 +144,31 @@ func TestFeedTrustOnThePlatformAccount(t *testing.T) {
 	require.NoError(t, feed(t, e, settled, "payment_intent.succeeded"))
 	assert.Equal(t, billing.Completed, period(t, e, sub, "2024-01-10").Status)
 }
+
+// Feed messages enqueued before they carried the account, amount and
+// currency are checked against the PaymentIntent read from Stripe on the
+// period's account.
+func TestFeedTrustChecksOlderMessagesAgainstStripe(t *testing.T) {
+	t.Parallel()
+	obs := newObserver()
+	e := billingtest.NewEnv(t, billingtest.Options{Observer: obs})
+	sub, err := e.Service.CreateSubscription(ctx, "acc-1", billingtest.Input("gold", 10))
+	require.NoError(t, err)
+	e.Stripe.Decide = func(p billingtest.PI) billingtest.Behavior { return billingtest.Process }
+	collect(t, e, "2024-01-10")
+	recorded := e.Stripe.PIs()[0]
+	_, err = e.Stripe.Settle(recorded.ID, true)
+	require.NoError(t, err)
+
+	legacy := func(pi string) billing.FeedMessage {
+		return billing.FeedMessage{EventID: "evt_old_" + pi, Type: "payment_intent.succeeded", Created: e.Clock.Now().Unix(),
+			PaymentIntent: pi, Account: "acc-1", Subscription: sub.SubscriptionID, BillingDate: "2024-01-10"}
+	}
+	// Another account's PaymentIntent does not exist on the period's account.
+	require.NoError(t, e.Service.ApplyFeed(ctx, legacy("pi_elsewhere")))
+	assert.Equal(t, billing.ACHSent, period(t, e, sub, "2024-01-10").Status)
+	assert.Equal(t, 1, obs.refused["account"])
+
+	require.NoError(t, e.Service.ApplyFeed(ctx, legacy(recorded.ID)))
+	assert.Equal(t, billing.Completed, period(t, e, sub, "2024-01-10").Status)
+}
