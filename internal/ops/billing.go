@@ -88,7 +88,8 @@ type subscriptionData struct {
 	History  []billing.HistoryEntry
 	Next     string
 	Waivable []billing.Period
-	PayNow   bool
+	// Unpaid: a period is in ERROR, so pay now has something to charge.
+	Unpaid bool
 }
 
 func (c *Console) billingSubscription(ec echo.Context) error {
@@ -113,6 +114,7 @@ func (c *Console) billingSubscription(ec echo.Context) error {
 		if p.Status == billing.Scheduled || p.Status == billing.Error {
 			d.Waivable = append(d.Waivable, p)
 		}
+		d.Unpaid = d.Unpaid || p.Status == billing.Error
 	}
 	hist, err := c.d.Billing.ListHistory(ctx, ids[0], ids[1], PageSize, ec.QueryParam("cursor"))
 	if errors.Is(err, billing.ErrInvalidCursor) {
@@ -148,7 +150,7 @@ func readAction(get func(string) string) (action, string) {
 			return a, "Pause for 1 to 24 months."
 		}
 		a.Months = m
-	case "resume", "cancel":
+	case "resume", "cancel", "pay":
 	case "waive":
 		if _, err := dates.Parse(get("billing_date")); err != nil {
 			return a, "Choose the period to waive."
@@ -171,6 +173,8 @@ func (a action) Describe() string {
 		return "Cancel the subscription: no period is charged again. This cannot be undone."
 	case "waive":
 		return "Waive the period of " + a.BillingDate + ": it is forgiven and never charged."
+	case "pay":
+		return "Pay now: charge the oldest unpaid (ERROR) period at once on the saved payment method, as a manual repayment."
 	}
 	return ""
 }
@@ -210,12 +214,29 @@ func (c *Console) billingAction(ec echo.Context) error {
 	if msg != "" {
 		return c.fail(ec, http.StatusBadRequest, msg+" Nothing was changed.")
 	}
-	ch := billing.Change{Action: a.Name, Months: a.Months, Cause: "ops:" + randomID()[:8]}
-	if a.Name == "waive" {
-		ch.BillingDate = dates.MustParse(a.BillingDate)
+	var (
+		sub billing.Subscription
+		err error
+	)
+	if a.Name == "pay" {
+		var p billing.Period
+		sub, p, err = c.d.Billing.Pay(ctxOf(ec), ids[0], ids[1])
+		if err == nil {
+			c.d.Log.Info("console pay now", "account_id", ids[0], "subscription_id", ids[1], "billing_date", p.BillingDate.String(), "status", string(p.Status))
+			return ec.Redirect(http.StatusSeeOther, subPath(sub)+"?"+url.Values{"done": {"pay"}, "status": {string(p.Status)}}.Encode())
+		}
+	} else {
+		ch := billing.Change{Action: a.Name, Months: a.Months, Cause: "ops:" + randomID()[:8]}
+		if a.Name == "waive" {
+			ch.BillingDate = dates.MustParse(a.BillingDate)
+		}
+		sub, err = c.d.Billing.UpdateSubscription(ctxOf(ec), ids[0], ids[1], ch)
 	}
-	sub, err := c.d.Billing.UpdateSubscription(ctxOf(ec), ids[0], ids[1], ch)
 	switch {
+	case errors.Is(err, billing.ErrNothingToPay):
+		return c.fail(ec, http.StatusConflict, "Nothing to pay: no period of this subscription is in ERROR. Nothing was charged.")
+	case errors.Is(err, billing.ErrAttemptInFlight):
+		return c.fail(ec, http.StatusConflict, "A payment attempt of this subscription has no recorded outcome yet; the collection job settles it first. Nothing was charged.")
 	case err == nil:
 		c.d.Log.Info("console billing change", "account_id", ids[0], "subscription_id", ids[1], "action", a.Name)
 		return ec.Redirect(http.StatusSeeOther, subPath(sub)+"?done="+a.Name)

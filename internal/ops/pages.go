@@ -511,7 +511,13 @@ func noticeOf(ec echo.Context) string {
 	case "waive":
 		return "The period is waived."
 	case "pay":
-		return "The payment was attempted; see the periods and history below."
+		switch ec.QueryParam("status") {
+		case "COMPLETED":
+			return "Paid: the period is COMPLETED."
+		case "ACHSENT":
+			return "Submitted: the bank debit is processing (ACHSENT)."
+		}
+		return "The charge was declined; the period stays in ERROR (see its error below)."
 	}
 	return ""
 }
