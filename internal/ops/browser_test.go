@@ -29,6 +29,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/config"
 	"github.com/stripe-payments/stripe-payments/internal/stripetest"
 	"github.com/stripe-payments/stripe-payments/internal/testenv"
+	"github.com/stripe-payments/stripe-payments/internal/tracking"
 )
 
 const (
@@ -240,6 +241,14 @@ func TestConsoleInARealBrowser(t *testing.T) {
 		VALUES (gen_random_uuid(), 'actions', 'purchase.completed', 'ops-test-dead', '{}', 8, 'receiver answered 500', now())`)
 	require.NoError(t, err)
 
+	// The poller's checkpoint of the account (as a run leaves it) and a
+	// real reminder run, recorded as serve's ticker records it.
+	require.NoError(t, tracking.NewCheckpoints(a.Pool).Save(context.Background(), acct, time.Now().Add(-90*time.Second)))
+	started := time.Now()
+	rep, runErr := a.Billing.RemindNow(context.Background())
+	require.NoError(t, runErr)
+	a.RecordBillingRun(context.Background(), "remind", a.Billing.NowDate(), started, rep, runErr)
+
 	t.Run("login refuses a wrong token, then accepts the right one", func(t *testing.T) {
 		step("open", chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.ID("token")))
 		shot("01-login")
@@ -263,6 +272,8 @@ func TestConsoleInARealBrowser(t *testing.T) {
 		assert.Equal(t, "1", text("#failed-count"))
 		assert.Equal(t, "1", text("#rejected-count"))
 		assert.Contains(t, text("#ob-h + div table"), "actions")
+		assert.Contains(t, text("#cp-h + div table"), acct, "the poller's checkpoint")
+		assert.Contains(t, text("#br-h + div table"), "remind", "the billing run")
 		shot("03-overview")
 		step("phone", chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(2)))
 		shot("04-overview-phone")
