@@ -273,6 +273,10 @@ func (s *Service) attempt(ctx context.Context, l *lock.Lock, sub Subscription, p
 	if resolved {
 		cause = s.cause("resolve", p, today) // the history says the outcome was looked up
 	}
+	var attemptDay dates.Date // the day the resolved attempt was made
+	if resolved && !p.InFlightAt.IsZero() {
+		attemptDay = dates.In(p.InFlightAt, sub.Location())
+	}
 	tx := s.store.NewTx(cause, now)
 	if err := s.record(ctx, tx, &sub, &p, res, proc, today, today, now); err != nil {
 		return sub, false, err
@@ -293,7 +297,19 @@ func (s *Service) attempt(ctx context.Context, l *lock.Lock, sub Subscription, p
 			r.Declined++
 		}
 	})
-	return sub, true, s.step("committed", p)
+	if err := s.step("committed", p); err != nil {
+		return sub, true, err
+	}
+	if resolved && res.Outcome == Declined && !attemptDay.IsZero() && sub.Status != SubCancelled {
+		// The declined attempt was made on attemptDay: a retry due since
+		// then (its day-1 retry, resolved a day later) is due now.
+		if next, stale := s.cfg.Retry.NextAttempt(p.Due(), attemptDay); !stale && !next.After(today) &&
+			!s.cfg.Retry.IsStale(p.Due(), today) {
+			retried, _, err := s.attempt(ctx, l, sub, p, ProcRetry, today, rep)
+			return retried, true, err
+		}
+	}
+	return sub, true, nil
 }
 
 // charge makes attempt n on p at Stripe, with the attempt's idempotency key.

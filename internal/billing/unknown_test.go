@@ -163,7 +163,7 @@ func TestScenario3UnknownOutcomeIsResolvedNotStuck(t *testing.T) {
 		assert.Len(t, receiptsOf(t, e, "acc-1"), 1)
 	})
 
-	t.Run("search lags: the customer's list finds a declined attempt; ERROR, retried on schedule", func(t *testing.T) {
+	t.Run("search lags: the customer's list finds a declined attempt; ERROR, then the retry due since then", func(t *testing.T) {
 		t.Parallel()
 		e := billingtest.NewEnv(t, billingtest.Options{})
 		e.Stripe.SearchLag = 72 * 3600e9
@@ -174,15 +174,19 @@ func TestScenario3UnknownOutcomeIsResolvedNotStuck(t *testing.T) {
 		collect(t, e, "2024-01-10")
 		rep := collect(t, e, "2024-01-11")
 		assert.True(t, rep.OK(), "%+v", rep)
-		assert.Equal(t, 1, rep.Declined)
-		require.Len(t, e.Stripe.PIs(), 1, "resolving charges nothing")
+		assert.Equal(t, 1, rep.Declined, "the lost attempt, found declined")
+		assert.Equal(t, 1, rep.Succeeded, "then the day-1 retry, due on the day it was resolved (oracle F12)")
+		pis := e.Stripe.PIs()
+		require.Len(t, pis, 2)
+		assert.Equal(t, "requires_payment_method", pis[0].Status)
+		assert.Equal(t, "2", pis[1].Metadata[billing.MetaAttempt])
 		p := period(t, e, sub, "2024-01-10")
-		assert.Equal(t, billing.Error, p.Status)
-		assert.Equal(t, e.Stripe.PIs()[0].ID, p.TransactionID)
-		assert.Equal(t, "2024-01-13", p.NextAttemptDate.String(), "the ordinary retry days (1, 3, 5, 7)")
+		assert.Equal(t, billing.Completed, p.Status)
+		assert.Equal(t, pis[1].ID, p.TransactionID)
+		statuses := statuses(history(t, e, sub), "2024-01-10")
+		assert.Equal(t, []billing.Status{billing.Scheduled, billing.Error, billing.Completed}, statuses)
 		rep = collect(t, e, "2024-01-13")
-		assert.Equal(t, 1, rep.Succeeded)
-		assert.Equal(t, billing.Completed, period(t, e, sub, "2024-01-10").Status)
+		assert.Equal(t, 0, rep.Succeeded+rep.Declined, "nothing left to retry")
 	})
 
 	t.Run("a retry whose answer is lost is resolved before the next retry", func(t *testing.T) {
