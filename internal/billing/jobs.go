@@ -197,7 +197,9 @@ func (s *Service) run(ctx context.Context, job string, date dates.Date, index st
 		if readErr == nil && context.Cause(ctx) == nil && rep.OK() {
 			// Everything due by date was handled: later runs need not read
 			// those partitions again (but for the lookback).
-			if err := s.store.AdvanceSweep(context.WithoutCancel(ctx), job, date.AddDays(-1)); err != nil {
+			// Two days back, not one: an entry of the last days may not be
+			// due yet in its own time zone (up to 14 h either side of UTC).
+			if err := s.store.AdvanceSweep(context.WithoutCancel(ctx), job, date.AddDays(-2)); err != nil {
 				log.Warn("billing job: could not advance the sweep watermark (the next run reads further back)", "error", err)
 			}
 		} else if rep.Unresolved > 0 {

@@ -24,8 +24,9 @@ import (
 // keeps a watermark: the last date through which a run left nothing behind
 // (no locked account, no error, no unknown outcome). A run reads from the
 // earlier of (watermark + 1) and (date − BILLING_LOOKBACK_DAYS) to its
-// date, and moves the watermark to the day before its date only when it
-// was clean. So a daily run reads lookback+1 partitions per shard, as
+// date, and moves the watermark to two days before its date (an entry of
+// the last day may not be due yet in its own time zone) only when it was
+// clean. So a daily run reads lookback+1 partitions per shard, as
 // before; after an outage of N days the first run reads N of them once
 // (periods past BILLING_STALE_DAYS are marked STALE, the others charged,
 // the catch-up loop charges what followed); and a run that leaves an
