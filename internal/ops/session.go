@@ -110,18 +110,24 @@ func setCookie(w http.ResponseWriter, r *http.Request, name, value string, maxAg
 }
 
 // sameOrigin refuses a state-changing request a browser says came from
-// another site (Sec-Fetch-Site, or an Origin other than this host), on top
-// of the CSRF token and the SameSite cookie.
+// another site, on top of the CSRF token and the SameSite cookie. Browsers
+// that send Sec-Fetch-Site are trusted on it (it survives proxies that
+// rewrite Host); older ones must send no Origin or this host's.
 func sameOrigin(r *http.Request) bool {
 	switch r.Header.Get("Sec-Fetch-Site") {
-	case "", "same-origin", "none":
+	case "same-origin", "none":
+		return true
+	case "":
 	default:
 		return false
 	}
 	origin := r.Header.Get("Origin")
-	if origin == "" || origin == "null" {
-		return origin == ""
+	if origin == "" {
+		return true
 	}
 	u, err := url.Parse(origin)
-	return err == nil && u.Host == r.Host
+	if err != nil || origin == "null" {
+		return false
+	}
+	return u.Host == r.Host || (r.Header.Get("X-Forwarded-Host") != "" && u.Host == r.Header.Get("X-Forwarded-Host"))
 }
