@@ -60,7 +60,7 @@ func newFakeStripe(t *testing.T) *fakeStripe {
 	return f
 }
 
-func startApp(t *testing.T, stripeURL string, overrides ...string) *app.App {
+func startApp(t testing.TB, stripeURL string, overrides ...string) *app.App {
 	t.Helper()
 	env := map[string]string{
 		"APP_ENV":               "development",
