@@ -82,12 +82,14 @@ type Run struct {
 
 // RunReport is what a run's billing.Report said (decoded from its JSON).
 type RunReport struct {
-	Entries, Reminded, Succeeded, Processing, Declined, Stale, Resumed, Skipped, Locked, Unknown, Unreconciled, Errors int
+	Entries, Reminded, Succeeded, Processing, Declined, Stale, Resumed, Skipped, Locked, Unknown, Resolved, Unresolved, Errors int
 }
 
-// Unresolved counts what the run left for an operator or a rerun.
+// Unresolved counts what the run left for an operator or a rerun. Every
+// unknown outcome of a run is also an unresolved period of it (reports of
+// older versions had only the unknown count).
 func (r Run) Unresolved() int {
-	return r.Report.Unknown + r.Report.Unreconciled + r.Report.Errors + r.Report.Locked
+	return max(r.Report.Unknown, r.Report.Unresolved) + r.Report.Errors + r.Report.Locked
 }
 
 // Failed reports a run that ended in an error.
