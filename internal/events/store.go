@@ -75,6 +75,9 @@ type Store struct {
 // handler's write-behind, package recordq).
 type Pending interface {
 	Lookup(ctx context.Context, ids []string) (map[string]Record, error)
+	// Settled waits until every record pending when it is called is in
+	// the table.
+	Settled(ctx context.Context) error
 }
 
 // WithPending returns a store whose Get and BatchGet also find the records
@@ -340,6 +343,14 @@ func (s *Store) unexpired(r Range) Range {
 }
 
 func (s *Store) query(ctx context.Context, index, pkName, pkValue, skName string, r Range, limit int32, cursor string) (Page, error) {
+	if s.pending != nil {
+		// An index lists only what the table holds: first let every record
+		// acknowledged before this query reach it (usually none is pending,
+		// else milliseconds), so a listing after a 200 shows the event.
+		if err := s.pending.Settled(ctx); err != nil {
+			return Page{}, fmt.Errorf("list events: %w", err)
+		}
+	}
 	keyCond := expression.Key(pkName).Equal(expression.Value(pkValue))
 	sk := expression.Key(skName)
 	switch {

@@ -270,6 +270,43 @@ func (q *Queue) Flush(ctx context.Context) error {
 	return nil
 }
 
+// Settled waits until every record pending (in Postgres, from any
+// instance) when it is called has left: written to the table. Index
+// listings call it, so that a listing made after a 200 shows the event. It
+// gives up after 10 s (or when ctx ends), with an error, rather than list
+// without records it knows are missing.
+func (q *Queue) Settled(ctx context.Context) error {
+	rows, err := q.pool.Query(ctx, `SELECT event_id FROM event_records_pending`)
+	if err != nil {
+		return fmt.Errorf("read pending event records: %w", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("read pending event records: %w", err)
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	wait := time.Millisecond
+	for {
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return fmt.Errorf("%w: %d event records still being written: %w", ErrUnavailable, len(ids), ctx.Err())
+		}
+		wait = min(2*wait, 20*time.Millisecond)
+		var left int
+		if err := q.pool.QueryRow(ctx, `SELECT count(*) FROM event_records_pending WHERE event_id = ANY($1)`, ids).Scan(&left); err != nil {
+			return fmt.Errorf("read pending event records: %w", err)
+		}
+		if left == 0 {
+			return nil
+		}
+	}
+}
+
 // sweep hands over the rows older than age.
 func (q *Queue) sweep(ctx context.Context, age time.Duration) error {
 	for {

@@ -297,3 +297,33 @@ func TestStorePrefersThePendingProcessedRecordToAFailedOne(t *testing.T) {
 	assert.Equal(t, events.StatusProcessed, found[r.ID].Status)
 	assert.Equal(t, 2, found[r.ID].Attempts)
 }
+
+func TestListingsWaitForThePendingRecords(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	q := recordq.New(e.pool, e.table, recordq.Config{})
+	store := e.table.WithPending(q)
+	r := record(t)
+	commit(t, e, q, r)
+	q.Hand([]events.Record{r})
+
+	listed := make(chan events.Page, 1)
+	go func() {
+		page, err := store.ByAccount(ctx, r.StripeAccount, events.Range{}, 100, "")
+		assert.NoError(t, err)
+		listed <- page
+	}()
+	select {
+	case <-listed:
+		t.Fatal("the listing did not wait for the pending record")
+	case <-time.After(100 * time.Millisecond): // no writer runs yet
+	}
+	run(t, q)
+	select {
+	case page := <-listed:
+		require.Len(t, page.Records, 1, "the acknowledged event is listed")
+		assert.Equal(t, r.ID, page.Records[0].ID)
+	case <-time.After(20 * time.Second):
+		t.Fatal("the listing never returned")
+	}
+}
