@@ -124,6 +124,8 @@ func (c *Console) billingSubscription(ec echo.Context) error {
 		return c.unavailable(ec, "read the history", err)
 	}
 	d.History = hist.Items
+	// The store pages history by period; the timeline reads in time order.
+	sort.SliceStable(d.History, func(i, j int) bool { return d.History[i].LastRunDate.Before(d.History[j].LastRunDate) })
 	if hist.NextCursor != "" {
 		d.Next = subPath(sub) + "?" + url.Values{"cursor": {hist.NextCursor}}.Encode()
 	}

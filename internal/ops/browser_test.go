@@ -26,6 +26,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stripe-payments/stripe-payments/internal/app"
+	"github.com/stripe-payments/stripe-payments/internal/billing/billingtest"
 	"github.com/stripe-payments/stripe-payments/internal/config"
 	"github.com/stripe-payments/stripe-payments/internal/stripetest"
 	"github.com/stripe-payments/stripe-payments/internal/testenv"
@@ -37,19 +38,34 @@ const (
 	token  = "ops-console-test-token"
 )
 
-// fakeStripe answers the invoice lookups of payment_intent events: with an
-// error while down, else with an invoice about no subscription.
+// fakeStripe answers the invoice lookups of payment_intent events (with an
+// error while down, else with an invoice about no subscription) and hands
+// the rest to billingtest's fake PaymentIntents API, which declines while
+// decline is set.
 type fakeStripe struct {
 	*httptest.Server
-	down atomic.Bool
+	down    atomic.Bool
+	decline atomic.Bool
 }
 
 func newFakeStripe(t *testing.T) *fakeStripe {
 	f := &fakeStripe{}
+	pis := billingtest.NewStripe(0, nil)
+	t.Cleanup(pis.Close)
+	pis.Decide = func(billingtest.PI) billingtest.Behavior {
+		if f.decline.Load() {
+			return billingtest.Decline
+		}
+		return billingtest.Succeed
+	}
 	f.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
 		id, ok := strings.CutPrefix(r.URL.Path, "/v1/invoices/")
-		if !ok || f.down.Load() {
+		if !ok {
+			pis.Server.Config.Handler.ServeHTTP(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		if f.down.Load() {
 			w.WriteHeader(http.StatusBadRequest)
 			fmt.Fprint(w, `{"error":{"type":"invalid_request_error","message":"test Stripe is down"}}`)
 			return
@@ -241,6 +257,23 @@ func TestConsoleInARealBrowser(t *testing.T) {
 		VALUES (gen_random_uuid(), 'actions', 'purchase.completed', 'ops-test-dead', '{}', 8, 'receiver answered 500', now())`)
 	require.NoError(t, err)
 
+	// A subscription whose charge today is declined (its period in ERROR),
+	// for pay now; its collection run shows on the overview.
+	status, paySub := apiJSON(t, a, http.MethodPost, "/internal/v1/accounts/merchant-pay/subscriptions", map[string]any{
+		"sku": "silver", "email": "pay@example.com", "payment_day": 28, "amount": 2500, "currency": "usd",
+		"term": "MONTHLY", "customer": "cus_pay", "payment_method": "pm_pay"})
+	require.Equal(t, http.StatusCreated, status, paySub)
+	paySubID := paySub["subscription_id"].(string)
+	today := time.Now().UTC().Format("2006-01-02")
+	status, moved := apiJSON(t, a, http.MethodPatch, "/internal/v1/accounts/merchant-pay/subscriptions/"+paySubID, map[string]any{"next_payment_date": today})
+	require.Equal(t, http.StatusOK, status, moved)
+	stripe.decline.Store(true)
+	collectStarted := time.Now()
+	collected, collectErr := a.Billing.CollectNow(context.Background())
+	require.NoError(t, collectErr)
+	require.Equal(t, 1, collected.Declined)
+	a.RecordBillingRun(context.Background(), "collect", a.Billing.NowDate(), collectStarted, collected, collectErr)
+
 	// The poller's checkpoint of the account (as a run leaves it) and a
 	// real reminder run, recorded as serve's ticker records it.
 	require.NoError(t, tracking.NewCheckpoints(a.Pool).Save(context.Background(), acct, time.Now().Add(-90*time.Second)))
@@ -274,6 +307,7 @@ func TestConsoleInARealBrowser(t *testing.T) {
 		assert.Contains(t, text("#ob-h + div table"), "actions")
 		assert.Contains(t, text("#cp-h + div table"), acct, "the poller's checkpoint")
 		assert.Contains(t, text("#br-h + div table"), "remind", "the billing run")
+		assert.Contains(t, text("#br-h + div table"), "collect", "the declined collection")
 		shot("03-overview")
 		step("phone", chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(2)))
 		shot("04-overview-phone")
@@ -361,6 +395,20 @@ func TestConsoleInARealBrowser(t *testing.T) {
 		assert.Equal(t, "ACTIVE", text("#sub-status"))
 	})
 
+	t.Run("pay now charges the period in ERROR behind a confirmation", func(t *testing.T) {
+		step("subscription", chromedp.Navigate(base+"/billing/merchant-pay/"+paySubID), chromedp.WaitVisible(chromedp.ID("pay")))
+		assert.Contains(t, text("main"), "insufficient funds")
+		step("pay", chromedp.Click(chromedp.ID("pay")), chromedp.WaitVisible(chromedp.ID("confirm")))
+		assert.Contains(t, text("main"), "Pay now")
+		stripe.decline.Store(false) // the customer fixed the card
+		step("confirm", chromedp.Click(chromedp.ID("confirm")), chromedp.WaitVisible(chromedp.CSS(".alert.ok")))
+		assert.Contains(t, text(".alert.ok"), "COMPLETED")
+		assert.Contains(t, text("main"), "MANUAL_REPAYMENT")
+		shot("16-paid-now")
+		_, receipts := apiJSON(t, a, http.MethodGet, "/internal/v1/accounts/merchant-pay/receipts", nil)
+		assert.Len(t, receipts["data"], 1, "one receipt")
+	})
+
 	t.Run("a request without the cookie or with a bad CSRF token changes nothing", func(t *testing.T) {
 		cookies, err := chromedp.Call(ctx, network.GetCookies, network.GetCookiesParams{URLs: []string{base + "/"}})
 		require.NoError(t, err)
@@ -405,7 +453,7 @@ func TestConsoleInARealBrowser(t *testing.T) {
 
 	t.Run("log out", func(t *testing.T) {
 		step("logout", chromedp.Navigate(base+"/"), chromedp.Click(chromedp.CSS(".logout button")), chromedp.WaitVisible(chromedp.CSS(".alert.ok")))
-		shot("16-logged-out")
+		shot("17-logged-out")
 		step("back to login", chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.ID("token")))
 	})
 }
