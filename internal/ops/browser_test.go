@@ -314,6 +314,12 @@ func TestConsoleInARealBrowser(t *testing.T) {
 		step("laptop", chromedp.EmulateViewport(1280, 900))
 	})
 
+	t.Run("billing runs", func(t *testing.T) {
+		step("runs", chromedp.Navigate(base+"/"), chromedp.Click(chromedp.CSS(`a[href="/ops/runs"]`)), chromedp.WaitVisible(chromedp.CSS("main table")))
+		assert.Contains(t, text("main table"), "collect")
+		shot("04c-billing-runs")
+	})
+
 	t.Run("outbox backlog and dead letters", func(t *testing.T) {
 		step("dead letters", chromedp.Navigate(base+"/"), chromedp.Click(chromedp.CSS(`a[href="/ops/outbox?topic=actions&dead=1"]`)),
 			chromedp.WaitVisible(chromedp.CSS("td.err")))

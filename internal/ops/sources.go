@@ -82,7 +82,9 @@ type Run struct {
 
 // RunReport is what a run's billing.Report said (decoded from its JSON).
 type RunReport struct {
-	Entries, Reminded, Succeeded, Processing, Declined, Stale, Resumed, Skipped, Locked, Unknown, Resolved, Unresolved, Errors int
+	Entries, Reminded, Succeeded, Processing, Declined, Stale, Resumed, Skipped int
+	PausedSkipped                                                               int `json:"paused_skipped"`
+	Locked, Unknown, Resolved, Unresolved, Errors                               int
 }
 
 // Unresolved counts what the run left for an operator or a rerun. Every
