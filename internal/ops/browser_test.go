@@ -22,6 +22,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -455,6 +456,22 @@ func TestConsoleInARealBrowser(t *testing.T) {
 		after, err := a.Events.Get(context.Background(), rejectedID)
 		require.NoError(t, err)
 		assert.Equal(t, before.Attempts, after.Attempts, "no replay ran")
+	})
+
+	t.Run("keyboard: skip link, focus order, a form submitted with Enter", func(t *testing.T) {
+		active := func() string {
+			t.Helper()
+			s, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.activeElement.className + "|" + document.activeElement.textContent.trim()`))
+			require.NoError(t, err)
+			return s
+		}
+		step("tab", chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.ID("events-chart")), chromedp.KeyEvent(kb.Tab))
+		assert.Equal(t, "skip|Skip to content", active(), "the first Tab reaches the skip link")
+		step("tab", chromedp.KeyEvent(kb.Tab))
+		assert.Equal(t, "|Overview", active(), "then the navigation")
+		step("search by keyboard", chromedp.Navigate(base+"/events"), chromedp.Focus(chromedp.ID("q-acct")),
+			chromedp.KeyEvent(acct+kb.Enter), chromedp.WaitVisible(chromedp.ID("res-h")))
+		assert.Contains(t, text("table.events"), subEvent.ID)
 	})
 
 	t.Run("log out", func(t *testing.T) {

@@ -5,7 +5,11 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -227,4 +231,52 @@ func TestProblemsFollowFailuresRejectionsAndRecoveries(t *testing.T) {
 
 	_, err = p.List(ctx, "", 10, "not-a-cursor")
 	assert.ErrorIs(t, err, ErrBadCursor)
+}
+
+// The stylesheet's text colours keep WCAG AA contrast (4.5:1) on the
+// backgrounds they are used on.
+func TestContrast(t *testing.T) {
+	css, err := assets.ReadFile("static/style.css")
+	require.NoError(t, err)
+	vars := map[string]string{}
+	for _, m := range regexp.MustCompile(`--([a-z-]+):\s*(#[0-9a-fA-F]{6})`).FindAllStringSubmatch(string(css), -1) {
+		vars[m[1]] = m[2]
+	}
+	pairs := [][2]string{
+		{"fg", "#ffffff"}, {"muted", "#ffffff"}, {"accent", "#ffffff"}, {"fg", "bg"}, {"accent", "bg"},
+		{"ok", "ok-bg"}, {"bad", "bad-bg"}, {"warn", "warn-bg"}, {"bad", "#ffffff"},
+		{"#ffffff", "#24292f"}, {"#ffffff", "accent"}, {"#ffffff", "bad"},
+	}
+	colour := func(s string) string {
+		if strings.HasPrefix(s, "#") {
+			return s
+		}
+		c, ok := vars[s]
+		require.True(t, ok, "no --%s in style.css", s)
+		return c
+	}
+	for _, p := range pairs {
+		ratio := contrast(colour(p[0]), colour(p[1]))
+		assert.GreaterOrEqual(t, ratio, 4.5, "%s on %s: %.2f", p[0], p[1], ratio)
+	}
+}
+
+func contrast(a, b string) float64 {
+	la, lb := luminance(a), luminance(b)
+	if la < lb {
+		la, lb = lb, la
+	}
+	return (la + 0.05) / (lb + 0.05)
+}
+
+func luminance(hex string) float64 {
+	v, _ := strconv.ParseUint(strings.TrimPrefix(hex, "#"), 16, 32)
+	ch := func(c uint64) float64 {
+		x := float64(c) / 255
+		if x <= 0.03928 {
+			return x / 12.92
+		}
+		return math.Pow((x+0.055)/1.055, 2.4)
+	}
+	return 0.2126*ch(v>>16&0xff) + 0.7152*ch(v>>8&0xff) + 0.0722*ch(v&0xff)
 }
