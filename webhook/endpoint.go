@@ -27,6 +27,10 @@ type EventHandler interface {
 	Handle(ctx context.Context, ev *stripe.Event, payload []byte, source events.Source) (handler.Outcome, error)
 }
 
+// RetryAfter is the Retry-After (seconds) of a 503: a full queue drains in
+// moments, a dependency outage is retried on the sender's schedule anyway.
+const RetryAfter = "5"
+
 // Endpoint serves POST /webhooks/stripe.
 type Endpoint struct {
 	verifier *Verifier
@@ -81,7 +85,12 @@ func (ep *Endpoint) serve(c echo.Context) error {
 	}
 	outcome, err := ep.handler.Handle(req.Context(), ev, payload, source)
 	if err != nil {
-		// 5xx so that Stripe delivers the event again.
+		// 503 so that Stripe delivers the event again; Retry-After for
+		// senders that honour it (Stripe keeps its own schedule).
+		c.Response().Header().Set("Retry-After", RetryAfter)
+		if errors.Is(err, handler.ErrOverloaded) {
+			return apperr.Wrap(err, apperr.CodeUnavailable, "ingest queue full; event %s will be retried", ev.ID)
+		}
 		return apperr.Wrap(err, apperr.CodeUnavailable, "event %s could not be processed; it will be retried", ev.ID)
 	}
 	return c.JSON(http.StatusOK, Response{Received: true, EventID: ev.ID, Outcome: string(outcome)})

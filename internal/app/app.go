@@ -72,16 +72,39 @@ type App struct {
 	OpsRuns     *ops.Runs
 }
 
+// Option customises New.
+type Option func(*options)
+
+type options struct {
+	handler []handler.Option
+}
+
+// WithHandlerOptions adds options to the event handler after the service's
+// own (tests register extra appliers with it, e.g. to inject a panic).
+func WithHandlerOptions(opts ...handler.Option) Option {
+	return func(o *options) { o.handler = append(o.handler, opts...) }
+}
+
 // New connects to DynamoDB and Postgres and builds every component. It does
 // not listen yet.
-func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error) {
+func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Option) (*App, error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
 	m := metrics.New()
 	ddb, err := dynamo.NewClient(ctx, cfg.AWSRegion, cfg.DynamoEndpoint,
+		dynamo.WithTimeout(cfg.Limits.DynamoTimeout),
 		dynamo.WithRequestCounter(func(op string) { m.DynamoRequests.WithLabelValues(op).Inc() }))
 	if err != nil {
 		return nil, err
 	}
-	pool, err := tracking.Connect(ctx, cfg.DatabaseURL)
+	pool, err := tracking.ConnectWith(ctx, cfg.DatabaseURL, tracking.PoolLimits{
+		MaxConns:         int32(cfg.Limits.DatabaseMaxConns),
+		ConnectTimeout:   cfg.Limits.DatabaseConnectTimeout,
+		StatementTimeout: cfg.Limits.DatabaseStatementTimeout,
+		TCPUserTimeout:   cfg.Limits.DatabaseTCPUserTimeout,
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -125,12 +148,20 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 		Livemode:        cfg.Livemode(),
 		MaxBatch:        cfg.IngestMaxBatch,
 		Flushers:        cfg.IngestFlushers,
+		DeliveryTimeout: cfg.Limits.IngestTimeout,
+		BatchTimeout:    cfg.Limits.IngestBatchTimeout,
+		QueueMax:        cfg.Limits.IngestQueueMax,
+		QueueMaxBytes:   cfg.Limits.IngestQueueMaxBytes,
 	}, a.OpsProblems.Track(a.Events), a.Ledger, log,
-		append(append(flowOptions(flows), handler.WithObserver(ops.Observers{a.Metrics, a.OpsCounter})), billingAppliers()...)...)
+		append(append(append(flowOptions(flows),
+			handler.WithObserver(ops.Observers{a.Metrics, a.OpsCounter}), handler.WithIngestObserver(a.Metrics)),
+			billingAppliers()...), o.handler...)...)
+	a.Metrics.WatchIngest(a.Handler.Stats)
 
 	a.Server = httpserver.New(log, a.Metrics, []httpserver.Check{
 		{Name: "dynamodb", Run: func(ctx context.Context) error { return dynamo.Ping(ctx, ddb, cfg.EventsTable) }},
 		{Name: "postgres", Run: func(ctx context.Context) error { return pool.Ping(ctx) }},
+		{Name: "ingest", Run: a.Handler.Ready},
 	})
 	verifier := webhook.NewVerifier(cfg.WebhookSecrets, cfg.WebhookTolerance, nil)
 	webhook.NewEndpoint(verifier, a.Handler, cfg.WebhookMaxBody, log).Register(a.Server.Echo)

@@ -37,6 +37,12 @@ func startApp(t testing.TB, logs io.Writer) *app.App {
 // startAppWith is startApp with environment overrides.
 func startAppWith(t testing.TB, logs io.Writer, overrides map[string]string) *app.App {
 	t.Helper()
+	return startAppWithOptions(t, logs, overrides)
+}
+
+// startAppWithOptions is startAppWith with options for app.New.
+func startAppWithOptions(t testing.TB, logs io.Writer, overrides map[string]string, opts ...app.Option) *app.App {
+	t.Helper()
 	env := map[string]string{
 		"APP_ENV":               "development",
 		"LISTEN_ADDR":           "127.0.0.1:0",
@@ -59,7 +65,7 @@ func startAppWith(t testing.TB, logs io.Writer, overrides map[string]string) *ap
 		logs = io.Discard
 	}
 	ctx := context.Background()
-	a, err := app.New(ctx, cfg, slog.New(slog.NewJSONHandler(logs, nil)))
+	a, err := app.New(ctx, cfg, slog.New(slog.NewJSONHandler(logs, nil)), opts...)
 	require.NoError(t, err)
 	require.NoError(t, a.Migrate(ctx))
 	t.Cleanup(func() {
@@ -166,7 +172,7 @@ func TestWebhookEndToEnd(t *testing.T) {
 		assert.Equal(t, http.StatusOK, status)
 		status, body := get(t, url+"/readyz", "")
 		assert.Equal(t, http.StatusOK, status)
-		assert.Equal(t, map[string]any{"dynamodb": "ok", "postgres": "ok"}, body)
+		assert.Equal(t, map[string]any{"dynamodb": "ok", "postgres": "ok", "ingest": "ok"}, body)
 		resp, err := http.Get(url + "/metrics")
 		require.NoError(t, err)
 		defer resp.Body.Close()

@@ -69,6 +69,7 @@ type Config struct {
 	UsingDevAPIToken      bool
 	Billing               BillingConfig
 	Outbox                OutboxConfig
+	Limits                LimitsConfig
 }
 
 // Uses names the required settings a subcommand uses. Only those are
@@ -210,6 +211,8 @@ func LoadFor(lookup Lookup, uses Uses) (Config, error) {
 	errs = append(errs, err)
 	c.Outbox, err = loadOutbox(get, c.EventTTL, c.Billing.LookbackDays)
 	errs = append(errs, err)
+	c.Limits, err = loadLimits(get)
+	errs = append(errs, err)
 	errs = append(errs, c.Validate())
 	return c, errors.Join(errs...)
 }
@@ -318,6 +321,7 @@ func (c Config) LogValue() slog.Value {
 		slog.String("poll_every", c.PollEvery.String()),
 		slog.Any("billing", c.Billing),
 		slog.Any("outbox", c.Outbox),
+		slog.Any("limits", c.Limits),
 	)
 }
 

@@ -5,9 +5,13 @@ package dynamo
 import (
 	"context"
 	"fmt"
+	"net"
+	"net/http"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -34,6 +38,20 @@ func NewClient(ctx context.Context, region, endpoint string, optFns ...func(*dyn
 			o.DisableValidateResponseChecksum = true
 		}
 	}}, optFns...)...), nil
+}
+
+// WithTimeout bounds every attempt of every call (connect, send, response
+// and body) to d, so that an endpoint that stops answering fails the attempt
+// instead of hanging it; the SDK's retryer may try again, and the caller's
+// context bounds the whole.
+func WithTimeout(d time.Duration) func(*dynamodb.Options) {
+	return func(o *dynamodb.Options) {
+		o.HTTPClient = awshttp.NewBuildableClient().WithTimeout(d).WithDialerOptions(func(dl *net.Dialer) {
+			dl.Timeout = d
+		}).WithTransportOptions(func(tr *http.Transport) {
+			tr.ResponseHeaderTimeout = d
+		})
+	}
 }
 
 // WithRequestCounter calls count with the operation name (PutItem,

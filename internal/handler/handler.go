@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -56,6 +57,22 @@ type Observer interface {
 	Handled(eventType string, outcome Outcome, elapsed time.Duration)
 }
 
+// IngestObserver is told about the ingest path's protections at work
+// (metrics); see WithIngestObserver.
+type IngestObserver interface {
+	// FlushPanicked: a batch's processing panicked; its deliveries failed.
+	FlushPanicked()
+	// Shed: deliveries refused or dropped without processing, by reason
+	// (ShedQueueFull, ShedCallerGone).
+	Shed(reason string, n int)
+}
+
+// Reasons of IngestObserver.Shed.
+const (
+	ShedQueueFull  = "queue_full"
+	ShedCallerGone = "caller_gone"
+)
+
 // Outcome of handling one delivery.
 type Outcome string
 
@@ -92,19 +109,34 @@ type Config struct {
 	// Flushers is how many batches may be in flight at once (default 4), so
 	// that one batch's Postgres work overlaps another's DynamoDB write.
 	Flushers int
+	// DeliveryTimeout bounds one Handle call: preparer, wait in the queue
+	// and batch (default 10 s). Past it the caller gets an error (5xx).
+	DeliveryTimeout time.Duration
+	// BatchTimeout bounds one batch's Postgres and DynamoDB work
+	// (default 5 s), so a dependency that stops answering frees the flusher.
+	BatchTimeout time.Duration
+	// QueueMax and QueueMaxBytes bound the deliveries waiting for a batch
+	// and their payload (defaults 1000 and 64 MiB); beyond, Handle fails at
+	// once with ErrOverloaded.
+	QueueMax      int
+	QueueMaxBytes int64
+	// StuckAfter: Ready fails once the oldest queued delivery has waited
+	// this long with no batch finishing (default 3 × BatchTimeout).
+	StuckAfter time.Duration
 }
 
 // Handler is the one event handler.
 type Handler struct {
-	cfg      Config
-	store    EventStore
-	ledger   Ledger
-	appliers map[string]Applier
-	prepare  map[string]Preparer
-	observer Observer
-	log      *slog.Logger
-	now      func() time.Time
-	group    *groupCommit
+	cfg       Config
+	store     EventStore
+	ledger    Ledger
+	appliers  map[string]Applier
+	prepare   map[string]Preparer
+	observer  Observer
+	ingestObs IngestObserver
+	log       *slog.Logger
+	now       func() time.Time
+	group     *groupCommit
 }
 
 // Option customises a Handler.
@@ -136,6 +168,9 @@ func WithPreparer(eventType string, p Preparer) Option {
 // WithObserver sets the outcome observer.
 func WithObserver(o Observer) Option { return func(h *Handler) { h.observer = o } }
 
+// WithIngestObserver sets the observer of panics and shed deliveries.
+func WithIngestObserver(o IngestObserver) Option { return func(h *Handler) { h.ingestObs = o } }
+
 // WithClock replaces time.Now.
 func WithClock(now func() time.Time) Option { return func(h *Handler) { h.now = now } }
 
@@ -147,12 +182,61 @@ func New(cfg Config, store EventStore, ledger Ledger, log *slog.Logger, opts ...
 	if cfg.Flushers <= 0 {
 		cfg.Flushers = 4
 	}
+	if cfg.DeliveryTimeout <= 0 {
+		cfg.DeliveryTimeout = 10 * time.Second
+	}
+	if cfg.BatchTimeout <= 0 {
+		cfg.BatchTimeout = 5 * time.Second
+	}
+	if cfg.QueueMax <= 0 {
+		cfg.QueueMax = 1000
+	}
+	if cfg.QueueMaxBytes <= 0 {
+		cfg.QueueMaxBytes = 64 << 20
+	}
+	if cfg.StuckAfter <= 0 {
+		cfg.StuckAfter = 3 * cfg.BatchTimeout
+	}
 	h := &Handler{cfg: cfg, store: store, ledger: ledger, appliers: map[string]Applier{}, prepare: map[string]Preparer{}, log: log, now: time.Now}
 	for _, o := range opts {
 		o(h)
 	}
-	h.group = &groupCommit{maxBatch: cfg.MaxBatch, maxFlushers: cfg.Flushers, process: h.processBatch}
+	h.group = &groupCommit{
+		maxBatch: cfg.MaxBatch, maxFlushers: cfg.Flushers,
+		maxQueue: cfg.QueueMax, maxBytes: cfg.QueueMaxBytes, batchTimeout: cfg.BatchTimeout,
+		process: h.processBatch, panicked: h.flushPanicked,
+		dropped: func(n int) { h.shed(ShedCallerGone, n) },
+	}
 	return h
+}
+
+// flushPanicked logs and counts a panic recovered in a batch.
+func (h *Handler) flushPanicked(v any, stack []byte, batch int) {
+	h.log.Error("batch processing panicked; its deliveries failed and will be retried",
+		"panic", fmt.Sprint(v), "events", batch, "stack", string(stack))
+	if h.ingestObs != nil {
+		h.ingestObs.FlushPanicked()
+	}
+}
+
+func (h *Handler) shed(reason string, n int) {
+	if h.ingestObs != nil {
+		h.ingestObs.Shed(reason, n)
+	}
+}
+
+// Stats is a snapshot of the ingest queue (metrics).
+func (h *Handler) Stats() QueueStats { return h.group.stats(time.Now()) }
+
+// Ready fails when the ingest path is stuck: the oldest queued delivery has
+// waited longer than StuckAfter while no batch finished. Batches run under a
+// deadline, so this only happens when something ignores it.
+func (h *Handler) Ready(context.Context) error {
+	if s := h.Stats(); s.Stalled > h.cfg.StuckAfter {
+		return fmt.Errorf("ingest stalled: %d deliveries queued, the oldest for %s with no batch finished, %d batches in flight",
+			s.Queued, s.Stalled.Round(time.Millisecond), s.Flushing)
+	}
+	return nil
 }
 
 // Handle records and processes one verified event. payload is the event's
@@ -174,7 +258,15 @@ func (h *Handler) handle(ctx context.Context, ev *stripe.Event, payload []byte, 
 		h.logger(rec).Warn("ignoring event whose livemode does not match the configured key", "livemode", ev.Livemode)
 		return Ignored, nil
 	}
-	p := &pending{ev: ev, rec: rec, done: make(chan struct{})}
+	ctx, cancel := context.WithTimeout(ctx, h.cfg.DeliveryTimeout)
+	defer cancel()
+	if err := ctx.Err(); err != nil {
+		// The caller has gone (or its deadline passed): nobody would hear
+		// the answer, and the sender delivers again.
+		h.shed(ShedCallerGone, 1)
+		return Failed, fmt.Errorf("dropped before processing: %w", err)
+	}
+	p := &pending{ev: ev, rec: rec, done: make(chan struct{}), size: int64(len(payload))}
 	if err := h.runPreparer(ctx, ev); err != nil {
 		if !errors.Is(err, events.ErrUnprocessable) {
 			h.recordFailure(ctx, rec, err)
@@ -182,7 +274,12 @@ func (h *Handler) handle(ctx context.Context, ev *stripe.Event, payload []byte, 
 		}
 		p.unprocessable = err // rejected in its batch, its appliers skipped
 	}
-	return h.group.submit(ctx, p)
+	outcome, err := h.group.submit(ctx, p)
+	if errors.Is(err, ErrOverloaded) {
+		h.shed(ShedQueueFull, 1)
+		h.logger(rec).Warn("ingest queue full: delivery refused, it will be retried")
+	}
+	return outcome, err
 }
 
 // runPreparer runs the event type's preparer, outside any batch so that a
@@ -256,6 +353,13 @@ func (h *Handler) processBatch(ctx context.Context, batch []*pending) {
 	read.Add(1)
 	go func() {
 		defer read.Done()
+		// A panic here would kill the process: fail the read instead.
+		defer func() {
+			if v := recover(); v != nil {
+				readErr = fmt.Errorf("%w: read event records: %v", ErrPanicked, v)
+				h.flushPanicked(v, debug.Stack(), len(ids))
+			}
+		}()
 		existing, readErr = h.store.BatchGet(ctx, ids)
 	}()
 	todo := make([]*pending, 0, len(unique))
@@ -274,6 +378,7 @@ func (h *Handler) processBatch(ctx context.Context, batch []*pending) {
 
 	var done []events.Record
 	var committed []*pending
+	var failed []failedRecord
 	rejected := map[string]bool{}
 	for _, p := range unique {
 		prev, recorded := existing[p.rec.ID]
@@ -293,8 +398,7 @@ func (h *Handler) processBatch(ctx context.Context, batch []*pending) {
 			rejected[p.rec.ID] = true
 			p.rec.LastError = failure.Error() // the store bounds its length
 		case failure != nil:
-			h.recordFailure(ctx, p.rec, failure)
-			finish(p, Failed, fmt.Errorf("process event: %w", failure))
+			failed = append(failed, failedRecord{p, failure})
 			continue
 		}
 		if recorded {
@@ -304,6 +408,24 @@ func (h *Handler) processBatch(ctx context.Context, batch []*pending) {
 		p.rec.Status, p.rec.ProcessedAt = events.StatusProcessed, h.now().UTC()
 		done = append(done, p.rec)
 		committed = append(committed, p)
+	}
+	// Failures are recorded all at once, beside the batch's write, each
+	// caller answered once its record is written (or could not be).
+	var recording sync.WaitGroup
+	defer recording.Wait()
+	for _, f := range failed {
+		recording.Add(1)
+		go func() {
+			defer recording.Done()
+			defer func() {
+				// Outside the flusher's recover: a panic here would kill the process.
+				if v := recover(); v != nil {
+					h.flushPanicked(v, debug.Stack(), 1)
+				}
+				finish(f.p, Failed, fmt.Errorf("process event: %w", f.cause))
+			}()
+			h.recordFailure(ctx, f.p.rec, f.cause)
+		}()
 	}
 	if len(done) == 0 {
 		return
@@ -332,6 +454,11 @@ func (h *Handler) processBatch(ctx context.Context, batch []*pending) {
 			finish(p, Completed, nil)
 		}
 	}
+}
+
+type failedRecord struct {
+	p     *pending
+	cause error
 }
 
 // apply commits the effects of todo: in one transaction, or event by event
@@ -367,12 +494,17 @@ func (h *Handler) apply(ctx context.Context, todo []*pending) (applied map[strin
 	return applied, failures
 }
 
+// recordFailureTimeout bounds the bookkeeping write of a failure: it gets
+// its own time (the failure may be the deadline itself) but little of it, as
+// a dependency that just failed may not answer.
+const recordFailureTimeout = 2 * time.Second
+
 // recordFailure leaves the error on the record. Failing to do so is only
 // logged: an unrecorded event is re-driven by Stripe's retry or the poller.
 func (h *Handler) recordFailure(ctx context.Context, rec events.Record, cause error) {
 	log := h.logger(rec)
 	log.Error("event processing failed", "error", cause)
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordFailureTimeout)
 	defer cancel()
 	if err := h.store.RecordFailure(ctx, rec, cause); err != nil {
 		log.Error("could not record the failure", "error", err)

@@ -22,6 +22,7 @@ type Metrics struct {
 	HTTPSeconds    *prometheus.HistogramVec
 	HTTPPanics     *prometheus.CounterVec
 	DynamoRequests *prometheus.CounterVec
+	ingest         ingest
 }
 
 // New registers the collectors on a fresh registry.
@@ -60,6 +61,7 @@ func New() *Metrics {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.EventsHandled, m.HandleSeconds, m.HTTPRequests, m.HTTPSeconds, m.HTTPPanics,
 	)
+	m.ingest = newIngest(m.Registry)
 	return m
 }
 
