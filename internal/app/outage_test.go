@@ -23,6 +23,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/app"
 	"github.com/stripe-payments/stripe-payments/internal/events"
 	"github.com/stripe-payments/stripe-payments/internal/handler"
+	"github.com/stripe-payments/stripe-payments/internal/recordq"
 	"github.com/stripe-payments/stripe-payments/internal/stripetest"
 	"github.com/stripe-payments/stripe-payments/internal/testenv"
 	"github.com/stripe-payments/stripe-payments/internal/tracking"
@@ -37,6 +38,7 @@ type outageEnv struct {
 	ddb    *testenv.FaultProxy
 	direct *pgxpool.Pool  // Postgres, not through the proxy
 	events *events.Store  // DynamoDB, not through the proxy
+	queue  *recordq.Queue // the write-behind's Postgres side, not through the proxy
 	sink   *actionSink    // ACTIONS_URL
 	client *http.Client   // the sender's
 	merch  string         // the purchases' merchant account (UUID)
@@ -93,6 +95,7 @@ func startOutageEnv(t *testing.T, overrides map[string]string) *outageEnv {
 			return err
 		})))
 	e.events = events.NewStore(testenv.Dynamo(t), e.app.Config.EventsTable, e.app.Config.EventTTL, nil)
+	e.queue = recordq.New(e.direct, e.events, recordq.Config{})
 	e.client = &http.Client{Timeout: 60 * time.Second}
 	return e
 }
@@ -150,10 +153,16 @@ func (e *outageEnv) send(t *testing.T, d *delivery) (answer, error) {
 	if a.status == http.StatusOK {
 		d.ok = true
 		ctx := context.Background()
-		rec, err := e.events.Get(ctx, d.id)
-		if assert.NoError(t, err, "event %s answered 200 but not recorded", d.id) {
-			assert.Equal(t, events.StatusProcessed, rec.Status, "event %s answered 200", d.id)
+		// Recorded in the events table, or still in the write-behind's
+		// Postgres table (committed with the effects, copied after).
+		pending, err := e.queue.Lookup(ctx, []string{d.id})
+		require.NoError(t, err)
+		rec, ok := pending[d.id]
+		if !ok {
+			rec, err = e.events.Get(ctx, d.id)
+			assert.NoError(t, err, "event %s answered 200 but not recorded", d.id)
 		}
+		assert.Equal(t, events.StatusProcessed, rec.Status, "event %s answered 200", d.id)
 		var n int
 		require.NoError(t, e.direct.QueryRow(ctx, `SELECT count(*) FROM test_effects WHERE event_id = $1`, d.id).Scan(&n))
 		assert.Equal(t, 1, n, "event %s answered 200: its effect committed once", d.id)
@@ -294,8 +303,22 @@ func (e *outageEnv) assertEachProcessedOnce(t *testing.T, sent []*delivery) {
 		ids[i] = d.id
 		want[d.purchase.String()] = true
 	}
-	records, err := e.events.BatchGet(ctx, ids)
-	require.NoError(t, err)
+	// The write-behind copies the last records to the events table
+	// moments after their acknowledgement.
+	var records map[string]events.Record
+	require.Eventually(t, func() bool {
+		var err error
+		records, err = e.events.BatchGet(ctx, ids)
+		if err != nil {
+			return false
+		}
+		for _, r := range records {
+			if r.Status != events.StatusProcessed {
+				return false
+			}
+		}
+		return len(records) == len(ids)
+	}, 60*time.Second, 200*time.Millisecond, "every event recorded processed in the events table")
 	effects := map[string]int{}
 	rows, err := e.direct.Query(ctx, `SELECT event_id FROM test_effects`)
 	require.NoError(t, err)
