@@ -109,3 +109,35 @@ func BenchmarkConsolePages(b *testing.B) {
 		})
 	}
 }
+
+// The outbox list pages through messages due at the same instant without
+// skipping or repeating one.
+func TestOutboxListPagesThroughTies(t *testing.T) {
+	a := startApp(t, "http://127.0.0.1:1")
+	_, err := a.Pool.Exec(context.Background(), `INSERT INTO outbox (id, topic, type, dedupe_key, payload, available_at)
+		SELECT gen_random_uuid(), 'ops-test', 'x', 'ops-page-' || i, '{}', now() + interval '1 hour' FROM generate_series(1, 120) i`)
+	require.NoError(t, err)
+	base := a.Server.URL() + "/ops"
+	c := login(t, base)
+	ids := map[string]bool{}
+	path := "/outbox?topic=ops-test"
+	idCell := regexp.MustCompile(`<tr><td><code>([0-9a-f-]{36})</code></td><td>ops-test</td>`)
+	next := regexp.MustCompile(`href="(/ops/outbox\?[^"]+)" rel="next"`)
+	for pages := 0; path != ""; pages++ {
+		require.Less(t, pages, 5)
+		resp, err := c.Get(base + path)
+		require.NoError(t, err)
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		for _, m := range idCell.FindAllStringSubmatch(string(body), -1) {
+			require.False(t, ids[m[1]], "repeated %s", m[1])
+			ids[m[1]] = true
+		}
+		path = ""
+		if m := next.FindStringSubmatch(string(body)); m != nil {
+			path = strings.TrimPrefix(strings.ReplaceAll(m[1], "&amp;", "&"), "/ops")
+		}
+	}
+	require.Len(t, ids, 120)
+}

@@ -463,15 +463,20 @@ func (c *Console) outbox(ec echo.Context) error {
 		}
 		return c.render(ec, http.StatusOK, "outbox", view{Title: "Outbox dead letters", Nav: "outbox", Data: d})
 	}
-	after := time.Time{}
+	// Keyset paging on (available_at, id): ties never skip a message.
+	after, afterID := time.Time{}, ""
 	if cur := ec.QueryParam("after"); cur != "" {
-		if after, err = time.Parse(time.RFC3339Nano, cur); err != nil {
+		at, id, ok := strings.Cut(cur, "|")
+		t, terr := time.Parse(time.RFC3339Nano, at)
+		if !ok || terr != nil || uuid.Validate(id) != nil {
 			return c.fail(ec, http.StatusBadRequest, "That page link is not valid; open the list again.")
 		}
+		after, afterID = t, id
 	}
 	rows, err := c.d.Pool.Query(ctx, `SELECT id::text, topic, type, attempts, coalesce(last_error, ''), created_at, available_at
-		FROM outbox WHERE delivered_at IS NULL AND dead_at IS NULL AND ($1 = '' OR topic = $1) AND available_at > $2
-		ORDER BY available_at LIMIT $3`, d.Topic, after, PageSize+1)
+		FROM outbox WHERE delivered_at IS NULL AND dead_at IS NULL AND ($1 = '' OR topic = $1)
+		AND ($2 = '' OR (available_at, id) > ($3, $2::uuid))
+		ORDER BY available_at, id LIMIT $4`, d.Topic, afterID, after, PageSize+1)
 	if err != nil {
 		return c.unavailable(ec, "read the outbox", err)
 	}
@@ -485,7 +490,8 @@ func (c *Console) outbox(ec echo.Context) error {
 	}
 	if len(d.Messages) > PageSize {
 		d.Messages = d.Messages[:PageSize]
-		next.Set("after", d.Messages[PageSize-1].AvailableAt.UTC().Format(time.RFC3339Nano))
+		last := d.Messages[PageSize-1]
+		next.Set("after", last.AvailableAt.UTC().Format(time.RFC3339Nano)+"|"+last.ID)
 		d.Next = Prefix + "/outbox?" + next.Encode()
 	}
 	return c.render(ec, http.StatusOK, "outbox", view{Title: "Outbox", Nav: "outbox", Data: d})
