@@ -177,7 +177,9 @@ doc = open(path).read()
 begin, end = "<!-- bench-peer:begin -->", "<!-- bench-peer:end -->"
 cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), platform.processor())
 load = open("/proc/loadavg").read().split()[:3]
-stamp = f"Measured {datetime.datetime.utcnow():%Y-%m-%d %H:%M} UTC on {os.cpu_count()} cores ({cpu}), load average {' '.join(load)} at the end, by `make bench-peer`.\n\n"
+extra = os.environ.get("BENCH_SERVICE_ENV", "").strip()
+how = f"`BENCH_SERVICE_ENV='{extra}' make bench-peer`" if extra else "`make bench-peer`"
+stamp = f"Measured {datetime.datetime.utcnow():%Y-%m-%d %H:%M} UTC on {os.cpu_count()} cores ({cpu}), load average {' '.join(load)} at the end, by {how}.\n\n"
 if begin in doc and end in doc:
     head, rest = doc.split(begin, 1)
     _, tail = rest.split(end, 1)

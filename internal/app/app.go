@@ -153,8 +153,9 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 		QueueMax:        cfg.Limits.IngestQueueMax,
 		QueueMaxBytes:   cfg.Limits.IngestQueueMaxBytes,
 	}, a.OpsProblems.Track(a.Events), a.Ledger, log,
-		append(append(append(flowOptions(flows),
-			handler.WithObserver(ops.Observers{a.Metrics, a.OpsCounter}), handler.WithIngestObserver(a.Metrics)),
+		append(append(append(append(flowOptions(flows),
+			handler.WithObserver(ops.Observers{a.Metrics, a.OpsCounter}), handler.WithIngestObserver(a.Metrics),
+			handler.WithBatchObserver(recordMetrics)), recordOptions(cfg, a.Records)...),
 			billingAppliers()...), o.handler...)...)
 	a.Metrics.WatchIngest(a.Handler.Stats)
 
@@ -221,6 +222,16 @@ func (a *App) Open() error {
 	a.Log.Info("listening", "addr", a.Server.Addr())
 	a.startBackground()
 	return nil
+}
+
+// recordOptions leaves event records to the write-behind when configured
+// (INGEST_WRITE_BEHIND, off by default). The queue's writers run in serve
+// only: elsewhere (poll --in-process) the handler writes records itself.
+func recordOptions(cfg config.Config, q *recordq.Queue) []handler.Option {
+	if !cfg.IngestRecords.WriteBehind {
+		return nil
+	}
+	return []handler.Option{handler.WithRecordQueue(q)}
 }
 
 // flowOptions registers the tracking flows' appliers and preparers.

@@ -10,7 +10,9 @@ import (
 type IngestRecords struct {
 	// WriteBehind: the webhook answers once the batch's Postgres commit
 	// (which holds the record) is durable, and the record is copied to the
-	// events table right after. Off: the answer waits for the table write.
+	// events table right after. Off (the default until the write-behind
+	// recovers from a black-holed DynamoDB: TestDependencyBlackHoles): the
+	// answer waits for the table write.
 	WriteBehind bool
 	// Writers is how many BatchWriteItem requests of the write-behind may be
 	// in flight.
@@ -24,7 +26,7 @@ func loadIngestRecords(get func(key, def string) string) (IngestRecords, error) 
 	var r IngestRecords
 	var errs []error
 	var err error
-	if r.WriteBehind, err = strconv.ParseBool(get("INGEST_WRITE_BEHIND", "true")); err != nil {
+	if r.WriteBehind, err = strconv.ParseBool(get("INGEST_WRITE_BEHIND", "false")); err != nil {
 		errs = append(errs, errors.New("INGEST_WRITE_BEHIND: true or false"))
 	}
 	if r.Writers, err = strconv.Atoi(get("INGEST_RECORD_WRITERS", "4")); err != nil || r.Writers < 1 || r.Writers > 64 {

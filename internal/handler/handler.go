@@ -5,7 +5,10 @@
 //
 // Concurrent deliveries are group-committed (see groupcommit.go): a batch of
 // events costs one Postgres transaction, one BatchGetItem beside it, and one
-// BatchWriteItem, instead of three round trips per event.
+// BatchWriteItem, instead of three round trips per event. With a record
+// queue (writebehind.go) the batch's transaction also holds the events'
+// processed records, the deliveries are answered on its durable commit, and
+// the records reach DynamoDB right behind the answer.
 package handler
 
 import (
@@ -38,6 +41,10 @@ type EventStore interface {
 type Ledger interface {
 	Apply(ctx context.Context, ev tracking.EventRef, effects func(ctx context.Context, tx pgx.Tx) error) (bool, error)
 	ApplyBatch(ctx context.Context, refs []tracking.EventRef, effects func(ctx context.Context, tx pgx.Tx, ev tracking.EventRef) error) (map[string]bool, error)
+	// ApplyBatchThen is ApplyBatch with a last step, in the transaction,
+	// given the ids newly claimed.
+	ApplyBatchThen(ctx context.Context, refs []tracking.EventRef, effects func(ctx context.Context, tx pgx.Tx, ev tracking.EventRef) error,
+		then func(ctx context.Context, tx pgx.Tx, claimed []string) error) (map[string]bool, error)
 }
 
 // Applier applies one event type's state transitions inside the ledger's
@@ -137,6 +144,8 @@ type Handler struct {
 	log       *slog.Logger
 	now       func() time.Time
 	group     *groupCommit
+	records   RecordQueue   // the events table's write-behind; nil: none
+	batchObs  BatchObserver // may be nil
 }
 
 // Option customises a Handler.
@@ -266,6 +275,15 @@ func (h *Handler) handle(ctx context.Context, ev *stripe.Event, payload []byte, 
 		h.shed(ShedCallerGone, 1)
 		return Failed, fmt.Errorf("dropped before processing: %w", err)
 	}
+	if wb := h.writeBehind(); wb != nil {
+		// The record will be written behind the answer: refuse while the
+		// table cannot take it (and wait while the backlog is full), so the
+		// table never lags an outage's worth of acknowledged events.
+		if err := wb.Admit(ctx); err != nil {
+			h.logger(rec).Warn("events table unavailable: delivery refused, it will be retried", "error", err)
+			return Failed, err
+		}
+	}
 	p := &pending{ev: ev, rec: rec, done: make(chan struct{}), size: int64(len(payload))}
 	if err := h.runPreparer(ctx, ev); err != nil {
 		if !errors.Is(err, events.ErrUnprocessable) {
@@ -319,6 +337,11 @@ func (h *Handler) applyEffects(ctx context.Context, tx pgx.Tx, ev *stripe.Event)
 // A crash between 1 and 2 leaves no processed record; the delivery was not
 // acknowledged, so it comes again (Stripe's retry or the poller), finds the
 // ledger entry, and only writes the record.
+//
+// With the write-behind running, 1 also inserts the records of the events it
+// claims (Postgres, same transaction), those deliveries are answered on the
+// commit and the records handed to the queue; only the rest (claimed
+// before, failed, unprocessable) goes through the read and write of 2.
 func (h *Handler) processBatch(ctx context.Context, batch []*pending) {
 	// The same event may be in the batch several times (concurrent
 	// deliveries): the first copy is processed, the others share its fate.
@@ -340,41 +363,29 @@ func (h *Handler) processBatch(ctx context.Context, batch []*pending) {
 		}
 	}
 
-	// The read is off the critical path: it runs while Postgres works.
-	ids := make([]string, len(unique))
-	for i, p := range unique {
-		ids[i] = p.rec.ID
-	}
 	var (
 		existing map[string]events.Record
 		readErr  error
-		read     sync.WaitGroup
+		applied  map[string]bool
+		failures map[string]error
 	)
-	read.Add(1)
-	go func() {
-		defer read.Done()
-		// A panic here would kill the process: fail the read instead.
-		defer func() {
-			if v := recover(); v != nil {
-				readErr = fmt.Errorf("%w: read event records: %v", ErrPanicked, v)
-				h.flushPanicked(v, debug.Stack(), len(ids))
-			}
-		}()
+	if wb := h.writeBehind(); wb != nil {
+		// Claimed events are answered on the commit; only the others (a
+		// redelivery, a failure, an unprocessable object) need the table.
+		unique, applied, failures = h.commitRecorded(ctx, wb, unique, finish)
+		if len(unique) == 0 {
+			return
+		}
+		ids := make([]string, len(unique))
+		for i, p := range unique {
+			ids[i] = p.rec.ID
+		}
+		start := time.Now()
 		existing, readErr = h.store.BatchGet(ctx, ids)
-	}()
-	todo := make([]*pending, 0, len(unique))
-	for _, p := range unique {
-		if p.unprocessable == nil {
-			todo = append(todo, p)
-		}
+		h.observeStage(len(ids), "record", start)
+	} else {
+		existing, applied, failures, readErr = h.applyReadingBeside(ctx, unique)
 	}
-	applied, failures := h.apply(ctx, todo)
-	for _, p := range unique {
-		if p.unprocessable != nil {
-			failures[p.rec.ID] = p.unprocessable
-		}
-	}
-	read.Wait()
 
 	var done []events.Record
 	var committed []*pending
@@ -454,6 +465,47 @@ func (h *Handler) processBatch(ctx context.Context, batch []*pending) {
 			finish(p, Completed, nil)
 		}
 	}
+}
+
+// applyReadingBeside commits the batch while one strongly consistent
+// BatchGetItem reads the records already there (duplicates, and the
+// bookkeeping of earlier attempts) beside the transaction.
+func (h *Handler) applyReadingBeside(ctx context.Context, unique []*pending) (
+	existing map[string]events.Record, applied map[string]bool, failures map[string]error, readErr error) {
+	// The read is off the critical path: it runs while Postgres works.
+	ids := make([]string, len(unique))
+	for i, p := range unique {
+		ids[i] = p.rec.ID
+	}
+	var read sync.WaitGroup
+	read.Add(1)
+	go func() {
+		defer read.Done()
+		// A panic here would kill the process: fail the read instead.
+		defer func() {
+			if v := recover(); v != nil {
+				readErr = fmt.Errorf("%w: read event records: %v", ErrPanicked, v)
+				h.flushPanicked(v, debug.Stack(), len(ids))
+			}
+		}()
+		existing, readErr = h.store.BatchGet(ctx, ids)
+	}()
+	todo := make([]*pending, 0, len(unique))
+	for _, p := range unique {
+		if p.unprocessable == nil {
+			todo = append(todo, p)
+		}
+	}
+	start := time.Now()
+	applied, failures = h.apply(ctx, todo)
+	h.observeStage(len(todo), "commit", start)
+	for _, p := range unique {
+		if p.unprocessable != nil {
+			failures[p.rec.ID] = p.unprocessable
+		}
+	}
+	read.Wait()
+	return existing, applied, failures, readErr
 }
 
 type failedRecord struct {

@@ -61,8 +61,13 @@ type Config struct {
 	// SweepEvery and SweepAge: how often rows older than SweepAge that this
 	// instance is not writing are taken up (10 s, 30 s).
 	SweepEvery, SweepAge time.Duration
-	Log                  *slog.Logger
-	Observer             Observer
+	// Timeout bounds one batch's work (read, write, delete) and one sweep
+	// (5 s), so a dependency that stops answering (a partition: nothing is
+	// refused, nothing comes back) fails the batch, which is retried,
+	// instead of holding a writer for good.
+	Timeout  time.Duration
+	Log      *slog.Logger
+	Observer Observer
 }
 
 // batchSize is DynamoDB's BatchWriteItem limit.
@@ -99,6 +104,9 @@ func New(pool *pgxpool.Pool, table Table, cfg Config) *Queue {
 	}
 	if cfg.SweepAge <= 0 {
 		cfg.SweepAge = 30 * time.Second
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 5 * time.Second
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
@@ -276,6 +284,8 @@ func (q *Queue) Flush(ctx context.Context) error {
 // gives up after 10 s (or when ctx ends), with an error, rather than list
 // without records it knows are missing.
 func (q *Queue) Settled(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
 	rows, err := q.pool.Query(ctx, `SELECT event_id FROM event_records_pending`)
 	if err != nil {
 		return fmt.Errorf("read pending event records: %w", err)
@@ -287,8 +297,6 @@ func (q *Queue) Settled(ctx context.Context) error {
 	if len(ids) == 0 {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
 	wait := time.Millisecond
 	for {
 		select {
@@ -310,12 +318,15 @@ func (q *Queue) Settled(ctx context.Context) error {
 // sweep hands over the rows older than age.
 func (q *Queue) sweep(ctx context.Context, age time.Duration) error {
 	for {
-		rows, err := q.pool.Query(ctx, `SELECT record, payload FROM event_records_pending
+		qctx, cancel := context.WithTimeout(ctx, q.cfg.Timeout)
+		rows, err := q.pool.Query(qctx, `SELECT record, payload FROM event_records_pending
 			WHERE enqueued_at <= now() - $1::interval ORDER BY enqueued_at LIMIT 1000`, age)
 		if err != nil {
+			cancel()
 			return fmt.Errorf("sweep pending event records: %w", err)
 		}
 		found, err := collect(rows)
+		cancel()
 		if err != nil {
 			return err
 		}
@@ -422,6 +433,8 @@ func (q *Queue) write(ctx context.Context) {
 // earlier failed delivery (first received_at and source, attempts + 1), and
 // deletes its pending rows.
 func (q *Queue) writeBatch(ctx context.Context, batch []events.Record) error {
+	ctx, cancel := context.WithTimeout(ctx, q.cfg.Timeout)
+	defer cancel()
 	ids := make([]string, len(batch))
 	for i, r := range batch {
 		ids[i] = r.ID

@@ -3,6 +3,7 @@ package recordq_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -326,4 +327,39 @@ func TestListingsWaitForThePendingRecords(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("the listing never returned")
 	}
+}
+
+func TestWritersRecoverAfterTheTableWasBlackHoled(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	proxy := testenv.NewFaultProxy(t, strings.TrimPrefix(testenv.DynamoEndpoint(t), "http://"))
+	client, err := dynamo.NewClient(ctx, "us-east-1", "http://"+proxy.Addr(), dynamo.WithTimeout(time.Second))
+	require.NoError(t, err)
+	table := events.NewStore(client, e.table.Table(), 720*time.Hour, nil)
+	q := recordq.New(e.pool, table, recordq.Config{Timeout: 2 * time.Second})
+	run(t, q)
+	write := func() events.Record {
+		r := record(t)
+		commit(t, e, q, r)
+		q.Hand([]events.Record{r})
+		return r
+	}
+	write()
+	flush(t, q)
+	proxy.BlackHole()
+	lost := write()
+	deadline := time.Now().Add(30 * time.Second)
+	for q.Admit(ctx) == nil {
+		require.True(t, time.Now().Before(deadline), "Admit never refused while the table was black-holed")
+		time.Sleep(20 * time.Millisecond)
+	}
+	proxy.Restore()
+	deadline = time.Now().Add(30 * time.Second)
+	for q.Admit(ctx) != nil {
+		require.True(t, time.Now().Before(deadline), "Admit still refusing 30 s after the table came back: %v", q.Admit(ctx))
+		time.Sleep(20 * time.Millisecond)
+	}
+	got, err := e.table.Get(ctx, lost.ID)
+	require.NoError(t, err)
+	assert.Equal(t, events.StatusProcessed, got.Status)
 }

@@ -1,0 +1,256 @@
+package handler_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/stripe/stripe-go/v76"
+
+	"github.com/stripe-payments/stripe-payments/internal/events"
+	"github.com/stripe-payments/stripe-payments/internal/handler"
+	"github.com/stripe-payments/stripe-payments/internal/recordq"
+	"github.com/stripe-payments/stripe-payments/internal/stripetest"
+	"github.com/stripe-payments/stripe-payments/internal/tracking"
+)
+
+// flakyTable fails every write while down is set: the events table out of reach.
+type flakyTable struct {
+	*events.Store
+	down atomic.Bool
+}
+
+func (f *flakyTable) PutProcessed(ctx context.Context, recs []events.Record) error {
+	if f.down.Load() {
+		return errors.New("events table unreachable")
+	}
+	return f.Store.PutProcessed(ctx, recs)
+}
+
+// writeBehind is a handler that answers on the Postgres commit, its records
+// written by a running queue over table; the handler reads through the queue.
+func (e *env) writeBehind(t *testing.T, table recordq.Table) (*handler.Handler, *recordq.Queue, *events.Store) {
+	t.Helper()
+	q := recordq.New(e.pool, table, recordq.Config{})
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		_ = q.Run(ctx)
+	}()
+	t.Cleanup(func() { cancel(); <-stopped })
+	for !q.Running() {
+		time.Sleep(time.Millisecond)
+	}
+	store := e.store.WithPending(q)
+	effect := func(ctx context.Context, tx pgx.Tx, ev *stripe.Event) error {
+		if fail := e.failNext.Swap(nil); fail != nil {
+			if err := (*fail)(ctx, tx); err != nil {
+				return err
+			}
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO effects (event_id) VALUES ($1)`, ev.ID)
+		return err
+	}
+	h := handler.New(handler.Config{PlatformAccount: "acct_platform_test", EventTTL: 720 * time.Hour},
+		store, tracking.NewLedger(e.pool), slog.New(slog.NewTextHandler(io.Discard, nil)),
+		handler.WithApplier("payment_intent.succeeded", effect), handler.WithRecordQueue(q))
+	return h, q, store
+}
+
+func flushed(t *testing.T, q *recordq.Queue) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	require.NoError(t, q.Flush(ctx))
+}
+
+func (e *env) pending(t *testing.T, id string) int {
+	return e.count(t, `SELECT count(*) FROM event_records_pending WHERE event_id = $1`, id)
+}
+
+func TestWriteBehindAnswersOnTheCommitAndTheRecordFollows(t *testing.T) {
+	for _, fixture := range []string{"payment_intent.succeeded", "customer.created"} { // with effects, and none
+		t.Run(fixture, func(t *testing.T) {
+			e := newEnv(t)
+			h, q, store := e.writeBehind(t, e.store)
+			ctx := context.Background()
+			payload := stripetest.Event{Fixture: fixture}.Build(t)
+			ev := parse(t, payload)
+
+			outcome, err := h.Handle(ctx, ev, payload, events.SourceWebhook)
+			require.NoError(t, err)
+			assert.Equal(t, handler.Applied, outcome)
+			assert.Equal(t, 1, e.ledger(t, ev.ID))
+			// Answered: readable at once, from Postgres or the table.
+			rec, err := store.Get(ctx, ev.ID)
+			require.NoError(t, err)
+			assert.Equal(t, events.StatusProcessed, rec.Status)
+
+			flushed(t, q)
+			rec, err = e.store.Get(ctx, ev.ID) // the table alone
+			require.NoError(t, err)
+			assert.Equal(t, events.StatusProcessed, rec.Status)
+			assert.Equal(t, 1, rec.Attempts)
+			assert.JSONEq(t, string(payload), string(rec.Payload))
+			assert.Equal(t, 0, e.pending(t, ev.ID), "the written record left Postgres")
+
+			outcome, err = h.Handle(ctx, parse(t, payload), payload, events.SourcePoller)
+			require.NoError(t, err)
+			assert.Equal(t, handler.Duplicate, outcome)
+			assert.Equal(t, 1, e.ledger(t, ev.ID))
+		})
+	}
+}
+
+func TestWriteBehindConcurrentDuplicatesApplyOnce(t *testing.T) {
+	for _, fixture := range []string{"payment_intent.succeeded", "customer.created"} {
+		t.Run(fixture, func(t *testing.T) {
+			e := newEnv(t)
+			h, q, _ := e.writeBehind(t, e.store)
+			payload := stripetest.Event{Fixture: fixture}.Build(t)
+			ev := parse(t, payload)
+			const deliveries = 20
+			var wg sync.WaitGroup
+			outcomes := make([]handler.Outcome, deliveries)
+			errs := make([]error, deliveries)
+			start := make(chan struct{})
+			for i := range deliveries {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					<-start
+					outcomes[i], errs[i] = h.Handle(context.Background(), parse(t, payload), payload, events.SourceWebhook)
+				}()
+			}
+			close(start)
+			wg.Wait()
+			applied := 0
+			for i := range deliveries {
+				require.NoError(t, errs[i], "delivery %d", i)
+				if outcomes[i] == handler.Applied {
+					applied++
+				} else {
+					assert.Equal(t, handler.Duplicate, outcomes[i])
+				}
+			}
+			assert.Equal(t, 1, applied, "exactly one delivery applies: %v", outcomes)
+			assert.Equal(t, 1, e.ledger(t, ev.ID))
+			if fixture == "payment_intent.succeeded" {
+				assert.Equal(t, 1, e.effects(t, ev.ID))
+			}
+			flushed(t, q)
+			rec, err := e.store.Get(context.Background(), ev.ID)
+			require.NoError(t, err)
+			assert.Equal(t, events.StatusProcessed, rec.Status)
+		})
+	}
+}
+
+// A crash after the commit, before the table write: the delivery was
+// answered, so nobody delivers it again; the next start writes its record
+// from Postgres, and a redelivery meanwhile is a duplicate.
+func TestWriteBehindCrashAfterTheAnswerLosesNothing(t *testing.T) {
+	e := newEnv(t)
+	down := &flakyTable{Store: e.store}
+	down.down.Store(true) // the "process" dies before any write lands
+	h, _, store := e.writeBehind(t, down)
+	ctx := context.Background()
+	payload := stripetest.Event{Fixture: "payment_intent.succeeded"}.Build(t)
+	ev := parse(t, payload)
+
+	outcome, err := h.Handle(ctx, ev, payload, events.SourceWebhook)
+	require.NoError(t, err)
+	assert.Equal(t, handler.Applied, outcome)
+	_, err = e.store.Get(ctx, ev.ID)
+	require.ErrorIs(t, err, events.ErrNotFound, "not in the table yet")
+	assert.Equal(t, 1, e.pending(t, ev.ID))
+	rec, err := store.Get(ctx, ev.ID)
+	require.NoError(t, err, "never a 404 for an answered event")
+	assert.Equal(t, events.StatusProcessed, rec.Status)
+
+	// A redelivery while the record is pending applies nothing.
+	h2, q2, _ := e.writeBehind(t, e.store) // the restarted process: its queue sweeps the row
+	outcome, err = h2.Handle(ctx, parse(t, payload), payload, events.SourcePoller)
+	require.NoError(t, err)
+	assert.Equal(t, handler.Duplicate, outcome)
+	flushed(t, q2)
+	deadline := time.Now().Add(20 * time.Second)
+	for e.pending(t, ev.ID) > 0 {
+		require.True(t, time.Now().Before(deadline), "the left row was never written")
+		time.Sleep(20 * time.Millisecond)
+	}
+	rec, err = e.store.Get(ctx, ev.ID)
+	require.NoError(t, err)
+	assert.Equal(t, events.StatusProcessed, rec.Status)
+	assert.Equal(t, 1, e.effects(t, ev.ID))
+	assert.Equal(t, 1, e.ledger(t, ev.ID))
+}
+
+func TestWriteBehindRefusesWhileTheTableIsDown(t *testing.T) {
+	e := newEnv(t)
+	table := &flakyTable{Store: e.store}
+	h, q, _ := e.writeBehind(t, table)
+	ctx := context.Background()
+	first := stripetest.Event{Fixture: "customer.created"}.Build(t)
+	table.down.Store(true)
+	_, err := h.Handle(ctx, parse(t, first), first, events.SourceWebhook)
+	require.NoError(t, err, "answered on the commit; the table's failure shows on the write")
+
+	refused := false
+	deadline := time.Now().Add(20 * time.Second)
+	for !refused {
+		require.True(t, time.Now().Before(deadline), "deliveries still accepted while the table is down")
+		payload := stripetest.Event{Fixture: "customer.created"}.Build(t)
+		ev := parse(t, payload)
+		if _, err := h.Handle(ctx, ev, payload, events.SourceWebhook); err != nil {
+			require.ErrorIs(t, err, recordq.ErrUnavailable)
+			assert.Equal(t, 0, e.ledger(t, ev.ID), "a refused delivery changes nothing")
+			refused = true
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	table.down.Store(false)
+	flushed(t, q)
+	payload := stripetest.Event{Fixture: "customer.created"}.Build(t)
+	outcome, err := h.Handle(ctx, parse(t, payload), payload, events.SourceWebhook)
+	require.NoError(t, err)
+	assert.Equal(t, handler.Applied, outcome)
+	rec, err := e.store.Get(ctx, parse(t, first).ID)
+	require.NoError(t, err)
+	assert.Equal(t, events.StatusProcessed, rec.Status)
+}
+
+func TestWriteBehindIsolatesAFailingEventAndRecordsIt(t *testing.T) {
+	e := newEnv(t)
+	h, q, store := e.writeBehind(t, e.store)
+	ctx := context.Background()
+	boom := func(context.Context, pgx.Tx) error { return errors.New("transition refused") }
+	e.failNext.Store(&boom)
+	payload := stripetest.Event{Fixture: "payment_intent.succeeded"}.Build(t)
+	ev := parse(t, payload)
+	_, err := h.Handle(ctx, ev, payload, events.SourceWebhook)
+	require.ErrorContains(t, err, "transition refused")
+	rec, err := store.Get(ctx, ev.ID)
+	require.NoError(t, err)
+	assert.Equal(t, events.StatusFailed, rec.Status)
+	assert.Equal(t, 0, e.pending(t, ev.ID), "no pending record for an event whose transaction failed")
+
+	outcome, err := h.Handle(ctx, parse(t, payload), payload, events.SourceWebhook)
+	require.NoError(t, err)
+	assert.Equal(t, handler.Applied, outcome)
+	flushed(t, q)
+	rec, err = e.store.Get(ctx, ev.ID)
+	require.NoError(t, err)
+	assert.Equal(t, events.StatusProcessed, rec.Status)
+	assert.Equal(t, 2, rec.Attempts, "the failed attempt is counted")
+	assert.Equal(t, 1, e.effects(t, ev.ID))
+}
