@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -32,7 +33,8 @@ func NewLedger(pool *pgxpool.Pool) *Ledger { return &Ledger{pool: pool} }
 // run; applied is then false. A concurrent delivery blocks on the row lock of
 // the uncommitted claim, so the same event applies at most once.
 func (l *Ledger) Apply(ctx context.Context, ev EventRef, effects func(ctx context.Context, tx pgx.Tx) error) (applied bool, err error) {
-	err = pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
+	err = l.beginFunc(ctx, func(tx pgx.Tx) error {
+		applied = false
 		tag, err := tx.Exec(ctx, `INSERT INTO processed_events (event_id, event_type, stripe_account, event_created)
 			VALUES ($1, $2, $3, $4) ON CONFLICT (event_id) DO NOTHING`,
 			ev.ID, ev.Type, ev.StripeAccount, ev.Created)
@@ -52,6 +54,22 @@ func (l *Ledger) Apply(ctx context.Context, ev EventRef, effects func(ctx contex
 		return false, fmt.Errorf("apply event %s: %w", ev.ID, err)
 	}
 	return applied, nil
+}
+
+// deadConnRetries bounds how many dead pooled connections one transaction
+// may meet in a row before its error is returned.
+const deadConnRetries = 4
+
+// beginFunc is pgx.BeginFunc that starts over on another connection when
+// the transaction failed before anything reached the server: after a network
+// failure or a failover every idle pooled connection is dead, and the first
+// use of each fails that way. Nothing ran, so starting over is safe.
+func (l *Ledger) beginFunc(ctx context.Context, fn func(pgx.Tx) error) error {
+	err := pgx.BeginFunc(ctx, l.pool, fn)
+	for i := 0; i < deadConnRetries && err != nil && pgconn.SafeToRetry(err) && ctx.Err() == nil; i++ {
+		err = pgx.BeginFunc(ctx, l.pool, fn)
+	}
+	return err
 }
 
 // Processed reports whether the ledger holds id.
@@ -89,8 +107,8 @@ func (l *Ledger) ApplyBatchThen(ctx context.Context, refs []EventRef, effects fu
 	for i, r := range sorted {
 		ids[i], types[i], accounts[i], created[i] = r.ID, r.Type, r.StripeAccount, r.Created
 	}
-	applied = make(map[string]bool, len(refs))
-	err = pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
+	err = l.beginFunc(ctx, func(tx pgx.Tx) error {
+		applied = make(map[string]bool, len(refs))
 		rows, err := tx.Query(ctx, `INSERT INTO processed_events (event_id, event_type, stripe_account, event_created)
 			SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[]) ORDER BY 1
 			ON CONFLICT (event_id) DO NOTHING

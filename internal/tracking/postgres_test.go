@@ -7,7 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -69,4 +71,40 @@ func TestBlackHoledPostgresFailsWithinDeadlines(t *testing.T) {
 		return pool.Ping(c) == nil
 	}, 30*time.Second, 100*time.Millisecond, "the pool recovers once the network does")
 	t.Logf("recovered after %s", time.Since(start))
+}
+
+// After a network failure every idle pooled connection is dead; the ledger
+// starts its transaction over on another connection instead of failing the
+// event on the first dead one.
+func TestLedgerSurvivesDeadPooledConnections(t *testing.T) {
+	u, err := url.Parse(testenv.DatabaseURL(t))
+	require.NoError(t, err)
+	proxy := testenv.NewFaultProxy(t, u.Host)
+	u.Host = proxy.Addr()
+	ctx := context.Background()
+	pool, err := tracking.ConnectWith(ctx, u.String(), tracking.PoolLimits{MaxConns: 4})
+	require.NoError(t, err)
+	defer pool.Close()
+	// Four open, idle connections.
+	var conns []*pgxpool.Conn
+	for range 4 {
+		c, err := pool.Acquire(ctx)
+		require.NoError(t, err)
+		conns = append(conns, c)
+	}
+	for _, c := range conns {
+		c.Release()
+	}
+	proxy.Cut() // every connection reset
+	proxy.Restore()
+
+	ledger := tracking.NewLedger(pool)
+	applied, err := ledger.Apply(ctx, tracking.EventRef{ID: "evt_dead_conns_1", Type: "payment_intent.succeeded",
+		StripeAccount: "acct_1", Created: time.Now()}, func(context.Context, pgx.Tx) error { return nil })
+	require.NoError(t, err, "the first use after the failure")
+	assert.True(t, applied)
+	got, err := ledger.ApplyBatch(ctx, []tracking.EventRef{{ID: "evt_dead_conns_2", Type: "payment_intent.succeeded",
+		StripeAccount: "acct_1", Created: time.Now()}}, func(context.Context, pgx.Tx, tracking.EventRef) error { return nil })
+	require.NoError(t, err)
+	assert.True(t, got["evt_dead_conns_2"])
 }
