@@ -10,8 +10,8 @@ import (
 type IngestRecords struct {
 	// WriteBehind: the webhook answers once the batch's Postgres commit
 	// (which holds the record) is durable, and the record is copied to the
-	// events table right after. Off (the default until the write-behind
-	// recovers from a black-holed DynamoDB: TestDependencyBlackHoles): the
+	// events table right after. Off by default (see README, Configuration:
+	// TestDependencyBlackHoles runs out of its test data with it on): the
 	// answer waits for the table write.
 	WriteBehind bool
 	// Writers is how many BatchWriteItem requests of the write-behind may be
