@@ -235,6 +235,7 @@ type oracleWorld struct {
 	lost       map[string]bool // PaymentIntents whose answer was lost
 
 	counter   *billingtest.CountingTransport
+	logs      *syncBuffer
 	crashMu   sync.Mutex
 	crashStep string
 	crashLeft int
@@ -254,7 +255,9 @@ func newOracleWorld(t *testing.T, seed uint64, u, lo, hi, months int) *oracleWor
 	w.cfg = cfg
 	// Universes start in different years: leap and common Februaries.
 	start := time.Date(2024+int(seed+uint64(u))%4, time.Month(1+int(seed*7+uint64(u))%12), 1, 10, 0, 0, 0, time.UTC)
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	// Warnings and errors of the service are kept to explain an incomplete run.
+	w.logs = &syncBuffer{}
+	quiet := slog.New(slog.NewTextHandler(w.logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	w.counter = &billingtest.CountingTransport{}
 	w.e = billingtest.NewEnv(t, billingtest.Options{Config: cfg, Start: start, DynamoHTTP: &http.Client{Transport: w.counter}, Lease: 150 * time.Millisecond,
 		Heartbeat: 40 * time.Millisecond, Hooks: billing.Hooks{Step: w.hook}, Log: quiet})
@@ -758,8 +761,31 @@ func (w *oracleWorld) collect(day dates.Date) {
 				q.touched = true
 			}
 		}
-		w.t.Logf("universe %d: collect %s still incomplete after reruns without an outage: %v %s", w.u, day, err, reportLine(rep))
+		w.t.Logf("universe %d: collect %s still incomplete after reruns without an outage: %v %s; service log:\n%s", w.u, day, err, reportLine(rep), w.logs.tail(2000))
 	}
+}
+
+// syncBuffer is a log sink safe for concurrent writers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  []byte
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.b = append(b.b, p...)
+	if len(b.b) > 1<<20 {
+		b.b = append([]byte(nil), b.b[len(b.b)-1<<19:]...)
+	}
+	return len(p), nil
+}
+
+// tail is the last n bytes written.
+func (b *syncBuffer) tail(n int) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return string(b.b[max(0, len(b.b)-n):])
 }
 
 func reportLine(r *billing.Report) string {
