@@ -235,7 +235,7 @@ type oracleWorld struct {
 	lost       map[string]bool // PaymentIntents whose answer was lost
 
 	counter   *billingtest.CountingTransport
-	logs      *syncBuffer
+	logs      *oracleLog
 	crashMu   sync.Mutex
 	crashStep string
 	crashLeft int
@@ -256,7 +256,7 @@ func newOracleWorld(t *testing.T, seed uint64, u, lo, hi, months int) *oracleWor
 	// Universes start in different years: leap and common Februaries.
 	start := time.Date(2024+int(seed+uint64(u))%4, time.Month(1+int(seed*7+uint64(u))%12), 1, 10, 0, 0, 0, time.UTC)
 	// Warnings and errors of the service are kept to explain an incomplete run.
-	w.logs = &syncBuffer{}
+	w.logs = &oracleLog{}
 	quiet := slog.New(slog.NewTextHandler(w.logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	w.counter = &billingtest.CountingTransport{}
 	w.e = billingtest.NewEnv(t, billingtest.Options{Config: cfg, Start: start, DynamoHTTP: &http.Client{Transport: w.counter}, Lease: 150 * time.Millisecond,
@@ -765,13 +765,13 @@ func (w *oracleWorld) collect(day dates.Date) {
 	}
 }
 
-// syncBuffer is a log sink safe for concurrent writers.
-type syncBuffer struct {
+// oracleLog is a log sink safe for concurrent writers.
+type oracleLog struct {
 	mu sync.Mutex
 	b  []byte
 }
 
-func (b *syncBuffer) Write(p []byte) (int, error) {
+func (b *oracleLog) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.b = append(b.b, p...)
@@ -782,7 +782,7 @@ func (b *syncBuffer) Write(p []byte) (int, error) {
 }
 
 // tail is the last n bytes written.
-func (b *syncBuffer) tail(n int) string {
+func (b *oracleLog) tail(n int) string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return string(b.b[max(0, len(b.b)-n):])
@@ -792,8 +792,8 @@ func reportLine(r *billing.Report) string {
 	if r == nil {
 		return "no report"
 	}
-	return fmt.Sprintf("entries %d succeeded %d declined %d processing %d locked %d unknown %d unreconciled %d errors %d",
-		r.Entries, r.Succeeded, r.Declined, r.Processing, r.Locked, r.Unknown, r.Unreconciled, r.Errors)
+	return fmt.Sprintf("entries %d succeeded %d declined %d processing %d locked %d unknown %d resolved %d unresolved %d errors %d",
+		r.Entries, r.Succeeded, r.Declined, r.Processing, r.Locked, r.Unknown, r.Resolved, r.Unresolved, r.Errors)
 }
 
 // attribute matches the PaymentIntents made since the last call with the
