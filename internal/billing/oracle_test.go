@@ -55,8 +55,11 @@ var oracleKinds = []string{"pause", "resume", "amount", "rule", "move", "cancel"
 // amount-while-failing (an amount change while a period is ERROR),
 // rule-after-waiver (a rule change whose last ended period was not charged:
 // waived, skipped or stale), waive-failed and waive-next (an ERROR period,
-// the next scheduled one).
-var oracleRefined = []string{"pause-yearly", "amount-while-failing", "rule-after-waiver", "waive-failed", "waive-next"}
+// the next scheduled one), move-announced (moving a period whose reminder
+// went out). Faults: unknown (unknown outcomes at all), unknown-declined
+// (an unknown outcome of a charge Stripe declined).
+var oracleRefined = []string{"pause-yearly", "amount-while-failing", "rule-after-waiver", "waive-failed", "waive-next",
+	"move-announced", "unknown-declined"}
 
 // TestBillingOracle drives the real billing Service (DynamoDB Local tables,
 // lease lock, history, fake Stripe at the HTTP level, webhooks through the
@@ -375,7 +378,7 @@ func (w *oracleWorld) decide(p billingtest.PI) billingtest.Behavior {
 		return billingtest.Succeed
 	}
 	switch {
-	case unit(w.seed, attemptName(p.IdempotencyKey, p.Metadata), "decline") < q.declineP:
+	case unit(w.seed, attemptName(p.IdempotencyKey, p.Metadata), "decline") < q.declineP: // the outage middleware draws the same
 		return billingtest.Decline
 	case q.ach:
 		return billingtest.Process
@@ -408,7 +411,9 @@ func (w *oracleWorld) outage(rw http.ResponseWriter, r *http.Request, inner http
 		fail()
 		return
 	}
-	if unit(w.seed, attemptName(r.Header.Get("Idempotency-Key"), map[string]string{billing.MetaSubscription: r.PostForm.Get("metadata[" + billing.MetaSubscription + "]")}), "unknown") >= 0.04 {
+	name := attemptName(r.Header.Get("Idempotency-Key"), map[string]string{billing.MetaSubscription: r.PostForm.Get("metadata[" + billing.MetaSubscription + "]")})
+	_, noDeclined := oracleExcluded["unknown-declined"]
+	if unit(w.seed, name, "unknown") >= 0.04 || (noDeclined && unit(w.seed, name, "decline") < w.byStripe[acct].declineP) {
 		inner.ServeHTTP(rw, r)
 		return
 	}
@@ -543,6 +548,10 @@ func (w *oracleWorld) operate(q *oracleSeq, day dates.Date) {
 		kind = "waive-failed"
 	case base == "waive":
 		kind = "waive-next"
+	case base == "move" && nextIdx >= 0 && slices.ContainsFunc(m.Reminders(), func(r oracle.Reminder) bool {
+		return r.Period == periods[nextIdx].Scheduled && r.Sent != oracle.NoDate
+	}):
+		kind = "move-announced"
 	case base == "rule":
 		for _, p := range periods {
 			if len(p.Attempts) > 0 || (p.Status != oracle.Scheduled && p.Status != oracle.Paused) {
