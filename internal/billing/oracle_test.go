@@ -736,6 +736,9 @@ func (w *oracleWorld) collect(day dates.Date) {
 		w.downMu.Lock()
 		w.collecting = false
 		w.downMu.Unlock()
+		w.crashMu.Lock()
+		w.crashStep = "" // crashes are for collections, not the next day's API calls
+		w.crashMu.Unlock()
 	}()
 	for run := 0; run < 4; run++ {
 		if run > 0 {
