@@ -721,10 +721,10 @@ func (w *oracleWorld) payNow(q *oracleSeq, day dates.Date) {
 // then, and reruns it until it leaves nothing behind (but an outage).
 func (w *oracleWorld) collect(day dates.Date) {
 	ctx := context.Background()
-	if w.rng.IntN(100) < 8 {
+	if w.rng.IntN(100) < 15 {
 		w.crashMu.Lock()
 		w.crashStep = []string{"locked", "claimed", "charged", "committed"}[w.rng.IntN(4)]
-		w.crashLeft = w.rng.IntN(6)
+		w.crashLeft = w.rng.IntN(3)
 		w.crashMu.Unlock()
 	}
 	var rep *billing.Report
