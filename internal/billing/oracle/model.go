@@ -267,7 +267,7 @@ func (s *Sub) Pause(today Date, n int) error {
 		if p.Status != Scheduled || len(p.Attempts) > 0 || p.Charge < today {
 			continue
 		}
-		if s.rule.Term == Yearly && p.Charge >= limit {
+		if s.rule.Term == Yearly && p.Charge > limit { // "within N months": up to and including that date
 			break
 		}
 		p.set(Paused)
