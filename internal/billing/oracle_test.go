@@ -237,20 +237,21 @@ type oracleWorld struct {
 	downInJob  map[string]dates.Date
 	lost       map[string]bool // PaymentIntents whose answer was lost
 
-	counter   *billingtest.CountingTransport
-	logs      *oracleLog
-	crashMu   sync.Mutex
-	crashStep string
-	crashLeft int
+	counter *billingtest.CountingTransport
+	logs    *oracleLog
+	crashMu sync.Mutex
+	crashed map[string]bool // account/day/step crashes that happened
+	crashes int
 }
 
 func newOracleWorld(t *testing.T, seed uint64, u, lo, hi, months int) *oracleWorld {
 	w := &oracleWorld{t: t, seed: seed, u: u, rng: rand.New(rand.NewPCG(seed, uint64(1_000_000+u))), byAcct: map[string]*oracleSeq{}, byStripe: map[string]*oracleSeq{},
-		stats: map[string]int{}, pending: map[dates.Date][]string{}, down: map[string]dates.Date{}, downInJob: map[string]dates.Date{}, lost: map[string]bool{}}
+		stats: map[string]int{}, pending: map[dates.Date][]string{}, down: map[string]dates.Date{}, crashed: map[string]bool{}, downInJob: map[string]dates.Date{}, lost: map[string]bool{}}
 	cfg := billingtest.TestConfig()
-	// One shard, one worker: a universe's job runs visit accounts in one
-	// order, so crashes land at reproducible points.
-	cfg.Shards, cfg.WorkersPerShard = 1, 1
+	// Accounts are collected in parallel (shards × workers): crashes are
+	// drawn per account, day and step, so they land at the same points in
+	// any order.
+	cfg.Shards, cfg.WorkersPerShard = 2, 4
 	cfg.LockedRetryWait = 160 * time.Millisecond // a crashed run's lease (150 ms) runs out
 	// The harness runs every day's jobs: nothing to catch up.
 	cfg.LookbackDays = 0
@@ -354,19 +355,21 @@ func (w *oracleWorld) fail(q *oracleSeq, day dates.Date, format string, args ...
 		fmt.Sprintf(format, args...), strings.Join(q.log, "\n  "), strings.Join(state, "\n  "))
 }
 
-// hook crashes the collection at the armed step.
-func (w *oracleWorld) hook(step string, _ billing.Period) error {
+// hook crashes a collection between two steps of an account's attempt,
+// once per account, day and step, drawn from the seed (a crash abandons the
+// lock; the rerun takes over after the lease).
+func (w *oracleWorld) hook(step string, p billing.Period) error {
+	w.downMu.Lock()
+	collecting := w.collecting
+	w.downMu.Unlock()
+	key := p.AccountID + "/" + w.e.Clock.Today().String() + "/" + step
 	w.crashMu.Lock()
 	defer w.crashMu.Unlock()
-	if w.crashStep != step {
+	if !collecting || w.crashed[key] || unit(w.seed, "crash", key) >= 0.02 {
 		return nil
 	}
-	if w.crashLeft > 0 {
-		w.crashLeft--
-		return nil
-	}
-	w.crashStep = ""
-	w.stats["crash"]++
+	w.crashed[key] = true
+	w.crashes++
 	return billing.ErrCrash
 }
 
@@ -460,12 +463,23 @@ func (w *oracleWorld) run() {
 		w.attribute(day, "collection")
 		w.webhooks(day)
 		full := day.Day() == 1 || day == w.last
+		// Checks read DynamoDB: in parallel, each sequence's its own.
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, 8)
 		for _, q := range w.seqs {
 			if q.model != nil && q.failed == "" && (q.touched || full) {
-				w.check(q, day)
+				wg.Add(1)
+				sem <- struct{}{}
+				go func() {
+					defer wg.Done()
+					defer func() { <-sem }()
+					w.check(q, day)
+				}()
 			}
 		}
+		wg.Wait()
 	}
+	w.stats["crash"] = w.crashes
 	ops, total := w.counter.Ops()
 	w.t.Logf("universe %d: DynamoDB requests %d %v", w.u, total, ops)
 	for _, q := range w.seqs {
@@ -721,12 +735,6 @@ func (w *oracleWorld) payNow(q *oracleSeq, day dates.Date) {
 // then, and reruns it until it leaves nothing behind (but an outage).
 func (w *oracleWorld) collect(day dates.Date) {
 	ctx := context.Background()
-	if w.rng.IntN(100) < 15 {
-		w.crashMu.Lock()
-		w.crashStep = []string{"locked", "claimed", "charged", "committed"}[w.rng.IntN(4)]
-		w.crashLeft = w.rng.IntN(3)
-		w.crashMu.Unlock()
-	}
 	var rep *billing.Report
 	var err error
 	w.downMu.Lock()
@@ -736,21 +744,15 @@ func (w *oracleWorld) collect(day dates.Date) {
 		w.downMu.Lock()
 		w.collecting = false
 		w.downMu.Unlock()
-		w.crashMu.Lock()
-		w.crashStep = "" // crashes are for collections, not the next day's API calls
-		w.crashMu.Unlock()
 	}()
 	for run := 0; run < 4; run++ {
 		if run > 0 {
-			time.Sleep(200 * time.Millisecond) // the crashed run's lease runs out
+			time.Sleep(160 * time.Millisecond) // the crashed run's lease (150 ms) runs out
 		}
 		rep, err = w.e.Service.Collect(ctx, day)
 		if err == nil && rep.OK() {
 			break
 		}
-		w.crashMu.Lock()
-		w.crashStep = ""
-		w.crashMu.Unlock()
 	}
 	w.downMu.Lock()
 	var down []string
@@ -1005,7 +1007,7 @@ func (w *oracleWorld) webhooks(day dates.Date) {
 		if n == 0 {
 			return
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond)
 	}
 	w.t.Logf("universe %d: billing feed not drained on %s", w.u, day)
 }
