@@ -187,6 +187,10 @@ func attemptName(key string, meta map[string]string) string {
 	return key
 }
 
+// oracleLease is the lock's lease: long enough for heartbeats of a loaded
+// 2-core box under -race, short enough that a crashed run is taken over soon.
+const oracleLease = 500 * time.Millisecond
+
 // oracleSeq is one sequence: an account, its subscription, its model.
 type oracleSeq struct {
 	idx        int
@@ -251,8 +255,8 @@ func newOracleWorld(t *testing.T, seed uint64, u, lo, hi, months int) *oracleWor
 	// Accounts are collected in parallel (shards × workers): crashes are
 	// drawn per account, day and step, so they land at the same points in
 	// any order.
-	cfg.Shards, cfg.WorkersPerShard = 2, 4
-	cfg.LockedRetryWait = 160 * time.Millisecond // a crashed run's lease (150 ms) runs out
+	cfg.Shards, cfg.WorkersPerShard = 1, 4
+	cfg.LockedRetryWait = oracleLease + 50*time.Millisecond // a crashed run's lease runs out
 	// The harness runs every day's jobs: nothing to catch up.
 	cfg.LookbackDays = 0
 	cfg.ReceiptTTL = 20 * 365 * 24 * time.Hour // simulated receipts stay listed
@@ -263,8 +267,8 @@ func newOracleWorld(t *testing.T, seed uint64, u, lo, hi, months int) *oracleWor
 	w.logs = &oracleLog{}
 	quiet := slog.New(slog.NewTextHandler(w.logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	w.counter = &billingtest.CountingTransport{}
-	w.e = billingtest.NewEnv(t, billingtest.Options{Config: cfg, Start: start, DynamoHTTP: &http.Client{Transport: w.counter}, Lease: 150 * time.Millisecond,
-		Heartbeat: 40 * time.Millisecond, Hooks: billing.Hooks{Step: w.hook}, Log: quiet})
+	w.e = billingtest.NewEnv(t, billingtest.Options{Config: cfg, Start: start, DynamoHTTP: &http.Client{Transport: w.counter}, Lease: oracleLease,
+		Heartbeat: oracleLease / 5, Hooks: billing.Hooks{Step: w.hook}, Log: quiet})
 	w.e.Stripe.Decide = w.decide
 	inner := w.e.Stripe.Server.Config.Handler
 	w.e.Stripe.Server.Config.Handler = http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) { w.outage(rw, r, inner) })
@@ -747,7 +751,7 @@ func (w *oracleWorld) collect(day dates.Date) {
 	}()
 	for run := 0; run < 4; run++ {
 		if run > 0 {
-			time.Sleep(160 * time.Millisecond) // the crashed run's lease (150 ms) runs out
+			time.Sleep(oracleLease + 50*time.Millisecond) // the crashed run's lease runs out
 		}
 		rep, err = w.e.Service.Collect(ctx, day)
 		if err == nil && rep.OK() {
