@@ -466,7 +466,9 @@ func (w *oracleWorld) run() {
 		w.collect(day)
 		w.attribute(day, "collection")
 		w.webhooks(day)
-		full := day.Day() == 1 || day == w.last
+		// Touched sequences every day; all of them every 90 days and at the
+		// end (a change on an untouched day shows at the next touch anyway).
+		full := day.DaysSince(w.first)%90 == 89 || day == w.last
 		// Checks read DynamoDB: in parallel, each sequence's its own.
 		var wg sync.WaitGroup
 		sem := make(chan struct{}, 8)
