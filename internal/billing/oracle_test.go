@@ -687,7 +687,7 @@ func (w *oracleWorld) operate(q *oracleSeq, day dates.Date) {
 	q.touched = true
 	_, err := w.e.Service.UpdateSubscription(context.Background(), q.account, q.subID, ch)
 	for try := 0; errors.Is(err, billing.ErrLocked) && try < 10; try++ {
-		time.Sleep(100 * time.Millisecond) // a crashed job's lease runs out
+		time.Sleep(oracleLease / 2) // a crashed job's lease runs out
 		_, err = w.e.Service.UpdateSubscription(context.Background(), q.account, q.subID, ch)
 	}
 	if refused != nil {
@@ -725,7 +725,12 @@ func (w *oracleWorld) payNow(q *oracleSeq, day dates.Date) {
 	q.logf(day, "pay now (%s)", due.Period)
 	q.touched = true
 	q.expectPays = append(q.expectPays, due)
-	if _, err := payer.PayNow(context.Background(), q.account, q.subID); err != nil {
+	_, err = payer.PayNow(context.Background(), q.account, q.subID)
+	for try := 0; errors.Is(err, billing.ErrLocked) && try < 10; try++ {
+		time.Sleep(oracleLease / 2) // a crashed job's lease runs out
+		_, err = payer.PayNow(context.Background(), q.account, q.subID)
+	}
+	if err != nil {
 		w.downMu.Lock()
 		lost := q.in.StripeAccount != "" && w.down[q.in.StripeAccount] == day
 		w.downMu.Unlock()
