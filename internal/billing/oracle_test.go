@@ -26,6 +26,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/dynamo"
 	"github.com/stripe-payments/stripe-payments/internal/events"
 	"github.com/stripe-payments/stripe-payments/internal/handler"
+	"github.com/stripe-payments/stripe-payments/internal/lock"
 	"github.com/stripe-payments/stripe-payments/internal/outbox"
 	"github.com/stripe-payments/stripe-payments/internal/testenv"
 	"github.com/stripe-payments/stripe-payments/internal/tracking"
@@ -34,7 +35,7 @@ import (
 // The long run: go test ./internal/billing/ -run TestBillingOracle -billing.sequences=5000
 // (or BILLING_ORACLE_SEQUENCES=5000); -billing.seed picks another seed.
 var (
-	oracleSequences = flag.Int("billing.sequences", 0, "TestBillingOracle: random sequences (default 200, or BILLING_ORACLE_SEQUENCES)")
+	oracleSequences = flag.Int("billing.sequences", 0, "TestBillingOracle: random sequences (default 24, or BILLING_ORACLE_SEQUENCES)")
 	oracleSeed      = flag.Uint64("billing.seed", 0, "TestBillingOracle: seed (default 1, or BILLING_ORACLE_SEED)")
 	oracleMonths    = flag.Int("billing.months", 0, "TestBillingOracle: simulated months per sequence (default 36)")
 	oracleUniverses = flag.Int("billing.universes", 0, "TestBillingOracle: parallel universes (default 4)")
@@ -75,7 +76,7 @@ var oracleRefined = []string{"pause-yearly", "amount-while-failing", "rule-after
 // the seed and the sequence's operations.
 func TestBillingOracle(t *testing.T) {
 	t.Parallel()
-	n := firstPositive(*oracleSequences, envInt("BILLING_ORACLE_SEQUENCES", 200))
+	n := firstPositive(*oracleSequences, envInt("BILLING_ORACLE_SEQUENCES", 24))
 	seed := uint64(firstPositive(int(*oracleSeed), envInt("BILLING_ORACLE_SEED", 1)))
 	months := firstPositive(*oracleMonths, 36)
 	universes := min(n, firstPositive(*oracleUniverses, 4))
@@ -142,15 +143,15 @@ func TestBillingOracle(t *testing.T) {
 	// The run exercised what it claims to.
 	for _, k := range []string{"charge:succeeded", "charge:declined", "charge:processing", "ach:settled",
 		"ach:failed", "refund", "status:STALE", "status:PAUSED_SKIPPED", "status:WAIVED", "status:CANCELLED", "crash", "reminder"} {
-		if stats[k] == 0 && n >= 50 {
+		if stats[k] == 0 && n >= 24 {
 			t.Errorf("never happened in %d sequences: %s", n, k)
 		}
 	}
-	if _, out := oracleExcluded["unknown"]; !out && stats["charge:unknown"] == 0 && n >= 50 {
+	if _, out := oracleExcluded["unknown"]; !out && stats["charge:unknown"] == 0 && n >= 24 {
 		t.Errorf("never happened in %d sequences: charge:unknown", n)
 	}
 	for _, k := range oracleKinds {
-		if _, out := oracleExcluded[k]; !out && stats["op:"+k] == 0 && n >= 50 {
+		if _, out := oracleExcluded[k]; !out && stats["op:"+k] == 0 && n >= 24 {
 			t.Errorf("operation never accepted in %d sequences: %s", n, k)
 		}
 	}
@@ -189,7 +190,7 @@ func attemptName(key string, meta map[string]string) string {
 
 // oracleLease is the lock's lease: long enough for heartbeats of a loaded
 // 2-core box under -race, short enough that a crashed run is taken over soon.
-const oracleLease = 500 * time.Millisecond
+const oracleLease = time.Second
 
 // oracleSeq is one sequence: an account, its subscription, its model.
 type oracleSeq struct {
@@ -726,7 +727,9 @@ func (w *oracleWorld) payNow(q *oracleSeq, day dates.Date) {
 	q.touched = true
 	q.expectPays = append(q.expectPays, due)
 	_, err = payer.PayNow(context.Background(), q.account, q.subID)
-	for try := 0; errors.Is(err, billing.ErrLocked) && try < 10; try++ {
+	// Locked by a crashed run, or the lock lost to a slow heartbeat on a
+	// loaded box before anything was charged: an operator tries again.
+	for try := 0; (errors.Is(err, billing.ErrLocked) || errors.Is(err, lock.ErrNotOwner)) && try < 10; try++ {
 		time.Sleep(oracleLease / 2) // a crashed job's lease runs out
 		_, err = payer.PayNow(context.Background(), q.account, q.subID)
 	}
