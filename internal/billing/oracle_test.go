@@ -687,8 +687,8 @@ func (w *oracleWorld) operate(q *oracleSeq, day dates.Date) {
 	q.logf(day, "%s%s", desc, map[bool]string{true: " (refused by the rules)"}[refused != nil])
 	q.touched = true
 	_, err := w.e.Service.UpdateSubscription(context.Background(), q.account, q.subID, ch)
-	for try := 0; errors.Is(err, billing.ErrLocked) && try < 10; try++ {
-		time.Sleep(oracleLease / 2) // a crashed job's lease runs out
+	for try := 0; (errors.Is(err, billing.ErrLocked) || errors.Is(err, lock.ErrNotOwner)) && try < 10; try++ {
+		time.Sleep(oracleLease / 2) // a crashed job's lease runs out, or a slow heartbeat lost the lock
 		_, err = w.e.Service.UpdateSubscription(context.Background(), q.account, q.subID, ch)
 	}
 	if refused != nil {
