@@ -32,13 +32,13 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/tracking"
 )
 
-// The long run: go test ./internal/billing/ -run TestBillingOracle -billing.sequences=5000
-// (or BILLING_ORACLE_SEQUENCES=5000); -billing.seed picks another seed.
+// The long run: go test ./internal/billing/ -run TestBillingOracle -timeout 4h -billing.sequences=1000
+// (or BILLING_ORACLE_SEQUENCES=1000); -billing.seed picks another seed.
 var (
 	oracleSequences = flag.Int("billing.sequences", 0, "TestBillingOracle: random sequences (default 24, or BILLING_ORACLE_SEQUENCES)")
 	oracleSeed      = flag.Uint64("billing.seed", 0, "TestBillingOracle: seed (default 1, or BILLING_ORACLE_SEED)")
 	oracleMonths    = flag.Int("billing.months", 0, "TestBillingOracle: simulated months per sequence (default 36)")
-	oracleUniverses = flag.Int("billing.universes", 0, "TestBillingOracle: parallel universes (default 4)")
+	oracleUniverses = flag.Int("billing.universes", 0, "TestBillingOracle: universes run at once (default sequences/6, 4 to 16)")
 	oracleExclude   = flag.String("billing.exclude", "", "TestBillingOracle: more kinds to leave out while diagnosing (comma-separated)")
 )
 
@@ -79,7 +79,7 @@ func TestBillingOracle(t *testing.T) {
 	n := firstPositive(*oracleSequences, envInt("BILLING_ORACLE_SEQUENCES", 24))
 	seed := uint64(firstPositive(int(*oracleSeed), envInt("BILLING_ORACLE_SEED", 1)))
 	months := firstPositive(*oracleMonths, 36)
-	universes := min(n, firstPositive(*oracleUniverses, 4))
+	universes := min(n, firstPositive(*oracleUniverses, min(16, max(4, n/6))))
 	if *oracleExclude != "" {
 		for _, k := range strings.Split(*oracleExclude, ",") {
 			oracleExcluded[k] = "-billing.exclude"
