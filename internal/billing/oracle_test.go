@@ -32,12 +32,12 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/tracking"
 )
 
-// The long run: go test ./internal/billing/ -run TestBillingOracle -timeout 4h -billing.sequences=1000
-// (or BILLING_ORACLE_SEQUENCES=1000); -billing.seed picks another seed.
+// The long run: go test ./internal/billing/ -run TestBillingOracle -timeout 6h -billing.sequences=1000 -billing.months=36
+// (or BILLING_ORACLE_SEQUENCES / BILLING_ORACLE_MONTHS); -billing.seed picks another seed.
 var (
 	oracleSequences = flag.Int("billing.sequences", 0, "TestBillingOracle: random sequences (default 24, or BILLING_ORACLE_SEQUENCES)")
 	oracleSeed      = flag.Uint64("billing.seed", 0, "TestBillingOracle: seed (default 1, or BILLING_ORACLE_SEED)")
-	oracleMonths    = flag.Int("billing.months", 0, "TestBillingOracle: simulated months per sequence (default 36)")
+	oracleMonths    = flag.Int("billing.months", 0, "TestBillingOracle: simulated months per sequence (default 12, or BILLING_ORACLE_MONTHS; the long run: 36)")
 	oracleUniverses = flag.Int("billing.universes", 0, "TestBillingOracle: universes run at once (default sequences/6, 4 to 16)")
 	oracleExclude   = flag.String("billing.exclude", "", "TestBillingOracle: more kinds to leave out while diagnosing (comma-separated)")
 )
@@ -78,7 +78,10 @@ func TestBillingOracle(t *testing.T) {
 	t.Parallel()
 	n := firstPositive(*oracleSequences, envInt("BILLING_ORACLE_SEQUENCES", 24))
 	seed := uint64(firstPositive(int(*oracleSeed), envInt("BILLING_ORACLE_SEED", 1)))
-	months := firstPositive(*oracleMonths, 36)
+	// make test: 12 months (under 2 min with -race on a busy 2-core box; the
+	// floor is the service's own reads of every simulated day). The long run
+	// sets -billing.months=36.
+	months := firstPositive(*oracleMonths, envInt("BILLING_ORACLE_MONTHS", 12))
 	universes := min(n, firstPositive(*oracleUniverses, min(16, max(4, n/6))))
 	if *oracleExclude != "" {
 		for _, k := range strings.Split(*oracleExclude, ",") {
