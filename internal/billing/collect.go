@@ -140,6 +140,15 @@ func (s *Service) collectFirst(ctx context.Context, l *lock.Lock, sub Subscripti
 		rep.add(func(r *Report) { r.Stale++ })
 		return sub, true, nil
 	}
+	if sub.RemindFor.Equal(p.BillingDate) && p.InFlightKey == "" {
+		// Its reminder has not gone out (its day had passed when the period
+		// was scheduled or moved, and no reminder run came in between): it
+		// goes out now, before the charge (deduplicated per charge date).
+		if err := s.notifier.Notify(ctx, reminderAction(sub, p.Due(), s.now())); err != nil {
+			return sub, false, err
+		}
+		rep.add(func(r *Report) { r.Reminded++ })
+	}
 	return s.attempt(ctx, l, sub, p, ProcInitial, today, rep)
 }
 

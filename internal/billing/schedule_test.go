@@ -156,6 +156,30 @@ func TestMovePeriodDateChangesThatPeriodOnly(t *testing.T) {
 	}
 }
 
+func TestPeriodMovedToTodayIsAnnouncedBeforeItsCharge(t *testing.T) {
+	t.Parallel()
+	// Day 1 paid Feb 1; on Feb 20, after that day's reminder run, Mar 1 is
+	// moved to Feb 20: the collection announces it before charging it.
+	e := billingtest.NewEnv(t, billingtest.Options{Start: time.Date(2024, 1, 20, 9, 0, 0, 0, time.UTC)})
+	sub, err := e.Service.CreateSubscription(ctx, "acc-1", billingtest.Input("gold", 1))
+	require.NoError(t, err)
+	runDays(t, e, "2024-01-20", "2024-02-19", nil)
+	remind(t, e, "2024-02-20")
+	_, err = update(e, "acc-1", sub.SubscriptionID, billing.Change{NextPaymentDate: d("2024-02-20")})
+	require.NoError(t, err)
+	rep := collect(t, e, "2024-02-20")
+	assert.Equal(t, 1, rep.Reminded)
+	assert.Equal(t, []string{"2024-02-01", "2024-02-20"}, chargeDates(e, sub.SubscriptionID))
+	var kinds []string
+	for _, a := range e.Notifier.Actions() {
+		kinds = append(kinds, a.Type+" "+a.BillingDate)
+	}
+	assert.Equal(t, []string{billing.ActionReminderDue + " 2024-02-01", billing.ActionPaymentCompleted + " 2024-02-01",
+		billing.ActionReminderDue + " 2024-02-20", billing.ActionPaymentCompleted + " 2024-03-01"}, kinds)
+	runDays(t, e, "2024-02-21", "2024-02-29", nil)
+	assert.Len(t, reminders(e, sub.SubscriptionID), 2, "announced once (the next, for Apr 1, goes on Mar 25)")
+}
+
 func TestChangePaymentDayKeepsOneTermFromLastCharge(t *testing.T) {
 	t.Parallel()
 	// Day 31 paid Jan 31, changed to day 2 on Feb 1: the next charge is
