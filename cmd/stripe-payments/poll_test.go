@@ -62,9 +62,11 @@ func TestParsePollFlags(t *testing.T) {
 // a fake Stripe Events API and the local stack.
 func TestPollCommand(t *testing.T) {
 	api := stripetest.NewEventsAPI(t)
-	table := testenv.TableName("events")
+	table, billingTable := testenv.TableName("events"), testenv.TableName("billing")
 	client := testenv.Dynamo(t)
-	testenv.CreateTables(t, client, dynamo.EventsTable(table))
+	// The poller also lists the connected accounts billing has charged, so
+	// the command needs its own billing table as much as its events table.
+	testenv.CreateTables(t, client, dynamo.EventsTable(table), dynamo.BillingTable(billingTable))
 	for k, v := range map[string]string{
 		"STRIPE_WEBHOOK_SECRET":   "whsec_cli_test",
 		"STRIPE_API_KEY":          api.Key,
@@ -72,6 +74,7 @@ func TestPollCommand(t *testing.T) {
 		"STRIPE_PLATFORM_ACCOUNT": "acct_1PlatformCli",
 		"DATABASE_URL":            testenv.DatabaseURL(t),
 		"EVENTS_TABLE":            table,
+		"BILLING_TABLE":           billingTable,
 		"LOG_LEVEL":               "warn",
 	} {
 		t.Setenv(k, v)
