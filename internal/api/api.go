@@ -1,7 +1,9 @@
 package api
 
 import (
+	"context"
 	"net/http"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -25,6 +27,15 @@ type Deps struct {
 	Purchases PurchaseService
 	Billing   BillingService // nil: no billing routes
 	Outbox    OutboxAdmin    // nil: no outbox routes
+	// Livemode: STRIPE_API_KEY is a live key; the test-clock routes answer
+	// 403 livemode.
+	Livemode bool
+	// Background bounds work that outlives its request (a test clock's
+	// advance): the process's lifetime. nil: context.Background().
+	Background context.Context
+	// AdvanceWait is how long an advance request waits before answering
+	// 202 (0: AdvanceWait, DESIGN's 10 s).
+	AdvanceWait time.Duration
 }
 
 // Register mounts the internal API on e behind bearer auth. An empty token
@@ -47,6 +58,15 @@ func Register(e *echo.Echo, token string, deps Deps) {
 	registerPurchases(e, token, deps.Purchases)
 	if deps.Billing != nil {
 		registerBilling(g, deps.Billing)
+		background := deps.Background
+		if background == nil {
+			background = context.Background()
+		}
+		wait := deps.AdvanceWait
+		if wait <= 0 {
+			wait = AdvanceWait
+		}
+		registerTestClocks(g, deps.Billing, deps.Livemode, background, wait)
 	}
 	registerOutbox(g, deps.Outbox)
 }
@@ -62,3 +82,4 @@ type router struct {
 func (r router) GET(path string, h echo.HandlerFunc)   { r.g.GET(path, h, r.auth) }
 func (r router) POST(path string, h echo.HandlerFunc)  { r.g.POST(path, h, r.auth) }
 func (r router) PATCH(path string, h echo.HandlerFunc) { r.g.PATCH(path, h, r.auth) }
+func (r router) DELETE(path string, h echo.HandlerFunc) { r.g.DELETE(path, h, r.auth) }

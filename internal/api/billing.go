@@ -26,6 +26,7 @@ type BillingService interface {
 	ListReceipts(ctx context.Context, account string, limit int32, cursor string) (billing.Page[billing.Receipt], error)
 	ListHistory(ctx context.Context, account, sub string, limit int32, cursor string) (billing.Page[billing.HistoryEntry], error)
 	Pay(ctx context.Context, account, sub string) (billing.Subscription, billing.Period, error)
+	TestClocks
 }
 
 // registerBilling mounts the billing routes of DESIGN §4 on g.
@@ -65,6 +66,8 @@ type Subscription struct {
 	// PausedUntil is the scheduled date of the last PAUSED period of a
 	// pause; next_payment_date is the first charge after it.
 	PausedUntil *string `json:"paused_until,omitempty"`
+	// TestClock: the test clock the subscription lives on.
+	TestClock string `json:"test_clock,omitempty"`
 }
 
 // Receipt is the JSON shape of a receipt (DESIGN §4, Contract), plus the
@@ -120,7 +123,7 @@ func SubscriptionJSON(s billing.Subscription) Subscription {
 		LastPaymentDate: optDate(s.LastPaymentDate), LastReminderDate: optDate(s.LastReminderDate),
 		BillingWeek: s.BillingWeek, Timezone: s.Timezone, StripeAccount: s.PaymentDetails.StripeAccount,
 		Customer: s.PaymentDetails.Customer, PaymentMethod: s.PaymentDetails.PaymentMethod,
-		PausedUntil: optDate(s.PausedUntil),
+		PausedUntil: optDate(s.PausedUntil), TestClock: s.TestClock,
 	}
 	if s.Status == billing.SubCancelled {
 		out.NextPaymentDate, out.NextReminderDate = nil, nil
@@ -154,6 +157,10 @@ type billingRoutes struct {
 // billingError maps the billing vocabulary to the API's.
 func billingError(err error) error {
 	switch {
+	case errors.Is(err, billing.ErrLivemode):
+		return apperr.New(apperr.CodeLivemode, "test clocks are for test mode only: STRIPE_API_KEY is a live key")
+	case errors.Is(err, billing.ErrClockBusy):
+		return apperr.New(apperr.CodeConflict, "the test clock is advancing; wait until its status is ready")
 	case errors.Is(err, billing.ErrInvalid):
 		return apperr.New(apperr.CodeInvalidParameter, "%s", strings.TrimPrefix(err.Error(), billing.ErrInvalid.Error()+": "))
 	case errors.Is(err, billing.ErrInvalidCursor):
@@ -238,6 +245,7 @@ type createRequest struct {
 	StripeAccount  string `json:"stripe_account"`
 	StartDate      string `json:"start_date"`
 	Timezone       string `json:"timezone"`
+	TestClock      string `json:"test_clock"`
 }
 
 func (h billingRoutes) create(c echo.Context) error {
@@ -261,7 +269,7 @@ func (h billingRoutes) create(c echo.Context) error {
 		SubscriptionID: req.SubscriptionID, SKU: req.SKU, Email: req.Email, PaymentDay: req.PaymentDay,
 		BillingWeek: req.BillingWeek, Amount: req.Amount, Currency: req.Currency, Term: term,
 		Customer: req.Customer, PaymentMethod: req.PaymentMethod, StripeAccount: req.StripeAccount,
-		StartDate: start, Timezone: req.Timezone,
+		StartDate: start, Timezone: req.Timezone, TestClock: req.TestClock,
 	})
 	if err != nil {
 		return billingError(err)

@@ -70,6 +70,12 @@ type App struct {
 	OpsCounter  *ops.Counter
 	OpsProblems *ops.Problems
 	OpsRuns     *ops.Runs
+
+	// clocks bounds the test clocks' advances, which outlive the requests
+	// that start them; stopClocks ends them at shutdown (an advance stops
+	// between two days and is continued by the next advance request).
+	clocks     context.Context
+	stopClocks context.CancelFunc
 }
 
 // Option customises New.
@@ -109,6 +115,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 		return nil, err
 	}
 	a := &App{Config: cfg, Log: log, Dynamo: ddb, Pool: pool, Metrics: m}
+	a.clocks, a.stopClocks = context.WithCancel(context.Background())
 	a.newOutbox()
 	a.OpsProblems = ops.NewProblems(pool, log.With("component", "ops"))
 	table := events.NewStore(ddb, cfg.EventsTable, cfg.EventTTL, nil)
@@ -175,6 +182,8 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 		Purchases:       purchase.NewService(a.Tracking, a.Stripe, log.With("component", "purchase")),
 		Billing:         a.Billing,
 		Outbox:          a.Outbox,
+		Livemode:        cfg.Livemode(),
+		Background:      a.clocks,
 	}
 	api.Register(a.Server.Echo, cfg.InternalAPIToken, apiDeps)
 	if err := ops.Register(a.Server.Echo, ops.Deps{
@@ -315,7 +324,9 @@ func (a *App) Run(ctx context.Context) error {
 	a.Log.Info("shutting down")
 	stopPolling() // the poller replays through this server: stop it first
 	stopBilling()
+	a.stopClocks()
 	waitBilling()
+	a.Billing.WaitClocks()
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.Config.ShutdownTimeout)
 	defer cancel()
 	err = a.Server.Close(shutdownCtx)
@@ -334,6 +345,8 @@ func (a *App) Run(ctx context.Context) error {
 
 // Close releases the clients.
 func (a *App) Close() {
+	a.stopClocks()
+	a.Billing.WaitClocks()
 	a.Pool.Close()
 }
 

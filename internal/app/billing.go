@@ -24,7 +24,7 @@ func (a *App) newBilling() error {
 	cfg.Shards, cfg.WorkersPerShard, cfg.ReminderDays = c.Shards, c.WorkersPerShard, c.ReminderDays
 	cfg.Retry = dates.RetryPolicy{Days: c.RetryDays, StaleDays: c.StaleDays}
 	cfg.ReceiptTTL, cfg.LookbackDays, cfg.LockedRetryWait = c.ReceiptTTL, c.LookbackDays, c.LockLease+c.LockHeartbeat
-	cfg.PlatformAccount = a.Config.PlatformAccount
+	cfg.PlatformAccount, cfg.Livemode = a.Config.PlatformAccount, a.Config.Livemode()
 	svc, err := billing.New(cfg, billing.Deps{Store: store, Locks: locks, Charger: charger,
 		Notifier: billing.OutboxNotifier{Pool: a.Pool, Email: a.Config.SESFromAddress != ""}, Log: a.Log.With("component", "billing"),
 		Observer: metrics.NewBilling(a.Metrics.Registry)})

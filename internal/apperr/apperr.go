@@ -18,6 +18,9 @@ const (
 	CodeInvalidEvent       Code = "invalid_event"
 	CodePayloadTooLarge    Code = "payload_too_large"
 	CodeUnauthorized       Code = "unauthorized"
+	// CodeLivemode: a test-mode feature (test clocks) asked of a service
+	// running on a live Stripe key.
+	CodeLivemode Code = "livemode"
 	CodeNotFound           Code = "not_found"
 	CodeInvalidParameter   Code = "invalid_parameter"
 	CodeConflict           Code = "conflict"
@@ -63,6 +66,8 @@ func Status(code Code) int {
 		return http.StatusRequestEntityTooLarge
 	case CodeUnauthorized:
 		return http.StatusUnauthorized
+	case CodeLivemode:
+		return http.StatusForbidden
 	case CodeNotFound:
 		return http.StatusNotFound
 	case CodeConflict:

@@ -392,7 +392,7 @@ func (s *Service) complete(tx *Tx, p *Period, pi string, processed dates.Date, n
 	tx.PutReceipt(Receipt{
 		AccountID: p.AccountID, SubscriptionID: p.SubscriptionID, SKU: p.SKU, ProcessedDate: processed,
 		BillingDate: p.BillingDate, Amount: p.Amount, Currency: p.Currency, PaymentIntent: pi,
-		ExpiresAt: now.Add(s.cfg.ReceiptTTL),
+		ExpiresAt: s.wall().Add(s.cfg.ReceiptTTL), // kept for real time, whatever a test clock says
 	})
 	p.Status, p.Error, p.NextAttemptDate, p.CompletionDate = Completed, "", dates.Date{}, now
 	if !strings.HasPrefix(p.UpdatedEvent, "late-success") {

@@ -185,8 +185,17 @@ func (s *Service) applyFeed(ctx context.Context, msg FeedMessage, date dates.Dat
 	if err != nil {
 		return err
 	}
+	s, err = s.forSub(ctx, sub) // its test clock's "today", if it has one
+	if err != nil {
+		return err
+	}
 	now, today := s.now(), s.today(sub)
 	evDate := dates.In(time.Unix(msg.Created, 0), sub.Location())
+	if sub.TestClock != "" && s.clock != "" {
+		// On a test clock, what happened "today" happened on the clock's
+		// date, whatever Stripe's real time of the event.
+		evDate = today
+	}
 	pi := msg.PaymentIntent
 	inFlight := p.InFlightKey != "" && p.TransactionID != pi
 	tx := s.store.NewTx("evt:"+msg.EventID, now)

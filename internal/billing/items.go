@@ -80,6 +80,17 @@ func Shard(account string, shards int) int {
 // Partition is a sharded GSI partition value: "<date>#<shard>".
 func Partition(d dates.Date, shard int) string { return fmt.Sprintf("%s#%d", d, shard) }
 
+// indexPartition is the GSI partition of an entry due on d: Partition for
+// real time; "<clock>#<date>#0" for a test clock's subscriptions, so that
+// the real-time jobs never read them and a clock's advance reads only its
+// own (one shard: a clock holds a handful of subscriptions).
+func indexPartition(clock string, d dates.Date, shard int) string {
+	if clock != "" {
+		return clock + "#" + Partition(d, 0)
+	}
+	return Partition(d, shard)
+}
+
 func formatTime(t time.Time) string {
 	if t.IsZero() {
 		return ""
@@ -124,6 +135,7 @@ type subItem struct {
 	Timezone         string         `dynamodbav:"Timezone,omitempty"`
 	PaymentDetails   PaymentDetails `dynamodbav:"PaymentDetails"`
 	Status           string         `dynamodbav:"Status"`
+	TestClock        string         `dynamodbav:"TestClock,omitempty"`
 	StartDate        string         `dynamodbav:"StartDate,omitempty"`
 	NextPeriodDate   string         `dynamodbav:"NextPeriodDate,omitempty"`
 	DueDate          string         `dynamodbav:"DueDate,omitempty"`
@@ -156,7 +168,7 @@ func toSubItem(s Subscription, shards int) subItem {
 		AccountID: s.AccountID, SubscriptionID: s.SubscriptionID, SKU: s.SKU, Email: s.Email,
 		PaymentDay: s.PaymentDay, BillingWeek: s.BillingWeek, PaymentAmount: s.Amount, Currency: s.Currency,
 		Term: string(s.Term), Timezone: s.Timezone, PaymentDetails: s.PaymentDetails, Status: string(s.Status),
-		StartDate: s.StartDate.String(), NextPeriodDate: s.NextPeriodDate.String(), DueDate: s.DueDate.String(),
+		TestClock: s.TestClock, StartDate: s.StartDate.String(), NextPeriodDate: s.NextPeriodDate.String(), DueDate: s.DueDate.String(),
 		NextPaymentDate: s.NextPaymentDate.String(), NextReminderDate: s.NextReminderDate.String(),
 		RemindFor: s.RemindFor.String(), LastPaymentDate: s.LastPaymentDate.String(),
 		LastReminderDate: s.LastReminderDate.String(), LastCharged: s.LastChargedPeriod.String(),
@@ -167,10 +179,10 @@ func toSubItem(s Subscription, shards int) subItem {
 	if s.Status == SubActive || s.Status == SubPaused {
 		shard := Shard(s.AccountID, shards)
 		if !s.NextReminderDate.IsZero() {
-			it.GSI1PK, it.GSI1SK = Partition(s.NextReminderDate, shard), orSentinel(s.LastReminderDate)
+			it.GSI1PK, it.GSI1SK = indexPartition(s.TestClock, s.NextReminderDate, shard), orSentinel(s.LastReminderDate)
 		}
 		if !s.DueDate.IsZero() {
-			it.GSI2PK, it.GSI2SK = Partition(s.DueDate, shard), orSentinel(s.LastPaymentDate)
+			it.GSI2PK, it.GSI2SK = indexPartition(s.TestClock, s.DueDate, shard), orSentinel(s.LastPaymentDate)
 		}
 	}
 	return it
@@ -181,7 +193,7 @@ func (it subItem) subscription() Subscription {
 		AccountID: it.AccountID, SubscriptionID: it.SubscriptionID, SKU: it.SKU, Email: it.Email,
 		PaymentDay: it.PaymentDay, BillingWeek: it.BillingWeek, Amount: it.PaymentAmount, Currency: it.Currency,
 		Term: dates.Term(it.Term), Timezone: it.Timezone, PaymentDetails: it.PaymentDetails, Status: SubStatus(it.Status),
-		StartDate: parseDate(it.StartDate), NextPeriodDate: parseDate(it.NextPeriodDate), DueDate: parseDate(it.DueDate),
+		TestClock: it.TestClock, StartDate: parseDate(it.StartDate), NextPeriodDate: parseDate(it.NextPeriodDate), DueDate: parseDate(it.DueDate),
 		NextPaymentDate: parseDate(it.NextPaymentDate), NextReminderDate: parseDate(it.NextReminderDate),
 		RemindFor: parseDate(it.RemindFor), LastPaymentDate: parseDate(it.LastPaymentDate),
 		LastReminderDate: parseDate(it.LastReminderDate), LastChargedPeriod: parseDate(it.LastCharged),
@@ -214,6 +226,7 @@ type periodItem struct {
 	Currency            string         `dynamodbav:"Currency"`
 	PaymentDetails      PaymentDetails `dynamodbav:"PaymentDetails"`
 	Email               string         `dynamodbav:"Email"`
+	TestClock           string         `dynamodbav:"TestClock,omitempty"`
 	BillingStatus       string         `dynamodbav:"BillingStatus"`
 	Process             string         `dynamodbav:"Process"`
 	UpdatedEvent        string         `dynamodbav:"UpdatedEvent,omitempty"`
@@ -240,7 +253,7 @@ func toPeriodItem(p Period, shards int) periodItem {
 		PK: accountPK(p.AccountID), SK: periodSK(p.SubscriptionID, p.BillingDate), Type: "PER",
 		AccountID: p.AccountID, SubscriptionID: p.SubscriptionID, SKU: p.SKU, BillingDate: p.BillingDate.String(),
 		ChargeDate: p.ChargeDate.String(), PaymentAmount: p.Amount, Currency: p.Currency, PaymentDetails: p.PaymentDetails, Email: p.Email,
-		BillingStatus: string(p.Status), Process: string(p.Process), UpdatedEvent: p.UpdatedEvent,
+		TestClock: p.TestClock, BillingStatus: string(p.Status), Process: string(p.Process), UpdatedEvent: p.UpdatedEvent,
 		TransactionID: p.TransactionID, Error: p.Error, Attempts: p.Attempts,
 		InFlightKey: p.InFlightKey, InFlightAt: formatTime(p.InFlightAt), NextAttemptDate: p.NextAttemptDate.String(),
 		PauseDurationMonths: p.PauseDurationMonths, CreatedDate: formatTime(p.CreatedDate),
@@ -248,7 +261,7 @@ func toPeriodItem(p Period, shards int) periodItem {
 		CompletionDate: formatTime(p.CompletionDate), Version: p.Version,
 	}
 	if p.Status == Error && !p.NextAttemptDate.IsZero() {
-		it.GSI2PK, it.GSI2SK = Partition(p.NextAttemptDate, Shard(p.AccountID, shards)), it.SK
+		it.GSI2PK, it.GSI2SK = indexPartition(p.TestClock, p.NextAttemptDate, Shard(p.AccountID, shards)), it.SK
 	}
 	return it
 }
@@ -257,7 +270,7 @@ func (it periodItem) period() Period {
 	return Period{
 		AccountID: it.AccountID, SubscriptionID: it.SubscriptionID, SKU: it.SKU, BillingDate: parseDate(it.BillingDate),
 		ChargeDate: parseDate(it.ChargeDate), Amount: it.PaymentAmount, Currency: it.Currency, PaymentDetails: it.PaymentDetails, Email: it.Email,
-		Status: Status(it.BillingStatus), Process: Process(it.Process), UpdatedEvent: it.UpdatedEvent,
+		TestClock: it.TestClock, Status: Status(it.BillingStatus), Process: Process(it.Process), UpdatedEvent: it.UpdatedEvent,
 		TransactionID: it.TransactionID, Error: it.Error, Attempts: it.Attempts,
 		InFlightKey: it.InFlightKey, InFlightAt: parseTime(it.InFlightAt), NextAttemptDate: parseDate(it.NextAttemptDate),
 		PauseDurationMonths: it.PauseDurationMonths, CreatedDate: parseTime(it.CreatedDate),

@@ -99,7 +99,7 @@ func (s *Service) run(ctx context.Context, job string, date dates.Date, index st
 	from := date.AddDays(-s.cfg.LookbackDays)
 	if locked { // collect: reach back to what the last clean run left
 		var err error
-		if from, err = s.sweepFrom(ctx, job, date); err != nil {
+		if from, err = s.sweepFrom(ctx, s.sweepKey(job), date); err != nil {
 			return rep, err
 		}
 	}
@@ -125,7 +125,7 @@ func (s *Service) run(ctx context.Context, job string, date dates.Date, index st
 			rep.add(func(r *Report) { r.Errors++ })
 		}
 	}
-	for shard := 0; shard < s.store.Shards(); shard++ {
+	for shard := 0; shard < s.indexShards(); shard++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -193,13 +193,15 @@ func (s *Service) run(ctx context.Context, job string, date dates.Date, index st
 		log.Warn("billing job: account locked for the whole run; rerun the job", "account", w.account)
 	}
 	if locked {
-		s.obs.UnresolvedPeriods(rep.Unresolved)
+		if s.clock == "" { // the gauge is about real time; a clock reports its own runs
+			s.obs.UnresolvedPeriods(rep.Unresolved)
+		}
 		if readErr == nil && context.Cause(ctx) == nil && rep.OK() {
 			// Everything due by date was handled: later runs need not read
 			// those partitions again (but for the lookback).
 			// Two days back, not one: an entry of the last days may not be
 			// due yet in its own time zone (up to 14 h either side of UTC).
-			if err := s.store.AdvanceSweep(context.WithoutCancel(ctx), job, date.AddDays(-2)); err != nil {
+			if err := s.store.AdvanceSweep(context.WithoutCancel(ctx), s.sweepKey(job), date.AddDays(-2)); err != nil {
 				log.Warn("billing job: could not advance the sweep watermark (the next run reads further back)", "error", err)
 			}
 		} else if rep.Unresolved > 0 {
@@ -230,7 +232,7 @@ func (s *Service) readShard(ctx context.Context, index string, from, date dates.
 	pos := map[string]int{}
 	seen := map[string]bool{}
 	for d := from; !d.After(date); d = d.AddDays(1) {
-		entries, err := s.store.QueryIndex(ctx, index, d, shard)
+		entries, err := s.store.QueryIndex(ctx, index, s.clock, d, shard)
 		if err != nil {
 			return nil, err
 		}
@@ -276,6 +278,24 @@ func (s *Service) account(ctx context.Context, w accountWork, date dates.Date, l
 		return each(ctx, nil)
 	}
 	return s.withLock(ctx, w.account, each)
+}
+
+// indexShards is how many index shards a run reads: a test clock's entries
+// are all in shard 0 (items.go indexPartition).
+func (s *Service) indexShards() int {
+	if s.clock != "" {
+		return 1
+	}
+	return s.store.Shards()
+}
+
+// sweepKey is the sweep watermark's key of job: each test clock has its own,
+// so an advance never moves the real-time jobs' watermark, nor they its.
+func (s *Service) sweepKey(job string) string {
+	if s.clock != "" {
+		return job + "@" + s.clock
+	}
+	return job
 }
 
 // NowDate is the job date of a run without --date: tomorrow in UTC, so

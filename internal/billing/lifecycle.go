@@ -30,6 +30,8 @@ type CreateInput struct {
 	StripeAccount  string
 	StartDate      dates.Date
 	Timezone       string
+	// TestClock puts the subscription on a test clock (test mode only).
+	TestClock string
 }
 
 var currencyRE = regexp.MustCompile(`^[a-z]{3}$`)
@@ -80,6 +82,9 @@ func (in CreateInput) Validate(account string) error {
 			add("timezone: an IANA time zone name")
 		}
 	}
+	if in.TestClock != "" && (!strings.HasPrefix(in.TestClock, "clock_") || !validID(in.TestClock)) {
+		add("test_clock: a test clock id (clock_...)")
+	}
 	if len(errs) > 0 {
 		return invalid("%s", strings.Join(errs, "; "))
 	}
@@ -96,18 +101,33 @@ func (s *Service) CreateSubscription(ctx context.Context, account string, in Cre
 	if err := in.Validate(account); err != nil {
 		return Subscription{}, err
 	}
+	if in.TestClock != "" {
+		if s.cfg.Livemode {
+			return Subscription{}, ErrLivemode
+		}
+		if _, err := s.store.GetClock(ctx, in.TestClock); errors.Is(err, ErrNotFound) {
+			return Subscription{}, invalid("test_clock: no test clock %s", in.TestClock)
+		} else if err != nil {
+			return Subscription{}, err
+		}
+	}
+	s, err := s.forSub(ctx, Subscription{TestClock: in.TestClock})
+	if err != nil {
+		return Subscription{}, err
+	}
 	now := s.now()
 	sub := Subscription{
 		AccountID: account, SubscriptionID: in.SubscriptionID, SKU: in.SKU, Email: in.Email,
 		PaymentDay: in.PaymentDay, BillingWeek: in.BillingWeek, Amount: in.Amount, Currency: in.Currency,
-		Term: in.Term, Timezone: in.Timezone, Status: SubActive, CreatedAt: now,
+		Term: in.Term, Timezone: in.Timezone, Status: SubActive, CreatedAt: now, TestClock: in.TestClock,
 		PaymentDetails: PaymentDetails{Customer: in.Customer, PaymentMethod: in.PaymentMethod, StripeAccount: in.StripeAccount},
 	}
 	if sub.SubscriptionID == "" {
 		sub.SubscriptionID = uuid.NewString()
 	}
 	if existing, err := s.store.GetSubscription(ctx, account, sub.SubscriptionID); err == nil {
-		if existing.SKU == sub.SKU && existing.Amount == sub.Amount && existing.PaymentDetails == sub.PaymentDetails {
+		if existing.SKU == sub.SKU && existing.Amount == sub.Amount && existing.PaymentDetails == sub.PaymentDetails &&
+			existing.TestClock == sub.TestClock {
 			return existing, nil // a retried create
 		}
 		return Subscription{}, fmt.Errorf("subscription %s: %w", sub.SubscriptionID, ErrDuplicate)
@@ -128,6 +148,9 @@ func (s *Service) CreateSubscription(ctx context.Context, account string, in Cre
 	tx := s.store.NewTx("create:"+sub.SubscriptionID, now)
 	tx.PutSubscription(&sub)
 	tx.PutPeriod(&p, false)
+	if sub.TestClock != "" {
+		tx.PutClockMember(sub) // DELETE of the clock cancels it
+	}
 	if err := s.store.Commit(ctx, tx); err != nil {
 		if errors.Is(err, ErrConflict) {
 			return Subscription{}, fmt.Errorf("subscription %s: %w", sub.SubscriptionID, ErrDuplicate)
@@ -163,6 +186,10 @@ func (s *Service) UpdateSubscription(ctx context.Context, account, subID string,
 	var out Subscription
 	err := s.withLock(ctx, account, func(ctx context.Context, _ *lock.Lock) error {
 		sub, err := s.store.GetSubscription(ctx, account, subID)
+		if err != nil {
+			return err
+		}
+		s, err := s.forSub(ctx, sub) // its test clock's "today", if it has one
 		if err != nil {
 			return err
 		}

@@ -110,6 +110,10 @@ type Subscription struct {
 	Timezone       string
 	PaymentDetails PaymentDetails
 	Status         SubStatus
+	// TestClock is the test clock the subscription lives on (empty: real
+	// time). Its "today" is the clock's, and only that clock's advances run
+	// its jobs: its index entries are in the clock's own partitions.
+	TestClock string
 
 	// StartDate is the create request's start_date (zero: none): no period
 	// is ever scheduled before it.
@@ -189,6 +193,8 @@ type Period struct {
 	Currency       string
 	PaymentDetails PaymentDetails
 	Email          string
+	// TestClock is the subscription's test clock (empty: real time).
+	TestClock string
 
 	Status       Status
 	Process      Process

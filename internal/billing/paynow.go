@@ -48,6 +48,10 @@ func (s *Service) Pay(ctx context.Context, account, subID string) (Subscription,
 		if err != nil {
 			return err
 		}
+		s, err := s.forSub(ctx, sub) // its test clock's "today", if it has one
+		if err != nil {
+			return err
+		}
 		periods, err := s.store.ListPeriods(ctx, account, subID)
 		if err != nil {
 			return err

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
@@ -46,6 +47,11 @@ type Config struct {
 	// again once after this long (0: never). A lease is enough to take over
 	// the lock of a crashed holder.
 	LockedRetryWait time.Duration
+	// Livemode: STRIPE_API_KEY is a live key. Test clocks are refused.
+	Livemode bool
+	// ClockLease is how long an advancing test clock stays claimed by its
+	// replica without a heartbeat (another may take over after it).
+	ClockLease time.Duration
 }
 
 // DefaultConfig is the configuration of DESIGN §8 and issue 6.
@@ -53,7 +59,7 @@ func DefaultConfig() Config {
 	return Config{
 		Shards: 8, WorkersPerShard: 2, ReminderDays: 7, Retry: dates.DefaultRetryPolicy(),
 		ReceiptTTL: 183 * 24 * time.Hour, LookbackDays: 3, IdempotencyWindow: 23 * time.Hour,
-		MaxPauseMonths: 24, LockedRetryWait: 61 * time.Second,
+		MaxPauseMonths: 24, LockedRetryWait: 61 * time.Second, ClockLease: 2 * time.Minute,
 	}
 }
 
@@ -91,6 +97,14 @@ type Service struct {
 	log      *slog.Logger
 	hooks    Hooks
 	obs      Observer
+
+	// clock is the test clock this instance runs the jobs of ("" for real
+	// time); now is then the clock's time, and wall the real time (leases,
+	// receipt expiry). See testclock.go.
+	clock string
+	wall  func() time.Time
+	// advances tracks the test clocks' advances in flight (WaitClocks).
+	advances *sync.WaitGroup
 }
 
 // New returns the service.
@@ -120,6 +134,9 @@ func New(cfg Config, d Deps) (*Service, error) {
 	if cfg.MaxPauseMonths <= 0 {
 		cfg.MaxPauseMonths = def.MaxPauseMonths
 	}
+	if cfg.ClockLease <= 0 {
+		cfg.ClockLease = def.ClockLease
+	}
 	if d.Store == nil || d.Locks == nil {
 		return nil, errors.New("billing: store and locks are required")
 	}
@@ -136,7 +153,7 @@ func New(cfg Config, d Deps) (*Service, error) {
 		d.Notifier = LogNotifier{Log: d.Log}
 	}
 	return &Service{cfg: cfg, store: d.Store, locks: d.Locks, charger: d.Charger, notifier: d.Notifier,
-		now: d.Now, log: d.Log, hooks: d.Hooks, obs: d.Observer}, nil
+		now: d.Now, wall: d.Now, log: d.Log, hooks: d.Hooks, obs: d.Observer, advances: &sync.WaitGroup{}}, nil
 }
 
 // Store is the service's store.
@@ -182,7 +199,7 @@ func newPeriod(sub Subscription, d dates.Date, status Status, proc Process, even
 	return Period{
 		AccountID: sub.AccountID, SubscriptionID: sub.SubscriptionID, SKU: sub.SKU, BillingDate: d,
 		Amount: sub.Amount, Currency: sub.Currency, PaymentDetails: sub.PaymentDetails, Email: sub.Email,
-		Status: status, Process: proc, UpdatedEvent: event, CreatedDate: now,
+		TestClock: sub.TestClock, Status: status, Process: proc, UpdatedEvent: event, CreatedDate: now,
 	}
 }
 

@@ -388,9 +388,10 @@ type IndexEntry struct {
 func (e IndexEntry) Account() string { return strings.TrimPrefix(e.PK, prefixAccount) }
 
 // QueryIndex reads the partition of date and shard of a billing index
-// (eventually consistent: callers re-check on the table before acting).
-func (s *Store) QueryIndex(ctx context.Context, index string, date dates.Date, shard int) ([]IndexEntry, error) {
-	partition := Partition(date, shard)
+// (eventually consistent: callers re-check on the table before acting):
+// of real time when clock is empty, else of that test clock.
+func (s *Store) QueryIndex(ctx context.Context, index, clock string, date dates.Date, shard int) ([]IndexEntry, error) {
+	partition := indexPartition(clock, date, shard)
 	pkAttr := dynamo.BillingGSI1PK
 	if index == dynamo.BillingPaymentsIndex {
 		pkAttr = dynamo.BillingGSI2PK

@@ -1,0 +1,341 @@
+package billing
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
+)
+
+// Test clocks (DESIGN §4), after Stripe's own: a clock is a frozen time that
+// its subscriptions take as "now" for every decision, and that only moves
+// when advanced. An advance runs, for the clock's subscriptions only, the
+// reminder and collection jobs of every day up to the new time, through the
+// very code of the real jobs (Remind, Collect: same lock, idempotency keys,
+// history, receipts, actions, Stripe calls), on a copy of the service whose
+// clock is the test clock's.
+//
+// Isolation: a clock's subscriptions and periods carry its id, which puts
+// their index entries in partitions of their own ("<clock>#<date>#0"); the
+// real-time jobs never read those, and an advance reads only its clock's.
+// Each clock has its own sweep watermark.
+
+// ClockStatus is a test clock's state (Stripe's names).
+type ClockStatus string
+
+const (
+	ClockReady     ClockStatus = "ready"
+	ClockAdvancing ClockStatus = "advancing"
+	// ClockFailed: the last advance stopped on a job that did not finish
+	// cleanly (Error says why); advancing again continues from ReachedTime.
+	ClockFailed ClockStatus = "internal_failure"
+)
+
+// MaxClockAdvanceYears bounds one advance (DESIGN §4).
+const MaxClockAdvanceYears = 3
+
+var (
+	// ErrLivemode: test clocks exist in test mode only.
+	ErrLivemode = errors.New("test clocks are not available with a live Stripe key")
+	// ErrClockBusy: the clock is being advanced.
+	ErrClockBusy = errors.New("the test clock is advancing")
+)
+
+// Clock is a test clock.
+type Clock struct {
+	ID   string
+	Name string
+	// FrozenTime is the time the clock is set to: the target while an
+	// advance runs.
+	FrozenTime time.Time
+	// ReachedTime is how far the jobs have run: FrozenTime once ready. A
+	// clock's subscriptions take "now" from it.
+	ReachedTime time.Time
+	Status      ClockStatus
+	Error       string
+	CreatedAt   time.Time
+	UpdatedAt   time.Time
+	Version     int64
+
+	leaseOwner string
+	leaseUntil time.Time
+}
+
+// forSub is the service to act on sub with: s itself for a subscription on
+// real time (or on the clock s already runs), else a copy whose now is the
+// test clock's. A deleted clock's subscriptions (cancelled with it) are
+// acted on in real time: a late webhook about one still applies.
+func (s *Service) forSub(ctx context.Context, sub Subscription) (*Service, error) {
+	if sub.TestClock == s.clock {
+		return s, nil
+	}
+	if sub.TestClock == "" {
+		return s.onClock("", s.wall), nil
+	}
+	c, err := s.store.GetClock(ctx, sub.TestClock)
+	if errors.Is(err, ErrNotFound) {
+		return s.onClock("", s.wall), nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("test clock of %s: %w", sub.SubscriptionID, err)
+	}
+	at := c.ReachedTime
+	return s.onClock(c.ID, func() time.Time { return at }), nil
+}
+
+// onClock is a copy of s on clock, whose time is now.
+func (s *Service) onClock(clock string, now func() time.Time) *Service {
+	cs := *s
+	cs.clock, cs.now = clock, now
+	return &cs
+}
+
+// CreateClock creates a test clock frozen at frozen.
+func (s *Service) CreateClock(ctx context.Context, frozen time.Time, name string) (Clock, error) {
+	if s.cfg.Livemode {
+		return Clock{}, ErrLivemode
+	}
+	if frozen.IsZero() {
+		return Clock{}, invalid("frozen_time: required (RFC 3339)")
+	}
+	if y := frozen.UTC().Year(); y < 2000 || y > 2100 {
+		return Clock{}, invalid("frozen_time: a time between the years 2000 and 2100")
+	}
+	if len(name) > 200 || strings.ContainsAny(name, "\x00\r\n") {
+		return Clock{}, invalid("name: at most 200 characters on one line")
+	}
+	now := s.wall()
+	frozen = frozen.UTC().Truncate(time.Second)
+	c := Clock{ID: "clock_" + strings.ReplaceAll(uuid.NewString(), "-", "")[:24], Name: name,
+		FrozenTime: frozen, ReachedTime: frozen, Status: ClockReady, CreatedAt: now}
+	if err := s.store.PutClock(ctx, &c, now); err != nil {
+		return Clock{}, err
+	}
+	return c, nil
+}
+
+// GetClock reads a test clock and its latest runs (newest first, at most
+// limit). An advance whose replica went away reads as internal_failure.
+func (s *Service) GetClock(ctx context.Context, id string, limit int32) (Clock, []ClockRun, error) {
+	if s.cfg.Livemode {
+		return Clock{}, nil, ErrLivemode
+	}
+	c, err := s.store.GetClock(ctx, id)
+	if err != nil {
+		return Clock{}, nil, err
+	}
+	if c.Status == ClockAdvancing && s.wall().After(c.leaseUntil) {
+		c.Status = ClockFailed
+		c.Error = fmt.Sprintf("the advance stopped at %s (its process went away); advance again to continue",
+			c.ReachedTime.Format(time.RFC3339))
+	}
+	runs, err := s.store.ClockRuns(ctx, id, limit)
+	if err != nil {
+		return Clock{}, nil, err
+	}
+	return c, runs, nil
+}
+
+// AdvanceClock moves clock id to to, running every day's jobs in between.
+// It claims the clock with ctx, then advances in the background within life
+// (the process's lifetime: the advance outlives the request that started
+// it); done closes when the advance ended, however. One advance at a time
+// per clock (ErrClockBusy); a claim whose holder went away (lease expired),
+// or a failed advance, is continued from where it stopped.
+func (s *Service) AdvanceClock(ctx, life context.Context, id string, to time.Time) (Clock, <-chan struct{}, error) {
+	if s.cfg.Livemode {
+		return Clock{}, nil, ErrLivemode
+	}
+	c, err := s.store.GetClock(ctx, id)
+	if err != nil {
+		return Clock{}, nil, err
+	}
+	now := s.wall()
+	if c.Status == ClockAdvancing && !now.After(c.leaseUntil) {
+		return c, nil, ErrClockBusy
+	}
+	to = to.UTC().Truncate(time.Second)
+	current := c.FrozenTime
+	if c.Status != ClockReady {
+		current = c.ReachedTime // continuing a stopped advance
+	}
+	switch {
+	case to.IsZero():
+		return c, nil, invalid("frozen_time: required (RFC 3339)")
+	case !to.After(current):
+		return c, nil, invalid("frozen_time: must be later than the clock's current time %s", current.Format(time.RFC3339))
+	case to.After(c.ReachedTime.AddDate(MaxClockAdvanceYears, 0, 0)):
+		return c, nil, invalid("frozen_time: at most %d years after the clock's current time", MaxClockAdvanceYears)
+	}
+	owner := uuid.NewString()
+	c.Status, c.FrozenTime, c.Error = ClockAdvancing, to, ""
+	c.leaseOwner, c.leaseUntil = owner, now.Add(s.cfg.ClockLease)
+	if err := s.store.PutClock(ctx, &c, now); err != nil {
+		if errors.Is(err, ErrConflict) {
+			return c, nil, ErrClockBusy // another request claimed it first
+		}
+		return c, nil, err
+	}
+	done := make(chan struct{})
+	s.advances.Add(1)
+	go func() {
+		defer s.advances.Done()
+		defer close(done)
+		s.advanceClock(life, c, owner)
+	}()
+	return c, done, nil
+}
+
+// WaitClocks waits for the advances in flight to stop (cancel their life
+// context first).
+func (s *Service) WaitClocks() { s.advances.Wait() }
+
+// advanceClock runs the jobs of each day from c.ReachedTime to c.FrozenTime:
+// at the same time of day on each following day, then at FrozenTime. Each
+// day runs remind then collect for the job date the real ticker would use
+// at that time (NowDate: the next UTC date; every subscription acts only
+// once its own date came in its time zone).
+func (s *Service) advanceClock(ctx context.Context, c Clock, owner string) {
+	log := s.log.With("test_clock", c.ID)
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var hb sync.WaitGroup
+	hb.Add(1)
+	go func() { // heartbeat: the claim stays this replica's while it works
+		defer hb.Done()
+		t := time.NewTicker(s.cfg.ClockLease / 4)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if err := s.store.RenewClockLease(ctx, c.ID, owner, time.Time{}, s.wall().Add(s.cfg.ClockLease), s.wall()); err != nil && ctx.Err() == nil {
+					cancel(err)
+					return
+				}
+			}
+		}
+	}()
+	defer func() { cancel(nil); hb.Wait() }()
+
+	var at time.Time
+	cs := s.onClock(c.ID, func() time.Time { return at })
+	reached := c.ReachedTime
+	for k := 1; ; k++ {
+		at = c.ReachedTime.AddDate(0, 0, k)
+		if !at.Before(c.FrozenTime) {
+			at = c.FrozenTime
+		}
+		run, err := cs.clockDay(ctx, at)
+		if run.Entries > 0 || err != nil {
+			if perr := s.store.PutClockRun(context.WithoutCancel(ctx), c.ID, run); perr != nil {
+				log.Warn("test clock: could not record a run", "error", perr)
+			}
+		}
+		if err != nil {
+			log.Error("test clock: advance stopped", "at", at.Format(time.RFC3339), "error", err)
+			s.endAdvance(context.WithoutCancel(ctx), c.ID, owner, reached, ClockFailed, err.Error())
+			return
+		}
+		reached = at
+		if at.Equal(c.FrozenTime) {
+			break
+		}
+		if err := s.store.RenewClockLease(ctx, c.ID, owner, reached, s.wall().Add(s.cfg.ClockLease), s.wall()); err != nil {
+			log.Warn("test clock: advance stopped", "error", err)
+			return // lost the claim (or shutting down): whoever holds it now goes on
+		}
+	}
+	s.endAdvance(context.WithoutCancel(ctx), c.ID, owner, reached, ClockReady, "")
+}
+
+// clockDay runs one day's jobs; s is the clock's service, its now at.
+func (s *Service) clockDay(ctx context.Context, at time.Time) (ClockRun, error) {
+	date := s.NowDate()
+	run := ClockRun{Time: at, Date: date}
+	var errs []error
+	for _, job := range []func(context.Context, dates.Date) (*Report, error){s.Remind, s.Collect} {
+		rep, err := job(ctx, date)
+		if rep != nil {
+			run.Entries += rep.Entries
+			run.Reminded += rep.Reminded
+			run.Charged += rep.Succeeded
+			run.Processing += rep.Processing
+			run.Declined += rep.Declined
+			run.Stale += rep.Stale
+			run.PausedSkipped += rep.PausedSkipped
+			run.Unresolved += rep.Unresolved
+			run.Errors += rep.Errors + rep.Locked
+		}
+		switch {
+		case err != nil:
+			errs = append(errs, err)
+		case !rep.OK():
+			errs = append(errs, fmt.Errorf("%s %s did not finish cleanly: %s", rep.Job, date, rep.summary()))
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		run.Error = err.Error()
+		return run, err
+	}
+	return run, nil
+}
+
+// endAdvance records the end of owner's advance: ready at the target, or
+// failed at reached.
+func (s *Service) endAdvance(ctx context.Context, id, owner string, reached time.Time, status ClockStatus, msg string) {
+	for range 5 {
+		c, err := s.store.GetClock(ctx, id)
+		if err != nil || c.leaseOwner != owner {
+			return // deleted, or taken over
+		}
+		c.Status, c.ReachedTime, c.Error = status, reached, msg
+		if status == ClockReady {
+			c.FrozenTime = reached
+		}
+		c.leaseOwner, c.leaseUntil = "", time.Time{}
+		err = s.store.PutClock(ctx, &c, s.wall())
+		if !errors.Is(err, ErrConflict) {
+			if err != nil {
+				s.log.Error("test clock: could not record the end of an advance", "test_clock", id, "error", err)
+			}
+			return
+		}
+	}
+}
+
+// DeleteClock cancels every subscription of the clock (its history says
+// why) and removes the clock. Refused while it advances.
+func (s *Service) DeleteClock(ctx context.Context, id string) error {
+	if s.cfg.Livemode {
+		return ErrLivemode
+	}
+	c, err := s.store.GetClock(ctx, id)
+	if err != nil {
+		return err
+	}
+	if c.Status == ClockAdvancing && !s.wall().After(c.leaseUntil) {
+		return ErrClockBusy
+	}
+	members, err := s.store.ClockMembers(ctx, id)
+	if err != nil {
+		return err
+	}
+	for _, m := range members {
+		_, err := s.UpdateSubscription(ctx, m.AccountID, m.SubscriptionID, Change{Action: "cancel", Cause: "test-clock-deleted:" + id})
+		if err != nil && !errors.Is(err, ErrNotFound) {
+			return fmt.Errorf("cancel %s/%s: %w", m.AccountID, m.SubscriptionID, err)
+		}
+	}
+	return s.store.DeleteClockItems(ctx, id)
+}

@@ -1,0 +1,267 @@
+package billing
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
+)
+
+// Key scheme of the test clocks in BILLING_TABLE (testclock.go):
+//
+//	clock         PK=CLOCK#<clock>  SK=CLOCK
+//	member        PK=CLOCK#<clock>  SK=MEM#<account>#<subscription>
+//	run           PK=CLOCK#<clock>  SK=RUN#<clock time, RFC 3339>
+//
+// A clock's subscriptions and periods carry TestClock, which puts their
+// index entries in the clock's own partitions (items.go indexPartition).
+const (
+	prefixClock  = "CLOCK#"
+	skClock      = "CLOCK"
+	prefixMember = "MEM#"
+	prefixRun    = "RUN#"
+)
+
+func clockPK(id string) string { return prefixClock + id }
+
+type clockItem struct {
+	PK          string `dynamodbav:"PK"`
+	SK          string `dynamodbav:"SK"`
+	Type        string `dynamodbav:"Type"`
+	ClockID     string `dynamodbav:"ClockId"`
+	Name        string `dynamodbav:"Name,omitempty"`
+	FrozenTime  string `dynamodbav:"FrozenTime"`
+	ReachedTime string `dynamodbav:"ReachedTime"`
+	Status      string `dynamodbav:"Status"`
+	Error       string `dynamodbav:"Error,omitempty"`
+	LeaseOwner  string `dynamodbav:"LeaseOwner,omitempty"`
+	LeaseUntil  string `dynamodbav:"LeaseUntil,omitempty"`
+	CreatedAt   string `dynamodbav:"CreatedAt"`
+	UpdatedAt   string `dynamodbav:"UpdatedAt"`
+	Version     int64  `dynamodbav:"Version"`
+}
+
+func toClockItem(c Clock) clockItem {
+	return clockItem{
+		PK: clockPK(c.ID), SK: skClock, Type: "CLOCK", ClockID: c.ID, Name: c.Name,
+		FrozenTime: formatTime(c.FrozenTime), ReachedTime: formatTime(c.ReachedTime), Status: string(c.Status),
+		Error: c.Error, LeaseOwner: c.leaseOwner, LeaseUntil: formatTime(c.leaseUntil),
+		CreatedAt: formatTime(c.CreatedAt), UpdatedAt: formatTime(c.UpdatedAt), Version: c.Version,
+	}
+}
+
+func (it clockItem) clock() Clock {
+	return Clock{
+		ID: it.ClockID, Name: it.Name, FrozenTime: parseTime(it.FrozenTime), ReachedTime: parseTime(it.ReachedTime),
+		Status: ClockStatus(it.Status), Error: it.Error, CreatedAt: parseTime(it.CreatedAt), UpdatedAt: parseTime(it.UpdatedAt),
+		Version: it.Version, leaseOwner: it.LeaseOwner, leaseUntil: parseTime(it.LeaseUntil),
+	}
+}
+
+type memberItem struct {
+	PK             string `dynamodbav:"PK"`
+	SK             string `dynamodbav:"SK"`
+	Type           string `dynamodbav:"Type"`
+	AccountID      string `dynamodbav:"AccountId"`
+	SubscriptionID string `dynamodbav:"SubscriptionId"`
+}
+
+type runItem struct {
+	PK            string `dynamodbav:"PK"`
+	SK            string `dynamodbav:"SK"`
+	Type          string `dynamodbav:"Type"`
+	Time          string `dynamodbav:"Time"`
+	Date          string `dynamodbav:"Date"`
+	Entries       int    `dynamodbav:"Entries"`
+	Reminded      int    `dynamodbav:"Reminded"`
+	Charged       int    `dynamodbav:"Charged"`
+	Processing    int    `dynamodbav:"Processing"`
+	Declined      int    `dynamodbav:"Declined"`
+	Stale         int    `dynamodbav:"Stale"`
+	PausedSkipped int    `dynamodbav:"PausedSkipped"`
+	Unresolved    int    `dynamodbav:"Unresolved"`
+	Errors        int    `dynamodbav:"Errors"`
+	Error         string `dynamodbav:"Error,omitempty"`
+}
+
+// PutClock writes c if it is still at c.Version (0: creates it) and
+// advances c.Version; ErrConflict when it changed meanwhile.
+func (s *Store) PutClock(ctx context.Context, c *Clock, now time.Time) error {
+	cond := versionCond(c.Version)
+	c.Version++
+	c.UpdatedAt = now
+	tx := s.NewTx("clock", now)
+	tx.put(toClockItem(*c), &cond)
+	if err := s.Commit(ctx, tx); err != nil {
+		c.Version--
+		return fmt.Errorf("write test clock %s: %w", c.ID, err)
+	}
+	return nil
+}
+
+// GetClock reads a test clock (strongly consistent).
+func (s *Store) GetClock(ctx context.Context, id string) (Clock, error) {
+	if !validID(id) {
+		return Clock{}, ErrNotFound
+	}
+	var it clockItem
+	if err := s.getItem(ctx, clockPK(id), skClock, &it); err != nil {
+		return Clock{}, err
+	}
+	return it.clock(), nil
+}
+
+// PutClockMember records that sub lives on its test clock, in tx.
+func (tx *Tx) PutClockMember(sub Subscription) {
+	tx.put(memberItem{PK: clockPK(sub.TestClock), SK: prefixMember + sub.AccountID + "#" + sub.SubscriptionID,
+		Type: "MEM", AccountID: sub.AccountID, SubscriptionID: sub.SubscriptionID}, nil)
+}
+
+// ClockMember names one subscription of a test clock.
+type ClockMember struct{ AccountID, SubscriptionID string }
+
+// ClockMembers lists the subscriptions created on clock.
+func (s *Store) ClockMembers(ctx context.Context, clock string) ([]ClockMember, error) {
+	var out []ClockMember
+	err := s.queryAll(ctx, clockPK(clock), prefixMember, func(raw map[string]types.AttributeValue) error {
+		var it memberItem
+		if err := attributevalue.UnmarshalMap(raw, &it); err != nil {
+			return fmt.Errorf("decode clock member: %w", err)
+		}
+		out = append(out, ClockMember{AccountID: it.AccountID, SubscriptionID: it.SubscriptionID})
+		return nil
+	})
+	return out, err
+}
+
+// PutClockRun records one day of an advance.
+func (s *Store) PutClockRun(ctx context.Context, clock string, r ClockRun) error {
+	av, err := attributevalue.MarshalMap(runItem{
+		PK: clockPK(clock), SK: prefixRun + formatTime(r.Time), Type: "RUN", Time: formatTime(r.Time), Date: r.Date.String(),
+		Entries: r.Entries, Reminded: r.Reminded, Charged: r.Charged, Processing: r.Processing, Declined: r.Declined,
+		Stale: r.Stale, PausedSkipped: r.PausedSkipped, Unresolved: r.Unresolved, Errors: r.Errors, Error: r.Error,
+	})
+	if err != nil {
+		return err
+	}
+	if _, err := s.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(s.table), Item: av}); err != nil {
+		return fmt.Errorf("record test clock run: %w", err)
+	}
+	return nil
+}
+
+// ClockRuns reads the latest limit runs of clock, newest first.
+func (s *Store) ClockRuns(ctx context.Context, clock string, limit int32) ([]ClockRun, error) {
+	kc := expression.Key("PK").Equal(expression.Value(clockPK(clock))).And(expression.Key("SK").BeginsWith(prefixRun))
+	expr, err := expression.NewBuilder().WithKeyCondition(kc).Build()
+	if err != nil {
+		return nil, err
+	}
+	out, err := s.db.Query(ctx, &dynamodb.QueryInput{
+		TableName: aws.String(s.table), KeyConditionExpression: expr.KeyCondition(),
+		ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
+		ScanIndexForward: aws.Bool(false), Limit: aws.Int32(limit), ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read test clock runs: %w", err)
+	}
+	runs := make([]ClockRun, 0, len(out.Items))
+	for _, raw := range out.Items {
+		var it runItem
+		if err := attributevalue.UnmarshalMap(raw, &it); err != nil {
+			return nil, fmt.Errorf("decode test clock run: %w", err)
+		}
+		runs = append(runs, ClockRun{
+			Time: parseTime(it.Time), Date: parseDate(it.Date), Entries: it.Entries, Reminded: it.Reminded,
+			Charged: it.Charged, Processing: it.Processing, Declined: it.Declined, Stale: it.Stale,
+			PausedSkipped: it.PausedSkipped, Unresolved: it.Unresolved, Errors: it.Errors, Error: it.Error,
+		})
+	}
+	return runs, nil
+}
+
+// DeleteClockItems removes every item of clock: its runs and members, then
+// the clock itself (last, so a DELETE that fails half-way can be retried).
+func (s *Store) DeleteClockItems(ctx context.Context, clock string) error {
+	var keys []map[string]types.AttributeValue
+	for _, prefix := range []string{prefixRun, prefixMember} {
+		err := s.queryAll(ctx, clockPK(clock), prefix, func(raw map[string]types.AttributeValue) error {
+			var k struct {
+				PK string `dynamodbav:"PK"`
+				SK string `dynamodbav:"SK"`
+			}
+			if err := attributevalue.UnmarshalMap(raw, &k); err != nil {
+				return err
+			}
+			keys = append(keys, key(k.PK, k.SK))
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("list test clock items: %w", err)
+		}
+	}
+	for _, k := range keys {
+		if _, err := s.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: aws.String(s.table), Key: k}); err != nil {
+			return fmt.Errorf("delete test clock item: %w", err)
+		}
+	}
+	if _, err := s.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: aws.String(s.table), Key: key(clockPK(clock), skClock)}); err != nil {
+		return fmt.Errorf("delete test clock: %w", err)
+	}
+	return nil
+}
+
+// RenewClockLease extends the lease of an advancing clock held by owner
+// and records how far it got; ErrConflict when owner no longer holds it.
+func (s *Store) RenewClockLease(ctx context.Context, id, owner string, reached, until, now time.Time) error {
+	set := expression.Set(expression.Name("LeaseUntil"), expression.Value(formatTime(until))).
+		Set(expression.Name("UpdatedAt"), expression.Value(formatTime(now)))
+	if !reached.IsZero() {
+		set = set.Set(expression.Name("ReachedTime"), expression.Value(formatTime(reached)))
+	}
+	cond := expression.Name("LeaseOwner").Equal(expression.Value(owner)).
+		And(expression.Name("Status").Equal(expression.Value(string(ClockAdvancing))))
+	expr, err := expression.NewBuilder().WithUpdate(set).WithCondition(cond).Build()
+	if err != nil {
+		return err
+	}
+	_, err = s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName: aws.String(s.table), Key: key(clockPK(id), skClock), UpdateExpression: expr.Update(),
+		ConditionExpression: expr.Condition(), ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
+	})
+	var ccf *types.ConditionalCheckFailedException
+	if errors.As(err, &ccf) {
+		return fmt.Errorf("test clock %s: lease lost: %w", id, ErrConflict)
+	}
+	if err != nil {
+		return fmt.Errorf("renew test clock lease: %w", err)
+	}
+	return nil
+}
+
+// ClockRun is one day of a test clock's advance: the reminder and
+// collection jobs run at Time (job date Date).
+type ClockRun struct {
+	Time time.Time
+	Date dates.Date
+	// Entries read from the clock's index partitions by both jobs.
+	Entries       int
+	Reminded      int
+	Charged       int // succeeded
+	Processing    int // bank debits submitted (ACHSENT)
+	Declined      int
+	Stale         int
+	PausedSkipped int
+	Unresolved    int
+	Errors        int
+	// Error: why the advance stopped at this run (status internal_failure).
+	Error string
+}
