@@ -79,7 +79,7 @@ type router struct {
 	auth echo.MiddlewareFunc
 }
 
-func (r router) GET(path string, h echo.HandlerFunc)   { r.g.GET(path, h, r.auth) }
-func (r router) POST(path string, h echo.HandlerFunc)  { r.g.POST(path, h, r.auth) }
-func (r router) PATCH(path string, h echo.HandlerFunc) { r.g.PATCH(path, h, r.auth) }
+func (r router) GET(path string, h echo.HandlerFunc)    { r.g.GET(path, h, r.auth) }
+func (r router) POST(path string, h echo.HandlerFunc)   { r.g.POST(path, h, r.auth) }
+func (r router) PATCH(path string, h echo.HandlerFunc)  { r.g.PATCH(path, h, r.auth) }
 func (r router) DELETE(path string, h echo.HandlerFunc) { r.g.DELETE(path, h, r.auth) }

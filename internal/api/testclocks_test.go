@@ -153,7 +153,7 @@ func TestTestClockRoutesAnswer403InLivemode(t *testing.T) {
 		{http.MethodPost, "/test_clocks", map[string]any{"frozen_time": "2027-01-01T00:00:00Z"}},
 		{http.MethodPost, "/test_clocks", "not even JSON"},
 		{http.MethodGet, "/test_clocks/clock_1", nil},
-		{http.MethodGet, "/test_clocks/"+strings.Repeat("x", 200), nil},
+		{http.MethodGet, "/test_clocks/" + strings.Repeat("x", 200), nil},
 		{http.MethodPost, "/test_clocks/clock_1/advance", map[string]any{"frozen_time": "2027-02-01T00:00:00Z"}},
 		{http.MethodDelete, "/test_clocks/clock_1", nil},
 		{http.MethodPost, "/accounts/acc-1/subscriptions", create},

@@ -20,15 +20,15 @@ const (
 	CodeUnauthorized       Code = "unauthorized"
 	// CodeLivemode: a test-mode feature (test clocks) asked of a service
 	// running on a live Stripe key.
-	CodeLivemode Code = "livemode"
-	CodeNotFound           Code = "not_found"
-	CodeInvalidParameter   Code = "invalid_parameter"
-	CodeConflict           Code = "conflict"
-	CodeMethodNotAllowed   Code = "method_not_allowed"
-	CodeUnavailable        Code = "unavailable"
-	CodePaymentFailed      Code = "payment_failed"
-	CodeUpstream           Code = "upstream_error"
-	CodeInternal           Code = "internal"
+	CodeLivemode         Code = "livemode"
+	CodeNotFound         Code = "not_found"
+	CodeInvalidParameter Code = "invalid_parameter"
+	CodeConflict         Code = "conflict"
+	CodeMethodNotAllowed Code = "method_not_allowed"
+	CodeUnavailable      Code = "unavailable"
+	CodePaymentFailed    Code = "payment_failed"
+	CodeUpstream         Code = "upstream_error"
+	CodeInternal         Code = "internal"
 )
 
 // Error is an error a client may see.
