@@ -93,6 +93,9 @@ func (s *Service) forSub(ctx context.Context, sub Subscription) (*Service, error
 func (s *Service) onClock(clock string, now func() time.Time) *Service {
 	cs := *s
 	cs.clock, cs.now = clock, now
+	if clock != "" {
+		cs.cfg.LockedRetryWait = 0 // untilUnlocked retries sooner
+	}
 	return &cs
 }
 
@@ -262,7 +265,7 @@ func (s *Service) clockDay(ctx context.Context, at time.Time) (ClockRun, error) 
 	run := ClockRun{Time: at, Date: date}
 	var errs []error
 	for _, job := range []func(context.Context, dates.Date) (*Report, error){s.Remind, s.Collect} {
-		rep, err := job(ctx, date)
+		rep, err := s.untilUnlocked(ctx, job, date)
 		if rep != nil {
 			run.Entries += rep.Entries
 			run.Reminded += rep.Reminded
@@ -289,6 +292,46 @@ func (s *Service) clockDay(ctx context.Context, at time.Time) (ClockRun, error) 
 		return run, err
 	}
 	return run, nil
+}
+
+// clockLockWait bounds how long a day of an advance waits for accounts
+// another holder keeps locked (an API change, the other clock of the same
+// account, a crashed holder whose lease must expire).
+const clockLockWait = 3 * time.Minute
+
+// untilUnlocked runs job for date again while it only found accounts
+// locked, with a short backoff instead of the real jobs' one long wait
+// (the clock's service has LockedRetryWait 0): a rerun acts on what is
+// left, idempotently. The report adds up what the runs did.
+func (s *Service) untilUnlocked(ctx context.Context, job func(context.Context, dates.Date) (*Report, error), date dates.Date) (*Report, error) {
+	total := &Report{}
+	deadline := s.wall().Add(clockLockWait)
+	for wait := 50 * time.Millisecond; ; wait = min(2*wait, time.Second) {
+		rep, err := job(ctx, date)
+		if rep == nil {
+			return total, err
+		}
+		total.Job, total.Date, total.SweptFrom = rep.Job, rep.Date, rep.SweptFrom
+		total.Entries = max(total.Entries, rep.Entries)
+		total.Reminded += rep.Reminded
+		total.Succeeded += rep.Succeeded
+		total.Processing += rep.Processing
+		total.Declined += rep.Declined
+		total.Stale += rep.Stale
+		total.PausedSkipped += rep.PausedSkipped
+		total.Resumed += rep.Resumed
+		total.Unknown += rep.Unknown
+		total.Resolved += rep.Resolved
+		total.Unresolved, total.Errors, total.Locked = rep.Unresolved, rep.Errors, rep.Locked
+		if err != nil || rep.Locked == 0 || rep.Errors > 0 || rep.Unresolved > 0 || s.wall().After(deadline) {
+			return total, err
+		}
+		select {
+		case <-ctx.Done():
+			return total, ctx.Err()
+		case <-time.After(wait):
+		}
+	}
 }
 
 // endAdvance records the end of owner's advance: ready at the target, or

@@ -1,0 +1,368 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/stripe-payments/stripe-payments/internal/actions"
+	"github.com/stripe-payments/stripe-payments/internal/billing"
+	"github.com/stripe-payments/stripe-payments/internal/billing/billingtest"
+	"github.com/stripe-payments/stripe-payments/internal/stripetest"
+	"github.com/stripe-payments/stripe-payments/internal/testenv"
+)
+
+const (
+	clockToken   = "clock-e2e-token"
+	clockSecret  = "whsec_clock_e2e"
+	clockActions = "clock-e2e-actions-secret"
+)
+
+// clockSink is ACTIONS_URL: it keeps the billing actions delivered, once
+// per action id.
+type clockSink struct {
+	mu   sync.Mutex
+	seen map[string]bool
+	got  []map[string]any
+	bad  []string
+}
+
+func (s *clockSink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := actions.Verify(r.Header.Get("X-Signature"), clockActions, body, 5*time.Minute, time.Now()); err != nil {
+		s.bad = append(s.bad, err.Error())
+	}
+	var a map[string]any
+	_ = json.Unmarshal(body, &a)
+	if id, _ := a["id"].(string); !s.seen[id] {
+		s.seen[id] = true
+		s.got = append(s.got, a)
+	}
+	w.WriteHeader(http.StatusOK)
+}
+
+// reminders are "<sent> for <billing date>" of subscription sub.
+func (s *clockSink) reminders(sub string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for _, a := range s.got {
+		if a["type"] == billing.ActionReminderDue && a["subscription_id"] == sub {
+			out = append(out, a["created"].(string)[:10]+" for "+a["billing_date"].(string))
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+type clockE2E struct {
+	t      *testing.T
+	base   string
+	client *http.Client
+}
+
+func (c clockE2E) api(method, path string, body any) (int, map[string]any) {
+	c.t.Helper()
+	var raw []byte
+	if body != nil {
+		raw, _ = json.Marshal(body)
+	}
+	req, err := http.NewRequest(method, c.base+path, bytes.NewReader(raw))
+	require.NoError(c.t, err)
+	req.Header.Set("Authorization", "Bearer "+clockToken)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.client.Do(req)
+	require.NoError(c.t, err)
+	defer resp.Body.Close()
+	answer, _ := io.ReadAll(resp.Body)
+	var out map[string]any
+	if len(answer) > 0 {
+		require.NoError(c.t, json.Unmarshal(answer, &out), string(answer))
+	}
+	return resp.StatusCode, out
+}
+
+// advance advances the clock and waits until it is ready (200, or 202 then
+// GET until ready).
+func (c clockE2E) advance(id, to string) map[string]any {
+	c.t.Helper()
+	status, clock := c.api(http.MethodPost, "/internal/v1/test_clocks/"+id+"/advance", map[string]any{"frozen_time": to})
+	require.Contains(c.t, []int{http.StatusOK, http.StatusAccepted}, status, "%v", clock)
+	require.Eventually(c.t, func() bool {
+		_, clock = c.api(http.MethodGet, "/internal/v1/test_clocks/"+id, nil)
+		return clock["status"] != "advancing"
+	}, 3*time.Minute, 100*time.Millisecond)
+	require.Equal(c.t, "ready", clock["status"], "%v", clock)
+	require.Equal(c.t, to, clock["frozen_time"])
+	return clock
+}
+
+// history is the subscription's history, oldest first.
+func (c clockE2E) history(sub string) []map[string]any {
+	c.t.Helper()
+	var all []map[string]any
+	cursor := ""
+	for {
+		path := "/internal/v1/accounts/acc-clock/subscriptions/" + sub + "/history?limit=1000"
+		if cursor != "" {
+			path += "&cursor=" + cursor
+		}
+		status, page := c.api(http.MethodGet, path, nil)
+		require.Equal(c.t, http.StatusOK, status, "%v", page)
+		for _, e := range page["data"].([]any) {
+			all = append(all, e.(map[string]any))
+		}
+		if cursor, _ = page["next_cursor"].(string); cursor == "" {
+			return all
+		}
+	}
+}
+
+// onDates is "<day of last_run_date> for <billing date>" of the history
+// entries of sub with status.
+func (c clockE2E) onDates(sub, status string) []string {
+	var out []string
+	for _, e := range c.history(sub) {
+		if e["billing_status"] == status {
+			out = append(out, e["last_run_date"].(string)[:10]+" for "+e["billing_date"].(string))
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// TestTestClockEndToEnd drives the real binary through its HTTP API as a
+// QA engineer would (issue 14): a clock at 2027-01-01, a day-31 card, a
+// day-15 declined card and a day-10 bank debit settled later by a signed
+// webhook, advanced month by month to 2028-03-01; a second clock advanced
+// at the same time. Expectations come from DESIGN §8 (payment days clamp
+// to the month's end, reminders BILLING_REMINDER_DAYS=7 before, retries on
+// days 1, 3, 5, 7 after a decline, STALE 30 days after the due date).
+func TestTestClockEndToEnd(t *testing.T) {
+	t.Parallel()
+	bin := binary(t)
+	bill := billingtest.NewStripe(0, nil)
+	t.Cleanup(bill.Close)
+	bill.Decide = func(p billingtest.PI) billingtest.Behavior {
+		switch p.PaymentMethod {
+		case "pm_card_chargeDeclined":
+			return billingtest.Decline
+		case "pm_usBankAccount":
+			return billingtest.Process
+		}
+		return billingtest.Succeed
+	}
+	sink := &clockSink{seen: map[string]bool{}}
+	receiver := httptest.NewServer(sink)
+	t.Cleanup(receiver.Close)
+	ddb := testenv.Dynamo(t)
+	env := map[string]string{
+		"STRIPE_WEBHOOK_SECRET": clockSecret, "STRIPE_API_KEY": "sk_test_clock_e2e", "STRIPE_API_BASE": bill.URL(),
+		"STRIPE_PLATFORM_ACCOUNT": "acct_1ClockPlatform", "DATABASE_URL": testenv.DatabaseURL(t),
+		"DYNAMODB_ENDPOINT": testenv.DynamoEndpoint(t), "INTERNAL_API_TOKEN": clockToken,
+		"ACTIONS_URL": receiver.URL, "ACTIONS_SECRET": clockActions, "LOG_LEVEL": "warn",
+		// The real-time jobs run all along: they must never touch the clocks.
+		"BILLING_EVERY": "1s",
+		"EVENTS_TABLE":  testenv.TableName("events"), "BILLING_TABLE": testenv.TableName("billing"),
+		"BILLING_HISTORY_TABLE": testenv.TableName("history"), "LOCKS_TABLE": testenv.TableName("locks"),
+	}
+	t.Cleanup(func() {
+		for _, k := range []string{"EVENTS_TABLE", "BILLING_TABLE", "BILLING_HISTORY_TABLE", "LOCKS_TABLE"} {
+			_, _ = ddb.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(env[k])})
+		}
+	})
+	addr := freeAddr(t)
+	env["LISTEN_ADDR"] = addr
+	if _, stderr, err := runCommand(t, bin, environ(env), time.Minute, "migrate"); err != nil {
+		t.Fatalf("migrate: %v\n%s", err, stderr)
+	}
+	srv := newServer(t, bin, environ(env), addr)
+	srv.start()
+	c := clockE2E{t: t, base: srv.url(), client: &http.Client{Timeout: time.Minute}}
+
+	newClock := func(name string) string {
+		status, clock := c.api(http.MethodPost, "/internal/v1/test_clocks", map[string]any{"frozen_time": "2027-01-01T00:00:00Z", "name": name})
+		require.Equal(t, http.StatusCreated, status, "%v", clock)
+		return clock["id"].(string)
+	}
+	create := func(clock, sku string, day int, pm string) string {
+		status, sub := c.api(http.MethodPost, "/internal/v1/accounts/acc-clock/subscriptions", map[string]any{
+			"sku": sku, "email": "qa@example.com", "payment_day": day, "amount": 2500, "currency": "usd",
+			"customer": "cus_clock", "payment_method": pm, "test_clock": clock})
+		require.Equal(t, http.StatusCreated, status, "%v", sub)
+		return sub["subscription_id"].(string)
+	}
+	clock, other := newClock("e2e"), newClock("other")
+	card := create(clock, "card", 31, "pm_card_visa")
+	declined := create(clock, "declined", 15, "pm_card_chargeDeclined")
+	ach := create(clock, "ach", 10, "pm_usBankAccount")
+	otherSub := create(other, "other", 31, "pm_card_visa")
+
+	// settle settles every bank debit in flight with a signed webhook, as
+	// Stripe would days later, and waits until the service applied it.
+	settled := map[string]bool{}
+	settle := func() {
+		for _, pi := range bill.PIs() {
+			if pi.Status != "processing" || settled[pi.ID] {
+				continue
+			}
+			p, err := bill.Settle(pi.ID, true)
+			require.NoError(t, err)
+			payload := bill.Event(p, "payment_intent.succeeded", time.Now())
+			req, _ := http.NewRequest(http.MethodPost, c.base+"/webhooks/stripe", bytes.NewReader(payload))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Stripe-Signature", stripetest.Sign(payload, clockSecret, time.Now()))
+			resp, err := c.client.Do(req)
+			require.NoError(t, err)
+			resp.Body.Close()
+			require.Equal(t, http.StatusOK, resp.StatusCode)
+			settled[pi.ID] = true
+			date := pi.Metadata[billing.MetaDate]
+			require.Eventually(t, func() bool {
+				for _, e := range c.history(ach) {
+					if e["billing_date"] == date && e["billing_status"] == "COMPLETED" {
+						return true
+					}
+				}
+				return false
+			}, time.Minute, 100*time.Millisecond, "the settlement of %s was applied", date)
+		}
+	}
+
+	// The other clock advances while the first one does.
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		c.advance(other, "2027-06-01T00:00:00Z")
+	}()
+	for _, to := range []string{"2027-02-01", "2027-03-01", "2027-04-01", "2027-05-01", "2027-06-01", "2027-07-01",
+		"2027-08-01", "2027-09-01", "2027-10-01", "2027-11-01", "2027-12-01", "2028-01-01", "2028-02-01", "2028-03-01"} {
+		began := time.Now()
+		c.advance(clock, to+"T00:00:00Z")
+		advanced := time.Since(began)
+		settle()
+		t.Logf("advanced to %s in %s, settled in %s", to, advanced.Round(time.Millisecond), (time.Since(began) - advanced).Round(time.Millisecond))
+	}
+	wg.Wait()
+
+	monthEnds := []string{"2027-01-31", "2027-02-28", "2027-03-31", "2027-04-30", "2027-05-31", "2027-06-30", "2027-07-31",
+		"2027-08-31", "2027-09-30", "2027-10-31", "2027-11-30", "2027-12-31", "2028-01-31", "2028-02-29"}
+	each := func(ds []string, f func(string) string) []string {
+		out := make([]string, len(ds))
+		for i, d := range ds {
+			out[i] = f(d)
+		}
+		return out
+	}
+	onItsDay := func(d string) string { return d + " for " + d }
+	day := func(d string, n int) string {
+		t, _ := time.Parse("2006-01-02", d)
+		return t.AddDate(0, 0, n).Format("2006-01-02")
+	}
+	// The day-31 card: charged on each month's last day, announced 7 days before.
+	assert.Equal(t, each(monthEnds, onItsDay), c.onDates(card, "COMPLETED"))
+	assert.Equal(t, each(monthEnds, func(d string) string { return day(d, -7) + " for " + d }), sink.reminders(card))
+
+	// The bank debit: ACHSENT on the 10th, COMPLETED by its webhook.
+	var tenths []string
+	for m := time.Date(2027, 1, 10, 0, 0, 0, 0, time.UTC); m.Before(time.Date(2028, 3, 1, 0, 0, 0, 0, time.UTC)); m = m.AddDate(0, 1, 0) {
+		tenths = append(tenths, m.Format("2006-01-02"))
+	}
+	assert.Equal(t, each(tenths, onItsDay), c.onDates(ach, "ACHSENT"))
+	assert.Len(t, c.onDates(ach, "COMPLETED"), len(tenths))
+	assert.Equal(t, each(tenths, func(d string) string { return day(d, -7) + " for " + d }), sink.reminders(ach))
+
+	// The declined card: attempts on the due date and retries on days 1,
+	// 3, 5 and 7 after it, each an ERROR; STALE 30 days after the due date.
+	var fifteenths, wantErrors, wantStale []string
+	for m := time.Date(2027, 1, 15, 0, 0, 0, 0, time.UTC); m.Before(time.Date(2028, 3, 1, 0, 0, 0, 0, time.UTC)); m = m.AddDate(0, 1, 0) {
+		d := m.Format("2006-01-02")
+		fifteenths = append(fifteenths, d)
+		for _, n := range []int{0, 1, 3, 5, 7} {
+			wantErrors = append(wantErrors, day(d, n)+" for "+d)
+		}
+		if stale := day(d, 30); stale <= "2028-03-01" {
+			wantStale = append(wantStale, stale+" for "+d)
+		}
+	}
+	sort.Strings(wantErrors)
+	assert.Equal(t, wantErrors, c.onDates(declined, "ERROR"))
+	assert.Equal(t, wantStale, c.onDates(declined, "STALE"))
+	assert.Empty(t, c.onDates(declined, "COMPLETED"))
+
+	// Stripe saw exactly those attempts: one idempotency key per attempt,
+	// so one per period for the card and the bank debit.
+	keys := map[string]int{}
+	perSub := map[string]int{}
+	for _, pi := range bill.PIs() {
+		keys[pi.IdempotencyKey]++
+		perSub[pi.Metadata[billing.MetaSubscription]]++
+	}
+	for k, n := range keys {
+		assert.Equal(t, 1, n, "idempotency key %s used by %d PaymentIntents", k, n)
+	}
+	assert.Equal(t, len(monthEnds), perSub[card])
+	assert.Equal(t, len(tenths), perSub[ach])
+	assert.Equal(t, len(wantErrors), perSub[declined])
+	assert.Equal(t, 5, perSub[otherSub], "the other clock: Jan 31 … May 31 2027, nothing of the first clock's")
+
+	// Receipts: one per successful charge, processed on the clock's date.
+	var receipts []string
+	cursor := ""
+	for {
+		path := "/internal/v1/accounts/acc-clock/receipts?limit=1000"
+		if cursor != "" {
+			path += "&cursor=" + cursor
+		}
+		status, page := c.api(http.MethodGet, path, nil)
+		require.Equal(t, http.StatusOK, status)
+		for _, r := range page["data"].([]any) {
+			r := r.(map[string]any)
+			if r["subscription_id"] == card {
+				receipts = append(receipts, r["processed_date"].(string)+" for "+r["billing_date"].(string))
+			}
+		}
+		if cursor, _ = page["next_cursor"].(string); cursor == "" {
+			break
+		}
+	}
+	sort.Strings(receipts)
+	assert.Equal(t, each(monthEnds, onItsDay), receipts)
+
+	// An advance over days already passed does nothing.
+	before := len(bill.PIs())
+	status, body := c.api(http.MethodPost, "/internal/v1/test_clocks/"+clock+"/advance", map[string]any{"frozen_time": "2028-02-01T00:00:00Z"})
+	assert.Equal(t, http.StatusBadRequest, status, "%v", body)
+	status, _ = c.api(http.MethodPost, "/internal/v1/test_clocks/"+clock+"/advance", map[string]any{"frozen_time": "2028-03-01T00:00:00Z"})
+	assert.Equal(t, http.StatusBadRequest, status)
+	assert.Len(t, bill.PIs(), before)
+
+	// Deleting the clock cancels its subscriptions and says why.
+	status, _ = c.api(http.MethodDelete, "/internal/v1/test_clocks/"+clock, nil)
+	require.Equal(t, http.StatusOK, status)
+	for _, sub := range []string{card, declined, ach} {
+		status, got := c.api(http.MethodGet, "/internal/v1/accounts/acc-clock/subscriptions/"+sub, nil)
+		require.Equal(t, http.StatusOK, status)
+		assert.Equal(t, "CANCELLED", got["status"], sub)
+	}
+	sink.mu.Lock()
+	assert.Empty(t, sink.bad, "every action delivery was signed")
+	sink.mu.Unlock()
+	require.NoError(t, srv.stop(30*time.Second), fmt.Sprintf("serve exited uncleanly\n%s", srv.allLogs()))
+}
