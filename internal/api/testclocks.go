@@ -15,6 +15,7 @@ import (
 type TestClocks interface {
 	CreateClock(ctx context.Context, frozen time.Time, name string) (billing.Clock, error)
 	GetClock(ctx context.Context, id string, runs int32) (billing.Clock, []billing.ClockRun, error)
+	ListClocks(ctx context.Context) ([]billing.Clock, error)
 	AdvanceClock(ctx, life context.Context, id string, to time.Time) (billing.Clock, <-chan struct{}, error)
 	DeleteClock(ctx context.Context, id string) error
 }
@@ -39,6 +40,7 @@ func registerTestClocks(g router, svc TestClocks, livemode bool, background cont
 		}
 	}
 	g.POST("/test_clocks", guard(h.create))
+	g.GET("/test_clocks", guard(h.list))
 	g.GET("/test_clocks/:id", guard(h.get))
 	g.POST("/test_clocks/:id/advance", guard(h.advance))
 	g.DELETE("/test_clocks/:id", guard(h.delete))
@@ -132,6 +134,22 @@ func (h clockRoutes) create(c echo.Context) error {
 		return billingError(err)
 	}
 	return c.JSON(http.StatusCreated, TestClockJSON(clock, nil))
+}
+
+// list answers every clock, newest first, without runs (a handful: no paging).
+func (h clockRoutes) list(c echo.Context) error {
+	if len(c.QueryParams()) > 0 {
+		return apperr.New(apperr.CodeInvalidParameter, "no query parameters are accepted")
+	}
+	clocks, err := h.svc.ListClocks(c.Request().Context())
+	if err != nil {
+		return billingError(err)
+	}
+	out := make([]TestClock, 0, len(clocks))
+	for _, clock := range clocks {
+		out = append(out, TestClockJSON(clock, nil))
+	}
+	return c.JSON(http.StatusOK, map[string]any{"data": out, "next_cursor": nil})
 }
 
 func (h clockRoutes) get(c echo.Context) error {

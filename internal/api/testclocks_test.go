@@ -99,6 +99,10 @@ func TestTestClockRoutes(t *testing.T) {
 	}
 	assert.Equal(t, 1.0, charged, "Jan 10")
 
+	status, list := c.do(http.MethodGet, "/test_clocks", nil)
+	require.Equal(t, http.StatusOK, status)
+	require.Len(t, list["data"], 1)
+	assert.Equal(t, id, list["data"].([]any)[0].(map[string]any)["id"])
 	status, got := c.do(http.MethodGet, "/test_clocks/"+id, nil)
 	require.Equal(t, http.StatusOK, status)
 	assert.Equal(t, clock["runs"], got["runs"])
@@ -112,6 +116,8 @@ func TestTestClockRoutes(t *testing.T) {
 	assert.Equal(t, true, body["deleted"])
 	status, _ = c.do(http.MethodGet, "/test_clocks/"+id, nil)
 	assert.Equal(t, http.StatusNotFound, status)
+	_, list = c.do(http.MethodGet, "/test_clocks", nil)
+	assert.Empty(t, list["data"], "a deleted clock leaves the list")
 	status, sub = c.do(http.MethodGet, "/accounts/acc-1/subscriptions/"+sub["subscription_id"].(string), nil)
 	require.Equal(t, http.StatusOK, status)
 	assert.Equal(t, "CANCELLED", sub["status"])
@@ -153,6 +159,7 @@ func TestTestClockRoutesAnswer403InLivemode(t *testing.T) {
 		{http.MethodPost, "/test_clocks", map[string]any{"frozen_time": "2027-01-01T00:00:00Z"}},
 		{http.MethodPost, "/test_clocks", "not even JSON"},
 		{http.MethodGet, "/test_clocks/clock_1", nil},
+		{http.MethodGet, "/test_clocks", nil},
 		{http.MethodGet, "/test_clocks/" + strings.Repeat("x", 200), nil},
 		{http.MethodPost, "/test_clocks/clock_1/advance", map[string]any{"frozen_time": "2027-02-01T00:00:00Z"}},
 		{http.MethodDelete, "/test_clocks/clock_1", nil},

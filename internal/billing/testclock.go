@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -138,11 +139,58 @@ func (s *Service) GetClock(ctx context.Context, id string, limit int32) (Clock, 
 		c.Error = fmt.Sprintf("the advance stopped at %s (its process went away); advance again to continue",
 			c.ReachedTime.Format(time.RFC3339))
 	}
+	if limit <= 0 {
+		return c, nil, nil
+	}
 	runs, err := s.store.ClockRuns(ctx, id, limit)
 	if err != nil {
 		return Clock{}, nil, err
 	}
 	return c, runs, nil
+}
+
+// ListClocks reads every test clock, newest first.
+func (s *Service) ListClocks(ctx context.Context) ([]Clock, error) {
+	if s.cfg.Livemode {
+		return nil, ErrLivemode
+	}
+	ids, err := s.store.ListClockIDs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	clocks := make([]Clock, 0, len(ids))
+	for _, id := range ids {
+		c, _, err := s.GetClock(ctx, id, 0)
+		if errors.Is(err, ErrNotFound) {
+			continue // deleted meanwhile
+		}
+		if err != nil {
+			return nil, err
+		}
+		clocks = append(clocks, c)
+	}
+	sort.Slice(clocks, func(i, j int) bool { return clocks[i].CreatedAt.After(clocks[j].CreatedAt) })
+	return clocks, nil
+}
+
+// ClockSubscriptions reads the subscriptions created on clock id.
+func (s *Service) ClockSubscriptions(ctx context.Context, id string) ([]Subscription, error) {
+	members, err := s.store.ClockMembers(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	subs := make([]Subscription, 0, len(members))
+	for _, m := range members {
+		sub, err := s.store.GetSubscription(ctx, m.AccountID, m.SubscriptionID)
+		if errors.Is(err, ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		subs = append(subs, sub)
+	}
+	return subs, nil
 }
 
 // AdvanceClock moves clock id to to, running every day's jobs in between.

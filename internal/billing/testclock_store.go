@@ -20,6 +20,7 @@ import (
 //	clock         PK=CLOCK#<clock>  SK=CLOCK
 //	member        PK=CLOCK#<clock>  SK=MEM#<account>#<subscription>
 //	run           PK=CLOCK#<clock>  SK=RUN#<clock time, RFC 3339>
+//	registry      PK=CLOCKS         SK=<clock>   (ListClocks, no scan)
 //
 // A clock's subscriptions and periods carry TestClock, which puts their
 // index entries in the clock's own partitions (items.go indexPartition).
@@ -28,6 +29,7 @@ const (
 	skClock      = "CLOCK"
 	prefixMember = "MEM#"
 	prefixRun    = "RUN#"
+	pkClocks     = "CLOCKS"
 )
 
 func clockPK(id string) string { return prefixClock + id }
@@ -92,13 +94,24 @@ type runItem struct {
 	Error         string `dynamodbav:"Error,omitempty"`
 }
 
-// PutClock writes c if it is still at c.Version (0: creates it) and
-// advances c.Version; ErrConflict when it changed meanwhile.
+type clockRegistryItem struct {
+	PK      string `dynamodbav:"PK"`
+	SK      string `dynamodbav:"SK"`
+	Type    string `dynamodbav:"Type"`
+	ClockID string `dynamodbav:"ClockId"`
+}
+
+// PutClock writes c if it is still at c.Version (0: creates it, with its
+// registry entry) and advances c.Version; ErrConflict when it changed
+// meanwhile.
 func (s *Store) PutClock(ctx context.Context, c *Clock, now time.Time) error {
 	cond := versionCond(c.Version)
+	tx := s.NewTx("clock", now)
+	if c.Version == 0 {
+		tx.put(clockRegistryItem{PK: pkClocks, SK: c.ID, Type: "CLOCKREG", ClockID: c.ID}, nil)
+	}
 	c.Version++
 	c.UpdatedAt = now
-	tx := s.NewTx("clock", now)
 	tx.put(toClockItem(*c), &cond)
 	if err := s.Commit(ctx, tx); err != nil {
 		c.Version--
@@ -216,7 +229,27 @@ func (s *Store) DeleteClockItems(ctx context.Context, clock string) error {
 	if _, err := s.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: aws.String(s.table), Key: key(clockPK(clock), skClock)}); err != nil {
 		return fmt.Errorf("delete test clock: %w", err)
 	}
+	if _, err := s.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: aws.String(s.table), Key: key(pkClocks, clock)}); err != nil {
+		return fmt.Errorf("delete test clock registry entry: %w", err)
+	}
 	return nil
+}
+
+// ListClockIDs lists the ids of every test clock (the registry; a handful).
+func (s *Store) ListClockIDs(ctx context.Context) ([]string, error) {
+	var ids []string
+	err := s.queryAll(ctx, pkClocks, "clock_", func(raw map[string]types.AttributeValue) error {
+		var it clockRegistryItem
+		if err := attributevalue.UnmarshalMap(raw, &it); err != nil {
+			return fmt.Errorf("decode test clock registry: %w", err)
+		}
+		ids = append(ids, it.ClockID)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list test clocks: %w", err)
+	}
+	return ids, nil
 }
 
 // RenewClockLease extends the lease of an advancing clock held by owner
