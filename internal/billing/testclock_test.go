@@ -234,3 +234,51 @@ func TestTestClocksRefusedInLivemode(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, page.Items, "nothing created")
 }
+
+func TestTestClockPauseAndResumeUseTheClocksToday(t *testing.T) {
+	t.Parallel()
+	e := billingtest.NewEnv(t, billingtest.Options{}) // real time: 2024
+	clock, err := e.Service.CreateClock(ctx, utc("2027-01-01T00:00:00Z"), "")
+	require.NoError(t, err)
+	in := billingtest.Input("gold", 10)
+	in.TestClock = clock.ID
+	sub, err := e.Service.CreateSubscription(ctx, "acc-1", in)
+	require.NoError(t, err)
+	advance(t, e, clock.ID, "2027-01-15T00:00:00Z")
+
+	// Paused on the clock's Jan 15: the next period (Feb 10) is skipped.
+	_, err = update(e, "acc-1", sub.SubscriptionID, billing.Change{Action: "pause", Months: 1})
+	require.NoError(t, err)
+	advance(t, e, clock.ID, "2027-02-20T00:00:00Z")
+	got, err := e.Service.GetSubscription(ctx, "acc-1", sub.SubscriptionID)
+	require.NoError(t, err)
+	assert.Equal(t, billing.SubActive, got.Status, "the pause ended after its one period")
+	assert.Equal(t, "2027-03-10", got.NextPaymentDate.String())
+
+	// Paused again for two months, resumed early on the clock's Mar 1: Mar 10
+	// is charged after all, announced 7 days before.
+	_, err = update(e, "acc-1", sub.SubscriptionID, billing.Change{Action: "pause", Months: 2})
+	require.NoError(t, err)
+	advance(t, e, clock.ID, "2027-03-01T00:00:00Z")
+	_, err = update(e, "acc-1", sub.SubscriptionID, billing.Change{Action: "resume"})
+	require.NoError(t, err)
+	advance(t, e, clock.ID, "2027-04-01T00:00:00Z")
+
+	assert.Equal(t, []string{"2027-01-10 for 2027-01-10", "2027-03-10 for 2027-03-10"}, completedOn(t, e, sub))
+	assert.Equal(t, []string{"2027-02-10"}, periodsWith(t, e, sub, billing.PausedSkipped))
+	assert.Equal(t, []string{"2027-01-03 for 2027-01-10", "2027-03-03 for 2027-03-10"}, reminders(e, sub.SubscriptionID))
+}
+
+// periodsWith lists the scheduled dates of sub's periods in status.
+func periodsWith(t *testing.T, e *billingtest.Env, sub billing.Subscription, status billing.Status) []string {
+	t.Helper()
+	periods, err := e.Store.ListPeriods(ctx, sub.AccountID, sub.SubscriptionID)
+	require.NoError(t, err)
+	var out []string
+	for _, p := range periods {
+		if p.Status == status {
+			out = append(out, p.BillingDate.String())
+		}
+	}
+	return out
+}
