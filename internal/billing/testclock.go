@@ -301,7 +301,13 @@ func (s *Service) advanceClock(ctx context.Context, c Clock, owner string) {
 		}
 		if err := s.store.RenewClockLease(ctx, c.ID, owner, reached, s.wall().Add(s.cfg.ClockLease), s.wall()); err != nil {
 			log.Warn("test clock: advance stopped", "error", err)
-			return // lost the claim (or shutting down): whoever holds it now goes on
+			if errors.Is(err, ErrConflict) {
+				return // lost the claim: whoever holds it now goes on
+			}
+			// Shutting down, or the table failed: say so at once rather
+			// than when the lease runs out; the next advance goes on.
+			s.endAdvance(context.WithoutCancel(ctx), c.ID, owner, reached, ClockFailed, "the advance stopped: "+err.Error())
+			return
 		}
 	}
 	s.endAdvance(context.WithoutCancel(ctx), c.ID, owner, reached, ClockReady, "")
