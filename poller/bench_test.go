@@ -19,6 +19,7 @@ import (
 
 	"github.com/stripe-payments/stripe-payments/internal/events"
 	"github.com/stripe-payments/stripe-payments/internal/handler"
+	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
 	"github.com/stripe-payments/stripe-payments/internal/tracking"
 	"github.com/stripe-payments/stripe-payments/poller"
 )
@@ -114,12 +115,12 @@ func seed(b *testing.B, e *env, store *events.Store, account string, n int) []st
 	for range 16 {
 		wg.Go(func() {
 			for i := range work {
-				ev, err := events.Parse(payloads[i])
+				ev, err := stripeevent.Parse(payloads[i])
 				if err != nil {
 					failed.Store(err)
 					continue
 				}
-				rec := events.NewRecord(ev, payloads[i], platform, 720*time.Hour, events.SourceWebhook, time.Now())
+				rec := events.NewRecord(ev, payloads[i], platform, 720*time.Hour, stripeevent.SourceWebhook, time.Now())
 				rec.Status, rec.ProcessedAt = events.StatusProcessed, time.Now()
 				if err := store.Put(context.Background(), rec); err != nil {
 					failed.Store(err)

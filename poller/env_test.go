@@ -22,6 +22,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/config"
 	"github.com/stripe-payments/stripe-payments/internal/events"
 	"github.com/stripe-payments/stripe-payments/internal/handler"
+	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
 	"github.com/stripe-payments/stripe-payments/internal/stripetest"
 	"github.com/stripe-payments/stripe-payments/internal/testenv"
 	"github.com/stripe-payments/stripe-payments/internal/tracking"
@@ -211,21 +212,21 @@ func (e *env) list(account string, payload []byte) {
 // deliver has the webhook deliver the event: recorded and processed.
 func (e *env) deliver(payload []byte) {
 	e.t.Helper()
-	ev, err := events.Parse(payload)
+	ev, err := stripeevent.Parse(payload)
 	require.NoError(e.t, err)
-	outcome, err := e.handler.Handle(context.Background(), ev, payload, events.SourceWebhook)
+	outcome, err := e.handler.Handle(context.Background(), ev, payload, stripeevent.SourceWebhook)
 	require.NoError(e.t, err)
-	require.Equal(e.t, handler.Applied, outcome)
+	require.Equal(e.t, stripeevent.Applied, outcome)
 }
 
 // recordOnly records the event as a delivery that never got processed
 // (crash after the record), optionally marked failed.
 func (e *env) recordOnly(payload []byte, failed bool) {
 	e.t.Helper()
-	ev, err := events.Parse(payload)
+	ev, err := stripeevent.Parse(payload)
 	require.NoError(e.t, err)
 	ctx := context.Background()
-	rec := events.NewRecord(ev, payload, platform, 720*time.Hour, events.SourceWebhook, time.Now())
+	rec := events.NewRecord(ev, payload, platform, 720*time.Hour, stripeevent.SourceWebhook, time.Now())
 	if failed {
 		require.NoError(e.t, e.app.Events.RecordFailure(ctx, rec, errors.New("postgres went away")))
 		return

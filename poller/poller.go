@@ -25,7 +25,7 @@ import (
 	"time"
 
 	"github.com/stripe-payments/stripe-payments/internal/events"
-	"github.com/stripe-payments/stripe-payments/internal/handler"
+	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
 )
 
 // Defaults of Config.
@@ -556,7 +556,7 @@ dispatch:
 func (p *Poller) replayOne(ctx context.Context, c Candidate, counts *Counts, mu *sync.Mutex, total int) bool {
 	log := p.log.With("event_id", c.ID, "event_type", c.Type, "stripe_account", c.Account, "reason", string(c.Reason))
 	var (
-		outcome handler.Outcome
+		outcome stripeevent.Outcome
 		err     error
 	)
 	for attempt := 0; attempt < p.cfg.ReplayAttempts; attempt++ {
@@ -583,11 +583,11 @@ func (p *Poller) replayOne(ctx context.Context, c Candidate, counts *Counts, mu 
 		counts.Failed++
 		log.Error("replay failed; the checkpoint holds before this event", "error", err, "created", c.Created)
 		return false
-	case outcome == handler.Duplicate:
+	case outcome == stripeevent.Duplicate:
 		// Processed meanwhile (a concurrent webhook delivery).
 		counts.AlreadyProcessed++
 		return true
-	case outcome == handler.Ignored:
+	case outcome == stripeevent.Ignored:
 		counts.Ignored++
 		log.Warn("replayed event was ignored (livemode differs from the API key's mode)")
 		return true

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stripe-payments/stripe-payments/internal/events"
+	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
 	"github.com/stripe-payments/stripe-payments/internal/tracking"
 	"github.com/stripe-payments/stripe-payments/poller"
 )
@@ -66,9 +67,9 @@ func TestRunReconcilesThePlatformAndConnectedAccounts(t *testing.T) {
 				require.True(t, ok, "%s (%s) recorded", ev.id, ev.state)
 				assert.Equal(t, events.StatusProcessed, rec.Status, ev.state)
 				assert.Equal(t, ev.account, rec.StripeAccount, ev.state)
-				want := events.SourceWebhook
+				want := stripeevent.SourceWebhook
 				if ev.state == "missing" {
-					want = events.SourcePoller
+					want = stripeevent.SourcePoller
 				}
 				assert.Equal(t, want, rec.Source, ev.state)
 				assert.Equal(t, 1, e.ledger(ev.id), "effects applied exactly once: %s", ev.state)
@@ -413,7 +414,7 @@ func TestServeRunsThePollerWhenPollEveryIsSet(t *testing.T) {
 		return ok && rec.Status == events.StatusProcessed
 	}, 15*time.Second, 50*time.Millisecond)
 	rec, _ := e.record(missing)
-	assert.Equal(t, events.SourcePoller, rec.Source)
+	assert.Equal(t, stripeevent.SourcePoller, rec.Source)
 
 	var text string
 	require.Eventually(t, func() bool {

@@ -10,16 +10,13 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/stripe/stripe-go/v76"
-
-	"github.com/stripe-payments/stripe-payments/internal/events"
-	"github.com/stripe-payments/stripe-payments/internal/handler"
+	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
 	"github.com/stripe-payments/stripe-payments/webhook"
 )
 
 // Replayer drives one event through the one event handler.
 type Replayer interface {
-	Replay(ctx context.Context, id string, payload []byte) (handler.Outcome, error)
+	Replay(ctx context.Context, id string, payload []byte) (stripeevent.Outcome, error)
 }
 
 // ErrPermanent marks a replay failure that retrying cannot fix (the endpoint
@@ -48,19 +45,19 @@ func NewWebhookReplayer(url, secret string, client *http.Client) *WebhookReplaye
 }
 
 // Replay implements Replayer.
-func (r *WebhookReplayer) Replay(ctx context.Context, id string, payload []byte) (handler.Outcome, error) {
+func (r *WebhookReplayer) Replay(ctx context.Context, id string, payload []byte) (stripeevent.Outcome, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.url, bytes.NewReader(payload))
 	if err != nil {
-		return handler.Failed, fmt.Errorf("replay %s: %w: %v", id, ErrPermanent, err)
+		return stripeevent.Failed, fmt.Errorf("replay %s: %w: %v", id, ErrPermanent, err)
 	}
 	req.Header.Set("Content-Type", "application/json")
 	// The signature's timestamp is the wall clock: the endpoint checks it
 	// against its own clock with a 300 s tolerance.
 	req.Header.Set("Stripe-Signature", webhook.Sign(payload, r.secret, r.now()))
-	req.Header.Set(webhook.SourceHeader, string(events.SourcePoller))
+	req.Header.Set(webhook.SourceHeader, string(stripeevent.SourcePoller))
 	resp, err := r.client.Do(req)
 	if err != nil {
-		return handler.Failed, fmt.Errorf("replay %s: post: %w", id, err)
+		return stripeevent.Failed, fmt.Errorf("replay %s: post: %w", id, err)
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
@@ -76,36 +73,31 @@ func (r *WebhookReplayer) Replay(ctx context.Context, id string, payload []byte)
 		if resp.StatusCode >= 400 && resp.StatusCode < 500 && resp.StatusCode != http.StatusTooManyRequests {
 			err = fmt.Errorf("%w: %w", ErrPermanent, err)
 		}
-		return handler.Failed, err
+		return stripeevent.Failed, err
 	}
 	var ok webhook.Response
 	if err := json.Unmarshal(body, &ok); err != nil || ok.Outcome == "" {
-		return handler.Failed, fmt.Errorf("replay %s: unexpected answer %q", id, truncate(body, 200))
+		return stripeevent.Failed, fmt.Errorf("replay %s: unexpected answer %q", id, truncate(body, 200))
 	}
-	return handler.Outcome(ok.Outcome), nil
-}
-
-// EventHandler is the one event handler, as the in-process replayer uses it.
-type EventHandler interface {
-	Handle(ctx context.Context, ev *stripe.Event, payload []byte, source events.Source) (handler.Outcome, error)
+	return stripeevent.Outcome(ok.Outcome), nil
 }
 
 // HandlerReplayer replays in-process: it parses the payload and calls the
 // handler directly with source poller.
 type HandlerReplayer struct {
-	h EventHandler
+	h stripeevent.Handler
 }
 
 // NewHandlerReplayer returns an in-process replayer.
-func NewHandlerReplayer(h EventHandler) *HandlerReplayer { return &HandlerReplayer{h: h} }
+func NewHandlerReplayer(h stripeevent.Handler) *HandlerReplayer { return &HandlerReplayer{h: h} }
 
 // Replay implements Replayer.
-func (r *HandlerReplayer) Replay(ctx context.Context, id string, payload []byte) (handler.Outcome, error) {
-	ev, err := events.Parse(payload)
+func (r *HandlerReplayer) Replay(ctx context.Context, id string, payload []byte) (stripeevent.Outcome, error) {
+	ev, err := stripeevent.Parse(payload)
 	if err != nil {
-		return handler.Failed, fmt.Errorf("replay %s: %w: %w", id, ErrPermanent, err)
+		return stripeevent.Failed, fmt.Errorf("replay %s: %w: %w", id, ErrPermanent, err)
 	}
-	outcome, err := r.h.Handle(ctx, ev, payload, events.SourcePoller)
+	outcome, err := r.h.Handle(ctx, ev, payload, stripeevent.SourcePoller)
 	if err != nil {
 		return outcome, fmt.Errorf("replay %s: %w", id, err)
 	}

@@ -1,18 +1,15 @@
 package webhook
 
 import (
-	"context"
 	"errors"
 	"io"
 	"log/slog"
 	"net/http"
 
 	"github.com/labstack/echo/v4"
-	"github.com/stripe/stripe-go/v76"
 
 	"github.com/stripe-payments/stripe-payments/internal/apperr"
-	"github.com/stripe-payments/stripe-payments/internal/events"
-	"github.com/stripe-payments/stripe-payments/internal/handler"
+	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
 )
 
 // Path is where Stripe delivers events (DESIGN §4, Contract).
@@ -22,11 +19,6 @@ const Path = "/webhooks/stripe"
 // is honoured only on a request whose signature verified.
 const SourceHeader = "Stripe-Payments-Source"
 
-// EventHandler is what the endpoint hands verified events to.
-type EventHandler interface {
-	Handle(ctx context.Context, ev *stripe.Event, payload []byte, source events.Source) (handler.Outcome, error)
-}
-
 // RetryAfter is the Retry-After (seconds) of a 503: a full queue drains in
 // moments, a dependency outage is retried on the sender's schedule anyway.
 const RetryAfter = "5"
@@ -34,13 +26,13 @@ const RetryAfter = "5"
 // Endpoint serves POST /webhooks/stripe.
 type Endpoint struct {
 	verifier *Verifier
-	handler  EventHandler
+	handler  stripeevent.Handler
 	maxBody  int64
 	log      *slog.Logger
 }
 
 // NewEndpoint returns the endpoint. maxBody bounds the request body (1 MiB).
-func NewEndpoint(v *Verifier, h EventHandler, maxBody int64, log *slog.Logger) *Endpoint {
+func NewEndpoint(v *Verifier, h stripeevent.Handler, maxBody int64, log *slog.Logger) *Endpoint {
 	return &Endpoint{verifier: v, handler: h, maxBody: maxBody, log: log}
 }
 
@@ -72,12 +64,12 @@ func (ep *Endpoint) serve(c echo.Context) error {
 	if err := ep.verifier.Verify(payload, req.Header.Get("Stripe-Signature")); err != nil {
 		return verificationError(err)
 	}
-	ev, err := events.Parse(payload)
+	ev, err := stripeevent.Parse(payload)
 	if err != nil {
 		return apperr.Wrap(err, apperr.CodeInvalidEvent, "%s", err.Error())
 	}
-	source := events.SourceWebhook
-	if s := events.Source(req.Header.Get(SourceHeader)); s != "" {
+	source := stripeevent.SourceWebhook
+	if s := stripeevent.Source(req.Header.Get(SourceHeader)); s != "" {
 		if !s.Valid() {
 			return apperr.New(apperr.CodeInvalidParameter, "unknown %s %q", SourceHeader, s)
 		}
@@ -88,7 +80,7 @@ func (ep *Endpoint) serve(c echo.Context) error {
 		// 503 so that Stripe delivers the event again; Retry-After for
 		// senders that honour it (Stripe keeps its own schedule).
 		c.Response().Header().Set("Retry-After", RetryAfter)
-		if errors.Is(err, handler.ErrOverloaded) {
+		if errors.Is(err, stripeevent.ErrOverloaded) {
 			return apperr.Wrap(err, apperr.CodeUnavailable, "ingest queue full; event %s will be retried", ev.ID)
 		}
 		return apperr.Wrap(err, apperr.CodeUnavailable, "event %s could not be processed; it will be retried", ev.ID)

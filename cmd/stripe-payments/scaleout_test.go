@@ -30,6 +30,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/billing"
 	"github.com/stripe-payments/stripe-payments/internal/billing/billingtest"
 	"github.com/stripe-payments/stripe-payments/internal/events"
+	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
 	"github.com/stripe-payments/stripe-payments/internal/stripetest"
 	"github.com/stripe-payments/stripe-payments/internal/testenv"
 )
@@ -703,7 +704,7 @@ func (r *scaleRun) checkEvents(pool *pgx.Conn, store *events.Store) {
 		rec, ok := records[ev.id]
 		if !ok || rec.Status != events.StatusProcessed {
 			unprocessed = append(unprocessed, ev.id)
-		} else if !ev.sent && rec.Source != events.SourcePoller {
+		} else if !ev.sent && rec.Source != stripeevent.SourcePoller {
 			notPolled = append(notPolled, ev.id+" ("+string(rec.Source)+")")
 		}
 		if ledger[ev.id] != 1 {

@@ -8,6 +8,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/stripe-payments/stripe-payments/internal/api/openapi"
+	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
 )
 
 // Prefix of every internal route.
@@ -16,7 +17,7 @@ const Prefix = "/internal/v1"
 // Deps are what the API reads and drives.
 type Deps struct {
 	Events  EventReader
-	Handler EventHandler
+	Handler stripeevent.Handler
 	// Fetcher may be nil: replays then need the stored payload.
 	Fetcher EventFetcher
 	// PlatformAccount is STRIPE_PLATFORM_ACCOUNT: a replay fetched as it

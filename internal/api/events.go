@@ -13,7 +13,7 @@ import (
 
 	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/events"
-	"github.com/stripe-payments/stripe-payments/internal/handler"
+	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
 )
 
 // EventReader is the part of the events store the API reads.
@@ -22,11 +22,6 @@ type EventReader interface {
 	ByDate(ctx context.Context, date string, r events.Range, limit int32, cursor string) (events.Page, error)
 	ByAccount(ctx context.Context, account string, r events.Range, limit int32, cursor string) (events.Page, error)
 	BySubscription(ctx context.Context, subscription string, r events.Range, limit int32, cursor string) (events.Page, error)
-}
-
-// EventHandler re-drives an event (the one handler).
-type EventHandler interface {
-	Handle(ctx context.Context, ev *stripe.Event, payload []byte, source events.Source) (handler.Outcome, error)
 }
 
 // EventFetcher reads an event from Stripe's Events API, for a replay of an
@@ -84,7 +79,7 @@ var (
 
 type eventRoutes struct {
 	store    EventReader
-	handler  EventHandler
+	handler  stripeevent.Handler
 	fetcher  EventFetcher
 	platform string // STRIPE_PLATFORM_ACCOUNT
 }
@@ -304,7 +299,7 @@ func (h eventRoutes) replayEvent(ctx context.Context, id, account string) (Repla
 	default:
 		return result, apperr.Wrap(err, apperr.CodeUnavailable, "could not read event")
 	}
-	ev, err := events.Parse(payload)
+	ev, err := stripeevent.Parse(payload)
 	if err != nil {
 		if result.PayloadSource == "stripe" {
 			return result, apperr.Wrap(err, apperr.CodeUpstream, "Stripe answered %s with something that is not an event", id)
@@ -316,7 +311,7 @@ func (h eventRoutes) replayEvent(ctx context.Context, id, account string) (Repla
 			return result, err
 		}
 	}
-	outcome, err := h.handler.Handle(ctx, ev, payload, events.SourceReplay)
+	outcome, err := h.handler.Handle(ctx, ev, payload, stripeevent.SourceReplay)
 	if err != nil {
 		return result, apperr.Wrap(err, apperr.CodeUnavailable, "event %s could not be processed; it stays re-drivable", id)
 	}
@@ -362,7 +357,7 @@ func (h eventRoutes) fetchedAs(id, account string, payload []byte, ev *stripe.Ev
 	if err != nil {
 		return nil, nil, apperr.Wrap(err, apperr.CodeInternal, "file event %s under %s", id, account)
 	}
-	ev, err = events.Parse(filed)
+	ev, err = stripeevent.Parse(filed)
 	if err != nil {
 		return nil, nil, apperr.Wrap(err, apperr.CodeInternal, "file event %s under %s", id, account)
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/stripe-payments/stripe-payments/internal/app"
 	"github.com/stripe-payments/stripe-payments/internal/events"
+	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
 	"github.com/stripe-payments/stripe-payments/internal/stripetest"
 )
 
@@ -173,9 +174,9 @@ func TestReplay(t *testing.T) {
 
 	t.Run("a failed event becomes processed", func(t *testing.T) {
 		payload := stripetest.Event{Fixture: "payment_intent.succeeded"}.Build(t)
-		ev, err := events.Parse(payload)
+		ev, err := stripeevent.Parse(payload)
 		require.NoError(t, err)
-		rec := events.NewRecord(ev, payload, a.Config.PlatformAccount, a.Config.EventTTL, events.SourceWebhook, time.Now())
+		rec := events.NewRecord(ev, payload, a.Config.PlatformAccount, a.Config.EventTTL, stripeevent.SourceWebhook, time.Now())
 		require.NoError(t, a.Events.RecordFailure(ctx, rec, fmt.Errorf("postgres was down")))
 
 		status, body := replay(t, ev.ID, "")
@@ -199,7 +200,7 @@ func TestReplay(t *testing.T) {
 		assert.Equal(t, "acct_1Nv0FGQ9RKHgCVdK", sawAccount)
 		rec, err := a.Events.Get(ctx, missingID)
 		require.NoError(t, err)
-		assert.Equal(t, events.SourceReplay, rec.Source)
+		assert.Equal(t, stripeevent.SourceReplay, rec.Source)
 	})
 	t.Run("unknown everywhere", func(t *testing.T) {
 		status, body := replay(t, "evt_nowhere", "")

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stripe-payments/stripe-payments/internal/events"
+	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
 	"github.com/stripe-payments/stripe-payments/internal/stripetest"
 )
 
@@ -129,7 +130,7 @@ func TestReplayFetchedFromStripe(t *testing.T) {
 			assert.Equal(t, events.StatusProcessed, rec.Status)
 			// The stored payload says the same, so a re-drive from the
 			// table files it the same way.
-			stored, err := events.Parse(rec.Payload)
+			stored, err := stripeevent.Parse(rec.Payload)
 			require.NoError(t, err)
 			if tc.wantAccount != platform {
 				assert.Equal(t, tc.wantAccount, stored.Account)

@@ -12,7 +12,7 @@ import (
 
 	"github.com/stripe-payments/stripe-payments/internal/billing"
 	"github.com/stripe-payments/stripe-payments/internal/billing/billingtest"
-	"github.com/stripe-payments/stripe-payments/internal/events"
+	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
 )
 
 type syncBuffer struct {
@@ -84,7 +84,7 @@ func TestFeedRefusesPaymentIntentsTheServiceDidNotCreate(t *testing.T) {
 			refusedBefore := obs.refused[tc.reason]
 
 			for _, typ := range []string{"payment_intent.succeeded", "payment_intent.payment_failed", "payment_intent.processing"} {
-				ev, err := events.Parse(e.Stripe.Event(tc.pi, typ, e.Clock.Now()))
+				ev, err := stripeevent.Parse(e.Stripe.Event(tc.pi, typ, e.Clock.Now()))
 				require.NoError(t, err)
 				msg, ok, err := billing.FeedFromEvent(ev)
 				require.NoError(t, err)

@@ -11,12 +11,12 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/billing/billingtest"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
 	"github.com/stripe-payments/stripe-payments/internal/dynamo"
-	"github.com/stripe-payments/stripe-payments/internal/events"
+	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
 )
 
 func feed(t *testing.T, e *billingtest.Env, pi billingtest.PI, typ string) error {
 	t.Helper()
-	ev, err := events.Parse(e.Stripe.Event(pi, typ, e.Clock.Now()))
+	ev, err := stripeevent.Parse(e.Stripe.Event(pi, typ, e.Clock.Now()))
 	require.NoError(t, err)
 	msg, ok, err := billing.FeedFromEvent(ev)
 	require.NoError(t, err)

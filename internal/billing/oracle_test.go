@@ -28,6 +28,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/handler"
 	"github.com/stripe-payments/stripe-payments/internal/lock"
 	"github.com/stripe-payments/stripe-payments/internal/outbox"
+	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
 	"github.com/stripe-payments/stripe-payments/internal/testenv"
 	"github.com/stripe-payments/stripe-payments/internal/tracking"
 )
@@ -1010,9 +1011,9 @@ func (w *oracleWorld) webhooks(day dates.Date) {
 			}
 		}
 		q.touched = true
-		ev, err := events.Parse(payload)
+		ev, err := stripeevent.Parse(payload)
 		w.must(err)
-		_, err = w.handler.Handle(context.Background(), ev, payload, events.SourceWebhook)
+		_, err = w.handler.Handle(context.Background(), ev, payload, stripeevent.SourceWebhook)
 		w.must(err)
 	}
 	ctx := context.Background()

@@ -30,6 +30,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/events"
 	"github.com/stripe-payments/stripe-payments/internal/handler"
 	"github.com/stripe-payments/stripe-payments/internal/outbox"
+	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
 	"github.com/stripe-payments/stripe-payments/internal/testenv"
 	"github.com/stripe-payments/stripe-payments/internal/tracking"
 )
@@ -150,14 +151,14 @@ func (s *sim) later(d dates.Date, payload []byte) {
 // deliver sends an event through the one handler (sometimes twice, as
 // Stripe does) and drains the billing feed.
 func (s *sim) deliver(payload []byte) {
-	ev, err := events.Parse(payload)
+	ev, err := stripeevent.Parse(payload)
 	require.NoError(s.t, err)
 	times := 1
 	if s.chance(0.2) {
 		times = 2
 	}
 	for range times {
-		_, err := s.handler.Handle(context.Background(), ev, payload, events.SourceWebhook)
+		_, err := s.handler.Handle(context.Background(), ev, payload, stripeevent.SourceWebhook)
 		require.NoError(s.t, err)
 	}
 	s.stat("webhooks", 1)

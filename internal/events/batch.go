@@ -125,3 +125,11 @@ func (s *Store) RecordFailure(ctx context.Context, r Record, cause error) error 
 		And(expression.Name("status").NotEqual(expression.Value(string(StatusProcessed))))
 	return s.update(ctx, r.ID, update, notProcessed, true)
 }
+
+// truncate bounds a string kept on a record.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stripe-payments/stripe-payments/internal/events"
+	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
 	"github.com/stripe-payments/stripe-payments/internal/stripetest"
 )
 
@@ -26,9 +27,9 @@ func TestRecordOfAnIncompressibleEventOmitsThePayload(t *testing.T) {
 	_, _ = rand.Read(noise)
 	payload := stripetest.Event{Fixture: "customer.created", Object: map[string]any{"description": hex.EncodeToString(noise)}}.Build(t)
 	require.Less(t, len(payload), 1<<20, "the webhook accepts it")
-	ev, err := events.Parse(payload)
+	ev, err := stripeevent.Parse(payload)
 	require.NoError(t, err)
-	rec := events.NewRecord(ev, payload, platform, 720*time.Hour, events.SourceWebhook, f.now)
+	rec := events.NewRecord(ev, payload, platform, 720*time.Hour, stripeevent.SourceWebhook, f.now)
 
 	require.NoError(t, f.store.RecordFailure(ctx, rec, errors.New("postgres down")), "a failure record")
 	rec.Status, rec.ProcessedAt = events.StatusProcessed, f.now

@@ -6,6 +6,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/stripe-payments/stripe-payments/internal/events"
+	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
+	"github.com/stripe-payments/stripe-payments/internal/stripeid"
 	"github.com/stripe-payments/stripe-payments/internal/stripetest"
 )
 
@@ -28,11 +30,11 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte(`{"id":"evt_1","object":"event","type":"x","created":1,"data":{"object":{"object":"subscription","id":"sub_a/b"}}}`))
 	f.Add([]byte(`[]`))
 	f.Fuzz(func(t *testing.T, payload []byte) {
-		ev, err := events.Parse(payload)
+		ev, err := stripeevent.Parse(payload)
 		if err != nil {
 			return
 		}
-		rec := events.NewRecord(ev, payload, "acct_platform", time.Hour, events.SourceWebhook, time.Now())
+		rec := events.NewRecord(ev, payload, "acct_platform", time.Hour, stripeevent.SourceWebhook, time.Now())
 		if rec.ID == "" || rec.Type == "" || rec.StripeAccount == "" || rec.Created.IsZero() {
 			t.Fatalf("accepted event makes an incomplete record: %+v", rec)
 		}
@@ -46,7 +48,7 @@ func FuzzParse(f *testing.F) {
 				}
 			}
 		}
-		if rec.Subscription != "" && !events.ValidID(rec.Subscription, "sub_") {
+		if rec.Subscription != "" && !stripeid.Valid(rec.Subscription, "sub_") {
 			t.Fatalf("subscription %q is not a subscription id", rec.Subscription)
 		}
 		if y := rec.Created.Year(); y < 1970 || y > 9999 {

@@ -1,4 +1,6 @@
 // Package events holds the event record of DESIGN §5 and its DynamoDB store.
+// What an event is and how handling it ends (parsing, sources, outcomes) is
+// the vocabulary of package stripeevent, shared with code that stores nothing.
 package events
 
 import (
@@ -11,6 +13,8 @@ import (
 	"time"
 
 	"github.com/stripe/stripe-go/v76"
+
+	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
 )
 
 // Status is the processing state of a recorded event.
@@ -21,20 +25,6 @@ const (
 	StatusProcessed Status = "processed"
 	StatusFailed    Status = "failed"
 )
-
-// Source says how an event reached the handler.
-type Source string
-
-const (
-	SourceWebhook Source = "webhook"
-	SourcePoller  Source = "poller"
-	SourceReplay  Source = "replay"
-)
-
-// Valid reports whether s is one of the known sources.
-func (s Source) Valid() bool {
-	return s == SourceWebhook || s == SourcePoller || s == SourceReplay
-}
 
 // Layouts of the timestamp attributes (DESIGN §5, Contract).
 const (
@@ -62,7 +52,7 @@ type Record struct {
 	Status        Status
 	ReceivedAt    time.Time
 	ProcessedAt   time.Time
-	Source        Source
+	Source        stripeevent.Source
 	Attempts      int
 	LastError     string
 	Payload       []byte // raw event JSON, uncompressed in memory
@@ -85,7 +75,7 @@ func (r Record) Expired(now time.Time) bool {
 
 // NewRecord builds the record of a verified event. platformAccount stands in
 // for events that carry no Connect account.
-func NewRecord(ev *stripe.Event, payload []byte, platformAccount string, ttl time.Duration, source Source, now time.Time) Record {
+func NewRecord(ev *stripe.Event, payload []byte, platformAccount string, ttl time.Duration, source stripeevent.Source, now time.Time) Record {
 	created := time.Unix(ev.Created, 0).UTC()
 	account := ev.Account
 	if account == "" {
@@ -97,7 +87,7 @@ func NewRecord(ev *stripe.Event, payload []byte, platformAccount string, ttl tim
 		StripeAccount: account,
 		Created:       created,
 		Expiration:    created.Add(ttl),
-		Subscription:  SubscriptionID(ev),
+		Subscription:  stripeevent.SubscriptionID(ev),
 		APIVersion:    ev.APIVersion,
 		Livemode:      ev.Livemode,
 		Status:        StatusReceived,
@@ -106,44 +96,6 @@ func NewRecord(ev *stripe.Event, payload []byte, platformAccount string, ttl tim
 		Attempts:      1,
 		Payload:       payload,
 	}
-}
-
-// SubscriptionID finds the Stripe subscription an event is about: the object
-// itself when it is a subscription, else its `subscription` reference (invoices,
-// invoice items, subscription schedules, subscription items), expanded or not.
-func SubscriptionID(ev *stripe.Event) string {
-	if ev.Data == nil || ev.Data.Object == nil {
-		return ""
-	}
-	// Only a well-formed id becomes the index key: DynamoDB refuses empty
-	// or oversized key attributes, which would fail the event forever.
-	valid := func(id string) string {
-		if ValidID(id, "sub_") {
-			return id
-		}
-		return ""
-	}
-	obj := ev.Data.Object
-	if obj["object"] == "subscription" {
-		id, _ := obj["id"].(string)
-		return valid(id)
-	}
-	switch ref := obj["subscription"].(type) {
-	case string:
-		return valid(ref)
-	case map[string]interface{}:
-		id, _ := ref["id"].(string)
-		return valid(id)
-	}
-	// Invoices of newer API versions nest it under parent.subscription_details.
-	if parent, ok := obj["parent"].(map[string]interface{}); ok {
-		if details, ok := parent["subscription_details"].(map[string]interface{}); ok {
-			if id, ok := details["subscription"].(string); ok {
-				return valid(id)
-			}
-		}
-	}
-	return ""
 }
 
 // BestSpeed: event JSON compresses ~4x at level 1 too, at a fraction of

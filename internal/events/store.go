@@ -13,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/stripe-payments/stripe-payments/internal/dynamo"
+	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
 )
 
 // item is the DynamoDB shape of a Record (DESIGN §5, Contract), for
@@ -48,7 +49,7 @@ func fromItem(it item) (Record, error) {
 		ID: it.ID, Type: it.Type, StripeAccount: it.StripeAccount, Created: created,
 		Expiration: time.Unix(it.Expiration, 0).UTC(), Subscription: it.Subscription,
 		APIVersion: it.APIVersion, Livemode: it.Livemode, Status: Status(it.Status),
-		Source: Source(it.Source), Attempts: it.Attempts, LastError: it.LastError,
+		Source: stripeevent.Source(it.Source), Attempts: it.Attempts, LastError: it.LastError,
 	}
 	r.ReceivedAt, _ = time.Parse(bookkeepingTimeLayout, it.ReceivedAt)
 	if it.ProcessedAt != "" {

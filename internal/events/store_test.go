@@ -14,6 +14,7 @@ import (
 
 	"github.com/stripe-payments/stripe-payments/internal/dynamo"
 	"github.com/stripe-payments/stripe-payments/internal/events"
+	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
 	"github.com/stripe-payments/stripe-payments/internal/stripetest"
 	"github.com/stripe-payments/stripe-payments/internal/testenv"
 )
@@ -40,9 +41,9 @@ func newFixture(t *testing.T) *fixture {
 func (f *fixture) record(t *testing.T, e stripetest.Event) events.Record {
 	t.Helper()
 	payload := e.Build(t)
-	ev, err := events.Parse(payload)
+	ev, err := stripeevent.Parse(payload)
 	require.NoError(t, err)
-	rec := events.NewRecord(ev, payload, platform, 720*time.Hour, events.SourceWebhook, f.now)
+	rec := events.NewRecord(ev, payload, platform, 720*time.Hour, stripeevent.SourceWebhook, f.now)
 	require.NoError(t, f.store.Put(context.Background(), rec))
 	return rec
 }
@@ -101,9 +102,9 @@ func TestPlatformEventsAndSubscriptionExtraction(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			payload := tc.event.Build(t)
-			ev, err := events.Parse(payload)
+			ev, err := stripeevent.Parse(payload)
 			require.NoError(t, err)
-			rec := events.NewRecord(ev, payload, platform, time.Hour, events.SourceWebhook, time.Now())
+			rec := events.NewRecord(ev, payload, platform, time.Hour, stripeevent.SourceWebhook, time.Now())
 			assert.Equal(t, tc.wantAccount, rec.StripeAccount)
 			assert.Equal(t, tc.wantSubscription, rec.Subscription)
 		})
@@ -114,9 +115,9 @@ func TestFailureAndProcessedWrites(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
 	payload := stripetest.Event{Fixture: "payment_intent.succeeded"}.Build(t)
-	ev, err := events.Parse(payload)
+	ev, err := stripeevent.Parse(payload)
 	require.NoError(t, err)
-	rec := events.NewRecord(ev, payload, platform, 720*time.Hour, events.SourceWebhook, f.now)
+	rec := events.NewRecord(ev, payload, platform, 720*time.Hour, stripeevent.SourceWebhook, f.now)
 
 	// A first failure creates the record, failed; a second one counts.
 	require.NoError(t, f.store.RecordFailure(ctx, rec, fmt.Errorf("postgres down")))
@@ -159,9 +160,9 @@ func TestPutProcessedWritesManyBatches(t *testing.T) {
 	var ids []string
 	for range 60 { // three BatchWriteItem requests
 		payload := stripetest.Event{Fixture: "invoice.paid"}.Build(t)
-		ev, err := events.Parse(payload)
+		ev, err := stripeevent.Parse(payload)
 		require.NoError(t, err)
-		rec := events.NewRecord(ev, payload, platform, 720*time.Hour, events.SourceWebhook, f.now)
+		rec := events.NewRecord(ev, payload, platform, 720*time.Hour, stripeevent.SourceWebhook, f.now)
 		rec.Status, rec.ProcessedAt = events.StatusProcessed, f.now
 		recs = append(recs, rec)
 		ids = append(ids, rec.ID)

@@ -11,12 +11,8 @@ import (
 	"github.com/stripe/stripe-go/v76"
 
 	"github.com/stripe-payments/stripe-payments/internal/events"
+	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
 )
-
-// ErrOverloaded means the ingest queue is full: the delivery was not queued,
-// nothing was recorded, and the sender should come again later (the webhook
-// answers 503 with Retry-After).
-var ErrOverloaded = errors.New("ingest queue full")
 
 // ErrPanicked is the error of every delivery of a batch whose processing
 // panicked.
@@ -29,11 +25,11 @@ type pending struct {
 	ctx     context.Context
 	ev      *stripe.Event
 	rec     events.Record
-	outcome Outcome
+	outcome stripeevent.Outcome
 	err     error
 	done    chan struct{}
 	// unprocessable is set when the preparer found the object unusable
-	// (events.ErrUnprocessable): the event is rejected without its appliers.
+	// (stripeevent.ErrUnprocessable): the event is rejected without its appliers.
 	unprocessable error
 	size          int64 // bytes of payload it holds, for the queue bound
 }
@@ -46,7 +42,7 @@ type pending struct {
 // batch takes them all.
 //
 // It is bounded: the queue holds at most maxQueue deliveries and maxBytes of
-// payload (beyond, submit fails with ErrOverloaded at once); every batch
+// payload (beyond, submit fails with stripeevent.ErrOverloaded at once); every batch
 // runs under batchTimeout; a panic fails its batch only, and the flusher
 // goes on.
 type groupCommit struct {
@@ -76,12 +72,12 @@ type groupCommit struct {
 // gets the context error and p leaves the queue; if its batch had already
 // started, p may still be processed (harmlessly: its effects apply once, and
 // the sender will deliver it again).
-func (g *groupCommit) submit(ctx context.Context, p *pending) (Outcome, error) {
+func (g *groupCommit) submit(ctx context.Context, p *pending) (stripeevent.Outcome, error) {
 	p.ctx = ctx
 	g.mu.Lock()
 	if g.full(p.size) {
 		g.mu.Unlock()
-		return Failed, ErrOverloaded
+		return stripeevent.Failed, stripeevent.ErrOverloaded
 	}
 	if len(g.queue) == 0 {
 		g.waiting = time.Now()
@@ -103,7 +99,7 @@ func (g *groupCommit) submit(ctx context.Context, p *pending) (Outcome, error) {
 		if g.withdraw(p) && g.dropped != nil {
 			g.dropped(1)
 		}
-		return Failed, ctx.Err()
+		return stripeevent.Failed, ctx.Err()
 	}
 }
 
@@ -154,7 +150,7 @@ func (g *groupCommit) flush(ctx context.Context, own *pending) {
 		batch, gone := g.take()
 		g.mu.Unlock()
 		for _, p := range gone {
-			p.outcome, p.err = Failed, fmt.Errorf("dropped before processing: %w", context.Cause(p.ctx))
+			p.outcome, p.err = stripeevent.Failed, fmt.Errorf("dropped before processing: %w", context.Cause(p.ctx))
 			close(p.done)
 		}
 		if len(gone) > 0 && g.dropped != nil {
@@ -201,7 +197,7 @@ func (g *groupCommit) run(ctx context.Context, batch []*pending) {
 		err := fmt.Errorf("%w: %v", ErrPanicked, v)
 		for _, p := range batch {
 			if !isDone(p) {
-				p.outcome, p.err = Failed, err
+				p.outcome, p.err = stripeevent.Failed, err
 				close(p.done)
 			}
 		}

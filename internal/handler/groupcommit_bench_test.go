@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
 )
 
 // BenchmarkGroupCommit measures the group commit's own cost (queueing,
@@ -28,7 +30,7 @@ func newBenchGroup() *groupCommit {
 	return &groupCommit{maxBatch: 25, maxFlushers: 2, maxQueue: 1000, maxBytes: 64 << 20, batchTimeout: 5 * time.Second,
 		process: func(_ context.Context, batch []*pending) {
 			for _, p := range batch {
-				p.outcome = Applied
+				p.outcome = stripeevent.Applied
 				close(p.done)
 			}
 		}}

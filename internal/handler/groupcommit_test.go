@@ -17,6 +17,7 @@ import (
 
 	"github.com/stripe-payments/stripe-payments/internal/dynamo"
 	"github.com/stripe-payments/stripe-payments/internal/events"
+	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
 	"github.com/stripe-payments/stripe-payments/internal/stripetest"
 	"github.com/stripe-payments/stripe-payments/internal/testenv"
 	"github.com/stripe-payments/stripe-payments/internal/tracking"
@@ -42,7 +43,7 @@ func TestGroupCommitBatchesConcurrentDeliveries(t *testing.T) {
 		mu.Unlock()
 		inFlight.Add(-1)
 		for _, p := range batch {
-			p.outcome = Applied
+			p.outcome = stripeevent.Applied
 			close(p.done)
 		}
 	}}
@@ -54,7 +55,7 @@ func TestGroupCommitBatchesConcurrentDeliveries(t *testing.T) {
 			defer wg.Done()
 			outcome, err := g.submit(context.Background(), &pending{done: make(chan struct{})})
 			assert.NoError(t, err)
-			assert.Equal(t, Applied, outcome)
+			assert.Equal(t, stripeevent.Applied, outcome)
 		}()
 	}
 	wg.Wait()
@@ -96,9 +97,9 @@ func TestBatchIsolatesAPoisonEvent(t *testing.T) {
 	var batch []*pending
 	for range 5 {
 		payload := stripetest.Event{Fixture: "payment_intent.succeeded"}.Build(t)
-		ev, err := events.Parse(payload)
+		ev, err := stripeevent.Parse(payload)
 		require.NoError(t, err)
-		rec := events.NewRecord(ev, payload, "acct_platform_test", 720*time.Hour, events.SourceWebhook, time.Now())
+		rec := events.NewRecord(ev, payload, "acct_platform_test", 720*time.Hour, stripeevent.SourceWebhook, time.Now())
 		batch = append(batch, &pending{ev: ev, rec: rec, done: make(chan struct{})})
 	}
 	poisonID = batch[2].rec.ID
@@ -115,16 +116,16 @@ func TestBatchIsolatesAPoisonEvent(t *testing.T) {
 		require.NoError(t, err)
 		switch {
 		case p.rec.ID == poisonID:
-			assert.Equal(t, Failed, p.outcome)
+			assert.Equal(t, stripeevent.Failed, p.outcome)
 			assert.ErrorContains(t, p.err, "poison")
 			assert.Equal(t, events.StatusFailed, rec.Status)
 			assert.Zero(t, effects)
 		case i == len(batch)-1:
-			assert.Equal(t, Duplicate, p.outcome, "the second copy")
+			assert.Equal(t, stripeevent.Duplicate, p.outcome, "the second copy")
 			assert.Equal(t, 1, effects)
 		default:
 			assert.NoError(t, p.err)
-			assert.Equal(t, Applied, p.outcome)
+			assert.Equal(t, stripeevent.Applied, p.outcome)
 			assert.Equal(t, events.StatusProcessed, rec.Status)
 			assert.Equal(t, 1, effects)
 		}
@@ -154,7 +155,7 @@ func newBlockingGroup(flushers, maxQueue int, maxBytes int64) *blockingGroup {
 			b.seen = append(b.seen, batch...)
 			b.mu.Unlock()
 			for _, p := range batch {
-				p.outcome, p.err = Applied, ctx.Err()
+				p.outcome, p.err = stripeevent.Applied, ctx.Err()
 				close(p.done)
 			}
 		}}
@@ -195,12 +196,12 @@ func TestGroupCommitSurvivesPanics(t *testing.T) {
 			case 3:
 				// Answered before the panic: it keeps its answer, and is
 				// not answered twice.
-				batch[0].outcome = Applied
+				batch[0].outcome = stripeevent.Applied
 				close(batch[0].done)
 				panic("injected")
 			}
 			for _, p := range batch {
-				p.outcome = Applied
+				p.outcome = stripeevent.Applied
 				close(p.done)
 			}
 		}}
@@ -209,17 +210,17 @@ func TestGroupCommitSurvivesPanics(t *testing.T) {
 	for range 2 {
 		outcome, err := g.submit(context.Background(), &pending{done: make(chan struct{})})
 		require.ErrorIs(t, err, ErrPanicked)
-		assert.Equal(t, Failed, outcome)
+		assert.Equal(t, stripeevent.Failed, outcome)
 	}
 	outcome, err := g.submit(context.Background(), &pending{done: make(chan struct{})})
 	require.NoError(t, err)
-	assert.Equal(t, Applied, outcome)
+	assert.Equal(t, stripeevent.Applied, outcome)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	outcome, err = g.submit(ctx, &pending{done: make(chan struct{})})
 	require.NoError(t, err, "a delivery after the panics is processed")
-	assert.Equal(t, Applied, outcome)
+	assert.Equal(t, stripeevent.Applied, outcome)
 	assert.Equal(t, int32(3), panicked.Load(), "every panic reported")
 	assert.True(t, g.idle(), "every flusher slot released")
 }
@@ -248,8 +249,8 @@ func TestGroupCommitQueueIsBounded(t *testing.T) {
 				waitQueued(t, b.groupCommit, i+1)
 			}
 			outcome, err := b.submit(ctx, &pending{done: make(chan struct{}), size: tt.size})
-			require.ErrorIs(t, err, ErrOverloaded, "refused at once when full")
-			assert.Equal(t, Failed, outcome)
+			require.ErrorIs(t, err, stripeevent.ErrOverloaded, "refused at once when full")
+			assert.Equal(t, stripeevent.Failed, outcome)
 			assert.Equal(t, tt.fits, b.stats(time.Now()).Queued, "the refused delivery was not queued")
 
 			close(b.release)

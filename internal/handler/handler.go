@@ -24,6 +24,7 @@ import (
 	"github.com/stripe/stripe-go/v76"
 
 	"github.com/stripe-payments/stripe-payments/internal/events"
+	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
 	"github.com/stripe-payments/stripe-payments/internal/tracking"
 )
 
@@ -61,7 +62,7 @@ type Preparer func(ctx context.Context, ev *stripe.Event) error
 
 // Observer is told the outcome of every Handle call (metrics).
 type Observer interface {
-	Handled(eventType string, outcome Outcome, elapsed time.Duration)
+	Handled(eventType string, outcome stripeevent.Outcome, elapsed time.Duration)
 }
 
 // IngestObserver is told about the ingest path's protections at work
@@ -78,31 +79,6 @@ type IngestObserver interface {
 const (
 	ShedQueueFull  = "queue_full"
 	ShedCallerGone = "caller_gone"
-)
-
-// Outcome of handling one delivery.
-type Outcome string
-
-const (
-	// Applied: the event's effects were committed by this delivery.
-	Applied Outcome = "applied"
-	// Completed: the effects had been committed before (a crash between
-	// the commit and the record, or a concurrent delivery); the record was
-	// written now.
-	Completed Outcome = "completed"
-	// Duplicate: already recorded as processed; nothing was done.
-	Duplicate Outcome = "duplicate"
-	// Ignored: livemode differs from the configured key; nothing recorded.
-	Ignored Outcome = "ignored"
-	// Rejected: the event's object cannot be processed (its appliers report
-	// events.ErrUnprocessable: it does not decode, or names ids Stripe never
-	// issues). Retrying cannot change that, so it is recorded as processed,
-	// with the reason in last_error and no effect, and logged as an error.
-	// It takes no ledger entry: once the cause is fixed, an operator replay
-	// (POST /internal/v1/events/{id}/replay) applies it.
-	Rejected Outcome = "rejected"
-	// Failed: an error; the event is left re-drivable.
-	Failed Outcome = "failed"
 )
 
 // Config of the handler.
@@ -124,7 +100,7 @@ type Config struct {
 	BatchTimeout time.Duration
 	// QueueMax and QueueMaxBytes bound the deliveries waiting for a batch
 	// and their payload (defaults 1000 and 64 MiB); beyond, Handle fails at
-	// once with ErrOverloaded.
+	// once with stripeevent.ErrOverloaded.
 	QueueMax      int
 	QueueMaxBytes int64
 	// StuckAfter: Ready fails once the oldest queued delivery has waited
@@ -252,7 +228,7 @@ func (h *Handler) Ready(context.Context) error {
 // raw JSON, kept so the event can be re-driven without Stripe. An error means
 // the event may not be processed: the caller must answer so that it is
 // delivered again (5xx to Stripe).
-func (h *Handler) Handle(ctx context.Context, ev *stripe.Event, payload []byte, source events.Source) (Outcome, error) {
+func (h *Handler) Handle(ctx context.Context, ev *stripe.Event, payload []byte, source stripeevent.Source) (stripeevent.Outcome, error) {
 	start := h.now()
 	outcome, err := h.handle(ctx, ev, payload, source)
 	if h.observer != nil {
@@ -261,11 +237,11 @@ func (h *Handler) Handle(ctx context.Context, ev *stripe.Event, payload []byte, 
 	return outcome, err
 }
 
-func (h *Handler) handle(ctx context.Context, ev *stripe.Event, payload []byte, source events.Source) (Outcome, error) {
+func (h *Handler) handle(ctx context.Context, ev *stripe.Event, payload []byte, source stripeevent.Source) (stripeevent.Outcome, error) {
 	rec := events.NewRecord(ev, payload, h.cfg.PlatformAccount, h.cfg.EventTTL, source, h.now())
 	if ev.Livemode != h.cfg.Livemode {
 		h.logger(rec).Warn("ignoring event whose livemode does not match the configured key", "livemode", ev.Livemode)
-		return Ignored, nil
+		return stripeevent.Ignored, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, h.cfg.DeliveryTimeout)
 	defer cancel()
@@ -273,7 +249,7 @@ func (h *Handler) handle(ctx context.Context, ev *stripe.Event, payload []byte, 
 		// The caller has gone (or its deadline passed): nobody would hear
 		// the answer, and the sender delivers again.
 		h.shed(ShedCallerGone, 1)
-		return Failed, fmt.Errorf("dropped before processing: %w", err)
+		return stripeevent.Failed, fmt.Errorf("dropped before processing: %w", err)
 	}
 	if wb := h.writeBehind(); wb != nil {
 		// The record will be written behind the answer: refuse while the
@@ -281,19 +257,19 @@ func (h *Handler) handle(ctx context.Context, ev *stripe.Event, payload []byte, 
 		// table never lags an outage's worth of acknowledged events.
 		if err := wb.Admit(ctx); err != nil {
 			h.logger(rec).Warn("events table unavailable: delivery refused, it will be retried", "error", err)
-			return Failed, err
+			return stripeevent.Failed, err
 		}
 	}
 	p := &pending{ev: ev, rec: rec, done: make(chan struct{}), size: int64(len(payload))}
 	if err := h.runPreparer(ctx, ev); err != nil {
-		if !errors.Is(err, events.ErrUnprocessable) {
+		if !errors.Is(err, stripeevent.ErrUnprocessable) {
 			h.recordFailure(ctx, rec, err)
-			return Failed, err
+			return stripeevent.Failed, err
 		}
 		p.unprocessable = err // rejected in its batch, its appliers skipped
 	}
 	outcome, err := h.group.submit(ctx, p)
-	if errors.Is(err, ErrOverloaded) {
+	if errors.Is(err, stripeevent.ErrOverloaded) {
 		h.shed(ShedQueueFull, 1)
 		h.logger(rec).Warn("ingest queue full: delivery refused, it will be retried")
 	}
@@ -353,11 +329,11 @@ func (h *Handler) processBatch(ctx context.Context, batch []*pending) {
 		}
 		copies[p.rec.ID] = append(copies[p.rec.ID], p)
 	}
-	finish := func(p *pending, outcome Outcome, err error) {
+	finish := func(p *pending, outcome stripeevent.Outcome, err error) {
 		for i, c := range copies[p.rec.ID] {
 			c.outcome, c.err = outcome, err
 			if i > 0 && err == nil {
-				c.outcome = Duplicate
+				c.outcome = stripeevent.Duplicate
 			}
 			close(c.done)
 		}
@@ -398,13 +374,13 @@ func (h *Handler) processBatch(ctx context.Context, batch []*pending) {
 		case readErr != nil:
 			// Effects may be committed; without the old record the new one
 			// cannot be written safely. The redelivery completes it.
-			finish(p, Failed, fmt.Errorf("read event record: %w", readErr))
+			finish(p, stripeevent.Failed, fmt.Errorf("read event record: %w", readErr))
 			continue
 		case recorded && prev.Status == events.StatusProcessed && !applied[p.rec.ID]:
 			h.logger(p.rec).Debug("duplicate event")
-			finish(p, Duplicate, nil)
+			finish(p, stripeevent.Duplicate, nil)
 			continue
-		case errors.Is(failure, events.ErrUnprocessable):
+		case errors.Is(failure, stripeevent.ErrUnprocessable):
 			// Retrying cannot help: record it processed, with no effect.
 			rejected[p.rec.ID] = true
 			p.rec.LastError = failure.Error() // the store bounds its length
@@ -433,7 +409,7 @@ func (h *Handler) processBatch(ctx context.Context, batch []*pending) {
 				if v := recover(); v != nil {
 					h.flushPanicked(v, debug.Stack(), 1)
 				}
-				finish(f.p, Failed, fmt.Errorf("process event: %w", f.cause))
+				finish(f.p, stripeevent.Failed, fmt.Errorf("process event: %w", f.cause))
 			}()
 			h.recordFailure(ctx, f.p.rec, f.cause)
 		}()
@@ -446,7 +422,7 @@ func (h *Handler) processBatch(ctx context.Context, batch []*pending) {
 			// The effects are committed; a redelivery finds the ledger
 			// entry and only writes the record.
 			h.logger(p.rec).Error("could not record processed event", "error", err)
-			finish(p, Failed, fmt.Errorf("record processed event: %w", err))
+			finish(p, stripeevent.Failed, fmt.Errorf("record processed event: %w", err))
 		}
 		return
 	}
@@ -454,15 +430,15 @@ func (h *Handler) processBatch(ctx context.Context, batch []*pending) {
 		if rejected[p.rec.ID] {
 			h.logger(p.rec).Error("event rejected: its object cannot be processed; recorded as processed with no effect",
 				"error", failures[p.rec.ID])
-			finish(p, Rejected, nil)
+			finish(p, stripeevent.Rejected, nil)
 			continue
 		}
 		if applied[p.rec.ID] {
 			h.logger(p.rec).Info("event processed")
-			finish(p, Applied, nil)
+			finish(p, stripeevent.Applied, nil)
 		} else {
 			h.logger(p.rec).Info("event completed; effects were already applied")
-			finish(p, Completed, nil)
+			finish(p, stripeevent.Completed, nil)
 		}
 	}
 }

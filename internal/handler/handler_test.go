@@ -20,6 +20,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/dynamo"
 	"github.com/stripe-payments/stripe-payments/internal/events"
 	"github.com/stripe-payments/stripe-payments/internal/handler"
+	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
 	"github.com/stripe-payments/stripe-payments/internal/stripetest"
 	"github.com/stripe-payments/stripe-payments/internal/testenv"
 	"github.com/stripe-payments/stripe-payments/internal/tracking"
@@ -80,7 +81,7 @@ func (e *env) ledger(t *testing.T, id string) int {
 
 func parse(t *testing.T, payload []byte) *stripe.Event {
 	t.Helper()
-	ev, err := events.Parse(payload)
+	ev, err := stripeevent.Parse(payload)
 	require.NoError(t, err)
 	return ev
 }
@@ -93,7 +94,7 @@ func TestConcurrentDuplicateDeliveriesApplyOnce(t *testing.T) {
 
 	const deliveries = 20
 	var wg sync.WaitGroup
-	outcomes := make([]handler.Outcome, deliveries)
+	outcomes := make([]stripeevent.Outcome, deliveries)
 	errs := make([]error, deliveries)
 	start := make(chan struct{})
 	for i := range deliveries {
@@ -101,7 +102,7 @@ func TestConcurrentDuplicateDeliveriesApplyOnce(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			<-start
-			outcomes[i], errs[i] = h.Handle(context.Background(), parse(t, payload), payload, events.SourceWebhook)
+			outcomes[i], errs[i] = h.Handle(context.Background(), parse(t, payload), payload, stripeevent.SourceWebhook)
 		}()
 	}
 	close(start)
@@ -110,7 +111,7 @@ func TestConcurrentDuplicateDeliveriesApplyOnce(t *testing.T) {
 	applied := 0
 	for i := range deliveries {
 		require.NoError(t, errs[i], "delivery %d", i)
-		if outcomes[i] == handler.Applied {
+		if outcomes[i] == stripeevent.Applied {
 			applied++
 		}
 	}
@@ -130,9 +131,9 @@ func TestOutcomes(t *testing.T) {
 	t.Run("unknown type is recorded and processed with no effect", func(t *testing.T) {
 		payload := stripetest.Event{Fixture: "customer.created", Type: "radar.early_fraud_warning.created"}.Build(t)
 		ev := parse(t, payload)
-		outcome, err := h.Handle(ctx, ev, payload, events.SourceWebhook)
+		outcome, err := h.Handle(ctx, ev, payload, stripeevent.SourceWebhook)
 		require.NoError(t, err)
-		assert.Equal(t, handler.Applied, outcome)
+		assert.Equal(t, stripeevent.Applied, outcome)
 		rec, err := e.store.Get(ctx, ev.ID)
 		require.NoError(t, err)
 		assert.Equal(t, events.StatusProcessed, rec.Status)
@@ -142,19 +143,19 @@ func TestOutcomes(t *testing.T) {
 	t.Run("sequential duplicate", func(t *testing.T) {
 		payload := stripetest.Event{Fixture: "payment_intent.succeeded"}.Build(t)
 		ev := parse(t, payload)
-		first, err := h.Handle(ctx, ev, payload, events.SourceWebhook)
+		first, err := h.Handle(ctx, ev, payload, stripeevent.SourceWebhook)
 		require.NoError(t, err)
-		second, err := h.Handle(ctx, ev, payload, events.SourcePoller)
+		second, err := h.Handle(ctx, ev, payload, stripeevent.SourcePoller)
 		require.NoError(t, err)
-		assert.Equal(t, []handler.Outcome{handler.Applied, handler.Duplicate}, []handler.Outcome{first, second})
+		assert.Equal(t, []stripeevent.Outcome{stripeevent.Applied, stripeevent.Duplicate}, []stripeevent.Outcome{first, second})
 		assert.Equal(t, 1, e.effects(t, ev.ID))
 	})
 	t.Run("livemode mismatch is ignored and not recorded", func(t *testing.T) {
 		payload := stripetest.Event{Fixture: "payment_intent.succeeded", Livemode: stripetest.Ptr(true)}.Build(t)
 		ev := parse(t, payload)
-		outcome, err := h.Handle(ctx, ev, payload, events.SourceWebhook)
+		outcome, err := h.Handle(ctx, ev, payload, stripeevent.SourceWebhook)
 		require.NoError(t, err)
-		assert.Equal(t, handler.Ignored, outcome)
+		assert.Equal(t, stripeevent.Ignored, outcome)
 		_, err = e.store.Get(ctx, ev.ID)
 		assert.ErrorIs(t, err, events.ErrNotFound)
 		assert.Equal(t, 0, e.ledger(t, ev.ID))
@@ -175,18 +176,18 @@ func TestPostgresFailureMidProcessingIsRedriven(t *testing.T) {
 		return err
 	}
 	e.failNext.Store(&kill)
-	outcome, err := h.Handle(ctx, ev, payload, events.SourceWebhook)
+	outcome, err := h.Handle(ctx, ev, payload, stripeevent.SourceWebhook)
 	require.Error(t, err)
-	assert.Equal(t, handler.Failed, outcome)
+	assert.Equal(t, stripeevent.Failed, outcome)
 	rec, err := e.store.Get(ctx, ev.ID)
 	require.NoError(t, err)
 	assert.Equal(t, events.StatusFailed, rec.Status)
 	assert.NotEmpty(t, rec.LastError)
 	assert.Equal(t, 0, e.ledger(t, ev.ID), "the claim rolled back with the transaction")
 
-	outcome, err = h.Handle(ctx, ev, payload, events.SourceWebhook)
+	outcome, err = h.Handle(ctx, ev, payload, stripeevent.SourceWebhook)
 	require.NoError(t, err)
-	assert.Equal(t, handler.Applied, outcome)
+	assert.Equal(t, stripeevent.Applied, outcome)
 	assert.Equal(t, 1, e.effects(t, ev.ID))
 	rec, err = e.store.Get(ctx, ev.ID)
 	require.NoError(t, err)
@@ -215,15 +216,15 @@ func TestCrashBetweenCommitAndMarkDoesNotReapply(t *testing.T) {
 	payload := stripetest.Event{Fixture: "payment_intent.succeeded"}.Build(t)
 	ev := parse(t, payload)
 
-	_, err := h.Handle(ctx, ev, payload, events.SourceWebhook)
+	_, err := h.Handle(ctx, ev, payload, stripeevent.SourceWebhook)
 	require.Error(t, err, "the delivery must not be acknowledged")
 	_, err = e.store.Get(ctx, ev.ID)
 	require.ErrorIs(t, err, events.ErrNotFound, "no processed record before the write")
 	assert.Equal(t, 1, e.ledger(t, ev.ID))
 
-	outcome, err := h.Handle(ctx, ev, payload, events.SourcePoller)
+	outcome, err := h.Handle(ctx, ev, payload, stripeevent.SourcePoller)
 	require.NoError(t, err)
-	assert.Equal(t, handler.Completed, outcome)
+	assert.Equal(t, stripeevent.Completed, outcome)
 	assert.Equal(t, 1, e.effects(t, ev.ID))
 	rec, err := e.store.Get(ctx, ev.ID)
 	require.NoError(t, err)
@@ -239,7 +240,7 @@ func TestApplierErrorMarksFailed(t *testing.T) {
 	boom := func(context.Context, pgx.Tx) error { return errors.New("transition refused") }
 	e.failNext.Store(&boom)
 
-	_, err := h.Handle(ctx, ev, payload, events.SourceWebhook)
+	_, err := h.Handle(ctx, ev, payload, stripeevent.SourceWebhook)
 	require.ErrorContains(t, err, "transition refused")
 	rec, err := e.store.Get(ctx, ev.ID)
 	require.NoError(t, err)
@@ -280,24 +281,24 @@ func TestPreparerRunsBeforeTheTransactionAndCanFail(t *testing.T) {
 	payload := stripetest.Event{Fixture: "payment_intent.succeeded"}.Build(t)
 	ev := parse(t, payload)
 
-	outcome, err := h.Handle(ctx, ev, payload, events.SourceWebhook)
+	outcome, err := h.Handle(ctx, ev, payload, stripeevent.SourceWebhook)
 	require.ErrorContains(t, err, "stripe unreachable")
-	assert.Equal(t, handler.Failed, outcome)
+	assert.Equal(t, stripeevent.Failed, outcome)
 	rec, err := e.store.Get(ctx, ev.ID)
 	require.NoError(t, err)
 	assert.Equal(t, events.StatusFailed, rec.Status)
 	assert.Equal(t, 0, e.ledger(t, ev.ID))
 
 	fail.Store(false)
-	outcome, err = h.Handle(ctx, parse(t, payload), payload, events.SourceWebhook)
+	outcome, err = h.Handle(ctx, parse(t, payload), payload, stripeevent.SourceWebhook)
 	require.NoError(t, err)
-	assert.Equal(t, handler.Applied, outcome)
+	assert.Equal(t, stripeevent.Applied, outcome)
 	assert.False(t, inTx.Load(), "the preparer ran inside the ledger transaction")
 	assert.True(t, sawPrepared.Load(), "the applier sees what the preparer added")
 	assert.Equal(t, int32(2), calls.Load())
 }
 
-// An event whose object its applier cannot use (events.ErrUnprocessable)
+// An event whose object its applier cannot use (stripeevent.ErrUnprocessable)
 // would fail the same way on every delivery: it is recorded as processed with
 // the reason, answered (no 5xx loop, no held poller checkpoint), and takes no
 // ledger entry, so that a replay after a fix applies it.
@@ -308,13 +309,13 @@ func TestUnprocessableEventIsRejectedNotRetriedForever(t *testing.T) {
 	payload := stripetest.Event{Fixture: "payment_intent.succeeded"}.Build(t)
 	ev := parse(t, payload)
 	unusable := func(context.Context, pgx.Tx) error {
-		return fmt.Errorf("%w: decode payment intent: bad metadata", events.ErrUnprocessable)
+		return fmt.Errorf("%w: decode payment intent: bad metadata", stripeevent.ErrUnprocessable)
 	}
 	e.failNext.Store(&unusable)
 
-	outcome, err := h.Handle(ctx, ev, payload, events.SourceWebhook)
+	outcome, err := h.Handle(ctx, ev, payload, stripeevent.SourceWebhook)
 	require.NoError(t, err, "retrying cannot help: the delivery is answered")
-	assert.Equal(t, handler.Rejected, outcome)
+	assert.Equal(t, stripeevent.Rejected, outcome)
 	rec, err := e.store.Get(ctx, ev.ID)
 	require.NoError(t, err)
 	assert.Equal(t, events.StatusProcessed, rec.Status, "the poller and the stuck sweep leave it alone")
@@ -322,9 +323,9 @@ func TestUnprocessableEventIsRejectedNotRetriedForever(t *testing.T) {
 	assert.Equal(t, 0, e.ledger(t, ev.ID), "no ledger entry: effects were not applied")
 	assert.Equal(t, 0, e.effects(t, ev.ID))
 
-	outcome, err = h.Handle(ctx, parse(t, payload), payload, events.SourceWebhook)
+	outcome, err = h.Handle(ctx, parse(t, payload), payload, stripeevent.SourceWebhook)
 	require.NoError(t, err)
-	assert.Equal(t, handler.Applied, outcome, "once the applier can use it (a fix), a replay applies it")
+	assert.Equal(t, stripeevent.Applied, outcome, "once the applier can use it (a fix), a replay applies it")
 	assert.Equal(t, 1, e.effects(t, ev.ID))
 	assert.Equal(t, 1, e.ledger(t, ev.ID))
 
@@ -333,7 +334,7 @@ func TestUnprocessableEventIsRejectedNotRetriedForever(t *testing.T) {
 		h := handler.New(handler.Config{PlatformAccount: "acct_platform_test", EventTTL: 720 * time.Hour},
 			e.store, tracking.NewLedger(e.pool), slog.New(slog.NewTextHandler(io.Discard, nil)),
 			handler.WithPreparer("payment_intent.succeeded", func(context.Context, *stripe.Event) error {
-				return fmt.Errorf("%w: invoice id is not an invoice id", events.ErrUnprocessable)
+				return fmt.Errorf("%w: invoice id is not an invoice id", stripeevent.ErrUnprocessable)
 			}),
 			handler.WithApplier("payment_intent.succeeded", func(context.Context, pgx.Tx, *stripe.Event) error {
 				applied.Add(1)
@@ -341,9 +342,9 @@ func TestUnprocessableEventIsRejectedNotRetriedForever(t *testing.T) {
 			}))
 		payload := stripetest.Event{Fixture: "payment_intent.succeeded"}.Build(t)
 		ev := parse(t, payload)
-		outcome, err := h.Handle(ctx, ev, payload, events.SourceWebhook)
+		outcome, err := h.Handle(ctx, ev, payload, stripeevent.SourceWebhook)
 		require.NoError(t, err)
-		assert.Equal(t, handler.Rejected, outcome)
+		assert.Equal(t, stripeevent.Rejected, outcome)
 		assert.Zero(t, applied.Load())
 		assert.Equal(t, 0, e.ledger(t, ev.ID))
 		rec, err := e.store.Get(ctx, ev.ID)

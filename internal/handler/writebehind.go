@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/stripe-payments/stripe-payments/internal/events"
+	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
 	"github.com/stripe-payments/stripe-payments/internal/tracking"
 )
 
@@ -58,11 +59,11 @@ func (h *Handler) observeStage(n int, stage string, since time.Time) {
 }
 
 // commitRecorded commits the batch with the records of the events it claims
-// and answers those deliveries at once (Applied): their effects and records
+// and answers those deliveries at once (stripeevent.Applied): their effects and records
 // are durable, and the events store reads the records from Postgres until
 // they are in the table. It returns the deliveries still to settle (claimed
 // before, failed, unprocessable) with the batch's claims and failures.
-func (h *Handler) commitRecorded(ctx context.Context, wb RecordQueue, unique []*pending, finish func(*pending, Outcome, error)) (
+func (h *Handler) commitRecorded(ctx context.Context, wb RecordQueue, unique []*pending, finish func(*pending, stripeevent.Outcome, error)) (
 	rest []*pending, applied map[string]bool, failures map[string]error) {
 	todo := make([]*pending, 0, len(unique))
 	for _, p := range unique {
@@ -94,7 +95,7 @@ func (h *Handler) commitRecorded(ctx context.Context, wb RecordQueue, unique []*
 		if info {
 			h.logger(p.rec).Info("event processed")
 		}
-		finish(p, Applied, nil)
+		finish(p, stripeevent.Applied, nil)
 	}
 	return rest, applied, failures
 }

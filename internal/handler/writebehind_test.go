@@ -18,6 +18,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/events"
 	"github.com/stripe-payments/stripe-payments/internal/handler"
 	"github.com/stripe-payments/stripe-payments/internal/recordq"
+	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
 	"github.com/stripe-payments/stripe-payments/internal/stripetest"
 	"github.com/stripe-payments/stripe-payments/internal/tracking"
 )
@@ -86,9 +87,9 @@ func TestWriteBehindAnswersOnTheCommitAndTheRecordFollows(t *testing.T) {
 			payload := stripetest.Event{Fixture: fixture}.Build(t)
 			ev := parse(t, payload)
 
-			outcome, err := h.Handle(ctx, ev, payload, events.SourceWebhook)
+			outcome, err := h.Handle(ctx, ev, payload, stripeevent.SourceWebhook)
 			require.NoError(t, err)
-			assert.Equal(t, handler.Applied, outcome)
+			assert.Equal(t, stripeevent.Applied, outcome)
 			assert.Equal(t, 1, e.ledger(t, ev.ID))
 			// Answered: readable at once, from Postgres or the table.
 			rec, err := store.Get(ctx, ev.ID)
@@ -103,9 +104,9 @@ func TestWriteBehindAnswersOnTheCommitAndTheRecordFollows(t *testing.T) {
 			assert.JSONEq(t, string(payload), string(rec.Payload))
 			assert.Equal(t, 0, e.pending(t, ev.ID), "the written record left Postgres")
 
-			outcome, err = h.Handle(ctx, parse(t, payload), payload, events.SourcePoller)
+			outcome, err = h.Handle(ctx, parse(t, payload), payload, stripeevent.SourcePoller)
 			require.NoError(t, err)
-			assert.Equal(t, handler.Duplicate, outcome)
+			assert.Equal(t, stripeevent.Duplicate, outcome)
 			assert.Equal(t, 1, e.ledger(t, ev.ID))
 		})
 	}
@@ -120,7 +121,7 @@ func TestWriteBehindConcurrentDuplicatesApplyOnce(t *testing.T) {
 			ev := parse(t, payload)
 			const deliveries = 20
 			var wg sync.WaitGroup
-			outcomes := make([]handler.Outcome, deliveries)
+			outcomes := make([]stripeevent.Outcome, deliveries)
 			errs := make([]error, deliveries)
 			start := make(chan struct{})
 			for i := range deliveries {
@@ -128,7 +129,7 @@ func TestWriteBehindConcurrentDuplicatesApplyOnce(t *testing.T) {
 				go func() {
 					defer wg.Done()
 					<-start
-					outcomes[i], errs[i] = h.Handle(context.Background(), parse(t, payload), payload, events.SourceWebhook)
+					outcomes[i], errs[i] = h.Handle(context.Background(), parse(t, payload), payload, stripeevent.SourceWebhook)
 				}()
 			}
 			close(start)
@@ -136,10 +137,10 @@ func TestWriteBehindConcurrentDuplicatesApplyOnce(t *testing.T) {
 			applied := 0
 			for i := range deliveries {
 				require.NoError(t, errs[i], "delivery %d", i)
-				if outcomes[i] == handler.Applied {
+				if outcomes[i] == stripeevent.Applied {
 					applied++
 				} else {
-					assert.Equal(t, handler.Duplicate, outcomes[i])
+					assert.Equal(t, stripeevent.Duplicate, outcomes[i])
 				}
 			}
 			assert.Equal(t, 1, applied, "exactly one delivery applies: %v", outcomes)
@@ -167,9 +168,9 @@ func TestWriteBehindCrashAfterTheAnswerLosesNothing(t *testing.T) {
 	payload := stripetest.Event{Fixture: "payment_intent.succeeded"}.Build(t)
 	ev := parse(t, payload)
 
-	outcome, err := h.Handle(ctx, ev, payload, events.SourceWebhook)
+	outcome, err := h.Handle(ctx, ev, payload, stripeevent.SourceWebhook)
 	require.NoError(t, err)
-	assert.Equal(t, handler.Applied, outcome)
+	assert.Equal(t, stripeevent.Applied, outcome)
 	_, err = e.store.Get(ctx, ev.ID)
 	require.ErrorIs(t, err, events.ErrNotFound, "not in the table yet")
 	assert.Equal(t, 1, e.pending(t, ev.ID))
@@ -179,9 +180,9 @@ func TestWriteBehindCrashAfterTheAnswerLosesNothing(t *testing.T) {
 
 	// A redelivery while the record is pending applies nothing.
 	h2, q2, _ := e.writeBehind(t, e.store) // the restarted process: its queue sweeps the row
-	outcome, err = h2.Handle(ctx, parse(t, payload), payload, events.SourcePoller)
+	outcome, err = h2.Handle(ctx, parse(t, payload), payload, stripeevent.SourcePoller)
 	require.NoError(t, err)
-	assert.Equal(t, handler.Duplicate, outcome)
+	assert.Equal(t, stripeevent.Duplicate, outcome)
 	flushed(t, q2)
 	deadline := time.Now().Add(20 * time.Second)
 	for e.pending(t, ev.ID) > 0 {
@@ -202,7 +203,7 @@ func TestWriteBehindRefusesWhileTheTableIsDown(t *testing.T) {
 	ctx := context.Background()
 	first := stripetest.Event{Fixture: "customer.created"}.Build(t)
 	table.down.Store(true)
-	_, err := h.Handle(ctx, parse(t, first), first, events.SourceWebhook)
+	_, err := h.Handle(ctx, parse(t, first), first, stripeevent.SourceWebhook)
 	require.NoError(t, err, "answered on the commit; the table's failure shows on the write")
 
 	refused := false
@@ -211,7 +212,7 @@ func TestWriteBehindRefusesWhileTheTableIsDown(t *testing.T) {
 		require.True(t, time.Now().Before(deadline), "deliveries still accepted while the table is down")
 		payload := stripetest.Event{Fixture: "customer.created"}.Build(t)
 		ev := parse(t, payload)
-		if _, err := h.Handle(ctx, ev, payload, events.SourceWebhook); err != nil {
+		if _, err := h.Handle(ctx, ev, payload, stripeevent.SourceWebhook); err != nil {
 			require.ErrorIs(t, err, recordq.ErrUnavailable)
 			assert.Equal(t, 0, e.ledger(t, ev.ID), "a refused delivery changes nothing")
 			refused = true
@@ -221,9 +222,9 @@ func TestWriteBehindRefusesWhileTheTableIsDown(t *testing.T) {
 	table.down.Store(false)
 	flushed(t, q)
 	payload := stripetest.Event{Fixture: "customer.created"}.Build(t)
-	outcome, err := h.Handle(ctx, parse(t, payload), payload, events.SourceWebhook)
+	outcome, err := h.Handle(ctx, parse(t, payload), payload, stripeevent.SourceWebhook)
 	require.NoError(t, err)
-	assert.Equal(t, handler.Applied, outcome)
+	assert.Equal(t, stripeevent.Applied, outcome)
 	rec, err := e.store.Get(ctx, parse(t, first).ID)
 	require.NoError(t, err)
 	assert.Equal(t, events.StatusProcessed, rec.Status)
@@ -237,16 +238,16 @@ func TestWriteBehindIsolatesAFailingEventAndRecordsIt(t *testing.T) {
 	e.failNext.Store(&boom)
 	payload := stripetest.Event{Fixture: "payment_intent.succeeded"}.Build(t)
 	ev := parse(t, payload)
-	_, err := h.Handle(ctx, ev, payload, events.SourceWebhook)
+	_, err := h.Handle(ctx, ev, payload, stripeevent.SourceWebhook)
 	require.ErrorContains(t, err, "transition refused")
 	rec, err := store.Get(ctx, ev.ID)
 	require.NoError(t, err)
 	assert.Equal(t, events.StatusFailed, rec.Status)
 	assert.Equal(t, 0, e.pending(t, ev.ID), "no pending record for an event whose transaction failed")
 
-	outcome, err := h.Handle(ctx, parse(t, payload), payload, events.SourceWebhook)
+	outcome, err := h.Handle(ctx, parse(t, payload), payload, stripeevent.SourceWebhook)
 	require.NoError(t, err)
-	assert.Equal(t, handler.Applied, outcome)
+	assert.Equal(t, stripeevent.Applied, outcome)
 	flushed(t, q)
 	rec, err = e.store.Get(ctx, ev.ID)
 	require.NoError(t, err)

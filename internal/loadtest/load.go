@@ -120,7 +120,7 @@ func (m *Mix) Next(now time.Time) []byte {
 	account := accounts[m.rng.IntN(len(accounts))]
 	var typ string
 	var obj map[string]any
-	// Stripe ids are letters, digits and underscores (events.Parse checks).
+	// Stripe ids are letters, digits and underscores (stripeevent.Parse checks).
 	id := strings.ReplaceAll(uuid.NewString(), "-", "")[:18]
 	switch k := m.rng.IntN(10); {
 	case k < 4:

@@ -9,8 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-
-	"github.com/stripe-payments/stripe-payments/internal/handler"
+	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
 )
 
 // Metrics is the set of collectors of one service instance.
@@ -66,7 +65,7 @@ func New() *Metrics {
 }
 
 // Handled implements handler.Observer.
-func (m *Metrics) Handled(_ string, outcome handler.Outcome, elapsed time.Duration) {
+func (m *Metrics) Handled(_ string, outcome stripeevent.Outcome, elapsed time.Duration) {
 	m.EventsHandled.WithLabelValues(string(outcome)).Inc()
 	m.HandleSeconds.WithLabelValues(string(outcome)).Observe(elapsed.Seconds())
 }

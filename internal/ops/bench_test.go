@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stripe-payments/stripe-payments/internal/events"
+	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
 	"github.com/stripe-payments/stripe-payments/internal/stripetest"
 )
 
@@ -52,9 +53,9 @@ func BenchmarkConsolePages(b *testing.B) {
 	recs := make([]events.Record, 0, n)
 	for i := range n {
 		payload := stripetest.Event{Fixture: "customer.created", Account: &acct, Created: now.Add(-time.Duration(i) * time.Second)}.Build(b)
-		ev, err := events.Parse(payload)
+		ev, err := stripeevent.Parse(payload)
 		require.NoError(b, err)
-		r := events.NewRecord(ev, payload, a.Config.PlatformAccount, a.Config.EventTTL, events.SourceWebhook, now)
+		r := events.NewRecord(ev, payload, a.Config.PlatformAccount, a.Config.EventTTL, stripeevent.SourceWebhook, now)
 		r.Status, r.ProcessedAt = events.StatusProcessed, now
 		recs = append(recs, r)
 	}

@@ -9,11 +9,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/stripe-payments/stripe-payments/internal/handler"
+	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
 )
 
-// Outcomes the overview charts, in drawing order. handler.Completed (effects
+// Outcomes the overview charts, in drawing order. stripeevent.Completed (effects
 // committed by an earlier attempt, recorded now) is counted as applied.
 var Outcomes = []string{"applied", "duplicate", "ignored", "rejected", "failed"}
 
@@ -44,10 +43,10 @@ func NewCounter(pool *pgxpool.Pool, log *slog.Logger, now func() time.Time) *Cou
 }
 
 // Handled implements handler.Observer.
-func (c *Counter) Handled(_ string, outcome handler.Outcome, _ time.Duration) {
+func (c *Counter) Handled(_ string, outcome stripeevent.Outcome, _ time.Duration) {
 	o := string(outcome)
-	if outcome == handler.Completed {
-		o = string(handler.Applied)
+	if outcome == stripeevent.Completed {
+		o = string(stripeevent.Applied)
 	}
 	k := hourKey{hour: c.now().UTC().Truncate(time.Hour), outcome: o}
 	c.mu.Lock()

@@ -17,7 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stripe-payments/stripe-payments/internal/events"
-	"github.com/stripe-payments/stripe-payments/internal/handler"
+	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
 	"github.com/stripe-payments/stripe-payments/internal/testenv"
 )
 
@@ -138,19 +138,19 @@ func TestCounterFlushesHourlyCountsByOutcome(t *testing.T) {
 	c := NewCounter(pool, slog.New(slog.NewTextHandler(io.Discard, nil)), func() time.Time { return now })
 	ctx := context.Background()
 
-	c.Handled("x", handler.Applied, 0)
-	c.Handled("x", handler.Completed, 0) // counted as applied
-	c.Handled("x", handler.Failed, 0)
+	c.Handled("x", stripeevent.Applied, 0)
+	c.Handled("x", stripeevent.Completed, 0) // counted as applied
+	c.Handled("x", stripeevent.Failed, 0)
 	require.NoError(t, c.Flush(ctx))
 	now = now.Add(2 * time.Minute) // next hour
-	c.Handled("x", handler.Duplicate, 0)
-	c.Handled("x", handler.Applied, 0)
+	c.Handled("x", stripeevent.Duplicate, 0)
+	c.Handled("x", stripeevent.Applied, 0)
 	require.NoError(t, c.Flush(ctx))
 	require.NoError(t, c.Flush(ctx), "nothing pending: no-op")
 
 	// A second instance adds to the same rows.
 	other := NewCounter(pool, slog.New(slog.NewTextHandler(io.Discard, nil)), func() time.Time { return now })
-	other.Handled("x", handler.Applied, 0)
+	other.Handled("x", stripeevent.Applied, 0)
 	require.NoError(t, other.Flush(ctx))
 
 	hours, err := c.Hours(ctx, 48)

@@ -12,13 +12,14 @@ import (
 
 	"github.com/stripe-payments/stripe-payments/internal/events"
 	"github.com/stripe-payments/stripe-payments/internal/handler"
+	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
 )
 
 // Observers tells several observers of the handler.
 type Observers []handler.Observer
 
 // Handled implements handler.Observer.
-func (o Observers) Handled(eventType string, outcome handler.Outcome, elapsed time.Duration) {
+func (o Observers) Handled(eventType string, outcome stripeevent.Outcome, elapsed time.Duration) {
 	for _, x := range o {
 		x.Handled(eventType, outcome, elapsed)
 	}

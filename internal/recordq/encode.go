@@ -6,24 +6,25 @@ import (
 	"time"
 
 	"github.com/stripe-payments/stripe-payments/internal/events"
+	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
 )
 
 // meta is a record without its payload, as stored in a pending row.
 type meta struct {
-	ID            string        `json:"id"`
-	Type          string        `json:"type"`
-	StripeAccount string        `json:"stripe_account"`
-	Created       time.Time     `json:"created"`
-	Expiration    time.Time     `json:"expiration"`
-	Subscription  string        `json:"subscription,omitempty"`
-	APIVersion    string        `json:"api_version,omitempty"`
-	Livemode      bool          `json:"livemode"`
-	Status        events.Status `json:"status"`
-	ReceivedAt    time.Time     `json:"received_at"`
-	ProcessedAt   time.Time     `json:"processed_at"`
-	Source        events.Source `json:"source"`
-	Attempts      int           `json:"attempts"`
-	LastError     string        `json:"last_error,omitempty"`
+	ID            string             `json:"id"`
+	Type          string             `json:"type"`
+	StripeAccount string             `json:"stripe_account"`
+	Created       time.Time          `json:"created"`
+	Expiration    time.Time          `json:"expiration"`
+	Subscription  string             `json:"subscription,omitempty"`
+	APIVersion    string             `json:"api_version,omitempty"`
+	Livemode      bool               `json:"livemode"`
+	Status        events.Status      `json:"status"`
+	ReceivedAt    time.Time          `json:"received_at"`
+	ProcessedAt   time.Time          `json:"processed_at"`
+	Source        stripeevent.Source `json:"source"`
+	Attempts      int                `json:"attempts"`
+	LastError     string             `json:"last_error,omitempty"`
 }
 
 func encode(r events.Record) ([]byte, error) {

@@ -15,6 +15,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/dynamo"
 	"github.com/stripe-payments/stripe-payments/internal/events"
 	"github.com/stripe-payments/stripe-payments/internal/recordq"
+	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
 	"github.com/stripe-payments/stripe-payments/internal/stripetest"
 	"github.com/stripe-payments/stripe-payments/internal/testenv"
 	"github.com/stripe-payments/stripe-payments/internal/tracking"
@@ -37,9 +38,9 @@ func newEnv(t *testing.T) *env {
 func record(t *testing.T) events.Record {
 	t.Helper()
 	payload := stripetest.Event{Fixture: "customer.subscription.updated"}.Build(t)
-	ev, err := events.Parse(payload)
+	ev, err := stripeevent.Parse(payload)
 	require.NoError(t, err)
-	r := events.NewRecord(ev, payload, "acct_platform_test", 720*time.Hour, events.SourceWebhook, time.Now())
+	r := events.NewRecord(ev, payload, "acct_platform_test", 720*time.Hour, stripeevent.SourceWebhook, time.Now())
 	r.Status, r.ProcessedAt = events.StatusProcessed, time.Now().UTC()
 	return r
 }
@@ -150,7 +151,7 @@ func TestWriteKeepsTheBookkeepingOfEarlierAttempts(t *testing.T) {
 	failedBefore := record(t)
 	first := time.Now().Add(-time.Hour).UTC().Truncate(time.Millisecond)
 	prev := failedBefore
-	prev.Status, prev.ProcessedAt, prev.ReceivedAt, prev.Source, prev.Attempts = events.StatusFailed, time.Time{}, first, events.SourcePoller, 2
+	prev.Status, prev.ProcessedAt, prev.ReceivedAt, prev.Source, prev.Attempts = events.StatusFailed, time.Time{}, first, stripeevent.SourcePoller, 2
 	require.NoError(t, e.table.RecordFailure(ctx, prev, errors.New("postgres down")))
 
 	processedBefore := record(t)
@@ -169,7 +170,7 @@ func TestWriteKeepsTheBookkeepingOfEarlierAttempts(t *testing.T) {
 	assert.Equal(t, events.StatusProcessed, got.Status)
 	assert.Equal(t, 3, got.Attempts, "one more attempt than the failed record")
 	assert.True(t, first.Equal(got.ReceivedAt), "first received_at kept: %s", got.ReceivedAt)
-	assert.Equal(t, events.SourcePoller, got.Source)
+	assert.Equal(t, stripeevent.SourcePoller, got.Source)
 
 	got, err = e.table.Get(ctx, processedBefore.ID)
 	require.NoError(t, err)
@@ -282,7 +283,7 @@ func TestStorePrefersThePendingProcessedRecordToAFailedOne(t *testing.T) {
 	store := e.table.WithPending(q)
 	r := record(t)
 	failed := r
-	failed.Status, failed.ProcessedAt, failed.Source = events.StatusFailed, time.Time{}, events.SourcePoller
+	failed.Status, failed.ProcessedAt, failed.Source = events.StatusFailed, time.Time{}, stripeevent.SourcePoller
 	failed.ReceivedAt = time.Now().Add(-time.Hour).UTC().Truncate(time.Millisecond)
 	require.NoError(t, e.table.RecordFailure(ctx, failed, errors.New("postgres down")))
 	commit(t, e, q, r) // the redelivery committed; its record is not in the table yet
@@ -291,7 +292,7 @@ func TestStorePrefersThePendingProcessedRecordToAFailedOne(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, events.StatusProcessed, got.Status)
 	assert.Equal(t, 2, got.Attempts)
-	assert.Equal(t, events.SourcePoller, got.Source)
+	assert.Equal(t, stripeevent.SourcePoller, got.Source)
 	assert.True(t, failed.ReceivedAt.Equal(got.ReceivedAt))
 	found, err := store.BatchGet(ctx, []string{r.ID})
 	require.NoError(t, err)

@@ -13,7 +13,7 @@ import (
 	"github.com/stripe/stripe-go/v76"
 
 	"github.com/stripe-payments/stripe-payments/internal/actions"
-	"github.com/stripe-payments/stripe-payments/internal/events"
+	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
 )
 
 // InvoiceFetcher reads an invoice from Stripe (GET /v1/invoices/{id} on the
@@ -202,7 +202,7 @@ func ptr[T any](v T) *T { return &v }
 // records such an event as processed with no effect (retrying cannot help)
 // instead of failing it forever.
 func unprocessable(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", events.ErrUnprocessable, fmt.Sprintf(format, args...))
+	return fmt.Errorf("%w: %s", stripeevent.ErrUnprocessable, fmt.Sprintf(format, args...))
 }
 
 // clip bounds a payload string quoted in an error.

@@ -18,6 +18,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/events"
 	"github.com/stripe-payments/stripe-payments/internal/handler"
 	"github.com/stripe-payments/stripe-payments/internal/stripeclient"
+	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
 	"github.com/stripe-payments/stripe-payments/internal/stripetest"
 	"github.com/stripe-payments/stripe-payments/internal/testenv"
 	"github.com/stripe-payments/stripe-payments/internal/tracking"
@@ -102,12 +103,12 @@ func (x ids) metadata() map[string]any {
 
 // deliver builds, signs nothing (the handler is called directly) and handles
 // one event.
-func (e *flowEnv) deliver(t *testing.T, ev stripetest.Event) (handler.Outcome, error) {
+func (e *flowEnv) deliver(t *testing.T, ev stripetest.Event) (stripeevent.Outcome, error) {
 	t.Helper()
 	payload := ev.Build(t)
-	parsed, err := events.Parse(payload)
+	parsed, err := stripeevent.Parse(payload)
 	require.NoError(t, err)
-	return e.handler.Handle(context.Background(), parsed, payload, events.SourceWebhook)
+	return e.handler.Handle(context.Background(), parsed, payload, stripeevent.SourceWebhook)
 }
 
 // state is what the tests assert after a sequence of events.

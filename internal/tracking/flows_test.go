@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/stripe-payments/stripe-payments/internal/handler"
+	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
 	"github.com/stripe-payments/stripe-payments/internal/stripetest"
 	"github.com/stripe-payments/stripe-payments/internal/tracking"
 )
@@ -93,7 +93,7 @@ type step struct {
 	at    int  // seconds after the case's base time
 	again int  // > 0: redeliver the event of step again-1 (same event id)
 	fails bool // the delivery must fail (and be retried later)
-	want  handler.Outcome
+	want  stripeevent.Outcome
 }
 
 // TestFlows drives every arrow of the diagrams and every "already processed"
@@ -115,7 +115,7 @@ func TestFlows(t *testing.T) {
 			steps: []step{{event: piFailed}},
 			want:  state{payment: "failed"}},
 		{name: "legacy: succeeded redelivered -> event already handled", kind: tracking.KindLegacy,
-			steps: []step{{event: piSucceeded}, {again: 1, want: handler.Duplicate}},
+			steps: []step{{event: piSucceeded}, {again: 1, want: stripeevent.Duplicate}},
 			want:  state{fulfilled: true, payment: "paid", fulfils: 1}},
 		{name: "legacy: succeeded, then invoice-less second success event -> already paid and fulfilled", kind: tracking.KindLegacy,
 			steps: []step{{event: piSucceeded}, {event: piSucceeded, at: 1}},
@@ -133,7 +133,7 @@ func TestFlows(t *testing.T) {
 			steps: []step{{event: piFailed}, {event: piSucceeded, at: 5}},
 			want:  state{fulfilled: true, payment: "paid", fulfils: 1}},
 		{name: "legacy: failed, succeeded, then failure redelivered late -> stays paid", kind: tracking.KindLegacy,
-			steps: []step{{event: piFailed}, {event: piSucceeded, at: 5}, {again: 1, want: handler.Duplicate}},
+			steps: []step{{event: piFailed}, {event: piSucceeded, at: 5}, {again: 1, want: stripeevent.Duplicate}},
 			want:  state{fulfilled: true, payment: "paid", fulfils: 1}},
 		{name: "legacy: event overtakes the API's payment write -> payment created from metadata", kind: tracking.KindLegacy, bare: true,
 			steps: []step{{event: piSucceeded}},
@@ -184,7 +184,7 @@ func TestFlows(t *testing.T) {
 			steps: []step{{event: subIncompl}, {event: subUpdActv, at: 1}},
 			want:  state{fulfilled: true, subscription: "active", fulfils: 1}},
 		{name: "subscription: already received an activation event", kind: tracking.KindRecurring,
-			steps: []step{{event: subActive}, {again: 1, want: handler.Duplicate}, {event: subUpdActv, at: 1}},
+			steps: []step{{event: subActive}, {again: 1, want: stripeevent.Duplicate}, {event: subUpdActv, at: 1}},
 			want:  state{fulfilled: true, subscription: "active", fulfils: 1}},
 		{name: "subscription: already received a termination event -> activation does nothing", kind: tracking.KindRecurring,
 			steps: []step{{event: subActive}, {event: subDeleted, at: 10}, {event: subUpdActv, at: 20}},
@@ -254,13 +254,13 @@ func TestFlows(t *testing.T) {
 				outcome, err := e.deliver(t, built[i])
 				if s.fails {
 					require.Error(t, err, "step %d", i)
-					assert.Equal(t, handler.Failed, outcome)
+					assert.Equal(t, stripeevent.Failed, outcome)
 					continue
 				}
 				require.NoError(t, err, "step %d", i)
 				want := s.want
 				if want == "" {
-					want = handler.Applied
+					want = stripeevent.Applied
 				}
 				assert.Equal(t, want, outcome, "step %d", i)
 			}
@@ -283,7 +283,7 @@ func TestOneOffLookupUsesTheConnectedAccount(t *testing.T) {
 	require.NoError(t, err)
 	outcome, err := e.deliver(t, ev)
 	require.NoError(t, err)
-	assert.Equal(t, handler.Duplicate, outcome)
+	assert.Equal(t, stripeevent.Duplicate, outcome)
 	reqs := e.stripe.Requests()
 	require.Len(t, reqs, 1, "a redelivery of an applied event asks Stripe nothing")
 	assert.Equal(t, http.MethodGet, reqs[0].Method)
@@ -457,7 +457,7 @@ func TestUnusablePayloadsAreRejected(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			outcome, err := e.deliver(t, ev)
 			require.NoError(t, err)
-			assert.Equal(t, handler.Rejected, outcome)
+			assert.Equal(t, stripeevent.Rejected, outcome)
 		})
 	}
 	assert.Equal(t, state{payment: tracking.PaymentNew}, e.state(t, x), "nothing changed")
@@ -468,7 +468,7 @@ func TestUnusablePayloadsAreRejected(t *testing.T) {
 	e.stripe.Put(acct, invoiceObject(z, false))
 	outcome, err := e.deliver(t, piEv("payment_intent.succeeded", false, func(z ids) any { return map[string]any{"id": z.inv} })(z))
 	require.NoError(t, err)
-	assert.Equal(t, handler.Applied, outcome)
+	assert.Equal(t, stripeevent.Applied, outcome)
 	assert.Equal(t, state{fulfilled: true, payment: tracking.PaymentPaid, fulfils: 1}, e.state(t, z))
 	require.Len(t, e.stripe.Requests(), 1)
 	assert.Equal(t, "/v1/invoices/"+z.inv, e.stripe.Requests()[0].Path)

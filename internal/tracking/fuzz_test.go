@@ -12,7 +12,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stripe/stripe-go/v76"
 
-	"github.com/stripe-payments/stripe-payments/internal/events"
+	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
 	"github.com/stripe-payments/stripe-payments/internal/stripetest"
 	"github.com/stripe-payments/stripe-payments/internal/testenv"
 	"github.com/stripe-payments/stripe-payments/internal/tracking"
@@ -45,7 +45,7 @@ const (
 // retries; an error that the payload alone determines (it does not decode,
 // it names ids Stripe never issues, the database refuses what it carries)
 // would be retried for three days and hold the poller's checkpoint for good.
-// Such payloads must be reported as events.ErrUnprocessable, which the
+// Such payloads must be reported as stripeevent.ErrUnprocessable, which the
 // handler records as processed with no effect. The invoice lookup here
 // never fails, and the database is up: any other error is a bug.
 func FuzzFlows(f *testing.F) {
@@ -117,7 +117,7 @@ func FuzzFlows(f *testing.F) {
 	}
 
 	f.Fuzz(func(t *testing.T, kind uint8, payload []byte) {
-		ev, err := events.Parse(payload)
+		ev, err := stripeevent.Parse(payload)
 		if err != nil {
 			return // refused by the webhook with a 400: nothing recorded
 		}
@@ -126,7 +126,7 @@ func FuzzFlows(f *testing.F) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		check := func(stage string, err error) {
-			if err != nil && !errors.Is(err, events.ErrUnprocessable) {
+			if err != nil && !errors.Is(err, stripeevent.ErrUnprocessable) {
 				t.Fatalf("%s %s fails with an error that retrying cannot fix, so it would be retried forever: %v", typ, stage, err)
 			}
 		}

@@ -8,9 +8,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/stripe-payments/stripe-payments/internal/stripeid"
 	"github.com/stripe/stripe-go/v76"
-
-	"github.com/stripe-payments/stripe-payments/internal/events"
 )
 
 // Payment flows of the reference: legacy purchase (payment_intent.succeeded
@@ -42,7 +41,7 @@ func (f *Flows) expandInvoice(ctx context.Context, ev *stripe.Event) error {
 	if id == "" {
 		return nil // no invoice, or already expanded
 	}
-	if !events.ValidID(id, "in_") {
+	if !stripeid.Valid(id, "in_") {
 		// Never put an arbitrary string into a Stripe API path.
 		return unprocessable("payment intent names invoice %q, which is not an invoice id", clip(id))
 	}
@@ -107,7 +106,7 @@ func paymentIntentSettlement(ev *stripe.Event, outcome PaymentStatus) (settlemen
 	if err := json.Unmarshal(ev.Data.Raw, &pi); err != nil {
 		return settlement{}, unprocessable("decode payment intent: %v", err)
 	}
-	if !events.ValidID(pi.ID, "pi_") {
+	if !stripeid.Valid(pi.ID, "pi_") {
 		return settlement{}, unprocessable("payment intent id %q is not a PaymentIntent id", clip(pi.ID))
 	}
 	s := settlement{paymentIntent: pi.ID, outcome: outcome}
@@ -115,7 +114,7 @@ func paymentIntentSettlement(ev *stripe.Event, outcome PaymentStatus) (settlemen
 		s.hints = append(s.hints, h)
 	}
 	if inv := pi.Invoice; inv != nil && inv.ID != "" {
-		if !events.ValidID(inv.ID, "in_") {
+		if !stripeid.Valid(inv.ID, "in_") {
 			return settlement{}, unprocessable("payment intent %s names invoice %q, which is not an invoice id", pi.ID, clip(inv.ID))
 		}
 		if inv.Object == "" {
@@ -147,7 +146,7 @@ func (f *Flows) invoiceSettled(ctx context.Context, tx pgx.Tx, ev *stripe.Event,
 	}
 	s := settlement{outcome: outcome, recurring: inv.Subscription != nil && inv.Subscription.ID != ""}
 	if inv.PaymentIntent != nil && inv.PaymentIntent.ID != "" {
-		if !events.ValidID(inv.PaymentIntent.ID, "pi_") {
+		if !stripeid.Valid(inv.PaymentIntent.ID, "pi_") {
 			return unprocessable("invoice %s names payment intent %q, which is not a PaymentIntent id", clip(inv.ID), clip(inv.PaymentIntent.ID))
 		}
 		s.paymentIntent = inv.PaymentIntent.ID

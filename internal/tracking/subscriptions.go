@@ -11,7 +11,7 @@ import (
 	"github.com/stripe/stripe-go/v76"
 
 	"github.com/stripe-payments/stripe-payments/internal/actions"
-	"github.com/stripe-payments/stripe-payments/internal/events"
+	"github.com/stripe-payments/stripe-payments/internal/stripeid"
 )
 
 // Subscription flows of the reference. "Subscription activated":
@@ -45,7 +45,7 @@ func (f *Flows) subscriptionChanged(ctx context.Context, tx pgx.Tx, ev *stripe.E
 	if err := json.Unmarshal(ev.Data.Raw, &sub); err != nil {
 		return unprocessable("decode subscription: %v", err)
 	}
-	if !events.ValidID(sub.ID, "sub_") {
+	if !stripeid.Valid(sub.ID, "sub_") {
 		return unprocessable("subscription id %q is not a subscription id", clip(sub.ID))
 	}
 	target := targetOf(sub.Status)
@@ -69,7 +69,7 @@ func (f *Flows) scheduleCanceled(ctx context.Context, tx pgx.Tx, ev *stripe.Even
 		e.log.Info("canceled schedule has no subscription: no effect", "schedule", sched.ID)
 		return nil
 	}
-	if !events.ValidID(sched.Subscription.ID, "sub_") {
+	if !stripeid.Valid(sched.Subscription.ID, "sub_") {
 		return unprocessable("schedule names subscription %q, which is not a subscription id", clip(sched.Subscription.ID))
 	}
 	return f.moveSubscription(ctx, tx, e, sched.Subscription.ID, nil, SubscriptionTerminated)
