@@ -15,6 +15,7 @@ import (
 
 	"github.com/stripe-payments/stripe-payments/internal/app"
 	"github.com/stripe-payments/stripe-payments/internal/config"
+	"github.com/stripe-payments/stripe-payments/internal/stripeid"
 	"github.com/stripe-payments/stripe-payments/poller"
 )
 
@@ -37,7 +38,7 @@ func (a *accountFlags) String() string { return strings.Join(*a, ",") }
 func (a *accountFlags) Set(v string) error {
 	for _, id := range strings.Split(v, ",") {
 		id = strings.TrimSpace(id)
-		if !strings.HasPrefix(id, "acct_") {
+		if !stripeid.Valid(id, "acct_") {
 			return fmt.Errorf("%q is not an account id (acct_...)", id)
 		}
 		*a = append(*a, id)

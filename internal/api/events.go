@@ -14,6 +14,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/events"
 	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
+	"github.com/stripe-payments/stripe-payments/internal/stripeid"
 )
 
 // EventReader is the part of the events store the API reads.
@@ -70,12 +71,7 @@ func EventJSON(r events.Record) Event {
 	return e
 }
 
-var (
-	eventIDPattern      = regexp.MustCompile(`^evt_[A-Za-z0-9_]{1,250}$`)
-	accountPattern      = regexp.MustCompile(`^acct_[A-Za-z0-9_]{1,250}$`)
-	subscriptionPattern = regexp.MustCompile(`^sub_[A-Za-z0-9_]{1,250}$`)
-	clockPattern        = regexp.MustCompile(`^([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{3})?$`)
-)
+var clockPattern = regexp.MustCompile(`^([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{3})?$`)
 
 type eventRoutes struct {
 	store    EventReader
@@ -101,7 +97,7 @@ func (h eventRoutes) get(c echo.Context) error {
 
 func eventID(c echo.Context) (string, error) {
 	id := c.Param("id")
-	if !eventIDPattern.MatchString(id) {
+	if !stripeid.Valid(id, "evt_") {
 		return "", apperr.New(apperr.CodeInvalidParameter, "invalid event id %q", truncate(id, 64))
 	}
 	return id, nil
@@ -154,12 +150,12 @@ func (h eventRoutes) list(c echo.Context) error {
 			return err
 		}
 		if acct := q["stripe_account"]; acct != "" {
-			if !accountPattern.MatchString(acct) {
+			if !stripeid.Valid(acct, "acct_") {
 				return apperr.New(apperr.CodeInvalidParameter, "stripe_account must be an acct_ id")
 			}
 			page, err = h.store.ByAccount(ctx, acct, r, limit, q["cursor"])
 		} else {
-			if !subscriptionPattern.MatchString(q["subscription"]) {
+			if !stripeid.Valid(q["subscription"], "sub_") {
 				return apperr.New(apperr.CodeInvalidParameter, "subscription must be a sub_ id")
 			}
 			page, err = h.store.BySubscription(ctx, q["subscription"], r, limit, q["cursor"])
@@ -265,7 +261,7 @@ func NewReplayer(deps Deps) Replayer {
 // Replay re-drives event id; account is the connected account to fetch it
 // as when the table no longer holds it. Errors are *apperr.Error.
 func (r Replayer) Replay(ctx context.Context, id, account string) (ReplayResult, error) {
-	if !eventIDPattern.MatchString(id) {
+	if !stripeid.Valid(id, "evt_") {
 		return ReplayResult{}, apperr.New(apperr.CodeInvalidParameter, "invalid event id %q", truncate(id, 64))
 	}
 	return r.routes.replayEvent(ctx, id, account)
@@ -285,7 +281,7 @@ func (h eventRoutes) replayEvent(ctx context.Context, id, account string) (Repla
 		if err == nil {
 			account = rec.StripeAccount
 		}
-		if account != "" && !accountPattern.MatchString(account) {
+		if account != "" && !stripeid.Valid(account, "acct_") {
 			return result, apperr.New(apperr.CodeInvalidParameter, "stripe_account must be an acct_ id")
 		}
 		if h.fetcher == nil {

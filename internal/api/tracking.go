@@ -9,6 +9,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/stripe-payments/stripe-payments/internal/apperr"
+	"github.com/stripe-payments/stripe-payments/internal/stripeid"
 	"github.com/stripe-payments/stripe-payments/internal/tracking"
 )
 
@@ -67,13 +68,9 @@ func (r trackingRoutes) purchase(c echo.Context) error {
 	return c.JSON(http.StatusOK, PurchaseJSON(p))
 }
 
-func validStripeID(id, prefix string) bool {
-	return len(id) > len(prefix) && len(id) <= 255 && id[:len(prefix)] == prefix
-}
-
 func (r trackingRoutes) payment(c echo.Context) error {
 	id := c.Param("id")
-	if !validStripeID(id, "pi_") {
+	if !stripeid.Valid(id, "pi_") {
 		return apperr.New(apperr.CodeInvalidParameter, "payment id must be a PaymentIntent id (pi_...)")
 	}
 	p, err := r.store.GetPayment(c.Request().Context(), id)
@@ -91,7 +88,7 @@ func (r trackingRoutes) payment(c echo.Context) error {
 
 func (r trackingRoutes) subscription(c echo.Context) error {
 	id := c.Param("id")
-	if !validStripeID(id, "sub_") {
+	if !stripeid.Valid(id, "sub_") {
 		return apperr.New(apperr.CodeInvalidParameter, "subscription id must be a Stripe subscription id (sub_...)")
 	}
 	s, err := r.store.GetSubscription(c.Request().Context(), id)

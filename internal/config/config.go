@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/stripe-payments/stripe-payments/internal/stripeid"
 )
 
 // Dev defaults. They apply only in development mode (APP_ENV=development,
@@ -278,8 +280,8 @@ func (c Config) Validate() error {
 	if c.StripeAPIKey != "" && !strings.HasPrefix(c.StripeAPIKey, "sk_") && !strings.HasPrefix(c.StripeAPIKey, "rk_") {
 		errs = append(errs, errors.New("STRIPE_API_KEY: must be a secret (sk_) or restricted (rk_) key"))
 	}
-	if c.PlatformAccount != "" && !strings.HasPrefix(c.PlatformAccount, "acct_") {
-		errs = append(errs, errors.New("STRIPE_PLATFORM_ACCOUNT: must start with acct_"))
+	if c.PlatformAccount != "" && !stripeid.Valid(c.PlatformAccount, "acct_") {
+		errs = append(errs, errors.New("STRIPE_PLATFORM_ACCOUNT: must be a Stripe account id (acct_ then letters, digits or _)"))
 	}
 	if c.EventTTL <= 0 {
 		errs = append(errs, errors.New("EVENT_TTL: must be positive"))

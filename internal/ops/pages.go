@@ -17,6 +17,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/events"
 	"github.com/stripe-payments/stripe-payments/internal/outbox"
+	"github.com/stripe-payments/stripe-payments/internal/stripeid"
 )
 
 // PageSize of every list.
@@ -25,12 +26,7 @@ const PageSize = 50
 // ChartHours is how far back the overview chart goes.
 const ChartHours = 48
 
-var (
-	eventIDPattern = regexp.MustCompile(`^evt_[A-Za-z0-9_]{1,250}$`)
-	accountPattern = regexp.MustCompile(`^acct_[A-Za-z0-9_]{1,250}$`)
-	subPattern     = regexp.MustCompile(`^sub_[A-Za-z0-9_]{1,250}$`)
-	clockPattern   = regexp.MustCompile(`^([01][0-9]|2[0-3]):[0-5][0-9](:[0-5][0-9])?$`)
-)
+var clockPattern = regexp.MustCompile(`^([01][0-9]|2[0-3]):[0-5][0-9](:[0-5][0-9])?$`)
 
 type overviewData struct {
 	Chart       chart
@@ -118,7 +114,7 @@ func (c *Console) eventSearch(ec echo.Context) error {
 	)
 	switch d.By {
 	case "id":
-		if !eventIDPattern.MatchString(d.ID) {
+		if !stripeid.Valid(d.ID, "evt_") {
 			v.Error = "An event id looks like evt_…"
 			return c.render(ec, http.StatusBadRequest, "events", v)
 		}
@@ -141,13 +137,13 @@ func (c *Console) eventSearch(ec echo.Context) error {
 			return c.render(ec, http.StatusBadRequest, "events", v)
 		}
 		if d.By == "account" {
-			if !accountPattern.MatchString(d.Account) {
+			if !stripeid.Valid(d.Account, "acct_") {
 				v.Error = "A Stripe account id looks like acct_…"
 				return c.render(ec, http.StatusBadRequest, "events", v)
 			}
 			page, err = c.d.Events.ByAccount(ctx, d.Account, r, PageSize, cursor)
 		} else {
-			if !subPattern.MatchString(d.Subscription) {
+			if !stripeid.Valid(d.Subscription, "sub_") {
 				v.Error = "A subscription id looks like sub_…"
 				return c.render(ec, http.StatusBadRequest, "events", v)
 			}
@@ -244,7 +240,7 @@ type eventData struct {
 
 func (c *Console) eventPage(ec echo.Context) error {
 	id := ec.Param("id")
-	if !eventIDPattern.MatchString(id) {
+	if !stripeid.Valid(id, "evt_") {
 		return c.fail(ec, http.StatusBadRequest, "An event id looks like evt_…")
 	}
 	rec, err := c.d.Events.Get(ctxOf(ec), id)
@@ -337,11 +333,11 @@ func (c *Console) replay(ec echo.Context, id, account string) replayResult {
 
 func (c *Console) replayOne(ec echo.Context) error {
 	id := ec.Param("id")
-	if !eventIDPattern.MatchString(id) {
+	if !stripeid.Valid(id, "evt_") {
 		return c.fail(ec, http.StatusBadRequest, "An event id looks like evt_…")
 	}
 	account := strings.TrimSpace(ec.Request().PostFormValue("stripe_account"))
-	if account != "" && !accountPattern.MatchString(account) {
+	if account != "" && !stripeid.Valid(account, "acct_") {
 		return c.fail(ec, http.StatusBadRequest, "A Stripe account id looks like acct_…")
 	}
 	res := c.replay(ec, id, account)
@@ -396,7 +392,7 @@ func (c *Console) replaySelection(ec echo.Context) error {
 		return c.fail(ec, http.StatusBadRequest, fmt.Sprintf("Select at most %d events at once.", MaxSelection))
 	}
 	for _, id := range ids {
-		if !eventIDPattern.MatchString(id) {
+		if !stripeid.Valid(id, "evt_") {
 			return c.fail(ec, http.StatusBadRequest, "An event id looks like evt_…; nothing was replayed.")
 		}
 	}

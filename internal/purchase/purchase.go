@@ -34,6 +34,7 @@ import (
 	"github.com/stripe/stripe-go/v76/client"
 
 	"github.com/stripe-payments/stripe-payments/internal/apperr"
+	"github.com/stripe-payments/stripe-payments/internal/stripeid"
 	"github.com/stripe-payments/stripe-payments/internal/tracking"
 )
 
@@ -102,10 +103,6 @@ func NewService(store Store, stripe *client.API, log *slog.Logger) *Service {
 }
 
 var (
-	reAcct     = regexp.MustCompile(`^acct_[A-Za-z0-9]{1,64}$`)
-	reCustomer = regexp.MustCompile(`^cus_[A-Za-z0-9]{1,64}$`)
-	rePM       = regexp.MustCompile(`^pm_[A-Za-z0-9]{1,64}$`)
-	rePrice    = regexp.MustCompile(`^price_[A-Za-z0-9]{1,64}$`)
 	reCurrency = regexp.MustCompile(`^[a-z]{3}$`)
 	reKey      = regexp.MustCompile(`^[\x21-\x7e]{1,255}$`)
 )
@@ -119,7 +116,7 @@ func (r Request) Validate() error {
 	if _, err := uuid.Parse(r.Account); err != nil {
 		return invalid("account must be a UUID")
 	}
-	if !reAcct.MatchString(r.StripeAccount) {
+	if !stripeid.Valid(r.StripeAccount, "acct_") {
 		return invalid("stripe_account must be a Stripe account id (acct_...)")
 	}
 	switch r.Mode {
@@ -134,10 +131,10 @@ func (r Request) Validate() error {
 			return invalid("a legacy purchase takes amount and currency only")
 		}
 	case ModeProduct:
-		if !reCustomer.MatchString(r.Customer) {
+		if !stripeid.Valid(r.Customer, "cus_") {
 			return invalid("customer must be a Stripe customer id (cus_...)")
 		}
-		if !rePM.MatchString(r.PaymentMethod) {
+		if !stripeid.Valid(r.PaymentMethod, "pm_") {
 			return invalid("payment_method must be a Stripe payment method id (pm_...)")
 		}
 		if r.Amount != 0 || r.Currency != "" {
@@ -146,14 +143,14 @@ func (r Request) Validate() error {
 		if (len(r.Items) == 0) == (r.RecurringPrice == "") {
 			return invalid("a product purchase has either items or a recurring_price")
 		}
-		if r.RecurringPrice != "" && !rePrice.MatchString(r.RecurringPrice) {
+		if r.RecurringPrice != "" && !stripeid.Valid(r.RecurringPrice, "price_") {
 			return invalid("recurring_price must be a Stripe price id (price_...)")
 		}
 		if len(r.Items) > 50 {
 			return invalid("at most 50 items")
 		}
 		for i, it := range r.Items {
-			if !rePrice.MatchString(it.Price) {
+			if !stripeid.Valid(it.Price, "price_") {
 				return invalid("items[%d].price must be a Stripe price id (price_...)", i)
 			}
 			if it.Quantity < 1 || it.Quantity > 10_000 {
