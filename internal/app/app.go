@@ -189,7 +189,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 	if err := ops.Register(a.Server.Echo, ops.Deps{
 		Token: cfg.InternalAPIToken, Pool: pool, Events: a.Events, Replayer: api.NewReplayer(apiDeps),
 		Billing: a.Billing, Counter: a.OpsCounter, Problems: a.OpsProblems, Runs: a.OpsRuns, Outbox: a.Outbox,
-		Gatherer: a.Metrics.Registry, Log: log.With("component", "ops"),
+		Gatherer: a.Metrics.Registry, Log: log.With("component", "ops"), Livemode: cfg.Livemode(), Clocks: a.clocks,
 	}); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("operator console: %w", err)

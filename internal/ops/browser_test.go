@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -47,6 +48,8 @@ type fakeStripe struct {
 	*httptest.Server
 	down    atomic.Bool
 	decline atomic.Bool
+	// gate, while set, holds every new PaymentIntent until it is closed.
+	gate atomic.Pointer[chan struct{}]
 }
 
 func newFakeStripe(t *testing.T) *fakeStripe {
@@ -54,6 +57,9 @@ func newFakeStripe(t *testing.T) *fakeStripe {
 	pis := billingtest.NewStripe(0, nil)
 	t.Cleanup(pis.Close)
 	pis.Decide = func(billingtest.PI) billingtest.Behavior {
+		if g := f.gate.Load(); g != nil {
+			<-*g
+		}
 		if f.decline.Load() {
 			return billingtest.Decline
 		}
@@ -218,6 +224,35 @@ func TestConsoleInARealBrowser(t *testing.T) {
 		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 		require.NoError(t, err)
 		require.NoError(t, os.WriteFile(filepath.Join(dir, name+".png"), png, 0o644))
+	}
+
+	// sessionCookie is the browser's console session; post sends a form
+	// outside the browser, with that cookie or without.
+	sessionCookie := func(t *testing.T) *network.Cookie {
+		t.Helper()
+		cookies, err := chromedp.Call(ctx, network.GetCookies, network.GetCookiesParams{URLs: []string{base + "/"}})
+		require.NoError(t, err)
+		for _, c := range cookies.Cookies {
+			if c.Name == "ops_session" {
+				return c
+			}
+		}
+		t.Fatal("no session cookie")
+		return nil
+	}
+	post := func(t *testing.T, path string, form url.Values, withCookie bool) int {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodPost, base+path, strings.NewReader(form.Encode()))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		if withCookie {
+			session := sessionCookie(t)
+			req.AddCookie(&http.Cookie{Name: session.Name, Value: session.Value})
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp.StatusCode
 	}
 
 	// Events the test sends now: applied ones on two accounts (one about a
@@ -416,43 +451,174 @@ func TestConsoleInARealBrowser(t *testing.T) {
 		assert.Len(t, receipts["data"], 1, "one receipt")
 	})
 
-	t.Run("a request without the cookie or with a bad CSRF token changes nothing", func(t *testing.T) {
-		cookies, err := chromedp.Call(ctx, network.GetCookies, network.GetCookiesParams{URLs: []string{base + "/"}})
+	t.Run("test clocks: create, a subscription on it, advance months, see runs and charges, delete", func(t *testing.T) {
+		step("clocks page", chromedp.Navigate(base+"/"), chromedp.Click(chromedp.CSS(`nav a[href="/ops/clocks"]`)),
+			chromedp.WaitVisible(chromedp.ID("c-time")))
+		step("create", chromedp.SetValue(chromedp.ID("c-time"), "2027-01-01T00:00"), chromedp.SetValue(chromedp.ID("c-name"), "console demo"),
+			chromedp.Click(chromedp.ID("create")), chromedp.WaitVisible(chromedp.ID("clock-status")))
+		assert.Equal(t, "ready", text("#clock-status"))
+		assert.Equal(t, "2027-01-01 00:00:00 UTC", text("#clock-frozen"))
+		loc, err := chromedp.Run(ctx, chromedp.Location())
 		require.NoError(t, err)
-		var session *network.Cookie
-		for _, c := range cookies.Cookies {
-			if c.Name == "ops_session" {
-				session = c
-			}
+		clockID := loc[strings.LastIndex(loc, "/")+1 : strings.Index(loc, "?")]
+		require.True(t, strings.HasPrefix(clockID, "clock_"), loc)
+		clockURL := base + "/clocks/" + clockID
+
+		// A day-31 card subscription on the clock, through the internal API
+		// as an integrator creates it: first payment on the clock's Jan 31.
+		status, sub := apiJSON(t, a, http.MethodPost, "/internal/v1/accounts/merchant-clock/subscriptions", map[string]any{
+			"sku": "gold", "email": "clock@example.com", "payment_day": 31, "amount": 2500, "currency": "usd",
+			"term": "MONTHLY", "customer": "cus_clock", "payment_method": "pm_clock", "test_clock": clockID})
+		require.Equal(t, http.StatusCreated, status, sub)
+		clockSubID := sub["subscription_id"].(string)
+		require.Equal(t, "2027-01-31", sub["next_payment_date"])
+
+		step("listed", chromedp.Navigate(base+"/clocks"), chromedp.WaitVisible(chromedp.CSS("table.clocks")))
+		assert.Contains(t, text("table.clocks"), clockID)
+		assert.Contains(t, text("table.clocks"), "console demo")
+		shot("18-test-clocks")
+		step("its subscription", chromedp.Click(chromedp.CSS(`table.clocks a[href$="`+clockID+`"]`)), chromedp.WaitVisible(chromedp.ID("subs-h")))
+		assert.Contains(t, text("table.clock-subs"), clockSubID)
+		assert.Contains(t, text("table.clock-subs"), "2027-01-31")
+		shot("19-test-clock-new")
+
+		unchanged := func(what string) {
+			t.Helper()
+			_, got := apiJSON(t, a, http.MethodGet, "/internal/v1/test_clocks/"+clockID, nil)
+			assert.Equal(t, "2027-01-01T00:00:00Z", got["frozen_time"], what)
+			assert.Equal(t, "ready", got["status"], what)
+			assert.Empty(t, got["runs"], what)
 		}
-		require.NotNil(t, session, "the session cookie")
+
+		// Bad input shows why on the clock page and changes nothing: the
+		// form itself, then a hand-made confirmation link.
+		step("a past time", chromedp.SetValue(chromedp.ID("a-time"), "2026-12-01T00:00"), chromedp.Click(chromedp.ID("advance")),
+			chromedp.WaitVisible(chromedp.CSS(".alert.bad")))
+		assert.Contains(t, text(".alert.bad"), "later than the clock's 2027-01-01T00:00:00Z")
+		assert.Contains(t, text(".alert.bad"), "Nothing was changed")
+		shot("20-test-clock-bad-input")
+		unchanged("a past time")
+		for _, bad := range []struct{ name, value, want string }{
+			{"not a time", "next tuesday", "is not a time"},
+			{"empty", "", "Enter a time"},
+			{"the same time", "2027-01-01T00:00", "later than the clock's"},
+			{"more than 3 years", "2030-01-01T00:01", "at most 3 years"},
+		} {
+			step(bad.name, chromedp.Navigate(clockURL+"/confirm?"+url.Values{"action": {"advance"}, "frozen_time": {bad.value}}.Encode()),
+				chromedp.WaitVisible(chromedp.CSS(".alert.bad")))
+			assert.Contains(t, text(".alert.bad"), bad.want, bad.name)
+			assert.Equal(t, 0, count("#confirm"), "no confirmation for %s", bad.name)
+			unchanged(bad.name)
+		}
+		// The same, posted with the session and its CSRF token (as a
+		// forged-free but stale or hand-edited form would be).
+		csrf, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector("input[name=csrf]").value`))
+		require.NoError(t, err)
+		for _, v := range []string{"yesterday", "2026-01-01T00:00", "2031-01-01T00:00"} {
+			assert.Equal(t, http.StatusBadRequest, post(t, "/clocks/"+clockID+"/action", url.Values{"csrf": {csrf}, "action": {"advance"}, "frozen_time": {v}}, true), v)
+		}
+		unchanged("posted bad times")
+		_, before := apiJSON(t, a, http.MethodGet, "/internal/v1/test_clocks", nil)
+		for _, v := range []string{"", "soon", "1999-12-31T23:00"} {
+			assert.Equal(t, http.StatusBadRequest, post(t, "/clocks", url.Values{"csrf": {csrf}, "frozen_time": {v}, "name": {"bad"}}, true), v)
+		}
+		// Without the CSRF token, or without the cookie, nothing happens.
+		assert.Equal(t, http.StatusForbidden, post(t, "/clocks/"+clockID+"/action", url.Values{"action": {"advance"}, "frozen_time": {"2027-06-01T00:00"}}, true))
+		assert.Equal(t, http.StatusForbidden, post(t, "/clocks/"+clockID+"/action", url.Values{"action": {"delete"}, "csrf": {"forged"}}, true))
+		assert.Equal(t, http.StatusUnauthorized, post(t, "/clocks/"+clockID+"/action", url.Values{"action": {"delete"}, "csrf": {csrf}}, false))
+		assert.Equal(t, http.StatusForbidden, post(t, "/clocks", url.Values{"frozen_time": {"2027-01-01T00:00"}, "name": {"forged"}}, true))
+		_, after := apiJSON(t, a, http.MethodGet, "/internal/v1/test_clocks", nil)
+		assert.Len(t, after["data"], len(before["data"].([]any)), "no clock created")
+		unchanged("CSRF-less posts")
+
+		// Advance three months from the console, behind a confirmation.
+		step("advance", chromedp.Navigate(clockURL), chromedp.WaitVisible(chromedp.ID("a-time")),
+			chromedp.SetValue(chromedp.ID("a-time"), "2027-04-01T00:00"), chromedp.Click(chromedp.ID("advance")),
+			chromedp.WaitVisible(chromedp.ID("confirm")))
+		assert.Contains(t, text("main"), "Advance the clock to 2027-04-01T00:00:00Z (90 days)")
+		assert.Contains(t, text("main"), "1 subscription")
+		shot("21-test-clock-confirm-advance")
+		// The fake Stripe holds the first charge: the console gives up
+		// waiting after a few seconds and shows the clock advancing, with
+		// no action offered until it is ready; a refresh follows it.
+		gate := make(chan struct{})
+		stripe.gate.Store(&gate)
+		release := sync.OnceFunc(func() { stripe.gate.Store(nil); close(gate) })
+		defer release()
+		step("confirm", chromedp.Click(chromedp.ID("confirm")), chromedp.WaitVisible(chromedp.ID("clock-status")))
+		assert.Equal(t, "advancing", text("#clock-status"))
+		assert.Contains(t, text("#clock-busy"), "Advancing to 2027-04-01 00:00:00 UTC")
+		assert.Equal(t, 0, count("#advance")+count("#delete"), "no action while it advances")
+		assert.Equal(t, http.StatusConflict, post(t, "/clocks/"+clockID+"/action", url.Values{"csrf": {csrf}, "action": {"delete"}}, true), "busy")
+		shot("22-test-clock-advancing")
+		release()
+		for deadline := time.Now().Add(2 * time.Minute); text("#clock-status") == "advancing"; {
+			require.True(t, time.Now().Before(deadline), "the advance did not end in 2 minutes")
+			assert.Contains(t, text("#clock-busy"), "Refresh")
+			step("refresh", chromedp.Sleep(500*time.Millisecond), chromedp.Reload(), chromedp.WaitVisible(chromedp.ID("clock-status")))
+		}
+		require.Equal(t, "ready", text("#clock-status"))
+		assert.Equal(t, "2027-04-01 00:00:00 UTC", text("#clock-frozen"))
+		assert.Equal(t, "2027-04-01 00:00:00 UTC", text("#clock-reached"))
+		// Day 31: charged Jan 31, Feb 28, Mar 31, each reminded 7 days before.
+		sum := func(sel string) int {
+			t.Helper()
+			n, err := chromedp.Run(ctx, chromedp.Evaluate[int](fmt.Sprintf(
+				`[...document.querySelectorAll(%q)].reduce((s, td) => s + Number(td.textContent), 0)`, sel)))
+			require.NoError(t, err)
+			return n
+		}
+		assert.Equal(t, 3, sum("table.clock-runs td.charged"), "charges in the runs")
+		assert.Equal(t, 3, sum("table.clock-runs td.reminded"), "reminders in the runs")
+		assert.Equal(t, 0, sum("table.clock-runs td.declined"))
+		assert.Equal(t, "2027-03-31", text("table.clock-subs td.last-payment"))
+		assert.Contains(t, text("table.clock-subs"), "2027-04-30", "next payment")
+		shot("23-test-clock-advanced")
+		step("phone", chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(2)))
+		shot("24-test-clock-advanced-phone")
+		step("laptop", chromedp.EmulateViewport(1280, 900))
+		_, receipts := apiJSON(t, a, http.MethodGet, "/internal/v1/accounts/merchant-clock/receipts", nil)
+		var billed []string
+		for _, r := range receipts["data"].([]any) {
+			billed = append(billed, r.(map[string]any)["billing_date"].(string))
+		}
+		assert.ElementsMatch(t, []string{"2027-01-31", "2027-02-28", "2027-03-31"}, billed, "one receipt per charge")
+
+		step("the subscription's page", chromedp.Click(chromedp.CSS(`table.clock-subs a`)), chromedp.WaitVisible(chromedp.ID("sub-status")))
+		assert.Contains(t, text("main"), clockID, "links back to its clock")
+		assert.Contains(t, text("#per-h + div table"), "2027-03-31")
+		assert.GreaterOrEqual(t, count(`#per-h + div table .tag.ok`), 3, "three COMPLETED periods")
+		shot("25-test-clock-subscription")
+
+		step("delete", chromedp.Navigate(clockURL), chromedp.WaitVisible(chromedp.ID("delete")), chromedp.Click(chromedp.ID("delete")),
+			chromedp.WaitVisible(chromedp.ID("confirm")))
+		assert.Contains(t, text("main"), "the 1 subscription on it is cancelled")
+		step("confirm delete", chromedp.Click(chromedp.ID("confirm")), chromedp.WaitVisible(chromedp.ID("c-time")))
+		assert.Contains(t, text(".alert.ok"), "deleted")
+		assert.NotContains(t, text("main"), clockID)
+		shot("26-test-clocks-after-delete")
+		_, got := apiJSON(t, a, http.MethodGet, "/internal/v1/accounts/merchant-clock/subscriptions/"+clockSubID, nil)
+		assert.Equal(t, "CANCELLED", got["status"])
+		status, _ = apiJSON(t, a, http.MethodGet, "/internal/v1/test_clocks/"+clockID, nil)
+		assert.Equal(t, http.StatusNotFound, status)
+	})
+
+	t.Run("a request without the cookie or with a bad CSRF token changes nothing", func(t *testing.T) {
+		session := sessionCookie(t)
 		assert.True(t, session.HTTPOnly, "HttpOnly")
 		assert.Equal(t, network.CookieSameSiteStrict, session.SameSite)
-
-		post := func(path string, form url.Values, withCookie bool) int {
-			req, err := http.NewRequest(http.MethodPost, base+path, strings.NewReader(form.Encode()))
-			require.NoError(t, err)
-			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-			if withCookie {
-				req.AddCookie(&http.Cookie{Name: session.Name, Value: session.Value})
-			}
-			resp, err := http.DefaultClient.Do(req)
-			require.NoError(t, err)
-			resp.Body.Close()
-			return resp.StatusCode
-		}
 		pause := url.Values{"action": {"pause"}, "months": {"1"}}
-		assert.Equal(t, http.StatusUnauthorized, post("/billing/merchant-ops/"+subID+"/action", pause, false))
+		assert.Equal(t, http.StatusUnauthorized, post(t, "/billing/merchant-ops/"+subID+"/action", pause, false))
 		pause.Set("csrf", "forged")
-		assert.Equal(t, http.StatusForbidden, post("/billing/merchant-ops/"+subID+"/action", pause, true))
-		assert.Equal(t, http.StatusForbidden, post("/billing/merchant-ops/"+subID+"/action", url.Values{"action": {"cancel"}}, true))
+		assert.Equal(t, http.StatusForbidden, post(t, "/billing/merchant-ops/"+subID+"/action", pause, true))
+		assert.Equal(t, http.StatusForbidden, post(t, "/billing/merchant-ops/"+subID+"/action", url.Values{"action": {"cancel"}}, true))
 		_, got := apiJSON(t, a, http.MethodGet, "/internal/v1/accounts/merchant-ops/subscriptions/"+subID, nil)
 		assert.Equal(t, "ACTIVE", got["status"], "nothing changed")
 
 		before, err := a.Events.Get(context.Background(), rejectedID)
 		require.NoError(t, err)
-		assert.Equal(t, http.StatusForbidden, post("/problems/replay", url.Values{"id": {rejectedID}, "csrf": {"forged"}}, true))
-		assert.Equal(t, http.StatusUnauthorized, post("/events/"+rejectedID+"/replay", url.Values{}, false))
+		assert.Equal(t, http.StatusForbidden, post(t, "/problems/replay", url.Values{"id": {rejectedID}, "csrf": {"forged"}}, true))
+		assert.Equal(t, http.StatusUnauthorized, post(t, "/events/"+rejectedID+"/replay", url.Values{}, false))
 		after, err := a.Events.Get(context.Background(), rejectedID)
 		require.NoError(t, err)
 		assert.Equal(t, before.Attempts, after.Attempts, "no replay ran")
@@ -479,6 +645,44 @@ func TestConsoleInARealBrowser(t *testing.T) {
 		shot("17-logged-out")
 		step("back to login", chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.ID("token")))
 	})
+}
+
+// With a live Stripe key the console has no test clocks: no navigation
+// entry, and every /ops/clocks route answers 403 and creates nothing.
+func TestConsoleTestClocksAreOffInLiveMode(t *testing.T) {
+	a := startApp(t, "http://127.0.0.1:1", "STRIPE_API_KEY", "sk_live_ops_console",
+		// a live key refuses the development defaults
+		"DYNAMODB_ENDPOINT", strings.Replace(testenv.DynamoEndpoint(t), "127.0.0.1", "localhost", 1),
+		"STRIPE_PLATFORM_ACCOUNT", "acct_1OpsLive", "ACTIONS_SECRET", "ops-live-actions-secret")
+	require.True(t, a.Config.Livemode())
+	base := a.Server.URL() + "/ops"
+	c := login(t, base)
+	get := func(path string) (int, string) {
+		t.Helper()
+		resp, err := c.Get(base + path)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	status, page := get("/")
+	require.Equal(t, http.StatusOK, status)
+	assert.Contains(t, page, `href="/ops/billing"`)
+	assert.NotContains(t, page, "/ops/clocks", "no navigation entry")
+	csrf := csrfField.FindStringSubmatch(page)
+	require.NotNil(t, csrf)
+	for _, path := range []string{"/clocks", "/clocks/clock_0123456789abcdef01234567", "/clocks/clock_0123456789abcdef01234567/confirm?action=delete"} {
+		status, page := get(path)
+		assert.Equal(t, http.StatusForbidden, status, path)
+		assert.Contains(t, page, "test mode only", path)
+	}
+	resp, err := c.PostForm(base+"/clocks", url.Values{"csrf": {csrf[1]}, "frozen_time": {"2027-01-01T00:00"}})
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusForbidden, resp.StatusCode)
+	ids, err := a.Billing.Store().ListClockIDs(context.Background())
+	require.NoError(t, err)
+	assert.Empty(t, ids, "nothing created")
 }
 
 // The console is off whenever the internal API is.

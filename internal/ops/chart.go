@@ -127,21 +127,23 @@ var funcs = template.FuncMap{
 		}
 		return fmt.Sprint(d)
 	},
-	"age": age,
+	"minute": func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04") },
+	"age":    age,
 	"money": func(amount int64, currency string) string {
 		return fmt.Sprintf("%d.%02d %s", amount/100, amount%100, strings.ToUpper(currency))
 	},
 	"path":       url.PathEscape,
 	"subPath":    subPath,
+	"clockPath":  clockPath,
 	"unresolved": func(r Run) int { return r.Unresolved() },
 	"charges":    func(r RunReport) int { return r.Succeeded + r.Processing + r.Declined },
 	"statusClass": func(s string) string {
 		switch s {
-		case "processed", "COMPLETED", "ACTIVE", "applied", "completed", "duplicate":
+		case "processed", "COMPLETED", "ACTIVE", "applied", "completed", "duplicate", "ready":
 			return "ok"
-		case "failed", "ERROR", "rejected", "CANCELLED", "STALE":
+		case "failed", "ERROR", "rejected", "CANCELLED", "STALE", "internal_failure":
 			return "bad"
-		case "PAUSED", "ACHSENT", "SCHEDULED", "received":
+		case "PAUSED", "ACHSENT", "SCHEDULED", "received", "advancing":
 			return "warn"
 		}
 		return ""

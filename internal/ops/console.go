@@ -53,8 +53,12 @@ type Deps struct {
 	Gatherer prometheus.Gatherer
 	Log      *slog.Logger
 	Now      func() time.Time
-	// Test clocks (issue 14) plug in here: a page under /ops/clocks in test
-	// mode, listed in the navigation.
+	// Livemode: the Stripe key is live. Test clocks (issue 14) are then
+	// off: no navigation entry, and /ops/clocks answers 403.
+	Livemode bool
+	// Clocks bounds the test clocks' advances, which outlive the request
+	// that starts them: the process's lifetime. nil: context.Background().
+	Clocks context.Context
 }
 
 // Console serves the pages.
@@ -77,6 +81,7 @@ func Register(e *echo.Echo, d Deps) error {
 	if d.Log == nil {
 		d.Log = slog.Default()
 	}
+	d.Clocks = clocksContext(d.Clocks)
 	c := &Console{d: d, sessions: newSessions(d.Token, d.Now), pages: map[string]*template.Template{},
 		// Wrong tokens are slowed down for everyone: a guess a second.
 		logins: rate.NewLimiter(1, 5)}
@@ -107,6 +112,7 @@ func Register(e *echo.Echo, d Deps) error {
 		g.GET("/billing/:account/:sub", c.billingSubscription, c.auth)
 		g.GET("/billing/:account/:sub/confirm", c.billingConfirm, c.auth)
 		g.POST("/billing/:account/:sub/action", c.billingAction, c.auth)
+		c.registerClocks(g)
 	}
 	return nil
 }
@@ -180,6 +186,8 @@ type view struct {
 	Nav    string
 	CSRF   string
 	Authed bool
+	// Clocks: the navigation lists the test clocks (test mode).
+	Clocks bool
 	Error  string
 	Notice string
 	Data   any
@@ -188,6 +196,7 @@ type view struct {
 func (c *Console) render(ec echo.Context, status int, page string, v view) error {
 	if id, _ := ec.Get("ops.session").(string); id != "" {
 		v.Authed, v.CSRF = true, c.sessions.csrf("session", id)
+		v.Clocks = c.clocksOn()
 	}
 	t, ok := c.pages[page]
 	if !ok {
