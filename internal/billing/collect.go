@@ -180,7 +180,13 @@ func (s *Service) attempt(ctx context.Context, l *lock.Lock, sub Subscription, p
 	var (
 		res      ChargeResult
 		resolved bool // res is what Stripe said when asked, not a charge's answer
+		// attemptDay: the day the attempt in flight was made, when its
+		// answer comes only now (resent or looked up); zero for a new one.
+		attemptDay dates.Date
 	)
+	if p.InFlightKey != "" && !p.InFlightAt.IsZero() {
+		attemptDay = dates.In(p.InFlightAt, sub.Location())
+	}
 	if p.InFlightKey != "" && sub.Status == SubCancelled {
 		// Cannot happen: changes are refused while an attempt is in flight.
 		s.log.Error("billing job: attempt in flight on a CANCELLED subscription; not charging",
@@ -198,6 +204,7 @@ func (s *Service) attempt(ctx context.Context, l *lock.Lock, sub Subscription, p
 			return sub, false, err
 		}
 		if again {
+			attemptDay = dates.Date{} // the lost attempt is recorded; a new one is made today
 			if l != nil && !l.Valid() {
 				return sub, false, fmt.Errorf("before charging: %w", lock.ErrNotOwner)
 			}
@@ -282,10 +289,6 @@ func (s *Service) attempt(ctx context.Context, l *lock.Lock, sub Subscription, p
 	if resolved {
 		cause = s.cause("resolve", p, today) // the history says the outcome was looked up
 	}
-	var attemptDay dates.Date // the day the resolved attempt was made
-	if resolved && !p.InFlightAt.IsZero() {
-		attemptDay = dates.In(p.InFlightAt, sub.Location())
-	}
 	tx := s.store.NewTx(cause, now)
 	if err := s.record(ctx, tx, &sub, &p, res, proc, today, today, now); err != nil {
 		return sub, false, err
@@ -309,16 +312,39 @@ func (s *Service) attempt(ctx context.Context, l *lock.Lock, sub Subscription, p
 	if err := s.step("committed", p); err != nil {
 		return sub, true, err
 	}
-	if resolved && res.Outcome == Declined && !attemptDay.IsZero() && sub.Status != SubCancelled {
-		// The declined attempt was made on attemptDay: a retry due since
-		// then (its day-1 retry, resolved a day later) is due now.
+	if res.Outcome == Declined && !attemptDay.IsZero() && attemptDay.Before(today) && sub.Status != SubCancelled {
+		// The declined attempt was made on attemptDay and its answer came
+		// only now (resent within the idempotency window, or looked up): a
+		// retry due since then (its day-1 retry) is due now (finding F14).
 		if next, stale := s.cfg.Retry.NextAttempt(p.Due(), attemptDay); !stale && !next.After(today) &&
 			!s.cfg.Retry.IsStale(p.Due(), today) {
 			retried, _, err := s.attempt(ctx, l, sub, p, ProcRetry, today, rep)
 			return retried, true, err
 		}
 	}
+	if res.Outcome == Declined && p.Status == Error && s.cfg.Retry.IsStale(p.Due(), today) {
+		// Its answer came on or after the stale date (a pay now, or an
+		// attempt resolved late): no retry is left, the period is given up
+		// on today, as a retry day would have (a crash before this write
+		// leaves it due today in the index: the rerun marks it).
+		if err := s.markStale(ctx, &p, ProcRetry, today, rep); err != nil {
+			return sub, true, err
+		}
+	}
 	return sub, true, nil
+}
+
+// markStale gives up on a failed period past its stale date.
+func (s *Service) markStale(ctx context.Context, p *Period, proc Process, today dates.Date, rep *Report) error {
+	now := s.now()
+	tx := s.store.NewTx(s.cause("stale", *p, today), now)
+	p.Status, p.Process, p.UpdatedEvent, p.CompletionDate, p.NextAttemptDate = Stale, proc, "stale", now, dates.Date{}
+	tx.PutPeriod(p, false)
+	if err := s.store.Commit(ctx, tx); err != nil {
+		return fmt.Errorf("mark stale: %w", err)
+	}
+	rep.add(func(r *Report) { r.Stale++ })
+	return nil
 }
 
 // charge makes attempt n on p at Stripe, with the attempt's idempotency key.
@@ -341,6 +367,16 @@ func (s *Service) charge(ctx context.Context, l *lock.Lock, p Period, n int) (Ch
 // a receipt for a success, and the subscription moved on when this was the
 // first attempt on its next period.
 func (s *Service) record(ctx context.Context, tx *Tx, sub *Subscription, p *Period, res ChargeResult, proc Process, today, processed dates.Date, now time.Time) error {
+	// A decline's retries count from the day the attempt was made: when its
+	// answer comes only later (resent, looked up, a webhook), the retry due
+	// since then is due at once, and stays so in the index should this run
+	// crash before making it (finding F14).
+	retryFrom := today
+	if p.InFlightKey != "" && !p.InFlightAt.IsZero() {
+		if d := dates.In(p.InFlightAt, sub.Location()); d.Before(today) {
+			retryFrom = d
+		}
+	}
 	p.Attempts++
 	p.InFlightKey, p.InFlightAt = "", time.Time{}
 	p.Process = proc
@@ -355,7 +391,7 @@ func (s *Service) record(ctx context.Context, tx *Tx, sub *Subscription, p *Peri
 	case Processing:
 		p.Status, p.UpdatedEvent, p.Error, p.NextAttemptDate = ACHSent, "ach-sent", "", dates.Date{}
 	default:
-		next, _ := s.cfg.Retry.NextAttempt(p.Due(), today)
+		next, _ := s.cfg.Retry.NextAttempt(p.Due(), retryFrom)
 		p.Status, p.UpdatedEvent, p.Error, p.NextAttemptDate = Error, "attempt-failed", res.Error, next
 	}
 	tx.PutPeriod(p, false)

@@ -225,7 +225,6 @@ type oracleWorld struct {
 	u        int
 	e        *billingtest.Env
 	cfg      billing.Config
-	rng      *rand.Rand
 	seqs     []*oracleSeq
 	byAcct   map[string]*oracleSeq // by account id (billing_account)
 	byStripe map[string]*oracleSeq // by connected account (Stripe-Account)
@@ -254,7 +253,7 @@ type oracleWorld struct {
 }
 
 func newOracleWorld(t *testing.T, seed uint64, u, lo, hi, months int) *oracleWorld {
-	w := &oracleWorld{t: t, seed: seed, u: u, rng: rand.New(rand.NewPCG(seed, uint64(1_000_000+u))), byAcct: map[string]*oracleSeq{}, byStripe: map[string]*oracleSeq{},
+	w := &oracleWorld{t: t, seed: seed, u: u, byAcct: map[string]*oracleSeq{}, byStripe: map[string]*oracleSeq{},
 		stats: map[string]int{}, pending: map[dates.Date][]string{}, down: map[string]dates.Date{}, crashed: map[string]bool{}, downInJob: map[string]dates.Date{}, lost: map[string]bool{}}
 	cfg := billingtest.TestConfig()
 	// Accounts are collected in parallel (shards × workers): crashes are
@@ -897,12 +896,19 @@ func (w *oracleWorld) attributeSeq(q *oracleSeq, day dates.Date, phase string, w
 				w.stat("charge:" + map[oracle.Outcome]string{oracle.Succeeded: "succeeded", oracle.Declined: "declined", oracle.Processing: "processing"}[o])
 			}
 			q.logf(day, "%s: charged %s %d → %s%s", phase, per, pi.Amount, pi.Status, map[bool]string{true: " (answer lost: 500)"}[unknown])
+			// What Stripe does later with this PaymentIntent is drawn from
+			// the attempt's name, not from a shared generator: PaymentIntents
+			// of one day are made by concurrent workers in any order, and a
+			// seed must replay the same run.
+			pick := func(what string, n int) int {
+				return int(unit(w.seed, attemptName(pi.IdempotencyKey, pi.Metadata), what) * float64(n))
+			}
 			switch {
 			case o == oracle.Processing:
-				w.later(day.AddDays(2+w.rng.IntN(3)), fmt.Sprintf("settle:%s:%v", pi.ID, w.rng.IntN(100) < 80))
-			case o == oracle.Succeeded && w.rng.IntN(100) < 4:
-				w.later(day.AddDays(1+w.rng.IntN(10)), "refund:"+pi.ID)
-			case o == oracle.Succeeded && !unknown && w.rng.IntN(100) < 5:
+				w.later(day.AddDays(2+pick("settle-day", 3)), fmt.Sprintf("settle:%s:%v", pi.ID, pick("settle-ok", 100) < 80))
+			case o == oracle.Succeeded && pick("refund", 100) < 4:
+				w.later(day.AddDays(1+pick("refund-day", 10)), "refund:"+pi.ID)
+			case o == oracle.Succeeded && !unknown && pick("dup", 100) < 5:
 				w.later(day, "dup:"+pi.ID)
 			}
 		}
@@ -982,8 +988,8 @@ func (w *oracleWorld) webhooks(day dates.Date) {
 			if good {
 				typ = "payment_intent.succeeded"
 				w.stat("ach:settled")
-				if w.rng.IntN(100) < 5 {
-					w.later(day.AddDays(1+w.rng.IntN(5)), "refund:"+pi.ID)
+				if name := attemptName(pi.IdempotencyKey, pi.Metadata); unit(w.seed, name, "ach-refund") < 0.05 {
+					w.later(day.AddDays(1+int(unit(w.seed, name, "ach-refund-day")*5)), "refund:"+pi.ID)
 				}
 			} else {
 				w.stat("ach:failed")
@@ -1016,8 +1022,15 @@ func (w *oracleWorld) webhooks(day dates.Date) {
 		_, err = w.handler.Handle(context.Background(), ev, payload, stripeevent.SourceWebhook)
 		w.must(err)
 	}
+	// Drain the feed before the day goes on: Stripe's webhooks come before
+	// the next day's jobs. A delivery can wait (ErrLocked: an account lock
+	// an injected crash abandoned, until its lease expires; a refund before
+	// its success, retried), so this waits for the condition, not for a
+	// time: on a loaded machine any fixed wait was too short, the checks
+	// then saw a day without its webhooks, and the test failed at random.
 	ctx := context.Background()
-	for range 50 {
+	deadline := time.Now().Add(feedDrainLimit)
+	for wait := time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
 		_, err := w.worker.DeliverDue(ctx)
 		w.must(err)
 		n, err := outbox.Pending(ctx, w.worker.Pool, billing.FeedTopic)
@@ -1025,10 +1038,16 @@ func (w *oracleWorld) webhooks(day dates.Date) {
 		if n == 0 {
 			return
 		}
-		time.Sleep(5 * time.Millisecond)
+		if time.Now().After(deadline) {
+			w.must(fmt.Errorf("universe %d: the billing feed still has %d message(s) on %s after %s: a delivery fails for good", w.u, n, day, feedDrainLimit))
+		}
+		time.Sleep(wait)
 	}
-	w.t.Logf("universe %d: billing feed not drained on %s", w.u, day)
 }
+
+// feedDrainLimit bounds the wait for the feed: far above a lock lease (2 s
+// in the harness), so only a delivery that can never succeed reaches it.
+const feedDrainLimit = 2 * time.Minute
 
 // check holds q's stored state against the model: no period charged
 // twice, receipts, period statuses, and an append-only history that

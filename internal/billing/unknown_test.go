@@ -3,6 +3,7 @@ package billing_test
 import (
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -187,6 +188,95 @@ func TestScenario3UnknownOutcomeIsResolvedNotStuck(t *testing.T) {
 		assert.Equal(t, []billing.Status{billing.Scheduled, billing.Error, billing.Completed}, statuses)
 		rep = collect(t, e, "2024-01-13")
 		assert.Equal(t, 0, rep.Succeeded+rep.Declined, "nothing left to retry")
+	})
+
+	t.Run("a decline whose answer was lost, resent within the window the next day: then that day's retry", func(t *testing.T) {
+		t.Parallel()
+		e := billingtest.NewEnv(t, billingtest.Options{})
+		e.Stripe.Decide = firstThen(billingtest.Lost) // declined, the answer lost
+		e.Stripe.LostAs = func(billingtest.PI) billingtest.Behavior { return billingtest.Decline }
+		sub, err := e.Service.CreateSubscription(ctx, "acc-1", billingtest.Input("gold", 10))
+		require.NoError(t, err)
+		e.Clock.Set(d("2024-01-10").Time().Add(20 * time.Hour)) // the job ran late on the due date
+		rep, err := e.Service.Collect(ctx, d("2024-01-10"))
+		require.NoError(t, err)
+		require.Equal(t, 1, rep.Unknown)
+		// Early the next day, 14 h later: within Stripe's idempotency window,
+		// so the attempt is resent with its key and Stripe replays the decline.
+		e.Clock.Set(d("2024-01-11").Time().Add(10 * time.Hour))
+		rep, err = e.Service.Collect(ctx, d("2024-01-11"))
+		require.NoError(t, err)
+		assert.True(t, rep.OK(), "%+v", rep)
+		assert.Equal(t, 1, rep.Declined, "attempt 1, its decline replayed")
+		assert.Equal(t, 1, rep.Succeeded, "then the day-1 retry (DESIGN §8 retries; oracle F14)")
+		pis := e.Stripe.PIs()
+		require.Len(t, pis, 2)
+		assert.Equal(t, "2", pis[1].Metadata[billing.MetaAttempt])
+		assert.Equal(t, billing.Completed, period(t, e, sub, "2024-01-10").Status)
+	})
+
+	t.Run("a decline resolved late, then a crash before the day's retry: the rerun makes it", func(t *testing.T) {
+		t.Parallel()
+		var crashed sync.Once
+		var e *billingtest.Env
+		e = billingtest.NewEnv(t, billingtest.Options{Lease: 500 * time.Millisecond, Heartbeat: 100 * time.Millisecond,
+			Hooks: billing.Hooks{Step: func(step string, p billing.Period) error {
+				crash := false
+				if step == "committed" && p.Status == billing.Error && e.Clock.Today().String() == "2024-01-11" {
+					crashed.Do(func() { crash = true })
+				}
+				if crash {
+					return billing.ErrCrash
+				}
+				return nil
+			}}})
+		e.Stripe.Decide = firstThen(billingtest.Acted500)
+		e.Stripe.ActedAs = func(billingtest.PI) billingtest.Behavior { return billingtest.Decline }
+		sub, err := e.Service.CreateSubscription(ctx, "acc-1", billingtest.Input("gold", 10))
+		require.NoError(t, err)
+		collect(t, e, "2024-01-10")
+		e.Clock.SetDate(d("2024-01-11"))
+		_, err = e.Service.Collect(ctx, d("2024-01-11"))
+		require.ErrorIs(t, err, billing.ErrCrash, "the decline was recorded, then the job died")
+		assert.Len(t, e.Stripe.PIs(), 1)
+		var rep *billing.Report
+		require.Eventually(t, func() bool { // the abandoned lock's lease runs out
+			rep = collect(t, e, "2024-01-11")
+			return rep.Locked == 0
+		}, 30*time.Second, 200*time.Millisecond)
+		assert.True(t, rep.OK(), "%+v", rep)
+		assert.Equal(t, 1, rep.Succeeded, "the rerun finds the day-1 retry due (F14)")
+		assert.Equal(t, billing.Completed, period(t, e, sub, "2024-01-10").Status)
+	})
+
+	t.Run("a pay now whose decline is learned on the stale date: STALE that day", func(t *testing.T) {
+		t.Parallel()
+		e := billingtest.NewEnv(t, billingtest.Options{})
+		var mu sync.Mutex
+		n := 0
+		e.Stripe.Decide = func(billingtest.PI) billingtest.Behavior {
+			mu.Lock()
+			defer mu.Unlock()
+			n++
+			if n == 6 { // the pay now after the five declined attempts
+				return billingtest.Acted500
+			}
+			return billingtest.Decline
+		}
+		e.Stripe.ActedAs = func(billingtest.PI) billingtest.Behavior { return billingtest.Decline }
+		sub, err := e.Service.CreateSubscription(ctx, "acc-1", billingtest.Input("gold", 10))
+		require.NoError(t, err)
+		for _, day := range []string{"2024-01-10", "2024-01-11", "2024-01-13", "2024-01-15", "2024-01-17"} {
+			collect(t, e, day)
+		}
+		require.Len(t, e.Stripe.PIs(), 5)
+		e.Clock.SetDate(d("2024-02-06"))
+		_, _, err = e.Service.Pay(ctx, "acc-1", sub.SubscriptionID)
+		require.Error(t, err, "the pay now's answer was lost")
+		rep := collect(t, e, "2024-02-09") // the stale date (30 days after Jan 10)
+		assert.True(t, rep.OK(), "%+v", rep)
+		assert.Equal(t, 1, rep.Resolved)
+		assert.Equal(t, billing.Stale, period(t, e, sub, "2024-01-10").Status, "given up on its stale date (oracle F15)")
 	})
 
 	t.Run("a retry whose answer is lost is resolved before the next retry", func(t *testing.T) {

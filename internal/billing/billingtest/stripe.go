@@ -30,9 +30,10 @@ const (
 	Decline
 	// Process: status processing (a bank debit); settle it with Settle.
 	Process
-	// Lost: the charge succeeds but the response is a 500, as if the
-	// connection broke after Stripe acted. The idempotency key keeps the
-	// PaymentIntent: a retry with the same key gets it back.
+	// Lost: Stripe acts (the outcome LostAs picks, default Succeed) but
+	// the response is a 500, as if the connection broke after Stripe
+	// acted. The idempotency key keeps the PaymentIntent: a retry with the
+	// same key gets it back.
 	Lost
 	// Fail500: a 500 before anything happened (nothing stored).
 	Fail500
@@ -70,6 +71,8 @@ type Stripe struct {
 	// ActedAs is the real outcome of an Acted500 PaymentIntent: Succeed
 	// (default), Decline or Process.
 	ActedAs func(p PI) Behavior
+	// LostAs is the real outcome of a Lost PaymentIntent (default Succeed).
+	LostAs func(p PI) Behavior
 	// SearchLag hides PaymentIntents younger than this from the Search API
 	// (Stripe's search lags writes; List does not).
 	SearchLag time.Duration
@@ -210,12 +213,14 @@ func (f *Stripe) create(w http.ResponseWriter, r *http.Request) {
 		stripeError(w, http.StatusInternalServerError, "api_error", "", "internal error", nil)
 		return
 	}
-	acted := behavior == Acted500
-	if acted {
+	acted, lost := behavior == Acted500, behavior == Lost
+	switch {
+	case acted && f.ActedAs != nil:
+		behavior = f.ActedAs(*p)
+	case lost && f.LostAs != nil:
+		behavior = f.LostAs(*p)
+	case acted || lost:
 		behavior = Succeed
-		if f.ActedAs != nil {
-			behavior = f.ActedAs(*p)
-		}
 	}
 	switch behavior {
 	case Decline:
@@ -243,7 +248,7 @@ func (f *Stripe) create(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	f.mu.Unlock()
-	f.respond(w, p, behavior == Lost || acted)
+	f.respond(w, p, lost || acted)
 }
 
 func (f *Stripe) respond(w http.ResponseWriter, p *PI, lost bool) {
