@@ -14,7 +14,6 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 	"github.com/stripe/stripe-go/v76"
 
@@ -81,7 +80,7 @@ func newEnv(t testing.TB) *env {
 	e.app = startApp(t, vars, e.logs)
 	_, err := e.app.Pool.Exec(context.Background(), `CREATE TABLE effects (event_id text NOT NULL)`)
 	require.NoError(t, err)
-	effect := func(ctx context.Context, tx pgx.Tx, ev *stripe.Event) error {
+	effect := func(ctx context.Context, tx handler.Tx, ev *stripe.Event) error {
 		e.mu.Lock()
 		fail := e.fail[ev.ID]
 		e.mu.Unlock()
@@ -91,12 +90,12 @@ func newEnv(t testing.TB) *env {
 		_, err := tx.Exec(ctx, `INSERT INTO effects (event_id) VALUES ($1)`, ev.ID)
 		return err
 	}
-	var opts []handler.Option
+	var routes handler.Routes
 	for _, typ := range []string{"payment_intent.succeeded", "invoice.paid", "customer.subscription.created", "charge.refunded", "customer.created"} {
-		opts = append(opts, handler.WithApplier(typ, effect))
+		routes = routes.With(typ, effect)
 	}
 	e.handler = handler.New(handler.Config{PlatformAccount: platform, EventTTL: 720 * time.Hour},
-		e.app.Events, tracking.NewLedger(e.app.Pool), slog.New(slog.NewJSONHandler(e.logs, nil)), opts...)
+		e.app.Events, tracking.NewLedger(e.app.Pool), slog.New(slog.NewJSONHandler(e.logs, nil)), handler.WithRoutes(routes))
 	return e
 }
 

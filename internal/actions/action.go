@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/stripe-payments/stripe-payments/internal/outbox"
+	"github.com/stripe-payments/stripe-payments/internal/pgtx"
 )
 
 // Topic is the outbox topic of every action.
@@ -48,7 +48,7 @@ func DedupeKey(actionType, subject string) string { return actionType + ":" + su
 // Enqueue writes a in tx with the given dedupe key, filling in ID and
 // Created. It reports whether a new action was written (false: this effect
 // already has its action, which keeps its original id).
-func Enqueue(ctx context.Context, tx pgx.Tx, a Action, dedupeKey string, now time.Time) (bool, error) {
+func Enqueue(ctx context.Context, tx pgtx.Tx, a Action, dedupeKey string, now time.Time) (bool, error) {
 	a.ID = uuid.New()
 	now = now.UTC()
 	a.Created = now.Format(time.RFC3339)

@@ -82,13 +82,14 @@ type App struct {
 type Option func(*options)
 
 type options struct {
-	handler []handler.Option
+	routes []func(handler.Routes) handler.Routes
 }
 
-// WithHandlerOptions adds options to the event handler after the service's
-// own (tests register extra appliers with it, e.g. to inject a panic).
-func WithHandlerOptions(opts ...handler.Option) Option {
-	return func(o *options) { o.handler = append(o.handler, opts...) }
+// WithRoutes changes the handler's route table (handler.NewRoutes) before
+// the handler is built: tests add a step with Routes.With, e.g. to inject a
+// panic.
+func WithRoutes(change func(handler.Routes) handler.Routes) Option {
+	return func(o *options) { o.routes = append(o.routes, change) }
 }
 
 // New connects to DynamoDB and Postgres and builds every component. It does
@@ -149,6 +150,14 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 	}
 	a.OpsCounter = ops.NewCounter(pool, log.With("component", "ops"), nil)
 	a.OpsRuns = ops.NewRuns(pool, m.Registry)
+	routes := handler.NewRoutes(flows, billing.EnqueueFeed)
+	for _, change := range o.routes {
+		routes = change(routes)
+	}
+	if err := routes.Check(); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("event routes: %w", err)
+	}
 	a.Handler = handler.New(handler.Config{
 		PlatformAccount: cfg.PlatformAccount,
 		EventTTL:        cfg.EventTTL,
@@ -160,10 +169,9 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 		QueueMax:        cfg.Limits.IngestQueueMax,
 		QueueMaxBytes:   cfg.Limits.IngestQueueMaxBytes,
 	}, a.OpsProblems.Track(a.Events), a.Ledger, log,
-		append(append(append(append(flowOptions(flows),
+		append([]handler.Option{handler.WithRoutes(routes),
 			handler.WithObserver(ops.Observers{a.Metrics, a.OpsCounter}), handler.WithIngestObserver(a.Metrics),
-			handler.WithBatchObserver(recordMetrics)), recordOptions(cfg, a.Records)...),
-			billingAppliers()...), o.handler...)...)
+			handler.WithBatchObserver(recordMetrics)}, recordOptions(cfg, a.Records)...)...)
 	a.Metrics.WatchIngest(a.Handler.Stats)
 
 	a.Server = httpserver.New(log, a.Metrics, []httpserver.Check{
@@ -241,18 +249,6 @@ func recordOptions(cfg config.Config, q *recordq.Queue) []handler.Option {
 		return nil
 	}
 	return []handler.Option{handler.WithRecordQueue(q)}
-}
-
-// flowOptions registers the tracking flows' appliers and preparers.
-func flowOptions(f *tracking.Flows) []handler.Option {
-	var opts []handler.Option
-	for typ, apply := range f.Appliers() {
-		opts = append(opts, handler.WithApplier(typ, apply))
-	}
-	for typ, prepare := range f.Preparers() {
-		opts = append(opts, handler.WithPreparer(typ, prepare))
-	}
-	return opts
 }
 
 // startBackground runs the actions dispatcher until stopBackground.

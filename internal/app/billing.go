@@ -8,7 +8,6 @@ import (
 
 	"github.com/stripe-payments/stripe-payments/internal/billing"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
-	"github.com/stripe-payments/stripe-payments/internal/handler"
 	"github.com/stripe-payments/stripe-payments/internal/lock"
 	"github.com/stripe-payments/stripe-payments/internal/metrics"
 	"github.com/stripe-payments/stripe-payments/internal/outbox"
@@ -36,16 +35,6 @@ func (a *App) newBilling() error {
 		Log: a.Log.With("component", "billing-feed")}
 	a.outboxPolicy().Apply(a.BillingFeed)
 	return nil
-}
-
-// billingAppliers route the Stripe events about billing-core charges to the
-// billing feed, inside the handler's ledger transaction.
-func billingAppliers() []handler.Option {
-	var opts []handler.Option
-	for _, t := range billing.FeedEventTypes {
-		opts = append(opts, handler.WithApplier(t, billing.EnqueueFeed))
-	}
-	return opts
 }
 
 // startBilling runs the feed worker and, with BILLING_EVERY set, the

@@ -89,11 +89,12 @@ func startOutageEnv(t *testing.T, overrides map[string]string) *outageEnv {
 	for k, v := range overrides {
 		env[k] = v
 	}
-	e.app = startAppWithOptions(t, nil, env, app.WithHandlerOptions(
-		handler.WithApplier("payment_intent.succeeded", func(ctx context.Context, tx pgx.Tx, ev *stripe.Event) error {
+	e.app = startAppWithOptions(t, nil, env, app.WithRoutes(func(r handler.Routes) handler.Routes {
+		return r.With("payment_intent.succeeded", func(ctx context.Context, tx handler.Tx, ev *stripe.Event) error {
 			_, err := tx.Exec(ctx, `INSERT INTO test_effects (event_id) VALUES ($1)`, ev.ID)
 			return err
-		})))
+		})
+	}))
 	e.events = events.NewStore(testenv.Dynamo(t), e.app.Config.EventsTable, e.app.Config.EventTTL, nil)
 	e.queue = recordq.New(e.direct, e.events, recordq.Config{})
 	e.client = &http.Client{Timeout: 60 * time.Second}

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/stripe/stripe-go/v76"
@@ -28,13 +27,14 @@ import (
 // events, redelivered once the fault is gone, are processed.
 func TestPanicsInABatchAreContained(t *testing.T) {
 	var poisoned sync.Map // event ids whose processing panics
-	a := startAppWithOptions(t, nil, map[string]string{"INGEST_FLUSHERS": "2"}, app.WithHandlerOptions(
-		handler.WithApplier("payment_intent.succeeded", func(_ context.Context, _ pgx.Tx, ev *stripe.Event) error {
+	a := startAppWithOptions(t, nil, map[string]string{"INGEST_FLUSHERS": "2"}, app.WithRoutes(func(r handler.Routes) handler.Routes {
+		return r.With("payment_intent.succeeded", func(_ context.Context, _ handler.Tx, ev *stripe.Event) error {
 			if _, ok := poisoned.Load(ev.ID); ok {
 				panic("injected fault in " + ev.ID)
 			}
 			return nil
-		})))
+		})
+	}))
 	url := a.Server.URL()
 	client := &http.Client{Timeout: 30 * time.Second}
 	deliver := func(payload []byte) int {

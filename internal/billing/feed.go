@@ -7,12 +7,12 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stripe/stripe-go/v76"
 
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
 	"github.com/stripe-payments/stripe-payments/internal/lock"
 	"github.com/stripe-payments/stripe-payments/internal/outbox"
+	"github.com/stripe-payments/stripe-payments/internal/pgtx"
 )
 
 // FeedTopic is the outbox topic of the webhook feed.
@@ -87,7 +87,7 @@ func (o feedObject) paymentIntentID() string {
 // that metadata is enqueued too, for a lookup of its PaymentIntent.
 // DynamoDB is never written inside the Postgres transaction: the billing
 // outbox worker applies the message afterwards, idempotently.
-func EnqueueFeed(ctx context.Context, tx pgx.Tx, ev *stripe.Event) error {
+func EnqueueFeed(ctx context.Context, tx pgtx.Tx, ev *stripe.Event) error {
 	msg, ok, err := FeedFromEvent(ev)
 	if err != nil || !ok {
 		return err

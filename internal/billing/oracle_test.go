@@ -283,9 +283,11 @@ func newOracleWorld(t *testing.T, seed uint64, u, lo, hi, months int) *oracleWor
 	testenv.CreateTables(t, testenv.Dynamo(t), dynamo.EventsTable(evTable))
 	const ttl = 20 * 365 * 24 * time.Hour
 	opts := []handler.Option{handler.WithClock(w.e.Clock.Now)}
+	var feed handler.Routes
 	for _, typ := range billing.FeedEventTypes {
-		opts = append(opts, handler.WithApplier(typ, billing.EnqueueFeed))
+		feed = feed.With(typ, billing.EnqueueFeed)
 	}
+	opts = append(opts, handler.WithRoutes(feed))
 	w.handler = handler.New(handler.Config{PlatformAccount: "acct_platform", EventTTL: ttl},
 		events.NewStore(w.e.DB, evTable, ttl, nil), tracking.NewLedger(pool), quiet, opts...)
 	w.worker = &outbox.Worker{Pool: pool, Topic: billing.FeedTopic, Deliver: w.e.Service.DeliverFeed, Log: quiet,

@@ -344,9 +344,11 @@ func simulate(t *testing.T, nSubs, months int, seed uint64) (map[billing.Status]
 	testenv.CreateTables(t, testenv.Dynamo(t), dynamo.EventsTable(evTable))
 	const ttl = 20 * 365 * 24 * time.Hour // simulated events are years old; keep them unexpired
 	opts := []handler.Option{handler.WithClock(e.Clock.Now)}
+	var feed handler.Routes
 	for _, typ := range billing.FeedEventTypes {
-		opts = append(opts, handler.WithApplier(typ, billing.EnqueueFeed))
+		feed = feed.With(typ, billing.EnqueueFeed)
 	}
+	opts = append(opts, handler.WithRoutes(feed))
 	s.handler = handler.New(handler.Config{PlatformAccount: "acct_platform", EventTTL: ttl},
 		events.NewStore(e.DB, evTable, ttl, nil), tracking.NewLedger(pool), quiet, opts...)
 	s.worker = &outbox.Worker{Pool: pool, Topic: billing.FeedTopic, Deliver: e.Service.DeliverFeed, Log: quiet,

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/stripe/stripe-go/v76"
@@ -87,13 +86,13 @@ func TestBatchIsolatesAPoisonEvent(t *testing.T) {
 	var poisonID string
 	h := New(Config{PlatformAccount: "acct_platform_test", EventTTL: 720 * time.Hour}, store, tracking.NewLedger(pool),
 		slog.New(slog.NewTextHandler(io.Discard, nil)),
-		WithApplier("payment_intent.succeeded", func(ctx context.Context, tx pgx.Tx, ev *stripe.Event) error {
+		WithRoutes(Routes{{Type: "payment_intent.succeeded", Apply: []Applier{func(ctx context.Context, tx Tx, ev *stripe.Event) error {
 			if ev.ID == poisonID {
 				return errors.New("poison")
 			}
 			_, err := tx.Exec(ctx, `INSERT INTO effects (event_id) VALUES ($1)`, ev.ID)
 			return err
-		}))
+		}}}}))
 	var batch []*pending
 	for range 5 {
 		payload := stripetest.Event{Fixture: "payment_intent.succeeded"}.Build(t)

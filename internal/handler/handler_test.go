@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -30,7 +29,7 @@ type env struct {
 	pool  *pgxpool.Pool
 	store *events.Store
 	// failNext makes the effect applier fail the way the test wants, once.
-	failNext atomic.Pointer[func(ctx context.Context, tx pgx.Tx) error]
+	failNext atomic.Pointer[func(ctx context.Context, tx handler.Tx) error]
 }
 
 func newEnv(t *testing.T) *env {
@@ -50,7 +49,7 @@ func (e *env) handler(store handler.EventStore) *handler.Handler {
 	if store == nil {
 		store = e.store
 	}
-	effect := func(ctx context.Context, tx pgx.Tx, ev *stripe.Event) error {
+	effect := func(ctx context.Context, tx handler.Tx, ev *stripe.Event) error {
 		if fail := e.failNext.Swap(nil); fail != nil {
 			if err := (*fail)(ctx, tx); err != nil {
 				return err
@@ -61,7 +60,7 @@ func (e *env) handler(store handler.EventStore) *handler.Handler {
 	}
 	return handler.New(handler.Config{PlatformAccount: "acct_platform_test", EventTTL: 720 * time.Hour},
 		store, tracking.NewLedger(e.pool), slog.New(slog.NewTextHandler(io.Discard, nil)),
-		handler.WithApplier("payment_intent.succeeded", effect))
+		handler.WithRoutes(handler.Routes{{Type: "payment_intent.succeeded", Apply: []handler.Applier{effect}}}))
 }
 
 func (e *env) count(t *testing.T, query, id string) int {
@@ -171,7 +170,7 @@ func TestPostgresFailureMidProcessingIsRedriven(t *testing.T) {
 
 	// The transaction's own connection dies after the ledger claim: a real
 	// Postgres failure between the claim and the effects.
-	kill := func(ctx context.Context, tx pgx.Tx) error {
+	kill := func(ctx context.Context, tx handler.Tx) error {
 		_, err := tx.Exec(ctx, `SELECT pg_terminate_backend(pg_backend_pid())`)
 		return err
 	}
@@ -237,7 +236,7 @@ func TestApplierErrorMarksFailed(t *testing.T) {
 	ctx := context.Background()
 	payload := stripetest.Event{Fixture: "payment_intent.succeeded"}.Build(t)
 	ev := parse(t, payload)
-	boom := func(context.Context, pgx.Tx) error { return errors.New("transition refused") }
+	boom := func(context.Context, handler.Tx) error { return errors.New("transition refused") }
 	e.failNext.Store(&boom)
 
 	_, err := h.Handle(ctx, ev, payload, stripeevent.SourceWebhook)
@@ -271,13 +270,13 @@ func TestPreparerRunsBeforeTheTransactionAndCanFail(t *testing.T) {
 		return nil
 	}
 	var sawPrepared atomic.Bool
-	apply := func(ctx context.Context, tx pgx.Tx, ev *stripe.Event) error {
+	apply := func(ctx context.Context, tx handler.Tx, ev *stripe.Event) error {
 		sawPrepared.Store(ev.Data.Object["prepared"] == true)
 		return nil
 	}
 	h := handler.New(handler.Config{PlatformAccount: "acct_platform_test", EventTTL: 720 * time.Hour},
 		e.store, tracking.NewLedger(e.pool), slog.New(slog.NewTextHandler(io.Discard, nil)),
-		handler.WithPreparer("payment_intent.succeeded", prepare), handler.WithApplier("payment_intent.succeeded", apply))
+		handler.WithRoutes(handler.Routes{{Type: "payment_intent.succeeded", Prepare: prepare, Apply: []handler.Applier{apply}}}))
 	payload := stripetest.Event{Fixture: "payment_intent.succeeded"}.Build(t)
 	ev := parse(t, payload)
 
@@ -308,7 +307,7 @@ func TestUnprocessableEventIsRejectedNotRetriedForever(t *testing.T) {
 	ctx := context.Background()
 	payload := stripetest.Event{Fixture: "payment_intent.succeeded"}.Build(t)
 	ev := parse(t, payload)
-	unusable := func(context.Context, pgx.Tx) error {
+	unusable := func(context.Context, handler.Tx) error {
 		return fmt.Errorf("%w: decode payment intent: bad metadata", stripeevent.ErrUnprocessable)
 	}
 	e.failNext.Store(&unusable)
@@ -333,13 +332,14 @@ func TestUnprocessableEventIsRejectedNotRetriedForever(t *testing.T) {
 		var applied atomic.Int32
 		h := handler.New(handler.Config{PlatformAccount: "acct_platform_test", EventTTL: 720 * time.Hour},
 			e.store, tracking.NewLedger(e.pool), slog.New(slog.NewTextHandler(io.Discard, nil)),
-			handler.WithPreparer("payment_intent.succeeded", func(context.Context, *stripe.Event) error {
-				return fmt.Errorf("%w: invoice id is not an invoice id", stripeevent.ErrUnprocessable)
-			}),
-			handler.WithApplier("payment_intent.succeeded", func(context.Context, pgx.Tx, *stripe.Event) error {
-				applied.Add(1)
-				return nil
-			}))
+			handler.WithRoutes(handler.Routes{{Type: "payment_intent.succeeded",
+				Prepare: func(context.Context, *stripe.Event) error {
+					return fmt.Errorf("%w: invoice id is not an invoice id", stripeevent.ErrUnprocessable)
+				},
+				Apply: []handler.Applier{func(context.Context, handler.Tx, *stripe.Event) error {
+					applied.Add(1)
+					return nil
+				}}}}))
 		payload := stripetest.Event{Fixture: "payment_intent.succeeded"}.Build(t)
 		ev := parse(t, payload)
 		outcome, err := h.Handle(ctx, ev, payload, stripeevent.SourceWebhook)

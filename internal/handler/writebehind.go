@@ -5,8 +5,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/stripe-payments/stripe-payments/internal/events"
 	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
 	"github.com/stripe-payments/stripe-payments/internal/tracking"
@@ -24,7 +22,7 @@ type RecordQueue interface {
 	// while the backlog is full.
 	Admit(ctx context.Context) error
 	// Enqueue inserts the records of claimed events in tx.
-	Enqueue(ctx context.Context, tx pgx.Tx, recs []events.Record) error
+	Enqueue(ctx context.Context, tx Tx, recs []events.Record) error
 	// ClaimAndEnqueue claims events that have no effects and inserts their
 	// records, in one statement (one round trip, one commit).
 	ClaimAndEnqueue(ctx context.Context, refs []tracking.EventRef, recs []events.Record) (map[string]bool, error)
@@ -119,7 +117,7 @@ func (h *Handler) applyRecorded(ctx context.Context, wb RecordQueue, todo []*pen
 		recs[i] = p.rec
 		recs[i].Status, recs[i].ProcessedAt = events.StatusProcessed, now
 		byID[p.rec.ID] = i
-		if _, ok := h.appliers[p.rec.Type]; ok {
+		if h.hasEffects(p.rec.Type) {
 			effects = true
 		}
 	}
@@ -145,10 +143,10 @@ func (h *Handler) applyRecorded(ctx context.Context, wb RecordQueue, todo []*pen
 		applied, err = wb.ClaimAndEnqueue(ctx, refs, recs)
 	} else {
 		applied, err = h.ledger.ApplyBatchThen(ctx, refs,
-			func(ctx context.Context, tx pgx.Tx, ref tracking.EventRef) error {
+			func(ctx context.Context, tx Tx, ref tracking.EventRef) error {
 				return h.applyEffects(ctx, tx, todo[byID[ref.ID]].ev)
 			},
-			func(ctx context.Context, tx pgx.Tx, claimed []string) error {
+			func(ctx context.Context, tx Tx, claimed []string) error {
 				return wb.Enqueue(ctx, tx, pick(claimed))
 			})
 	}
@@ -177,7 +175,7 @@ func (h *Handler) applyRecordedOneByOne(ctx context.Context, wb RecordQueue, tod
 			claimed, err = wb.ClaimAndEnqueue(ctx, refs[i:i+1], recs[i:i+1])
 			ok = claimed[p.rec.ID]
 		} else {
-			ok, err = h.ledger.Apply(ctx, refs[i], func(ctx context.Context, tx pgx.Tx) error {
+			ok, err = h.ledger.Apply(ctx, refs[i], func(ctx context.Context, tx Tx) error {
 				if err := h.applyEffects(ctx, tx, p.ev); err != nil {
 					return err
 				}

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/stripe/stripe-go/v76"
@@ -52,7 +51,7 @@ func (e *env) writeBehind(t *testing.T, table recordq.Table) (*handler.Handler, 
 		time.Sleep(time.Millisecond)
 	}
 	store := e.store.WithPending(q)
-	effect := func(ctx context.Context, tx pgx.Tx, ev *stripe.Event) error {
+	effect := func(ctx context.Context, tx handler.Tx, ev *stripe.Event) error {
 		if fail := e.failNext.Swap(nil); fail != nil {
 			if err := (*fail)(ctx, tx); err != nil {
 				return err
@@ -63,7 +62,7 @@ func (e *env) writeBehind(t *testing.T, table recordq.Table) (*handler.Handler, 
 	}
 	h := handler.New(handler.Config{PlatformAccount: "acct_platform_test", EventTTL: 720 * time.Hour},
 		store, tracking.NewLedger(e.pool), slog.New(slog.NewTextHandler(io.Discard, nil)),
-		handler.WithApplier("payment_intent.succeeded", effect), handler.WithRecordQueue(q))
+		handler.WithRoutes(handler.Routes{{Type: "payment_intent.succeeded", Apply: []handler.Applier{effect}}}), handler.WithRecordQueue(q))
 	return h, q, store
 }
 
@@ -234,7 +233,7 @@ func TestWriteBehindIsolatesAFailingEventAndRecordsIt(t *testing.T) {
 	e := newEnv(t)
 	h, q, store := e.writeBehind(t, e.store)
 	ctx := context.Background()
-	boom := func(context.Context, pgx.Tx) error { return errors.New("transition refused") }
+	boom := func(context.Context, handler.Tx) error { return errors.New("transition refused") }
 	e.failNext.Store(&boom)
 	payload := stripetest.Event{Fixture: "payment_intent.succeeded"}.Build(t)
 	ev := parse(t, payload)

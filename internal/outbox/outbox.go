@@ -27,6 +27,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/stripe-payments/stripe-payments/internal/pgtx"
 )
 
 // Message is one side effect.
@@ -46,7 +48,7 @@ type Message struct {
 // Enqueue adds msg inside tx. It reports whether a new message was added
 // (false: the effect was already enqueued). ID and CreatedAt are filled in
 // when zero.
-func Enqueue(ctx context.Context, tx pgx.Tx, msg Message) (bool, error) {
+func Enqueue(ctx context.Context, tx pgtx.Tx, msg Message) (bool, error) {
 	if msg.Topic == "" || msg.Type == "" || msg.DedupeKey == "" {
 		return false, errors.New("enqueue: topic, type and dedupe key are required")
 	}

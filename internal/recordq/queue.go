@@ -25,6 +25,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/stripe-payments/stripe-payments/internal/events"
+	"github.com/stripe-payments/stripe-payments/internal/pgtx"
 	"github.com/stripe-payments/stripe-payments/internal/tracking"
 )
 
@@ -116,7 +117,7 @@ func New(pool *pgxpool.Pool, table Table, cfg Config) *Queue {
 
 // Enqueue inserts recs (processed, their effects committed by tx) as pending
 // rows in tx: they become durable with the batch's commit.
-func (q *Queue) Enqueue(ctx context.Context, tx pgx.Tx, recs []events.Record) error {
+func (q *Queue) Enqueue(ctx context.Context, tx pgtx.Tx, recs []events.Record) error {
 	if len(recs) == 0 {
 		return nil
 	}

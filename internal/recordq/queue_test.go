@@ -14,6 +14,7 @@ import (
 
 	"github.com/stripe-payments/stripe-payments/internal/dynamo"
 	"github.com/stripe-payments/stripe-payments/internal/events"
+	"github.com/stripe-payments/stripe-payments/internal/pgtx"
 	"github.com/stripe-payments/stripe-payments/internal/recordq"
 	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
 	"github.com/stripe-payments/stripe-payments/internal/stripetest"
@@ -254,7 +255,7 @@ func TestClaimAndEnqueueClaimsOnceAndQueuesOnlyNewClaims(t *testing.T) {
 		return tracking.EventRef{ID: r.ID, Type: r.Type, StripeAccount: r.StripeAccount, Created: r.Created}
 	}
 	old, a, b := record(t), record(t), record(t)
-	applied, err := tracking.NewLedger(e.pool).Apply(ctx, ref(old), func(context.Context, pgx.Tx) error { return nil })
+	applied, err := tracking.NewLedger(e.pool).Apply(ctx, ref(old), func(context.Context, pgtx.Tx) error { return nil })
 	require.NoError(t, err)
 	require.True(t, applied)
 

@@ -6,10 +6,10 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/stripe-payments/stripe-payments/internal/pgtx"
 	"github.com/stripe-payments/stripe-payments/internal/testenv"
 	"github.com/stripe-payments/stripe-payments/internal/tracking"
 )
@@ -19,7 +19,7 @@ func TestAccountsComeFromTheLedgerAndThePurchases(t *testing.T) {
 	ctx := context.Background()
 	ledger := tracking.NewLedger(pool)
 	_, err := ledger.Apply(ctx, tracking.EventRef{ID: "evt_a", Type: "x", StripeAccount: "acct_from_events", Created: time.Now()},
-		func(context.Context, pgx.Tx) error { return nil })
+		func(context.Context, pgtx.Tx) error { return nil })
 	require.NoError(t, err)
 	// A purchase whose events never arrived: its account must still be polled.
 	_, _, err = tracking.NewStore(pool).CreatePurchase(ctx, tracking.NewPurchase{

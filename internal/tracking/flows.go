@@ -13,6 +13,7 @@ import (
 	"github.com/stripe/stripe-go/v76"
 
 	"github.com/stripe-payments/stripe-payments/internal/actions"
+	"github.com/stripe-payments/stripe-payments/internal/pgtx"
 	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
 )
 
@@ -38,6 +39,8 @@ type FlowsConfig struct {
 // Flows are the event-driven state machines of the tracking database: the
 // appliers the handler runs inside its one transaction per event, and the
 // preparers it runs before (Stripe lookups never hold a transaction open).
+// Which event type runs which of them is the handler's route table
+// (handler.NewRoutes).
 type Flows struct {
 	log      *slog.Logger
 	invoices InvoiceFetcher
@@ -60,35 +63,6 @@ func NewFlows(cfg FlowsConfig) *Flows {
 		f.now = time.Now
 	}
 	return f
-}
-
-// Applier has the signature of handler.Applier.
-type Applier = func(ctx context.Context, tx pgx.Tx, ev *stripe.Event) error
-
-// Preparer has the signature of handler.Preparer.
-type Preparer = func(ctx context.Context, ev *stripe.Event) error
-
-// Appliers maps each handled event type to its applier.
-func (f *Flows) Appliers() map[string]Applier {
-	return map[string]Applier{
-		"payment_intent.succeeded":       f.paymentIntentSucceeded,
-		"payment_intent.payment_failed":  f.paymentIntentFailed,
-		"invoice.paid":                   f.invoicePaid,
-		"invoice.payment_failed":         f.invoicePaymentFailed,
-		"customer.subscription.created":  f.subscriptionChanged,
-		"customer.subscription.updated":  f.subscriptionChanged,
-		"customer.subscription.deleted":  f.subscriptionChanged,
-		"subscription_schedule.canceled": f.scheduleCanceled,
-	}
-}
-
-// Preparers maps event types to the lookups that run before their
-// transaction.
-func (f *Flows) Preparers() map[string]Preparer {
-	return map[string]Preparer{
-		"payment_intent.succeeded":      f.expandInvoice,
-		"payment_intent.payment_failed": f.expandInvoice,
-	}
 }
 
 // event is what the flows use of a Stripe event.
@@ -127,7 +101,7 @@ type purchaseRow struct {
 
 // lockPurchase reads and locks a purchase. Lock order is always purchase,
 // then its payment or subscription, so concurrent events never deadlock.
-func lockPurchase(ctx context.Context, tx pgx.Tx, id uuid.UUID) (*purchaseRow, error) {
+func lockPurchase(ctx context.Context, tx pgtx.Tx, id uuid.UUID) (*purchaseRow, error) {
 	var p purchaseRow
 	err := tx.QueryRow(ctx, `SELECT id, account, stripe_account, kind, fulfilled FROM purchases WHERE id = $1 FOR UPDATE`, id).
 		Scan(&p.ID, &p.Account, &p.StripeAccount, &p.Kind, &p.Fulfilled)
@@ -158,7 +132,7 @@ func hintFrom(metadata map[string]string) (hint, bool) {
 // purchaseFromHint locks the purchase a metadata hint names, if it exists and
 // belongs to the event's Stripe account (and to the hinted account): metadata
 // is merchant-writable, so it never crosses accounts.
-func purchaseFromHint(ctx context.Context, tx pgx.Tx, e event, h hint) (*purchaseRow, error) {
+func purchaseFromHint(ctx context.Context, tx pgtx.Tx, e event, h hint) (*purchaseRow, error) {
 	p, err := lockPurchase(ctx, tx, h.purchase)
 	if err != nil || p == nil {
 		return nil, err
@@ -172,7 +146,7 @@ func purchaseFromHint(ctx context.Context, tx pgx.Tx, e event, h hint) (*purchas
 
 // fulfil moves the purchase new -> fulfilled and enqueues its
 // purchase.fulfilled action, once.
-func (f *Flows) fulfil(ctx context.Context, tx pgx.Tx, e event, p *purchaseRow, subscription string) error {
+func (f *Flows) fulfil(ctx context.Context, tx pgtx.Tx, e event, p *purchaseRow, subscription string) error {
 	log := e.log.With("purchase_id", p.ID)
 	if p.Fulfilled {
 		log.Info("purchase already fulfilled")

@@ -49,20 +49,8 @@ func newFlowEnv(t *testing.T) *flowEnv {
 	flows := tracking.NewFlows(tracking.FlowsConfig{Log: quiet, Invoices: stripeclient.InvoiceFetcher(api), LookupTimeout: 5 * time.Second,
 		Processed: ledger.Processed})
 	e.handler = handler.New(handler.Config{PlatformAccount: "acct_platform_test", EventTTL: 720 * time.Hour},
-		e.events, ledger, quiet, Register(flows)...)
+		e.events, ledger, quiet, handler.WithRoutes(handler.NewRoutes(flows, nil)))
 	return e
-}
-
-// Register is how internal/app registers the flows on the handler.
-func Register(f *tracking.Flows) []handler.Option {
-	var opts []handler.Option
-	for typ, a := range f.Appliers() {
-		opts = append(opts, handler.WithApplier(typ, a))
-	}
-	for typ, p := range f.Preparers() {
-		opts = append(opts, handler.WithPreparer(typ, p))
-	}
-	return opts
 }
 
 // ids names the objects of one purchase under test.

@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stripe/stripe-go/v76"
 
+	"github.com/stripe-payments/stripe-payments/internal/handler"
 	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
 	"github.com/stripe-payments/stripe-payments/internal/stripetest"
 	"github.com/stripe-payments/stripe-payments/internal/testenv"
@@ -82,10 +83,12 @@ func FuzzFlows(f *testing.F) {
 		return json.Marshal(inv)
 	}
 	flows := tracking.NewFlows(tracking.FlowsConfig{Log: quiet, Invoices: invoices})
-	appliers, preparers := flows.Appliers(), flows.Preparers()
-	types := make([]string, 0, len(appliers))
-	for typ := range appliers {
-		types = append(types, typ)
+	// The routes the flows take in the handler's table (no billing feed).
+	routes := map[string]handler.Route{}
+	types := []string{}
+	for _, r := range handler.NewRoutes(flows, nil) {
+		routes[r.Type] = r
+		types = append(types, r.Type)
 	}
 	sort.Strings(types)
 	index := map[string]uint8{}
@@ -130,7 +133,7 @@ func FuzzFlows(f *testing.F) {
 				t.Fatalf("%s %s fails with an error that retrying cannot fix, so it would be retried forever: %v", typ, stage, err)
 			}
 		}
-		if prepare, ok := preparers[typ]; ok {
+		if prepare := routes[typ].Prepare; prepare != nil {
 			err := prepare(ctx, ev)
 			check("preparer", err)
 			if err != nil {
@@ -142,6 +145,11 @@ func FuzzFlows(f *testing.F) {
 			t.Fatalf("begin: %v", err)
 		}
 		defer func() { _ = tx.Rollback(context.Background()) }()
-		check("applier", appliers[typ](ctx, tx, ev))
+		for _, apply := range routes[typ].Apply {
+			if err := apply(ctx, tx, ev); err != nil {
+				check("applier", err)
+				return
+			}
+		}
 	})
 }

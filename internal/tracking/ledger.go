@@ -9,6 +9,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/stripe-payments/stripe-payments/internal/pgtx"
 )
 
 // EventRef identifies the event whose effects a transaction applies.
@@ -32,7 +34,7 @@ func NewLedger(pool *pgxpool.Pool) *Ledger { return &Ledger{pool: pool} }
 // a concurrent delivery, which the conflict waits for) and effects is not
 // run; applied is then false. A concurrent delivery blocks on the row lock of
 // the uncommitted claim, so the same event applies at most once.
-func (l *Ledger) Apply(ctx context.Context, ev EventRef, effects func(ctx context.Context, tx pgx.Tx) error) (applied bool, err error) {
+func (l *Ledger) Apply(ctx context.Context, ev EventRef, effects func(ctx context.Context, tx pgtx.Tx) error) (applied bool, err error) {
 	err = l.beginFunc(ctx, func(tx pgx.Tx) error {
 		applied = false
 		tag, err := tx.Exec(ctx, `INSERT INTO processed_events (event_id, event_type, stripe_account, event_created)
@@ -88,7 +90,7 @@ func (l *Ledger) Processed(ctx context.Context, id string) (bool, error) {
 // event in that order. Any error rolls the whole batch back; callers then
 // retry the events one by one with Apply, so one bad event fails alone.
 // refs must have distinct ids.
-func (l *Ledger) ApplyBatch(ctx context.Context, refs []EventRef, effects func(ctx context.Context, tx pgx.Tx, ev EventRef) error) (applied map[string]bool, err error) {
+func (l *Ledger) ApplyBatch(ctx context.Context, refs []EventRef, effects func(ctx context.Context, tx pgtx.Tx, ev EventRef) error) (applied map[string]bool, err error) {
 	return l.ApplyBatchThen(ctx, refs, effects, nil)
 }
 
@@ -96,8 +98,8 @@ func (l *Ledger) ApplyBatch(ctx context.Context, refs []EventRef, effects func(c
 // then (when not nil) runs after the effects with the ids newly claimed, in
 // id order (the handler writes their event records there, so that they are
 // durable with the commit).
-func (l *Ledger) ApplyBatchThen(ctx context.Context, refs []EventRef, effects func(ctx context.Context, tx pgx.Tx, ev EventRef) error,
-	then func(ctx context.Context, tx pgx.Tx, claimed []string) error) (applied map[string]bool, err error) {
+func (l *Ledger) ApplyBatchThen(ctx context.Context, refs []EventRef, effects func(ctx context.Context, tx pgtx.Tx, ev EventRef) error,
+	then func(ctx context.Context, tx pgtx.Tx, claimed []string) error) (applied map[string]bool, err error) {
 	sorted := append([]EventRef(nil), refs...)
 	sort.Slice(sorted, func(i, j int) bool { return sorted[i].ID < sorted[j].ID })
 	ids := make([]string, len(sorted))

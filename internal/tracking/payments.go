@@ -8,8 +8,10 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/stripe-payments/stripe-payments/internal/stripeid"
 	"github.com/stripe/stripe-go/v76"
+
+	"github.com/stripe-payments/stripe-payments/internal/pgtx"
+	"github.com/stripe-payments/stripe-payments/internal/stripeid"
 )
 
 // Payment flows of the reference: legacy purchase (payment_intent.succeeded
@@ -20,12 +22,12 @@ import (
 // invoice paid out of band has no PaymentIntent event at all); whichever
 // arrives first applies, the other finds the work done.
 
-// expandInvoice is the preparer of payment_intent events: when the
+// ExpandInvoice is the preparer of payment_intent events: when the
 // PaymentIntent belongs to an invoice that the payload only names, it fetches
 // the invoice from Stripe, before the transaction opens, and expands it into
 // ev so the applier sees whether it belongs to a subscription and its
 // metadata. The lookup is bounded by the flows' timeout.
-func (f *Flows) expandInvoice(ctx context.Context, ev *stripe.Event) error {
+func (f *Flows) ExpandInvoice(ctx context.Context, ev *stripe.Event) error {
 	var id string
 	switch ref := ev.Data.Object["invoice"].(type) {
 	case string:
@@ -85,7 +87,9 @@ type settlement struct {
 	hints         []hint // metadata of the PaymentIntent and its invoice
 }
 
-func (f *Flows) paymentIntentSucceeded(ctx context.Context, tx pgx.Tx, ev *stripe.Event) error {
+// PaymentIntentSucceeded: the payment new (or failed) → paid; a purchase
+// whose payment is not a subscription invoice's is fulfilled.
+func (f *Flows) PaymentIntentSucceeded(ctx context.Context, tx pgtx.Tx, ev *stripe.Event) error {
 	s, err := paymentIntentSettlement(ev, PaymentPaid)
 	if err != nil {
 		return err
@@ -93,7 +97,8 @@ func (f *Flows) paymentIntentSucceeded(ctx context.Context, tx pgx.Tx, ev *strip
 	return f.settle(ctx, tx, f.event(ev), s)
 }
 
-func (f *Flows) paymentIntentFailed(ctx context.Context, tx pgx.Tx, ev *stripe.Event) error {
+// PaymentIntentFailed: the payment new → failed.
+func (f *Flows) PaymentIntentFailed(ctx context.Context, tx pgtx.Tx, ev *stripe.Event) error {
 	s, err := paymentIntentSettlement(ev, PaymentFailed)
 	if err != nil {
 		return err
@@ -131,15 +136,18 @@ func paymentIntentSettlement(ev *stripe.Event, outcome PaymentStatus) (settlemen
 	return s, nil
 }
 
-func (f *Flows) invoicePaid(ctx context.Context, tx pgx.Tx, ev *stripe.Event) error {
+// InvoicePaid settles a one-off invoice's payment as PaymentIntentSucceeded
+// does (an invoice paid out of band has no PaymentIntent event).
+func (f *Flows) InvoicePaid(ctx context.Context, tx pgtx.Tx, ev *stripe.Event) error {
 	return f.invoiceSettled(ctx, tx, ev, PaymentPaid)
 }
 
-func (f *Flows) invoicePaymentFailed(ctx context.Context, tx pgx.Tx, ev *stripe.Event) error {
+// InvoicePaymentFailed settles a one-off invoice's payment as failed.
+func (f *Flows) InvoicePaymentFailed(ctx context.Context, tx pgtx.Tx, ev *stripe.Event) error {
 	return f.invoiceSettled(ctx, tx, ev, PaymentFailed)
 }
 
-func (f *Flows) invoiceSettled(ctx context.Context, tx pgx.Tx, ev *stripe.Event, outcome PaymentStatus) error {
+func (f *Flows) invoiceSettled(ctx context.Context, tx pgtx.Tx, ev *stripe.Event, outcome PaymentStatus) error {
 	var inv stripe.Invoice
 	if err := json.Unmarshal(ev.Data.Raw, &inv); err != nil {
 		return unprocessable("decode invoice: %v", err)
@@ -160,7 +168,7 @@ func (f *Flows) invoiceSettled(ctx context.Context, tx pgx.Tx, ev *stripe.Event,
 // settle applies a payment outcome: find the tracked payment (or the
 // purchase its metadata names), move it new -> paid | failed unless a newer
 // event already spoke for it, and fulfil a non-recurring purchase on success.
-func (f *Flows) settle(ctx context.Context, tx pgx.Tx, e event, s settlement) error {
+func (f *Flows) settle(ctx context.Context, tx pgtx.Tx, e event, s settlement) error {
 	log := e.log.With("payment_intent", s.paymentIntent)
 	if s.recurring {
 		// Recurring: the subscription's activation fulfils (reference,
@@ -220,7 +228,7 @@ func (f *Flows) settle(ctx context.Context, tx pgx.Tx, e event, s settlement) er
 // the payment row stored for the PaymentIntent, else the purchase named by
 // the metadata (then the payment row is created: the event overtook the
 // purchase API's write). Both nil: not tracked.
-func locatePayment(ctx context.Context, tx pgx.Tx, e event, s settlement) (*purchaseRow, *Payment, error) {
+func locatePayment(ctx context.Context, tx pgtx.Tx, e event, s settlement) (*purchaseRow, *Payment, error) {
 	var p *purchaseRow
 	if s.paymentIntent != "" {
 		var purchase uuid.UUID

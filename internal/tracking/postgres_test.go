@@ -7,12 +7,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/stripe-payments/stripe-payments/internal/pgtx"
 	"github.com/stripe-payments/stripe-payments/internal/testenv"
 	"github.com/stripe-payments/stripe-payments/internal/tracking"
 )
@@ -100,11 +100,11 @@ func TestLedgerSurvivesDeadPooledConnections(t *testing.T) {
 
 	ledger := tracking.NewLedger(pool)
 	applied, err := ledger.Apply(ctx, tracking.EventRef{ID: "evt_dead_conns_1", Type: "payment_intent.succeeded",
-		StripeAccount: "acct_1", Created: time.Now()}, func(context.Context, pgx.Tx) error { return nil })
+		StripeAccount: "acct_1", Created: time.Now()}, func(context.Context, pgtx.Tx) error { return nil })
 	require.NoError(t, err, "the first use after the failure")
 	assert.True(t, applied)
 	got, err := ledger.ApplyBatch(ctx, []tracking.EventRef{{ID: "evt_dead_conns_2", Type: "payment_intent.succeeded",
-		StripeAccount: "acct_1", Created: time.Now()}}, func(context.Context, pgx.Tx, tracking.EventRef) error { return nil })
+		StripeAccount: "acct_1", Created: time.Now()}}, func(context.Context, pgtx.Tx, tracking.EventRef) error { return nil })
 	require.NoError(t, err)
 	assert.True(t, got["evt_dead_conns_2"])
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/stripe/stripe-go/v76"
 
 	"github.com/stripe-payments/stripe-payments/internal/actions"
+	"github.com/stripe-payments/stripe-payments/internal/pgtx"
 	"github.com/stripe-payments/stripe-payments/internal/stripeid"
 )
 
@@ -40,7 +41,9 @@ func targetOf(status stripe.SubscriptionStatus) SubscriptionStatus {
 	}
 }
 
-func (f *Flows) subscriptionChanged(ctx context.Context, tx pgx.Tx, ev *stripe.Event) error {
+// SubscriptionChanged moves the tracked subscription to what its Stripe
+// status means (customer.subscription.created, .updated, .deleted).
+func (f *Flows) SubscriptionChanged(ctx context.Context, tx pgtx.Tx, ev *stripe.Event) error {
 	var sub stripe.Subscription
 	if err := json.Unmarshal(ev.Data.Raw, &sub); err != nil {
 		return unprocessable("decode subscription: %v", err)
@@ -59,7 +62,8 @@ func (f *Flows) subscriptionChanged(ctx context.Context, tx pgx.Tx, ev *stripe.E
 	return f.moveSubscription(ctx, tx, f.event(ev), sub.ID, hints, target)
 }
 
-func (f *Flows) scheduleCanceled(ctx context.Context, tx pgx.Tx, ev *stripe.Event) error {
+// ScheduleCanceled terminates the subscription a canceled schedule names.
+func (f *Flows) ScheduleCanceled(ctx context.Context, tx pgtx.Tx, ev *stripe.Event) error {
 	var sched stripe.SubscriptionSchedule
 	if err := json.Unmarshal(ev.Data.Raw, &sched); err != nil {
 		return unprocessable("decode subscription schedule: %v", err)
@@ -76,7 +80,7 @@ func (f *Flows) scheduleCanceled(ctx context.Context, tx pgx.Tx, ev *stripe.Even
 }
 
 // moveSubscription applies one subscription event to its tracked row.
-func (f *Flows) moveSubscription(ctx context.Context, tx pgx.Tx, e event, id string, hints []hint, target SubscriptionStatus) error {
+func (f *Flows) moveSubscription(ctx context.Context, tx pgtx.Tx, e event, id string, hints []hint, target SubscriptionStatus) error {
 	log := e.log.With("subscription", id)
 	p, sub, err := locateSubscription(ctx, tx, e, id, hints)
 	if err != nil {
@@ -129,7 +133,7 @@ func (f *Flows) moveSubscription(ctx context.Context, tx pgx.Tx, e event, id str
 // locateSubscription finds and locks a tracked subscription and its purchase.
 // A subscription the purchase API has not stored yet (its event overtook the
 // API's write) is created from the metadata's purchase.
-func locateSubscription(ctx context.Context, tx pgx.Tx, e event, id string, hints []hint) (*purchaseRow, *Subscription, error) {
+func locateSubscription(ctx context.Context, tx pgtx.Tx, e event, id string, hints []hint) (*purchaseRow, *Subscription, error) {
 	var p *purchaseRow
 	var purchase uuid.UUID
 	var account string

@@ -1,0 +1,65 @@
+// Package depcheck holds no code: its test checks the import rules of
+// DESIGN §2 on the real import graph (`go list -deps`), so that `make test`
+// fails when a package reaches what it must not.
+package depcheck
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/stripe-payments/stripe-payments"
+
+// storage is every package that holds or drives a store: the drivers, and
+// ours that import them.
+var storage = []string{
+	"github.com/jackc/pgx",
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb",
+	module + "/internal/events",
+	module + "/internal/tracking",
+	module + "/internal/billing",
+	module + "/internal/outbox",
+	module + "/internal/recordq",
+	module + "/internal/lock",
+	module + "/internal/dynamo",
+	module + "/internal/ops",
+}
+
+var rules = []struct {
+	pkg, why string
+	never    []string // import path prefixes, reached directly or not
+}{
+	{"webhook", "the endpoint hands events to the handler's interface (stripeevent.Handler), never to a store (DESIGN §2)",
+		append([]string{module + "/internal/handler", module + "/internal/app"}, storage...)},
+	{"internal/stripeevent", "the event vocabulary is a leaf: anything may import it",
+		append([]string{module + "/internal/handler", module + "/webhook", module + "/poller"}, storage...)},
+	{"internal/stripeid", "the id check is a leaf", []string{module + "/"}},
+}
+
+// TestImportRules fails when a package reaches (directly or through others)
+// a package it must not.
+func TestImportRules(t *testing.T) {
+	for _, r := range rules {
+		t.Run(r.pkg, func(t *testing.T) {
+			out, err := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}", module+"/"+r.pkg).CombinedOutput()
+			if err != nil {
+				t.Fatalf("go list %s: %v\n%s", r.pkg, err, out)
+			}
+			deps := strings.Fields(string(out))
+			if len(deps) == 0 {
+				t.Fatalf("go list %s listed nothing", r.pkg)
+			}
+			for _, dep := range deps {
+				if dep == module+"/"+r.pkg {
+					continue
+				}
+				for _, bad := range r.never {
+					if dep == bad || strings.HasPrefix(dep, strings.TrimSuffix(bad, "/")+"/") {
+						t.Errorf("%s imports %s: %s", r.pkg, dep, r.why)
+					}
+				}
+			}
+		})
+	}
+}
