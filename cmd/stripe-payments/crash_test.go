@@ -29,6 +29,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stripe-payments/stripe-payments/internal/actions"
+	"github.com/stripe-payments/stripe-payments/internal/dispatch"
 	"github.com/stripe-payments/stripe-payments/internal/events"
 	"github.com/stripe-payments/stripe-payments/internal/stripetest"
 	"github.com/stripe-payments/stripe-payments/internal/testenv"
@@ -97,7 +98,7 @@ func (s *actionSink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := actions.Verify(r.Header.Get("X-Signature"), crashActions, body, 5*time.Minute, time.Now()); err != nil {
+	if err := dispatch.Verify(r.Header.Get("X-Signature"), crashActions, body, 5*time.Minute, time.Now()); err != nil {
 		s.bad = append(s.bad, "signature: "+err.Error())
 		http.Error(w, err.Error(), http.StatusUnauthorized)
 		return

@@ -26,9 +26,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/stripe-payments/stripe-payments/internal/actions"
 	"github.com/stripe-payments/stripe-payments/internal/billing"
 	"github.com/stripe-payments/stripe-payments/internal/billing/billingtest"
+	"github.com/stripe-payments/stripe-payments/internal/dispatch"
 	"github.com/stripe-payments/stripe-payments/internal/events"
 	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
 	"github.com/stripe-payments/stripe-payments/internal/stripetest"
@@ -132,7 +132,7 @@ func (s *scaleSink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := actions.Verify(r.Header.Get("X-Signature"), scaleActions, body, 5*time.Minute, time.Now()); err != nil {
+	if err := dispatch.Verify(r.Header.Get("X-Signature"), scaleActions, body, 5*time.Minute, time.Now()); err != nil {
 		s.bad = append(s.bad, "signature: "+err.Error())
 		http.Error(w, err.Error(), http.StatusUnauthorized)
 		return

@@ -1,8 +1,8 @@
 // Package actions carries side effects ("fulfil this purchase", "run the
 // unsubscribe actions") to the platform: they are enqueued to the outbox in
-// the transaction that causes them (Enqueue) and a dispatcher POSTs each one,
-// signed, to ACTIONS_URL until it is acknowledged (Dispatcher). The JSON shape
-// is DESIGN §6's contract.
+// the transaction that causes them (Enqueue), on the one topic of actions
+// (Topic), and package dispatch POSTs each one, signed, to ACTIONS_URL until
+// it is acknowledged. The JSON shape is DESIGN §6's contract.
 package actions
 
 import (

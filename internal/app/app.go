@@ -14,10 +14,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stripe/stripe-go/v76/client"
 
-	"github.com/stripe-payments/stripe-payments/internal/actions"
 	"github.com/stripe-payments/stripe-payments/internal/api"
 	"github.com/stripe-payments/stripe-payments/internal/billing"
 	"github.com/stripe-payments/stripe-payments/internal/config"
+	"github.com/stripe-payments/stripe-payments/internal/dispatch"
 	"github.com/stripe-payments/stripe-payments/internal/dynamo"
 	"github.com/stripe-payments/stripe-payments/internal/email"
 	"github.com/stripe-payments/stripe-payments/internal/events"
@@ -50,7 +50,7 @@ type App struct {
 	// Open, stopped by Run/Shutdown).
 	Stripe   *client.API
 	Tracking *tracking.Store
-	Actions  *actions.Dispatcher
+	Actions  *dispatch.Dispatcher
 	// Emails sends reminder emails through SES; nil unless SES_FROM_ADDRESS.
 	Emails *outbox.Worker
 	stopBg func()
@@ -132,7 +132,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 	a.Ledger = tracking.NewLedger(pool)
 	a.Stripe = stripeclient.New(stripeclient.Options{APIKey: cfg.StripeAPIKey, BaseURL: cfg.StripeAPIBase, Log: log})
 	a.Tracking = tracking.NewStore(pool)
-	a.Actions = actions.NewDispatcher(pool, actions.Config{URL: cfg.ActionsURL, Secret: cfg.ActionsSecret, Log: log.With("component", "actions"), Policy: a.outboxPolicy()})
+	a.Actions = dispatch.New(pool, dispatch.Config{URL: cfg.ActionsURL, Secret: cfg.ActionsSecret, Log: log.With("component", "actions"), Policy: a.outboxPolicy()})
 	flows := tracking.NewFlows(tracking.FlowsConfig{Log: log, Invoices: stripeclient.InvoiceFetcher(a.Stripe), Processed: a.Ledger.Processed})
 	if cfg.SESFromAddress != "" {
 		ses, err := email.NewSESClient(ctx, cfg.AWSRegion, cfg.SESEndpoint)
@@ -172,7 +172,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 		append([]handler.Option{handler.WithRoutes(routes),
 			handler.WithObserver(ops.Observers{a.Metrics, a.OpsCounter}), handler.WithIngestObserver(a.Metrics),
 			handler.WithBatchObserver(recordMetrics)}, recordOptions(cfg, a.Records)...)...)
-	a.Metrics.WatchIngest(a.Handler.Stats)
+	a.Metrics.WatchIngest(func() metrics.IngestQueue { return metrics.IngestQueue(a.Handler.Stats()) })
 
 	a.Server = httpserver.New(log, a.Metrics, []httpserver.Check{
 		{Name: "dynamodb", Run: func(ctx context.Context) error { return dynamo.Ping(ctx, ddb, cfg.EventsTable) }},

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/stripe-payments/stripe-payments/internal/actions"
 	"github.com/stripe-payments/stripe-payments/internal/billing"
 	"github.com/stripe-payments/stripe-payments/internal/billing/billingtest"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
@@ -97,6 +98,6 @@ func TestBillingEndToEnd(t *testing.T) {
 	// Delivered or not: the actions dispatcher runs in the background.
 	var n int
 	require.NoError(t, a.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE topic = $1 AND type = $2`,
-		billing.ActionTopic, billing.ActionPaymentCompleted).Scan(&n))
+		actions.Topic, billing.ActionPaymentCompleted).Scan(&n))
 	assert.Equal(t, 1, n, "one billing.payment_completed action")
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/actions"
 	"github.com/stripe-payments/stripe-payments/internal/app"
 	"github.com/stripe-payments/stripe-payments/internal/config"
+	"github.com/stripe-payments/stripe-payments/internal/dispatch"
 	"github.com/stripe-payments/stripe-payments/internal/stripetest"
 	"github.com/stripe-payments/stripe-payments/internal/testenv"
 )
@@ -42,7 +43,7 @@ func newActionSink(t *testing.T) *actionSink {
 	s := &actionSink{}
 	s.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
-		if err := actions.Verify(r.Header.Get("X-Signature"), actionsSecret, body, 5*time.Minute, time.Now()); err != nil {
+		if err := dispatch.Verify(r.Header.Get("X-Signature"), actionsSecret, body, 5*time.Minute, time.Now()); err != nil {
 			http.Error(w, err.Error(), http.StatusUnauthorized)
 			return
 		}

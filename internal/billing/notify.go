@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/stripe-payments/stripe-payments/internal/actions"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
 	"github.com/stripe-payments/stripe-payments/internal/email"
 	"github.com/stripe-payments/stripe-payments/internal/outbox"
@@ -22,8 +23,6 @@ const (
 	ActionReminderDue      = "billing.reminder_due"
 	ActionPaymentCompleted = "billing.payment_completed"
 	ActionPaymentFailed    = "billing.payment_failed"
-	// ActionTopic is the outbox topic of actions.
-	ActionTopic = "action"
 )
 
 // Action is one side effect for ACTIONS_URL: the DESIGN §6 fields plus the
@@ -90,7 +89,7 @@ func (n OutboxNotifier) Notify(ctx context.Context, a Action) error {
 	}
 	err = pgx.BeginFunc(ctx, n.Pool, func(tx pgx.Tx) error {
 		if _, err := outbox.Enqueue(ctx, tx, outbox.Message{
-			ID: a.ID, Topic: ActionTopic, Type: a.Type, DedupeKey: a.DedupeKey(), Payload: payload,
+			ID: a.ID, Topic: actions.Topic, Type: a.Type, DedupeKey: a.DedupeKey(), Payload: payload,
 		}); err != nil {
 			return err
 		}

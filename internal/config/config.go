@@ -191,10 +191,10 @@ func LoadFor(lookup Lookup, uses Uses) (Config, error) {
 	if c.EventTTL, err = time.ParseDuration(get("EVENT_TTL", "720h")); err != nil {
 		errs = append(errs, fmt.Errorf("EVENT_TTL: %w", err))
 	}
-	if c.IngestMaxBatch, err = strconv.Atoi(get("INGEST_MAX_BATCH", "25")); err != nil || c.IngestMaxBatch < 1 || c.IngestMaxBatch > 100 {
+	if c.IngestMaxBatch, err = strconv.Atoi(get("INGEST_MAX_BATCH", strconv.Itoa(DefaultIngestMaxBatch))); err != nil || c.IngestMaxBatch < 1 || c.IngestMaxBatch > 100 {
 		errs = append(errs, errors.New("INGEST_MAX_BATCH: an integer from 1 to 100"))
 	}
-	if c.IngestFlushers, err = strconv.Atoi(get("INGEST_FLUSHERS", "2")); err != nil || c.IngestFlushers < 1 || c.IngestFlushers > 64 {
+	if c.IngestFlushers, err = strconv.Atoi(get("INGEST_FLUSHERS", strconv.Itoa(DefaultIngestFlushers))); err != nil || c.IngestFlushers < 1 || c.IngestFlushers > 64 {
 		errs = append(errs, errors.New("INGEST_FLUSHERS: an integer from 1 to 64"))
 	}
 	c.IngestRecords, err = loadIngestRecords(get)

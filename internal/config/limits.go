@@ -48,10 +48,10 @@ func loadLimits(get func(key, def string) string) (LimitsConfig, error) {
 		DatabaseStatementTimeout: dur("DATABASE_STATEMENT_TIMEOUT", "30s"),
 		DatabaseTCPUserTimeout:   dur("DATABASE_TCP_USER_TIMEOUT", "15s"),
 		DynamoTimeout:            dur("DYNAMODB_TIMEOUT", "3s"),
-		IngestTimeout:            dur("INGEST_TIMEOUT", "10s"),
-		IngestBatchTimeout:       dur("INGEST_BATCH_TIMEOUT", "5s"),
-		IngestQueueMax:           atoi("INGEST_QUEUE_MAX", "1000", 1, 1_000_000),
-		IngestQueueMaxBytes:      int64(atoi("INGEST_QUEUE_MAX_BYTES", strconv.Itoa(64<<20), 1<<20, 1<<30)),
+		IngestTimeout:            dur("INGEST_TIMEOUT", DefaultIngestTimeout.String()),
+		IngestBatchTimeout:       dur("INGEST_BATCH_TIMEOUT", DefaultIngestBatchTimeout.String()),
+		IngestQueueMax:           atoi("INGEST_QUEUE_MAX", strconv.Itoa(DefaultIngestQueueMax), 1, 1_000_000),
+		IngestQueueMaxBytes:      int64(atoi("INGEST_QUEUE_MAX_BYTES", strconv.Itoa(DefaultIngestQueueMaxBytes), 1<<20, 1<<30)),
 	}
 	if l.IngestBatchTimeout > 0 && l.IngestTimeout > 0 && l.IngestBatchTimeout >= l.IngestTimeout {
 		errs = append(errs, errors.New("INGEST_BATCH_TIMEOUT: below INGEST_TIMEOUT, so a failed batch is answered before the delivery's deadline"))

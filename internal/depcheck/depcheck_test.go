@@ -35,6 +35,14 @@ var rules = []struct {
 	{"internal/stripeevent", "the event vocabulary is a leaf: anything may import it",
 		append([]string{module + "/internal/handler", module + "/webhook", module + "/poller"}, storage...)},
 	{"internal/stripeid", "the id check is a leaf", []string{module + "/"}},
+	{"internal/metrics", "metrics observes the handler through the handler's own interfaces; it never imports it",
+		[]string{module + "/internal/handler"}},
+	{"internal/actions", "causing an effect only enqueues it; HTTP delivery is package dispatch",
+		[]string{"net/http", module + "/internal/dispatch"}},
+	{"internal/tracking", "the state machines enqueue actions, they never deliver them",
+		[]string{module + "/internal/dispatch"}},
+	{"internal/config", "settings are a leaf: components read their defaults from it",
+		[]string{module + "/internal/handler", module + "/internal/app"}},
 }
 
 // TestImportRules fails when a package reaches (directly or through others)

@@ -23,6 +23,7 @@ import (
 
 	"github.com/stripe/stripe-go/v76"
 
+	"github.com/stripe-payments/stripe-payments/internal/config"
 	"github.com/stripe-payments/stripe-payments/internal/events"
 	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
 	"github.com/stripe-payments/stripe-payments/internal/tracking"
@@ -58,37 +59,34 @@ type Observer interface {
 type IngestObserver interface {
 	// FlushPanicked: a batch's processing panicked; its deliveries failed.
 	FlushPanicked()
-	// Shed: deliveries refused or dropped without processing, by reason
-	// (ShedQueueFull, ShedCallerGone).
-	Shed(reason string, n int)
+	// QueueFull: n deliveries refused at once on a full queue.
+	QueueFull(n int)
+	// CallerGone: n deliveries dropped before processing, their callers
+	// gone (or past their deadline).
+	CallerGone(n int)
 }
 
-// Reasons of IngestObserver.Shed.
-const (
-	ShedQueueFull  = "queue_full"
-	ShedCallerGone = "caller_gone"
-)
-
-// Config of the handler.
+// Config of the handler. A zero setting takes the ingest default of
+// package config (config.DefaultIngest*), the one `serve` runs with.
 type Config struct {
 	PlatformAccount string
 	EventTTL        time.Duration
 	Livemode        bool
-	// MaxBatch bounds a group commit (default 25, DynamoDB's BatchWriteItem
-	// limit); 1 processes every event on its own.
+	// MaxBatch bounds a group commit (DynamoDB's BatchWriteItem limit);
+	// 1 processes every event on its own.
 	MaxBatch int
-	// Flushers is how many batches may be in flight at once (default 4), so
-	// that one batch's Postgres work overlaps another's DynamoDB write.
+	// Flushers is how many batches may be in flight at once, so that one
+	// batch's Postgres work overlaps another's DynamoDB write.
 	Flushers int
 	// DeliveryTimeout bounds one Handle call: preparer, wait in the queue
-	// and batch (default 10 s). Past it the caller gets an error (5xx).
+	// and batch. Past it the caller gets an error (5xx).
 	DeliveryTimeout time.Duration
-	// BatchTimeout bounds one batch's Postgres and DynamoDB work
-	// (default 5 s), so a dependency that stops answering frees the flusher.
+	// BatchTimeout bounds one batch's Postgres and DynamoDB work, so a
+	// dependency that stops answering frees the flusher.
 	BatchTimeout time.Duration
 	// QueueMax and QueueMaxBytes bound the deliveries waiting for a batch
-	// and their payload (defaults 1000 and 64 MiB); beyond, Handle fails at
-	// once with stripeevent.ErrOverloaded.
+	// and their payload; beyond, Handle fails at once with
+	// stripeevent.ErrOverloaded.
 	QueueMax      int
 	QueueMaxBytes int64
 	// StuckAfter: Ready fails once the oldest queued delivery has waited
@@ -134,22 +132,22 @@ func WithClock(now func() time.Time) Option { return func(h *Handler) { h.now = 
 // finds (app.New checks the table first and returns the error).
 func New(cfg Config, store EventStore, ledger Ledger, log *slog.Logger, opts ...Option) *Handler {
 	if cfg.MaxBatch <= 0 {
-		cfg.MaxBatch = 25
+		cfg.MaxBatch = config.DefaultIngestMaxBatch
 	}
 	if cfg.Flushers <= 0 {
-		cfg.Flushers = 4
+		cfg.Flushers = config.DefaultIngestFlushers
 	}
 	if cfg.DeliveryTimeout <= 0 {
-		cfg.DeliveryTimeout = 10 * time.Second
+		cfg.DeliveryTimeout = config.DefaultIngestTimeout
 	}
 	if cfg.BatchTimeout <= 0 {
-		cfg.BatchTimeout = 5 * time.Second
+		cfg.BatchTimeout = config.DefaultIngestBatchTimeout
 	}
 	if cfg.QueueMax <= 0 {
-		cfg.QueueMax = 1000
+		cfg.QueueMax = config.DefaultIngestQueueMax
 	}
 	if cfg.QueueMaxBytes <= 0 {
-		cfg.QueueMaxBytes = 64 << 20
+		cfg.QueueMaxBytes = config.DefaultIngestQueueMaxBytes
 	}
 	if cfg.StuckAfter <= 0 {
 		cfg.StuckAfter = 3 * cfg.BatchTimeout
@@ -166,7 +164,7 @@ func New(cfg Config, store EventStore, ledger Ledger, log *slog.Logger, opts ...
 		maxBatch: cfg.MaxBatch, maxFlushers: cfg.Flushers,
 		maxQueue: cfg.QueueMax, maxBytes: cfg.QueueMaxBytes, batchTimeout: cfg.BatchTimeout,
 		process: h.processBatch, panicked: h.flushPanicked,
-		dropped: func(n int) { h.shed(ShedCallerGone, n) },
+		dropped: h.callerGone,
 	}
 	return h
 }
@@ -180,9 +178,10 @@ func (h *Handler) flushPanicked(v any, stack []byte, batch int) {
 	}
 }
 
-func (h *Handler) shed(reason string, n int) {
+// callerGone counts deliveries dropped because nobody waits for them.
+func (h *Handler) callerGone(n int) {
 	if h.ingestObs != nil {
-		h.ingestObs.Shed(reason, n)
+		h.ingestObs.CallerGone(n)
 	}
 }
 
@@ -224,7 +223,7 @@ func (h *Handler) handle(ctx context.Context, ev *stripe.Event, payload []byte, 
 	if err := ctx.Err(); err != nil {
 		// The caller has gone (or its deadline passed): nobody would hear
 		// the answer, and the sender delivers again.
-		h.shed(ShedCallerGone, 1)
+		h.callerGone(1)
 		return stripeevent.Failed, fmt.Errorf("dropped before processing: %w", err)
 	}
 	if wb := h.writeBehind(); wb != nil {
@@ -246,7 +245,9 @@ func (h *Handler) handle(ctx context.Context, ev *stripe.Event, payload []byte, 
 	}
 	outcome, err := h.group.submit(ctx, p)
 	if errors.Is(err, stripeevent.ErrOverloaded) {
-		h.shed(ShedQueueFull, 1)
+		if h.ingestObs != nil {
+			h.ingestObs.QueueFull(1)
+		}
 		h.logger(rec).Warn("ingest queue full: delivery refused, it will be retried")
 	}
 	return outcome, err

@@ -1,4 +1,4 @@
-package actions_test
+package dispatch_test
 
 import (
 	"context"
@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stripe-payments/stripe-payments/internal/actions"
+	"github.com/stripe-payments/stripe-payments/internal/dispatch"
 	"github.com/stripe-payments/stripe-payments/internal/outbox"
 	"github.com/stripe-payments/stripe-payments/internal/testenv"
 )
@@ -59,7 +60,7 @@ func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
 	var a actions.Action
 	_ = json.Unmarshal(body, &a)
 	id, _ := uuid.Parse(req.Header.Get("Idempotency-Key"))
-	at := attempt{id: id, body: a, signature: actions.Verify(req.Header.Get("X-Signature"), secret, body, 5*time.Minute, time.Now())}
+	at := attempt{id: id, body: a, signature: dispatch.Verify(req.Header.Get("X-Signature"), secret, body, 5*time.Minute, time.Now())}
 	if d := r.slow.Load(); d > 0 {
 		time.Sleep(time.Duration(d))
 	}
@@ -153,7 +154,7 @@ func TestReceiverDownThenUp(t *testing.T) {
 	r.mode.Store(1)
 
 	start := func() (stop func()) {
-		d := actions.NewDispatcher(pool, actions.Config{URL: r.srv.URL, Secret: secret, Backoff: fast, Idle: 10 * time.Millisecond, Log: quiet})
+		d := dispatch.New(pool, dispatch.Config{URL: r.srv.URL, Secret: secret, Backoff: fast, Idle: 10 * time.Millisecond, Log: quiet})
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		go func() { defer close(done); _ = d.Run(ctx) }()
@@ -204,7 +205,7 @@ func TestClientErrorsAreRetriedToo(t *testing.T) {
 	ids := enqueue(t, pool, 1)
 	r.mode.Store(3)
 	now := time.Now()
-	d := actions.NewDispatcher(pool, actions.Config{URL: r.srv.URL, Secret: secret, Log: quiet, Now: func() time.Time { return now }})
+	d := dispatch.New(pool, dispatch.Config{URL: r.srv.URL, Secret: secret, Log: quiet, Now: func() time.Time { return now }})
 	n, err := d.DeliverDue(context.Background())
 	require.NoError(t, err)
 	assert.Equal(t, 1, n)
@@ -224,7 +225,7 @@ func TestClientErrorsAreRetriedToo(t *testing.T) {
 func TestEmptyURLOnlyLogs(t *testing.T) {
 	pool := testenv.Postgres(t)
 	enqueue(t, pool, 3)
-	d := actions.NewDispatcher(pool, actions.Config{Secret: secret, Log: quiet})
+	d := dispatch.New(pool, dispatch.Config{Secret: secret, Log: quiet})
 	n, err := d.DeliverDue(context.Background())
 	require.NoError(t, err)
 	assert.Equal(t, 1, n, "one message per poll")
@@ -242,7 +243,7 @@ func TestShutdownFinishesTheDeliveryInFlight(t *testing.T) {
 	r := newReceiver(t)
 	enqueue(t, pool, 1)
 	r.slow.Store(int64(500 * time.Millisecond))
-	d := actions.NewDispatcher(pool, actions.Config{URL: r.srv.URL, Secret: secret, Log: quiet, Idle: 10 * time.Millisecond})
+	d := dispatch.New(pool, dispatch.Config{URL: r.srv.URL, Secret: secret, Log: quiet, Idle: 10 * time.Millisecond})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = d.Run(ctx) }()
@@ -257,7 +258,7 @@ func TestShutdownFinishesTheDeliveryInFlight(t *testing.T) {
 func TestSignature(t *testing.T) {
 	body := []byte(`{"id":"x"}`)
 	now := time.Unix(1_700_000_000, 0)
-	h := actions.Sign(secret, body, now)
+	h := dispatch.Sign(secret, body, now)
 	assert.Regexp(t, `^t=1700000000,v1=[0-9a-f]{64}$`, h)
 	tests := []struct {
 		name   string
@@ -268,16 +269,16 @@ func TestSignature(t *testing.T) {
 		want   error
 	}{
 		{"valid", h, secret, body, now, nil},
-		{"wrong secret", h, "other", body, now, actions.ErrBadSignature},
-		{"tampered body", h, secret, []byte(`{"id":"y"}`), now, actions.ErrBadSignature},
-		{"stale", h, secret, body, now.Add(10 * time.Minute), actions.ErrStale},
-		{"garbage", "v1=abc", secret, body, now, actions.ErrBadSignature},
+		{"wrong secret", h, "other", body, now, dispatch.ErrBadSignature},
+		{"tampered body", h, secret, []byte(`{"id":"y"}`), now, dispatch.ErrBadSignature},
+		{"stale", h, secret, body, now.Add(10 * time.Minute), dispatch.ErrStale},
+		{"garbage", "v1=abc", secret, body, now, dispatch.ErrBadSignature},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			assert.ErrorIs(t, actions.Verify(tc.header, tc.secret, tc.body, 5*time.Minute, tc.at), tc.want)
+			assert.ErrorIs(t, dispatch.Verify(tc.header, tc.secret, tc.body, 5*time.Minute, tc.at), tc.want)
 			if tc.want == nil {
-				assert.NoError(t, actions.Verify(tc.header, tc.secret, tc.body, 5*time.Minute, tc.at))
+				assert.NoError(t, dispatch.Verify(tc.header, tc.secret, tc.body, 5*time.Minute, tc.at))
 			}
 		})
 	}

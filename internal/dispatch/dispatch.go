@@ -1,4 +1,8 @@
-package actions
+// Package dispatch delivers the actions of the outbox (package actions) to
+// ACTIONS_URL over HTTP: signed POSTs, retried with backoff until a 2xx
+// (DESIGN §6). It is the only part of the action path that speaks HTTP;
+// the code that causes an effect only enqueues it (actions.Enqueue).
+package dispatch
 
 import (
 	"bytes"
@@ -18,6 +22,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/stripe-payments/stripe-payments/internal/actions"
 	"github.com/stripe-payments/stripe-payments/internal/outbox"
 )
 
@@ -67,8 +72,8 @@ func NewHTTPClient(timeout time.Duration) *http.Client {
 	}
 }
 
-// NewDispatcher returns a dispatcher over the outbox in pool.
-func NewDispatcher(pool *pgxpool.Pool, cfg Config) *Dispatcher {
+// New returns a dispatcher over the outbox in pool.
+func New(pool *pgxpool.Pool, cfg Config) *Dispatcher {
 	if cfg.HTTPClient == nil {
 		cfg.HTTPClient = NewHTTPClient(10 * time.Second)
 	}
@@ -80,7 +85,7 @@ func NewDispatcher(pool *pgxpool.Pool, cfg Config) *Dispatcher {
 	}
 	d := &Dispatcher{cfg: cfg}
 	d.worker = &outbox.Worker{
-		Pool: pool, Topic: Topic, Deliver: d.Deliver, Log: cfg.Log,
+		Pool: pool, Topic: actions.Topic, Deliver: d.Deliver, Log: cfg.Log,
 		// One message per poll: shutdown waits for at most one delivery.
 		Batch: 1, Idle: cfg.Idle, Backoff: cfg.Backoff, Now: cfg.Now,
 	}
