@@ -144,7 +144,7 @@ func (s *Service) collectFirst(ctx context.Context, l *lock.Lock, sub Subscripti
 		// Its reminder has not gone out (its day had passed when the period
 		// was scheduled or moved, and no reminder run came in between): it
 		// goes out now, before the charge (deduplicated per charge date).
-		if err := s.notifier.Notify(ctx, reminderAction(sub, p.Due(), s.now())); err != nil {
+		if err := s.notifier.Notify(ctx, reminderAction(sub, p.BillingDate, p.Due(), s.now())); err != nil {
 			return sub, false, err
 		}
 		rep.add(func(r *Report) { r.Reminded++ })
@@ -218,6 +218,12 @@ func (s *Service) attempt(ctx context.Context, l *lock.Lock, sub Subscription, p
 			// ACTIVE and unchanged, and record the attempt's idempotency key
 			// before charging.
 			p.InFlightKey, p.InFlightAt = IdempotencyKey(p, attemptNo), now
+			if p.Status == Error && p.NextAttemptDate.After(today) {
+				// A pay now ahead of the retry days: should its outcome be
+				// unknown, the next job run must find the period (the index
+				// entry is on NextAttemptDate) and resolve it (finding F17).
+				p.NextAttemptDate = today
+			}
 			if p.InitialRunDate.IsZero() {
 				p.InitialRunDate = now
 			}

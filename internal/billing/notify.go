@@ -49,12 +49,20 @@ type Action struct {
 	PaymentIntent string `json:"payment_intent,omitempty"`
 	Attempt       int    `json:"attempt,omitempty"`
 	Error         string `json:"error,omitempty"`
+
+	// period is the scheduled date of the period a reminder announces,
+	// when it differs from its charge date (a moved period): two periods
+	// charged on one date each get their reminder (DESIGN §8, finding F16).
+	period dates.Date
 }
 
 // DedupeKey names the effect: one action per subscription, billing date and
 // type (and PaymentIntent for payment outcomes), however often it is caused.
 func (a Action) DedupeKey() string {
 	k := fmt.Sprintf("%s:%s:%s:%s", a.Type, a.Account, a.SubscriptionID, a.BillingDate)
+	if !a.period.IsZero() && a.period.String() != a.BillingDate {
+		k += ":period-" + a.period.String()
+	}
 	switch {
 	case a.PaymentIntent != "":
 		k += ":" + a.PaymentIntent
@@ -162,8 +170,8 @@ func paymentAction(typ string, p Period, pi string, attempt int, errMsg string, 
 	}
 }
 
-func reminderAction(sub Subscription, payDate dates.Date, now time.Time) Action {
-	return Action{
+func reminderAction(sub Subscription, period, payDate dates.Date, now time.Time) Action {
+	return Action{period: period,
 		Type: ActionReminderDue, Account: sub.AccountID, StripeAccount: sub.PaymentDetails.StripeAccount,
 		SubscriptionID: sub.SubscriptionID, Created: now.UTC().Format(time.RFC3339), SKU: sub.SKU, Email: sub.Email,
 		BillingDate: payDate.String(), Amount: sub.Amount, Currency: sub.Currency,

@@ -56,7 +56,7 @@ func (s *Service) remindEntry(ctx context.Context, _ *lock.Lock, e IndexEntry, d
 				return fmt.Errorf("claim reminder: %w", err)
 			}
 		}
-		if err := s.notifier.Notify(ctx, reminderAction(sub, pay, now)); err != nil {
+		if err := s.notifier.Notify(ctx, reminderAction(sub, target, pay, now)); err != nil {
 			return err
 		}
 		sent := date

@@ -450,3 +450,27 @@ func TestHistoryIsAppendOnly(t *testing.T) {
 	sort.Strings(keys)
 	assert.Len(t, h, len(keys), "the API lists every stored entry")
 }
+
+// Two periods charged on one date each get their reminder: a period moved to
+// Feb 26 and announced, then replaced by a payment-day change whose new
+// period is also on Feb 26 (DESIGN §8 Reminders: one per period that will be
+// charged, at once when its day has passed; oracle F16).
+func TestNewPeriodOnAMovedPeriodsDateIsAnnouncedToo(t *testing.T) {
+	t.Parallel()
+	e := billingtest.NewEnv(t, billingtest.Options{Start: time.Date(2024, 1, 20, 9, 0, 0, 0, time.UTC)})
+	sub, err := e.Service.CreateSubscription(ctx, "acc-1", billingtest.Input("gold", 15))
+	require.NoError(t, err)
+	runDays(t, e, "2024-01-20", "2024-02-27", map[string]func(){
+		"2024-02-13": func() {
+			_, err := update(e, "acc-1", sub.SubscriptionID, billing.Change{NextPaymentDate: d("2024-02-26")})
+			require.NoError(t, err)
+		},
+		"2024-02-25": func() {
+			_, err := update(e, "acc-1", sub.SubscriptionID, billing.Change{PaymentDay: ptr(26)})
+			require.NoError(t, err)
+		},
+	})
+	assert.Equal(t, []string{"2024-02-26 for 2024-02-26"}, charges(e, sub.SubscriptionID))
+	assert.Equal(t, []string{"2024-02-08 for 2024-02-15", "2024-02-19 for 2024-02-26", "2024-02-25 for 2024-02-26"},
+		reminders(e, sub.SubscriptionID))
+}

@@ -279,6 +279,39 @@ func TestScenario3UnknownOutcomeIsResolvedNotStuck(t *testing.T) {
 		assert.Equal(t, billing.Stale, period(t, e, sub, "2024-01-10").Status, "given up on its stale date (oracle F15)")
 	})
 
+	t.Run("a pay now whose answer is lost ahead of the retry days: the next run resolves it", func(t *testing.T) {
+		t.Parallel()
+		e := billingtest.NewEnv(t, billingtest.Options{})
+		var mu sync.Mutex
+		n := 0
+		e.Stripe.Decide = func(billingtest.PI) billingtest.Behavior {
+			mu.Lock()
+			defer mu.Unlock()
+			n++
+			if n == 6 {
+				return billingtest.Acted500
+			}
+			return billingtest.Decline
+		}
+		e.Stripe.ActedAs = func(billingtest.PI) billingtest.Behavior { return billingtest.Decline }
+		sub, err := e.Service.CreateSubscription(ctx, "acc-1", billingtest.Input("gold", 10))
+		require.NoError(t, err)
+		for _, day := range []string{"2024-01-10", "2024-01-11", "2024-01-13", "2024-01-15", "2024-01-17"} {
+			collect(t, e, day)
+		}
+		e.Clock.SetDate(d("2024-01-20"))
+		_, _, err = e.Service.Pay(ctx, "acc-1", sub.SubscriptionID)
+		require.Error(t, err, "the pay now's answer was lost")
+		rep := collect(t, e, "2024-01-21")
+		assert.True(t, rep.OK(), "%+v", rep)
+		assert.Equal(t, 1, rep.Resolved, "found by the next run, not on the stale date (oracle F17)")
+		p := period(t, e, sub, "2024-01-10")
+		assert.Empty(t, p.InFlightKey)
+		assert.Equal(t, billing.Error, p.Status)
+		_, err = update(e, "acc-1", sub.SubscriptionID, billing.Change{Amount: ptr(int64(2500))})
+		assert.NoError(t, err, "changes are accepted again")
+	})
+
 	t.Run("a retry whose answer is lost is resolved before the next retry", func(t *testing.T) {
 		t.Parallel()
 		e := billingtest.NewEnv(t, billingtest.Options{})
@@ -361,3 +394,5 @@ func TestScenario3UnknownOutcomeIsResolvedNotStuck(t *testing.T) {
 		assert.Equal(t, "2024-02-28", rep.SweptFrom)
 	})
 }
+
+func ptr[T any](v T) *T { return &v }
