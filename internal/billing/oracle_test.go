@@ -243,6 +243,7 @@ type oracleWorld struct {
 	// collecting: the outage began during the day's collection.
 	collecting bool
 	downInJob  map[string]dates.Date
+	answerLost map[string]bool // attempts (by name) whose first request went through the outage
 	lost       map[string]bool // PaymentIntents whose answer was lost
 
 	counter *billingtest.CountingTransport
@@ -254,7 +255,7 @@ type oracleWorld struct {
 
 func newOracleWorld(t *testing.T, seed uint64, u, lo, hi, months int) *oracleWorld {
 	w := &oracleWorld{t: t, seed: seed, u: u, byAcct: map[string]*oracleSeq{}, byStripe: map[string]*oracleSeq{},
-		stats: map[string]int{}, pending: map[dates.Date][]string{}, down: map[string]dates.Date{}, crashed: map[string]bool{}, downInJob: map[string]dates.Date{}, lost: map[string]bool{}}
+		stats: map[string]int{}, pending: map[dates.Date][]string{}, down: map[string]dates.Date{}, crashed: map[string]bool{}, downInJob: map[string]dates.Date{}, lost: map[string]bool{}, answerLost: map[string]bool{}}
 	cfg := billingtest.TestConfig()
 	// Accounts are collected in parallel (shards × workers): crashes are
 	// drawn per account, day and step, so they land at the same points in
@@ -426,7 +427,11 @@ func (w *oracleWorld) outage(rw http.ResponseWriter, r *http.Request, inner http
 	}
 	name := attemptName(r.Header.Get("Idempotency-Key"), map[string]string{billing.MetaSubscription: r.PostForm.Get("metadata[" + billing.MetaSubscription + "]")})
 	_, noDeclined := oracleExcluded["unknown-declined"]
-	if unit(w.seed, name, "unknown") >= 0.04 || (noDeclined && unit(w.seed, name, "decline") < w.byStripe[acct].declineP) {
+	w.downMu.Lock()
+	resend := w.answerLost[name] // only an attempt's first request loses its answer
+	w.answerLost[name] = true
+	w.downMu.Unlock()
+	if resend || unit(w.seed, name, "unknown") >= 0.04 || (noDeclined && unit(w.seed, name, "decline") < w.byStripe[acct].declineP) {
 		inner.ServeHTTP(rw, r)
 		return
 	}
@@ -758,6 +763,15 @@ func (w *oracleWorld) collect(day dates.Date) {
 	var err error
 	w.downMu.Lock()
 	w.collecting = true
+	// An outage met by a pay now (the operations, before the jobs) ends
+	// before the day's collection: the model resolves that unknown outcome
+	// in it (§8: before anything else happens to the period), so Stripe must
+	// answer then.
+	for acct, d := range w.down {
+		if d == day && w.downInJob[acct] != day {
+			delete(w.down, acct)
+		}
+	}
 	w.downMu.Unlock()
 	defer func() {
 		w.downMu.Lock()
