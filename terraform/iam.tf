@@ -41,7 +41,8 @@ data "aws_iam_policy_document" "service" {
 
   # Billing core: puts conditioned on a version and transactions of them,
   # deletes of moved items, batch reads of a subscription and its period,
-  # batch puts of the charged-accounts registry.
+  # batch puts of the charged-accounts registry; a test clock's lease
+  # renewal (an update conditioned on its holder).
   statement {
     sid = "BillingItems"
     actions = [
@@ -49,6 +50,7 @@ data "aws_iam_policy_document" "service" {
       "dynamodb:BatchGetItem",
       "dynamodb:PutItem",
       "dynamodb:BatchWriteItem",
+      "dynamodb:UpdateItem",
       "dynamodb:DeleteItem",
       "dynamodb:ConditionCheckItem",
     ]

@@ -13,6 +13,7 @@ import (
 
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
 	"github.com/stripe-payments/stripe-payments/internal/lock"
+	"github.com/stripe-payments/stripe-payments/internal/stripeid"
 )
 
 // CreateInput is createSubscription's request.
@@ -68,13 +69,13 @@ func (in CreateInput) Validate(account string) error {
 	if !currencyRE.MatchString(in.Currency) {
 		add("currency: a lowercase ISO 4217 code")
 	}
-	if !strings.HasPrefix(in.Customer, "cus_") {
+	if !stripeid.Valid(in.Customer, "cus_") {
 		add("customer: a Stripe customer id (cus_...)")
 	}
-	if !strings.HasPrefix(in.PaymentMethod, "pm_") {
+	if !stripeid.Valid(in.PaymentMethod, "pm_") {
 		add("payment_method: a Stripe payment method id (pm_...)")
 	}
-	if in.StripeAccount != "" && !strings.HasPrefix(in.StripeAccount, "acct_") {
+	if in.StripeAccount != "" && !stripeid.Valid(in.StripeAccount, "acct_") {
 		add("stripe_account: a connected account id (acct_...), or absent to charge on the platform's own account")
 	}
 	if in.Timezone != "" {
@@ -82,7 +83,7 @@ func (in CreateInput) Validate(account string) error {
 			add("timezone: an IANA time zone name")
 		}
 	}
-	if in.TestClock != "" && (!strings.HasPrefix(in.TestClock, "clock_") || !validID(in.TestClock)) {
+	if in.TestClock != "" && !stripeid.Valid(in.TestClock, "clock_") {
 		add("test_clock: a test clock id (clock_...)")
 	}
 	if len(errs) > 0 {
@@ -478,7 +479,7 @@ func (s *Service) change(ctx context.Context, sub Subscription, ch Change) (Subs
 	if ch.Amount == nil && ch.PaymentMethod == nil && ch.PaymentDay == nil && ch.BillingWeek == nil && ch.NextPaymentDate.IsZero() {
 		return sub, invalid("nothing to change")
 	}
-	if ch.PaymentMethod != nil && !strings.HasPrefix(*ch.PaymentMethod, "pm_") {
+	if ch.PaymentMethod != nil && !stripeid.Valid(*ch.PaymentMethod, "pm_") {
 		return sub, invalid("payment_method: a Stripe payment method id (pm_...)")
 	}
 	if sub.Status == SubCancelled {
