@@ -648,7 +648,7 @@ func (r *scaleRun) dueSubscriptions(wave, n int) []billingSub {
 		status, body := r.api(http.MethodPost, "/internal/v1/accounts/"+s.account+"/subscriptions", map[string]any{
 			"subscription_id": s.id, "sku": fmt.Sprintf("sku-%d-%d", wave, i), "email": "scale@example.com",
 			"payment_day": day, "amount": 1000 + 100*i, "currency": "usd", "term": "MONTHLY",
-			"customer": "cus_scale" + s.id, "payment_method": "pm_scale" + s.id,
+			"customer": "cus_scale" + strings.ReplaceAll(s.id, "-", "_"), "payment_method": "pm_scale" + strings.ReplaceAll(s.id, "-", "_"),
 			"stripe_account": scaleAccounts[i%len(scaleAccounts)]})
 		require.Contains(t, []int{http.StatusCreated, http.StatusOK}, status, "create %s: %v", s.id, body)
 		s.period, _ = body["next_payment_date"].(string)
