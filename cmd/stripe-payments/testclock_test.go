@@ -106,7 +106,7 @@ func (c clockE2E) advance(id, to string) map[string]any {
 	require.Eventually(c.t, func() bool {
 		_, clock = c.api(http.MethodGet, "/internal/v1/test_clocks/"+id, nil)
 		return clock["status"] != "advancing"
-	}, 3*time.Minute, 100*time.Millisecond)
+	}, 10*time.Minute, 100*time.Millisecond)
 	require.Equal(c.t, "ready", clock["status"], "%v", clock)
 	require.Equal(c.t, to, clock["frozen_time"])
 	return clock
@@ -240,7 +240,7 @@ func TestTestClockEndToEnd(t *testing.T) {
 					}
 				}
 				return false
-			}, time.Minute, 100*time.Millisecond, "the settlement of %s was applied", date)
+			}, 5*time.Minute, 100*time.Millisecond, "the settlement of %s was applied", date)
 		}
 	}
 

@@ -88,8 +88,12 @@ func TestTestClockRoutes(t *testing.T) {
 		assert.Equal(t, tc.want, status, tc.body)
 	}
 	status, clock = c.do(http.MethodPost, "/test_clocks/"+id+"/advance", map[string]any{"frozen_time": "2027-02-01T00:00:00Z"})
-	require.Equal(t, http.StatusOK, status, clock)
-	assert.Equal(t, "ready", clock["status"])
+	// 200 when done within 10 s; on a loaded machine 202, then ready.
+	require.Contains(t, []int{http.StatusOK, http.StatusAccepted}, status, "%v", clock)
+	require.Eventually(t, func() bool {
+		_, clock = c.do(http.MethodGet, "/test_clocks/"+id, nil)
+		return clock["status"] == "ready"
+	}, 5*time.Minute, 100*time.Millisecond)
 	assert.Equal(t, "2027-02-01T00:00:00Z", clock["frozen_time"])
 	runs := clock["runs"].([]any)
 	require.NotEmpty(t, runs)
@@ -105,7 +109,7 @@ func TestTestClockRoutes(t *testing.T) {
 	assert.Equal(t, id, list["data"].([]any)[0].(map[string]any)["id"])
 	status, got := c.do(http.MethodGet, "/test_clocks/"+id, nil)
 	require.Equal(t, http.StatusOK, status)
-	assert.Equal(t, clock["runs"], got["runs"])
+	assert.Equal(t, clock["runs"], got["runs"], "GET shows the runs the advance recorded")
 	status, _ = c.do(http.MethodGet, "/test_clocks/clock_unknown", nil)
 	assert.Equal(t, http.StatusNotFound, status)
 	status, _ = c.do(http.MethodGet, "/test_clocks/"+strings.Repeat("x", 200), nil)
@@ -143,7 +147,7 @@ func TestTestClockAdvanceAnswers202WhenItTakesLonger(t *testing.T) {
 	require.Eventually(t, func() bool {
 		_, clock = c.do(http.MethodGet, "/test_clocks/"+id, nil)
 		return clock["status"] == "ready"
-	}, 2*time.Minute, 50*time.Millisecond)
+	}, 10*time.Minute, 50*time.Millisecond)
 	assert.Equal(t, "2028-01-01T00:00:00Z", clock["advanced_to"])
 }
 

@@ -778,12 +778,27 @@ func (w *oracleWorld) collect(day dates.Date) {
 		w.collecting = false
 		w.downMu.Unlock()
 	}()
-	for run := 0; run < 4; run++ {
+	// Rerun until the day is done: a crashed run's lease must run out, and
+	// on a loaded machine a heartbeat can lose a lock; both take wall time,
+	// so this waits for the condition (bounded) rather than a fixed number
+	// of reruns. An outage of the day leaves unknown outcomes for good:
+	// then four runs are enough.
+	deadline := time.Now().Add(2 * time.Minute)
+	for run := 0; ; run++ {
 		if run > 0 {
 			time.Sleep(oracleLease + 50*time.Millisecond) // the crashed run's lease runs out
 		}
 		rep, err = w.e.Service.Collect(ctx, day)
 		if err == nil && rep.OK() {
+			break
+		}
+		w.downMu.Lock()
+		outage := false
+		for _, d := range w.downInJob {
+			outage = outage || d == day
+		}
+		w.downMu.Unlock()
+		if (outage && run >= 3) || time.Now().After(deadline) {
 			break
 		}
 	}
