@@ -804,11 +804,11 @@ func (w *oracleWorld) collect(day dates.Date) {
 		w.collecting = false
 		w.downMu.Unlock()
 	}()
-	// Rerun until the day is done: each rerun follows a crash, whose lock
-	// is let run out first (expireLocks); a day's crashes are finite (one
-	// per account, day and step), so only a run that can never finish
-	// reaches the bound. An outage of the day leaves unknown outcomes for
-	// good: then four runs are enough.
+	// Rerun until the day is done: a crashed run's lease must run out, and
+	// on a loaded machine a heartbeat can lose a lock; both take wall time,
+	// so this waits for the condition (bounded) rather than a fixed number
+	// of reruns. An outage of the day leaves unknown outcomes for good:
+	// then four runs are enough.
 	deadline := time.Now().Add(2 * time.Minute)
 	for run := 0; ; run++ {
 		if run > 0 {
