@@ -19,6 +19,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
 	"github.com/stripe-payments/stripe-payments/internal/billing"
 	"github.com/stripe-payments/stripe-payments/internal/billing/billingtest"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
@@ -192,9 +196,35 @@ func attemptName(key string, meta map[string]string) string {
 	return key
 }
 
-// oracleLease is the lock's lease: long enough for heartbeats of a loaded
-// 2-core box under -race, short enough that a crashed run is taken over soon.
-const oracleLease = time.Second
+// The lock's lease is measured on a clock of the harness (leaseClock), not
+// the machine's: a lease runs out only when the harness moves that clock,
+// between two runs of a collection an injected crash cut short. With the
+// machine's clock a heartbeat that a loaded box delayed by a few hundred
+// milliseconds lost a live holder its lock (a pay now then stopped between
+// its claim and its charge), so the same seed passed or failed by load.
+// oracleLease also bounds a heartbeat request (half of it), in real time.
+const (
+	oracleLease     = 30 * time.Second
+	oracleHeartbeat = 200 * time.Millisecond
+)
+
+// leaseClock is the lock's clock: it stands still unless advanced.
+type leaseClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *leaseClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *leaseClock) advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
 
 // oracleSeq is one sequence: an account, its subscription, its model.
 type oracleSeq struct {
@@ -248,6 +278,7 @@ type oracleWorld struct {
 
 	counter *billingtest.CountingTransport
 	logs    *oracleLog
+	lease   *leaseClock
 	crashMu sync.Mutex
 	crashed map[string]bool // account/day/step crashes that happened
 	crashes int
@@ -261,7 +292,9 @@ func newOracleWorld(t *testing.T, seed uint64, u, lo, hi, months int) *oracleWor
 	// drawn per account, day and step, so they land at the same points in
 	// any order.
 	cfg.Shards, cfg.WorkersPerShard = 1, 4
-	cfg.LockedRetryWait = oracleLease + 50*time.Millisecond // a crashed run's lease runs out
+	// A lock left behind is a crashed run's: the harness lets its lease run
+	// out (expireLocks) and reruns the collection.
+	cfg.LockedRetryWait = 0
 	// The harness runs every day's jobs: nothing to catch up.
 	cfg.LookbackDays = 0
 	cfg.ReceiptTTL = 20 * 365 * 24 * time.Hour // simulated receipts stay listed
@@ -272,8 +305,9 @@ func newOracleWorld(t *testing.T, seed uint64, u, lo, hi, months int) *oracleWor
 	w.logs = &oracleLog{}
 	quiet := slog.New(slog.NewTextHandler(w.logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	w.counter = &billingtest.CountingTransport{}
+	w.lease = &leaseClock{t: time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)}
 	w.e = billingtest.NewEnv(t, billingtest.Options{Config: cfg, Start: start, DynamoHTTP: &http.Client{Transport: w.counter}, Lease: oracleLease,
-		Heartbeat: oracleLease / 5, Hooks: billing.Hooks{Step: w.hook}, Log: quiet})
+		Heartbeat: oracleHeartbeat, LockNow: w.lease.Now, Hooks: billing.Hooks{Step: w.hook}, Log: quiet})
 	w.e.Stripe.Decide = w.decide
 	inner := w.e.Stripe.Server.Config.Handler
 	w.e.Stripe.Server.Config.Handler = http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) { w.outage(rw, r, inner) })
@@ -696,11 +730,9 @@ func (w *oracleWorld) operate(q *oracleSeq, day dates.Date) {
 	refused := apply()
 	q.logf(day, "%s%s", desc, map[bool]string{true: " (refused by the rules)"}[refused != nil])
 	q.touched = true
+	// No lock is held now (the day before ended with a clean collection),
+	// so ErrLocked is a discrepancy too.
 	_, err := w.e.Service.UpdateSubscription(context.Background(), q.account, q.subID, ch)
-	for try := 0; (errors.Is(err, billing.ErrLocked) || errors.Is(err, lock.ErrNotOwner)) && try < 10; try++ {
-		time.Sleep(oracleLease / 2) // a crashed job's lease runs out, or a slow heartbeat lost the lock
-		_, err = w.e.Service.UpdateSubscription(context.Background(), q.account, q.subID, ch)
-	}
 	if refused != nil {
 		// Bad input: a clear error, and nothing changes (the checks of the
 		// day hold the state against the unchanged model).
@@ -737,12 +769,6 @@ func (w *oracleWorld) payNow(q *oracleSeq, day dates.Date) {
 	q.touched = true
 	q.expectPays = append(q.expectPays, due)
 	_, err = payer.PayNow(context.Background(), q.account, q.subID)
-	// Locked by a crashed run, or the lock lost to a slow heartbeat on a
-	// loaded box before anything was charged: an operator tries again.
-	for try := 0; (errors.Is(err, billing.ErrLocked) || errors.Is(err, lock.ErrNotOwner)) && try < 10; try++ {
-		time.Sleep(oracleLease / 2) // a crashed job's lease runs out
-		_, err = payer.PayNow(context.Background(), q.account, q.subID)
-	}
 	if err != nil {
 		w.downMu.Lock()
 		lost := q.in.StripeAccount != "" && w.down[q.in.StripeAccount] == day
@@ -778,15 +804,15 @@ func (w *oracleWorld) collect(day dates.Date) {
 		w.collecting = false
 		w.downMu.Unlock()
 	}()
-	// Rerun until the day is done: a crashed run's lease must run out, and
-	// on a loaded machine a heartbeat can lose a lock; both take wall time,
-	// so this waits for the condition (bounded) rather than a fixed number
-	// of reruns. An outage of the day leaves unknown outcomes for good:
-	// then four runs are enough.
+	// Rerun until the day is done: each rerun follows a crash, whose lock
+	// is let run out first (expireLocks); a day's crashes are finite (one
+	// per account, day and step), so only a run that can never finish
+	// reaches the bound. An outage of the day leaves unknown outcomes for
+	// good: then four runs are enough.
 	deadline := time.Now().Add(2 * time.Minute)
 	for run := 0; ; run++ {
 		if run > 0 {
-			time.Sleep(oracleLease + 50*time.Millisecond) // the crashed run's lease runs out
+			w.expireLocks(ctx) // the crashed run's lease runs out
 		}
 		rep, err = w.e.Service.Collect(ctx, day)
 		if err == nil && rep.OK() {
@@ -801,6 +827,9 @@ func (w *oracleWorld) collect(day dates.Date) {
 		if (outage && run >= 3) || time.Now().After(deadline) {
 			break
 		}
+	}
+	if err != nil || !rep.OK() {
+		w.expireLocks(ctx) // a crash in the last run: its lease runs out before the feed and the next day
 	}
 	w.downMu.Lock()
 	var down []string
@@ -825,6 +854,33 @@ func (w *oracleWorld) collect(day dates.Date) {
 		}
 		w.t.Logf("universe %d: collect %s still incomplete after reruns without an outage: %v %s; service log:\n%s", w.u, day, err, reportLine(rep), w.logs.tail(2000))
 	}
+}
+
+// expireLocks lets the lease of every lock left in the table run out: the
+// lock client watches each one's record version, then the lease clock moves
+// one lease on, so the next run takes them over as it would a dead holder's
+// after a lease (internal/lock). Nothing holds a lock between two runs of
+// the day's collection, so every lock left is a crashed run's.
+func (w *oracleWorld) expireLocks(ctx context.Context) {
+	out, err := w.e.DB.Scan(ctx, &dynamodb.ScanInput{TableName: aws.String(w.e.Locks), ConsistentRead: aws.Bool(true)})
+	w.must(err)
+	if len(out.Items) == 0 {
+		return
+	}
+	for _, item := range out.Items {
+		var rec struct {
+			Key string `dynamodbav:"PartitionKey"`
+		}
+		w.must(attributevalue.UnmarshalMap(item, &rec))
+		l, err := w.e.Lock.Acquire(ctx, rec.Key, true)
+		switch {
+		case err == nil: // released meanwhile, or already watched for a lease
+			w.must(l.Release(ctx))
+		case !errors.Is(err, lock.ErrAlreadyLocked):
+			w.must(err)
+		}
+	}
+	w.lease.advance(oracleLease + time.Millisecond)
 }
 
 // oracleLog is a log sink safe for concurrent writers.
@@ -1054,11 +1110,10 @@ func (w *oracleWorld) webhooks(day dates.Date) {
 		w.must(err)
 	}
 	// Drain the feed before the day goes on: Stripe's webhooks come before
-	// the next day's jobs. A delivery can wait (ErrLocked: an account lock
-	// an injected crash abandoned, until its lease expires; a refund before
-	// its success, retried), so this waits for the condition, not for a
-	// time: on a loaded machine any fixed wait was too short, the checks
-	// then saw a day without its webhooks, and the test failed at random.
+	// the next day's jobs. A delivery can wait (a refund before its
+	// success, retried), so this waits for the condition, not for a time:
+	// on a loaded machine any fixed wait was too short, the checks then saw
+	// a day without its webhooks, and the test failed at random.
 	ctx := context.Background()
 	deadline := time.Now().Add(feedDrainLimit)
 	for wait := time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
@@ -1076,8 +1131,9 @@ func (w *oracleWorld) webhooks(day dates.Date) {
 	}
 }
 
-// feedDrainLimit bounds the wait for the feed: far above a lock lease (2 s
-// in the harness), so only a delivery that can never succeed reaches it.
+// feedDrainLimit bounds the wait for the feed. No lock is held while it
+// drains, so a delivery waits only for a refund's success or a slow box;
+// only a delivery that can never succeed reaches it.
 const feedDrainLimit = 2 * time.Minute
 
 // check holds q's stored state against the model: no period charged

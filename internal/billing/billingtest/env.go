@@ -98,6 +98,10 @@ type Options struct {
 	DynamoHTTP *http.Client
 	// Observer receives the service's money-safety metrics.
 	Observer billing.Observer
+	// LockNow is the lock's clock (default time.Now). A test that must not
+	// depend on the machine's speed gives the lock a clock of its own: a
+	// lease then runs out only when the test moves that clock.
+	LockNow func() time.Time
 }
 
 // Env is a billing service on fresh DynamoDB Local tables and a fake Stripe.
@@ -164,7 +168,7 @@ func NewEnv(t testing.TB, o Options) *Env {
 	if lease == 0 {
 		lease, beat = 2*time.Second, 100*time.Millisecond
 	}
-	e.Lock = lock.New(db, e.Locks, lock.Options{Lease: lease, Heartbeat: beat, Log: log})
+	e.Lock = lock.New(db, e.Locks, lock.Options{Lease: lease, Heartbeat: beat, Now: o.LockNow, Log: log})
 	e.Store = billing.NewStore(db, e.Billing, e.History, cfg.Shards)
 	svc, err := billing.New(cfg, billing.Deps{Store: e.Store, Locks: e.Lock, Charger: e.Charger,
 		Notifier: e.Notifier, Now: e.Clock.Now, Log: log, Hooks: o.Hooks, Observer: o.Observer})
