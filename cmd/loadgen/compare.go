@@ -544,6 +544,16 @@ func (r compareReport) markdownTo(w io.Writer) {
 		line("batch's Postgres commit (the answer waits for it)", func(st stages) string {
 			return ms(time.Duration(st.mean(commitSum, commitCount) * float64(time.Second)))
 		})
+		line("batches whose Postgres commit took over 1 ms / 2.5 ms", func(st stages) string {
+			n := st[commitCount]
+			if n == 0 {
+				return "–"
+			}
+			over := func(le string) float64 {
+				return 100 * (n - st[`stripe_payments_ingest_stage_seconds_bucket{stage="commit",le="`+le+`"}`]) / n
+			}
+			return fmt.Sprintf("%.1f %% / %.1f %%", over("0.001"), over("0.0025"))
+		})
 		line("synchronous events-table work of a batch (redeliveries, failures; without write-behind: every batch)", func(st stages) string {
 			return fmt.Sprintf("%s × %.0f", ms(time.Duration(st.mean(recordSum, recordCount)*float64(time.Second))), st[recordCount])
 		})

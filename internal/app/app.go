@@ -125,7 +125,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 	// the handler does: a re-driven event leaves the dead-letter list when
 	// its processed record is written.
 	a.Records = recordq.New(pool, a.OpsProblems.Track(table), recordq.Config{
-		Writers: cfg.IngestRecords.Writers, MaxBacklog: cfg.IngestRecords.Backlog,
+		Writers: cfg.IngestRecords.Writers, MaxBacklog: cfg.IngestRecords.Backlog, Linger: cfg.IngestRecords.Linger,
 		Log: log.With("component", "records"), Observer: recordMetrics,
 	})
 	a.Events = table.WithPending(a.Records)
@@ -242,7 +242,7 @@ func (a *App) Open() error {
 }
 
 // recordOptions leaves event records to the write-behind when configured
-// (INGEST_WRITE_BEHIND, off by default). The queue's writers run in serve
+// (INGEST_WRITE_BEHIND, on by default). The queue's writers run in serve
 // only: elsewhere (poll --in-process) the handler writes records itself.
 func recordOptions(cfg config.Config, q *recordq.Queue) []handler.Option {
 	if !cfg.IngestRecords.WriteBehind {

@@ -68,8 +68,11 @@ func startOutageEnv(t *testing.T, overrides map[string]string) *outageEnv {
 	_, err = e.direct.Exec(ctx, effectsTable)
 	require.NoError(t, err)
 	// Purchases the events pay for, one each, made up front: the test's
-	// own writes must not depend on the dependencies it breaks.
-	const purchases = 4000
+	// own writes must not depend on the dependencies it breaks. Enough for
+	// every sender at full speed through the whole test: with the
+	// write-behind, deliveries go on being accepted while DynamoDB is
+	// black-holed, until the writers' failure closes admission.
+	const purchases = 16000
 	e.purch = make(chan uuid.UUID, purchases)
 	rows := make([][]any, purchases)
 	for i := range rows {
