@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stripe-payments/stripe-payments/internal/api"
+	"github.com/stripe-payments/stripe-payments/internal/billing"
 	"github.com/stripe-payments/stripe-payments/internal/billing/billingtest"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
 	"github.com/stripe-payments/stripe-payments/internal/httpserver"
@@ -187,7 +188,7 @@ func TestBillingRoutes(t *testing.T) {
 		}())
 		require.Equal(t, http.StatusCreated, status)
 		other := lock.New(e.DB, e.Locks, lock.Options{Owner: "job", Lease: 2 * time.Second, Heartbeat: 100 * time.Millisecond})
-		l, err := other.Acquire(t.Context(), lock.Key("acc-locked"), true)
+		l, err := other.Acquire(t.Context(), billing.LockKey("acc-locked"), true)
 		require.NoError(t, err)
 		defer l.Release(t.Context())
 		status, body := c.do(http.MethodPatch, "/accounts/acc-locked/subscriptions/"+sub["subscription_id"].(string), map[string]any{"action": "cancel"})

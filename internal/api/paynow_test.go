@@ -11,7 +11,6 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/billing"
 	"github.com/stripe-payments/stripe-payments/internal/billing/billingtest"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
-	"github.com/stripe-payments/stripe-payments/internal/lock"
 )
 
 // behaviors makes the n-th new PaymentIntent behave as seq[n] (Succeed
@@ -158,7 +157,7 @@ func TestPayNowRefusesWhileAnAttemptIsInFlightOrTheAccountIsLocked(t *testing.T)
 
 	// Resolved by the next run (nothing at Stripe: a new attempt, declined).
 	collectOn(t, e, "2024-01-12")
-	l, err := e.Lock.Acquire(t.Context(), lock.Key("acc-busy"), true)
+	l, err := e.Lock.Acquire(t.Context(), billing.LockKey("acc-busy"), true)
 	require.NoError(t, err)
 	status, body = c.do(http.MethodPost, path, nil)
 	assert.Equal(t, http.StatusConflict, status, "a job holds the account: %v", body)

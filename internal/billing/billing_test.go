@@ -278,13 +278,18 @@ func TestCrashAfterChargeReusesTheIdempotencyKey(t *testing.T) {
 	assert.Equal(t, billing.Completed, period(t, e, sub, "2024-01-10").Status)
 }
 
+// The account lock's key is DESIGN §8's.
+func TestLockKey(t *testing.T) {
+	assert.Equal(t, "subscription-billing:user_id:u-42", billing.LockKey("u-42"))
+}
+
 func TestLockedAccountIsSkippedAndPickedUpByTheRerun(t *testing.T) {
 	t.Parallel()
 	e := billingtest.NewEnv(t, billingtest.Options{})
 	sub, err := e.Service.CreateSubscription(ctx, "acc-1", billingtest.Input("gold", 10))
 	require.NoError(t, err)
 	other := lock.New(e.DB, e.Locks, lock.Options{Owner: "other", Lease: 2 * time.Second, Heartbeat: 100 * time.Millisecond})
-	held, err := other.Acquire(ctx, lock.Key("acc-1"), true)
+	held, err := other.Acquire(ctx, billing.LockKey("acc-1"), true)
 	require.NoError(t, err)
 	rep := collect(t, e, "2024-01-10")
 	assert.Equal(t, 1, rep.Locked)

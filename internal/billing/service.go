@@ -172,9 +172,13 @@ func (s *Service) step(name string, p Period) error {
 // today is the current date in the subscription's time zone.
 func (s *Service) today(sub Subscription) dates.Date { return dates.In(s.now(), sub.Location()) }
 
+// LockKey is the key of an account's billing lock (DESIGN §8). The lock
+// package is generic; the key format is billing's.
+func LockKey(accountID string) string { return "subscription-billing:user_id:" + accountID }
+
 // withLock runs fn holding the account's billing lock (fail if locked).
 func (s *Service) withLock(ctx context.Context, account string, fn func(ctx context.Context, l *lock.Lock) error) error {
-	l, err := s.locks.Acquire(ctx, lock.Key(account), true)
+	l, err := s.locks.Acquire(ctx, LockKey(account), true)
 	if errors.Is(err, lock.ErrAlreadyLocked) {
 		return fmt.Errorf("account %s: %w", account, ErrLocked)
 	}

@@ -48,9 +48,6 @@ var (
 	ErrNotOwner = errors.New("lock not held by this owner")
 )
 
-// Key is the lock key of a billing account (DESIGN §8).
-func Key(accountID string) string { return "subscription-billing:user_id:" + accountID }
-
 // Options of a Client.
 type Options struct {
 	// Owner names this holder in lock records; default host-pid-random.

@@ -53,15 +53,11 @@ func (e env) rvn(t *testing.T, key string) string {
 	return ""
 }
 
-func TestKey(t *testing.T) {
-	assert.Equal(t, "subscription-billing:user_id:u-42", lock.Key("u-42"))
-}
-
 func TestContentionOnlyOneOfNWins(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	const n = 8
-	key := lock.Key("contended")
+	key := "test:contended"
 	var wg sync.WaitGroup
 	start := make(chan struct{})
 	locks := make([]*lock.Lock, n)
@@ -151,7 +147,7 @@ func TestHeartbeatKeepsTheLockPastItsLease(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	const lease, beat = 30 * time.Second, 20 * time.Millisecond
-	key := lock.Key("kept")
+	key := "test:kept"
 	holder, err := e.client("holder", lease, beat).Acquire(context.Background(), key, true)
 	require.NoError(t, err)
 
@@ -184,7 +180,7 @@ func TestDeadHolderIsTakenOverOnlyAfterTheLease(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	const lease, beat = 30 * time.Second, 20 * time.Millisecond
-	key := lock.Key("dead")
+	key := "test:dead"
 	dead, err := e.client("dead", lease, beat).Acquire(context.Background(), key, true)
 	require.NoError(t, err)
 	dead.Abandon() // the process died: no more heartbeats, no release
@@ -243,7 +239,7 @@ func TestDeadHolderIsTakenOverOnlyAfterTheLease(t *testing.T) {
 func TestNonOwnerCannotRelease(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	key := lock.Key("owned")
+	key := "test:owned"
 	ownerClient := e.client("owner", 5*time.Second, time.Second)
 	held, err := ownerClient.Acquire(context.Background(), key, true)
 	require.NoError(t, err)
@@ -262,7 +258,7 @@ func TestNonOwnerCannotRelease(t *testing.T) {
 func TestHolderNoticesALostLock(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	key := lock.Key("stolen")
+	key := "test:stolen"
 	held, err := e.client("victim", 30*time.Second, 20*time.Millisecond).Acquire(context.Background(), key, true)
 	require.NoError(t, err)
 	// An operator deletes the record (the stuck-lock runbook): the next
