@@ -1,8 +1,10 @@
 // Package actions carries side effects ("fulfil this purchase", "run the
-// unsubscribe actions") to the platform: they are enqueued to the outbox in
-// the transaction that causes them (Enqueue), on the one topic of actions
-// (Topic), and package dispatch POSTs each one, signed, to ACTIONS_URL until
-// it is acknowledged. The JSON shape is DESIGN §6's contract.
+// unsubscribe actions", "a billing payment completed") to the platform: they
+// are enqueued to the outbox in the transaction that causes them (Enqueue,
+// the one way every side effect leaves, tracking's and billing's alike), on
+// the one topic of actions (Topic), and package dispatch POSTs each one,
+// signed, to ACTIONS_URL until it is acknowledged. The JSON shape is DESIGN
+// §6's contract; billing actions add their BillingDetails after it.
 package actions
 
 import (
@@ -20,7 +22,8 @@ import (
 // Topic is the outbox topic of every action.
 const Topic = "action"
 
-// Action types (DESIGN §6).
+// Action types of purchases and subscriptions (DESIGN §6); billing's are in
+// package billing, beside the code that emits them.
 const (
 	TypePurchaseFulfilled      = "purchase.fulfilled"
 	TypeSubscriptionTerminated = "subscription.terminated"
@@ -38,6 +41,29 @@ type Action struct {
 	SubscriptionID *string   `json:"subscription_id"`
 	// Created is when the effect was decided, RFC 3339 UTC.
 	Created string `json:"created"`
+	// BillingDetails is set on the billing core's actions only (nil on
+	// the others, which then carry no more than the fields above): its
+	// fields follow the DESIGN §6 ones in the JSON, as if declared here.
+	*BillingDetails
+}
+
+// BillingDetails is what a consumer needs to act on a billing action (send
+// the email, update a ledger).
+type BillingDetails struct {
+	SKU           string `json:"sku"`
+	Email         string `json:"email,omitempty"`
+	BillingDate   string `json:"billing_date"`
+	Amount        int64  `json:"amount"`
+	Currency      string `json:"currency"`
+	PaymentIntent string `json:"payment_intent,omitempty"`
+	Attempt       int    `json:"attempt,omitempty"`
+	Error         string `json:"error,omitempty"`
+	// Period is the scheduled date of the period a reminder announces when
+	// it differs from BillingDate, its charge date (a moved period): two
+	// periods charged on one date each get their reminder (DESIGN §8,
+	// finding F16). It names the effect in billing's dedupe key and is not
+	// sent.
+	Period string `json:"-"`
 }
 
 // DedupeKey names one effect: "<type>:<subject>", e.g.
@@ -45,13 +71,18 @@ type Action struct {
 // often (or concurrently) it is caused.
 func DedupeKey(actionType, subject string) string { return actionType + ":" + subject }
 
-// Enqueue writes a in tx with the given dedupe key, filling in ID and
-// Created. It reports whether a new action was written (false: this effect
-// already has its action, which keeps its original id).
+// Enqueue writes a in tx with the given dedupe key, filling in ID, and
+// Created unless the cause dated the effect itself (billing's jobs date it on
+// their own clock, a test clock's included); now dates the outbox message,
+// which is deliverable from then on. It reports whether a new action was
+// written (false: this effect already has its action, which keeps its
+// original id).
 func Enqueue(ctx context.Context, tx pgtx.Tx, a Action, dedupeKey string, now time.Time) (bool, error) {
 	a.ID = uuid.New()
 	now = now.UTC()
-	a.Created = now.Format(time.RFC3339)
+	if a.Created == "" {
+		a.Created = now.Format(time.RFC3339)
+	}
 	payload, err := json.Marshal(a)
 	if err != nil {
 		return false, fmt.Errorf("encode action: %w", err)

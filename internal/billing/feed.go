@@ -9,6 +9,7 @@ import (
 
 	"github.com/stripe/stripe-go/v76"
 
+	"github.com/stripe-payments/stripe-payments/internal/actions"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
 	"github.com/stripe-payments/stripe-payments/internal/lock"
 	"github.com/stripe-payments/stripe-payments/internal/outbox"
@@ -199,7 +200,7 @@ func (s *Service) applyFeed(ctx context.Context, msg FeedMessage, date dates.Dat
 	pi := msg.PaymentIntent
 	inFlight := p.InFlightKey != "" && p.TransactionID != pi
 	tx := s.store.NewTx("evt:"+msg.EventID, now)
-	var action *Action
+	var action *actions.Action
 
 	switch msg.Type {
 	case "payment_intent.processing":

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -25,62 +24,40 @@ const (
 	ActionPaymentFailed    = "billing.payment_failed"
 )
 
-// Action is one side effect for ACTIONS_URL: the DESIGN §6 fields plus the
-// billing details a consumer needs to act (send the email, update a ledger).
-type Action struct {
-	// ID is the outbox message id, set when the action is enqueued; it
-	// never changes across redeliveries (receivers dedupe on it).
-	ID            uuid.UUID `json:"id"`
-	Type          string    `json:"type"`
-	Account       string    `json:"account"`
-	StripeAccount string    `json:"stripe_account"`
-	// PurchaseID is always null for billing actions; the key is there so
-	// every action has the shape of DESIGN §6.
-	PurchaseID     *string `json:"purchase_id"`
-	SubscriptionID string  `json:"subscription_id"`
-	// Created is when the effect was decided, RFC 3339 UTC, as for every
-	// action.
-	Created       string `json:"created"`
-	SKU           string `json:"sku"`
-	Email         string `json:"email,omitempty"`
-	BillingDate   string `json:"billing_date"`
-	Amount        int64  `json:"amount"`
-	Currency      string `json:"currency"`
-	PaymentIntent string `json:"payment_intent,omitempty"`
-	Attempt       int    `json:"attempt,omitempty"`
-	Error         string `json:"error,omitempty"`
-
-	// period is the scheduled date of the period a reminder announces,
-	// when it differs from its charge date (a moved period): two periods
-	// charged on one date each get their reminder (DESIGN §8, finding F16).
-	period dates.Date
-}
-
-// DedupeKey names the effect: one action per subscription, billing date and
-// type (and PaymentIntent for payment outcomes), however often it is caused.
-func (a Action) DedupeKey() string {
-	k := fmt.Sprintf("%s:%s:%s:%s", a.Type, a.Account, a.SubscriptionID, a.BillingDate)
-	if !a.period.IsZero() && a.period.String() != a.BillingDate {
-		k += ":period-" + a.period.String()
+// DedupeKey names a billing action's effect: one action per subscription,
+// billing date and type (and PaymentIntent for payment outcomes), however
+// often it is caused. a must carry its BillingDetails.
+func DedupeKey(a actions.Action) string {
+	b := a.BillingDetails
+	k := fmt.Sprintf("%s:%s:%s:%s", a.Type, a.Account, deref(a.SubscriptionID), b.BillingDate)
+	if b.Period != "" && b.Period != b.BillingDate {
+		k += ":period-" + b.Period
 	}
 	switch {
-	case a.PaymentIntent != "":
-		k += ":" + a.PaymentIntent
-	case a.Attempt > 0:
-		k += fmt.Sprintf(":attempt-%d", a.Attempt)
+	case b.PaymentIntent != "":
+		k += ":" + b.PaymentIntent
+	case b.Attempt > 0:
+		k += fmt.Sprintf(":attempt-%d", b.Attempt)
 	}
 	return k
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }
 
 // Notifier delivers billing actions. Notify must be idempotent per
 // DedupeKey: jobs call it again after a crash.
 type Notifier interface {
-	Notify(ctx context.Context, a Action) error
+	Notify(ctx context.Context, a actions.Action) error
 }
 
-// OutboxNotifier enqueues actions on the "action" outbox topic, whose
-// dispatcher POSTs them to ACTIONS_URL (or logs them): at least once, one
-// message per dedupe key.
+// OutboxNotifier enqueues actions with actions.Enqueue, as every side effect
+// is: the dispatcher POSTs them to ACTIONS_URL (or logs them), at least once,
+// one message per dedupe key.
 type OutboxNotifier struct {
 	Pool *pgxpool.Pool
 	// Email also enqueues a reminder email (outbox topic "email", sent
@@ -88,17 +65,13 @@ type OutboxNotifier struct {
 	Email bool
 }
 
-// Notify enqueues a.
-func (n OutboxNotifier) Notify(ctx context.Context, a Action) error {
-	a.ID = uuid.New()
-	payload, err := json.Marshal(a)
-	if err != nil {
-		return fmt.Errorf("encode action: %w", err)
-	}
-	err = pgx.BeginFunc(ctx, n.Pool, func(tx pgx.Tx) error {
-		if _, err := outbox.Enqueue(ctx, tx, outbox.Message{
-			ID: a.ID, Topic: actions.Topic, Type: a.Type, DedupeKey: a.DedupeKey(), Payload: payload,
-		}); err != nil {
+// Notify enqueues a (and its reminder email) in one transaction.
+func (n OutboxNotifier) Notify(ctx context.Context, a actions.Action) error {
+	key := DedupeKey(a)
+	err := pgx.BeginFunc(ctx, n.Pool, func(tx pgx.Tx) error {
+		// The outbox message is dated by the wall clock (deliverable now);
+		// the action keeps the Created its job gave it.
+		if _, err := actions.Enqueue(ctx, tx, a, key, time.Now()); err != nil {
 			return err
 		}
 		if !n.Email || a.Type != ActionReminderDue || a.Email == "" {
@@ -114,7 +87,7 @@ func (n OutboxNotifier) Notify(ctx context.Context, a Action) error {
 			return fmt.Errorf("encode email: %w", err)
 		}
 		_, err = outbox.Enqueue(ctx, tx, outbox.Message{
-			Topic: email.Topic, Type: a.Type, DedupeKey: "email:" + a.DedupeKey(), Payload: body,
+			Topic: email.Topic, Type: a.Type, DedupeKey: "email:" + key, Payload: body,
 		})
 		return err
 	})
@@ -125,7 +98,7 @@ func (n OutboxNotifier) Notify(ctx context.Context, a Action) error {
 }
 
 // reminderEmail is the text of a payment reminder.
-func reminderEmail(a Action) email.Message {
+func reminderEmail(a actions.Action) email.Message {
 	return email.Message{
 		To:      a.Email,
 		Subject: fmt.Sprintf("Your %s payment is due on %s", a.SKU, a.BillingDate),
@@ -155,25 +128,34 @@ func formatAmount(minor int64, currency string) string {
 type LogNotifier struct{ Log *slog.Logger }
 
 // Notify logs a.
-func (n LogNotifier) Notify(_ context.Context, a Action) error {
-	n.Log.Info("billing action", "action", a.Type, "account", a.Account, "subscription_id", a.SubscriptionID,
+func (n LogNotifier) Notify(_ context.Context, a actions.Action) error {
+	n.Log.Info("billing action", "action", a.Type, "account", a.Account, "subscription_id", deref(a.SubscriptionID),
 		"billing_date", a.BillingDate, "payment_intent", a.PaymentIntent)
 	return nil
 }
 
-func paymentAction(typ string, p Period, pi string, attempt int, errMsg string, now time.Time) Action {
-	return Action{
+func paymentAction(typ string, p Period, pi string, attempt int, errMsg string, now time.Time) actions.Action {
+	sub := p.SubscriptionID
+	return actions.Action{
 		Type: typ, Account: p.AccountID, StripeAccount: p.PaymentDetails.StripeAccount,
-		SubscriptionID: p.SubscriptionID, Created: now.UTC().Format(time.RFC3339), SKU: p.SKU, Email: p.Email,
-		BillingDate: p.BillingDate.String(), Amount: p.Amount, Currency: p.Currency,
-		PaymentIntent: pi, Attempt: attempt, Error: errMsg,
+		SubscriptionID: &sub, Created: now.UTC().Format(time.RFC3339),
+		BillingDetails: &actions.BillingDetails{SKU: p.SKU, Email: p.Email,
+			BillingDate: p.BillingDate.String(), Amount: p.Amount, Currency: p.Currency,
+			PaymentIntent: pi, Attempt: attempt, Error: errMsg},
 	}
 }
 
-func reminderAction(sub Subscription, period, payDate dates.Date, now time.Time) Action {
-	return Action{period: period,
+// reminderAction announces the period scheduled on period, charged on
+// payDate.
+func reminderAction(sub Subscription, period, payDate dates.Date, now time.Time) actions.Action {
+	id := sub.SubscriptionID
+	b := &actions.BillingDetails{SKU: sub.SKU, Email: sub.Email,
+		BillingDate: payDate.String(), Amount: sub.Amount, Currency: sub.Currency}
+	if !period.IsZero() {
+		b.Period = period.String()
+	}
+	return actions.Action{
 		Type: ActionReminderDue, Account: sub.AccountID, StripeAccount: sub.PaymentDetails.StripeAccount,
-		SubscriptionID: sub.SubscriptionID, Created: now.UTC().Format(time.RFC3339), SKU: sub.SKU, Email: sub.Email,
-		BillingDate: payDate.String(), Amount: sub.Amount, Currency: sub.Currency,
+		SubscriptionID: &id, Created: now.UTC().Format(time.RFC3339), BillingDetails: b,
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/stripe-payments/stripe-payments/internal/actions"
 	"github.com/stripe-payments/stripe-payments/internal/billing"
 	"github.com/stripe-payments/stripe-payments/internal/testenv"
 )
@@ -21,8 +22,10 @@ func TestBillingActionsHaveTheActionShape(t *testing.T) {
 	pool := testenv.Postgres(t)
 	ctx := context.Background()
 	n := billing.OutboxNotifier{Pool: pool}
-	a := billing.Action{Type: billing.ActionReminderDue, Account: "acc-1", StripeAccount: "acct_1X",
-		SubscriptionID: "sub-1", Created: time.Now().UTC().Format(time.RFC3339), BillingDate: "2026-12-01", Amount: 1500, Currency: "usd"}
+	sub := "sub-1"
+	a := actions.Action{Type: billing.ActionReminderDue, Account: "acc-1", StripeAccount: "acct_1X",
+		SubscriptionID: &sub, Created: time.Now().UTC().Format(time.RFC3339),
+		BillingDetails: &actions.BillingDetails{BillingDate: "2026-12-01", Amount: 1500, Currency: "usd"}}
 	require.NoError(t, n.Notify(ctx, a))
 	require.NoError(t, n.Notify(ctx, a), "a second notification of the same effect is a no-op")
 

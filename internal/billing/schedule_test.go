@@ -91,7 +91,7 @@ func chargeDates(e *billingtest.Env, subID string) []string {
 func reminders(e *billingtest.Env, subID string) []string {
 	var out []string
 	for _, a := range e.Notifier.Actions() {
-		if a.Type == billing.ActionReminderDue && a.SubscriptionID == subID {
+		if a.Type == billing.ActionReminderDue && *a.SubscriptionID == subID {
 			sent, _ := time.Parse(time.RFC3339, a.Created)
 			out = append(out, sent.UTC().Format(dates.Layout)+" for "+a.BillingDate)
 		}

@@ -23,6 +23,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/stripe-payments/stripe-payments/internal/actions"
 	"github.com/stripe-payments/stripe-payments/internal/billing"
 	"github.com/stripe-payments/stripe-payments/internal/billing/billingtest"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
@@ -251,7 +252,7 @@ func (s *sim) collect(day dates.Date) {
 		}
 	case r < 10:
 		var n atomic.Int32
-		s.e.Notifier.Fail = func(billing.Action) error {
+		s.e.Notifier.Fail = func(actions.Action) error {
 			if n.Add(1) == 1 {
 				s.stat("killed:notifier", 1)
 				return errors.New("postgres unavailable")

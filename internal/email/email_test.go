@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/stripe-payments/stripe-payments/internal/actions"
 	"github.com/stripe-payments/stripe-payments/internal/billing"
 	"github.com/stripe-payments/stripe-payments/internal/email"
 	"github.com/stripe-payments/stripe-payments/internal/outbox"
@@ -75,14 +76,17 @@ func TestReminderEmailsGoThroughSES(t *testing.T) {
 	require.NoError(t, err)
 
 	n := billing.OutboxNotifier{Pool: pool, Email: true}
-	a := billing.Action{Type: billing.ActionReminderDue, Account: "acc-1", StripeAccount: "acct_1X", SubscriptionID: "sub-1",
-		Created: time.Now().UTC().Format(time.RFC3339), SKU: "pro", Email: "buyer@example.com",
-		BillingDate: "2026-12-01", Amount: 1500, Currency: "usd"}
+	sub1, sub2 := "sub-1", "sub-2"
+	a := actions.Action{Type: billing.ActionReminderDue, Account: "acc-1", StripeAccount: "acct_1X", SubscriptionID: &sub1,
+		Created: time.Now().UTC().Format(time.RFC3339), BillingDetails: &actions.BillingDetails{SKU: "pro", Email: "buyer@example.com",
+			BillingDate: "2026-12-01", Amount: 1500, Currency: "usd"}}
 	require.NoError(t, n.Notify(ctx, a))
 	require.NoError(t, n.Notify(ctx, a), "a rerun of the reminder job enqueues nothing new")
 	// No email for payment outcomes, nor without an address.
-	require.NoError(t, n.Notify(ctx, billing.Action{Type: billing.ActionPaymentCompleted, Account: "acc-1", SubscriptionID: "sub-1", Email: "buyer@example.com", BillingDate: "2026-12-01"}))
-	require.NoError(t, n.Notify(ctx, billing.Action{Type: billing.ActionReminderDue, Account: "acc-2", SubscriptionID: "sub-2", BillingDate: "2026-12-01"}))
+	require.NoError(t, n.Notify(ctx, actions.Action{Type: billing.ActionPaymentCompleted, Account: "acc-1", SubscriptionID: &sub1,
+		BillingDetails: &actions.BillingDetails{Email: "buyer@example.com", BillingDate: "2026-12-01"}}))
+	require.NoError(t, n.Notify(ctx, actions.Action{Type: billing.ActionReminderDue, Account: "acc-2", SubscriptionID: &sub2,
+		BillingDetails: &actions.BillingDetails{BillingDate: "2026-12-01"}}))
 
 	pending, err := outbox.Pending(ctx, pool, email.Topic)
 	require.NoError(t, err)

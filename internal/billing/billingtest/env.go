@@ -12,6 +12,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
+	"github.com/stripe-payments/stripe-payments/internal/actions"
 	"github.com/stripe-payments/stripe-payments/internal/billing"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
 	"github.com/stripe-payments/stripe-payments/internal/dynamo"
@@ -52,14 +53,14 @@ func (c *Clock) Today() dates.Date { return dates.Of(c.Now().UTC()) }
 // Notifier records actions once per dedupe key, as the outbox does.
 type Notifier struct {
 	mu      sync.Mutex
-	actions []billing.Action
+	actions []actions.Action
 	keys    map[string]int
 	// Fail, when set, makes Notify fail (an outbage of Postgres).
-	Fail func(a billing.Action) error
+	Fail func(a actions.Action) error
 }
 
 // Notify records a.
-func (n *Notifier) Notify(_ context.Context, a billing.Action) error {
+func (n *Notifier) Notify(_ context.Context, a actions.Action) error {
 	if n.Fail != nil {
 		if err := n.Fail(a); err != nil {
 			return err
@@ -70,18 +71,18 @@ func (n *Notifier) Notify(_ context.Context, a billing.Action) error {
 	if n.keys == nil {
 		n.keys = map[string]int{}
 	}
-	n.keys[a.DedupeKey()]++
-	if n.keys[a.DedupeKey()] == 1 {
+	n.keys[billing.DedupeKey(a)]++
+	if n.keys[billing.DedupeKey(a)] == 1 {
 		n.actions = append(n.actions, a)
 	}
 	return nil
 }
 
 // Actions returns the distinct actions so far.
-func (n *Notifier) Actions() []billing.Action {
+func (n *Notifier) Actions() []actions.Action {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return append([]billing.Action(nil), n.actions...)
+	return append([]actions.Action(nil), n.actions...)
 }
 
 // Options of an Env; zero values take test defaults.
