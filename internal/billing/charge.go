@@ -12,6 +12,8 @@ import (
 	"github.com/stripe/stripe-go/v76"
 	"github.com/stripe/stripe-go/v76/client"
 	"golang.org/x/time/rate"
+
+	"github.com/stripe-payments/stripe-payments/internal/config"
 )
 
 // Metadata keys that mark a PaymentIntent as a billing-core charge; the
@@ -93,7 +95,7 @@ func DefaultBackoff(n int) time.Duration {
 // NewCharger returns a charger over a stripe-go client (internal/stripeclient).
 func NewCharger(api *client.API, opts ChargerOptions) *Charger {
 	if opts.Rate <= 0 {
-		opts.Rate = 20
+		opts.Rate = config.DefaultStripeRateLimit
 	}
 	if opts.Burst <= 0 {
 		opts.Burst = 1

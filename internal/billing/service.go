@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
+	"github.com/stripe-payments/stripe-payments/internal/config"
 	"github.com/stripe-payments/stripe-payments/internal/lock"
 )
 
@@ -54,12 +55,23 @@ type Config struct {
 	ClockLease time.Duration
 }
 
-// DefaultConfig is the configuration of DESIGN §8 and issue 6.
+// DefaultConfig is the configuration of DESIGN §8 and issue 6. What a
+// BILLING_* variable sets defaults to package config's value, the one
+// source; the rest is billing's own.
 func DefaultConfig() Config {
 	return Config{
-		Shards: 8, WorkersPerShard: 2, ReminderDays: 7, Retry: dates.DefaultRetryPolicy(),
-		ReceiptTTL: 183 * 24 * time.Hour, LookbackDays: 3, IdempotencyWindow: 23 * time.Hour,
-		MaxPauseMonths: 24, LockedRetryWait: 61 * time.Second, ClockLease: 2 * time.Minute,
+		Shards:            config.DefaultBillingShards,
+		WorkersPerShard:   config.DefaultBillingWorkers,
+		ReminderDays:      config.DefaultBillingReminderDays,
+		Retry:             dates.RetryPolicy{Days: config.DefaultBillingRetryDays(), StaleDays: config.DefaultBillingStaleDays},
+		ReceiptTTL:        config.DefaultBillingReceiptTTL,
+		LookbackDays:      config.DefaultBillingLookbackDays,
+		IdempotencyWindow: 23 * time.Hour,
+		MaxPauseMonths:    24,
+		// A lease and a heartbeat: long enough to take over a crashed
+		// holder's lock (app sets it from BILLING_LOCK_*).
+		LockedRetryWait: config.DefaultBillingLockLease + config.DefaultBillingLockHeartbeat,
+		ClockLease:      2 * time.Minute,
 	}
 }
 

@@ -9,6 +9,28 @@ import (
 	"time"
 )
 
+// Defaults of the billing core (DESIGN §8), the one place they are stated:
+// the BILLING_* variables default to them, and billing.DefaultConfig and
+// billing.NewCharger read them (config is a leaf; billing may import it).
+const (
+	DefaultBillingShards        = 8
+	DefaultBillingWorkers       = 2
+	DefaultBillingReminderDays  = 7
+	DefaultBillingStaleDays     = 30
+	DefaultBillingReceiptTTL    = 183 * 24 * time.Hour // 4392h
+	DefaultBillingLookbackDays  = 3
+	DefaultBillingLockLease     = 60 * time.Second
+	DefaultBillingLockHeartbeat = time.Second
+	// DefaultStripeRateLimit is the collection job's Stripe requests per
+	// second (STRIPE_RATE_LIMIT).
+	DefaultStripeRateLimit = 20.0
+)
+
+// DefaultBillingRetryDays are the days after a billing date on which a
+// failed period is retried (BILLING_RETRY_DAYS); a function, since a slice
+// cannot be a constant.
+func DefaultBillingRetryDays() []int { return []int{1, 3, 5, 7} }
+
 // BillingConfig is the recurring billing core's part of the configuration
 // (README "Configuration").
 type BillingConfig struct {
@@ -43,18 +65,22 @@ func loadBilling(get func(key, def string) string) (BillingConfig, error) {
 		return d
 	}
 	b := BillingConfig{
-		Shards:          atoi("BILLING_SHARDS", "8", 1, 1000),
-		WorkersPerShard: atoi("BILLING_WORKERS", "2", 1, 100),
-		ReminderDays:    atoi("BILLING_REMINDER_DAYS", "7", 0, 27),
-		StaleDays:       atoi("BILLING_STALE_DAYS", "30", 1, 365),
-		LookbackDays:    atoi("BILLING_LOOKBACK_DAYS", "3", 0, 31),
-		ReceiptTTL:      dur("BILLING_RECEIPT_TTL", "4392h", false),
-		LockLease:       dur("BILLING_LOCK_LEASE", "60s", false),
-		LockHeartbeat:   dur("BILLING_LOCK_HEARTBEAT", "1s", false),
+		Shards:          atoi("BILLING_SHARDS", strconv.Itoa(DefaultBillingShards), 1, 1000),
+		WorkersPerShard: atoi("BILLING_WORKERS", strconv.Itoa(DefaultBillingWorkers), 1, 100),
+		ReminderDays:    atoi("BILLING_REMINDER_DAYS", strconv.Itoa(DefaultBillingReminderDays), 0, 27),
+		StaleDays:       atoi("BILLING_STALE_DAYS", strconv.Itoa(DefaultBillingStaleDays), 1, 365),
+		LookbackDays:    atoi("BILLING_LOOKBACK_DAYS", strconv.Itoa(DefaultBillingLookbackDays), 0, 31),
+		ReceiptTTL:      dur("BILLING_RECEIPT_TTL", shortDuration(DefaultBillingReceiptTTL), false),
+		LockLease:       dur("BILLING_LOCK_LEASE", shortDuration(DefaultBillingLockLease), false),
+		LockHeartbeat:   dur("BILLING_LOCK_HEARTBEAT", shortDuration(DefaultBillingLockHeartbeat), false),
 		Every:           dur("BILLING_EVERY", "0s", true),
 	}
+	retry := make([]string, 0, len(DefaultBillingRetryDays()))
+	for _, d := range DefaultBillingRetryDays() {
+		retry = append(retry, strconv.Itoa(d))
+	}
 	prev := 0
-	for _, f := range strings.Split(get("BILLING_RETRY_DAYS", "1,3,5,7"), ",") {
+	for _, f := range strings.Split(get("BILLING_RETRY_DAYS", strings.Join(retry, ",")), ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || n <= prev || n >= b.StaleDays {
 			errs = append(errs, errors.New("BILLING_RETRY_DAYS: increasing day numbers below BILLING_STALE_DAYS, e.g. 1,3,5,7"))
@@ -62,7 +88,7 @@ func loadBilling(get func(key, def string) string) (BillingConfig, error) {
 		}
 		b.RetryDays, prev = append(b.RetryDays, n), n
 	}
-	rate, err := strconv.ParseFloat(get("STRIPE_RATE_LIMIT", "20"), 64)
+	rate, err := strconv.ParseFloat(get("STRIPE_RATE_LIMIT", strconv.FormatFloat(DefaultStripeRateLimit, 'f', -1, 64)), 64)
 	if err != nil || rate <= 0 || rate > 10000 {
 		errs = append(errs, errors.New("STRIPE_RATE_LIMIT: requests per second, above 0"))
 	}
@@ -83,4 +109,16 @@ func (b BillingConfig) LogValue() slog.Value {
 		slog.Duration("lock_heartbeat", b.LockHeartbeat), slog.Duration("every", b.Every),
 		slog.Float64("stripe_rate_limit", b.StripeRateLimit),
 	)
+}
+
+// shortDuration writes d as people do: 4392h, not 4392h0m0s.
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }

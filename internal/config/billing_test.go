@@ -17,6 +17,8 @@ func TestBillingDefaults(t *testing.T) {
 	assert.Equal(t, 7, b.ReminderDays)
 	assert.Equal(t, []int{1, 3, 5, 7}, b.RetryDays)
 	assert.Equal(t, 30, b.StaleDays)
+	assert.Equal(t, 4392*time.Hour, b.ReceiptTTL)
+	assert.Equal(t, 3, b.LookbackDays)
 	assert.Equal(t, 60*time.Second, b.LockLease)
 	assert.Equal(t, time.Second, b.LockHeartbeat)
 	assert.Equal(t, time.Duration(0), b.Every)

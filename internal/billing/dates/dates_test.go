@@ -172,7 +172,7 @@ func TestReminderDate(t *testing.T) {
 }
 
 func TestRetryPolicy(t *testing.T) {
-	p := dates.DefaultRetryPolicy()
+	p := dates.RetryPolicy{Days: []int{1, 3, 5, 7}, StaleDays: 30} // the default of BILLING_RETRY_DAYS, BILLING_STALE_DAYS
 	require.NoError(t, p.Validate())
 	tests := []struct {
 		billing, today string

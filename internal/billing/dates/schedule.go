@@ -142,11 +142,6 @@ type RetryPolicy struct {
 	StaleDays int
 }
 
-// DefaultRetryPolicy retries on days 1, 3, 5 and 7 and gives up after 30.
-func DefaultRetryPolicy() RetryPolicy {
-	return RetryPolicy{Days: []int{1, 3, 5, 7}, StaleDays: 30}
-}
-
 // Validate checks the days are increasing and below the stale threshold.
 func (p RetryPolicy) Validate() error {
 	if p.StaleDays < 1 {
