@@ -5,11 +5,8 @@
 package monitoring_test
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
-	"io"
-	"log/slog"
 	"os"
 	"os/exec"
 	"regexp"
@@ -21,10 +18,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/stripe-payments/stripe-payments/internal/app"
-	"github.com/stripe-payments/stripe-payments/internal/config"
+	"github.com/stripe-payments/stripe-payments/internal/apptest"
 	"github.com/stripe-payments/stripe-payments/internal/metrics"
-	"github.com/stripe-payments/stripe-payments/internal/testenv"
 )
 
 const (
@@ -75,29 +70,6 @@ func exported(t *testing.T, reg *prometheus.Registry, name string) bool {
 	return strings.Contains(err.Error(), name)
 }
 
-func startApp(t *testing.T) *app.App {
-	t.Helper()
-	env := map[string]string{
-		"APP_ENV":               "development",
-		"LISTEN_ADDR":           "127.0.0.1:0",
-		"STRIPE_WEBHOOK_SECRET": "whsec_monitoring",
-		"STRIPE_API_KEY":        "sk_test_monitoring",
-		"DATABASE_URL":          testenv.DatabaseURL(t),
-		"DYNAMODB_ENDPOINT":     testenv.DynamoEndpoint(t),
-		"EVENTS_TABLE":          testenv.TableName("events"),
-		"BILLING_TABLE":         testenv.TableName("billing"),
-		"BILLING_HISTORY_TABLE": testenv.TableName("billing-history"),
-		"LOCKS_TABLE":           testenv.TableName("locks"),
-		"INTERNAL_API_TOKEN":    "monitoring-token",
-	}
-	cfg, err := config.Load(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
-	require.NoError(t, err)
-	a, err := app.New(context.Background(), cfg, slog.New(slog.NewJSONHandler(io.Discard, nil)))
-	require.NoError(t, err)
-	t.Cleanup(a.Close)
-	return a
-}
-
 func TestEveryMetricNamedIsExported(t *testing.T) {
 	rules, err := os.ReadFile(rulesFile)
 	require.NoError(t, err)
@@ -124,7 +96,7 @@ func TestEveryMetricNamedIsExported(t *testing.T) {
 	}
 	require.NotEmpty(t, exprs, "the dashboard has panels with queries")
 
-	a := startApp(t)
+	a := apptest.New(t, apptest.Options{})
 	reg := a.Metrics.Registry
 	// serve registers the poller's collectors when it starts polling
 	// (POLL_EVERY); register them as it does.

@@ -163,7 +163,7 @@ func BenchmarkReconcile(b *testing.B) {
 			store, tracking.NewLedger(e.app.Pool), quiet)
 		newPoller := func(dryRun bool) *poller.Poller {
 			p, err := poller.New(poller.Config{PlatformAccount: platform, Accounts: []string{acctA}, Lookback: 48 * time.Hour, DryRun: dryRun}, poller.Deps{
-				API:         poller.NewEventsAPI(poller.APIConfig{Key: e.api.Key, BaseURL: e.api.URL(), Rate: -1}, quiet),
+				API:         poller.NewEventsAPI(poller.APIConfig{Key: e.api.Key, BaseURL: e.api.URL, Rate: -1}, quiet),
 				Store:       store,
 				Checkpoints: tracking.NewCheckpoints(e.app.Pool),
 				Accounts:    tracking.NewLedgerAccounts(e.app.Pool),
@@ -222,7 +222,7 @@ func BenchmarkDiffStrategies(b *testing.B) {
 		var ids []string
 		for _, c := range []struct{ from, until int64 }{{0, e.clock().Unix()}} {
 			after := ""
-			api := poller.NewEventsAPI(poller.APIConfig{Key: e.api.Key, BaseURL: e.api.URL(), Rate: -1}, slog.New(slog.NewJSONHandler(io.Discard, nil)))
+			api := poller.NewEventsAPI(poller.APIConfig{Key: e.api.Key, BaseURL: e.api.URL, Rate: -1}, slog.New(slog.NewJSONHandler(io.Discard, nil)))
 			for {
 				page, err := api.ListPage(context.Background(), acctA, true, c.from, c.until, after, 100)
 				if err != nil {

@@ -5,20 +5,16 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"log/slog"
 	"maps"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/stretchr/testify/require"
 	"github.com/stripe/stripe-go/v76"
 
-	"github.com/stripe-payments/stripe-payments/internal/app"
-	"github.com/stripe-payments/stripe-payments/internal/config"
+	"github.com/stripe-payments/stripe-payments/internal/apptest"
 	"github.com/stripe-payments/stripe-payments/internal/events"
 	"github.com/stripe-payments/stripe-payments/internal/handler"
 	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
@@ -47,8 +43,8 @@ const (
 // namespaces of the local stack.
 type env struct {
 	t   testing.TB
-	api *stripetest.EventsAPI
-	app *app.App
+	api *stripetest.Stripe
+	app *apptest.App
 	// handler is an in-process handler on the same stores, with an applier
 	// that writes one effects row per application and can be told to fail.
 	handler *handler.Handler
@@ -63,13 +59,13 @@ type env struct {
 
 func newEnv(t testing.TB) *env {
 	t.Helper()
-	e := &env{t: t, api: stripetest.NewEventsAPI(t), logs: &syncBuffer{}, now: time.Now().UTC().Truncate(time.Second), fail: map[string]bool{}}
+	e := &env{t: t, api: stripetest.New(t, stripetest.Options{Key: "sk_test_poller_fake"}), logs: &syncBuffer{}, now: time.Now().UTC().Truncate(time.Second), fail: map[string]bool{}}
 	vars := map[string]string{
 		"APP_ENV":                 "development",
 		"LISTEN_ADDR":             "127.0.0.1:0",
 		"STRIPE_WEBHOOK_SECRET":   secret,
 		"STRIPE_API_KEY":          e.api.Key,
-		"STRIPE_API_BASE":         e.api.URL(),
+		"STRIPE_API_BASE":         e.api.URL,
 		"STRIPE_PLATFORM_ACCOUNT": platform,
 		"DATABASE_URL":            testenv.DatabaseURL(t),
 		"DYNAMODB_ENDPOINT":       testenv.DynamoEndpoint(t),
@@ -77,7 +73,7 @@ func newEnv(t testing.TB) *env {
 		"INTERNAL_API_TOKEN":      "disabled",
 	}
 	e.vars = vars
-	e.app = startApp(t, vars, e.logs)
+	e.app = e.startApp(t, vars)
 	_, err := e.app.Pool.Exec(context.Background(), `CREATE TABLE effects (event_id text NOT NULL)`)
 	require.NoError(t, err)
 	effect := func(ctx context.Context, tx handler.Tx, ev *stripe.Event) error {
@@ -104,29 +100,17 @@ func (e *env) appVars() map[string]string {
 	return maps.Clone(e.vars)
 }
 
-// startApp runs the real program on a random port, as internal/app's
-// end-to-end tests do.
-func startApp(t testing.TB, vars map[string]string, logs io.Writer) *app.App {
+// startApp runs the real program (internal/apptest) with vars as its
+// environment and the env's fake Stripe.
+func (e *env) startApp(t testing.TB, vars map[string]string) *apptest.App {
 	t.Helper()
-	a := buildApp(t, vars, logs)
-	require.NoError(t, a.Open())
-	t.Cleanup(func() { require.NoError(t, a.Shutdown(10*time.Second)) })
-	return a
+	return apptest.Start(t, apptest.Options{Env: vars, Logs: e.logs, Stripe: e.api})
 }
 
-// buildApp builds and migrates the program without listening.
-func buildApp(t testing.TB, vars map[string]string, logs io.Writer) *app.App {
+// buildApp is startApp without listening.
+func (e *env) buildApp(t testing.TB, vars map[string]string) *apptest.App {
 	t.Helper()
-	cfg, err := config.Load(func(k string) (string, bool) { v, ok := vars[k]; return v, ok })
-	require.NoError(t, err)
-	ctx := context.Background()
-	a, err := app.New(ctx, cfg, slog.New(slog.NewJSONHandler(logs, nil)))
-	require.NoError(t, err)
-	require.NoError(t, a.Migrate(ctx))
-	t.Cleanup(func() {
-		_, _ = a.Dynamo.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(cfg.EventsTable)})
-	})
-	return a
+	return apptest.New(t, apptest.Options{Env: vars, Logs: e.logs, Stripe: e.api})
 }
 
 func (e *env) clock() time.Time {
@@ -158,7 +142,7 @@ func (e *env) pollerWith(mode string, cfg poller.Config, api poller.APIConfig) *
 	if cfg.RetryBackoff == 0 {
 		cfg.RetryBackoff = time.Millisecond
 	}
-	api.Key, api.BaseURL = e.api.Key, e.api.URL()
+	api.Key, api.BaseURL = e.api.Key, e.api.URL
 	if api.Rate == 0 {
 		api.Rate = -1
 	}

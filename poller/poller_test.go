@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/stripe-payments/stripe-payments/internal/apptest"
 	"github.com/stripe-payments/stripe-payments/internal/events"
 	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
 	"github.com/stripe-payments/stripe-payments/internal/tracking"
@@ -215,7 +216,7 @@ func TestCheckpointSurvivesARestart(t *testing.T) {
 	require.Equal(t, now.Add(-settle), cp)
 
 	// The process restarts an hour later: a new program on the same stores.
-	e.app = startApp(t, e.appVars(), io.Discard)
+	e.app = apptest.Start(t, apptest.Options{Env: e.appVars(), Stripe: e.api})
 	e.setNow(now.Add(time.Hour))
 	old, oldPayload := e.event("payment_intent.succeeded", acctA, cp.Add(-30*time.Minute)) // before the overlap
 	recent, recentPayload := e.event("payment_intent.succeeded", acctA, now.Add(30*time.Minute))
@@ -399,7 +400,7 @@ func TestServeRunsThePollerWhenPollEveryIsSet(t *testing.T) {
 	vars := e.appVars()
 	vars["POLL_EVERY"] = "1s"
 	vars["LISTEN_ADDR"] = freeAddr(t)
-	a := buildApp(t, vars, e.logs)
+	a := e.buildApp(t, vars)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()

@@ -1,17 +1,11 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"log"
 	"math/rand/v2"
 	"net/http"
-	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
 	"os"
 	"regexp"
 	"strconv"
@@ -21,15 +15,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/stripe-payments/stripe-payments/internal/actions"
-	"github.com/stripe-payments/stripe-payments/internal/dispatch"
 	"github.com/stripe-payments/stripe-payments/internal/events"
 	"github.com/stripe-payments/stripe-payments/internal/stripetest"
 	"github.com/stripe-payments/stripe-payments/internal/testenv"
@@ -85,36 +76,13 @@ type crashFlow struct {
 	newest   *sentEvent // the event with the latest created about pi/sub
 }
 
-// actionSink is ACTIONS_URL: it verifies each delivery and counts them by
-// Idempotency-Key.
-type actionSink struct {
-	mu         sync.Mutex
-	deliveries map[string]int
-	byID       map[string]actions.Action
-	bad        []string
-}
+// crashSink is ACTIONS_URL: actions by id; one changing its type or
+// purchase between deliveries is bad.
+type crashSink = actionReceiver[actions.Action]
 
-func (s *actionSink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	body, _ := io.ReadAll(r.Body)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := dispatch.Verify(r.Header.Get("X-Signature"), crashActions, body, 5*time.Minute, time.Now()); err != nil {
-		s.bad = append(s.bad, "signature: "+err.Error())
-		http.Error(w, err.Error(), http.StatusUnauthorized)
-		return
-	}
-	var a actions.Action
-	if err := json.Unmarshal(body, &a); err != nil || a.ID.String() != r.Header.Get("Idempotency-Key") {
-		s.bad = append(s.bad, "body: "+string(body))
-		http.Error(w, "bad action", http.StatusBadRequest)
-		return
-	}
-	s.deliveries[a.ID.String()]++
-	if prev, ok := s.byID[a.ID.String()]; ok && (prev.Type != a.Type || *prev.PurchaseID != *a.PurchaseID) {
-		s.bad = append(s.bad, "action "+a.ID.String()+" changed between deliveries")
-	}
-	s.byID[a.ID.String()] = a
-	w.WriteHeader(http.StatusOK)
+func newCrashSink(t *testing.T) *crashSink {
+	return newActionReceiver(t, crashActions, func(a actions.Action) string { return a.ID.String() },
+		func(a actions.Action) string { return a.Type + ":" + deref(a.PurchaseID) })
 }
 
 // crashRun is the state of one crash test.
@@ -132,29 +100,6 @@ type crashRun struct {
 
 	delivered, abandoned, gaps, duplicates, refusals atomic.Int64
 	purchaseRetries                                  atomic.Int64
-}
-
-// fakeStripe is Stripe for the binary on one base URL: the purchase API's
-// and the invoice lookups' calls go to the fake API, the poller's listings and
-// single-event reads to the fake Events API (which expects key).
-func fakeStripe(t *testing.T, key string) (*stripetest.Fake, *stripetest.EventsAPI, string) {
-	t.Helper()
-	fake := stripetest.NewFake(t)
-	eventsAPI := stripetest.NewEventsAPI(t)
-	eventsAPI.Key = key
-	fakeURL, err := url.Parse(fake.URL)
-	require.NoError(t, err)
-	toFake := httputil.NewSingleHostReverseProxy(fakeURL)
-	toFake.ErrorLog = log.New(io.Discard, "", 0) // a killed server's requests end mid-way
-	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/v1/events" || strings.HasPrefix(r.URL.Path, "/v1/events/") {
-			eventsAPI.Server.Config.Handler.ServeHTTP(w, r)
-			return
-		}
-		toFake.ServeHTTP(w, r)
-	}))
-	t.Cleanup(front.Close)
-	return fake, eventsAPI, front.URL
 }
 
 // TestCrashRecovery runs the real binary under load, kills it with SIGKILL
@@ -180,66 +125,33 @@ func TestCrashRecovery(t *testing.T) {
 	t.Logf("seed %d (CRASH_SEED=%d reproduces the kill schedule and flows)", seed, seed)
 	bin := binary(t)
 
-	fake, eventsAPI, stripeURL := fakeStripe(t, crashAPIKey)
-	sink := &actionSink{deliveries: map[string]int{}, byID: map[string]actions.Action{}}
-	receiver := httptest.NewServer(sink)
-	t.Cleanup(receiver.Close)
-
-	dbURL := testenv.DatabaseURL(t)
-	table := testenv.TableName("events")
-	ddb := testenv.Dynamo(t)
-	t.Cleanup(func() {
-		_, _ = ddb.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(table)})
-	})
-	addr := freeAddr(t)
-	env := environ(map[string]string{
-		"LISTEN_ADDR":             addr,
+	// One fake Stripe: the purchase API, the invoice lookups and the Events
+	// API the poller lists (it expects the binary's key).
+	fake := stripetest.New(t, stripetest.Options{Key: crashAPIKey})
+	sink := newCrashSink(t)
+	vars := stackVars(t, fake, map[string]string{
 		"STRIPE_WEBHOOK_SECRET":   crashSecret,
-		"STRIPE_API_KEY":          crashAPIKey,
-		"STRIPE_API_BASE":         stripeURL,
 		"STRIPE_PLATFORM_ACCOUNT": crashPlatform,
-		"DATABASE_URL":            dbURL,
-		"DYNAMODB_ENDPOINT":       testenv.DynamoEndpoint(t),
-		"EVENTS_TABLE":            table,
 		"INTERNAL_API_TOKEN":      crashToken,
-		"ACTIONS_URL":             receiver.URL,
+		"ACTIONS_URL":             sink.URL,
 		"ACTIONS_SECRET":          crashActions,
 		"LOG_LEVEL":               "info",
 		"POLL_EVERY":              "",
 	})
-	if _, stderr, err := runCommand(t, bin, env, time.Minute, "migrate"); err != nil {
-		t.Fatalf("migrate: %v\n%s", err, stderr)
-	}
+	dbURL, table := vars["DATABASE_URL"], vars["EVENTS_TABLE"]
+	addr := freeAddr(t)
+	env := with(vars, addr)
+	migrateStack(t, bin, vars)
 
 	run := &crashRun{t: t, srv: newServer(t, bin, env, addr), fixtures: map[string]map[string]any{},
 		base: time.Now().Add(-crashHistory).Truncate(time.Second), client: &http.Client{Timeout: 15 * time.Second}}
-	for _, name := range []string{"payment_intent.succeeded", "payment_intent.payment_failed", "payment_intent.processing",
-		"customer.subscription.created", "customer.subscription.updated", "customer.subscription.deleted", "customer.created"} {
-		var doc map[string]any
-		require.NoError(t, json.Unmarshal(stripetest.Fixture(t, name), &doc))
-		run.fixtures[name] = doc
-	}
+	run.fixtures = fixtures(t, "payment_intent.succeeded", "payment_intent.payment_failed", "payment_intent.processing",
+		"customer.subscription.created", "customer.subscription.updated", "customer.subscription.deleted", "customer.created")
 	run.srv.start()
 
 	// Load: workers run flows until stop; meanwhile the server is killed at
 	// random moments and started again.
-	stop := make(chan struct{})
-	var workers sync.WaitGroup
-	for w := range crashWorkers {
-		workers.Add(1)
-		go func() {
-			defer workers.Done()
-			rng := rand.New(rand.NewPCG(seed, uint64(w)+1))
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				run.flow(rng, w, i)
-			}
-		}()
-	}
+	stop := runLoad(crashWorkers, seed, run.flow)
 	schedule := rand.New(rand.NewPCG(seed, 0))
 	var restarts []time.Duration
 	loadStart := time.Now()
@@ -251,8 +163,7 @@ func TestCrashRecovery(t *testing.T) {
 		restarts = append(restarts, run.srv.start())
 	}
 	time.Sleep(2 * time.Second)
-	close(stop)
-	workers.Wait()
+	stop()
 	loadTime := time.Since(loadStart)
 
 	// Stripe lists every event of the run, delivered or not.
@@ -261,7 +172,7 @@ func TestCrashRecovery(t *testing.T) {
 		byAccount[ev.account] = append(byAccount[ev.account], ev.payload)
 	}
 	for account, payloads := range byAccount {
-		eventsAPI.Add(account, payloads...)
+		fake.Add(account, payloads...)
 	}
 
 	// The operator's recovery: one poll, replaying through the restarted
@@ -301,19 +212,7 @@ func TestCrashRecovery(t *testing.T) {
 	t.Logf("crash recovery: %d kill -9 in %s of load; %d events (%d delivered with 200, %d abandoned after failed deliveries, %d never sent, %d duplicate deliveries, %d purchase API retries); restarts healthy in ≤ %s; poll replayed %d in %s (%s); %d actions, %d delivered more than once; total %s",
 		crashKills, loadTime.Round(time.Millisecond), len(run.all), run.delivered.Load(), run.abandoned.Load(), run.gaps.Load(),
 		run.duplicates.Load(), run.purchaseRetries.Load(), maxRestart.Round(time.Millisecond), replayed, pollTime.Round(time.Millisecond),
-		summary, len(sink.deliveries), redelivered(sink), time.Since(began).Round(time.Millisecond))
-}
-
-func redelivered(s *actionSink) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	n := 0
-	for _, c := range s.deliveries {
-		if c > 1 {
-			n++
-		}
-	}
-	return n
+		summary, len(sink.deliveries), sink.redelivered(), time.Since(began).Round(time.Millisecond))
 }
 
 func lastLines(s string, n int) string {
@@ -466,23 +365,17 @@ func (r *crashRun) createPurchase(f *crashFlow, key string, body map[string]any)
 			r.t.Errorf("purchase %s never answered 201 within 45s: %s", key, last)
 			return false
 		}
-		req, _ := http.NewRequest(http.MethodPost, r.srv.url()+"/v1/purchases", bytes.NewReader(raw))
-		req.Header.Set("Authorization", "Bearer "+crashToken)
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Idempotency-Key", key)
-		resp, err := r.client.Do(req)
+		status, answer, err := postJSON(r.client, r.srv.url()+"/v1/purchases", raw, "Authorization", "Bearer "+crashToken, "Idempotency-Key", key)
 		if err != nil {
 			last = err.Error()
 			continue
 		}
-		answer, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		last = fmt.Sprintf("%d %s", resp.StatusCode, answer)
-		if resp.StatusCode >= 400 && resp.StatusCode < 500 {
+		last = fmt.Sprintf("%d %s", status, answer)
+		if status >= 400 && status < 500 {
 			r.t.Errorf("purchase %s refused: %s", key, last)
 			return false
 		}
-		if resp.StatusCode != http.StatusCreated {
+		if status != http.StatusCreated {
 			continue
 		}
 		var p struct {
@@ -507,22 +400,7 @@ func (r *crashRun) createPurchase(f *crashFlow, key string, body map[string]any)
 // second (so "newest" is well defined) well in the past (so the poller,
 // which leaves the last 30 s to the webhook, lists it).
 func (r *crashRun) event(fixture, account string, object map[string]any) *sentEvent {
-	var doc map[string]any
-	raw, _ := json.Marshal(r.fixtures[fixture])
-	_ = json.Unmarshal(raw, &doc)
-	id := stripetest.NewID()
-	doc["id"] = id
-	doc["created"] = r.base.Unix() + r.created.Add(1)
-	if account == "" {
-		delete(doc, "account")
-	} else {
-		doc["account"] = account
-	}
-	obj := doc["data"].(map[string]any)["object"].(map[string]any)
-	for k, v := range object {
-		obj[k] = v
-	}
-	payload, _ := json.Marshal(doc)
+	id, payload := fixtureEvent(r.fixtures[fixture], account, r.base.Unix()+r.created.Add(1), object)
 	return &sentEvent{id: id, account: account, payload: payload}
 }
 
@@ -533,21 +411,17 @@ func (r *crashRun) deliver(ev *sentEvent, attempts int) bool {
 		if attempt > 0 {
 			time.Sleep(150 * time.Millisecond)
 		}
-		req, _ := http.NewRequest(http.MethodPost, r.srv.url()+"/webhooks/stripe", bytes.NewReader(ev.payload))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Stripe-Signature", stripetest.Sign(ev.payload, crashSecret, time.Now()))
-		resp, err := r.client.Do(req)
+		headers := []string{"Stripe-Signature", stripetest.Sign(ev.payload, crashSecret, time.Now())}
+		status, body, err := postJSON(r.client, r.srv.url()+"/webhooks/stripe", ev.payload, headers...)
 		if err != nil {
 			continue
 		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode == http.StatusOK {
+		if status == http.StatusOK {
 			return true
 		}
-		if resp.StatusCode < 500 {
+		if status < 500 {
 			r.refusals.Add(1)
-			r.t.Errorf("a valid event was refused: %s %d %s", ev.id, resp.StatusCode, body)
+			r.t.Errorf("a valid event was refused: %s %d %s", ev.id, status, body)
 			return false
 		}
 	}
@@ -555,7 +429,7 @@ func (r *crashRun) deliver(ev *sentEvent, attempts int) bool {
 }
 
 // check asserts the run's outcome against the stores and the fakes.
-func (r *crashRun) check(pool *pgx.Conn, table string, fake *stripetest.Fake, sink *actionSink) {
+func (r *crashRun) check(pool *pgx.Conn, table string, fake *stripetest.Stripe, sink *crashSink) {
 	t := r.t
 	ctx := context.Background()
 	ids := make([]string, len(r.all))

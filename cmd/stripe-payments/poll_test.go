@@ -61,7 +61,7 @@ func TestParsePollFlags(t *testing.T) {
 // TestPollCommand runs `stripe-payments poll` as an operator would, against
 // a fake Stripe Events API and the local stack.
 func TestPollCommand(t *testing.T) {
-	api := stripetest.NewEventsAPI(t)
+	api := stripetest.New(t, stripetest.Options{Key: "sk_test_poller_fake"})
 	table, billingTable := testenv.TableName("events"), testenv.TableName("billing")
 	client := testenv.Dynamo(t)
 	// The poller also lists the connected accounts billing has charged, so
@@ -70,7 +70,7 @@ func TestPollCommand(t *testing.T) {
 	for k, v := range map[string]string{
 		"STRIPE_WEBHOOK_SECRET":   "whsec_cli_test",
 		"STRIPE_API_KEY":          api.Key,
-		"STRIPE_API_BASE":         api.URL(),
+		"STRIPE_API_BASE":         api.URL,
 		"STRIPE_PLATFORM_ACCOUNT": "acct_1PlatformCli",
 		"DATABASE_URL":            testenv.DatabaseURL(t),
 		"EVENTS_TABLE":            table,

@@ -19,16 +19,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/stripe-payments/stripe-payments/internal/billing"
-	"github.com/stripe-payments/stripe-payments/internal/billing/billingtest"
-	"github.com/stripe-payments/stripe-payments/internal/dispatch"
 	"github.com/stripe-payments/stripe-payments/internal/events"
 	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
 	"github.com/stripe-payments/stripe-payments/internal/stripetest"
@@ -119,81 +115,9 @@ func deref(s *string) string {
 	return *s
 }
 
-// scaleSink is ACTIONS_URL for all replicas: it verifies each delivery and
-// counts deliveries per action id and the ids per effect.
-type scaleSink struct {
-	mu         sync.Mutex
-	deliveries map[string]int
-	byID       map[string]scaleAction
-	bad        []string
-}
-
-func (s *scaleSink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	body, _ := io.ReadAll(r.Body)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := dispatch.Verify(r.Header.Get("X-Signature"), scaleActions, body, 5*time.Minute, time.Now()); err != nil {
-		s.bad = append(s.bad, "signature: "+err.Error())
-		http.Error(w, err.Error(), http.StatusUnauthorized)
-		return
-	}
-	var a scaleAction
-	if err := json.Unmarshal(body, &a); err != nil || a.ID == "" || a.ID != r.Header.Get("Idempotency-Key") {
-		s.bad = append(s.bad, "body: "+string(body))
-		http.Error(w, "bad action", http.StatusBadRequest)
-		return
-	}
-	if prev, ok := s.byID[a.ID]; ok && prev.effect() != a.effect() {
-		s.bad = append(s.bad, "action "+a.ID+" changed between deliveries")
-	}
-	s.deliveries[a.ID]++
-	s.byID[a.ID] = a
-	w.WriteHeader(http.StatusOK)
-}
-
-// scaleStripe is Stripe for the replicas on one base URL: the Events API
-// fake, the billing fake for the billing core's PaymentIntents (by their
-// billing metadata, or their pi_fake ids), and the general fake for the
-// purchase API.
-func scaleStripe(t *testing.T) (*stripetest.Fake, *billingtest.Stripe, *stripetest.EventsAPI, string) {
-	t.Helper()
-	fake := stripetest.NewFake(t)
-	bill := billingtest.NewStripe(0, nil)
-	t.Cleanup(bill.Close)
-	eventsAPI := stripetest.NewEventsAPI(t)
-	eventsAPI.Key = scaleAPIKey
-	proxy := func(raw string) *httputil.ReverseProxy {
-		u, err := url.Parse(raw)
-		require.NoError(t, err)
-		p := httputil.NewSingleHostReverseProxy(u)
-		p.ErrorLog = log.New(io.Discard, "", 0)
-		return p
-	}
-	toFake, toBill := proxy(fake.URL), proxy(bill.URL())
-	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		path := r.URL.Path
-		switch {
-		case path == "/v1/events" || strings.HasPrefix(path, "/v1/events/"):
-			eventsAPI.Server.Config.Handler.ServeHTTP(w, r)
-		case path == "/v1/payment_intents/search" || (path == "/v1/payment_intents" && r.Method == http.MethodGet) ||
-			strings.HasPrefix(path, "/v1/payment_intents/pi_fake"):
-			toBill.ServeHTTP(w, r)
-		case path == "/v1/payment_intents" && r.Method == http.MethodPost:
-			body, _ := io.ReadAll(r.Body)
-			r.Body = io.NopCloser(bytes.NewReader(body))
-			form, _ := url.ParseQuery(string(body))
-			if form.Get("metadata["+billing.MetaAccount+"]") != "" {
-				toBill.ServeHTTP(w, r)
-				return
-			}
-			toFake.ServeHTTP(w, r)
-		default:
-			toFake.ServeHTTP(w, r)
-		}
-	}))
-	t.Cleanup(front.Close)
-	return fake, bill, eventsAPI, front.URL
-}
+// scaleSink is ACTIONS_URL for all replicas: actions by id; two ids for
+// one effect, or an id changing its effect, is a double.
+type scaleSink = actionReceiver[scaleAction]
 
 // scaleEvent is one Stripe event of the run; every one is listable on the
 // Events API as soon as it exists.
@@ -211,11 +135,11 @@ type scalePurchase struct {
 }
 
 type scaleRun struct {
-	t         *testing.T
-	lb        string
-	fixtures  map[string]map[string]any
-	eventsAPI *stripetest.EventsAPI
-	client    *http.Client
+	t        *testing.T
+	lb       string
+	fixtures map[string]map[string]any
+	stripe   *stripetest.Stripe
+	client   *http.Client
 
 	mu        sync.Mutex
 	all       []*scaleEvent
@@ -242,31 +166,15 @@ func TestScaleOut(t *testing.T) {
 	t.Parallel()
 	began := time.Now()
 	bin := binary(t)
-	fake, bill, eventsAPI, stripeURL := scaleStripe(t)
-	sink := &scaleSink{deliveries: map[string]int{}, byID: map[string]scaleAction{}}
-	receiver := httptest.NewServer(sink)
-	t.Cleanup(receiver.Close)
-
-	dbURL := testenv.DatabaseURL(t)
-	ddb := testenv.Dynamo(t)
-	tables := map[string]string{
-		"EVENTS_TABLE": testenv.TableName("events"), "BILLING_TABLE": testenv.TableName("billing"),
-		"BILLING_HISTORY_TABLE": testenv.TableName("billing-history"), "LOCKS_TABLE": testenv.TableName("locks"),
-	}
-	t.Cleanup(func() {
-		for _, name := range tables {
-			_, _ = ddb.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(name)})
-		}
-	})
-	base := map[string]string{
+	// One fake Stripe for the replicas: the Events API, the billing core's
+	// charges and the purchase API.
+	fake := stripetest.New(t, stripetest.Options{Key: scaleAPIKey})
+	sink := newActionReceiver(t, scaleActions, func(a scaleAction) string { return a.ID }, scaleAction.effect)
+	vars := stackVars(t, fake, map[string]string{
 		"STRIPE_WEBHOOK_SECRET":   scaleSecret,
-		"STRIPE_API_KEY":          scaleAPIKey,
-		"STRIPE_API_BASE":         stripeURL,
 		"STRIPE_PLATFORM_ACCOUNT": scalePlatform,
-		"DATABASE_URL":            dbURL,
-		"DYNAMODB_ENDPOINT":       testenv.DynamoEndpoint(t),
 		"INTERNAL_API_TOKEN":      scaleToken,
-		"ACTIONS_URL":             receiver.URL,
+		"ACTIONS_URL":             sink.URL,
 		"ACTIONS_SECRET":          scaleActions,
 		"LOG_LEVEL":               "info",
 		// Every replica runs the poller and the billing jobs, often.
@@ -275,25 +183,14 @@ func TestScaleOut(t *testing.T) {
 		// A killed replica's account locks expire after 6 s, not 60.
 		"BILLING_LOCK_LEASE":     "6s",
 		"BILLING_LOCK_HEARTBEAT": "1s",
-	}
-	for k, v := range tables {
-		base[k] = v
-	}
-	envFor := func(addr string) []string {
-		m := map[string]string{"LISTEN_ADDR": addr}
-		for k, v := range base {
-			m[k] = v
-		}
-		return environ(m)
-	}
-	if _, stderr, err := runCommand(t, bin, envFor(freeAddr(t)), time.Minute, "migrate"); err != nil {
-		t.Fatalf("migrate: %v\n%s", err, stderr)
-	}
+	})
+	dbURL := vars["DATABASE_URL"]
+	migrateStack(t, bin, vars)
 
 	lb := &roundRobin{served: make([]atomic.Int64, scaleReplicas)}
 	for range scaleReplicas {
 		addr := freeAddr(t)
-		lb.replicas = append(lb.replicas, newServer(t, bin, envFor(addr), addr))
+		lb.replicas = append(lb.replicas, newServer(t, bin, with(vars, addr), addr))
 	}
 	for _, s := range lb.replicas {
 		s.start()
@@ -301,32 +198,12 @@ func TestScaleOut(t *testing.T) {
 	front := httptest.NewServer(lb.handler())
 	t.Cleanup(front.Close)
 
-	run := &scaleRun{t: t, lb: front.URL, fixtures: map[string]map[string]any{}, eventsAPI: eventsAPI,
+	run := &scaleRun{t: t, lb: front.URL, fixtures: map[string]map[string]any{}, stripe: fake,
 		client: &http.Client{Timeout: 20 * time.Second}}
-	for _, name := range []string{"payment_intent.succeeded", "payment_intent.payment_failed", "customer.created"} {
-		var doc map[string]any
-		require.NoError(t, json.Unmarshal(stripetest.Fixture(t, name), &doc))
-		run.fixtures[name] = doc
-	}
+	run.fixtures = fixtures(t, "payment_intent.succeeded", "payment_intent.payment_failed", "customer.created")
 
 	// Load.
-	stop := make(chan struct{})
-	var workers sync.WaitGroup
-	for w := range scaleWorkers {
-		workers.Add(1)
-		go func() {
-			defer workers.Done()
-			rng := rand.New(rand.NewPCG(20261123, uint64(w)+1))
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				run.flow(rng, w, i)
-			}
-		}()
-	}
+	stop := runLoad(scaleWorkers, 20261123, run.flow)
 	loadStart := time.Now()
 
 	// Billing: subscriptions made through the API, their first period moved
@@ -344,15 +221,14 @@ func TestScaleOut(t *testing.T) {
 	time.Sleep(500 * time.Millisecond)
 	restart := victim.start()
 	time.Sleep(max(0, scaleLoad-time.Since(loadStart)))
-	close(stop)
-	workers.Wait()
+	stop()
 	loadTime := time.Since(loadStart)
 
 	// Drain: the pollers replay what no webhook delivered, the jobs charge
 	// what is due, the dispatchers deliver every action.
 	pool := connect(t, dbURL)
 	ctx := context.Background()
-	store := events.NewStore(ddb, tables["EVENTS_TABLE"], 720*time.Hour, nil)
+	store := events.NewStore(testenv.Dynamo(t), vars["EVENTS_TABLE"], 720*time.Hour, nil)
 	drainStart := time.Now()
 	waitFor(t, 90*time.Second, "every event processed, every period charged, the outbox drained", func() (bool, string) {
 		records := run.records(store)
@@ -384,7 +260,7 @@ func TestScaleOut(t *testing.T) {
 	})
 	run.checkEvents(pool, store)
 	actionsN := run.checkActions(pool, sink, fake)
-	run.checkBilling(pool, bill, sink, subs)
+	run.checkBilling(pool, fake, sink, subs)
 
 	var stopErrs []error
 	for i, s := range lb.replicas {
@@ -409,7 +285,7 @@ func TestScaleOut(t *testing.T) {
 		scaleReplicas, loadTime.Round(time.Millisecond), killedAt.Round(time.Millisecond), restart.Round(time.Millisecond),
 		len(run.all), run.missed.Load(), run.duplicates.Load(), run.delivered.Load(), run.abandoned.Load(), run.retries.Load(),
 		len(run.purchases), len(subs), servedCounts(lb), drainTime.Round(time.Millisecond), pollDone, pollBusy,
-		actionsN, redeliveredScale(sink), time.Since(began).Round(time.Millisecond))
+		actionsN, sink.redelivered(), time.Since(began).Round(time.Millisecond))
 }
 
 func servedCounts(lb *roundRobin) []int64 {
@@ -418,18 +294,6 @@ func servedCounts(lb *roundRobin) []int64 {
 		out[i] = lb.served[i].Load()
 	}
 	return out
-}
-
-func redeliveredScale(s *scaleSink) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	n := 0
-	for _, c := range s.deliveries {
-		if c > 1 {
-			n++
-		}
-	}
-	return n
 }
 
 func (r *scaleRun) eventCount() int {
@@ -468,7 +332,7 @@ func (r *scaleRun) flow(rng *rand.Rand, worker, n int) {
 	r.mu.Lock()
 	r.all = append(r.all, ev)
 	r.mu.Unlock()
-	r.eventsAPI.Add(ev.account, ev.payload) // Stripe lists every event
+	r.stripe.Add(ev.account, ev.payload) // Stripe lists every event
 
 	switch k := rng.IntN(100); {
 	case k < 12:
@@ -512,19 +376,13 @@ func (r *scaleRun) createPurchase(p *scalePurchase, key string, body map[string]
 			r.t.Errorf("purchase %s never answered 201 within 45s: %s", key, last)
 			return false
 		}
-		req, _ := http.NewRequest(http.MethodPost, r.lb+"/v1/purchases", bytes.NewReader(raw))
-		req.Header.Set("Authorization", "Bearer "+scaleToken)
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Idempotency-Key", key)
-		resp, err := r.client.Do(req)
+		status, answer, err := postJSON(r.client, r.lb+"/v1/purchases", raw, "Authorization", "Bearer "+scaleToken, "Idempotency-Key", key)
 		if err != nil {
 			last = err.Error()
 			continue
 		}
-		answer, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		last = fmt.Sprintf("%d %s", resp.StatusCode, answer)
-		if resp.StatusCode == http.StatusCreated {
+		last = fmt.Sprintf("%d %s", status, answer)
+		if status == http.StatusCreated {
 			var got struct {
 				ID            uuid.UUID `json:"id"`
 				PaymentIntent string    `json:"payment_intent"`
@@ -536,7 +394,7 @@ func (r *scaleRun) createPurchase(p *scalePurchase, key string, body map[string]
 			p.id, p.pi = got.ID, got.PaymentIntent
 			return true
 		}
-		if resp.StatusCode >= 400 && resp.StatusCode < 500 && resp.StatusCode != http.StatusConflict {
+		if status >= 400 && status < 500 && status != http.StatusConflict {
 			r.t.Errorf("purchase %s refused: %s", key, last)
 			return false
 		}
@@ -546,22 +404,7 @@ func (r *scaleRun) createPurchase(p *scalePurchase, key string, body map[string]
 // event builds a real-shaped event from a fixture, created 45 s ago: past
 // the pollers' settle delay (30 s), inside the overlap of their checkpoints.
 func (r *scaleRun) event(fixture, account string, object map[string]any) *scaleEvent {
-	var doc map[string]any
-	raw, _ := json.Marshal(r.fixtures[fixture])
-	_ = json.Unmarshal(raw, &doc)
-	id := stripetest.NewID()
-	doc["id"] = id
-	doc["created"] = time.Now().Add(-45 * time.Second).Unix()
-	if account == "" {
-		delete(doc, "account")
-	} else {
-		doc["account"] = account
-	}
-	obj := doc["data"].(map[string]any)["object"].(map[string]any)
-	for k, v := range object {
-		obj[k] = v
-	}
-	payload, _ := json.Marshal(doc)
+	id, payload := fixtureEvent(r.fixtures[fixture], account, time.Now().Add(-45*time.Second).Unix(), object)
 	return &scaleEvent{id: id, account: account, payload: payload}
 }
 
@@ -573,25 +416,21 @@ func (r *scaleRun) deliver(ev *scaleEvent, replica int) {
 		if attempt > 0 {
 			time.Sleep(150 * time.Millisecond)
 		}
-		req, _ := http.NewRequest(http.MethodPost, r.lb+"/webhooks/stripe", bytes.NewReader(ev.payload))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Stripe-Signature", stripetest.Sign(ev.payload, scaleSecret, time.Now()))
+		headers := []string{"Stripe-Signature", stripetest.Sign(ev.payload, scaleSecret, time.Now())}
 		if replica >= 0 && attempt == 0 {
-			req.Header.Set(replicaHeader, strconv.Itoa(replica))
+			headers = append(headers, replicaHeader, strconv.Itoa(replica))
 		}
-		resp, err := r.client.Do(req)
+		status, body, err := postJSON(r.client, r.lb+"/webhooks/stripe", ev.payload, headers...)
 		if err != nil {
 			continue
 		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode == http.StatusOK {
+		if status == http.StatusOK {
 			r.delivered.Add(1)
 			return
 		}
-		if resp.StatusCode < 500 {
+		if status < 500 {
 			r.refusals.Add(1)
-			r.t.Errorf("a valid event was refused: %s %d %s", ev.id, resp.StatusCode, body)
+			r.t.Errorf("a valid event was refused: %s %d %s", ev.id, status, body)
 			return
 		}
 	}
@@ -731,7 +570,7 @@ func (r *scaleRun) checkEvents(pool *pgx.Conn, store *events.Store) {
 // checkActions: every outbox action delivered, each effect under exactly
 // one action id, one purchase.fulfilled per paid purchase and none for a
 // declined one, one PaymentIntent per purchase at Stripe.
-func (r *scaleRun) checkActions(pool *pgx.Conn, sink *scaleSink, fake *stripetest.Fake) int {
+func (r *scaleRun) checkActions(pool *pgx.Conn, sink *scaleSink, fake *stripetest.Stripe) int {
 	t := r.t
 	ctx := context.Background()
 	rows, err := pool.Query(ctx, `SELECT id::text, delivered_at IS NOT NULL FROM outbox WHERE topic = 'action'`)
@@ -780,7 +619,7 @@ func (r *scaleRun) checkActions(pool *pgx.Conn, sink *scaleSink, fake *stripetes
 // receipt, one COMPLETED history entry, one billing.payment_completed and
 // at most one billing.reminder_due per charge date; the job runs recorded
 // by all replicas add up to no more charges than periods.
-func (r *scaleRun) checkBilling(pool *pgx.Conn, bill *billingtest.Stripe, sink *scaleSink, subs []billingSub) {
+func (r *scaleRun) checkBilling(pool *pgx.Conn, bill *stripetest.Stripe, sink *scaleSink, subs []billingSub) {
 	t := r.t
 	successful := bill.Successful()
 	byKey := map[string]int{}
@@ -799,7 +638,7 @@ func (r *scaleRun) checkBilling(pool *pgx.Conn, bill *billingtest.Stripe, sink *
 	assert.Equal(t, len(subs), creates, "PaymentIntents created at Stripe: one per due period")
 	want := map[string]bool{}
 	for _, s := range subs {
-		key := billingtest.PeriodKey(s.account, s.id, s.period)
+		key := stripetest.PeriodKey(s.account, s.id, s.period)
 		want[key] = true
 		assert.Len(t, successful[key], 1, "period %s: successful PaymentIntents at Stripe", key)
 	}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/hex"
 	"encoding/json"
 	"io"
@@ -15,8 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -56,7 +53,7 @@ func TestSecretsNeverLogged(t *testing.T) {
 		"actions URL password":  "hookpw" + randomHex(12),
 		"AWS secret access key": "aws" + randomHex(16),
 	}
-	fake, eventsAPI, stripeURL := fakeStripe(t, secrets["Stripe API key"])
+	fake := stripetest.New(t, stripetest.Options{Key: secrets["Stripe API key"]})
 
 	// The actions receiver: its first answer is a dropped connection, the
 	// second a 500, then 200s.
@@ -86,29 +83,19 @@ func TestSecretsNeverLogged(t *testing.T) {
 	pg := testenv.NewFaultProxy(t, dbURL.Host)
 	dbURL.Host = pg.Addr()
 	dbURL.User = url.UserPassword(dbURL.User.Username(), secrets["database password"])
-	table := testenv.TableName("events")
-	ddb := testenv.Dynamo(t)
-	t.Cleanup(func() {
-		_, _ = ddb.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(table)})
-	})
 	addr := freeAddr(t)
-	env := environ(map[string]string{
-		"LISTEN_ADDR":             addr,
+	env := with(stackVars(t, fake, map[string]string{
 		"STRIPE_WEBHOOK_SECRET":   secrets["old webhook secret"] + "," + secrets["webhook secret"],
-		"STRIPE_API_KEY":          secrets["Stripe API key"],
-		"STRIPE_API_BASE":         stripeURL,
 		"STRIPE_PLATFORM_ACCOUNT": "acct_1SecretsPlatform",
 		"DATABASE_URL":            dbURL.String(),
-		"DYNAMODB_ENDPOINT":       testenv.DynamoEndpoint(t),
 		"AWS_ACCESS_KEY_ID":       "local",
 		"AWS_SECRET_ACCESS_KEY":   secrets["AWS secret access key"],
-		"EVENTS_TABLE":            table,
 		"INTERNAL_API_TOKEN":      secrets["internal API token"],
 		"ACTIONS_URL":             actionsURL.String(),
 		"ACTIONS_SECRET":          secrets["actions secret"],
 		"LOG_LEVEL":               "debug",
 		"POLL_EVERY":              "",
-	})
+	}), addr)
 	var output strings.Builder // everything the program wrote, every run
 	_, stderr, err := runCommand(t, bin, env, time.Minute, "migrate")
 	output.WriteString(stderr)
@@ -189,7 +176,7 @@ func TestSecretsNeverLogged(t *testing.T) {
 	declined, _ := json.Marshal(map[string]any{"error": map[string]any{"type": "card_error", "code": "card_declined",
 		"message": "Your card was declined.", "payment_intent": map[string]any{"id": "pi_3Declined", "object": "payment_intent",
 			"client_secret": declinedSecret, "status": "requires_payment_method"}}})
-	fake.FailWithBody(http.MethodPost, "/v1/payment_intents", http.StatusPaymentRequired, declined, 1)
+	fake.Answer(http.MethodPost, "/v1/payment_intents", http.StatusPaymentRequired, declined, 1)
 	status, _ = purchase(3000, "secrets-declined")
 	assert.Equal(t, http.StatusPaymentRequired, status)
 	fake.Fail(http.MethodPost, "/v1/payment_intents", http.StatusInternalServerError, "api_error", "", "Stripe is down", -1)
@@ -220,7 +207,7 @@ func TestSecretsNeverLogged(t *testing.T) {
 
 	// A poll, replaying an event the webhook never delivered.
 	gap := stripetest.Event{Fixture: "customer.created", Account: stripetest.Ptr(""), Created: time.Now().Add(-time.Hour)}.Build(t)
-	eventsAPI.Add("", gap)
+	fake.Add("", gap)
 	stdout, stderr, err := runCommand(t, bin, env, time.Minute, "poll", "--once", "--target", base+"/webhooks/stripe")
 	output.WriteString(stdout)
 	output.WriteString(stderr)

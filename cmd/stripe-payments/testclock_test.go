@@ -2,27 +2,20 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"sort"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/stripe-payments/stripe-payments/internal/billing"
-	"github.com/stripe-payments/stripe-payments/internal/billing/billingtest"
-	"github.com/stripe-payments/stripe-payments/internal/dispatch"
 	"github.com/stripe-payments/stripe-payments/internal/stripetest"
-	"github.com/stripe-payments/stripe-payments/internal/testenv"
 )
 
 const (
@@ -32,36 +25,22 @@ const (
 )
 
 // clockSink is ACTIONS_URL: it keeps the billing actions delivered, once
-// per action id.
-type clockSink struct {
-	mu   sync.Mutex
-	seen map[string]bool
-	got  []map[string]any
-	bad  []string
-}
+// per action id (first, in order).
+type clockSink = actionReceiver[map[string]any]
 
-func (s *clockSink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	body, _ := io.ReadAll(r.Body)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := dispatch.Verify(r.Header.Get("X-Signature"), clockActions, body, 5*time.Minute, time.Now()); err != nil {
-		s.bad = append(s.bad, err.Error())
+func newClockSink(t *testing.T) *clockSink {
+	str := func(key string) func(map[string]any) string {
+		return func(a map[string]any) string { v, _ := a[key].(string); return v }
 	}
-	var a map[string]any
-	_ = json.Unmarshal(body, &a)
-	if id, _ := a["id"].(string); !s.seen[id] {
-		s.seen[id] = true
-		s.got = append(s.got, a)
-	}
-	w.WriteHeader(http.StatusOK)
+	return newActionReceiver(t, clockActions, str("id"), str("type"))
 }
 
 // reminders are "<sent> for <billing date>" of subscription sub.
-func (s *clockSink) reminders(sub string) []string {
+func reminders(s *clockSink, sub string) []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []string
-	for _, a := range s.got {
+	for _, a := range s.first {
 		if a["type"] == billing.ActionReminderDue && a["subscription_id"] == sub {
 			out = append(out, a["created"].(string)[:10]+" for "+a["billing_date"].(string))
 		}
@@ -156,42 +135,27 @@ func (c clockE2E) onDates(sub, status string) []string {
 func TestTestClockEndToEnd(t *testing.T) {
 	t.Parallel()
 	bin := binary(t)
-	bill := billingtest.NewStripe(0, nil)
-	t.Cleanup(bill.Close)
-	bill.Decide = func(p billingtest.PI) billingtest.Behavior {
+	bill := stripetest.New(t, stripetest.Options{})
+	bill.Decide = func(p stripetest.PI) stripetest.Behavior {
 		switch p.PaymentMethod {
 		case "pm_card_chargeDeclined":
-			return billingtest.Decline
+			return stripetest.Decline
 		case "pm_usBankAccount":
-			return billingtest.Process
+			return stripetest.Process
 		}
-		return billingtest.Succeed
+		return stripetest.Succeed
 	}
-	sink := &clockSink{seen: map[string]bool{}}
-	receiver := httptest.NewServer(sink)
-	t.Cleanup(receiver.Close)
-	ddb := testenv.Dynamo(t)
-	env := map[string]string{
-		"STRIPE_WEBHOOK_SECRET": clockSecret, "STRIPE_API_KEY": "sk_test_clock_e2e", "STRIPE_API_BASE": bill.URL(),
-		"STRIPE_PLATFORM_ACCOUNT": "acct_1ClockPlatform", "DATABASE_URL": testenv.DatabaseURL(t),
-		"DYNAMODB_ENDPOINT": testenv.DynamoEndpoint(t), "INTERNAL_API_TOKEN": clockToken,
-		"ACTIONS_URL": receiver.URL, "ACTIONS_SECRET": clockActions, "LOG_LEVEL": "warn",
+	sink := newClockSink(t)
+	vars := stackVars(t, bill, map[string]string{
+		"STRIPE_WEBHOOK_SECRET": clockSecret, "STRIPE_API_KEY": "sk_test_clock_e2e",
+		"STRIPE_PLATFORM_ACCOUNT": "acct_1ClockPlatform", "INTERNAL_API_TOKEN": clockToken,
+		"ACTIONS_URL": sink.URL, "ACTIONS_SECRET": clockActions, "LOG_LEVEL": "warn",
 		// The real-time jobs run all along: they must never touch the clocks.
 		"BILLING_EVERY": "1s",
-		"EVENTS_TABLE":  testenv.TableName("events"), "BILLING_TABLE": testenv.TableName("billing"),
-		"BILLING_HISTORY_TABLE": testenv.TableName("history"), "LOCKS_TABLE": testenv.TableName("locks"),
-	}
-	t.Cleanup(func() {
-		for _, k := range []string{"EVENTS_TABLE", "BILLING_TABLE", "BILLING_HISTORY_TABLE", "LOCKS_TABLE"} {
-			_, _ = ddb.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(env[k])})
-		}
 	})
+	migrateStack(t, bin, vars)
 	addr := freeAddr(t)
-	env["LISTEN_ADDR"] = addr
-	if _, stderr, err := runCommand(t, bin, environ(env), time.Minute, "migrate"); err != nil {
-		t.Fatalf("migrate: %v\n%s", err, stderr)
-	}
-	srv := newServer(t, bin, environ(env), addr)
+	srv := newServer(t, bin, with(vars, addr), addr)
 	srv.start()
 	c := clockE2E{t: t, base: srv.url(), client: &http.Client{Timeout: time.Minute}}
 
@@ -277,7 +241,7 @@ func TestTestClockEndToEnd(t *testing.T) {
 	}
 	// The day-31 card: charged on each month's last day, announced 7 days before.
 	assert.Equal(t, each(monthEnds, onItsDay), c.onDates(card, "COMPLETED"))
-	assert.Equal(t, each(monthEnds, func(d string) string { return day(d, -7) + " for " + d }), sink.reminders(card))
+	assert.Equal(t, each(monthEnds, func(d string) string { return day(d, -7) + " for " + d }), reminders(sink, card))
 
 	// The bank debit: ACHSENT on the 10th, COMPLETED by its webhook.
 	var tenths []string
@@ -286,7 +250,7 @@ func TestTestClockEndToEnd(t *testing.T) {
 	}
 	assert.Equal(t, each(tenths, onItsDay), c.onDates(ach, "ACHSENT"))
 	assert.Len(t, c.onDates(ach, "COMPLETED"), len(tenths))
-	assert.Equal(t, each(tenths, func(d string) string { return day(d, -7) + " for " + d }), sink.reminders(ach))
+	assert.Equal(t, each(tenths, func(d string) string { return day(d, -7) + " for " + d }), reminders(sink, ach))
 
 	// The declined card: attempts on the due date and retries on days 1,
 	// 3, 5 and 7 after it, each an ERROR; STALE 30 days after the due date.

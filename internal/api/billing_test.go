@@ -22,6 +22,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/httpserver"
 	"github.com/stripe-payments/stripe-payments/internal/lock"
 	"github.com/stripe-payments/stripe-payments/internal/metrics"
+	"github.com/stripe-payments/stripe-payments/internal/stripetest"
 )
 
 const token = "billing-test-token"
@@ -310,7 +311,7 @@ func TestCreateWithoutStripeAccountChargesOnThePlatform(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, rep.OK(), "%+v", rep)
 
-	byAccount := map[string]billingtest.PI{}
+	byAccount := map[string]stripetest.PI{}
 	for _, pi := range e.Stripe.PIs() {
 		byAccount[pi.Metadata["billing_account"]] = pi
 	}

@@ -11,21 +11,22 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/billing"
 	"github.com/stripe-payments/stripe-payments/internal/billing/billingtest"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
+	"github.com/stripe-payments/stripe-payments/internal/stripetest"
 )
 
 // behaviors makes the n-th new PaymentIntent behave as seq[n] (Succeed
 // after the list).
-func behaviors(seq ...billingtest.Behavior) func(billingtest.PI) billingtest.Behavior {
+func behaviors(seq ...stripetest.Behavior) func(stripetest.PI) stripetest.Behavior {
 	var mu sync.Mutex
 	n := 0
-	return func(billingtest.PI) billingtest.Behavior {
+	return func(stripetest.PI) stripetest.Behavior {
 		mu.Lock()
 		defer mu.Unlock()
 		n++
 		if n <= len(seq) {
 			return seq[n-1]
 		}
-		return billingtest.Succeed
+		return stripetest.Succeed
 	}
 }
 
@@ -59,8 +60,8 @@ func TestPayNowThroughHTTP(t *testing.T) {
 	// Jan is paid; Feb is declined (and its retry on day 1); on Mar 10 the
 	// Feb period's missed retry (read back by the sweep) and Mar are
 	// declined too: two ERROR periods.
-	e.Stripe.Decide = behaviors(billingtest.Succeed, billingtest.Decline, billingtest.Decline, billingtest.Decline,
-		billingtest.Decline, billingtest.Decline)
+	e.Stripe.Decide = behaviors(stripetest.Succeed, stripetest.Decline, stripetest.Decline, stripetest.Decline,
+		stripetest.Decline, stripetest.Decline)
 	collectOn(t, e, "2024-01-10")
 	collectOn(t, e, "2024-02-10")
 	collectOn(t, e, "2024-02-11")
@@ -144,7 +145,7 @@ func TestPayNowRefusesWhileAnAttemptIsInFlightOrTheAccountIsLocked(t *testing.T)
 	path := "/accounts/acc-busy/subscriptions/" + id + "/pay"
 
 	// Jan declined (ERROR), then its retry gets no answer: in flight.
-	e.Stripe.Decide = behaviors(billingtest.Decline, billingtest.Fail500, billingtest.Decline)
+	e.Stripe.Decide = behaviors(stripetest.Decline, stripetest.Fail500, stripetest.Decline)
 	collectOn(t, e, "2024-01-10")
 	rep := collectOn(t, e, "2024-01-11")
 	require.Equal(t, 1, rep.Unknown)

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
@@ -14,14 +13,14 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/stripe-payments/stripe-payments/internal/app"
+	"github.com/stripe-payments/stripe-payments/internal/apptest"
 	"github.com/stripe-payments/stripe-payments/internal/events"
 	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
 	"github.com/stripe-payments/stripe-payments/internal/stripetest"
 )
 
 // deliver posts a signed event and returns its id.
-func deliver(t *testing.T, a *app.App, e stripetest.Event) string {
+func deliver(t *testing.T, a *apptest.App, e stripetest.Event) string {
 	t.Helper()
 	payload := e.Build(t)
 	status, body := post(t, a.Server.URL(), payload, stripetest.Sign(payload, secret, time.Now()))
@@ -29,7 +28,7 @@ func deliver(t *testing.T, a *app.App, e stripetest.Event) string {
 	return body["event_id"].(string)
 }
 
-func listAll(t *testing.T, a *app.App, query url.Values) []string {
+func listAll(t *testing.T, a *apptest.App, query url.Values) []string {
 	t.Helper()
 	var ids []string
 	cursor := ""
@@ -55,7 +54,7 @@ func listAll(t *testing.T, a *app.App, query url.Values) []string {
 }
 
 func TestEventListings(t *testing.T) {
-	a := startApp(t, nil)
+	a := startApp(t, nil, nil)
 	day := time.Now().UTC().Truncate(24 * time.Hour).Add(-24 * time.Hour)
 	var want []string
 	for i := range 7 {
@@ -87,7 +86,7 @@ func TestEventListings(t *testing.T) {
 }
 
 func TestEventListingRefusesBadParameters(t *testing.T) {
-	a := startApp(t, nil)
+	a := startApp(t, nil, nil)
 	deliver(t, a, stripetest.Event{Fixture: "customer.subscription.created", Account: stripetest.Ptr("acct_bad")})
 	// A real cursor of another listing.
 	status, body := get(t, a.Server.URL()+"/internal/v1/events?stripe_account=acct_bad&limit=1", token)
@@ -130,7 +129,7 @@ func TestEventListingRefusesBadParameters(t *testing.T) {
 }
 
 func TestExpiredEventsAreAbsentFromTheAPI(t *testing.T) {
-	a := startAppWith(t, nil, map[string]string{"EVENT_TTL": "1h"})
+	a := startApp(t, nil, map[string]string{"EVENT_TTL": "1h"})
 	created := time.Now().UTC().Add(-2 * time.Hour)
 	id := deliver(t, a, stripetest.Event{Fixture: "customer.subscription.created", Created: created,
 		Account: stripetest.Ptr("acct_expired"), Object: map[string]any{"id": "sub_expired"}})
@@ -142,7 +141,7 @@ func TestExpiredEventsAreAbsentFromTheAPI(t *testing.T) {
 }
 
 func TestReplay(t *testing.T) {
-	// A fake Stripe Events API holding one event the table never saw.
+	// Stripe's Events API holds one event the table never saw.
 	missing := stripetest.Event{Fixture: "invoice.paid"}.Build(t)
 	var missingID string
 	{
@@ -150,19 +149,16 @@ func TestReplay(t *testing.T) {
 		require.NoError(t, json.Unmarshal(missing, &ev))
 		missingID = ev.ID
 	}
-	var sawAccount string
-	stripe := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		sawAccount = r.Header.Get("Stripe-Account")
-		if r.URL.Path == "/v1/events/"+missingID {
-			w.Header().Set("Content-Type", "application/json")
-			_, _ = w.Write(missing)
-			return
+	a := startApp(t, nil, nil)
+	a.Fake.Add("acct_1Nv0FGQ9RKHgCVdK", missing)
+	// sawAccount is the Stripe-Account header of the last request to Stripe.
+	sawAccount := func() string {
+		reqs := a.Fake.Requests()
+		if len(reqs) == 0 {
+			return ""
 		}
-		w.WriteHeader(http.StatusNotFound)
-		fmt.Fprint(w, `{"error":{"type":"invalid_request_error","code":"resource_missing","message":"No such event"}}`)
-	}))
-	defer stripe.Close()
-	a := startAppWith(t, nil, map[string]string{"STRIPE_API_BASE": stripe.URL})
+		return reqs[len(reqs)-1].StripeAccount
+	}
 	ctx := context.Background()
 
 	replay := func(t *testing.T, id, query string) (int, map[string]any) {
@@ -197,7 +193,7 @@ func TestReplay(t *testing.T) {
 		require.Equal(t, http.StatusOK, status, body)
 		assert.Equal(t, "stripe", body["payload_source"])
 		assert.Equal(t, "applied", body["outcome"])
-		assert.Equal(t, "acct_1Nv0FGQ9RKHgCVdK", sawAccount)
+		assert.Equal(t, "acct_1Nv0FGQ9RKHgCVdK", sawAccount())
 		rec, err := a.Events.Get(ctx, missingID)
 		require.NoError(t, err)
 		assert.Equal(t, stripeevent.SourceReplay, rec.Source)

@@ -47,7 +47,7 @@ type App struct {
 	Server  *httpserver.Server
 
 	// Stripe API client, tracking store, actions dispatcher (started by
-	// Open, stopped by Run/Shutdown).
+	// Start, stopped by Stop).
 	Stripe   *client.API
 	Tracking *tracking.Store
 	Actions  *dispatch.Dispatcher
@@ -76,6 +76,9 @@ type App struct {
 	// between two days and is continued by the next advance request).
 	clocks     context.Context
 	stopClocks context.CancelFunc
+	// stopWorkers stops what Start started beyond the server and the
+	// background workers (poller, billing, pprof).
+	stopWorkers func()
 }
 
 // Option customises New.
@@ -230,17 +233,6 @@ func (a *App) Migrate(ctx context.Context) error {
 	return nil
 }
 
-// Open starts listening on the configured address and starts the actions
-// dispatcher.
-func (a *App) Open() error {
-	if err := a.Server.Open(a.Config.ListenAddr); err != nil {
-		return err
-	}
-	a.Log.Info("listening", "addr", a.Server.Addr())
-	a.startBackground()
-	return nil
-}
-
 // recordOptions leaves event records to the write-behind when configured
 // (INGEST_WRITE_BEHIND, on by default). The queue's writers run in serve
 // only: elsewhere (poll --in-process) the handler writes records itself.
@@ -292,48 +284,85 @@ func (a *App) stopBackground() {
 	}
 }
 
-// Run serves until ctx is cancelled or the server fails, then shuts down
-// gracefully, letting in-flight requests finish.
-func (a *App) Run(ctx context.Context) error {
-	if err := a.Open(); err != nil {
+// Start listens on the configured address and starts every worker of
+// serve: the events-table writers, the actions dispatcher, the outbox
+// housekeeping, the email worker, the console's counter, pprof
+// (PPROF_ADDR), the in-serve poller (POLL_EVERY), the billing feed and the
+// billing jobs (BILLING_EVERY). Run and the end-to-end tests both start the
+// program through it, so a test runs what production runs. The workers
+// stop with Stop (not with ctx, which only bounds the poller's and the
+// billing jobs' work, as serve's signal context does).
+func (a *App) Start(ctx context.Context) error {
+	if err := a.Server.Open(a.Config.ListenAddr); err != nil {
 		return err
 	}
+	a.Log.Info("listening", "addr", a.Server.Addr())
+	a.startBackground()
 	stopProfiling, err := a.startProfiling()
 	if err != nil {
-		_ = a.Server.Close(context.WithoutCancel(ctx))
+		a.abortStart(ctx)
 		return err
 	}
-	defer stopProfiling()
 	stopPolling, err := a.startPolling(ctx)
 	if err != nil {
-		_ = a.Server.Close(context.WithoutCancel(ctx))
+		stopProfiling()
+		a.abortStart(ctx)
 		return err
 	}
 	bctx, stopBilling := context.WithCancel(ctx)
-	defer stopBilling()
 	waitBilling := a.startBilling(bctx)
+	a.stopWorkers = func() {
+		stopPolling() // the poller replays through this server: stop it first
+		stopBilling()
+		a.stopClocks()
+		waitBilling()
+		a.Billing.WaitClocks()
+		stopProfiling()
+	}
+	return nil
+}
+
+// abortStart undoes a Start that failed half-way.
+func (a *App) abortStart(ctx context.Context) {
+	_ = a.Server.Close(context.WithoutCancel(ctx))
+	a.stopBackground()
+}
+
+// Stop shuts down gracefully what Start started: the poller and the
+// billing work first, then the server (in-flight requests finish), the
+// handler's batches and the events-table writes within ctx, then the
+// background workers.
+func (a *App) Stop(ctx context.Context) error {
+	if a.stopWorkers != nil {
+		a.stopWorkers()
+		a.stopWorkers = nil
+	}
+	err := a.Server.Close(ctx)
+	if derr := a.Handler.Drain(ctx); derr != nil {
+		a.Log.Warn("batches still in flight at shutdown", "error", derr)
+	}
+	if ferr := a.Records.Flush(ctx); ferr != nil {
+		a.Log.Warn("event records still pending at shutdown; the next start writes them", "error", ferr)
+	}
+	a.stopBackground()
+	return err
+}
+
+// Run serves until ctx is cancelled or the server fails, then shuts down
+// gracefully, letting in-flight requests finish.
+func (a *App) Run(ctx context.Context) error {
+	if err := a.Start(ctx); err != nil {
+		return err
+	}
 	var serveErr error
 	select {
 	case <-ctx.Done():
 	case serveErr = <-a.Server.Done():
 	}
 	a.Log.Info("shutting down")
-	stopPolling() // the poller replays through this server: stop it first
-	stopBilling()
-	a.stopClocks()
-	waitBilling()
-	a.Billing.WaitClocks()
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.Config.ShutdownTimeout)
 	defer cancel()
-	err = a.Server.Close(shutdownCtx)
-	if derr := a.Handler.Drain(shutdownCtx); derr != nil {
-		a.Log.Warn("batches still in flight at shutdown", "error", derr)
-	}
-	if ferr := a.Records.Flush(shutdownCtx); ferr != nil {
-		a.Log.Warn("event records still pending at shutdown; the next start writes them", "error", ferr)
-	}
-	a.stopBackground()
-	if err != nil {
+	if err := a.Stop(shutdownCtx); err != nil {
 		return err
 	}
 	return serveErr
@@ -346,14 +375,11 @@ func (a *App) Close() {
 	a.Pool.Close()
 }
 
-// Shutdown is a helper for tests: graceful close with a deadline.
+// Shutdown is Stop within timeout, then Close (tests).
 func (a *App) Shutdown(timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	err := a.Server.Close(ctx)
-	_ = a.Handler.Drain(ctx)
-	_ = a.Records.Flush(ctx)
-	a.stopBackground()
+	err := a.Stop(ctx)
 	a.Close()
 	return err
 }

@@ -5,7 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"log/slog"
+	"maps"
 	"net/http"
 	"strings"
 	"testing"
@@ -17,9 +17,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stripe-payments/stripe-payments/internal/app"
-	"github.com/stripe-payments/stripe-payments/internal/config"
+	"github.com/stripe-payments/stripe-payments/internal/apptest"
 	"github.com/stripe-payments/stripe-payments/internal/stripetest"
-	"github.com/stripe-payments/stripe-payments/internal/testenv"
 )
 
 const (
@@ -27,55 +26,18 @@ const (
 	token  = "test-internal-token"
 )
 
-// startApp runs the real program on a random port against fresh namespaces
-// of the local stack.
-func startApp(t testing.TB, logs io.Writer) *app.App {
+// startApp runs the real program (internal/apptest) with this package's
+// webhook secret, behind one rotated out, and token; env overrides the
+// environment, opts are app.New's.
+func startApp(t testing.TB, logs io.Writer, env map[string]string, opts ...app.Option) *apptest.App {
 	t.Helper()
-	return startAppWith(t, logs, nil)
-}
-
-// startAppWith is startApp with environment overrides.
-func startAppWith(t testing.TB, logs io.Writer, overrides map[string]string) *app.App {
-	t.Helper()
-	return startAppWithOptions(t, logs, overrides)
-}
-
-// startAppWithOptions is startAppWith with options for app.New.
-func startAppWithOptions(t testing.TB, logs io.Writer, overrides map[string]string, opts ...app.Option) *app.App {
-	t.Helper()
-	env := map[string]string{
-		"APP_ENV":               "development",
-		"LISTEN_ADDR":           "127.0.0.1:0",
+	o := apptest.Options{Logs: logs, App: opts, Env: map[string]string{
 		"STRIPE_WEBHOOK_SECRET": "whsec_test_rotated_out," + secret,
 		"STRIPE_API_KEY":        "sk_test_e2e",
-		"DATABASE_URL":          testenv.DatabaseURL(t),
-		"DYNAMODB_ENDPOINT":     testenv.DynamoEndpoint(t),
-		"EVENTS_TABLE":          testenv.TableName("events"),
-		"BILLING_TABLE":         testenv.TableName("billing"),
-		"BILLING_HISTORY_TABLE": testenv.TableName("billing-history"),
-		"LOCKS_TABLE":           testenv.TableName("locks"),
 		"INTERNAL_API_TOKEN":    token,
-	}
-	for k, v := range overrides {
-		env[k] = v
-	}
-	cfg, err := config.Load(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
-	require.NoError(t, err)
-	if logs == nil {
-		logs = io.Discard
-	}
-	ctx := context.Background()
-	a, err := app.New(ctx, cfg, slog.New(slog.NewJSONHandler(logs, nil)), opts...)
-	require.NoError(t, err)
-	require.NoError(t, a.Migrate(ctx))
-	t.Cleanup(func() {
-		for _, spec := range a.TableSpecs() {
-			_, _ = a.Dynamo.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(spec.Name)})
-		}
-	})
-	require.NoError(t, a.Open())
-	t.Cleanup(func() { require.NoError(t, a.Shutdown(10*time.Second)) })
-	return a
+	}}
+	maps.Copy(o.Env, env)
+	return apptest.Start(t, o)
 }
 
 func post(t *testing.T, url string, body []byte, header string) (int, map[string]any) {
@@ -118,7 +80,7 @@ func errorCode(body map[string]any) string {
 	return code
 }
 
-func countItems(t *testing.T, a *app.App) int32 {
+func countItems(t *testing.T, a *apptest.App) int32 {
 	t.Helper()
 	out, err := a.Dynamo.Scan(context.Background(), &dynamodb.ScanInput{TableName: aws.String(a.Config.EventsTable), Select: "COUNT", ConsistentRead: aws.Bool(true)})
 	require.NoError(t, err)
@@ -127,7 +89,7 @@ func countItems(t *testing.T, a *app.App) int32 {
 
 func TestWebhookEndToEnd(t *testing.T) {
 	var logs bytes.Buffer
-	a := startApp(t, &logs)
+	a := startApp(t, &logs, nil)
 	url := a.Server.URL()
 
 	payload := stripetest.Event{Fixture: "customer.subscription.created"}.Build(t)
@@ -185,7 +147,7 @@ func TestWebhookEndToEnd(t *testing.T) {
 }
 
 func TestWebhookRefusesBadInputAndRecordsNothing(t *testing.T) {
-	a := startApp(t, nil)
+	a := startApp(t, nil, nil)
 	url := a.Server.URL()
 	event := stripetest.Event{Fixture: "payment_intent.succeeded"}.Build(t)
 	now := time.Now()
@@ -237,7 +199,7 @@ func TestWebhookRefusesBadInputAndRecordsNothing(t *testing.T) {
 }
 
 func TestWebhookAnswers5xxWhenADependencyFails(t *testing.T) {
-	a := startApp(t, nil)
+	a := startApp(t, nil, nil)
 	url := a.Server.URL()
 	payload := stripetest.Event{Fixture: "payment_intent.succeeded"}.Build(t)
 	// Postgres goes away: the event is recorded but cannot be processed.

@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/stripe-payments/stripe-payments/internal/app"
+	"github.com/stripe-payments/stripe-payments/internal/apptest"
 	"github.com/stripe-payments/stripe-payments/internal/stripetest"
 )
 
@@ -36,7 +36,7 @@ type request struct {
 
 // storedRows counts every row and item the service writes: the events
 // table, and the tracking, ledger, outbox and poller tables.
-func storedRows(t *testing.T, a *app.App) map[string]int {
+func storedRows(t *testing.T, a *apptest.App) map[string]int {
 	t.Helper()
 	counts := map[string]int{"events table": int(countItems(t, a))}
 	for _, table := range []string{"purchases", "payments", "subscriptions", "outbox", "processed_events", "poller_checkpoints"} {
@@ -60,8 +60,8 @@ func pad(n int) []byte { return bytes.Repeat([]byte("x"), n) }
 // (events table, purchases, payments, subscriptions, outbox, ledger,
 // checkpoints), and that Stripe was not called.
 func TestBadInputCatalogue(t *testing.T) {
-	fake := stripetest.NewFake(t)
-	a := startAppWith(t, nil, map[string]string{"STRIPE_API_BASE": fake.URL})
+	fake := stripetest.New(t, stripetest.Options{})
+	a := startApp(t, nil, map[string]string{"STRIPE_API_BASE": fake.URL})
 	base := a.Server.URL()
 	now := time.Now()
 

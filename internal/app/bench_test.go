@@ -19,7 +19,7 @@ import (
 // processed. BenchmarkRawConditionalPut is its baseline: the storage write
 // that every ingest must make at least once.
 func BenchmarkIngest(b *testing.B) {
-	a := startApp(b, nil)
+	a := startApp(b, nil, nil)
 	url := a.Server.URL() + "/webhooks/stripe"
 	payloads := make([][]byte, b.N)
 	for i := range payloads {
@@ -42,7 +42,7 @@ func BenchmarkIngest(b *testing.B) {
 }
 
 func BenchmarkRawConditionalPut(b *testing.B) {
-	a := startApp(b, nil)
+	a := startApp(b, nil, nil)
 	ctx := context.Background()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {

@@ -13,7 +13,6 @@ import (
 
 	"github.com/stripe-payments/stripe-payments/internal/actions"
 	"github.com/stripe-payments/stripe-payments/internal/billing"
-	"github.com/stripe-payments/stripe-payments/internal/billing/billingtest"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
 	"github.com/stripe-payments/stripe-payments/internal/stripetest"
 )
@@ -34,7 +33,7 @@ func send(t *testing.T, method, url string, body any) (int, map[string]any) {
 // through the one handler (exactly once, however often delivered), and the
 // API shows the receipt and the history.
 func TestBillingEndToEnd(t *testing.T) {
-	a := startApp(t, nil)
+	a := startApp(t, nil, nil)
 	url := a.Server.URL()
 	ctx := context.Background()
 
@@ -55,20 +54,29 @@ func TestBillingEndToEnd(t *testing.T) {
 	claim.PutPeriod(&p, true)
 	require.NoError(t, a.Billing.Store().Commit(ctx, claim))
 
-	fake := billingtest.NewStripe(0, nil)
-	defer fake.Close()
-	pi := billingtest.PI{ID: "pi_e2e", Account: "acct_e2e", Amount: 1500, Currency: "usd", Status: "succeeded",
+	fake := stripetest.New(t, stripetest.Options{})
+	pi := stripetest.PI{ID: "pi_e2e", Account: "acct_e2e", Amount: 1500, Currency: "usd", Status: "succeeded",
 		Metadata: map[string]string{billing.MetaAccount: "acct_e2e", billing.MetaSubscription: subID, billing.MetaDate: date,
 			billing.MetaAttempt: "1"}}
+	// The feed's messages, and how many of them the feed worker (running
+	// as in serve) has applied.
+	feed := func() (messages, delivered int) {
+		t.Helper()
+		require.NoError(t, a.Pool.QueryRow(ctx, `SELECT count(*), count(delivered_at) FROM outbox WHERE topic = $1`,
+			billing.FeedTopic).Scan(&messages, &delivered))
+		return messages, delivered
+	}
 	deliver := func(payload []byte) {
 		t.Helper()
+		before, _ := feed()
 		for range 2 { // Stripe delivers twice
 			status, body := post(t, url, payload, stripetest.Sign(payload, secret, time.Now()))
 			require.Equal(t, http.StatusOK, status, body)
 		}
-		n, err := a.BillingFeed.DeliverDue(ctx)
-		require.NoError(t, err)
-		assert.Equal(t, 1, n, "one feed message per event")
+		after, _ := feed()
+		assert.Equal(t, 1, after-before, "one feed message per event")
+		require.Eventually(t, func() bool { n, done := feed(); return done == n }, 30*time.Second, 20*time.Millisecond,
+			"the billing feed applies the message")
 	}
 	deliver(fake.Event(pi, "payment_intent.succeeded", time.Now()))
 	pi.Refunded = true

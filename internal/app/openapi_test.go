@@ -17,7 +17,7 @@ import (
 // Every API route the server registers is in the OpenAPI document, and
 // every operation of the document is a registered route.
 func TestOpenAPIDocumentMatchesRoutes(t *testing.T) {
-	a := startApp(t, nil)
+	a := startApp(t, nil, nil)
 	var doc struct {
 		OpenAPI string                                `json:"openapi"`
 		Paths   map[string]map[string]json.RawMessage `json:"paths"`
@@ -63,7 +63,7 @@ func keys(m map[string]bool) []string {
 // Every API route refuses a request without the token or with a wrong one,
 // before doing anything.
 func TestEveryAPIRouteRequiresTheToken(t *testing.T) {
-	a := startApp(t, nil)
+	a := startApp(t, nil, nil)
 	param := regexp.MustCompile(`:([a-z_]+)`)
 	checked := 0
 	for _, r := range a.Server.Echo.Routes() {
@@ -88,7 +88,7 @@ func TestEveryAPIRouteRequiresTheToken(t *testing.T) {
 
 // With INTERNAL_API_TOKEN=disabled, the API routes do not exist.
 func TestDisabledTokenDisablesTheAPI(t *testing.T) {
-	a := startAppWith(t, nil, map[string]string{"INTERNAL_API_TOKEN": "disabled"})
+	a := startApp(t, nil, map[string]string{"INTERNAL_API_TOKEN": "disabled"})
 	for _, path := range []string{"/internal/v1/events/evt_1", "/internal/v1/openapi.json", "/v1/purchases/x"} {
 		status, _ := get(t, a.Server.URL()+path, "")
 		assert.Equal(t, http.StatusNotFound, status, path)

@@ -21,6 +21,7 @@ import (
 	"github.com/stripe/stripe-go/v76"
 
 	"github.com/stripe-payments/stripe-payments/internal/app"
+	"github.com/stripe-payments/stripe-payments/internal/apptest"
 	"github.com/stripe-payments/stripe-payments/internal/events"
 	"github.com/stripe-payments/stripe-payments/internal/handler"
 	"github.com/stripe-payments/stripe-payments/internal/recordq"
@@ -33,7 +34,7 @@ import (
 // DynamoDB, with an ACTIONS_URL receiver and direct (unproxied) access to
 // both stores for the test's own checks.
 type outageEnv struct {
-	app    *app.App
+	app    *apptest.App
 	pg     *testenv.FaultProxy
 	ddb    *testenv.FaultProxy
 	direct *pgxpool.Pool  // Postgres, not through the proxy
@@ -92,7 +93,7 @@ func startOutageEnv(t *testing.T, overrides map[string]string) *outageEnv {
 	for k, v := range overrides {
 		env[k] = v
 	}
-	e.app = startAppWithOptions(t, nil, env, app.WithRoutes(func(r handler.Routes) handler.Routes {
+	e.app = startApp(t, nil, env, app.WithRoutes(func(r handler.Routes) handler.Routes {
 		return r.With("payment_intent.succeeded", func(ctx context.Context, tx handler.Tx, ev *stripe.Event) error {
 			_, err := tx.Exec(ctx, `INSERT INTO test_effects (event_id) VALUES ($1)`, ev.ID)
 			return err

@@ -20,7 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stripe-payments/stripe-payments/internal/actions"
-	"github.com/stripe-payments/stripe-payments/internal/app"
+	"github.com/stripe-payments/stripe-payments/internal/apptest"
 	"github.com/stripe-payments/stripe-payments/internal/outbox"
 	"github.com/stripe-payments/stripe-payments/internal/stripetest"
 	"github.com/stripe-payments/stripe-payments/internal/testenv"
@@ -68,7 +68,7 @@ func (r *receiver) count(id string) int {
 }
 
 // enqueueActions writes n actions to the app's outbox, as the handler does.
-func enqueueActions(t *testing.T, a *app.App, n int) []string {
+func enqueueActions(t *testing.T, a *apptest.App, n int) []string {
 	t.Helper()
 	var ids []string
 	require.NoError(t, pgx.BeginFunc(context.Background(), a.Pool, func(tx pgx.Tx) error {
@@ -112,7 +112,7 @@ func apiCall(t *testing.T, method, url string, body string) (int, map[string]any
 func TestDeadLetterRedriveThroughTheAPI(t *testing.T) {
 	rcv := newReceiver(t, http.StatusInternalServerError, 0)
 	var logs syncBuffer
-	a := startAppWith(t, &logs, map[string]string{
+	a := startApp(t, &logs, map[string]string{
 		"ACTIONS_URL": rcv.srv.URL, "ACTIONS_SECRET": actionsSecret, "OUTBOX_MAX_ATTEMPTS": "2",
 	})
 	base := a.Server.URL() + "/internal/v1/outbox"
@@ -199,7 +199,7 @@ func TestSlowActionsURLDoesNotSlowIngest(t *testing.T) {
 		q := dbURL.Query()
 		q.Set("pool_max_conns", "1") // the smallest pool: a held connection starves ingest at once
 		dbURL.RawQuery = q.Encode()
-		a := startAppWith(t, nil, map[string]string{
+		a := startApp(t, nil, map[string]string{
 			"DATABASE_URL": dbURL.String(), "DATABASE_MAX_CONNS": "1",
 			"ACTIONS_URL": rcv.srv.URL, "ACTIONS_SECRET": actionsSecret,
 		})
@@ -236,7 +236,7 @@ func TestSlowActionsURLDoesNotSlowIngest(t *testing.T) {
 
 // webhookLoad sends n signed events from c senders and returns the sorted
 // latencies; every one must be answered 200.
-func webhookLoad(t *testing.T, a *app.App, n, c int) []time.Duration {
+func webhookLoad(t *testing.T, a *apptest.App, n, c int) []time.Duration {
 	t.Helper()
 	payloads := make(chan []byte, n)
 	for range n {
@@ -273,7 +273,7 @@ func webhookLoad(t *testing.T, a *app.App, n, c int) []time.Duration {
 	return lat
 }
 
-func scrape(t *testing.T, a *app.App) string {
+func scrape(t *testing.T, a *apptest.App) string {
 	t.Helper()
 	resp, err := http.Get(a.Server.URL() + "/metrics")
 	require.NoError(t, err)

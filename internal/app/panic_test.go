@@ -27,7 +27,7 @@ import (
 // events, redelivered once the fault is gone, are processed.
 func TestPanicsInABatchAreContained(t *testing.T) {
 	var poisoned sync.Map // event ids whose processing panics
-	a := startAppWithOptions(t, nil, map[string]string{"INGEST_FLUSHERS": "2"}, app.WithRoutes(func(r handler.Routes) handler.Routes {
+	a := startApp(t, nil, map[string]string{"INGEST_FLUSHERS": "2"}, app.WithRoutes(func(r handler.Routes) handler.Routes {
 		return r.With("payment_intent.succeeded", func(_ context.Context, _ handler.Tx, ev *stripe.Event) error {
 			if _, ok := poisoned.Load(ev.ID); ok {
 				panic("injected fault in " + ev.ID)

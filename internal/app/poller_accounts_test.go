@@ -1,10 +1,6 @@
 package app_test
 
 import (
-	"encoding/json"
-	"net/http"
-	"net/http/httptest"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -21,21 +17,7 @@ import (
 // billing account whose webhooks were all missed still has its settlements
 // and refunds replayed (issue 12).
 func TestPollerListsTheAccountsBillingChargesOn(t *testing.T) {
-	var mu sync.Mutex
-	listed := map[string]bool{}
-	stripe := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/v1/events" {
-			http.Error(w, `{"error":{"message":"unexpected"}}`, http.StatusNotFound)
-			return
-		}
-		mu.Lock()
-		listed[r.Header.Get("Stripe-Account")] = true
-		mu.Unlock()
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(map[string]any{"object": "list", "data": []any{}, "has_more": false, "url": "/v1/events"})
-	}))
-	t.Cleanup(stripe.Close)
-	a := startAppWith(t, nil, map[string]string{"STRIPE_API_BASE": stripe.URL})
+	a := startApp(t, nil, nil)
 
 	in := billing.CreateInput{SKU: "gold", Email: "payer@example.com", PaymentDay: 10, Amount: 1999, Currency: "usd",
 		Term: dates.Monthly, Customer: "cus_1", PaymentMethod: "pm_1", StripeAccount: "acct_billing_only"}
@@ -53,8 +35,12 @@ func TestPollerListsTheAccountsBillingChargesOn(t *testing.T) {
 	require.NoError(t, err)
 	_, err = p.Run(t.Context(), poller.Window{})
 	require.NoError(t, err)
-	mu.Lock()
-	defer mu.Unlock()
+	listed := map[string]bool{} // the Stripe-Account of every listing ("" the platform)
+	for _, r := range a.Fake.Requests() {
+		if r.Path == "/v1/events" {
+			listed[r.StripeAccount] = true
+		}
+	}
 	assert.True(t, listed["acct_billing_only"], "the billing account is polled: %v", listed)
 	assert.True(t, listed[""], "the platform is polled (no Stripe-Account header): %v", listed)
 }

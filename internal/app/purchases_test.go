@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -13,18 +12,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/stripe-payments/stripe-payments/internal/actions"
-	"github.com/stripe-payments/stripe-payments/internal/app"
-	"github.com/stripe-payments/stripe-payments/internal/config"
+	"github.com/stripe-payments/stripe-payments/internal/apptest"
 	"github.com/stripe-payments/stripe-payments/internal/dispatch"
 	"github.com/stripe-payments/stripe-payments/internal/stripetest"
-	"github.com/stripe-payments/stripe-payments/internal/testenv"
 )
 
 const (
@@ -80,39 +75,21 @@ func (s *actionSink) wait(t *testing.T, n int) []actions.Action {
 // purchaseEnv is the real program with Stripe faked at the HTTP level and an
 // actions receiver.
 type purchaseEnv struct {
-	app    *app.App
+	app    *apptest.App
 	url    string
-	stripe *stripetest.Fake
+	stripe *stripetest.Stripe
 	sink   *actionSink
 }
 
 func startPurchaseApp(t *testing.T) *purchaseEnv {
 	t.Helper()
-	e := &purchaseEnv{stripe: stripetest.NewFake(t), sink: newActionSink(t)}
-	env := map[string]string{
-		"APP_ENV":               "development",
-		"LISTEN_ADDR":           "127.0.0.1:0",
-		"STRIPE_WEBHOOK_SECRET": secret,
-		"STRIPE_API_KEY":        "sk_test_purchases",
-		"STRIPE_API_BASE":       e.stripe.URL,
-		"DATABASE_URL":          testenv.DatabaseURL(t),
-		"DYNAMODB_ENDPOINT":     testenv.DynamoEndpoint(t),
-		"EVENTS_TABLE":          testenv.TableName("events"),
-		"INTERNAL_API_TOKEN":    token,
-		"ACTIONS_URL":           e.sink.srv.URL,
-		"ACTIONS_SECRET":        actionsSecret,
-	}
-	cfg, err := config.Load(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
-	require.NoError(t, err)
-	ctx := context.Background()
-	a, err := app.New(ctx, cfg, slog.New(slog.NewJSONHandler(io.Discard, nil)))
-	require.NoError(t, err)
-	require.NoError(t, a.Migrate(ctx))
-	t.Cleanup(func() {
-		_, _ = a.Dynamo.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(cfg.EventsTable)})
+	e := &purchaseEnv{stripe: stripetest.New(t, stripetest.Options{}), sink: newActionSink(t)}
+	a := startApp(t, nil, map[string]string{
+		"STRIPE_API_KEY":  "sk_test_purchases",
+		"STRIPE_API_BASE": e.stripe.URL,
+		"ACTIONS_URL":     e.sink.srv.URL,
+		"ACTIONS_SECRET":  actionsSecret,
 	})
-	require.NoError(t, a.Open())
-	t.Cleanup(func() { require.NoError(t, a.Shutdown(10*time.Second)) })
 	e.app, e.url = a, a.Server.URL()
 	return e
 }

@@ -4,9 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -25,26 +23,7 @@ import (
 // Connect account). A wrong answer is a 502 and records nothing.
 func TestReplayFetchedFromStripe(t *testing.T) {
 	const platform = "acct_1ReplayPlatform"
-	// The fake Events API: GET /v1/events/{id} answers what answers[id] holds.
-	var mu sync.Mutex
-	answers := map[string][]byte{}
-	asked := map[string]string{} // id -> Stripe-Account header
-	stripe := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		defer mu.Unlock()
-		id := r.URL.Path[len("/v1/events/"):]
-		asked[id] = r.Header.Get("Stripe-Account")
-		body, ok := answers[id]
-		if !ok {
-			w.WriteHeader(http.StatusNotFound)
-			_, _ = w.Write([]byte(`{"error":{"type":"invalid_request_error","code":"resource_missing","message":"No such event"}}`))
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write(body)
-	}))
-	defer stripe.Close()
-	a := startAppWith(t, nil, map[string]string{"STRIPE_API_BASE": stripe.URL, "STRIPE_PLATFORM_ACCOUNT": platform})
+	a := startApp(t, nil, map[string]string{"STRIPE_PLATFORM_ACCOUNT": platform})
 	ctx := context.Background()
 
 	build := func(account *string) (string, []byte) {
@@ -53,10 +32,19 @@ func TestReplayFetchedFromStripe(t *testing.T) {
 		require.NoError(t, json.Unmarshal(payload, &ev))
 		return ev.ID, payload
 	}
+	// GET /v1/events/{id} answers payload, whoever asks.
 	serve := func(id string, payload []byte) {
-		mu.Lock()
-		defer mu.Unlock()
-		answers[id] = payload
+		a.Fake.Answer(http.MethodGet, "/v1/events/"+id, http.StatusOK, payload, -1)
+	}
+	// asked is the Stripe-Account header of the last fetch of id.
+	asked := func(id string) string {
+		var header string
+		for _, r := range a.Fake.Requests() {
+			if r.Path == "/v1/events/"+id {
+				header = r.StripeAccount
+			}
+		}
+		return header
 	}
 	replay := func(t *testing.T, id string, account string) (int, map[string]any) {
 		t.Helper()
@@ -121,9 +109,7 @@ func TestReplayFetchedFromStripe(t *testing.T) {
 				return
 			}
 			assert.Equal(t, "stripe", body["payload_source"])
-			mu.Lock()
-			assert.Equal(t, tc.wantHeader, asked[askedID])
-			mu.Unlock()
+			assert.Equal(t, tc.wantHeader, asked(askedID))
 			rec, err := a.Events.Get(ctx, id)
 			require.NoError(t, err)
 			assert.Equal(t, tc.wantAccount, rec.StripeAccount)

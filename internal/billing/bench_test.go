@@ -51,7 +51,7 @@ func BenchmarkCollect(b *testing.B) {
 			ops[k] -= v
 		}
 		stats := e.Charger.Stats()
-		achieved := float64(e.Stripe.Requests()-e.Stripe.RateLimited()) / elapsed.Seconds()
+		achieved := float64(e.Stripe.RequestCount()-e.Stripe.RateLimited()) / elapsed.Seconds()
 		b.ReportMetric(achieved, "stripe-req/s")
 		b.ReportMetric(achieved/limit, "rate/limit")
 		b.ReportMetric(float64(e.Stripe.RateLimited()), "429s")

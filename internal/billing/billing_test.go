@@ -16,6 +16,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
 	"github.com/stripe-payments/stripe-payments/internal/dynamo"
 	"github.com/stripe-payments/stripe-payments/internal/lock"
+	"github.com/stripe-payments/stripe-payments/internal/stripetest"
 )
 
 var (
@@ -198,7 +199,7 @@ func TestRemindAndCollectOncePerDate(t *testing.T) {
 func TestDeclinedPeriodRetriesOnScheduleThenGoesStale(t *testing.T) {
 	t.Parallel()
 	e := billingtest.NewEnv(t, billingtest.Options{})
-	e.Stripe.Decide = func(billingtest.PI) billingtest.Behavior { return billingtest.Decline }
+	e.Stripe.Decide = func(stripetest.PI) stripetest.Behavior { return stripetest.Decline }
 	sub, err := e.Service.CreateSubscription(ctx, "acc-1", billingtest.Input("gold", 31))
 	require.NoError(t, err)
 	require.Equal(t, "2024-01-31", sub.NextPaymentDate.String())
@@ -231,12 +232,12 @@ func TestRetrySucceeds(t *testing.T) {
 	t.Parallel()
 	e := billingtest.NewEnv(t, billingtest.Options{})
 	n := 0
-	e.Stripe.Decide = func(billingtest.PI) billingtest.Behavior {
+	e.Stripe.Decide = func(stripetest.PI) stripetest.Behavior {
 		n++
 		if n == 1 {
-			return billingtest.Decline
+			return stripetest.Decline
 		}
-		return billingtest.Succeed
+		return stripetest.Succeed
 	}
 	sub, err := e.Service.CreateSubscription(ctx, "acc-1", billingtest.Input("gold", 10))
 	require.NoError(t, err)
@@ -257,12 +258,12 @@ func TestCrashAfterChargeReusesTheIdempotencyKey(t *testing.T) {
 	t.Parallel()
 	e := billingtest.NewEnv(t, billingtest.Options{})
 	lost := true
-	e.Stripe.Decide = func(billingtest.PI) billingtest.Behavior {
+	e.Stripe.Decide = func(stripetest.PI) stripetest.Behavior {
 		if lost {
 			lost = false
-			return billingtest.Lost
+			return stripetest.Lost
 		}
-		return billingtest.Succeed
+		return stripetest.Succeed
 	}
 	sub, err := e.Service.CreateSubscription(ctx, "acc-1", billingtest.Input("gold", 10))
 	require.NoError(t, err)

@@ -13,6 +13,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/billing"
 	"github.com/stripe-payments/stripe-payments/internal/billing/billingtest"
 	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
+	"github.com/stripe-payments/stripe-payments/internal/stripetest"
 )
 
 type syncBuffer struct {
@@ -46,7 +47,7 @@ func TestFeedRefusesPaymentIntentsTheServiceDidNotCreate(t *testing.T) {
 	require.NoError(t, err)
 	// One period charged (ACH, processing: ACHSENT with its PaymentIntent
 	// recorded), the next SCHEDULED with nothing on record.
-	e.Stripe.Decide = func(billingtest.PI) billingtest.Behavior { return billingtest.Process }
+	e.Stripe.Decide = func(stripetest.PI) stripetest.Behavior { return stripetest.Process }
 	collect(t, e, "2024-01-10")
 	recorded := e.Stripe.PIs()[0]
 	require.Equal(t, billing.ACHSent, period(t, e, sub, "2024-01-10").Status)
@@ -56,13 +57,13 @@ func TestFeedRefusesPaymentIntentsTheServiceDidNotCreate(t *testing.T) {
 		return map[string]string{billing.MetaAccount: "acc-1", billing.MetaSubscription: sub.SubscriptionID,
 			billing.MetaDate: date, billing.MetaSKU: "gold"}
 	}
-	forged := func(id, account string, amount int64, currency, date string) billingtest.PI {
-		return billingtest.PI{ID: id, Account: account, Customer: "cus_test", Amount: amount, Currency: currency,
+	forged := func(id, account string, amount int64, currency, date string) stripetest.PI {
+		return stripetest.PI{ID: id, Account: account, Customer: "cus_test", Amount: amount, Currency: currency,
 			Status: "succeeded", Metadata: meta(date), Created: e.Clock.Now()}
 	}
 	tests := []struct {
 		name   string
-		pi     billingtest.PI
+		pi     stripetest.PI
 		reason string
 	}{
 		{"wrong account, on the charged period", forged("pi_evil_acct", "acct_evil", 1999, "usd", "2024-01-10"), "account"},
@@ -128,7 +129,7 @@ func TestFeedTrustOnThePlatformAccount(t *testing.T) {
 	in.StripeAccount = ""
 	sub, err := e.Service.CreateSubscription(ctx, "acc-1", in)
 	require.NoError(t, err)
-	e.Stripe.Decide = func(billingtest.PI) billingtest.Behavior { return billingtest.Process }
+	e.Stripe.Decide = func(stripetest.PI) stripetest.Behavior { return stripetest.Process }
 	collect(t, e, "2024-01-10")
 	pi := e.Stripe.PIs()[0]
 	require.False(t, pi.AccountHeader)
@@ -154,7 +155,7 @@ func TestFeedTrustChecksOlderMessagesAgainstStripe(t *testing.T) {
 	e := billingtest.NewEnv(t, billingtest.Options{Observer: obs})
 	sub, err := e.Service.CreateSubscription(ctx, "acc-1", billingtest.Input("gold", 10))
 	require.NoError(t, err)
-	e.Stripe.Decide = func(p billingtest.PI) billingtest.Behavior { return billingtest.Process }
+	e.Stripe.Decide = func(p stripetest.PI) stripetest.Behavior { return stripetest.Process }
 	collect(t, e, "2024-01-10")
 	recorded := e.Stripe.PIs()[0]
 	_, err = e.Stripe.Settle(recorded.ID, true)

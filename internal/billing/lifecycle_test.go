@@ -12,9 +12,10 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
 	"github.com/stripe-payments/stripe-payments/internal/dynamo"
 	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
+	"github.com/stripe-payments/stripe-payments/internal/stripetest"
 )
 
-func feed(t *testing.T, e *billingtest.Env, pi billingtest.PI, typ string) error {
+func feed(t *testing.T, e *billingtest.Env, pi stripetest.PI, typ string) error {
 	t.Helper()
 	ev, err := stripeevent.Parse(e.Stripe.Event(pi, typ, e.Clock.Now()))
 	require.NoError(t, err)
@@ -126,7 +127,7 @@ func TestManualResumeAndCancel(t *testing.T) {
 func TestCancelStopsRetries(t *testing.T) {
 	t.Parallel()
 	e := billingtest.NewEnv(t, billingtest.Options{})
-	e.Stripe.Decide = func(billingtest.PI) billingtest.Behavior { return billingtest.Decline }
+	e.Stripe.Decide = func(stripetest.PI) stripetest.Behavior { return stripetest.Decline }
 	sub, err := e.Service.CreateSubscription(ctx, "acc-1", billingtest.Input("gold", 10))
 	require.NoError(t, err)
 	collect(t, e, "2024-01-10")
@@ -233,7 +234,7 @@ func TestYearlyFromLeapDay(t *testing.T) {
 func TestWebhookFeed(t *testing.T) {
 	t.Parallel()
 	e := billingtest.NewEnv(t, billingtest.Options{})
-	e.Stripe.Decide = func(billingtest.PI) billingtest.Behavior { return billingtest.Process }
+	e.Stripe.Decide = func(stripetest.PI) stripetest.Behavior { return stripetest.Process }
 	sub, err := e.Service.CreateSubscription(ctx, "acc-1", billingtest.Input("gold", 10))
 	require.NoError(t, err)
 	rep := collect(t, e, "2024-01-10")
@@ -286,7 +287,7 @@ func TestWebhookFeed(t *testing.T) {
 func TestWebhookSettlesACrashedAttempt(t *testing.T) {
 	t.Parallel()
 	e := billingtest.NewEnv(t, billingtest.Options{})
-	e.Stripe.Decide = func(billingtest.PI) billingtest.Behavior { return billingtest.Lost }
+	e.Stripe.Decide = func(stripetest.PI) stripetest.Behavior { return stripetest.Lost }
 	sub, err := e.Service.CreateSubscription(ctx, "acc-1", billingtest.Input("gold", 10))
 	require.NoError(t, err)
 	rep := collect(t, e, "2024-01-10")
@@ -341,11 +342,11 @@ func TestReceiptsExpireFromTheList(t *testing.T) {
 func TestPaymentMethodChangeReachesRetries(t *testing.T) {
 	t.Parallel()
 	e := billingtest.NewEnv(t, billingtest.Options{})
-	e.Stripe.Decide = func(p billingtest.PI) billingtest.Behavior {
+	e.Stripe.Decide = func(p stripetest.PI) stripetest.Behavior {
 		if p.PaymentMethod == "pm_new" {
-			return billingtest.Succeed
+			return stripetest.Succeed
 		}
-		return billingtest.Decline
+		return stripetest.Decline
 	}
 	sub, err := e.Service.CreateSubscription(ctx, "acc-1", billingtest.Input("gold", 10))
 	require.NoError(t, err)

@@ -33,6 +33,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/lock"
 	"github.com/stripe-payments/stripe-payments/internal/outbox"
 	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
+	"github.com/stripe-payments/stripe-payments/internal/stripetest"
 	"github.com/stripe-payments/stripe-payments/internal/testenv"
 	"github.com/stripe-payments/stripe-payments/internal/tracking"
 )
@@ -309,8 +310,9 @@ func newOracleWorld(t *testing.T, seed uint64, u, lo, hi, months int) *oracleWor
 	w.e = billingtest.NewEnv(t, billingtest.Options{Config: cfg, Start: start, DynamoHTTP: &http.Client{Transport: w.counter}, Lease: oracleLease,
 		Heartbeat: oracleHeartbeat, LockNow: w.lease.Now, Hooks: billing.Hooks{Step: w.hook}, Log: quiet})
 	w.e.Stripe.Decide = w.decide
-	inner := w.e.Stripe.Server.Config.Handler
-	w.e.Stripe.Server.Config.Handler = http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) { w.outage(rw, r, inner) })
+	w.e.Stripe.Wrap(func(inner http.Handler) http.Handler {
+		return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) { w.outage(rw, r, inner) })
+	})
 	w.cfg = w.e.Service.Config()
 
 	pool := testenv.Postgres(t)
@@ -420,18 +422,18 @@ func (w *oracleWorld) hook(step string, p billing.Period) error {
 
 // decide is the fake Stripe's outcome of a new PaymentIntent, drawn from
 // the seed and its idempotency key.
-func (w *oracleWorld) decide(p billingtest.PI) billingtest.Behavior {
+func (w *oracleWorld) decide(p stripetest.PI) stripetest.Behavior {
 	q := w.byAcct[p.Metadata[billing.MetaAccount]]
 	if q == nil {
-		return billingtest.Succeed
+		return stripetest.Succeed
 	}
 	switch {
 	case unit(w.seed, attemptName(p.IdempotencyKey, p.Metadata), "decline") < q.declineP: // the outage middleware draws the same
-		return billingtest.Decline
+		return stripetest.Decline
 	case q.ach:
-		return billingtest.Process
+		return stripetest.Process
 	}
-	return billingtest.Succeed
+	return stripetest.Succeed
 }
 
 // outage makes some charges' outcomes unknown: Stripe acts, but answers 500,
@@ -920,7 +922,7 @@ func (w *oracleWorld) attribute(day dates.Date, phase string) {
 	pis := w.e.Stripe.PIs()
 	fresh := pis[w.seenPIs:]
 	w.seenPIs = len(pis)
-	byQ := map[*oracleSeq][]billingtest.PI{}
+	byQ := map[*oracleSeq][]stripetest.PI{}
 	for _, pi := range fresh {
 		q := w.byAcct[pi.Metadata[billing.MetaAccount]]
 		if q == nil {
@@ -937,7 +939,7 @@ func (w *oracleWorld) attribute(day dates.Date, phase string) {
 	}
 }
 
-func (w *oracleWorld) attributeSeq(q *oracleSeq, day dates.Date, phase string, want []oracle.Due, got []billingtest.PI) {
+func (w *oracleWorld) attributeSeq(q *oracleSeq, day dates.Date, phase string, want []oracle.Due, got []stripetest.PI) {
 	od := oracle.MustParse(day.String())
 	{
 		var gotDesc, wantDesc []string

@@ -32,6 +32,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/handler"
 	"github.com/stripe-payments/stripe-payments/internal/outbox"
 	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
+	"github.com/stripe-payments/stripe-payments/internal/stripetest"
 	"github.com/stripe-payments/stripe-payments/internal/testenv"
 	"github.com/stripe-payments/stripe-payments/internal/tracking"
 )
@@ -111,7 +112,7 @@ func (s *sim) hook(step string, _ billing.Period) error {
 // customer's class; it also checks, at the moment of the charge, that the
 // charge is allowed: the subscription ACTIVE (or PAUSED for a retry), the
 // period open and not stale.
-func (s *sim) decide(p billingtest.PI) billingtest.Behavior {
+func (s *sim) decide(p stripetest.PI) stripetest.Behavior {
 	ctx := context.Background()
 	acc, subID, date := p.Metadata[billing.MetaAccount], p.Metadata[billing.MetaSubscription], p.Metadata[billing.MetaDate]
 	sub, per, found, err := s.e.Store.GetSubscriptionWithPeriod(ctx, billing.IndexEntry{PK: "ACC#" + acc,
@@ -131,18 +132,18 @@ func (s *sim) decide(p billingtest.PI) billingtest.Behavior {
 	switch class {
 	case "flaky":
 		if s.chance(0.35) {
-			return billingtest.Decline
+			return stripetest.Decline
 		}
 	case "dead":
-		return billingtest.Decline
+		return stripetest.Decline
 	case "ach":
-		return billingtest.Process
+		return stripetest.Process
 	case "lost":
 		if s.chance(0.15) {
-			return billingtest.Lost
+			return stripetest.Lost
 		}
 	}
-	return billingtest.Succeed
+	return stripetest.Succeed
 }
 
 func (s *sim) later(d dates.Date, payload []byte) {
@@ -496,15 +497,15 @@ func (s *sim) check() map[billing.Status]int {
 				require.NoError(t, err)
 				periods = append(periods, per)
 			case "REC":
-				k := billingtest.PeriodKey(it.AccountId, it.SubscriptionId, it.BillingDate)
+				k := stripetest.PeriodKey(it.AccountId, it.SubscriptionId, it.BillingDate)
 				receipts[k] = append(receipts[k], it.PaymentIntent)
 			}
 		}
 	}
 	successful := e.Stripe.Successful()
-	attempts := map[string][]billingtest.PI{}
+	attempts := map[string][]stripetest.PI{}
 	for _, pi := range e.Stripe.PIs() {
-		k := billingtest.PeriodKey(pi.Metadata[billing.MetaAccount], pi.Metadata[billing.MetaSubscription], pi.Metadata[billing.MetaDate])
+		k := stripetest.PeriodKey(pi.Metadata[billing.MetaAccount], pi.Metadata[billing.MetaSubscription], pi.Metadata[billing.MetaDate])
 		attempts[k] = append(attempts[k], pi)
 	}
 	histories := map[string][]billing.HistoryEntry{}
@@ -512,14 +513,14 @@ func (s *sim) check() map[billing.Status]int {
 		h, err := e.Store.AllHistory(ctx, sub.AccountID, sub.SubscriptionID)
 		require.NoError(t, err)
 		for _, entry := range h {
-			k := billingtest.PeriodKey(sub.AccountID, sub.SubscriptionID, entry.BillingDate.String())
+			k := stripetest.PeriodKey(sub.AccountID, sub.SubscriptionID, entry.BillingDate.String())
 			histories[k] = append(histories[k], entry)
 		}
 	}
 
 	count := map[billing.Status]int{}
 	for _, per := range periods {
-		k := billingtest.PeriodKey(per.AccountID, per.SubscriptionID, per.BillingDate.String())
+		k := stripetest.PeriodKey(per.AccountID, per.SubscriptionID, per.BillingDate.String())
 		count[per.Status]++
 		assert.Empty(t, per.InFlightKey, "%s: an attempt left in flight", k)
 		paid := per.Status == billing.Completed || per.Status == billing.Refunded

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stripe-payments/stripe-payments/internal/billing"
 	"github.com/stripe-payments/stripe-payments/internal/billing/billingtest"
+	"github.com/stripe-payments/stripe-payments/internal/stripetest"
 )
 
 // countingObserver records the money-safety metrics.
@@ -60,17 +61,17 @@ func (o *countingObserver) lastUnresolved() int {
 
 // firstThen makes the first new PaymentIntent behave as first, the others
 // as Succeed.
-func firstThen(first billingtest.Behavior) func(billingtest.PI) billingtest.Behavior {
+func firstThen(first stripetest.Behavior) func(stripetest.PI) stripetest.Behavior {
 	var mu sync.Mutex
 	n := 0
-	return func(billingtest.PI) billingtest.Behavior {
+	return func(stripetest.PI) stripetest.Behavior {
 		mu.Lock()
 		defer mu.Unlock()
 		n++
 		if n == 1 {
 			return first
 		}
-		return billingtest.Succeed
+		return stripetest.Succeed
 	}
 }
 
@@ -92,7 +93,7 @@ func TestScenario3UnknownOutcomeIsResolvedNotStuck(t *testing.T) {
 		t.Parallel()
 		obs := newObserver()
 		e := billingtest.NewEnv(t, billingtest.Options{Observer: obs})
-		e.Stripe.Decide = firstThen(billingtest.Acted500) // Stripe charged, answered 500, saved the 500
+		e.Stripe.Decide = firstThen(stripetest.Acted500) // Stripe charged, answered 500, saved the 500
 		sub, err := e.Service.CreateSubscription(ctx, "acc-1", billingtest.Input("gold", 10))
 		require.NoError(t, err)
 
@@ -137,7 +138,7 @@ func TestScenario3UnknownOutcomeIsResolvedNotStuck(t *testing.T) {
 	t.Run("not found: the lost attempt is recorded, then a new attempt charges", func(t *testing.T) {
 		t.Parallel()
 		e := billingtest.NewEnv(t, billingtest.Options{})
-		e.Stripe.Decide = firstThen(billingtest.Fail500) // nothing happened at Stripe
+		e.Stripe.Decide = firstThen(stripetest.Fail500) // nothing happened at Stripe
 		sub, err := e.Service.CreateSubscription(ctx, "acc-1", billingtest.Input("gold", 10))
 		require.NoError(t, err)
 		rep := collect(t, e, "2024-01-10")
@@ -168,8 +169,8 @@ func TestScenario3UnknownOutcomeIsResolvedNotStuck(t *testing.T) {
 		t.Parallel()
 		e := billingtest.NewEnv(t, billingtest.Options{})
 		e.Stripe.SearchLag = 72 * 3600e9
-		e.Stripe.Decide = firstThen(billingtest.Acted500)
-		e.Stripe.ActedAs = func(billingtest.PI) billingtest.Behavior { return billingtest.Decline }
+		e.Stripe.Decide = firstThen(stripetest.Acted500)
+		e.Stripe.ActedAs = func(stripetest.PI) stripetest.Behavior { return stripetest.Decline }
 		sub, err := e.Service.CreateSubscription(ctx, "acc-1", billingtest.Input("gold", 10))
 		require.NoError(t, err)
 		collect(t, e, "2024-01-10")
@@ -193,8 +194,8 @@ func TestScenario3UnknownOutcomeIsResolvedNotStuck(t *testing.T) {
 	t.Run("a decline whose answer was lost, resent within the window the next day: then that day's retry", func(t *testing.T) {
 		t.Parallel()
 		e := billingtest.NewEnv(t, billingtest.Options{})
-		e.Stripe.Decide = firstThen(billingtest.Lost) // declined, the answer lost
-		e.Stripe.LostAs = func(billingtest.PI) billingtest.Behavior { return billingtest.Decline }
+		e.Stripe.Decide = firstThen(stripetest.Lost) // declined, the answer lost
+		e.Stripe.LostAs = func(stripetest.PI) stripetest.Behavior { return stripetest.Decline }
 		sub, err := e.Service.CreateSubscription(ctx, "acc-1", billingtest.Input("gold", 10))
 		require.NoError(t, err)
 		e.Clock.Set(d("2024-01-10").Time().Add(20 * time.Hour)) // the job ran late on the due date
@@ -230,8 +231,8 @@ func TestScenario3UnknownOutcomeIsResolvedNotStuck(t *testing.T) {
 				}
 				return nil
 			}}})
-		e.Stripe.Decide = firstThen(billingtest.Acted500)
-		e.Stripe.ActedAs = func(billingtest.PI) billingtest.Behavior { return billingtest.Decline }
+		e.Stripe.Decide = firstThen(stripetest.Acted500)
+		e.Stripe.ActedAs = func(stripetest.PI) stripetest.Behavior { return stripetest.Decline }
 		sub, err := e.Service.CreateSubscription(ctx, "acc-1", billingtest.Input("gold", 10))
 		require.NoError(t, err)
 		collect(t, e, "2024-01-10")
@@ -254,16 +255,16 @@ func TestScenario3UnknownOutcomeIsResolvedNotStuck(t *testing.T) {
 		e := billingtest.NewEnv(t, billingtest.Options{})
 		var mu sync.Mutex
 		n := 0
-		e.Stripe.Decide = func(billingtest.PI) billingtest.Behavior {
+		e.Stripe.Decide = func(stripetest.PI) stripetest.Behavior {
 			mu.Lock()
 			defer mu.Unlock()
 			n++
 			if n == 6 { // the pay now after the five declined attempts
-				return billingtest.Acted500
+				return stripetest.Acted500
 			}
-			return billingtest.Decline
+			return stripetest.Decline
 		}
-		e.Stripe.ActedAs = func(billingtest.PI) billingtest.Behavior { return billingtest.Decline }
+		e.Stripe.ActedAs = func(stripetest.PI) stripetest.Behavior { return stripetest.Decline }
 		sub, err := e.Service.CreateSubscription(ctx, "acc-1", billingtest.Input("gold", 10))
 		require.NoError(t, err)
 		for _, day := range []string{"2024-01-10", "2024-01-11", "2024-01-13", "2024-01-15", "2024-01-17"} {
@@ -284,16 +285,16 @@ func TestScenario3UnknownOutcomeIsResolvedNotStuck(t *testing.T) {
 		e := billingtest.NewEnv(t, billingtest.Options{})
 		var mu sync.Mutex
 		n := 0
-		e.Stripe.Decide = func(billingtest.PI) billingtest.Behavior {
+		e.Stripe.Decide = func(stripetest.PI) stripetest.Behavior {
 			mu.Lock()
 			defer mu.Unlock()
 			n++
 			if n == 6 {
-				return billingtest.Acted500
+				return stripetest.Acted500
 			}
-			return billingtest.Decline
+			return stripetest.Decline
 		}
-		e.Stripe.ActedAs = func(billingtest.PI) billingtest.Behavior { return billingtest.Decline }
+		e.Stripe.ActedAs = func(stripetest.PI) stripetest.Behavior { return stripetest.Decline }
 		sub, err := e.Service.CreateSubscription(ctx, "acc-1", billingtest.Input("gold", 10))
 		require.NoError(t, err)
 		for _, day := range []string{"2024-01-10", "2024-01-11", "2024-01-13", "2024-01-15", "2024-01-17"} {
@@ -317,19 +318,19 @@ func TestScenario3UnknownOutcomeIsResolvedNotStuck(t *testing.T) {
 		e := billingtest.NewEnv(t, billingtest.Options{})
 		var mu sync.Mutex
 		n := 0
-		e.Stripe.Decide = func(billingtest.PI) billingtest.Behavior {
+		e.Stripe.Decide = func(stripetest.PI) stripetest.Behavior {
 			mu.Lock()
 			defer mu.Unlock()
 			n++
 			switch n {
 			case 1:
-				return billingtest.Decline
+				return stripetest.Decline
 			case 2:
-				return billingtest.Acted500
+				return stripetest.Acted500
 			}
-			return billingtest.Succeed
+			return stripetest.Succeed
 		}
-		e.Stripe.ActedAs = func(billingtest.PI) billingtest.Behavior { return billingtest.Decline }
+		e.Stripe.ActedAs = func(stripetest.PI) stripetest.Behavior { return stripetest.Decline }
 		sub, err := e.Service.CreateSubscription(ctx, "acc-1", billingtest.Input("gold", 8))
 		require.NoError(t, err)
 		collect(t, e, "2024-01-08") // declined
@@ -352,7 +353,7 @@ func TestScenario3UnknownOutcomeIsResolvedNotStuck(t *testing.T) {
 		t.Parallel()
 		obs := newObserver()
 		e := billingtest.NewEnv(t, billingtest.Options{Observer: obs})
-		e.Stripe.Decide = firstThen(billingtest.Acted500)
+		e.Stripe.Decide = firstThen(stripetest.Acted500)
 		sub, err := e.Service.CreateSubscription(ctx, "acc-1", billingtest.Input("gold", 10))
 		require.NoError(t, err)
 		collect(t, e, "2024-01-10")

@@ -6,9 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"os"
 	"os/exec"
@@ -19,17 +17,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/stripe-payments/stripe-payments/internal/app"
-	"github.com/stripe-payments/stripe-payments/internal/billing/billingtest"
-	"github.com/stripe-payments/stripe-payments/internal/config"
+	"github.com/stripe-payments/stripe-payments/internal/apptest"
 	"github.com/stripe-payments/stripe-payments/internal/stripetest"
 	"github.com/stripe-payments/stripe-payments/internal/testenv"
 	"github.com/stripe-payments/stripe-payments/internal/tracking"
@@ -40,86 +34,61 @@ const (
 	token  = "ops-console-test-token"
 )
 
-// fakeStripe answers the invoice lookups of payment_intent events (with an
-// error while down, else with an invoice about no subscription) and hands
-// the rest to billingtest's fake PaymentIntents API, which declines while
-// decline is set.
+// fakeStripe is the tests' fake Stripe, whose off-session charges decline
+// while decline is set. It holds the invoice the failed event names (about
+// no subscription); setDown makes its lookups fail until the cause is fixed.
 type fakeStripe struct {
-	*httptest.Server
-	down    atomic.Bool
+	*stripetest.Stripe
 	decline atomic.Bool
 	// gate, while set, holds every new PaymentIntent until it is closed.
 	gate atomic.Pointer[chan struct{}]
 }
 
+// consoleInvoice is the invoice of the event that fails while Stripe is down.
+const consoleInvoice = "in_1OpsConsole"
+
 func newFakeStripe(t *testing.T) *fakeStripe {
-	f := &fakeStripe{}
-	pis := billingtest.NewStripe(0, nil)
-	t.Cleanup(pis.Close)
-	pis.Decide = func(billingtest.PI) billingtest.Behavior {
+	f := &fakeStripe{Stripe: stripetest.New(t, stripetest.Options{})}
+	f.Decide = func(stripetest.PI) stripetest.Behavior {
 		if g := f.gate.Load(); g != nil {
 			<-*g
 		}
 		if f.decline.Load() {
-			return billingtest.Decline
+			return stripetest.Decline
 		}
-		return billingtest.Succeed
+		return stripetest.Succeed
 	}
-	f.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id, ok := strings.CutPrefix(r.URL.Path, "/v1/invoices/")
-		if !ok {
-			pis.Server.Config.Handler.ServeHTTP(w, r)
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		if f.down.Load() {
-			w.WriteHeader(http.StatusBadRequest)
-			fmt.Fprint(w, `{"error":{"type":"invalid_request_error","message":"test Stripe is down"}}`)
-			return
-		}
-		fmt.Fprintf(w, `{"id":%q,"object":"invoice","subscription":null,"livemode":false}`, id)
-	}))
-	t.Cleanup(f.Close)
+	f.Put("acct_1Nv0FGQ9RKHgCVdK", map[string]any{"id": consoleInvoice, "object": "invoice", "subscription": nil, "livemode": false})
 	return f
 }
 
-func startApp(t testing.TB, stripeURL string, overrides ...string) *app.App {
+// setDown makes the invoice lookups fail (or work again).
+func (f *fakeStripe) setDown(down bool) {
+	if !down {
+		f.Recover()
+		return
+	}
+	f.Fail(http.MethodGet, "/v1/invoices/*", http.StatusBadRequest, "invalid_request_error", "", "test Stripe is down", -1)
+}
+
+// startApp runs the real program (internal/apptest) with this package's
+// secret and token against stripeURL; overrides are name, value pairs.
+func startApp(t testing.TB, stripeURL string, overrides ...string) *apptest.App {
 	t.Helper()
 	env := map[string]string{
-		"APP_ENV":               "development",
-		"LISTEN_ADDR":           "127.0.0.1:0",
 		"STRIPE_WEBHOOK_SECRET": secret,
 		"STRIPE_API_KEY":        "sk_test_ops",
 		"STRIPE_API_BASE":       stripeURL,
-		"DATABASE_URL":          testenv.DatabaseURL(t),
-		"DYNAMODB_ENDPOINT":     testenv.DynamoEndpoint(t),
-		"EVENTS_TABLE":          testenv.TableName("events"),
-		"BILLING_TABLE":         testenv.TableName("billing"),
-		"BILLING_HISTORY_TABLE": testenv.TableName("billing-history"),
-		"LOCKS_TABLE":           testenv.TableName("locks"),
 		"INTERNAL_API_TOKEN":    token,
 	}
 	for i := 0; i+1 < len(overrides); i += 2 {
 		env[overrides[i]] = overrides[i+1]
 	}
-	cfg, err := config.Load(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
-	require.NoError(t, err)
-	ctx := context.Background()
-	a, err := app.New(ctx, cfg, slog.New(slog.NewJSONHandler(io.Discard, nil)))
-	require.NoError(t, err)
-	require.NoError(t, a.Migrate(ctx))
-	t.Cleanup(func() {
-		for _, spec := range a.TableSpecs() {
-			_, _ = a.Dynamo.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(spec.Name)})
-		}
-	})
-	require.NoError(t, a.Open())
-	t.Cleanup(func() { require.NoError(t, a.Shutdown(10*time.Second)) })
-	return a
+	return apptest.Start(t, apptest.Options{Env: env})
 }
 
 // deliver posts a signed event to the webhook and returns the status.
-func deliver(t *testing.T, a *app.App, payload []byte) int {
+func deliver(t *testing.T, a *apptest.App, payload []byte) int {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodPost, a.Server.URL()+"/webhooks/stripe", bytes.NewReader(payload))
 	require.NoError(t, err)
@@ -132,7 +101,7 @@ func deliver(t *testing.T, a *app.App, payload []byte) int {
 	return resp.StatusCode
 }
 
-func apiJSON(t *testing.T, a *app.App, method, path string, body any) (int, map[string]any) {
+func apiJSON(t *testing.T, a *apptest.App, method, path string, body any) (int, map[string]any) {
 	t.Helper()
 	var rd io.Reader
 	if body != nil {
@@ -276,9 +245,9 @@ func TestConsoleInARealBrowser(t *testing.T) {
 	rejectedID := stripetest.NewID()
 	require.Equal(t, http.StatusOK, deliver(t, a, stripetest.Event{Fixture: "payment_intent.succeeded", ID: rejectedID,
 		Object: map[string]any{"invoice": "not-an-invoice"}}.Build(t)), "rejected")
-	stripe.down.Store(true)
+	stripe.setDown(true)
 	failedID := stripetest.NewID()
-	failedPayload := stripetest.Event{Fixture: "payment_intent.succeeded", ID: failedID, Object: map[string]any{"invoice": "in_1OpsConsole"}}.Build(t)
+	failedPayload := stripetest.Event{Fixture: "payment_intent.succeeded", ID: failedID, Object: map[string]any{"invoice": consoleInvoice}}.Build(t)
 	require.GreaterOrEqual(t, deliver(t, a, failedPayload), 500, "failed")
 
 	// A billing subscription to pause and resume.
@@ -395,7 +364,7 @@ func TestConsoleInARealBrowser(t *testing.T) {
 		assert.Equal(t, "failed", text("#event-status"))
 		assert.Contains(t, text("#last-error"), "test Stripe is down")
 		shot("09-failed-event")
-		stripe.down.Store(false) // the cause is fixed
+		stripe.setDown(false) // the cause is fixed
 		step("replay", chromedp.Click(chromedp.ID("replay")), chromedp.WaitVisible(chromedp.ID("replay-results")))
 		res := text("#replay-results")
 		assert.Contains(t, res, failedID)

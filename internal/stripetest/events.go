@@ -1,5 +1,7 @@
-// Package stripetest provides real-shaped Stripe event fixtures (stripe-go
-// v76, API version 2023-10-16) and helpers to vary and sign them in tests.
+// Package stripetest is Stripe for the tests: the one fake Stripe at the
+// HTTP level (Stripe, stripe.go), real-shaped event fixtures (stripe-go v76,
+// API version 2023-10-16) with helpers to vary and sign them, and
+// stripe-mock for request shapes checked against Stripe's OpenAPI spec.
 package stripetest
 
 import (

@@ -4,27 +4,29 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
-	"testing"
 	"time"
 )
 
-// EventsAPI is a fake Stripe Events API (GET /v1/events) speaking Stripe's
-// JSON: a list object with data, has_more and url; created[gte|gt|lte|lt]
-// filters; limit (1..100, default 10); starting_after / ending_before cursors;
-// the Stripe-Account header selecting a connected account (none: the
-// platform). Events are listed newest first, as Stripe does. It can answer
-// 429 rate_limit errors to test backoff.
-type EventsAPI struct {
-	Server *httptest.Server
-	// Key is the API key the fake expects as a Bearer token.
-	Key string
+// The Events API (GET /v1/events, and GET /v1/events/{id} for one) speaks Stripe's JSON: a list object with
+// data, has_more and url; created[gte|gt|lte|lt] filters; limit (1..100,
+// default 10); starting_after / ending_before cursors; the Stripe-Account
+// header selecting a connected account (none: the platform). Events are
+// listed newest first, as Stripe does. It can answer 429 rate_limit errors
+// to test backoff.
 
-	mu      sync.Mutex
+// APIStats counts what the Events API (/v1/events…) served.
+type APIStats struct {
+	Requests    int            // every Events API request, 401s and 429s included
+	RateLimited int            // 429 answers
+	ByAccount   map[string]int // successful list requests per Stripe-Account ("" platform)
+	Times       []time.Time    // arrival time of every Events API request
+}
+
+// eventList is what the Events API lists; guarded by Stripe.mu.
+type eventList struct {
 	byAcct  map[string][]apiEvent // "" is the platform; sorted newest first
 	pos     map[string]map[string]int
 	seq     int
@@ -33,12 +35,15 @@ type EventsAPI struct {
 	stats   APIStats
 }
 
-// APIStats counts what the fake served.
-type APIStats struct {
-	Requests    int            // every request, 429s included
-	RateLimited int            // 429 answers
-	ByAccount   map[string]int // successful list requests per Stripe-Account ("" platform)
-	Times       []time.Time    // arrival time of every request
+func (l *eventList) init() {
+	l.byAcct, l.stats = map[string][]apiEvent{}, APIStats{ByAccount: map[string]int{}}
+}
+
+// arrived counts one request to /v1/events… and returns its number.
+func (l *eventList) arrived(at time.Time) int {
+	l.stats.Requests++
+	l.stats.Times = append(l.stats.Times, at)
+	return l.stats.Requests
 }
 
 type apiEvent struct {
@@ -48,22 +53,10 @@ type apiEvent struct {
 	raw     []byte
 }
 
-// NewEventsAPI starts the fake; it is closed when the test ends.
-func NewEventsAPI(t testing.TB) *EventsAPI {
-	t.Helper()
-	f := &EventsAPI{Key: "sk_test_poller_fake", byAcct: map[string][]apiEvent{}, stats: APIStats{ByAccount: map[string]int{}}}
-	f.Server = httptest.NewServer(http.HandlerFunc(f.serve))
-	t.Cleanup(f.Server.Close)
-	return f
-}
-
-// URL is the base URL to use as STRIPE_API_BASE.
-func (f *EventsAPI) URL() string { return f.Server.URL }
-
 // Add makes events listable on account ("" for the platform). Each event's
 // id and created come from its payload. Adding later than a poll models an
 // event that became listable late.
-func (f *EventsAPI) Add(account string, payloads ...[]byte) {
+func (f *Stripe) Add(account string, payloads ...[]byte) {
 	added := make([]apiEvent, 0, len(payloads))
 	for _, payload := range payloads {
 		var head struct {
@@ -78,10 +71,10 @@ func (f *EventsAPI) Add(account string, payloads ...[]byte) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for i := range added {
-		f.seq++
-		added[i].seq = f.seq
+		f.events.seq++
+		added[i].seq = f.events.seq
 	}
-	list := append(f.byAcct[account], added...)
+	list := append(f.events.byAcct[account], added...)
 	// Newest first; within one second, the later addition first.
 	sort.SliceStable(list, func(i, j int) bool {
 		if list[i].created != list[j].created {
@@ -89,70 +82,69 @@ func (f *EventsAPI) Add(account string, payloads ...[]byte) {
 		}
 		return list[i].seq > list[j].seq
 	})
-	f.byAcct[account] = list
-	delete(f.pos, account)
+	f.events.byAcct[account] = list
+	delete(f.events.pos, account)
 }
 
 // positions maps the ids of account's list to their index; f.mu is held.
-func (f *EventsAPI) positions(account string) map[string]int {
-	if f.pos == nil {
-		f.pos = map[string]map[string]int{}
+func (f *Stripe) positions(account string) map[string]int {
+	if f.events.pos == nil {
+		f.events.pos = map[string]map[string]int{}
 	}
-	if pos, ok := f.pos[account]; ok {
+	if pos, ok := f.events.pos[account]; ok {
 		return pos
 	}
-	pos := make(map[string]int, len(f.byAcct[account]))
-	for i, ev := range f.byAcct[account] {
+	pos := make(map[string]int, len(f.events.byAcct[account]))
+	for i, ev := range f.events.byAcct[account] {
 		pos[ev.id] = i
 	}
-	f.pos[account] = pos
+	f.events.pos[account] = pos
 	return pos
 }
 
 // OmitAccount makes connected-account listings drop the events' `account`
 // field, so callers must not rely on it.
-func (f *EventsAPI) OmitAccount(omit bool) {
+func (f *Stripe) OmitAccount(omit bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.omitAcc = omit
+	f.events.omitAcc = omit
 }
 
-// RateLimit answers 429 to request number n (1-based, counting every
-// request) whenever limit(n) is true; nil turns it off.
-func (f *EventsAPI) RateLimit(limit func(n int) bool) {
+// RateLimit answers 429 to Events API request number n (1-based, counting
+// every one, as Stats does) whenever limit(n) is true; nil turns it off.
+func (f *Stripe) RateLimit(limit func(n int) bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.limit = limit
+	f.events.limit = limit
 }
 
 // Stats returns a copy of the counters.
-func (f *EventsAPI) Stats() APIStats {
+func (f *Stripe) Stats() APIStats {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	s := f.stats
+	s := f.events.stats
 	s.ByAccount = map[string]int{}
-	for k, v := range f.stats.ByAccount {
+	for k, v := range f.events.stats.ByAccount {
 		s.ByAccount[k] = v
 	}
-	s.Times = append([]time.Time(nil), f.stats.Times...)
+	s.Times = append([]time.Time(nil), f.events.stats.Times...)
 	return s
 }
 
-func (f *EventsAPI) serve(w http.ResponseWriter, r *http.Request) {
+// listEvents is GET /v1/events; n is the request's number (RateLimit).
+func (f *Stripe) listEvents(w http.ResponseWriter, r *http.Request, n int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.stats.Requests++
-	f.stats.Times = append(f.stats.Times, time.Now())
-	if r.Header.Get("Authorization") != "Bearer "+f.Key {
-		stripeError(w, http.StatusUnauthorized, "invalid_request_error", "", "Invalid API Key provided")
+	if id, ok := strings.CutPrefix(r.URL.Path, "/v1/events/"); ok && r.Method == http.MethodGet {
+		f.retrieveEvent(w, r.Header.Get("Stripe-Account"), id)
 		return
 	}
 	if r.Method != http.MethodGet || r.URL.Path != "/v1/events" {
 		stripeError(w, http.StatusNotFound, "invalid_request_error", "", "Unrecognized request URL")
 		return
 	}
-	if f.limit != nil && f.limit(f.stats.Requests) {
-		f.stats.RateLimited++
+	if f.events.limit != nil && f.events.limit(n) {
+		f.events.stats.RateLimited++
 		stripeError(w, http.StatusTooManyRequests, "invalid_request_error", "rate_limit",
 			"Too many requests hit the API too quickly. We recommend an exponential backoff of your requests.")
 		return
@@ -169,7 +161,7 @@ func (f *EventsAPI) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	// The list is sorted newest first: each created bound is a binary search.
 	account := r.Header.Get("Stripe-Account")
-	all := f.byAcct[account]
+	all := f.events.byAcct[account]
 	lo, hi := 0, len(all)
 	for _, op := range []string{"gte", "gt", "lte", "lt"} {
 		v := q.Get("created[" + op + "]")
@@ -226,7 +218,7 @@ func (f *EventsAPI) serve(w http.ResponseWriter, r *http.Request) {
 	default:
 		page, hasMore = matching[:min(limit, len(matching))], len(matching) > limit
 	}
-	f.stats.ByAccount[account]++
+	f.events.stats.ByAccount[account]++
 
 	var b strings.Builder
 	b.WriteString(`{"object":"list","url":"/v1/events","has_more":`)
@@ -237,15 +229,31 @@ func (f *EventsAPI) serve(w http.ResponseWriter, r *http.Request) {
 			b.WriteByte(',')
 		}
 		raw := ev.raw
-		if f.omitAcc && account != "" {
+		if f.events.omitAcc && account != "" {
 			raw = withoutAccount(raw)
 		}
 		b.Write(raw)
 	}
 	b.WriteString(`]}`)
 	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Request-Id", fmt.Sprintf("req_fake_%d", f.stats.Requests))
+	w.Header().Set("Request-Id", fmt.Sprintf("req_fake_%d", n))
 	_, _ = w.Write([]byte(b.String()))
+}
+
+// retrieveEvent is GET /v1/events/{id} on account ("" the platform); f.mu
+// is held.
+func (f *Stripe) retrieveEvent(w http.ResponseWriter, account, id string) {
+	i, ok := f.positions(account)[id]
+	if !ok {
+		stripeError(w, http.StatusNotFound, "invalid_request_error", "resource_missing", "No such event: '"+id+"'")
+		return
+	}
+	raw := f.events.byAcct[account][i].raw
+	if f.events.omitAcc && account != "" {
+		raw = withoutAccount(raw)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(raw)
 }
 
 func withoutAccount(raw []byte) []byte {
@@ -262,11 +270,5 @@ func withoutAccount(raw []byte) []byte {
 }
 
 func stripeError(w http.ResponseWriter, status int, typ, code, msg string) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	body := map[string]any{"error": map[string]any{"type": typ, "message": msg}}
-	if code != "" {
-		body["error"].(map[string]any)["code"] = code
-	}
-	_ = json.NewEncoder(w).Encode(body)
+	writeError(w, status, typ, code, msg, nil)
 }

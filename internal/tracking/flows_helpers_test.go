@@ -33,12 +33,12 @@ type flowEnv struct {
 	store   *tracking.Store
 	events  *events.Store
 	handler *handler.Handler
-	stripe  *stripetest.Fake
+	stripe  *stripetest.Stripe
 }
 
 func newFlowEnv(t *testing.T) *flowEnv {
 	t.Helper()
-	e := &flowEnv{pool: testenv.Postgres(t), stripe: stripetest.NewFake(t)}
+	e := &flowEnv{pool: testenv.Postgres(t), stripe: stripetest.New(t, stripetest.Options{})}
 	e.store = tracking.NewStore(e.pool)
 	client := testenv.Dynamo(t)
 	table := testenv.TableName("events")

@@ -18,6 +18,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/dynamo"
 	"github.com/stripe-payments/stripe-payments/internal/lock"
 	"github.com/stripe-payments/stripe-payments/internal/stripeclient"
+	"github.com/stripe-payments/stripe-payments/internal/stripetest"
 	"github.com/stripe-payments/stripe-payments/internal/testenv"
 )
 
@@ -113,7 +114,7 @@ type Env struct {
 	Locks    string
 	Store    *billing.Store
 	Lock     *lock.Client
-	Stripe   *Stripe
+	Stripe   *stripetest.Stripe
 	Clock    *Clock
 	Charger  *billing.Charger
 	Notifier *Notifier
@@ -156,13 +157,12 @@ func NewEnv(t testing.TB, o Options) *Env {
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	e.Stripe = NewStripe(o.StripeLimit, e.Clock.Now)
-	t.Cleanup(e.Stripe.Close)
+	e.Stripe = stripetest.New(t, stripetest.Options{RateLimit: o.StripeLimit, Now: e.Clock.Now})
 	rateLimit := o.ChargerRate
 	if rateLimit == 0 {
 		rateLimit = 1000
 	}
-	api := stripeclient.New(stripeclient.Options{APIKey: "sk_test_billing", BaseURL: e.Stripe.URL(), Log: log, MaxNetworkRetries: 1})
+	api := stripeclient.New(stripeclient.Options{APIKey: "sk_test_billing", BaseURL: e.Stripe.URL, Log: log, MaxNetworkRetries: 1})
 	e.Charger = billing.NewCharger(api, billing.ChargerOptions{Rate: rateLimit, Burst: max(1, int(rateLimit/10)),
 		Backoff: func(n int) time.Duration { return time.Duration(n) * 20 * time.Millisecond }})
 	lease, beat := o.Lease, o.Heartbeat

@@ -4,102 +4,44 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"strconv"
 	"strings"
-	"sync"
-	"testing"
-	"time"
 
 	"github.com/google/uuid"
 )
 
-// Fake is an httptest server speaking Stripe's JSON for the calls the
-// service makes (PaymentIntents, PaymentMethod attach, invoices, invoice
-// items, subscriptions). It keeps the objects it creates per connected
-// account, honours Idempotency-Key like Stripe (the same key on the same
-// account and path replays the first answer, errors below 500 included), and
-// records every request so tests can assert headers and form parameters.
-type Fake struct {
-	URL string
-
-	mu       sync.Mutex
-	objects  map[string]map[string]any // id -> object
-	owner    map[string]string         // id -> Stripe-Account
-	created  map[string]int            // object type -> count created
-	replies  map[string]reply          // account|path|idempotency key -> first answer
-	requests []Request
-	fails    []*failure
-}
-
-// Request is one request the fake received.
-type Request struct {
-	Method         string
-	Path           string
-	StripeAccount  string
-	IdempotencyKey string
-	Form           url.Values
-	Replayed       bool // answered from the idempotency cache
-}
-
-type reply struct {
-	status int
-	body   []byte
-}
-
-type failure struct {
-	method, path string
-	status       int
-	body         []byte
-	times        int // < 0: always
-}
-
-// NewFake starts a fake Stripe API; it stops when the test ends.
-func NewFake(t testing.TB) *Fake {
-	t.Helper()
-	f := &Fake{objects: map[string]map[string]any{}, owner: map[string]string{}, created: map[string]int{}, replies: map[string]reply{}}
-	srv := httptest.NewServer(http.HandlerFunc(f.serve))
-	t.Cleanup(srv.Close)
-	f.URL = srv.URL
-	return f
-}
-
-// Fail makes the next `times` requests (times < 0: all) to method+path
-// answer status with a Stripe error of errType/code/message. path may end
-// with "*" to match a prefix.
-func (f *Fake) Fail(method, path string, status int, errType, code, message string, times int) {
-	body, _ := json.Marshal(map[string]any{"error": map[string]any{"type": errType, "code": code, "message": message}})
+// objectRequest answers the purchase API's calls and the invoice lookups,
+// replaying the first answer to an Idempotency-Key on the same account and
+// path.
+// seq is the request's place in f.requests.
+func (f *Stripe) objectRequest(req Request, seq int) reply {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.fails = append(f.fails, &failure{method: method, path: path, status: status, body: body, times: times})
-}
-
-// FailWithBody is Fail with the whole answer body given, e.g. a card error
-// that carries the PaymentIntent (Stripe includes it, client_secret and all).
-func (f *Fake) FailWithBody(method, path string, status int, body []byte, times int) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.fails = append(f.fails, &failure{method: method, path: path, status: status, body: body, times: times})
-}
-
-// Requests returns the requests received so far.
-func (f *Fake) Requests() []Request {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return append([]Request(nil), f.requests...)
+	if req.IdempotencyKey != "" && req.Method == http.MethodPost {
+		if rep, ok := f.replies[replyKey(req)]; ok {
+			f.requests[seq].Replayed = true
+			return rep
+		}
+	}
+	if rep, ok := f.scriptedFailure(req); ok {
+		return rep
+	}
+	rep := f.route(req)
+	f.remember(req, rep)
+	return rep
 }
 
 // Created counts the objects of a type ("payment_intent", "invoice",
 // "invoiceitem", "subscription") the fake created.
-func (f *Fake) Created(objectType string) int {
+func (f *Stripe) Created(objectType string) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.created[objectType]
 }
 
 // Put stores obj (it must have "id") as owned by stripeAccount, for GETs.
-func (f *Fake) Put(stripeAccount string, obj map[string]any) {
+func (f *Stripe) Put(stripeAccount string, obj map[string]any) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	id := obj["id"].(string)
@@ -108,7 +50,7 @@ func (f *Fake) Put(stripeAccount string, obj map[string]any) {
 }
 
 // Object returns a copy of a stored object, or nil.
-func (f *Fake) Object(id string) map[string]any {
+func (f *Stripe) Object(id string) map[string]any {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	b, _ := json.Marshal(f.objects[id])
@@ -117,73 +59,8 @@ func (f *Fake) Object(id string) map[string]any {
 	return out
 }
 
-func (f *Fake) serve(w http.ResponseWriter, r *http.Request) {
-	if err := r.ParseForm(); err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
-	}
-	req := Request{Method: r.Method, Path: r.URL.Path, StripeAccount: r.Header.Get("Stripe-Account"),
-		IdempotencyKey: r.Header.Get("Idempotency-Key"), Form: r.PostForm}
-	if r.Method == http.MethodGet {
-		req.Form = r.URL.Query()
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if !strings.HasPrefix(r.Header.Get("Authorization"), "Bearer sk_") {
-		f.requests = append(f.requests, req)
-		f.write(w, reply{401, errBody("invalid_request_error", "", "Invalid API Key provided")})
-		return
-	}
-	cacheKey := req.StripeAccount + "|" + req.Path + "|" + req.IdempotencyKey
-	if req.IdempotencyKey != "" && r.Method == http.MethodPost {
-		if rep, ok := f.replies[cacheKey]; ok {
-			req.Replayed = true
-			f.requests = append(f.requests, req)
-			f.write(w, rep)
-			return
-		}
-	}
-	f.requests = append(f.requests, req)
-	rep := f.failure(req)
-	if rep.status == 0 {
-		rep = f.route(req)
-	}
-	if req.IdempotencyKey != "" && r.Method == http.MethodPost && rep.status < 500 {
-		f.replies[cacheKey] = rep
-	}
-	f.write(w, rep)
-}
-
-func (f *Fake) write(w http.ResponseWriter, rep reply) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Request-Id", "req_fake"+uuid.NewString()[:8])
-	w.WriteHeader(rep.status)
-	_, _ = w.Write(rep.body)
-}
-
-func (f *Fake) failure(req Request) reply {
-	for _, fl := range f.fails {
-		if fl.times == 0 || fl.method != req.Method {
-			continue
-		}
-		if fl.path != req.Path && !(strings.HasSuffix(fl.path, "*") && strings.HasPrefix(req.Path, strings.TrimSuffix(fl.path, "*"))) {
-			continue
-		}
-		if fl.times > 0 {
-			fl.times--
-		}
-		return reply{fl.status, fl.body}
-	}
-	return reply{}
-}
-
-func errBody(errType, code, message string) []byte {
-	b, _ := json.Marshal(map[string]any{"error": map[string]any{"type": errType, "code": code, "message": message}})
-	return b
-}
-
 func notFound(id string) reply {
-	return reply{404, errBody("invalid_request_error", "resource_missing", "No such object: '"+id+"'")}
+	return reply{404, errBody("invalid_request_error", "resource_missing", "No such object: '"+id+"'", nil)}
 }
 
 func newID(prefix string) string {
@@ -200,14 +77,14 @@ func metadata(form url.Values) map[string]any {
 	return md
 }
 
-func (f *Fake) store(objType, account string, obj map[string]any) reply {
+func (f *Stripe) store(objType, account string, obj map[string]any) reply {
 	f.objects[obj["id"].(string)] = obj
 	f.owner[obj["id"].(string)] = account
 	f.created[objType]++
 	return f.json(obj)
 }
 
-func (f *Fake) json(obj map[string]any) reply {
+func (f *Stripe) json(obj map[string]any) reply {
 	b, err := json.Marshal(obj)
 	if err != nil {
 		panic(err)
@@ -216,7 +93,7 @@ func (f *Fake) json(obj map[string]any) reply {
 }
 
 // get returns a stored object visible to account.
-func (f *Fake) get(account, id string) (map[string]any, bool) {
+func (f *Stripe) get(account, id string) (map[string]any, bool) {
 	obj, ok := f.objects[id]
 	if !ok || f.owner[id] != account {
 		return nil, false
@@ -224,12 +101,12 @@ func (f *Fake) get(account, id string) (map[string]any, bool) {
 	return obj, true
 }
 
-func (f *Fake) route(req Request) reply {
+func (f *Stripe) route(req Request) reply {
 	parts := strings.Split(strings.Trim(req.Path, "/"), "/") // v1, resource, id, action
 	if len(parts) < 2 || parts[0] != "v1" {
 		return notFound(req.Path)
 	}
-	now := time.Now().Unix()
+	now := f.now().Unix()
 	acct, form := req.StripeAccount, req.Form
 	switch {
 	case req.Method == http.MethodPost && len(parts) == 2 && parts[1] == "payment_intents":
@@ -269,6 +146,9 @@ func (f *Fake) route(req Request) reply {
 		return f.store("invoiceitem", acct, item)
 	case len(parts) == 3 && parts[1] == "invoices" && req.Method == http.MethodGet,
 		len(parts) == 3 && parts[1] == "payment_intents" && req.Method == http.MethodGet:
+		if pi, ok := f.charge(acct, parts[2]); ok {
+			return f.json(pi)
+		}
 		obj, ok := f.get(acct, parts[2])
 		if !ok {
 			return notFound(parts[2])
@@ -280,7 +160,7 @@ func (f *Fake) route(req Request) reply {
 			return notFound(parts[2])
 		}
 		if inv["status"] != "draft" {
-			return reply{400, errBody("invalid_request_error", "invoice_not_editable", "This invoice is already finalized.")}
+			return reply{400, errBody("invalid_request_error", "invoice_not_editable", "This invoice is already finalized.", nil)}
 		}
 		pi := map[string]any{"id": newID("pi_"), "object": "payment_intent", "amount": inv["amount_due"],
 			"currency": "usd", "status": "requires_payment_method", "invoice": inv["id"], "metadata": map[string]any{},
@@ -298,7 +178,7 @@ func (f *Fake) route(req Request) reply {
 			return notFound(parts[2])
 		}
 		if inv["status"] != "open" {
-			return reply{400, errBody("invalid_request_error", "invoice_not_open", "Invoice is not open.")}
+			return reply{400, errBody("invalid_request_error", "invoice_not_open", "Invoice is not open.", nil)}
 		}
 		inv["status"], inv["paid"] = "paid", true
 		if pi, ok := f.objects[inv["payment_intent"].(string)]; ok {

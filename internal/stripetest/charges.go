@@ -1,26 +1,18 @@
-// Package billingtest has the test doubles of the billing core: a fake
-// Stripe speaking Stripe's HTTP and JSON (PaymentIntents, idempotency keys,
-// declines, bank debits that settle later, refunds, rate limiting) and an
-// environment of real DynamoDB Local tables with a settable clock.
-package billingtest
+package stripetest
 
 import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"regexp"
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
-
-	"golang.org/x/time/rate"
 )
 
-// Behavior is what the fake does with one new PaymentIntent.
+// Behavior is what the fake does with one new confirmed PaymentIntent (an
+// off-session charge of the billing core).
 type Behavior int
 
 const (
@@ -44,7 +36,7 @@ const (
 	Acted500
 )
 
-// PI is one PaymentIntent the fake created.
+// PI is one confirmed PaymentIntent the fake created.
 type PI struct {
 	ID      string
 	Account string
@@ -63,127 +55,35 @@ type PI struct {
 	DeclineCode    string
 }
 
-// Stripe is the fake API.
-type Stripe struct {
-	Server *httptest.Server
-	// Decide picks the behavior of a new PaymentIntent (default Succeed).
-	Decide func(p PI) Behavior
-	// ActedAs is the real outcome of an Acted500 PaymentIntent: Succeed
-	// (default), Decline or Process.
-	ActedAs func(p PI) Behavior
-	// LostAs is the real outcome of a Lost PaymentIntent (default Succeed).
-	LostAs func(p PI) Behavior
-	// SearchLag hides PaymentIntents younger than this from the Search API
-	// (Stripe's search lags writes; List does not).
-	SearchLag time.Duration
-
-	down     atomic.Bool
-	saved500 map[string]bool // idempotency keys whose saved answer is a 500
-
-	mu      sync.Mutex
-	pis     map[string]*PI
-	order   []string
-	byKey   map[string]string // idempotency key → PI id
-	limiter *rate.Limiter
-	now     func() time.Time
-
-	requests    atomic.Int64
-	rateLimited atomic.Int64
-	seq         atomic.Int64
+// charges are the confirmed PaymentIntents; guarded by Stripe.mu.
+type charges struct {
+	pis      map[string]*PI
+	order    []string
+	byKey    map[string]string // idempotency key → PI id
+	saved500 map[string]bool   // idempotency keys whose saved answer is a 500
 }
 
-// NewStripe starts a fake; limit > 0 enforces that many requests per second
-// (429 beyond it, as Stripe does).
-func NewStripe(limit float64, now func() time.Time) *Stripe {
-	if now == nil {
-		now = time.Now
-	}
-	f := &Stripe{pis: map[string]*PI{}, byKey: map[string]string{}, saved500: map[string]bool{}, now: now}
-	if limit > 0 {
-		f.limiter = rate.NewLimiter(rate.Limit(limit), max(1, int(limit/10)))
-	}
-	f.Server = httptest.NewServer(http.HandlerFunc(f.serve))
-	return f
+func (c *charges) init() {
+	c.pis, c.byKey, c.saved500 = map[string]*PI{}, map[string]string{}, map[string]bool{}
 }
 
-// URL is the fake's base URL (STRIPE_API_BASE).
-func (f *Stripe) URL() string { return f.Server.URL }
-
-// Close stops the server.
-func (f *Stripe) Close() { f.Server.Close() }
-
-// Requests and RateLimited count the requests served and refused with 429.
-func (f *Stripe) Requests() int64    { return f.requests.Load() }
-func (f *Stripe) RateLimited() int64 { return f.rateLimited.Load() }
-
-func stripeError(w http.ResponseWriter, status int, typ, code, msg string, pi map[string]any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	e := map[string]any{"type": typ, "code": code, "message": msg}
-	if pi != nil {
-		e["payment_intent"] = pi
-		e["decline_code"] = "insufficient_funds"
-	}
-	_ = json.NewEncoder(w).Encode(map[string]any{"error": e})
+// isCharge: a PaymentIntent created with confirm or off_session (the
+// billing core's charges; the purchase API creates unconfirmed ones).
+func isCharge(r Request) bool {
+	return r.Method == http.MethodPost && r.Path == "/v1/payment_intents" &&
+		(r.Form.Has("confirm") || r.Form.Has("off_session"))
 }
 
-func (f *Stripe) serve(w http.ResponseWriter, r *http.Request) {
-	f.requests.Add(1)
-	if f.limiter != nil && !f.limiter.Allow() {
-		f.rateLimited.Add(1)
-		stripeError(w, http.StatusTooManyRequests, "invalid_request_error", "rate_limit",
-			"Request rate limit exceeded.", nil)
-		return
-	}
-	if f.down.Load() {
-		stripeError(w, http.StatusInternalServerError, "api_error", "", "internal error", nil)
-		return
-	}
-	switch {
-	case r.Method == http.MethodPost && r.URL.Path == "/v1/payment_intents":
-		f.create(w, r)
-	case r.Method == http.MethodGet && r.URL.Path == "/v1/payment_intents/search":
-		f.search(w, r)
-	case r.Method == http.MethodGet && r.URL.Path == "/v1/payment_intents":
-		f.list(w, r)
-	case r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/v1/payment_intents/"):
-		f.mu.Lock()
-		p, ok := f.pis[strings.TrimPrefix(r.URL.Path, "/v1/payment_intents/")]
-		ok = ok && p.Account == r.Header.Get("Stripe-Account") // another account's objects do not exist
-		var body map[string]any
-		if ok {
-			body = p.JSON()
-		}
-		f.mu.Unlock()
-		if !ok {
-			stripeError(w, http.StatusNotFound, "invalid_request_error", "resource_missing", "No such payment_intent", nil)
-			return
-		}
-		writeJSON(w, body)
-	default:
-		stripeError(w, http.StatusNotFound, "invalid_request_error", "", "unknown route "+r.URL.Path, nil)
-	}
-}
-
-func writeJSON(w http.ResponseWriter, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(v)
-}
-
-func (f *Stripe) create(w http.ResponseWriter, r *http.Request) {
-	if err := r.ParseForm(); err != nil {
-		stripeError(w, http.StatusBadRequest, "invalid_request_error", "", "bad form", nil)
-		return
-	}
+func (f *Stripe) createCharge(w http.ResponseWriter, r *http.Request) {
 	key := r.Header.Get("Idempotency-Key")
 	f.mu.Lock()
-	if f.saved500[key] && key != "" {
+	if f.charges.saved500[key] && key != "" {
 		f.mu.Unlock()
-		stripeError(w, http.StatusInternalServerError, "api_error", "", "internal error (replayed)", nil)
+		writeError(w, http.StatusInternalServerError, "api_error", "", "internal error (replayed)", nil)
 		return
 	}
-	if id, ok := f.byKey[key]; ok && key != "" {
-		p := f.pis[id]
+	if id, ok := f.charges.byKey[key]; ok && key != "" {
+		p := f.charges.pis[id]
 		f.mu.Unlock()
 		f.respond(w, p, false)
 		return
@@ -202,7 +102,7 @@ func (f *Stripe) create(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if r.PostForm.Get("confirm") != "true" || r.PostForm.Get("off_session") != "true" {
-		stripeError(w, http.StatusBadRequest, "invalid_request_error", "parameter_missing", "want confirm and off_session", nil)
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "parameter_missing", "want confirm and off_session", nil)
 		return
 	}
 	behavior := Succeed
@@ -210,7 +110,7 @@ func (f *Stripe) create(w http.ResponseWriter, r *http.Request) {
 		behavior = f.Decide(*p)
 	}
 	if behavior == Fail500 {
-		stripeError(w, http.StatusInternalServerError, "api_error", "", "internal error", nil)
+		writeError(w, http.StatusInternalServerError, "api_error", "", "internal error", nil)
 		return
 	}
 	acted, lost := behavior == Acted500, behavior == Lost
@@ -233,24 +133,26 @@ func (f *Stripe) create(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	// A concurrent request with the same key lost the race: answer with the
 	// winner, as Stripe would (it answers 409 while one is in progress).
-	if id, ok := f.byKey[key]; ok && key != "" {
-		existing := f.pis[id]
+	if id, ok := f.charges.byKey[key]; ok && key != "" {
+		existing := f.charges.pis[id]
 		f.mu.Unlock()
 		f.respond(w, existing, false)
 		return
 	}
-	f.pis[p.ID] = p
-	f.order = append(f.order, p.ID)
+	f.charges.pis[p.ID] = p
+	f.charges.order = append(f.charges.order, p.ID)
 	if key != "" {
-		f.byKey[key] = p.ID
+		f.charges.byKey[key] = p.ID
 		if acted {
-			f.saved500[key] = true
+			f.charges.saved500[key] = true
 		}
 	}
 	f.mu.Unlock()
 	f.respond(w, p, lost || acted)
 }
 
+// respond answers a charge as it is now: a decline is a 402 card error
+// carrying the PaymentIntent, as Stripe's is.
 func (f *Stripe) respond(w http.ResponseWriter, p *PI, lost bool) {
 	f.mu.Lock()
 	body := p.JSON()
@@ -258,12 +160,22 @@ func (f *Stripe) respond(w http.ResponseWriter, p *PI, lost bool) {
 	f.mu.Unlock()
 	switch {
 	case lost:
-		stripeError(w, http.StatusInternalServerError, "api_error", "", "connection reset", nil)
+		writeError(w, http.StatusInternalServerError, "api_error", "", "connection reset", nil)
 	case status == "requires_payment_method":
-		stripeError(w, http.StatusPaymentRequired, "card_error", "card_declined", "Your card has insufficient funds.", body)
+		writeError(w, http.StatusPaymentRequired, "card_error", "card_declined", "Your card has insufficient funds.",
+			map[string]any{"payment_intent": body, "decline_code": "insufficient_funds"})
 	default:
 		writeJSON(w, body)
 	}
+}
+
+// charge returns the JSON of a charge visible to account; f.mu is held.
+func (f *Stripe) charge(account, id string) (map[string]any, bool) {
+	p, ok := f.charges.pis[id]
+	if !ok || p.Account != account { // another account's objects do not exist
+		return nil, false
+	}
+	return p.JSON(), true
 }
 
 // JSON is the PaymentIntent as Stripe renders it (the fields the service
@@ -282,22 +194,22 @@ func (p *PI) JSON() map[string]any {
 	return body
 }
 
-// PIs returns copies of every PaymentIntent, in creation order.
+// PIs returns copies of every confirmed PaymentIntent, in creation order.
 func (f *Stripe) PIs() []PI {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	out := make([]PI, 0, len(f.order))
-	for _, id := range f.order {
-		out = append(out, *f.pis[id])
+	out := make([]PI, 0, len(f.charges.order))
+	for _, id := range f.charges.order {
+		out = append(out, *f.charges.pis[id])
 	}
 	return out
 }
 
-// Get returns one PaymentIntent.
+// Get returns one confirmed PaymentIntent.
 func (f *Stripe) Get(id string) (PI, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	p, ok := f.pis[id]
+	p, ok := f.charges.pis[id]
 	if !ok {
 		return PI{}, false
 	}
@@ -308,7 +220,7 @@ func (f *Stripe) Get(id string) (PI, bool) {
 func (f *Stripe) Settle(id string, ok bool) (PI, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	p := f.pis[id]
+	p := f.charges.pis[id]
 	if p == nil || p.Status != "processing" {
 		return PI{}, fmt.Errorf("%s is not processing", id)
 	}
@@ -324,7 +236,7 @@ func (f *Stripe) Settle(id string, ok bool) (PI, error) {
 func (f *Stripe) Refund(id string) (PI, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	p := f.pis[id]
+	p := f.charges.pis[id]
 	if p == nil || p.Status != "succeeded" || p.Refunded {
 		return PI{}, fmt.Errorf("%s cannot be refunded", id)
 	}
@@ -364,8 +276,8 @@ func (f *Stripe) Successful() map[string][]string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	out := map[string][]string{}
-	for _, id := range f.order {
-		p := f.pis[id]
+	for _, id := range f.charges.order {
+		p := f.charges.pis[id]
 		if p.Status == "succeeded" {
 			k := PeriodKey(p.Metadata["billing_account"], p.Metadata["billing_subscription"], p.Metadata["billing_date"])
 			out[k] = append(out[k], p.ID)
@@ -380,29 +292,26 @@ func (f *Stripe) Successful() map[string][]string {
 // PeriodKey names a billing period in test maps.
 func PeriodKey(account, sub, date string) string { return account + "/" + sub + "/" + date }
 
-// SetDown makes every request answer 500 without acting (an outage).
-func (f *Stripe) SetDown(down bool) { f.down.Store(down) }
-
 var searchClause = regexp.MustCompile(`^metadata\['([^'\]]+)'\]:'((?:[^'\\]|\\.)*)'$`)
 
-// search is GET /v1/payment_intents/search: the fake understands
+// searchCharges is GET /v1/payment_intents/search: the fake understands
 // metadata['key']:'value' clauses joined by AND, on the request's account.
-func (f *Stripe) search(w http.ResponseWriter, r *http.Request) {
+func (f *Stripe) searchCharges(w http.ResponseWriter, r *http.Request) {
 	query := r.URL.Query().Get("query")
 	want := map[string]string{}
 	for _, clause := range strings.Split(query, " AND ") {
 		m := searchClause.FindStringSubmatch(strings.TrimSpace(clause))
 		if m == nil {
-			stripeError(w, http.StatusBadRequest, "invalid_request_error", "", "unsupported search query: "+query, nil)
+			writeError(w, http.StatusBadRequest, "invalid_request_error", "", "unsupported search query: "+query, nil)
 			return
 		}
 		want[m[1]] = strings.NewReplacer(`\'`, `'`, `\\`, `\`).Replace(m[2])
 	}
 	account := r.Header.Get("Stripe-Account")
-	var data []any
+	data := []any{}
 	f.mu.Lock()
-	for _, id := range f.order {
-		p := f.pis[id]
+	for _, id := range f.charges.order {
+		p := f.charges.pis[id]
 		if p.Account != account || f.now().Sub(p.Created) < f.SearchLag {
 			continue
 		}
@@ -417,16 +326,13 @@ func (f *Stripe) search(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	f.mu.Unlock()
-	if data == nil {
-		data = []any{}
-	}
 	writeJSON(w, map[string]any{"object": "search_result", "url": "/v1/payment_intents/search", "has_more": false,
 		"next_page": nil, "data": data})
 }
 
-// list is GET /v1/payment_intents?customer=&created[gte]= on the request's
-// account, newest first.
-func (f *Stripe) list(w http.ResponseWriter, r *http.Request) {
+// listCharges is GET /v1/payment_intents?customer=&created[gte]= on the
+// request's account, newest first.
+func (f *Stripe) listCharges(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	customer := q.Get("customer")
 	var since int64
@@ -434,18 +340,15 @@ func (f *Stripe) list(w http.ResponseWriter, r *http.Request) {
 		since, _ = strconv.ParseInt(v, 10, 64)
 	}
 	account := r.Header.Get("Stripe-Account")
-	var data []any
+	data := []any{}
 	f.mu.Lock()
-	for i := len(f.order) - 1; i >= 0; i-- {
-		p := f.pis[f.order[i]]
+	for i := len(f.charges.order) - 1; i >= 0; i-- {
+		p := f.charges.pis[f.charges.order[i]]
 		if p.Account != account || (customer != "" && p.Customer != customer) || p.Created.Unix() < since {
 			continue
 		}
 		data = append(data, p.JSON())
 	}
 	f.mu.Unlock()
-	if data == nil {
-		data = []any{}
-	}
 	writeJSON(w, map[string]any{"object": "list", "url": "/v1/payment_intents", "has_more": false, "data": data})
 }
