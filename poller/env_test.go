@@ -1,7 +1,6 @@
 package poller_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -48,7 +47,7 @@ type env struct {
 	// handler is an in-process handler on the same stores, with an applier
 	// that writes one effects row per application and can be told to fail.
 	handler *handler.Handler
-	logs    *syncBuffer
+	logs    *testenv.Logs
 
 	vars map[string]string
 
@@ -59,7 +58,7 @@ type env struct {
 
 func newEnv(t testing.TB) *env {
 	t.Helper()
-	e := &env{t: t, api: stripetest.New(t, stripetest.Options{Key: "sk_test_poller_fake"}), logs: &syncBuffer{}, now: time.Now().UTC().Truncate(time.Second), fail: map[string]bool{}}
+	e := &env{t: t, api: stripetest.New(t, stripetest.Options{Key: "sk_test_poller_fake"}), logs: &testenv.Logs{}, now: time.Now().UTC().Truncate(time.Second), fail: map[string]bool{}}
 	vars := map[string]string{
 		"APP_ENV":                 "development",
 		"LISTEN_ADDR":             "127.0.0.1:0",
@@ -255,21 +254,4 @@ func idOf(payload []byte) string {
 	var ev struct{ ID string }
 	_ = json.Unmarshal(payload, &ev)
 	return ev.ID
-}
-
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

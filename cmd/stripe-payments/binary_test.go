@@ -101,15 +101,21 @@ func environ(overrides map[string]string) []string {
 			env = append(env, kv)
 		}
 	}
-	keys := make([]string, 0, len(overrides))
-	for k := range overrides {
+	return append(env, assignments(overrides)...)
+}
+
+// assignments are vars as NAME=value, sorted by name.
+func assignments(vars map[string]string) []string {
+	keys := make([]string, 0, len(vars))
+	for k := range vars {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
+	out := make([]string, 0, len(keys))
 	for _, k := range keys {
-		env = append(env, k+"="+overrides[k])
+		out = append(out, k+"="+vars[k])
 	}
-	return env
+	return out
 }
 
 // runCommand runs the binary to completion (migrate, poll) and returns its

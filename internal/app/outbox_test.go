@@ -111,7 +111,7 @@ func apiCall(t *testing.T, method, url string, body string) (int, map[string]any
 // internal API delivers it exactly once, with the same id.
 func TestDeadLetterRedriveThroughTheAPI(t *testing.T) {
 	rcv := newReceiver(t, http.StatusInternalServerError, 0)
-	var logs syncBuffer
+	var logs testenv.Logs
 	a := startApp(t, &logs, map[string]string{
 		"ACTIONS_URL": rcv.srv.URL, "ACTIONS_SECRET": actionsSecret, "OUTBOX_MAX_ATTEMPTS": "2",
 	})
@@ -281,22 +281,4 @@ func scrape(t *testing.T, a *apptest.App) string {
 	b, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
 	return string(b)
-}
-
-// syncBuffer is a log sink safe for the app's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -1,10 +1,8 @@
 package billing_test
 
 import (
-	"bytes"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -14,24 +12,8 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/billing/billingtest"
 	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
 	"github.com/stripe-payments/stripe-payments/internal/stripetest"
+	"github.com/stripe-payments/stripe-payments/internal/testenv"
 )
-
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // Issue 12, the feed-trust hole: any connected account can create a
 // PaymentIntent carrying another period's billing_* metadata. Such an event
@@ -39,7 +21,7 @@ func (b *syncBuffer) String() string {
 // is logged (WARN, ids only) and counted.
 func TestFeedRefusesPaymentIntentsTheServiceDidNotCreate(t *testing.T) {
 	t.Parallel()
-	logs := &syncBuffer{}
+	logs := &testenv.Logs{}
 	obs := newObserver()
 	e := billingtest.NewEnv(t, billingtest.Options{Observer: obs,
 		Log: slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})

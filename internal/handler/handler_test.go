@@ -85,18 +85,15 @@ func parse(t *testing.T, payload []byte) *stripe.Event {
 	return ev
 }
 
-func TestConcurrentDuplicateDeliveriesApplyOnce(t *testing.T) {
-	e := newEnv(t)
-	h := e.handler(nil)
-	payload := stripetest.Event{Fixture: "payment_intent.succeeded"}.Build(t)
-	ev := parse(t, payload)
-
-	const deliveries = 20
+// deliverAtOnce hands payload to h n times at the same moment (the
+// webhook's source) and returns each delivery's outcome and error.
+func deliverAtOnce(t *testing.T, h *handler.Handler, payload []byte, n int) ([]stripeevent.Outcome, []error) {
+	t.Helper()
 	var wg sync.WaitGroup
-	outcomes := make([]stripeevent.Outcome, deliveries)
-	errs := make([]error, deliveries)
+	outcomes := make([]stripeevent.Outcome, n)
+	errs := make([]error, n)
 	start := make(chan struct{})
-	for i := range deliveries {
+	for i := range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -106,6 +103,17 @@ func TestConcurrentDuplicateDeliveriesApplyOnce(t *testing.T) {
 	}
 	close(start)
 	wg.Wait()
+	return outcomes, errs
+}
+
+func TestConcurrentDuplicateDeliveriesApplyOnce(t *testing.T) {
+	e := newEnv(t)
+	h := e.handler(nil)
+	payload := stripetest.Event{Fixture: "payment_intent.succeeded"}.Build(t)
+	ev := parse(t, payload)
+
+	const deliveries = 20
+	outcomes, errs := deliverAtOnce(t, h, payload, deliveries)
 
 	applied := 0
 	for i := range deliveries {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -119,20 +118,7 @@ func TestWriteBehindConcurrentDuplicatesApplyOnce(t *testing.T) {
 			payload := stripetest.Event{Fixture: fixture}.Build(t)
 			ev := parse(t, payload)
 			const deliveries = 20
-			var wg sync.WaitGroup
-			outcomes := make([]stripeevent.Outcome, deliveries)
-			errs := make([]error, deliveries)
-			start := make(chan struct{})
-			for i := range deliveries {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					<-start
-					outcomes[i], errs[i] = h.Handle(context.Background(), parse(t, payload), payload, stripeevent.SourceWebhook)
-				}()
-			}
-			close(start)
-			wg.Wait()
+			outcomes, errs := deliverAtOnce(t, h, payload, deliveries)
 			applied := 0
 			for i := range deliveries {
 				require.NoError(t, errs[i], "delivery %d", i)

@@ -1,7 +1,6 @@
 package httpserver_test
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -9,7 +8,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,31 +17,14 @@ import (
 
 	"github.com/stripe-payments/stripe-payments/internal/httpserver"
 	"github.com/stripe-payments/stripe-payments/internal/metrics"
+	"github.com/stripe-payments/stripe-payments/internal/testenv"
 )
-
-// syncBuffer is a log sink safe for the server's goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // open starts a real server on a loopback port with a few routes like the
 // service's: a template with a parameter, and handlers that panic.
-func open(t *testing.T) (*httpserver.Server, *syncBuffer) {
+func open(t *testing.T) (*httpserver.Server, *testenv.Logs) {
 	t.Helper()
-	logs := &syncBuffer{}
+	logs := &testenv.Logs{}
 	srv := httpserver.New(slog.New(slog.NewJSONHandler(logs, nil)), metrics.New(), nil)
 	srv.Echo.GET("/things/:id", func(c echo.Context) error {
 		return c.JSON(http.StatusOK, map[string]string{"id": c.Param("id")})
