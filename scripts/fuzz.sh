@@ -10,6 +10,7 @@ fuzztime="${1:-8s}"
 targets=(
 	"./webhook/ FuzzVerify"
 	"./internal/events/ FuzzParse"
+	"./internal/stripeevent/ FuzzParseAgreesWithStripeGo"
 	"./internal/tracking/ FuzzFlows"
 )
 for t in "${targets[@]}"; do

@@ -274,12 +274,20 @@ func TestPreparerRunsBeforeTheTransactionAndCanFail(t *testing.T) {
 		if fail.Load() {
 			return errors.New("stripe unreachable")
 		}
-		ev.Data.Object["prepared"] = true
+		obj, err := stripeevent.Object(ev)
+		if err != nil {
+			return err
+		}
+		obj["prepared"] = true
 		return nil
 	}
 	var sawPrepared atomic.Bool
 	apply := func(ctx context.Context, tx handler.Tx, ev *stripe.Event) error {
-		sawPrepared.Store(ev.Data.Object["prepared"] == true)
+		obj, err := stripeevent.Object(ev)
+		if err != nil {
+			return err
+		}
+		sawPrepared.Store(obj["prepared"] == true)
 		return nil
 	}
 	h := handler.New(handler.Config{PlatformAccount: "acct_platform_test", EventTTL: 720 * time.Hour},

@@ -11,6 +11,7 @@ import (
 	"github.com/stripe/stripe-go/v76"
 
 	"github.com/stripe-payments/stripe-payments/internal/pgtx"
+	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
 	"github.com/stripe-payments/stripe-payments/internal/stripeid"
 )
 
@@ -28,8 +29,12 @@ import (
 // ev so the applier sees whether it belongs to a subscription and its
 // metadata. The lookup is bounded by the flows' timeout.
 func (f *Flows) ExpandInvoice(ctx context.Context, ev *stripe.Event) error {
+	obj, err := stripeevent.Object(ev)
+	if err != nil {
+		return unprocessable("%v", err)
+	}
 	var id string
-	switch ref := ev.Data.Object["invoice"].(type) {
+	switch ref := obj["invoice"].(type) {
 	case string:
 		id = ref
 	case map[string]any:
@@ -72,8 +77,8 @@ func (f *Flows) ExpandInvoice(ctx context.Context, ev *stripe.Event) error {
 	if inv["id"] != id {
 		return fmt.Errorf("look up invoice %s: Stripe answered with %v", id, inv["id"])
 	}
-	ev.Data.Object["invoice"] = inv
-	if ev.Data.Raw, err = json.Marshal(ev.Data.Object); err != nil {
+	obj["invoice"] = inv
+	if ev.Data.Raw, err = json.Marshal(obj); err != nil {
 		return fmt.Errorf("re-encode event object: %w", err)
 	}
 	return nil
