@@ -16,6 +16,7 @@ import (
 
 	"github.com/stripe-payments/stripe-payments/internal/api"
 	"github.com/stripe-payments/stripe-payments/internal/billing"
+	billingstore "github.com/stripe-payments/stripe-payments/internal/billing/store"
 	"github.com/stripe-payments/stripe-payments/internal/config"
 	"github.com/stripe-payments/stripe-payments/internal/dispatch"
 	"github.com/stripe-payments/stripe-payments/internal/dynamo"
@@ -59,6 +60,9 @@ type App struct {
 	// events about its charges (outbox topic "billing").
 	Billing     *billing.Service
 	BillingFeed *outbox.Worker
+	// BillingStore is the billing core's DynamoDB store (the poller lists
+	// the Stripe accounts it charges on).
+	BillingStore *billingstore.Store
 
 	// Outbox lists and re-drives dead letters and reads backlog figures
 	// (internal API, operator console).

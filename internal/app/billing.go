@@ -8,6 +8,9 @@ import (
 
 	"github.com/stripe-payments/stripe-payments/internal/billing"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
+	"github.com/stripe-payments/stripe-payments/internal/billing/notify"
+	billingstore "github.com/stripe-payments/stripe-payments/internal/billing/store"
+	"github.com/stripe-payments/stripe-payments/internal/billing/stripecharge"
 	"github.com/stripe-payments/stripe-payments/internal/lock"
 	"github.com/stripe-payments/stripe-payments/internal/metrics"
 	"github.com/stripe-payments/stripe-payments/internal/outbox"
@@ -16,21 +19,21 @@ import (
 // newBilling builds the billing core and the worker of its webhook feed.
 func (a *App) newBilling() error {
 	c := a.Config.Billing
-	charger := billing.NewCharger(a.Stripe, billing.ChargerOptions{Rate: c.StripeRateLimit, Burst: max(1, int(c.StripeRateLimit/10))})
+	charger := stripecharge.New(a.Stripe, stripecharge.Options{Rate: c.StripeRateLimit, Burst: max(1, int(c.StripeRateLimit/10))})
 	locks := lock.New(a.Dynamo, a.Config.LocksTable, lock.Options{Lease: c.LockLease, Heartbeat: c.LockHeartbeat, Log: a.Log})
-	store := billing.NewStore(a.Dynamo, a.Config.BillingTable, a.Config.BillingHistoryTable, c.Shards)
+	store := billingstore.New(a.Dynamo, a.Config.BillingTable, a.Config.BillingHistoryTable, c.Shards)
 	cfg := billing.DefaultConfig()
 	cfg.Shards, cfg.WorkersPerShard, cfg.ReminderDays = c.Shards, c.WorkersPerShard, c.ReminderDays
 	cfg.Retry = dates.RetryPolicy{Days: c.RetryDays, StaleDays: c.StaleDays}
 	cfg.ReceiptTTL, cfg.LookbackDays, cfg.LockedRetryWait = c.ReceiptTTL, c.LookbackDays, c.LockLease+c.LockHeartbeat
 	cfg.PlatformAccount, cfg.Livemode = a.Config.PlatformAccount, a.Config.Livemode()
 	svc, err := billing.New(cfg, billing.Deps{Store: store, Locks: locks, Charger: charger,
-		Notifier: billing.OutboxNotifier{Pool: a.Pool, Email: a.Config.SESFromAddress != ""}, Log: a.Log.With("component", "billing"),
+		Notifier: notify.Outbox{Pool: a.Pool, Email: a.Config.SESFromAddress != ""}, Log: a.Log.With("component", "billing"),
 		Observer: metrics.NewBilling(a.Metrics.Registry)})
 	if err != nil {
 		return fmt.Errorf("billing: %w", err)
 	}
-	a.Billing = svc
+	a.Billing, a.BillingStore = svc, store
 	a.BillingFeed = &outbox.Worker{Pool: a.Pool, Topic: billing.FeedTopic, Deliver: svc.DeliverFeed,
 		Log: a.Log.With("component", "billing-feed")}
 	a.outboxPolicy().Apply(a.BillingFeed)

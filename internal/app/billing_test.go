@@ -50,7 +50,7 @@ func TestBillingEndToEnd(t *testing.T) {
 	p, err := a.Billing.Store().GetPeriod(ctx, "acct_e2e", subID, dates.MustParse(date))
 	require.NoError(t, err)
 	p.InFlightKey, p.InFlightAt = billing.IdempotencyKey(p, 1), time.Now()
-	claim := a.Billing.Store().NewTx("claim", time.Now())
+	claim := billing.NewTx("claim", time.Now())
 	claim.PutPeriod(&p, true)
 	require.NoError(t, a.Billing.Store().Commit(ctx, claim))
 

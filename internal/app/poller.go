@@ -7,7 +7,7 @@ import (
 	"net"
 	"net/http"
 
-	"github.com/stripe-payments/stripe-payments/internal/billing"
+	billingstore "github.com/stripe-payments/stripe-payments/internal/billing/store"
 	"github.com/stripe-payments/stripe-payments/internal/metrics"
 	"github.com/stripe-payments/stripe-payments/internal/tracking"
 	"github.com/stripe-payments/stripe-payments/poller"
@@ -69,7 +69,7 @@ func (a *App) NewPoller(o PollerOptions) (*poller.Poller, error) {
 		Checkpoints: checkpoints,
 		Locker:      checkpoints,
 		// Every account the ledger, the purchases or the billing table knows.
-		Accounts: poller.Accounts{tracking.NewLedgerAccounts(a.Pool), billing.ChargedAccounts{Store: a.Billing.Store()}},
+		Accounts: poller.Accounts{tracking.NewLedgerAccounts(a.Pool), billingstore.ChargedAccounts{Store: a.BillingStore}},
 		Replayer: replayer,
 		Observer: o.Observer,
 		Progress: o.Progress,

@@ -9,6 +9,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/app"
 	"github.com/stripe-payments/stripe-payments/internal/billing"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
+	billingstore "github.com/stripe-payments/stripe-payments/internal/billing/store"
 	"github.com/stripe-payments/stripe-payments/poller"
 )
 
@@ -27,7 +28,7 @@ func TestPollerListsTheAccountsBillingChargesOn(t *testing.T) {
 	_, err = a.Billing.CreateSubscription(t.Context(), "merchant-2", in)
 	require.NoError(t, err)
 
-	accounts, err := billing.ChargedAccounts{Store: a.Billing.Store()}.Accounts(t.Context())
+	accounts, err := billingstore.ChargedAccounts{Store: a.BillingStore}.Accounts(t.Context())
 	require.NoError(t, err)
 	assert.Equal(t, []string{"acct_billing_only"}, accounts)
 

@@ -9,8 +9,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/stripe-payments/stripe-payments/internal/billing"
 	"github.com/stripe-payments/stripe-payments/internal/billing/billingtest"
+	"github.com/stripe-payments/stripe-payments/internal/billing/store"
 )
 
 // The registry of the accounts the billing table charges on (the poller's
@@ -26,7 +26,7 @@ func TestChargedAccountsRegistry(t *testing.T) {
 	platform.StripeAccount = ""
 	_, err = e.Service.CreateSubscription(ctx, "acc-2", platform)
 	require.NoError(t, err)
-	src := billing.ChargedAccounts{Store: e.Store}
+	src := store.ChargedAccounts{Store: e.Store}
 	got, err := src.Accounts(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, []string{"acct_test"}, got)

@@ -14,6 +14,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/billing"
 	"github.com/stripe-payments/stripe-payments/internal/billing/billingtest"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
+	"github.com/stripe-payments/stripe-payments/internal/billing/store"
 	"github.com/stripe-payments/stripe-payments/internal/dynamo"
 	"github.com/stripe-payments/stripe-payments/internal/lock"
 	"github.com/stripe-payments/stripe-payments/internal/stripetest"
@@ -111,12 +112,12 @@ func TestCreateSubscriptionIsInBothIndexes(t *testing.T) {
 	assert.Equal(t, billing.SubActive, sub.Status)
 
 	pk, sk := subKeys(sub)
-	shard := billing.Shard("acc-1", e.Store.Shards())
-	assert.Equal(t, []string{billing.Partition(d("2024-01-15"), shard)}, inIndex(t, e, dynamo.BillingPaymentsIndex, pk, sk))
-	assert.Equal(t, []string{billing.Partition(d("2024-01-08"), shard)}, inIndex(t, e, dynamo.BillingRemindersIndex, pk, sk))
+	shard := store.Shard("acc-1", e.Store.Shards())
+	assert.Equal(t, []string{store.Partition(d("2024-01-15"), shard)}, inIndex(t, e, dynamo.BillingPaymentsIndex, pk, sk))
+	assert.Equal(t, []string{store.Partition(d("2024-01-08"), shard)}, inIndex(t, e, dynamo.BillingRemindersIndex, pk, sk))
 	item := rawItem(t, e, pk, sk)
-	assert.Equal(t, billing.NeverSentinel, str(item, "GSI2SK"), "never paid: the sentinel keeps it in the sparse index")
-	assert.Equal(t, billing.NeverSentinel, str(item, "GSI1SK"))
+	assert.Equal(t, store.NeverSentinel, str(item, "GSI2SK"), "never paid: the sentinel keeps it in the sparse index")
+	assert.Equal(t, store.NeverSentinel, str(item, "GSI1SK"))
 
 	p := period(t, e, sub, "2024-01-15")
 	assert.Equal(t, billing.Scheduled, p.Status)

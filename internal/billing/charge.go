@@ -1,20 +1,13 @@
 package billing
 
 import (
-	"context"
-	"errors"
-	"fmt"
-	"math/rand/v2"
-	"net/http"
-	"sync/atomic"
+	"strconv"
 	"time"
-
-	"github.com/stripe/stripe-go/v76"
-	"github.com/stripe/stripe-go/v76/client"
-	"golang.org/x/time/rate"
-
-	"github.com/stripe-payments/stripe-payments/internal/config"
 )
+
+// The model of a charge: what the service asks of Stripe and what it
+// learns (the Charger interface, deps.go; internal/billing/stripecharge
+// makes the requests).
 
 // Metadata keys that mark a PaymentIntent as a billing-core charge; the
 // webhook feed routes events by them.
@@ -60,165 +53,36 @@ type ChargeResult struct {
 	Error         string
 }
 
-// ChargerOptions configure the Stripe rate limiting.
-type ChargerOptions struct {
-	// Rate is the token bucket's requests per second (STRIPE_RATE_LIMIT),
-	// Burst its size.
-	Rate  float64
-	Burst int
-	// MaxRateLimitRetries bounds the retries of one request answered 429.
-	MaxRateLimitRetries int
-	// Backoff is the pause before retry n (n ≥ 1) after a 429.
-	Backoff func(n int) time.Duration
+// MetaAttempt is the attempt number a billing PaymentIntent was created by;
+// with the other billing_* keys it names the one attempt a lookup looks for.
+const MetaAttempt = "billing_attempt"
+
+// Lookup is what asking Stripe for an attempt's PaymentIntent found.
+type Lookup struct {
+	// Found: a PaymentIntent of the attempt exists; Result is its outcome.
+	Found  bool
+	Result ChargeResult
+	// How names the way it was found (search, list), for the history.
+	How string
 }
 
-// Charger creates the PaymentIntents of the collection job through one
-// token bucket: Stripe's rate limit is the ceiling of a collection run, so
-// every worker waits for a token, and a 429 (which Stripe does not execute
-// and stripe-go does not retry) backs off and retries with the same
-// idempotency key.
-type Charger struct {
-	api     *client.API
-	limiter *rate.Limiter
-	opts    ChargerOptions
-
-	requests    atomic.Int64
-	rateLimited atomic.Int64
+// AttemptQuery identifies the PaymentIntent an attempt created: the
+// metadata the service set on it, the account, customer, amount and
+// currency it was created with, and when the attempt started.
+type AttemptQuery struct {
+	StripeAccount string
+	Customer      string
+	Amount        int64
+	Currency      string
+	Metadata      map[string]string
+	Since         time.Time
+	// Exclude: PaymentIntents already recorded for the period (earlier
+	// attempts), never the answer.
+	Exclude map[string]bool
 }
 
-// DefaultBackoff: 250 ms doubling to 8 s, with jitter.
-func DefaultBackoff(n int) time.Duration {
-	d := 250 * time.Millisecond << min(n-1, 5)
-	return d/2 + rand.N(d/2+1)
-}
-
-// NewCharger returns a charger over a stripe-go client (internal/stripeclient).
-func NewCharger(api *client.API, opts ChargerOptions) *Charger {
-	if opts.Rate <= 0 {
-		opts.Rate = config.DefaultStripeRateLimit
-	}
-	if opts.Burst <= 0 {
-		opts.Burst = 1
-	}
-	if opts.MaxRateLimitRetries <= 0 {
-		opts.MaxRateLimitRetries = 8
-	}
-	if opts.Backoff == nil {
-		opts.Backoff = DefaultBackoff
-	}
-	return &Charger{api: api, limiter: rate.NewLimiter(rate.Limit(opts.Rate), opts.Burst), opts: opts}
-}
-
-// Stats are the charger's counters.
-type ChargerStats struct {
-	Requests    int64
-	RateLimited int64
-}
-
-// Stats returns the request and 429 counts so far.
-func (c *Charger) Stats() ChargerStats {
-	return ChargerStats{Requests: c.requests.Load(), RateLimited: c.rateLimited.Load()}
-}
-
-// Charge creates and confirms the PaymentIntent. The error is non-nil
-// exactly when the outcome is Unknown.
-func (c *Charger) Charge(ctx context.Context, req ChargeRequest) (ChargeResult, error) {
-	for attempt := 0; ; attempt++ {
-		if err := c.limiter.Wait(ctx); err != nil {
-			return ChargeResult{}, fmt.Errorf("rate limiter: %w", err)
-		}
-		c.requests.Add(1)
-		pi, err := c.api.PaymentIntents.New(c.params(ctx, req))
-		if err == nil {
-			return fromPaymentIntent(pi), nil
-		}
-		var se *stripe.Error
-		if !errors.As(err, &se) {
-			return ChargeResult{}, fmt.Errorf("create payment intent: %w", err)
-		}
-		if se.HTTPStatusCode == http.StatusTooManyRequests {
-			c.rateLimited.Add(1)
-			if attempt >= c.opts.MaxRateLimitRetries {
-				return ChargeResult{}, fmt.Errorf("create payment intent: rate limited %d times: %w", attempt+1, err)
-			}
-			select {
-			case <-ctx.Done():
-				return ChargeResult{}, fmt.Errorf("create payment intent: %w", ctx.Err())
-			case <-time.After(c.opts.Backoff(attempt + 1)):
-			}
-			continue
-		}
-		return classify(se, err)
-	}
-}
-
-func (c *Charger) params(ctx context.Context, req ChargeRequest) *stripe.PaymentIntentParams {
-	p := &stripe.PaymentIntentParams{
-		Amount:        stripe.Int64(req.Amount),
-		Currency:      stripe.String(req.Currency),
-		Customer:      stripe.String(req.Customer),
-		PaymentMethod: stripe.String(req.PaymentMethod),
-		Confirm:       stripe.Bool(true),
-		OffSession:    stripe.Bool(true),
-		AutomaticPaymentMethods: &stripe.PaymentIntentAutomaticPaymentMethodsParams{
-			Enabled: stripe.Bool(true), AllowRedirects: stripe.String("never"),
-		},
-	}
-	if req.Description != "" {
-		p.Description = stripe.String(req.Description)
-	}
-	p.Context = ctx
-	p.SetIdempotencyKey(req.IdempotencyKey)
-	if req.StripeAccount != "" {
-		p.SetStripeAccount(req.StripeAccount)
-	}
-	for k, v := range req.Metadata {
-		p.AddMetadata(k, v)
-	}
-	return p
-}
-
-// classify maps a Stripe error to an outcome: a declined card (402) or a
-// refused request (4xx) is a failed attempt; anything else is unknown.
-func classify(se *stripe.Error, err error) (ChargeResult, error) {
-	msg := se.Msg
-	if se.Code != "" {
-		msg = string(se.Code) + ": " + msg
-	}
-	if se.DeclineCode != "" {
-		msg += " (" + string(se.DeclineCode) + ")"
-	}
-	res := ChargeResult{Outcome: Declined, Error: msg}
-	if se.PaymentIntent != nil {
-		res.PaymentIntent = se.PaymentIntent.ID
-		if se.PaymentIntent.Status == stripe.PaymentIntentStatusSucceeded {
-			return fromPaymentIntent(se.PaymentIntent), nil
-		}
-	}
-	switch {
-	case se.HTTPStatusCode == http.StatusPaymentRequired:
-		return res, nil
-	case se.HTTPStatusCode >= 400 && se.HTTPStatusCode < 500 &&
-		se.HTTPStatusCode != http.StatusUnauthorized && se.HTTPStatusCode != http.StatusForbidden &&
-		se.HTTPStatusCode != http.StatusConflict:
-		return res, nil
-	}
-	return ChargeResult{}, fmt.Errorf("create payment intent: %w", err)
-}
-
-func fromPaymentIntent(pi *stripe.PaymentIntent) ChargeResult {
-	res := ChargeResult{PaymentIntent: pi.ID}
-	switch pi.Status {
-	case stripe.PaymentIntentStatusSucceeded:
-		res.Outcome = Succeeded
-	case stripe.PaymentIntentStatusProcessing:
-		res.Outcome = Processing
-	default:
-		res.Outcome = Declined
-		res.Error = "payment intent " + string(pi.Status)
-		if pi.LastPaymentError != nil {
-			res.Error = string(pi.LastPaymentError.Code) + ": " + pi.LastPaymentError.Msg
-		}
-	}
-	return res
+// attemptMeta is the metadata of attempt n on p.
+func attemptMeta(p Period, n int) map[string]string {
+	return map[string]string{MetaAccount: p.AccountID, MetaSubscription: p.SubscriptionID,
+		MetaDate: p.BillingDate.String(), MetaSKU: p.SKU, MetaAttempt: strconv.Itoa(n)}
 }

@@ -2,12 +2,8 @@ package billing
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"strings"
-	"time"
 
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
 	"github.com/stripe-payments/stripe-payments/internal/lock"
@@ -18,7 +14,7 @@ import (
 // paused), or a failed period whose retry is due.
 func (s *Service) collectEntry(ctx context.Context, l *lock.Lock, e IndexEntry, date dates.Date, rep *Report) error {
 	switch {
-	case strings.HasPrefix(e.SK, prefixSub):
+	case e.Kind == EntrySubscription:
 		sub, p, found, err := s.store.GetSubscriptionWithPeriod(ctx, e)
 		if errors.Is(err, ErrNotFound) {
 			rep.add(func(r *Report) { r.Skipped++ })
@@ -32,7 +28,7 @@ func (s *Service) collectEntry(ctx context.Context, l *lock.Lock, e IndexEntry, 
 			due = &p
 		}
 		return s.collectDue(ctx, l, sub, due, date, rep)
-	case strings.HasPrefix(e.SK, prefixPeriod):
+	case e.Kind == EntryPeriod:
 		return s.retryEntry(ctx, l, e, date, rep)
 	}
 	rep.add(func(r *Report) { r.Skipped++ })
@@ -80,65 +76,13 @@ func (s *Service) collectFirst(ctx context.Context, l *lock.Lock, sub Subscripti
 		}
 	}
 	if p.Status == Paused {
-		// A paused period whose date came: skipped, and the subscription
-		// moves on (ACTIVE again after the last one).
-		now := s.now()
-		tx := s.store.NewTx(fmt.Sprintf("collect:%s:pause-skip", today), now)
-		p.Status, p.Process, p.UpdatedEvent, p.CompletionDate = PausedSkipped, ProcPause, "pause-skipped", now
-		tx.PutPeriod(&p, false)
-		if err := s.advance(ctx, tx, &sub, p.BillingDate, today, ProcPause, now); err != nil {
-			return sub, false, err
-		}
-		tx.PutSubscription(&sub)
-		if err := s.store.Commit(ctx, tx); err != nil {
-			if errors.Is(err, ErrConflict) {
-				rep.add(func(r *Report) { r.Skipped++ })
-				return sub, false, nil
-			}
-			return sub, false, fmt.Errorf("skip paused period: %w", err)
-		}
-		rep.add(func(r *Report) {
-			r.PausedSkipped++
-			if sub.Status == SubActive {
-				r.Resumed++
-			}
-		})
-		return sub, true, nil
+		return s.skipPaused(ctx, sub, p, today, rep)
 	}
 	if p.Status != Scheduled {
-		// Settled elsewhere (a webhook about a charge made outside this job):
-		// nothing to charge, but the subscription must move on.
-		s.log.Warn("billing job: next payment's period is no longer SCHEDULED; moving on without charging",
-			"account", sub.AccountID, "subscription_id", sub.SubscriptionID, "billing_date", p.BillingDate.String(), "status", string(p.Status))
-		now := s.now()
-		tx := s.store.NewTx(s.cause("collect", p, today), now)
-		if err := s.advance(ctx, tx, &sub, p.BillingDate, today, ProcInitial, now); err != nil {
-			return sub, false, err
-		}
-		tx.PutSubscription(&sub)
-		if err := s.store.Commit(ctx, tx); err != nil {
-			if errors.Is(err, ErrConflict) {
-				return sub, false, nil
-			}
-			return sub, false, fmt.Errorf("move on: %w", err)
-		}
-		rep.add(func(r *Report) { r.Skipped++ })
-		return sub, true, nil
+		return s.moveOn(ctx, sub, p, today, rep)
 	}
 	if s.cfg.Retry.IsStale(p.Due(), today) && p.InFlightKey == "" {
-		now := s.now()
-		tx := s.store.NewTx(s.cause("collect", p, today), now)
-		p.Status, p.Process, p.UpdatedEvent, p.CompletionDate = Stale, ProcInitial, "stale", now
-		tx.PutPeriod(&p, false)
-		if err := s.advance(ctx, tx, &sub, p.BillingDate, today, ProcInitial, now); err != nil {
-			return sub, false, err
-		}
-		tx.PutSubscription(&sub)
-		if err := s.store.Commit(ctx, tx); err != nil {
-			return sub, false, fmt.Errorf("mark stale: %w", err)
-		}
-		rep.add(func(r *Report) { r.Stale++ })
-		return sub, true, nil
+		return s.markNextStale(ctx, sub, p, today, rep)
 	}
 	if sub.RemindFor.Equal(p.BillingDate) && p.InFlightKey == "" {
 		// Its reminder has not gone out (its day had passed when the period
@@ -152,294 +96,78 @@ func (s *Service) collectFirst(ctx context.Context, l *lock.Lock, sub Subscripti
 	return s.attempt(ctx, l, sub, p, ProcInitial, today, rep)
 }
 
-func (s *Service) cause(job string, p Period, today dates.Date) string {
-	return fmt.Sprintf("%s:%s:attempt-%d", job, today, p.Attempts+1)
-}
-
-// IdempotencyKey of attempt n on a period: the same attempt always sends
-// the same key, so a rerun after a crash gets the same PaymentIntent back.
-// The attempt number is part of it because Stripe replays a declined
-// request's answer for its key: a retry on a later day is a new attempt.
-func IdempotencyKey(p Period, n int) string {
-	k := fmt.Sprintf("billing:%s:%s:%s:%d", p.AccountID, p.SubscriptionID, p.BillingDate, n)
-	if len(k) > 255 {
-		sum := sha256.Sum256([]byte(k))
-		k = "billing:" + hex.EncodeToString(sum[:])
-	}
-	return k
-}
-
-// attempt charges a period: claim (conditional write), charge, record.
-// An attempt already in flight (a crash, or no answer from Stripe) is
-// settled first: within Stripe's idempotency window it is resent with its
-// key; past it, or when the resend has no answer either, Stripe is asked for
-// the PaymentIntent it made (resolve.go). It returns the subscription as
-// written, and whether it was.
-func (s *Service) attempt(ctx context.Context, l *lock.Lock, sub Subscription, p Period, proc Process, today dates.Date, rep *Report) (Subscription, bool, error) {
+// skipPaused makes a paused period whose date came PAUSED_SKIPPED and
+// moves the subscription on (collectFirst).
+func (s *Service) skipPaused(ctx context.Context, sub Subscription, p Period, today dates.Date, rep *Report) (Subscription, bool, error) {
+	// A paused period whose date came: skipped, and the subscription
+	// moves on (ACTIVE again after the last one).
 	now := s.now()
-	var (
-		res      ChargeResult
-		resolved bool // res is what Stripe said when asked, not a charge's answer
-		// attemptDay: the day the attempt in flight was made, when its
-		// answer comes only now (resent or looked up); zero for a new one.
-		attemptDay dates.Date
-	)
-	if p.InFlightKey != "" && !p.InFlightAt.IsZero() {
-		attemptDay = dates.In(p.InFlightAt, sub.Location())
-	}
-	if p.InFlightKey != "" && sub.Status == SubCancelled {
-		// Cannot happen: changes are refused while an attempt is in flight.
-		s.log.Error("billing job: attempt in flight on a CANCELLED subscription; not charging",
-			"account", p.AccountID, "subscription_id", p.SubscriptionID, "billing_date", p.BillingDate.String())
-		s.leftUnresolved(rep)
-		return sub, false, nil
-	}
-	if p.InFlightKey != "" && now.Sub(p.InFlightAt) > s.cfg.IdempotencyWindow {
-		var (
-			again bool
-			err   error
-		)
-		sub, p, res, resolved, again, err = s.resolveLost(ctx, sub, p, proc, today, rep)
-		if err != nil || (!resolved && !again) {
-			return sub, false, err
-		}
-		if again {
-			attemptDay = dates.Date{} // the lost attempt is recorded; a new one is made today
-			if l != nil && !l.Valid() {
-				return sub, false, fmt.Errorf("before charging: %w", lock.ErrNotOwner)
-			}
-		}
-	}
-	attemptNo := p.Attempts + 1
-	if !resolved {
-		resent := p.InFlightKey != ""
-		if !resent {
-			// Claim: re-check on the table that the subscription is still
-			// ACTIVE and unchanged, and record the attempt's idempotency key
-			// before charging.
-			p.InFlightKey, p.InFlightAt = IdempotencyKey(p, attemptNo), now
-			if p.Status == Error && p.NextAttemptDate.After(today) {
-				// A pay now ahead of the retry days: should its outcome be
-				// unknown, the next job run must find the period (the index
-				// entry is on NextAttemptDate) and resolve it (finding F17).
-				p.NextAttemptDate = today
-			}
-			if p.InitialRunDate.IsZero() {
-				p.InitialRunDate = now
-			}
-			claim := s.store.NewTx("claim", now)
-			claim.CheckSubscription(sub)
-			claim.PutPeriod(&p, true)
-			if err := s.store.Commit(ctx, claim); err != nil {
-				if errors.Is(err, ErrConflict) {
-					rep.add(func(r *Report) { r.Skipped++ })
-					return sub, false, nil // changed since the index read: nothing to charge now
-				}
-				return sub, false, fmt.Errorf("claim: %w", err)
-			}
-		}
-		// A rerun of an attempt in flight reuses its claim: the subscription
-		// was re-read under the lock, and no change is accepted while an
-		// attempt is in flight, so it is as it was charged (ACTIVE, or
-		// PAUSED for the retry of a period charged before the pause).
-		if err := s.step("claimed", p); err != nil {
-			return sub, false, err
-		}
-		if l != nil && !l.Valid() {
-			return sub, false, fmt.Errorf("before charging: %w", lock.ErrNotOwner)
-		}
-		rep.add(func(r *Report) {
-			if r.chargedOn == nil {
-				r.chargedOn = map[string]bool{}
-			}
-			r.chargedOn[p.PaymentDetails.StripeAccount] = true
-		})
-		var err error
-		res, err = s.charge(ctx, l, p, attemptNo)
-		if err != nil && resent {
-			// Within the window Stripe replays a saved 500 for the key: ask
-			// it for the PaymentIntent instead. Only a find settles it here:
-			// the original request may still be running at Stripe.
-			if lk, lerr := s.charger.FindAttempt(ctx, attemptQuery(p)); lerr == nil && lk.Found {
-				s.log.Info("billing job: unknown outcome resolved by asking Stripe", "account", p.AccountID,
-					"subscription_id", p.SubscriptionID, "billing_date", p.BillingDate.String(),
-					"payment_intent", lk.Result.PaymentIntent, "found_by", lk.How)
-				s.obs.OutcomeResolved(outcomeName(lk.Result.Outcome))
-				res, err = lk.Result, nil
-			}
-		}
-		if err != nil {
-			s.obs.OutcomeUnknown()
-			rep.add(func(r *Report) { r.Unknown++ })
-			s.leftUnresolved(rep)
-			return sub, false, fmt.Errorf("charge %s %s: %w", p.SubscriptionID, p.BillingDate, err)
-		}
-		if err := s.step("charged", p); err != nil {
-			return sub, false, err
-		}
-	}
-	now = s.now()
-	// The action reflects what Stripe did, so it goes out before the write:
-	// a rerun gets the same PaymentIntent and the same dedupe key.
-	var err error
-	switch res.Outcome {
-	case Succeeded:
-		err = s.notifier.Notify(ctx, paymentAction(ActionPaymentCompleted, p, res.PaymentIntent, attemptNo, "", now))
-	case Declined:
-		err = s.notifier.Notify(ctx, paymentAction(ActionPaymentFailed, p, res.PaymentIntent, attemptNo, res.Error, now))
-	}
-	if err != nil {
+	tx := NewTx(fmt.Sprintf("collect:%s:pause-skip", today), now)
+	p.Status, p.Process, p.UpdatedEvent, p.CompletionDate = PausedSkipped, ProcPause, "pause-skipped", now
+	tx.PutPeriod(&p, false)
+	if err := s.advance(ctx, tx, &sub, p.BillingDate, today, ProcPause, now); err != nil {
 		return sub, false, err
 	}
-	cause := s.cause("collect", p, today)
-	if resolved {
-		cause = s.cause("resolve", p, today) // the history says the outcome was looked up
-	}
-	tx := s.store.NewTx(cause, now)
-	if err := s.record(ctx, tx, &sub, &p, res, proc, today, today, now); err != nil {
-		return sub, false, err
-	}
+	tx.PutSubscription(&sub)
 	if err := s.store.Commit(ctx, tx); err != nil {
-		return sub, false, fmt.Errorf("record attempt (the charge is in Stripe; a rerun or its webhook records it): %w", err)
+		if errors.Is(err, ErrConflict) {
+			rep.add(func(r *Report) { r.Skipped++ })
+			return sub, false, nil
+		}
+		return sub, false, fmt.Errorf("skip paused period: %w", err)
 	}
 	rep.add(func(r *Report) {
-		if resolved {
-			r.Resolved++
-		}
-		switch res.Outcome {
-		case Succeeded:
-			r.Succeeded++
-		case Processing:
-			r.Processing++
-		default:
-			r.Declined++
+		r.PausedSkipped++
+		if sub.Status == SubActive {
+			r.Resumed++
 		}
 	})
-	if err := s.step("committed", p); err != nil {
-		return sub, true, err
-	}
-	if res.Outcome == Declined && !attemptDay.IsZero() && attemptDay.Before(today) && sub.Status != SubCancelled {
-		// The declined attempt was made on attemptDay and its answer came
-		// only now (resent within the idempotency window, or looked up): a
-		// retry due since then (its day-1 retry) is due now (finding F14).
-		if next, stale := s.cfg.Retry.NextAttempt(p.Due(), attemptDay); !stale && !next.After(today) &&
-			!s.cfg.Retry.IsStale(p.Due(), today) {
-			retried, _, err := s.attempt(ctx, l, sub, p, ProcRetry, today, rep)
-			return retried, true, err
-		}
-	}
-	if res.Outcome == Declined && p.Status == Error && s.cfg.Retry.IsStale(p.Due(), today) {
-		// Its answer came on or after the stale date (a pay now, or an
-		// attempt resolved late): no retry is left, the period is given up
-		// on today, as a retry day would have (a crash before this write
-		// leaves it due today in the index: the rerun marks it).
-		if err := s.markStale(ctx, &p, ProcRetry, today, rep); err != nil {
-			return sub, true, err
-		}
-	}
 	return sub, true, nil
 }
 
-// markStale gives up on a failed period past its stale date.
-func (s *Service) markStale(ctx context.Context, p *Period, proc Process, today dates.Date, rep *Report) error {
+// moveOn moves the subscription past a next period that is no longer
+// SCHEDULED, without charging (collectFirst).
+func (s *Service) moveOn(ctx context.Context, sub Subscription, p Period, today dates.Date, rep *Report) (Subscription, bool, error) {
+	// Settled elsewhere (a webhook about a charge made outside this job):
+	// nothing to charge, but the subscription must move on.
+	s.log.Warn("billing job: next payment's period is no longer SCHEDULED; moving on without charging",
+		"account", sub.AccountID, "subscription_id", sub.SubscriptionID, "billing_date", p.BillingDate.String(), "status", string(p.Status))
 	now := s.now()
-	tx := s.store.NewTx(s.cause("stale", *p, today), now)
-	p.Status, p.Process, p.UpdatedEvent, p.CompletionDate, p.NextAttemptDate = Stale, proc, "stale", now, dates.Date{}
-	tx.PutPeriod(p, false)
+	tx := NewTx(s.cause("collect", p, today), now)
+	if err := s.advance(ctx, tx, &sub, p.BillingDate, today, ProcInitial, now); err != nil {
+		return sub, false, err
+	}
+	tx.PutSubscription(&sub)
 	if err := s.store.Commit(ctx, tx); err != nil {
-		return fmt.Errorf("mark stale: %w", err)
+		if errors.Is(err, ErrConflict) {
+			return sub, false, nil
+		}
+		return sub, false, fmt.Errorf("move on: %w", err)
+	}
+	rep.add(func(r *Report) { r.Skipped++ })
+	return sub, true, nil
+}
+
+// markNextStale gives up on a next period too old to collect and moves the
+// subscription on (collectFirst).
+func (s *Service) markNextStale(ctx context.Context, sub Subscription, p Period, today dates.Date, rep *Report) (Subscription, bool, error) {
+	now := s.now()
+	tx := NewTx(s.cause("collect", p, today), now)
+	p.Status, p.Process, p.UpdatedEvent, p.CompletionDate = Stale, ProcInitial, "stale", now
+	tx.PutPeriod(&p, false)
+	if err := s.advance(ctx, tx, &sub, p.BillingDate, today, ProcInitial, now); err != nil {
+		return sub, false, err
+	}
+	tx.PutSubscription(&sub)
+	if err := s.store.Commit(ctx, tx); err != nil {
+		return sub, false, fmt.Errorf("mark stale: %w", err)
 	}
 	rep.add(func(r *Report) { r.Stale++ })
-	return nil
+	return sub, true, nil
 }
 
-// charge makes attempt n on p at Stripe, with the attempt's idempotency key.
-// The charge stops when the job is cancelled or the lock is lost.
-func (s *Service) charge(ctx context.Context, l *lock.Lock, p Period, n int) (ChargeResult, error) {
-	cctx, stop := context.WithCancel(ctx)
-	defer stop()
-	if l != nil {
-		defer context.AfterFunc(l.Context(), stop)()
-	}
-	return s.charger.Charge(cctx, ChargeRequest{
-		StripeAccount: p.PaymentDetails.StripeAccount, Customer: p.PaymentDetails.Customer,
-		PaymentMethod: p.PaymentDetails.PaymentMethod, Amount: p.Amount, Currency: p.Currency,
-		IdempotencyKey: p.InFlightKey, Description: fmt.Sprintf("%s %s", p.SKU, p.BillingDate),
-		Metadata: attemptMeta(p, n),
-	})
-}
-
-// record writes the outcome of an attempt into tx: the period's new status,
-// a receipt for a success, and the subscription moved on when this was the
-// first attempt on its next period.
-func (s *Service) record(ctx context.Context, tx *Tx, sub *Subscription, p *Period, res ChargeResult, proc Process, today, processed dates.Date, now time.Time) error {
-	// A decline's retries count from the day the attempt was made: when its
-	// answer comes only later (resent, looked up, a webhook), the retry due
-	// since then is due at once, and stays so in the index should this run
-	// crash before making it (finding F14).
-	retryFrom := today
-	if p.InFlightKey != "" && !p.InFlightAt.IsZero() {
-		if d := dates.In(p.InFlightAt, sub.Location()); d.Before(today) {
-			retryFrom = d
-		}
-	}
-	p.Attempts++
-	p.InFlightKey, p.InFlightAt = "", time.Time{}
-	p.Process = proc
-	if res.PaymentIntent != "" {
-		p.TransactionID = res.PaymentIntent
-		tx.PutPaymentRef(PaymentRef{PaymentIntent: res.PaymentIntent, AccountID: p.AccountID,
-			SubscriptionID: p.SubscriptionID, BillingDate: p.BillingDate})
-	}
-	switch res.Outcome {
-	case Succeeded:
-		s.complete(tx, p, res.PaymentIntent, processed, now)
-	case Processing:
-		p.Status, p.UpdatedEvent, p.Error, p.NextAttemptDate = ACHSent, "ach-sent", "", dates.Date{}
-	default:
-		next, _ := s.cfg.Retry.NextAttempt(p.Due(), retryFrom)
-		p.Status, p.UpdatedEvent, p.Error, p.NextAttemptDate = Error, "attempt-failed", res.Error, next
-	}
-	tx.PutPeriod(p, false)
-	return s.movedOn(ctx, tx, sub, *p, today, proc, now)
-}
-
-// movedOn updates sub after a charge of p was recorded (by a job or a
-// webhook): the last charged period and the last payment, and the cursor
-// moves past p when p was the next period.
-func (s *Service) movedOn(ctx context.Context, tx *Tx, sub *Subscription, p Period, today dates.Date, proc Process, now time.Time) error {
-	changed := false
-	if sub.Status != SubCancelled && sub.NextPeriodDate.Equal(p.BillingDate) {
-		if err := s.advance(ctx, tx, sub, p.BillingDate, today, proc, now); err != nil {
-			return err
-		}
-		changed = true
-	}
-	if p.BillingDate.After(sub.LastChargedPeriod) {
-		sub.LastChargedPeriod = p.BillingDate
-		changed = true
-	}
-	if (p.Status == Completed || p.Status == Refunded) && p.Due().After(sub.LastPaymentDate) {
-		sub.LastPaymentDate = p.Due()
-		changed = true
-	}
-	if changed {
-		tx.PutSubscription(sub)
-	}
-	return nil
-}
-
-// complete marks p COMPLETED and writes its receipt.
-func (s *Service) complete(tx *Tx, p *Period, pi string, processed dates.Date, now time.Time) {
-	tx.PutReceipt(Receipt{
-		AccountID: p.AccountID, SubscriptionID: p.SubscriptionID, SKU: p.SKU, ProcessedDate: processed,
-		BillingDate: p.BillingDate, Amount: p.Amount, Currency: p.Currency, PaymentIntent: pi,
-		ExpiresAt: s.wall().Add(s.cfg.ReceiptTTL), // kept for real time, whatever a test clock says
-	})
-	p.Status, p.Error, p.NextAttemptDate, p.CompletionDate = Completed, "", dates.Date{}, now
-	if !strings.HasPrefix(p.UpdatedEvent, "late-success") {
-		p.UpdatedEvent = "completed"
-	}
+func (s *Service) cause(job string, p Period, today dates.Date) string {
+	return fmt.Sprintf("%s:%s:attempt-%d", job, today, p.Attempts+1)
 }
 
 // retryEntry handles a failed period whose next look is due: retry it,
@@ -463,7 +191,7 @@ func (s *Service) retryEntry(ctx context.Context, l *lock.Lock, e IndexEntry, da
 		return nil
 	}
 	now := s.now()
-	tx := s.store.NewTx(s.cause("retry", p, today), now)
+	tx := NewTx(s.cause("retry", p, today), now)
 	switch {
 	case p.InFlightKey != "":
 		// A crashed attempt: finish it with the same key (even if stale now:

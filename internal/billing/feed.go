@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/stripe/stripe-go/v76"
@@ -197,95 +198,142 @@ func (s *Service) applyFeed(ctx context.Context, msg FeedMessage, date dates.Dat
 		// date, whatever Stripe's real time of the event.
 		evDate = today
 	}
-	pi := msg.PaymentIntent
-	inFlight := p.InFlightKey != "" && p.TransactionID != pi
-	tx := s.store.NewTx("evt:"+msg.EventID, now)
-	var action *actions.Action
-
+	inFlight := p.InFlightKey != "" && p.TransactionID != msg.PaymentIntent
+	c := &feedChange{msg: msg, log: log, sub: sub, p: p, pi: msg.PaymentIntent, inFlight: inFlight,
+		now: now, today: today, evDate: evDate, tx: NewTx("evt:"+msg.EventID, now)}
+	var (
+		action *actions.Action
+		apply  bool
+	)
 	switch msg.Type {
 	case "payment_intent.processing":
-		switch {
-		case inFlight && (p.Status == Scheduled || p.Status == Error):
-			if err := s.record(ctx, tx, &sub, &p, ChargeResult{Outcome: Processing, PaymentIntent: pi}, ProcWebhook, today, evDate, now); err != nil {
-				return err
-			}
-		default:
-			return nil // recorded already, or an older event
-		}
+		apply, err = s.feedProcessing(ctx, c)
 	case "payment_intent.succeeded":
-		a := paymentAction(ActionPaymentCompleted, p, pi, 0, "", now)
-		action = &a
-		switch {
-		case (p.Status == Completed || p.Status == Refunded) && p.TransactionID == pi:
-			return nil // the job recorded it
-		case p.Status == Completed || p.Status == Refunded:
-			log.Error("billing feed: a second successful charge for one period; refund it", "recorded_payment_intent", p.TransactionID)
-			p.UpdatedEvent, p.Error, p.Process = "duplicate-charge", "second successful charge "+pi+": refund it", ProcWebhook
-			tx.PutPeriod(&p, false)
-			tx.PutPaymentRef(PaymentRef{PaymentIntent: pi, AccountID: p.AccountID, SubscriptionID: p.SubscriptionID, BillingDate: p.BillingDate})
-		case inFlight:
-			if err := s.record(ctx, tx, &sub, &p, ChargeResult{Outcome: Succeeded, PaymentIntent: pi}, ProcWebhook, today, evDate, now); err != nil {
-				return err
-			}
-		default:
-			// Money moved: whatever the period's state, it is now collected.
-			if p.Status != ACHSent && p.Status != Error && p.Status != Scheduled {
-				log.Warn("billing feed: payment succeeded on a period that had ended", "status", string(p.Status))
-				p.UpdatedEvent = "late-success-after-" + string(p.Status)
-			}
-			p.TransactionID, p.Process = pi, ProcWebhook
-			s.complete(tx, &p, pi, evDate, now)
-			tx.PutPeriod(&p, false)
-			tx.PutPaymentRef(PaymentRef{PaymentIntent: pi, AccountID: p.AccountID, SubscriptionID: p.SubscriptionID, BillingDate: p.BillingDate})
-			if err := s.movedOn(ctx, tx, &sub, p, today, ProcWebhook, now); err != nil {
-				return err
-			}
-		}
+		action, apply, err = s.feedSucceeded(ctx, c)
 	case "payment_intent.payment_failed":
-		a := paymentAction(ActionPaymentFailed, p, pi, 0, msg.Error, now)
-		action = &a
-		switch {
-		case inFlight && (p.Status == Scheduled || p.Status == Error):
-			if err := s.record(ctx, tx, &sub, &p, ChargeResult{Outcome: Declined, PaymentIntent: pi, Error: msg.Error}, ProcWebhook, today, evDate, now); err != nil {
-				return err
-			}
-		case p.Status == ACHSent && p.TransactionID == pi:
-			next, _ := s.cfg.Retry.NextAttempt(p.Due(), today)
-			p.Status, p.Process, p.UpdatedEvent, p.Error, p.NextAttemptDate = Error, ProcWebhook, "ach-failed", msg.Error, next
-			if sub.Status == SubCancelled {
-				p.Status, p.NextAttemptDate, p.CompletionDate = Cancelled, dates.Date{}, now
-			}
-			tx.PutPeriod(&p, false)
-		default:
-			return nil // recorded already, or an older event
-		}
+		action, apply, err = s.feedFailed(ctx, c)
 	case "charge.refunded":
-		switch {
-		case p.Status == Completed && p.TransactionID == pi:
-			p.Status, p.Process, p.UpdatedEvent, p.CompletionDate = Refunded, ProcWebhook, "refunded", now
-			tx.PutPeriod(&p, false)
-		case p.Status == Refunded:
-			return nil
-		case p.Status == Scheduled || p.Status == ACHSent || p.Status == Error:
-			// The success has not been applied yet (events arrive out of
-			// order): the outbox delivers this again later.
-			return fmt.Errorf("refund of %s before its success: %w", pi, ErrRetryLater)
-		default:
-			log.Warn("billing feed: refund of a charge this period does not record; ignored", "status", string(p.Status),
-				"recorded_payment_intent", p.TransactionID)
-			return nil
-		}
-	default:
-		return nil
+		apply, err = s.feedRefunded(c)
+	}
+	if err != nil || !apply {
+		return err
 	}
 	if action != nil {
 		if err := s.notifier.Notify(ctx, *action); err != nil {
 			return err
 		}
 	}
-	if err := s.store.Commit(ctx, tx); err != nil {
+	if err := s.store.Commit(ctx, c.tx); err != nil {
 		return fmt.Errorf("apply %s: %w", msg.Type, err)
 	}
-	log.Info("billing feed applied", "status", string(p.Status))
+	log.Info("billing feed applied", "status", string(c.p.Status))
 	return nil
+}
+
+// feedChange is one feed event being applied under the account's lock: the
+// period and its subscription as read, and the change built in tx.
+type feedChange struct {
+	msg           FeedMessage
+	log           *slog.Logger
+	sub           Subscription
+	p             Period
+	pi            string
+	inFlight      bool // the period's attempt in flight is not recorded with pi
+	now           time.Time
+	today, evDate dates.Date
+	tx            *Tx
+}
+
+// feedProcessing: a bank debit was submitted. apply is false when there is
+// nothing to write.
+func (s *Service) feedProcessing(ctx context.Context, c *feedChange) (apply bool, err error) {
+	p := &c.p
+	switch {
+	case c.inFlight && (p.Status == Scheduled || p.Status == Error):
+		res := ChargeResult{Outcome: Processing, PaymentIntent: c.pi}
+		if err := s.record(ctx, c.tx, &c.sub, p, res, ProcWebhook, c.today, c.evDate, c.now); err != nil {
+			return false, err
+		}
+		return true, nil
+	default:
+		return false, nil // recorded already, or an older event
+	}
+}
+
+// feedSucceeded: money moved; the period is collected, whatever its state.
+func (s *Service) feedSucceeded(ctx context.Context, c *feedChange) (*actions.Action, bool, error) {
+	p, pi := &c.p, c.pi
+	a := paymentAction(ActionPaymentCompleted, *p, pi, 0, "", c.now)
+	switch {
+	case (p.Status == Completed || p.Status == Refunded) && p.TransactionID == pi:
+		return nil, false, nil // the job recorded it
+	case p.Status == Completed || p.Status == Refunded:
+		c.log.Error("billing feed: a second successful charge for one period; refund it", "recorded_payment_intent", p.TransactionID)
+		p.UpdatedEvent, p.Error, p.Process = "duplicate-charge", "second successful charge "+pi+": refund it", ProcWebhook
+		c.tx.PutPeriod(p, false)
+		c.tx.PutPaymentRef(PaymentRef{PaymentIntent: pi, AccountID: p.AccountID, SubscriptionID: p.SubscriptionID, BillingDate: p.BillingDate})
+	case c.inFlight:
+		res := ChargeResult{Outcome: Succeeded, PaymentIntent: pi}
+		if err := s.record(ctx, c.tx, &c.sub, p, res, ProcWebhook, c.today, c.evDate, c.now); err != nil {
+			return nil, false, err
+		}
+	default:
+		// Money moved: whatever the period's state, it is now collected.
+		if p.Status != ACHSent && p.Status != Error && p.Status != Scheduled {
+			c.log.Warn("billing feed: payment succeeded on a period that had ended", "status", string(p.Status))
+			p.UpdatedEvent = "late-success-after-" + string(p.Status)
+		}
+		p.TransactionID, p.Process = pi, ProcWebhook
+		s.complete(c.tx, p, pi, c.evDate, c.now)
+		c.tx.PutPeriod(p, false)
+		c.tx.PutPaymentRef(PaymentRef{PaymentIntent: pi, AccountID: p.AccountID, SubscriptionID: p.SubscriptionID, BillingDate: p.BillingDate})
+		if err := s.movedOn(ctx, c.tx, &c.sub, *p, c.today, ProcWebhook, c.now); err != nil {
+			return nil, false, err
+		}
+	}
+	return &a, true, nil
+}
+
+// feedFailed: the charge (or a submitted bank debit) failed.
+func (s *Service) feedFailed(ctx context.Context, c *feedChange) (*actions.Action, bool, error) {
+	p, pi, msg := &c.p, c.pi, c.msg
+	a := paymentAction(ActionPaymentFailed, *p, pi, 0, msg.Error, c.now)
+	switch {
+	case c.inFlight && (p.Status == Scheduled || p.Status == Error):
+		res := ChargeResult{Outcome: Declined, PaymentIntent: pi, Error: msg.Error}
+		if err := s.record(ctx, c.tx, &c.sub, p, res, ProcWebhook, c.today, c.evDate, c.now); err != nil {
+			return nil, false, err
+		}
+	case p.Status == ACHSent && p.TransactionID == pi:
+		next, _ := s.cfg.Retry.NextAttempt(p.Due(), c.today)
+		p.Status, p.Process, p.UpdatedEvent, p.Error, p.NextAttemptDate = Error, ProcWebhook, "ach-failed", msg.Error, next
+		if c.sub.Status == SubCancelled {
+			p.Status, p.NextAttemptDate, p.CompletionDate = Cancelled, dates.Date{}, c.now
+		}
+		c.tx.PutPeriod(p, false)
+	default:
+		return nil, false, nil // recorded already, or an older event
+	}
+	return &a, true, nil
+}
+
+// feedRefunded: a full refund ends a collected period.
+func (s *Service) feedRefunded(c *feedChange) (bool, error) {
+	p, pi := &c.p, c.pi
+	switch {
+	case p.Status == Completed && p.TransactionID == pi:
+		p.Status, p.Process, p.UpdatedEvent, p.CompletionDate = Refunded, ProcWebhook, "refunded", c.now
+		c.tx.PutPeriod(p, false)
+		return true, nil
+	case p.Status == Refunded:
+		return false, nil
+	case p.Status == Scheduled || p.Status == ACHSent || p.Status == Error:
+		// The success has not been applied yet (events arrive out of
+		// order): the outbox delivers this again later.
+		return false, fmt.Errorf("refund of %s before its success: %w", pi, ErrRetryLater)
+	default:
+		c.log.Warn("billing feed: refund of a charge this period does not record; ignored", "status", string(p.Status),
+			"recorded_payment_intent", p.TransactionID)
+		return false, nil
+	}
 }

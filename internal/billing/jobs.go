@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
-	"github.com/stripe-payments/stripe-payments/internal/dynamo"
 	"github.com/stripe-payments/stripe-payments/internal/lock"
 )
 
@@ -80,17 +80,17 @@ func (s *Service) Collect(ctx context.Context, date dates.Date) (*Report, error)
 	if s.charger == nil {
 		return nil, errors.New("collect: no Stripe charger configured")
 	}
-	return s.run(ctx, "collect", date, dynamo.BillingPaymentsIndex, true, s.collectEntry)
+	return s.run(ctx, "collect", date, PaymentsIndex, true, s.collectEntry)
 }
 
 // Remind sends the reminders due on date (remind --date D).
 func (s *Service) Remind(ctx context.Context, date dates.Date) (*Report, error) {
-	return s.run(ctx, "remind", date, dynamo.BillingRemindersIndex, false, s.remindEntry)
+	return s.run(ctx, "remind", date, RemindersIndex, false, s.remindEntry)
 }
 
 type entryFunc func(ctx context.Context, l *lock.Lock, e IndexEntry, date dates.Date, rep *Report) error
 
-func (s *Service) run(ctx context.Context, job string, date dates.Date, index string, locked bool, fn entryFunc) (*Report, error) {
+func (s *Service) run(ctx context.Context, job string, date dates.Date, index Index, locked bool, fn entryFunc) (*Report, error) {
 	rep := &Report{Job: job, Date: date.String()}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -106,10 +106,8 @@ func (s *Service) run(ctx context.Context, job string, date dates.Date, index st
 	rep.SweptFrom = from.String()
 
 	var (
-		mu      sync.Mutex
-		retry   []accountWork
-		wg      sync.WaitGroup
-		readErr error
+		mu    sync.Mutex
+		retry []accountWork
 	)
 	work := func(w accountWork) {
 		err := s.account(ctx, w, date, locked, fn, rep)
@@ -125,6 +123,35 @@ func (s *Service) run(ctx context.Context, job string, date dates.Date, index st
 			rep.add(func(r *Report) { r.Errors++ })
 		}
 	}
+	readErr := s.eachShard(ctx, index, from, date, rep, work)
+	s.retryLocked(ctx, log, &retry, work)
+	s.registerChargedOn(ctx, log, rep)
+	rep.Locked = len(retry)
+	for _, w := range retry {
+		log.Warn("billing job: account locked for the whole run; rerun the job", "account", w.account)
+	}
+	if locked {
+		s.endSweep(ctx, log, job, date, rep, readErr)
+	}
+	log.Info("billing job done", "report", rep.summary(), "elapsed", time.Since(start).String())
+	if cause := context.Cause(ctx); cause != nil {
+		return rep, cause
+	}
+	if readErr != nil {
+		return rep, readErr
+	}
+	return rep, nil
+}
+
+// eachShard reads every shard's partitions from from to date in parallel
+// and hands each account's entries to work, WorkersPerShard at a time per
+// shard; it returns the read errors.
+func (s *Service) eachShard(ctx context.Context, index Index, from, date dates.Date, rep *Report, work func(accountWork)) error {
+	var (
+		mu      sync.Mutex
+		wg      sync.WaitGroup
+		readErr error
+	)
 	for shard := 0; shard < s.indexShards(); shard++ {
 		wg.Add(1)
 		go func() {
@@ -163,59 +190,63 @@ func (s *Service) run(ctx context.Context, job string, date dates.Date, index st
 		}()
 	}
 	wg.Wait()
+	return readErr
+}
 
-	if len(retry) > 0 && s.cfg.LockedRetryWait > 0 && ctx.Err() == nil {
-		log.Info("billing job: retrying locked accounts after a lease", "accounts", len(retry), "wait", s.cfg.LockedRetryWait.String())
-		select {
-		case <-ctx.Done():
-		case <-time.After(s.cfg.LockedRetryWait):
-		}
-		again := retry
-		retry = nil
-		for _, w := range again {
-			if ctx.Err() != nil {
-				break
-			}
-			work(w)
-		}
+// retryLocked works once more, after LockedRetryWait (a lease: enough to
+// take over a crashed holder's lock), the accounts found locked; work adds
+// the ones still locked to *retry again.
+func (s *Service) retryLocked(ctx context.Context, log *slog.Logger, retry *[]accountWork, work func(accountWork)) {
+	if len(*retry) == 0 || s.cfg.LockedRetryWait <= 0 || ctx.Err() != nil {
+		return
 	}
-	if len(rep.chargedOn) > 0 {
-		var accounts []string
-		for a := range rep.chargedOn {
-			accounts = append(accounts, a)
+	log.Info("billing job: retrying locked accounts after a lease", "accounts", len(*retry), "wait", s.cfg.LockedRetryWait.String())
+	select {
+	case <-ctx.Done():
+	case <-time.After(s.cfg.LockedRetryWait):
+	}
+	again := *retry
+	*retry = nil
+	for _, w := range again {
+		if ctx.Err() != nil {
+			break
 		}
-		if err := s.store.RegisterChargedAccounts(context.WithoutCancel(ctx), accounts...); err != nil {
-			log.Warn("billing job: could not register the Stripe accounts charged on (the poller may miss them until the next run)", "error", err)
+		work(w)
+	}
+}
+
+// registerChargedOn registers for the poller the Stripe accounts the run
+// charged on (subscriptions created before the registry).
+func (s *Service) registerChargedOn(ctx context.Context, log *slog.Logger, rep *Report) {
+	if len(rep.chargedOn) == 0 {
+		return
+	}
+	var accounts []string
+	for a := range rep.chargedOn {
+		accounts = append(accounts, a)
+	}
+	if err := s.store.RegisterChargedAccounts(context.WithoutCancel(ctx), accounts...); err != nil {
+		log.Warn("billing job: could not register the Stripe accounts charged on (the poller may miss them until the next run)", "error", err)
+	}
+}
+
+// endSweep ends a collection run: the unresolved-periods gauge, and the
+// sweep watermark moved on when the run left nothing behind.
+func (s *Service) endSweep(ctx context.Context, log *slog.Logger, job string, date dates.Date, rep *Report, readErr error) {
+	if s.clock == "" { // the gauge is about real time; a clock reports its own runs
+		s.obs.UnresolvedPeriods(rep.Unresolved)
+	}
+	if readErr == nil && context.Cause(ctx) == nil && rep.OK() {
+		// Everything due by date was handled: later runs need not read
+		// those partitions again (but for the lookback).
+		// Two days back, not one: an entry of the last days may not be
+		// due yet in its own time zone (up to 14 h either side of UTC).
+		if err := s.store.AdvanceSweep(context.WithoutCancel(ctx), s.sweepKey(job), date.AddDays(-2)); err != nil {
+			log.Warn("billing job: could not advance the sweep watermark (the next run reads further back)", "error", err)
 		}
+	} else if rep.Unresolved > 0 {
+		log.Error("billing job: periods with an unknown outcome are unresolved; rerun the job (README runbook: unknown outcomes)", "unresolved", rep.Unresolved)
 	}
-	rep.Locked = len(retry)
-	for _, w := range retry {
-		log.Warn("billing job: account locked for the whole run; rerun the job", "account", w.account)
-	}
-	if locked {
-		if s.clock == "" { // the gauge is about real time; a clock reports its own runs
-			s.obs.UnresolvedPeriods(rep.Unresolved)
-		}
-		if readErr == nil && context.Cause(ctx) == nil && rep.OK() {
-			// Everything due by date was handled: later runs need not read
-			// those partitions again (but for the lookback).
-			// Two days back, not one: an entry of the last days may not be
-			// due yet in its own time zone (up to 14 h either side of UTC).
-			if err := s.store.AdvanceSweep(context.WithoutCancel(ctx), s.sweepKey(job), date.AddDays(-2)); err != nil {
-				log.Warn("billing job: could not advance the sweep watermark (the next run reads further back)", "error", err)
-			}
-		} else if rep.Unresolved > 0 {
-			log.Error("billing job: periods with an unknown outcome are unresolved; rerun the job (README runbook: unknown outcomes)", "unresolved", rep.Unresolved)
-		}
-	}
-	log.Info("billing job done", "report", rep.summary(), "elapsed", time.Since(start).String())
-	if cause := context.Cause(ctx); cause != nil {
-		return rep, cause
-	}
-	if readErr != nil {
-		return rep, readErr
-	}
-	return rep, nil
 }
 
 func (r *Report) summary() string {
@@ -227,7 +258,7 @@ func (r *Report) summary() string {
 
 // readShard reads one shard's partitions from from to date, grouped by
 // account in order of first appearance.
-func (s *Service) readShard(ctx context.Context, index string, from, date dates.Date, shard int) ([]accountWork, error) {
+func (s *Service) readShard(ctx context.Context, index Index, from, date dates.Date, shard int) ([]accountWork, error) {
 	var accounts []accountWork
 	pos := map[string]int{}
 	seen := map[string]bool{}
@@ -241,7 +272,7 @@ func (s *Service) readShard(ctx context.Context, index string, from, date dates.
 				continue
 			}
 			seen[e.PK+"|"+e.SK] = true
-			acc := e.Account()
+			acc := e.AccountID
 			i, ok := pos[acc]
 			if !ok {
 				i = len(accounts)
@@ -281,7 +312,7 @@ func (s *Service) account(ctx context.Context, w accountWork, date dates.Date, l
 }
 
 // indexShards is how many index shards a run reads: a test clock's entries
-// are all in shard 0 (items.go indexPartition).
+// are all in shard 0 (the store keeps a clock's entries in partitions of its own).
 func (s *Service) indexShards() int {
 	if s.clock != "" {
 		return 1

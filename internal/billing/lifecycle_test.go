@@ -10,6 +10,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/billing"
 	"github.com/stripe-payments/stripe-payments/internal/billing/billingtest"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
+	"github.com/stripe-payments/stripe-payments/internal/billing/store"
 	"github.com/stripe-payments/stripe-payments/internal/dynamo"
 	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
 	"github.com/stripe-payments/stripe-payments/internal/stripetest"
@@ -38,10 +39,10 @@ func TestPauseSkipsPeriodsAndResumesByItself(t *testing.T) {
 	assert.Equal(t, billing.SubPaused, sub.Status)
 	assert.Equal(t, "2024-04-20", sub.NextPaymentDate.String(), "Feb and Mar are skipped")
 	pk, sk := subKeys(sub)
-	shard := billing.Shard("acc-1", e.Store.Shards())
-	assert.Equal(t, []string{billing.Partition(d("2024-02-20"), shard)}, inIndex(t, e, dynamo.BillingPaymentsIndex, pk, sk),
+	shard := store.Shard("acc-1", e.Store.Shards())
+	assert.Equal(t, []string{store.Partition(d("2024-02-20"), shard)}, inIndex(t, e, dynamo.BillingPaymentsIndex, pk, sk),
 		"a paused subscription waits in the payments index for its paused period's date, to skip it")
-	assert.Equal(t, []string{billing.Partition(d("2024-04-13"), shard)}, inIndex(t, e, dynamo.BillingRemindersIndex, pk, sk),
+	assert.Equal(t, []string{store.Partition(d("2024-04-13"), shard)}, inIndex(t, e, dynamo.BillingRemindersIndex, pk, sk),
 		"the first period after the pause is announced as usual")
 	assert.Equal(t, billing.Paused, period(t, e, sub, "2024-02-20").Status)
 
@@ -171,7 +172,7 @@ func TestChangePaymentDayMovesThePeriod(t *testing.T) {
 	assert.Equal(t, billing.Scheduled, moved.Status)
 	assert.Equal(t, int64(2500), moved.Amount)
 	pk, sk := subKeys(got)
-	assert.Equal(t, []string{billing.Partition(d("2024-01-31"), billing.Shard("acc-1", e.Store.Shards()))},
+	assert.Equal(t, []string{store.Partition(d("2024-01-31"), store.Shard("acc-1", e.Store.Shards()))},
 		inIndex(t, e, dynamo.BillingPaymentsIndex, pk, sk))
 	h := history(t, e, sub)
 	require.Len(t, statuses(h, "2024-01-15"), 2)

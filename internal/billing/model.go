@@ -1,24 +1,35 @@
-// Package billing is the recurring billing core (DESIGN §8): subscriptions
-// with a payment day in a DynamoDB single table, billing-period records that
-// move through the lifecycle of a period (SCHEDULED → COMPLETED …), receipts
-// with a TTL, an append-only history, the daily reminder and collection jobs,
-// and the feed of Stripe events about the PaymentIntents those jobs create.
+// Package billing is the recurring billing core (DESIGN §8): the model
+// (subscriptions with a payment day, billing periods that move through the
+// lifecycle SCHEDULED → COMPLETED …, receipts, the append-only history) and
+// its rules, and the Service that applies them: lifecycle operations
+// (create, change, pause, resume, cancel, waive, pay now), the daily
+// reminder and collection jobs (unknown outcomes resolved, the sweep), the
+// feed of Stripe events about the PaymentIntents those jobs create, and
+// test clocks.
+//
+// The service works over small interfaces declared here (deps.go): a Store
+// it reads and commits a Tx to (a change in the model's terms), a Charger,
+// a Notifier and an Observer. Their implementations live at the edge and
+// are wired in by internal/app: internal/billing/store (the DynamoDB single
+// table), internal/billing/stripecharge (Stripe), internal/billing/notify
+// (the Postgres outbox). The core imports no driver (internal/depcheck).
 package billing
 
 import (
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
-	"github.com/stripe-payments/stripe-payments/internal/dynamo"
 )
 
 // Errors of the billing vocabulary; the store translates DynamoDB's.
 var (
-	ErrNotFound      = errors.New("not found")
-	ErrConflict      = errors.New("conflicting concurrent change")
-	ErrDuplicate     = errors.New("already exists")
-	ErrInvalidCursor = dynamo.ErrInvalidCursor
+	ErrNotFound  = errors.New("not found")
+	ErrConflict  = errors.New("conflicting concurrent change")
+	ErrDuplicate = errors.New("already exists")
+	// ErrInvalidCursor: a cursor this listing did not issue.
+	ErrInvalidCursor = errors.New("invalid cursor")
 	// ErrLocked: the account's billing lock is held by someone else (a
 	// collection in progress); try again shortly.
 	ErrLocked = errors.New("account is being billed")
@@ -260,4 +271,22 @@ type HistoryEntry struct {
 	// Cause names what made the change: a job attempt, an event id, an
 	// API request.
 	Cause string
+}
+
+// PaymentRef maps a PaymentIntent back to its billing period, for Stripe
+// events that do not carry the billing metadata (a refund's charge).
+type PaymentRef struct {
+	PaymentIntent  string
+	AccountID      string
+	SubscriptionID string
+	BillingDate    dates.Date
+}
+
+// ValidID reports whether s can be an account, subscription or SKU id: ids
+// become parts of keys, so '#', '/' and whitespace are refused.
+func ValidID(s string) bool { return validID(s) }
+
+// validID is the rule for ids that become part of keys.
+func validID(s string) bool {
+	return s != "" && len(s) <= 128 && !strings.ContainsAny(s, "#\x00/ \t\r\n")
 }

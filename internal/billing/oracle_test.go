@@ -308,7 +308,7 @@ func newOracleWorld(t *testing.T, seed uint64, u, lo, hi, months int) *oracleWor
 	w.counter = &billingtest.CountingTransport{}
 	w.lease = &leaseClock{t: time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)}
 	w.e = billingtest.NewEnv(t, billingtest.Options{Config: cfg, Start: start, DynamoHTTP: &http.Client{Transport: w.counter}, Lease: oracleLease,
-		Heartbeat: oracleHeartbeat, LockNow: w.lease.Now, Hooks: billing.Hooks{Step: w.hook}, Log: quiet})
+		Heartbeat: oracleHeartbeat, LockNow: w.lease.Now, Crash: w.hook, Log: quiet})
 	w.e.Stripe.Decide = w.decide
 	w.e.Stripe.Wrap(func(inner http.Handler) http.Handler {
 		return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) { w.outage(rw, r, inner) })

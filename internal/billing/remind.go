@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
 	"github.com/stripe-payments/stripe-payments/internal/lock"
@@ -14,7 +13,7 @@ import (
 // period it announces), notify (idempotent per subscription and payment
 // date), then move the reminder on to the following period.
 func (s *Service) remindEntry(ctx context.Context, _ *lock.Lock, e IndexEntry, date dates.Date, rep *Report) error {
-	if !strings.HasPrefix(e.SK, prefixSub) {
+	if e.Kind != EntrySubscription {
 		return nil
 	}
 	sub, err := s.store.GetSubscriptionAt(ctx, e)
@@ -46,7 +45,7 @@ func (s *Service) remindEntry(ctx context.Context, _ *lock.Lock, e IndexEntry, d
 	if !pay.IsZero() && !pay.Before(today) {
 		if !sub.ReminderPending.Equal(target) {
 			sub.ReminderPending = target
-			claim := s.store.NewTx("remind", now)
+			claim := NewTx("remind", now)
 			claim.PutSubscription(&sub)
 			if err := s.store.Commit(ctx, claim); err != nil {
 				if errors.Is(err, ErrConflict) {
@@ -71,7 +70,7 @@ func (s *Service) remindEntry(ctx context.Context, _ *lock.Lock, e IndexEntry, d
 	next := sub.Rule().Next(target)
 	sub.ReminderPending, sub.RemindFor = dates.Date{}, next
 	sub.NextReminderDate = dates.ReminderDate(chargeDate(sub, next), s.cfg.ReminderDays, today.AddDays(1))
-	tx := s.store.NewTx("remind", now)
+	tx := NewTx("remind", now)
 	tx.PutSubscription(&sub)
 	if err := s.store.Commit(ctx, tx); err != nil && !errors.Is(err, ErrConflict) {
 		return fmt.Errorf("advance reminder: %w", err)

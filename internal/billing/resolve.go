@@ -90,7 +90,7 @@ func (s *Service) resolveLost(ctx context.Context, sub Subscription, p Period, p
 	// anew (or give up when the period is too old).
 	s.obs.OutcomeResolved("not_found")
 	now := s.now()
-	tx := s.store.NewTx(s.cause("resolve", p, today), now)
+	tx := NewTx(s.cause("resolve", p, today), now)
 	p.Attempts++
 	p.InFlightKey, p.InFlightAt = "", time.Time{}
 	p.Process, p.UpdatedEvent = proc, "attempt-lost"

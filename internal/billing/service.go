@@ -75,25 +75,21 @@ func DefaultConfig() Config {
 	}
 }
 
-// Hooks inject failures between the steps of a job (tests and the
-// simulation). Step names: "locked", "claimed", "charged", "committed".
-type Hooks struct {
-	Step func(step string, p Period) error
-}
-
-// ErrCrash, returned by a hook, simulates the process dying at that point:
-// the lock is abandoned, not released, and the job stops.
+// ErrCrash, in the error of a collaborator, means the process is dying
+// there (the crash tests inject it: billingtest.Crasher decorates the store
+// and the charger): the job stops at once and the account's lock is
+// abandoned, not released, as a dead process leaves it; the next holder
+// takes it over after the lease.
 var ErrCrash = errors.New("injected crash")
 
 // Deps are the service's collaborators.
 type Deps struct {
-	Store    *Store
+	Store    Store
 	Locks    *lock.Client
-	Charger  *Charger
+	Charger  Charger
 	Notifier Notifier
 	Now      func() time.Time
 	Log      *slog.Logger
-	Hooks    Hooks
 	// Observer receives the money-safety metrics (nil: none).
 	Observer Observer
 }
@@ -101,13 +97,12 @@ type Deps struct {
 // Service is the billing core: lifecycle operations, jobs and the feed.
 type Service struct {
 	cfg      Config
-	store    *Store
+	store    Store
 	locks    *lock.Client
-	charger  *Charger
+	charger  Charger
 	notifier Notifier
 	now      func() time.Time
 	log      *slog.Logger
-	hooks    Hooks
 	obs      Observer
 
 	// clock is the test clock this instance runs the jobs of ("" for real
@@ -165,21 +160,14 @@ func New(cfg Config, d Deps) (*Service, error) {
 		d.Notifier = LogNotifier{Log: d.Log}
 	}
 	return &Service{cfg: cfg, store: d.Store, locks: d.Locks, charger: d.Charger, notifier: d.Notifier,
-		now: d.Now, wall: d.Now, log: d.Log, hooks: d.Hooks, obs: d.Observer, advances: &sync.WaitGroup{}}, nil
+		now: d.Now, wall: d.Now, log: d.Log, obs: d.Observer, advances: &sync.WaitGroup{}}, nil
 }
 
 // Store is the service's store.
-func (s *Service) Store() *Store { return s.store }
+func (s *Service) Store() Store { return s.store }
 
 // Config is the service's configuration.
 func (s *Service) Config() Config { return s.cfg }
-
-func (s *Service) step(name string, p Period) error {
-	if s.hooks.Step == nil {
-		return nil
-	}
-	return s.hooks.Step(name, p)
-}
 
 // today is the current date in the subscription's time zone.
 func (s *Service) today(sub Subscription) dates.Date { return dates.In(s.now(), sub.Location()) }

@@ -336,7 +336,7 @@ func simulate(t *testing.T, nSubs, months int, seed uint64) (map[billing.Status]
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	counter := &billingtest.CountingTransport{}
 	s.e = billingtest.NewEnv(t, billingtest.Options{Config: cfg, DynamoHTTP: &http.Client{Transport: counter}, Lease: 150 * time.Millisecond, Heartbeat: 40 * time.Millisecond,
-		Hooks: billing.Hooks{Step: s.hook}, Log: quiet})
+		Crash: s.hook, Log: quiet})
 	e := s.e
 	e.Stripe.Decide = s.decide
 

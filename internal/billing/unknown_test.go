@@ -221,7 +221,7 @@ func TestScenario3UnknownOutcomeIsResolvedNotStuck(t *testing.T) {
 		var crashed sync.Once
 		var e *billingtest.Env
 		e = billingtest.NewEnv(t, billingtest.Options{Lease: 500 * time.Millisecond, Heartbeat: 100 * time.Millisecond,
-			Hooks: billing.Hooks{Step: func(step string, p billing.Period) error {
+			Crash: func(step string, p billing.Period) error {
 				crash := false
 				if step == "committed" && p.Status == billing.Error && e.Clock.Today().String() == "2024-01-11" {
 					crashed.Do(func() { crash = true })
@@ -230,7 +230,7 @@ func TestScenario3UnknownOutcomeIsResolvedNotStuck(t *testing.T) {
 					return billing.ErrCrash
 				}
 				return nil
-			}}})
+			}})
 		e.Stripe.Decide = firstThen(stripetest.Acted500)
 		e.Stripe.ActedAs = func(stripetest.PI) stripetest.Behavior { return stripetest.Decline }
 		sub, err := e.Service.CreateSubscription(ctx, "acc-1", billingtest.Input("gold", 10))

@@ -45,6 +45,42 @@ var rules = []struct {
 		append([]string{module + "/internal/handler", module + "/internal/app"}, storage...)},
 }
 
+// directRules name what a package must not import itself (it may still
+// reach it through a package it uses: the billing core reaches DynamoDB
+// through the generic lease lock, and Postgres through the outbox that
+// carries its webhook feed).
+var directRules = []struct {
+	pkg, why string
+	never    []string // import path prefixes
+}{
+	{"internal/billing", "the billing core holds the model and the rules over its own interfaces (deps.go); the drivers are " +
+		"its implementations' business (internal/billing/store, stripecharge, notify), wired in by internal/app",
+		[]string{"github.com/jackc/pgx", "github.com/aws/aws-sdk-go-v2", "github.com/stripe/stripe-go/v76/client", module + "/internal/dynamo"}},
+}
+
+// TestDirectImportRules fails when a package imports what it must not.
+func TestDirectImportRules(t *testing.T) {
+	for _, r := range directRules {
+		t.Run(r.pkg, func(t *testing.T) {
+			out, err := exec.Command("go", "list", "-f", `{{join .Imports "\n"}}`, module+"/"+r.pkg).CombinedOutput()
+			if err != nil {
+				t.Fatalf("go list %s: %v\n%s", r.pkg, err, out)
+			}
+			imports := strings.Fields(string(out))
+			if len(imports) == 0 {
+				t.Fatalf("go list %s listed no imports", r.pkg)
+			}
+			for _, imp := range imports {
+				for _, bad := range r.never {
+					if imp == bad || strings.HasPrefix(imp, strings.TrimSuffix(bad, "/")+"/") {
+						t.Errorf("%s imports %s: %s", r.pkg, imp, r.why)
+					}
+				}
+			}
+		})
+	}
+}
+
 // TestImportRules fails when a package reaches (directly or through others)
 // a package it must not.
 func TestImportRules(t *testing.T) {

@@ -43,7 +43,7 @@ const moduleRoot = "../.."
 // naming its table any other way fails the test until it is added here.
 var tableExprs = map[string]map[string][]string{
 	"internal/events": {"s.table": {"events"}},
-	"internal/billing": {
+	"internal/billing/store": {
 		"s.table": {"billing"}, "tx.store.table": {"billing"},
 		"s.history": {"billing_history"},
 		// listPage(ctx, table, …) lists subscriptions and receipts

@@ -16,6 +16,7 @@ import (
 
 	"github.com/stripe-payments/stripe-payments/internal/actions"
 	"github.com/stripe-payments/stripe-payments/internal/billing"
+	"github.com/stripe-payments/stripe-payments/internal/billing/notify"
 	"github.com/stripe-payments/stripe-payments/internal/email"
 	"github.com/stripe-payments/stripe-payments/internal/outbox"
 	"github.com/stripe-payments/stripe-payments/internal/testenv"
@@ -75,7 +76,7 @@ func TestReminderEmailsGoThroughSES(t *testing.T) {
 	client, err := email.NewSESClient(ctx, "us-east-1", ses.URL)
 	require.NoError(t, err)
 
-	n := billing.OutboxNotifier{Pool: pool, Email: true}
+	n := notify.Outbox{Pool: pool, Email: true}
 	sub1, sub2 := "sub-1", "sub-2"
 	a := actions.Action{Type: billing.ActionReminderDue, Account: "acc-1", StripeAccount: "acct_1X", SubscriptionID: &sub1,
 		Created: time.Now().UTC().Format(time.RFC3339), BillingDetails: &actions.BillingDetails{SKU: "pro", Email: "buyer@example.com",

@@ -15,6 +15,8 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/actions"
 	"github.com/stripe-payments/stripe-payments/internal/billing"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
+	"github.com/stripe-payments/stripe-payments/internal/billing/store"
+	"github.com/stripe-payments/stripe-payments/internal/billing/stripecharge"
 	"github.com/stripe-payments/stripe-payments/internal/dynamo"
 	"github.com/stripe-payments/stripe-payments/internal/lock"
 	"github.com/stripe-payments/stripe-payments/internal/stripeclient"
@@ -94,8 +96,11 @@ type Options struct {
 	Lease       time.Duration
 	Heartbeat   time.Duration
 	Start       time.Time
-	Hooks       billing.Hooks
-	Log         *slog.Logger
+	// Crash, when set, is asked at each step of every collection attempt
+	// and crashes the process there when it returns billing.ErrCrash
+	// (Crasher decorates the service's store and charger).
+	Crash func(step string, p billing.Period) error
+	Log   *slog.Logger
 	// DynamoHTTP replaces the DynamoDB client's HTTP client (counting).
 	DynamoHTTP *http.Client
 	// Observer receives the service's money-safety metrics.
@@ -112,11 +117,11 @@ type Env struct {
 	Billing  string
 	History  string
 	Locks    string
-	Store    *billing.Store
+	Store    *store.Store
 	Lock     *lock.Client
 	Stripe   *stripetest.Stripe
 	Clock    *Clock
-	Charger  *billing.Charger
+	Charger  *stripecharge.Charger
 	Notifier *Notifier
 	Service  *billing.Service
 }
@@ -163,18 +168,30 @@ func NewEnv(t testing.TB, o Options) *Env {
 		rateLimit = 1000
 	}
 	api := stripeclient.New(stripeclient.Options{APIKey: "sk_test_billing", BaseURL: e.Stripe.URL, Log: log, MaxNetworkRetries: 1})
-	e.Charger = billing.NewCharger(api, billing.ChargerOptions{Rate: rateLimit, Burst: max(1, int(rateLimit/10)),
+	e.Charger = stripecharge.New(api, stripecharge.Options{Rate: rateLimit, Burst: max(1, int(rateLimit/10)),
 		Backoff: func(n int) time.Duration { return time.Duration(n) * 20 * time.Millisecond }})
 	lease, beat := o.Lease, o.Heartbeat
 	if lease == 0 {
 		lease, beat = 2*time.Second, 100*time.Millisecond
 	}
 	e.Lock = lock.New(db, e.Locks, lock.Options{Lease: lease, Heartbeat: beat, Now: o.LockNow, Log: log})
-	e.Store = billing.NewStore(db, e.Billing, e.History, cfg.Shards)
-	svc, err := billing.New(cfg, billing.Deps{Store: e.Store, Locks: e.Lock, Charger: e.Charger,
-		Notifier: e.Notifier, Now: e.Clock.Now, Log: log, Hooks: o.Hooks, Observer: o.Observer})
+	e.Store = store.New(db, e.Billing, e.History, cfg.Shards)
+	var (
+		st      billing.Store   = e.Store
+		charger billing.Charger = e.Charger
+		crasher *Crasher
+	)
+	if o.Crash != nil {
+		crasher = &Crasher{Step: o.Crash, Now: e.Clock.Now}
+		st, charger = crasher.Store(st), crasher.Charger(charger)
+	}
+	svc, err := billing.New(cfg, billing.Deps{Store: st, Locks: e.Lock, Charger: charger,
+		Notifier: e.Notifier, Now: e.Clock.Now, Log: log, Observer: o.Observer})
 	if err != nil {
 		t.Fatalf("billing service: %v", err)
+	}
+	if crasher != nil {
+		crasher.Window = svc.Config().IdempotencyWindow
 	}
 	e.Service = svc
 	return e

@@ -1,4 +1,4 @@
-package billing
+package store
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
+	"github.com/stripe-payments/stripe-payments/internal/billing"
 )
 
 // Key scheme of the test clocks in BILLING_TABLE (testclock.go):
@@ -51,20 +51,20 @@ type clockItem struct {
 	Version     int64  `dynamodbav:"Version"`
 }
 
-func toClockItem(c Clock) clockItem {
+func toClockItem(c billing.Clock) clockItem {
 	return clockItem{
 		PK: clockPK(c.ID), SK: skClock, Type: "CLOCK", ClockID: c.ID, Name: c.Name,
 		FrozenTime: formatTime(c.FrozenTime), ReachedTime: formatTime(c.ReachedTime), Status: string(c.Status),
-		Error: c.Error, LeaseOwner: c.leaseOwner, LeaseUntil: formatTime(c.leaseUntil),
+		Error: c.Error, LeaseOwner: c.LeaseOwner, LeaseUntil: formatTime(c.LeaseUntil),
 		CreatedAt: formatTime(c.CreatedAt), UpdatedAt: formatTime(c.UpdatedAt), Version: c.Version,
 	}
 }
 
-func (it clockItem) clock() Clock {
-	return Clock{
+func (it clockItem) clock() billing.Clock {
+	return billing.Clock{
 		ID: it.ClockID, Name: it.Name, FrozenTime: parseTime(it.FrozenTime), ReachedTime: parseTime(it.ReachedTime),
-		Status: ClockStatus(it.Status), Error: it.Error, CreatedAt: parseTime(it.CreatedAt), UpdatedAt: parseTime(it.UpdatedAt),
-		Version: it.Version, leaseOwner: it.LeaseOwner, leaseUntil: parseTime(it.LeaseUntil),
+		Status: billing.ClockStatus(it.Status), Error: it.Error, CreatedAt: parseTime(it.CreatedAt), UpdatedAt: parseTime(it.UpdatedAt),
+		Version: it.Version, LeaseOwner: it.LeaseOwner, LeaseUntil: parseTime(it.LeaseUntil),
 	}
 }
 
@@ -104,16 +104,16 @@ type clockRegistryItem struct {
 // PutClock writes c if it is still at c.Version (0: creates it, with its
 // registry entry) and advances c.Version; ErrConflict when it changed
 // meanwhile.
-func (s *Store) PutClock(ctx context.Context, c *Clock, now time.Time) error {
+func (s *Store) PutClock(ctx context.Context, c *billing.Clock, now time.Time) error {
 	cond := versionCond(c.Version)
-	tx := s.NewTx("clock", now)
+	tx := &writes{store: s}
 	if c.Version == 0 {
 		tx.put(clockRegistryItem{PK: pkClocks, SK: c.ID, Type: "CLOCKREG", ClockID: c.ID}, nil)
 	}
 	c.Version++
 	c.UpdatedAt = now
 	tx.put(toClockItem(*c), &cond)
-	if err := s.Commit(ctx, tx); err != nil {
+	if err := s.commit(ctx, tx, nil); err != nil {
 		c.Version--
 		return fmt.Errorf("write test clock %s: %w", c.ID, err)
 	}
@@ -121,42 +121,33 @@ func (s *Store) PutClock(ctx context.Context, c *Clock, now time.Time) error {
 }
 
 // GetClock reads a test clock (strongly consistent).
-func (s *Store) GetClock(ctx context.Context, id string) (Clock, error) {
-	if !validID(id) {
-		return Clock{}, ErrNotFound
+func (s *Store) GetClock(ctx context.Context, id string) (billing.Clock, error) {
+	if !billing.ValidID(id) {
+		return billing.Clock{}, billing.ErrNotFound
 	}
 	var it clockItem
 	if err := s.getItem(ctx, clockPK(id), skClock, &it); err != nil {
-		return Clock{}, err
+		return billing.Clock{}, err
 	}
 	return it.clock(), nil
 }
 
-// PutClockMember records that sub lives on its test clock, in tx.
-func (tx *Tx) PutClockMember(sub Subscription) {
-	tx.put(memberItem{PK: clockPK(sub.TestClock), SK: prefixMember + sub.AccountID + "#" + sub.SubscriptionID,
-		Type: "MEM", AccountID: sub.AccountID, SubscriptionID: sub.SubscriptionID}, nil)
-}
-
-// ClockMember names one subscription of a test clock.
-type ClockMember struct{ AccountID, SubscriptionID string }
-
 // ClockMembers lists the subscriptions created on clock.
-func (s *Store) ClockMembers(ctx context.Context, clock string) ([]ClockMember, error) {
-	var out []ClockMember
+func (s *Store) ClockMembers(ctx context.Context, clock string) ([]billing.ClockMember, error) {
+	var out []billing.ClockMember
 	err := s.queryAll(ctx, clockPK(clock), prefixMember, func(raw map[string]types.AttributeValue) error {
 		var it memberItem
 		if err := attributevalue.UnmarshalMap(raw, &it); err != nil {
 			return fmt.Errorf("decode clock member: %w", err)
 		}
-		out = append(out, ClockMember{AccountID: it.AccountID, SubscriptionID: it.SubscriptionID})
+		out = append(out, billing.ClockMember{AccountID: it.AccountID, SubscriptionID: it.SubscriptionID})
 		return nil
 	})
 	return out, err
 }
 
 // PutClockRun records one day of an advance.
-func (s *Store) PutClockRun(ctx context.Context, clock string, r ClockRun) error {
+func (s *Store) PutClockRun(ctx context.Context, clock string, r billing.ClockRun) error {
 	av, err := attributevalue.MarshalMap(runItem{
 		PK: clockPK(clock), SK: prefixRun + formatTime(r.Time), Type: "RUN", Time: formatTime(r.Time), Date: r.Date.String(),
 		Entries: r.Entries, Reminded: r.Reminded, Charged: r.Charged, Processing: r.Processing, Declined: r.Declined,
@@ -172,7 +163,7 @@ func (s *Store) PutClockRun(ctx context.Context, clock string, r ClockRun) error
 }
 
 // ClockRuns reads the latest limit runs of clock, newest first.
-func (s *Store) ClockRuns(ctx context.Context, clock string, limit int32) ([]ClockRun, error) {
+func (s *Store) ClockRuns(ctx context.Context, clock string, limit int32) ([]billing.ClockRun, error) {
 	kc := expression.Key("PK").Equal(expression.Value(clockPK(clock))).And(expression.Key("SK").BeginsWith(prefixRun))
 	expr, err := expression.NewBuilder().WithKeyCondition(kc).Build()
 	if err != nil {
@@ -186,13 +177,13 @@ func (s *Store) ClockRuns(ctx context.Context, clock string, limit int32) ([]Clo
 	if err != nil {
 		return nil, fmt.Errorf("read test clock runs: %w", err)
 	}
-	runs := make([]ClockRun, 0, len(out.Items))
+	runs := make([]billing.ClockRun, 0, len(out.Items))
 	for _, raw := range out.Items {
 		var it runItem
 		if err := attributevalue.UnmarshalMap(raw, &it); err != nil {
 			return nil, fmt.Errorf("decode test clock run: %w", err)
 		}
-		runs = append(runs, ClockRun{
+		runs = append(runs, billing.ClockRun{
 			Time: parseTime(it.Time), Date: parseDate(it.Date), Entries: it.Entries, Reminded: it.Reminded,
 			Charged: it.Charged, Processing: it.Processing, Declined: it.Declined, Stale: it.Stale,
 			PausedSkipped: it.PausedSkipped, Unresolved: it.Unresolved, Errors: it.Errors, Error: it.Error,
@@ -261,7 +252,7 @@ func (s *Store) RenewClockLease(ctx context.Context, id, owner string, reached, 
 		set = set.Set(expression.Name("ReachedTime"), expression.Value(formatTime(reached)))
 	}
 	cond := expression.Name("LeaseOwner").Equal(expression.Value(owner)).
-		And(expression.Name("Status").Equal(expression.Value(string(ClockAdvancing))))
+		And(expression.Name("Status").Equal(expression.Value(string(billing.ClockAdvancing))))
 	expr, err := expression.NewBuilder().WithUpdate(set).WithCondition(cond).Build()
 	if err != nil {
 		return err
@@ -272,29 +263,10 @@ func (s *Store) RenewClockLease(ctx context.Context, id, owner string, reached, 
 	})
 	var ccf *types.ConditionalCheckFailedException
 	if errors.As(err, &ccf) {
-		return fmt.Errorf("test clock %s: lease lost: %w", id, ErrConflict)
+		return fmt.Errorf("test clock %s: lease lost: %w", id, billing.ErrConflict)
 	}
 	if err != nil {
 		return fmt.Errorf("renew test clock lease: %w", err)
 	}
 	return nil
-}
-
-// ClockRun is one day of a test clock's advance: the reminder and
-// collection jobs run at Time (job date Date).
-type ClockRun struct {
-	Time time.Time
-	Date dates.Date
-	// Entries read from the clock's index partitions by both jobs.
-	Entries       int
-	Reminded      int
-	Charged       int // succeeded
-	Processing    int // bank debits submitted (ACHSENT)
-	Declined      int
-	Stale         int
-	PausedSkipped int
-	Unresolved    int
-	Errors        int
-	// Error: why the advance stopped at this run (status internal_failure).
-	Error string
 }

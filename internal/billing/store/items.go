@@ -1,11 +1,11 @@
-package billing
+package store
 
 import (
 	"fmt"
 	"hash/fnv"
-	"strings"
 	"time"
 
+	"github.com/stripe-payments/stripe-payments/internal/billing"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
 )
 
@@ -42,7 +42,7 @@ func subSK(sub, sku string) string { return prefixSub + sub + "#SKU#" + sku }
 
 func periodSK(sub string, d dates.Date) string { return prefixPeriod + sub + "#" + d.String() }
 
-func receiptSK(r Receipt) string {
+func receiptSK(r billing.Receipt) string {
 	return prefixReceipt + r.ProcessedDate.String() + "#SKU#" + r.SKU + "#SUB#" + r.SubscriptionID + "#" + r.BillingDate.String()
 }
 
@@ -56,13 +56,8 @@ func historyPK(account, sub string) string { return accountPK(account) + "#SUB#"
 // rule brings its date back), so versions never repeat; the entry is written
 // in the change's own transaction, conditioned on its key not existing: a
 // change that fails writes no entry, and no write ever replaces one.
-func historySK(e HistoryEntry) string {
+func historySK(e billing.HistoryEntry) string {
 	return fmt.Sprintf("%s#%06d", e.BillingDate, e.Version)
-}
-
-// validID is the rule for ids that become part of keys.
-func validID(s string) bool {
-	return s != "" && len(s) <= 128 && !strings.ContainsAny(s, "#\x00/ \t\r\n")
 }
 
 // Shard is the write shard of an account: every index entry of an account
@@ -120,49 +115,49 @@ func orSentinel(d dates.Date) string {
 
 // subItem is the stored subscription.
 type subItem struct {
-	PK               string         `dynamodbav:"PK"`
-	SK               string         `dynamodbav:"SK"`
-	Type             string         `dynamodbav:"Type"`
-	AccountID        string         `dynamodbav:"AccountId"`
-	SubscriptionID   string         `dynamodbav:"SubscriptionId"`
-	SKU              string         `dynamodbav:"SKU"`
-	Email            string         `dynamodbav:"Email"`
-	PaymentDay       int            `dynamodbav:"PaymentDay"`
-	BillingWeek      int            `dynamodbav:"BillingWeek,omitempty"`
-	PaymentAmount    int64          `dynamodbav:"PaymentAmount"`
-	Currency         string         `dynamodbav:"Currency"`
-	Term             string         `dynamodbav:"Term"`
-	Timezone         string         `dynamodbav:"Timezone,omitempty"`
-	PaymentDetails   PaymentDetails `dynamodbav:"PaymentDetails"`
-	Status           string         `dynamodbav:"Status"`
-	TestClock        string         `dynamodbav:"TestClock,omitempty"`
-	StartDate        string         `dynamodbav:"StartDate,omitempty"`
-	NextPeriodDate   string         `dynamodbav:"NextPeriodDate,omitempty"`
-	DueDate          string         `dynamodbav:"DueDate,omitempty"`
-	NextPaymentDate  string         `dynamodbav:"NextPaymentDate,omitempty"`
-	NextReminderDate string         `dynamodbav:"NextReminderDate,omitempty"`
-	RemindFor        string         `dynamodbav:"RemindFor,omitempty"`
-	LastPaymentDate  string         `dynamodbav:"LastPaymentDate,omitempty"`
-	LastReminderDate string         `dynamodbav:"LastReminderDate,omitempty"`
-	LastCharged      string         `dynamodbav:"LastChargedPeriod,omitempty"`
-	ReminderPending  string         `dynamodbav:"ReminderPending,omitempty"`
-	PausedFrom       string         `dynamodbav:"PausedFrom,omitempty"`
-	PausedUntil      string         `dynamodbav:"PausedUntil,omitempty"`
-	PauseMonths      int            `dynamodbav:"PauseMonths,omitempty"`
-	CreatedAt        string         `dynamodbav:"CreatedAt"`
-	UpdatedAt        string         `dynamodbav:"UpdatedAt"`
-	Version          int64          `dynamodbav:"Version"`
-	GSI1PK           string         `dynamodbav:"GSI1PK,omitempty"`
-	GSI1SK           string         `dynamodbav:"GSI1SK,omitempty"`
-	GSI2PK           string         `dynamodbav:"GSI2PK,omitempty"`
-	GSI2SK           string         `dynamodbav:"GSI2SK,omitempty"`
+	PK               string                 `dynamodbav:"PK"`
+	SK               string                 `dynamodbav:"SK"`
+	Type             string                 `dynamodbav:"Type"`
+	AccountID        string                 `dynamodbav:"AccountId"`
+	SubscriptionID   string                 `dynamodbav:"SubscriptionId"`
+	SKU              string                 `dynamodbav:"SKU"`
+	Email            string                 `dynamodbav:"Email"`
+	PaymentDay       int                    `dynamodbav:"PaymentDay"`
+	BillingWeek      int                    `dynamodbav:"BillingWeek,omitempty"`
+	PaymentAmount    int64                  `dynamodbav:"PaymentAmount"`
+	Currency         string                 `dynamodbav:"Currency"`
+	Term             string                 `dynamodbav:"Term"`
+	Timezone         string                 `dynamodbav:"Timezone,omitempty"`
+	PaymentDetails   billing.PaymentDetails `dynamodbav:"PaymentDetails"`
+	Status           string                 `dynamodbav:"Status"`
+	TestClock        string                 `dynamodbav:"TestClock,omitempty"`
+	StartDate        string                 `dynamodbav:"StartDate,omitempty"`
+	NextPeriodDate   string                 `dynamodbav:"NextPeriodDate,omitempty"`
+	DueDate          string                 `dynamodbav:"DueDate,omitempty"`
+	NextPaymentDate  string                 `dynamodbav:"NextPaymentDate,omitempty"`
+	NextReminderDate string                 `dynamodbav:"NextReminderDate,omitempty"`
+	RemindFor        string                 `dynamodbav:"RemindFor,omitempty"`
+	LastPaymentDate  string                 `dynamodbav:"LastPaymentDate,omitempty"`
+	LastReminderDate string                 `dynamodbav:"LastReminderDate,omitempty"`
+	LastCharged      string                 `dynamodbav:"LastChargedPeriod,omitempty"`
+	ReminderPending  string                 `dynamodbav:"ReminderPending,omitempty"`
+	PausedFrom       string                 `dynamodbav:"PausedFrom,omitempty"`
+	PausedUntil      string                 `dynamodbav:"PausedUntil,omitempty"`
+	PauseMonths      int                    `dynamodbav:"PauseMonths,omitempty"`
+	CreatedAt        string                 `dynamodbav:"CreatedAt"`
+	UpdatedAt        string                 `dynamodbav:"UpdatedAt"`
+	Version          int64                  `dynamodbav:"Version"`
+	GSI1PK           string                 `dynamodbav:"GSI1PK,omitempty"`
+	GSI1SK           string                 `dynamodbav:"GSI1SK,omitempty"`
+	GSI2PK           string                 `dynamodbav:"GSI2PK,omitempty"`
+	GSI2SK           string                 `dynamodbav:"GSI2SK,omitempty"`
 }
 
 // toSubItem renders s; the index keys follow from its state: an ACTIVE or
 // PAUSED subscription is in the payments index on its due date (a paused
 // one, so that its PAUSED periods become PAUSED_SKIPPED as their dates
 // pass) and in the reminders index on its next reminder.
-func toSubItem(s Subscription, shards int) subItem {
+func toSubItem(s billing.Subscription, shards int) subItem {
 	it := subItem{
 		PK: accountPK(s.AccountID), SK: subSK(s.SubscriptionID, s.SKU), Type: "SUB",
 		AccountID: s.AccountID, SubscriptionID: s.SubscriptionID, SKU: s.SKU, Email: s.Email,
@@ -176,7 +171,7 @@ func toSubItem(s Subscription, shards int) subItem {
 		PausedFrom:      s.PausedFrom.String(), PausedUntil: s.PausedUntil.String(), PauseMonths: s.PauseMonths,
 		CreatedAt: formatTime(s.CreatedAt), UpdatedAt: formatTime(s.UpdatedAt), Version: s.Version,
 	}
-	if s.Status == SubActive || s.Status == SubPaused {
+	if s.Status == billing.SubActive || s.Status == billing.SubPaused {
 		shard := Shard(s.AccountID, shards)
 		if !s.NextReminderDate.IsZero() {
 			it.GSI1PK, it.GSI1SK = indexPartition(s.TestClock, s.NextReminderDate, shard), orSentinel(s.LastReminderDate)
@@ -188,11 +183,11 @@ func toSubItem(s Subscription, shards int) subItem {
 	return it
 }
 
-func (it subItem) subscription() Subscription {
-	sub := Subscription{
+func (it subItem) subscription() billing.Subscription {
+	sub := billing.Subscription{
 		AccountID: it.AccountID, SubscriptionID: it.SubscriptionID, SKU: it.SKU, Email: it.Email,
 		PaymentDay: it.PaymentDay, BillingWeek: it.BillingWeek, Amount: it.PaymentAmount, Currency: it.Currency,
-		Term: dates.Term(it.Term), Timezone: it.Timezone, PaymentDetails: it.PaymentDetails, Status: SubStatus(it.Status),
+		Term: dates.Term(it.Term), Timezone: it.Timezone, PaymentDetails: it.PaymentDetails, Status: billing.SubStatus(it.Status),
 		TestClock: it.TestClock, StartDate: parseDate(it.StartDate), NextPeriodDate: parseDate(it.NextPeriodDate), DueDate: parseDate(it.DueDate),
 		NextPaymentDate: parseDate(it.NextPaymentDate), NextReminderDate: parseDate(it.NextReminderDate),
 		RemindFor: parseDate(it.RemindFor), LastPaymentDate: parseDate(it.LastPaymentDate),
@@ -214,41 +209,41 @@ func (it subItem) subscription() Subscription {
 
 // periodItem is the stored billing period.
 type periodItem struct {
-	PK                  string         `dynamodbav:"PK"`
-	SK                  string         `dynamodbav:"SK"`
-	Type                string         `dynamodbav:"Type"`
-	AccountID           string         `dynamodbav:"AccountId"`
-	SubscriptionID      string         `dynamodbav:"SubscriptionId"`
-	SKU                 string         `dynamodbav:"SKU"`
-	BillingDate         string         `dynamodbav:"BillingDate"`
-	ChargeDate          string         `dynamodbav:"ChargeDate,omitempty"`
-	PaymentAmount       int64          `dynamodbav:"PaymentAmount"`
-	Currency            string         `dynamodbav:"Currency"`
-	PaymentDetails      PaymentDetails `dynamodbav:"PaymentDetails"`
-	Email               string         `dynamodbav:"Email"`
-	TestClock           string         `dynamodbav:"TestClock,omitempty"`
-	BillingStatus       string         `dynamodbav:"BillingStatus"`
-	Process             string         `dynamodbav:"Process"`
-	UpdatedEvent        string         `dynamodbav:"UpdatedEvent,omitempty"`
-	TransactionID       string         `dynamodbav:"TransactionId,omitempty"`
-	Error               string         `dynamodbav:"Error,omitempty"`
-	Attempts            int            `dynamodbav:"Attempts"`
-	InFlightKey         string         `dynamodbav:"InFlightKey,omitempty"`
-	InFlightAt          string         `dynamodbav:"InFlightAt,omitempty"`
-	NextAttemptDate     string         `dynamodbav:"NextAttemptDate,omitempty"`
-	PauseDurationMonths int            `dynamodbav:"PauseDurationMonths,omitempty"`
-	CreatedDate         string         `dynamodbav:"CreatedDate"`
-	InitialRunDate      string         `dynamodbav:"InitialRunDate,omitempty"`
-	LastRunDate         string         `dynamodbav:"LastRunDate,omitempty"`
-	CompletionDate      string         `dynamodbav:"CompletionDate,omitempty"`
-	Version             int64          `dynamodbav:"Version"`
-	GSI2PK              string         `dynamodbav:"GSI2PK,omitempty"`
-	GSI2SK              string         `dynamodbav:"GSI2SK,omitempty"`
+	PK                  string                 `dynamodbav:"PK"`
+	SK                  string                 `dynamodbav:"SK"`
+	Type                string                 `dynamodbav:"Type"`
+	AccountID           string                 `dynamodbav:"AccountId"`
+	SubscriptionID      string                 `dynamodbav:"SubscriptionId"`
+	SKU                 string                 `dynamodbav:"SKU"`
+	BillingDate         string                 `dynamodbav:"BillingDate"`
+	ChargeDate          string                 `dynamodbav:"ChargeDate,omitempty"`
+	PaymentAmount       int64                  `dynamodbav:"PaymentAmount"`
+	Currency            string                 `dynamodbav:"Currency"`
+	PaymentDetails      billing.PaymentDetails `dynamodbav:"PaymentDetails"`
+	Email               string                 `dynamodbav:"Email"`
+	TestClock           string                 `dynamodbav:"TestClock,omitempty"`
+	BillingStatus       string                 `dynamodbav:"BillingStatus"`
+	Process             string                 `dynamodbav:"Process"`
+	UpdatedEvent        string                 `dynamodbav:"UpdatedEvent,omitempty"`
+	TransactionID       string                 `dynamodbav:"TransactionId,omitempty"`
+	Error               string                 `dynamodbav:"Error,omitempty"`
+	Attempts            int                    `dynamodbav:"Attempts"`
+	InFlightKey         string                 `dynamodbav:"InFlightKey,omitempty"`
+	InFlightAt          string                 `dynamodbav:"InFlightAt,omitempty"`
+	NextAttemptDate     string                 `dynamodbav:"NextAttemptDate,omitempty"`
+	PauseDurationMonths int                    `dynamodbav:"PauseDurationMonths,omitempty"`
+	CreatedDate         string                 `dynamodbav:"CreatedDate"`
+	InitialRunDate      string                 `dynamodbav:"InitialRunDate,omitempty"`
+	LastRunDate         string                 `dynamodbav:"LastRunDate,omitempty"`
+	CompletionDate      string                 `dynamodbav:"CompletionDate,omitempty"`
+	Version             int64                  `dynamodbav:"Version"`
+	GSI2PK              string                 `dynamodbav:"GSI2PK,omitempty"`
+	GSI2SK              string                 `dynamodbav:"GSI2SK,omitempty"`
 }
 
 // toPeriodItem renders p; a period is in the payments index while a job has
 // to come back to it (an ERROR awaiting its retry or stale mark).
-func toPeriodItem(p Period, shards int) periodItem {
+func toPeriodItem(p billing.Period, shards int) periodItem {
 	it := periodItem{
 		PK: accountPK(p.AccountID), SK: periodSK(p.SubscriptionID, p.BillingDate), Type: "PER",
 		AccountID: p.AccountID, SubscriptionID: p.SubscriptionID, SKU: p.SKU, BillingDate: p.BillingDate.String(),
@@ -260,17 +255,17 @@ func toPeriodItem(p Period, shards int) periodItem {
 		InitialRunDate: formatTime(p.InitialRunDate), LastRunDate: formatTime(p.LastRunDate),
 		CompletionDate: formatTime(p.CompletionDate), Version: p.Version,
 	}
-	if p.Status == Error && !p.NextAttemptDate.IsZero() {
+	if p.Status == billing.Error && !p.NextAttemptDate.IsZero() {
 		it.GSI2PK, it.GSI2SK = indexPartition(p.TestClock, p.NextAttemptDate, Shard(p.AccountID, shards)), it.SK
 	}
 	return it
 }
 
-func (it periodItem) period() Period {
-	return Period{
+func (it periodItem) period() billing.Period {
+	return billing.Period{
 		AccountID: it.AccountID, SubscriptionID: it.SubscriptionID, SKU: it.SKU, BillingDate: parseDate(it.BillingDate),
 		ChargeDate: parseDate(it.ChargeDate), Amount: it.PaymentAmount, Currency: it.Currency, PaymentDetails: it.PaymentDetails, Email: it.Email,
-		TestClock: it.TestClock, Status: Status(it.BillingStatus), Process: Process(it.Process), UpdatedEvent: it.UpdatedEvent,
+		TestClock: it.TestClock, Status: billing.Status(it.BillingStatus), Process: billing.Process(it.Process), UpdatedEvent: it.UpdatedEvent,
 		TransactionID: it.TransactionID, Error: it.Error, Attempts: it.Attempts,
 		InFlightKey: it.InFlightKey, InFlightAt: parseTime(it.InFlightAt), NextAttemptDate: parseDate(it.NextAttemptDate),
 		PauseDurationMonths: it.PauseDurationMonths, CreatedDate: parseTime(it.CreatedDate),
@@ -295,7 +290,7 @@ type receiptItem struct {
 	TTL             int64  `dynamodbav:"TTL"`
 }
 
-func toReceiptItem(r Receipt) receiptItem {
+func toReceiptItem(r billing.Receipt) receiptItem {
 	return receiptItem{
 		PK: accountPK(r.AccountID), SK: receiptSK(r), Type: "REC", AccountID: r.AccountID,
 		SubscriptionID: r.SubscriptionID, SKU: r.SKU, ProcessedDate: r.ProcessedDate.String(),
@@ -304,22 +299,13 @@ func toReceiptItem(r Receipt) receiptItem {
 	}
 }
 
-func (it receiptItem) receipt() Receipt {
-	return Receipt{
+func (it receiptItem) receipt() billing.Receipt {
+	return billing.Receipt{
 		AccountID: it.AccountID, SubscriptionID: it.SubscriptionID, SKU: it.SKU,
 		ProcessedDate: parseDate(it.ProcessedDate), BillingDate: parseDate(it.BillingDate),
 		Amount: it.ProcessedAmount, Currency: it.Currency, PaymentIntent: it.PaymentIntent,
 		ExpiresAt: time.Unix(it.TTL, 0).UTC(),
 	}
-}
-
-// PaymentRef maps a PaymentIntent back to its billing period, for Stripe
-// events that do not carry the billing metadata (a refund's charge).
-type PaymentRef struct {
-	PaymentIntent  string
-	AccountID      string
-	SubscriptionID string
-	BillingDate    dates.Date
 }
 
 type piItem struct {
@@ -351,7 +337,7 @@ type historyItem struct {
 	Cause          string `dynamodbav:"Cause"`
 }
 
-func toHistoryItem(e HistoryEntry) historyItem {
+func toHistoryItem(e billing.HistoryEntry) historyItem {
 	return historyItem{
 		PK: historyPK(e.AccountID, e.SubscriptionID), SK: historySK(e), AccountID: e.AccountID,
 		SubscriptionID: e.SubscriptionID, BillingDate: e.BillingDate.String(), BillingStatus: string(e.Status),
@@ -361,15 +347,11 @@ func toHistoryItem(e HistoryEntry) historyItem {
 	}
 }
 
-func (it historyItem) entry() HistoryEntry {
-	return HistoryEntry{
+func (it historyItem) entry() billing.HistoryEntry {
+	return billing.HistoryEntry{
 		AccountID: it.AccountID, SubscriptionID: it.SubscriptionID, BillingDate: parseDate(it.BillingDate),
-		Status: Status(it.BillingStatus), Process: Process(it.Process), UpdatedEvent: it.UpdatedEvent,
+		Status: billing.Status(it.BillingStatus), Process: billing.Process(it.Process), UpdatedEvent: it.UpdatedEvent,
 		LastRunDate: parseTime(it.LastRunDate), TransactionID: it.TransactionID, Error: it.Error,
 		Amount: it.Amount, Attempts: it.Attempts, Version: it.Version, Cause: it.Cause,
 	}
 }
-
-// ValidID reports whether s can be an account, subscription or SKU id: ids
-// become parts of keys, so '#', '/' and whitespace are refused.
-func ValidID(s string) bool { return validID(s) }

@@ -1,44 +1,17 @@
-package billing
+package stripecharge
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/stripe/stripe-go/v76"
+
+	"github.com/stripe-payments/stripe-payments/internal/billing"
 )
-
-// MetaAttempt is the attempt number a billing PaymentIntent was created by;
-// with the other billing_* keys it names the one attempt a lookup looks for.
-const MetaAttempt = "billing_attempt"
-
-// Lookup is what asking Stripe for an attempt's PaymentIntent found.
-type Lookup struct {
-	// Found: a PaymentIntent of the attempt exists; Result is its outcome.
-	Found  bool
-	Result ChargeResult
-	// How names the way it was found (search, list), for the history.
-	How string
-}
-
-// AttemptQuery identifies the PaymentIntent an attempt created: the
-// metadata the service set on it, the account, customer, amount and
-// currency it was created with, and when the attempt started.
-type AttemptQuery struct {
-	StripeAccount string
-	Customer      string
-	Amount        int64
-	Currency      string
-	Metadata      map[string]string
-	Since         time.Time
-	// Exclude: PaymentIntents already recorded for the period (earlier
-	// attempts), never the answer.
-	Exclude map[string]bool
-}
 
 // FindAttempt asks Stripe for the PaymentIntent an attempt whose outcome is
 // unknown created: first the Search API by the metadata the service set
@@ -50,10 +23,10 @@ type AttemptQuery struct {
 // metadata: metadata alone is merchant-writable. Found is false when
 // neither sees it: Stripe never created it. The error is non-nil when Stripe
 // could not be asked (nothing can be concluded then).
-func (c *Charger) FindAttempt(ctx context.Context, q AttemptQuery) (Lookup, error) {
+func (c *Charger) FindAttempt(ctx context.Context, q billing.AttemptQuery) (billing.Lookup, error) {
 	var found []*stripe.PaymentIntent
 	clauses := make([]string, 0, len(q.Metadata))
-	for _, k := range []string{MetaAccount, MetaSubscription, MetaDate, MetaAttempt} {
+	for _, k := range []string{billing.MetaAccount, billing.MetaSubscription, billing.MetaDate, billing.MetaAttempt} {
 		if v, ok := q.Metadata[k]; ok {
 			clauses = append(clauses, fmt.Sprintf("metadata['%s']:'%s'", k, searchEscape(v)))
 		}
@@ -64,18 +37,18 @@ func (c *Charger) FindAttempt(ctx context.Context, q AttemptQuery) (Lookup, erro
 		sp.SetStripeAccount(q.StripeAccount)
 	}
 	if err := c.limiter.Wait(ctx); err != nil {
-		return Lookup{}, fmt.Errorf("rate limiter: %w", err)
+		return billing.Lookup{}, fmt.Errorf("rate limiter: %w", err)
 	}
 	c.requests.Add(1)
 	it := c.api.PaymentIntents.Search(sp)
 	for it.Next() {
-		if q.matches(it.PaymentIntent()) {
+		if matches(q, it.PaymentIntent()) {
 			found = append(found, it.PaymentIntent())
 		}
 	}
 	how := "search"
 	if err := it.Err(); err != nil && !searchUnavailable(err) {
-		return Lookup{}, fmt.Errorf("search payment intents: %w", err)
+		return billing.Lookup{}, fmt.Errorf("search payment intents: %w", err)
 	}
 	if len(found) == 0 {
 		how = "list"
@@ -87,21 +60,21 @@ func (c *Charger) FindAttempt(ctx context.Context, q AttemptQuery) (Lookup, erro
 			lp.SetStripeAccount(q.StripeAccount)
 		}
 		if err := c.limiter.Wait(ctx); err != nil {
-			return Lookup{}, fmt.Errorf("rate limiter: %w", err)
+			return billing.Lookup{}, fmt.Errorf("rate limiter: %w", err)
 		}
 		c.requests.Add(1)
 		li := c.api.PaymentIntents.List(lp)
 		for li.Next() {
-			if q.matches(li.PaymentIntent()) {
+			if matches(q, li.PaymentIntent()) {
 				found = append(found, li.PaymentIntent())
 			}
 		}
 		if err := li.Err(); err != nil {
-			return Lookup{}, fmt.Errorf("list payment intents: %w", err)
+			return billing.Lookup{}, fmt.Errorf("list payment intents: %w", err)
 		}
 	}
 	if len(found) == 0 {
-		return Lookup{}, nil
+		return billing.Lookup{}, nil
 	}
 	// One attempt makes one PaymentIntent (one idempotency key); should
 	// there be more, money that moved wins over a failure.
@@ -111,7 +84,7 @@ func (c *Charger) FindAttempt(ctx context.Context, q AttemptQuery) (Lookup, erro
 			best = pi
 		}
 	}
-	return Lookup{Found: true, Result: fromPaymentIntent(best), How: how}, nil
+	return billing.Lookup{Found: true, Result: fromPaymentIntent(best), How: how}, nil
 }
 
 func rank(s stripe.PaymentIntentStatus) int {
@@ -124,7 +97,8 @@ func rank(s stripe.PaymentIntentStatus) int {
 	return 1
 }
 
-func (q AttemptQuery) matches(pi *stripe.PaymentIntent) bool {
+// matches: pi is the PaymentIntent q looks for.
+func matches(q billing.AttemptQuery, pi *stripe.PaymentIntent) bool {
 	if pi == nil || q.Exclude[pi.ID] || pi.Amount != q.Amount || !strings.EqualFold(string(pi.Currency), q.Currency) {
 		return false
 	}
@@ -135,7 +109,7 @@ func (q AttemptQuery) matches(pi *stripe.PaymentIntent) bool {
 		return false
 	}
 	for k, v := range q.Metadata {
-		if k == MetaAttempt {
+		if k == billing.MetaAttempt {
 			// PaymentIntents made before the attempt number was set carry
 			// none; one that carries another number is another attempt.
 			if got, ok := pi.Metadata[k]; ok && got != v {
@@ -179,10 +153,4 @@ func (c *Charger) Retrieve(ctx context.Context, account, id string) (*stripe.Pay
 		return nil, fmt.Errorf("retrieve payment intent %s: %w", id, err)
 	}
 	return pi, nil
-}
-
-// attemptMeta is the metadata of attempt n on p.
-func attemptMeta(p Period, n int) map[string]string {
-	return map[string]string{MetaAccount: p.AccountID, MetaSubscription: p.SubscriptionID,
-		MetaDate: p.BillingDate.String(), MetaSKU: p.SKU, MetaAttempt: strconv.Itoa(n)}
 }

@@ -1,4 +1,4 @@
-package billing_test
+package notify_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 
 	"github.com/stripe-payments/stripe-payments/internal/actions"
 	"github.com/stripe-payments/stripe-payments/internal/billing"
+	"github.com/stripe-payments/stripe-payments/internal/billing/notify"
 	"github.com/stripe-payments/stripe-payments/internal/testenv"
 )
 
@@ -21,7 +22,7 @@ import (
 func TestBillingActionsHaveTheActionShape(t *testing.T) {
 	pool := testenv.Postgres(t)
 	ctx := context.Background()
-	n := billing.OutboxNotifier{Pool: pool}
+	n := notify.Outbox{Pool: pool}
 	sub := "sub-1"
 	a := actions.Action{Type: billing.ActionReminderDue, Account: "acc-1", StripeAccount: "acct_1X",
 		SubscriptionID: &sub, Created: time.Now().UTC().Format(time.RFC3339),

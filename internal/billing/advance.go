@@ -1,0 +1,231 @@
+package billing
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
+)
+
+// AdvanceClock moves clock id to to, running every day's jobs in between.
+// It claims the clock with ctx, then advances in the background within life
+// (the process's lifetime: the advance outlives the request that started
+// it); done closes when the advance ended, however. One advance at a time
+// per clock (ErrClockBusy); a claim whose holder went away (lease expired),
+// or a failed advance, is continued from where it stopped.
+func (s *Service) AdvanceClock(ctx, life context.Context, id string, to time.Time) (Clock, <-chan struct{}, error) {
+	if s.cfg.Livemode {
+		return Clock{}, nil, ErrLivemode
+	}
+	c, err := s.store.GetClock(ctx, id)
+	if err != nil {
+		return Clock{}, nil, err
+	}
+	now := s.wall()
+	if c.Status == ClockAdvancing && !now.After(c.LeaseUntil) {
+		return c, nil, ErrClockBusy
+	}
+	to = to.UTC().Truncate(time.Second)
+	current := c.FrozenTime
+	if c.Status != ClockReady {
+		current = c.ReachedTime // continuing a stopped advance
+	}
+	switch {
+	case to.IsZero():
+		return c, nil, invalid("frozen_time: required (RFC 3339)")
+	case !to.After(current):
+		return c, nil, invalid("frozen_time: must be later than the clock's current time %s", current.Format(time.RFC3339))
+	case to.After(c.ReachedTime.AddDate(MaxClockAdvanceYears, 0, 0)):
+		return c, nil, invalid("frozen_time: at most %d years after the clock's current time", MaxClockAdvanceYears)
+	}
+	owner := uuid.NewString()
+	c.Status, c.FrozenTime, c.Error = ClockAdvancing, to, ""
+	c.LeaseOwner, c.LeaseUntil = owner, now.Add(s.cfg.ClockLease)
+	if err := s.store.PutClock(ctx, &c, now); err != nil {
+		if errors.Is(err, ErrConflict) {
+			return c, nil, ErrClockBusy // another request claimed it first
+		}
+		return c, nil, err
+	}
+	done := make(chan struct{})
+	s.advances.Add(1)
+	go func() {
+		defer s.advances.Done()
+		defer close(done)
+		s.advanceClock(life, c, owner)
+	}()
+	return c, done, nil
+}
+
+// WaitClocks waits for the advances in flight to stop (cancel their life
+// context first).
+func (s *Service) WaitClocks() { s.advances.Wait() }
+
+// advanceClock runs the jobs of each day from c.ReachedTime to c.FrozenTime:
+// at the same time of day on each following day, then at FrozenTime. Each
+// day runs remind then collect for the job date the real ticker would use
+// at that time (NowDate: the next UTC date; every subscription acts only
+// once its own date came in its time zone).
+func (s *Service) advanceClock(ctx context.Context, c Clock, owner string) {
+	log := s.log.With("test_clock", c.ID)
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var hb sync.WaitGroup
+	hb.Add(1)
+	go func() { // heartbeat: the claim stays this replica's while it works
+		defer hb.Done()
+		t := time.NewTicker(s.cfg.ClockLease / 4)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if err := s.store.RenewClockLease(ctx, c.ID, owner, time.Time{}, s.wall().Add(s.cfg.ClockLease), s.wall()); err != nil && ctx.Err() == nil {
+					cancel(err)
+					return
+				}
+			}
+		}
+	}()
+	defer func() { cancel(nil); hb.Wait() }()
+
+	var at time.Time
+	cs := s.onClock(c.ID, func() time.Time { return at })
+	reached := c.ReachedTime
+	for k := 1; ; k++ {
+		at = c.ReachedTime.AddDate(0, 0, k)
+		if !at.Before(c.FrozenTime) {
+			at = c.FrozenTime
+		}
+		run, err := cs.clockDay(ctx, at)
+		if run.Entries > 0 || err != nil {
+			if perr := s.store.PutClockRun(context.WithoutCancel(ctx), c.ID, run); perr != nil {
+				log.Warn("test clock: could not record a run", "error", perr)
+			}
+		}
+		if err != nil {
+			log.Error("test clock: advance stopped", "at", at.Format(time.RFC3339), "error", err)
+			s.endAdvance(context.WithoutCancel(ctx), c.ID, owner, reached, ClockFailed, err.Error())
+			return
+		}
+		reached = at
+		if at.Equal(c.FrozenTime) {
+			break
+		}
+		if err := s.store.RenewClockLease(ctx, c.ID, owner, reached, s.wall().Add(s.cfg.ClockLease), s.wall()); err != nil {
+			log.Warn("test clock: advance stopped", "error", err)
+			if errors.Is(err, ErrConflict) {
+				return // lost the claim: whoever holds it now goes on
+			}
+			// Shutting down, or the table failed: say so at once rather
+			// than when the lease runs out; the next advance goes on.
+			s.endAdvance(context.WithoutCancel(ctx), c.ID, owner, reached, ClockFailed, "the advance stopped: "+err.Error())
+			return
+		}
+	}
+	s.endAdvance(context.WithoutCancel(ctx), c.ID, owner, reached, ClockReady, "")
+}
+
+// clockDay runs one day's jobs; s is the clock's service, its now at.
+func (s *Service) clockDay(ctx context.Context, at time.Time) (ClockRun, error) {
+	date := s.NowDate()
+	run := ClockRun{Time: at, Date: date}
+	var errs []error
+	for _, job := range []func(context.Context, dates.Date) (*Report, error){s.Remind, s.Collect} {
+		rep, err := s.untilUnlocked(ctx, job, date)
+		if rep != nil {
+			run.Entries += rep.Entries
+			run.Reminded += rep.Reminded
+			run.Charged += rep.Succeeded
+			run.Processing += rep.Processing
+			run.Declined += rep.Declined
+			run.Stale += rep.Stale
+			run.PausedSkipped += rep.PausedSkipped
+			run.Unresolved += rep.Unresolved
+			run.Errors += rep.Errors + rep.Locked
+		}
+		switch {
+		case err != nil:
+			errs = append(errs, err)
+		case !rep.OK():
+			errs = append(errs, fmt.Errorf("%s %s did not finish cleanly: %s", rep.Job, date, rep.summary()))
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		run.Error = err.Error()
+		return run, err
+	}
+	return run, nil
+}
+
+// clockLockWait bounds how long a day of an advance waits for accounts
+// another holder keeps locked (an API change, the other clock of the same
+// account, a crashed holder whose lease must expire).
+const clockLockWait = 3 * time.Minute
+
+// untilUnlocked runs job for date again while it only found accounts
+// locked, with a short backoff instead of the real jobs' one long wait
+// (the clock's service has LockedRetryWait 0): a rerun acts on what is
+// left, idempotently. The report adds up what the runs did.
+func (s *Service) untilUnlocked(ctx context.Context, job func(context.Context, dates.Date) (*Report, error), date dates.Date) (*Report, error) {
+	total := &Report{}
+	deadline := s.wall().Add(clockLockWait)
+	for wait := 50 * time.Millisecond; ; wait = min(2*wait, time.Second) {
+		rep, err := job(ctx, date)
+		if rep == nil {
+			return total, err
+		}
+		total.Job, total.Date, total.SweptFrom = rep.Job, rep.Date, rep.SweptFrom
+		total.Entries = max(total.Entries, rep.Entries)
+		total.Reminded += rep.Reminded
+		total.Succeeded += rep.Succeeded
+		total.Processing += rep.Processing
+		total.Declined += rep.Declined
+		total.Stale += rep.Stale
+		total.PausedSkipped += rep.PausedSkipped
+		total.Resumed += rep.Resumed
+		total.Unknown += rep.Unknown
+		total.Resolved += rep.Resolved
+		total.Unresolved, total.Errors, total.Locked = rep.Unresolved, rep.Errors, rep.Locked
+		if err != nil || rep.Locked == 0 || rep.Errors > 0 || rep.Unresolved > 0 || s.wall().After(deadline) {
+			return total, err
+		}
+		select {
+		case <-ctx.Done():
+			return total, ctx.Err()
+		case <-time.After(wait):
+		}
+	}
+}
+
+// endAdvance records the end of owner's advance: ready at the target, or
+// failed at reached.
+func (s *Service) endAdvance(ctx context.Context, id, owner string, reached time.Time, status ClockStatus, msg string) {
+	for range 5 {
+		c, err := s.store.GetClock(ctx, id)
+		if err != nil || c.LeaseOwner != owner {
+			return // deleted, or taken over
+		}
+		c.Status, c.ReachedTime, c.Error = status, reached, msg
+		if status == ClockReady {
+			c.FrozenTime = reached
+		}
+		c.LeaseOwner, c.LeaseUntil = "", time.Time{}
+		err = s.store.PutClock(ctx, &c, s.wall())
+		if !errors.Is(err, ErrConflict) {
+			if err != nil {
+				s.log.Error("test clock: could not record the end of an advance", "test_clock", id, "error", err)
+			}
+			return
+		}
+	}
+}

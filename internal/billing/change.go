@@ -1,0 +1,244 @@
+package billing
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
+	"github.com/stripe-payments/stripe-payments/internal/stripeid"
+)
+
+// replacedByRule reports a period a rule change cancelled (it is no
+// period of the subscription's rule any more).
+func replacedByRule(p Period) bool {
+	return p.Status == Cancelled && strings.HasPrefix(p.UpdatedEvent, "rule-changed")
+}
+
+// lastKept is the scheduled date of the latest period a rule change must
+// keep its distance from: one charged (whatever came of it) or ended
+// (waived, skipped, stale); zero when there is none. Periods still to come
+// (SCHEDULED, PAUSED) and the ones a rule change replaced do not count.
+func lastKept(sub Subscription, periods []Period) dates.Date {
+	last := sub.LastChargedPeriod
+	for _, p := range periods {
+		if p.Status == Scheduled && p.Attempts == 0 && p.InFlightKey == "" || p.Status == Paused || replacedByRule(p) {
+			continue
+		}
+		if p.BillingDate.After(last) {
+			last = p.BillingDate
+		}
+	}
+	return last
+}
+
+// change applies field changes (DESIGN §8 "Billing schedule semantics"):
+//   - amount and payment method: the subscription and every period not yet
+//     charged (SCHEDULED, PAUSED, and ERROR for its retries), never a charge
+//     in flight;
+//   - payment day or Friday week (a rule change): the next period becomes
+//     the first date of the new rule at least one term after the last
+//     charged (or ended: waived, skipped, stale) period's scheduled date
+//     (none: the first after today, on or after start_date), so no two
+//     periods are less than a term apart; the replaced periods are
+//     CANCELLED;
+//   - next_payment_date (a move): that one period is charged on the new
+//     date, strictly between its neighbours' scheduled dates and not in the
+//     past; it keeps its scheduled date, and so do the periods after it.
+func (s *Service) change(ctx context.Context, sub Subscription, ch Change) (Subscription, error) {
+	if err := validateChange(sub, ch); err != nil {
+		return sub, err
+	}
+	now, today := s.now(), s.today(sub)
+	periods, err := s.store.ListPeriods(ctx, sub.AccountID, sub.SubscriptionID)
+	if err != nil {
+		return sub, err
+	}
+	ed := &edits{byDate: map[dates.Date]*Period{}}
+	var cur *Period
+	for _, p := range periods {
+		if p.BillingDate.Equal(sub.NextPeriodDate) {
+			p := p
+			cur = &p
+		}
+	}
+	if cur == nil {
+		p := newPeriod(sub, sub.NextPeriodDate, Scheduled, ProcAdmin, "recreated", now)
+		cur = ed.touch(p)
+	}
+	if ch.Amount != nil || ch.PaymentMethod != nil {
+		changeAmounts(&sub, ch, periods, cur, ed)
+	}
+	switch {
+	case ch.PaymentDay != nil || ch.BillingWeek != nil:
+		if err := s.changeRule(&sub, ch, periods, cur, ed, today, now); err != nil {
+			return sub, err
+		}
+	case !ch.NextPaymentDate.IsZero():
+		if err := s.moveNextPayment(&sub, ch.NextPaymentDate, periods, cur, ed, today); err != nil {
+			return sub, err
+		}
+	}
+
+	tx := NewTx(ch.Cause, now)
+	for _, d := range ed.order {
+		tx.PutPeriod(ed.byDate[d], false)
+	}
+	tx.PutSubscription(&sub)
+	if err := s.store.Commit(ctx, tx); err != nil {
+		return sub, fmt.Errorf("change subscription: %w", err)
+	}
+	return sub, nil
+}
+
+// validateChange refuses field changes that break a rule whatever the
+// periods are.
+func validateChange(sub Subscription, ch Change) error {
+	if ch.Amount == nil && ch.PaymentMethod == nil && ch.PaymentDay == nil && ch.BillingWeek == nil && ch.NextPaymentDate.IsZero() {
+		return invalid("nothing to change")
+	}
+	if ch.PaymentMethod != nil && !stripeid.Valid(*ch.PaymentMethod, "pm_") {
+		return invalid("payment_method: a Stripe payment method id (pm_...)")
+	}
+	if sub.Status == SubCancelled {
+		return invalid("the subscription is CANCELLED")
+	}
+	ruleChange := ch.PaymentDay != nil || ch.BillingWeek != nil
+	if (ruleChange || !ch.NextPaymentDate.IsZero()) && sub.Status != SubActive {
+		return invalid("billing dates change only on an ACTIVE subscription (it is %s)", sub.Status)
+	}
+	if ruleChange && !ch.NextPaymentDate.IsZero() {
+		return invalid("change the payment day or move the next payment, not both at once")
+	}
+	if ch.Amount != nil && (*ch.Amount < 1 || *ch.Amount > 99_999_999) {
+		return invalid("amount: 1 to 99999999 minor units")
+	}
+	return nil
+}
+
+// edits are the periods a change writes: each once, in its final state, in
+// the order first touched.
+type edits struct {
+	byDate map[dates.Date]*Period
+	order  []dates.Date
+}
+
+// touch is the period of p's date as edited so far (p itself the first
+// time).
+func (e *edits) touch(p Period) *Period {
+	if q, ok := e.byDate[p.BillingDate]; ok {
+		return q
+	}
+	e.byDate[p.BillingDate] = &p
+	e.order = append(e.order, p.BillingDate)
+	return &p
+}
+
+// changeAmounts applies a new amount or payment method to sub and every
+// period not yet charged.
+func changeAmounts(sub *Subscription, ch Change, periods []Period, cur *Period, ed *edits) {
+	if ch.Amount != nil {
+		sub.Amount = *ch.Amount
+	}
+	if ch.PaymentMethod != nil {
+		sub.PaymentDetails.PaymentMethod = *ch.PaymentMethod
+	}
+	for _, p := range append(periods, *cur) {
+		// Not yet charged: scheduled, paused, or failed (its retries).
+		if p.InFlightKey != "" || !(p.Status == Scheduled || p.Status == Paused || p.Status == Error) {
+			continue
+		}
+		q := ed.touch(p)
+		if ch.Amount != nil && q.Amount != *ch.Amount {
+			q.Amount, q.UpdatedEvent = *ch.Amount, "amount-changed"
+		}
+		if ch.PaymentMethod != nil && q.PaymentDetails.PaymentMethod != *ch.PaymentMethod {
+			q.PaymentDetails.PaymentMethod, q.UpdatedEvent = *ch.PaymentMethod, "payment-method-changed"
+		}
+		q.Process = ProcAdmin
+	}
+}
+
+// changeRule applies a new payment day or Friday week: the next period is
+// the new rule's first date at least one term after the last kept period,
+// and the periods of the old rule from the cursor on are cancelled.
+func (s *Service) changeRule(sub *Subscription, ch Change, periods []Period, cur *Period, ed *edits, today dates.Date, now time.Time) error {
+	rule := sub.Rule()
+	if ch.PaymentDay != nil {
+		rule.Day, rule.Week = *ch.PaymentDay, 0
+	}
+	if ch.BillingWeek != nil {
+		rule.Week, rule.Day = *ch.BillingWeek, 0
+	}
+	if err := rule.Validate(); err != nil {
+		return invalid("%v", err)
+	}
+	sub.PaymentDay, sub.BillingWeek = rule.Day, rule.Week
+	lower := dates.Max(today.AddDays(1), sub.StartDate)
+	if last := lastKept(*sub, periods); !last.IsZero() {
+		lower = dates.Max(lower, rule.OneTermAfter(last))
+	}
+	next := rule.FirstOnOrAfter(cur.BillingDate, lower)
+	// Every period scheduled from the cursor on belongs to the old rule:
+	// cancelled, but for the new next period itself.
+	var target *Period
+	for _, p := range append(periods, *cur) {
+		if p.Status != Scheduled || p.InFlightKey != "" || p.BillingDate.Before(cur.BillingDate) {
+			continue
+		}
+		q := ed.touch(p)
+		if q.BillingDate.Equal(next) {
+			target = q
+			continue
+		}
+		q.Status, q.Process, q.UpdatedEvent = Cancelled, ProcAdmin, "rule-changed-to-"+next.String()
+		q.ChargeDate, q.CompletionDate = dates.Date{}, now
+	}
+	if target == nil {
+		for _, p := range periods {
+			if p.BillingDate.Equal(next) {
+				if !replacedByRule(p) || p.Attempts > 0 {
+					return fmt.Errorf("period %s exists and is %s: %w", next, p.Status, ErrConflict)
+				}
+				target = ed.touch(p)
+				s.reopen(target, *sub, ProcAdmin, "rule-changed-from-"+cur.BillingDate.String())
+			}
+		}
+	}
+	if target == nil {
+		target = ed.touch(newPeriod(*sub, next, Scheduled, ProcAdmin, "rule-changed-from-"+cur.BillingDate.String(), now))
+	}
+	target.ChargeDate = dates.Date{}
+	s.point(sub, *target, today, true)
+	return nil
+}
+
+// moveNextPayment moves the charge of the next period to to: strictly
+// between its neighbours' scheduled dates and not in the past.
+func (s *Service) moveNextPayment(sub *Subscription, to dates.Date, periods []Period, cur *Period, ed *edits, today dates.Date) error {
+	if cur.Status != Scheduled || cur.InFlightKey != "" {
+		return fmt.Errorf("next period %s is %s: %w", cur.BillingDate, cur.Status, ErrConflict)
+	}
+	if to.Before(today) {
+		return invalid("next_payment_date must not be in the past (today is %s)", today)
+	}
+	following := sub.Rule().Next(cur.BillingDate)
+	if !to.Before(following) {
+		return invalid("next_payment_date must be before the following period (%s)", following)
+	}
+	for _, p := range periods {
+		if p.BillingDate.Before(cur.BillingDate) && !replacedByRule(p) && !to.After(p.BillingDate) {
+			return invalid("next_payment_date must be after the previous period (%s)", p.BillingDate)
+		}
+	}
+	q := ed.touch(*cur)
+	q.ChargeDate, q.Process, q.UpdatedEvent = to, ProcAdmin, "charge-date-moved-to-"+to.String()
+	if to.Equal(q.BillingDate) {
+		q.ChargeDate = dates.Date{}
+	}
+	// The new charge date is announced (one reminder per charge date),
+	// unless it did not change.
+	s.point(sub, *q, today, !q.Due().Equal(cur.Due()))
+	return nil
+}

@@ -1,0 +1,161 @@
+package billing
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/mail"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
+	"github.com/stripe-payments/stripe-payments/internal/stripeid"
+)
+
+// CreateInput is createSubscription's request.
+type CreateInput struct {
+	SubscriptionID string // optional: a client-chosen id makes the create idempotent
+	SKU            string
+	Email          string
+	PaymentDay     int
+	BillingWeek    int
+	Amount         int64
+	Currency       string
+	Term           dates.Term
+	Customer       string
+	PaymentMethod  string
+	StripeAccount  string
+	StartDate      dates.Date
+	Timezone       string
+	// TestClock puts the subscription on a test clock (test mode only).
+	TestClock string
+}
+
+var currencyRE = regexp.MustCompile(`^[a-z]{3}$`)
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
+}
+
+// Validate reports every problem of in at once.
+func (in CreateInput) Validate(account string) error {
+	var errs []string
+	add := func(format string, args ...any) { errs = append(errs, fmt.Sprintf(format, args...)) }
+	if !validID(account) {
+		add("account_id: 1-128 characters without '#', '/' or spaces")
+	}
+	if in.SubscriptionID != "" && !validID(in.SubscriptionID) {
+		add("subscription_id: 1-128 characters without '#', '/' or spaces")
+	}
+	if !validID(in.SKU) {
+		add("sku: required, 1-128 characters without '#', '/' or spaces")
+	}
+	if a, err := mail.ParseAddress(in.Email); err != nil || a.Address != in.Email || len(in.Email) > 254 {
+		add("email: a plain address is required")
+	}
+	if err := (dates.Rule{Day: in.PaymentDay, Week: in.BillingWeek, Term: in.Term}).Validate(); err != nil {
+		add("%v", err)
+	}
+	if in.BillingWeek != 0 && in.PaymentDay != 0 {
+		add("payment_day and billing_week are exclusive")
+	}
+	if in.Amount < 1 || in.Amount > 99_999_999 {
+		add("amount: 1 to 99999999 minor units")
+	}
+	if !currencyRE.MatchString(in.Currency) {
+		add("currency: a lowercase ISO 4217 code")
+	}
+	if !stripeid.Valid(in.Customer, "cus_") {
+		add("customer: a Stripe customer id (cus_...)")
+	}
+	if !stripeid.Valid(in.PaymentMethod, "pm_") {
+		add("payment_method: a Stripe payment method id (pm_...)")
+	}
+	if in.StripeAccount != "" && !stripeid.Valid(in.StripeAccount, "acct_") {
+		add("stripe_account: a connected account id (acct_...), or absent to charge on the platform's own account")
+	}
+	if in.Timezone != "" {
+		if _, err := time.LoadLocation(in.Timezone); err != nil || in.Timezone == "Local" {
+			add("timezone: an IANA time zone name")
+		}
+	}
+	if in.TestClock != "" && !stripeid.Valid(in.TestClock, "clock_") {
+		add("test_clock: a test clock id (clock_...)")
+	}
+	if len(errs) > 0 {
+		return invalid("%s", strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// CreateSubscription creates a subscription and its first SCHEDULED period
+// (createSubscription). The first payment is on the first payment day after
+// today (or on/after start_date when later): today's job may have run.
+func (s *Service) CreateSubscription(ctx context.Context, account string, in CreateInput) (Subscription, error) {
+	// No stripe_account: the platform charges its own customer on its own
+	// account, with no Stripe-Account header (DESIGN §4), whatever account_id.
+	in.Currency = strings.ToLower(in.Currency)
+	if err := in.Validate(account); err != nil {
+		return Subscription{}, err
+	}
+	if in.TestClock != "" {
+		if s.cfg.Livemode {
+			return Subscription{}, ErrLivemode
+		}
+		if _, err := s.store.GetClock(ctx, in.TestClock); errors.Is(err, ErrNotFound) {
+			return Subscription{}, invalid("test_clock: no test clock %s", in.TestClock)
+		} else if err != nil {
+			return Subscription{}, err
+		}
+	}
+	s, err := s.forSub(ctx, Subscription{TestClock: in.TestClock})
+	if err != nil {
+		return Subscription{}, err
+	}
+	now := s.now()
+	sub := Subscription{
+		AccountID: account, SubscriptionID: in.SubscriptionID, SKU: in.SKU, Email: in.Email,
+		PaymentDay: in.PaymentDay, BillingWeek: in.BillingWeek, Amount: in.Amount, Currency: in.Currency,
+		Term: in.Term, Timezone: in.Timezone, Status: SubActive, CreatedAt: now, TestClock: in.TestClock,
+		PaymentDetails: PaymentDetails{Customer: in.Customer, PaymentMethod: in.PaymentMethod, StripeAccount: in.StripeAccount},
+	}
+	if sub.SubscriptionID == "" {
+		sub.SubscriptionID = uuid.NewString()
+	}
+	if existing, err := s.store.GetSubscription(ctx, account, sub.SubscriptionID); err == nil {
+		if existing.SKU == sub.SKU && existing.Amount == sub.Amount && existing.PaymentDetails == sub.PaymentDetails &&
+			existing.TestClock == sub.TestClock {
+			return existing, nil // a retried create
+		}
+		return Subscription{}, fmt.Errorf("subscription %s: %w", sub.SubscriptionID, ErrDuplicate)
+	} else if !errors.Is(err, ErrNotFound) {
+		return Subscription{}, err
+	}
+	today := s.today(sub)
+	sub.StartDate = in.StartDate
+	first := sub.Rule().First(dates.Max(today.AddDays(1), in.StartDate))
+	p := newPeriod(sub, first, Scheduled, ProcInitial, "created", now)
+	s.point(&sub, p, today, true)
+
+	// Registered before the subscription exists, so the poller's account
+	// list always covers every account the table charges on.
+	if err := s.store.RegisterChargedAccounts(ctx, sub.PaymentDetails.StripeAccount); err != nil {
+		return Subscription{}, err
+	}
+	tx := NewTx("create:"+sub.SubscriptionID, now)
+	tx.PutSubscription(&sub)
+	tx.PutPeriod(&p, false)
+	if sub.TestClock != "" {
+		tx.PutClockMember(sub) // DELETE of the clock cancels it
+	}
+	if err := s.store.Commit(ctx, tx); err != nil {
+		if errors.Is(err, ErrConflict) {
+			return Subscription{}, fmt.Errorf("subscription %s: %w", sub.SubscriptionID, ErrDuplicate)
+		}
+		return Subscription{}, fmt.Errorf("create subscription: %w", err)
+	}
+	return sub, nil
+}

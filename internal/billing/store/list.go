@@ -1,0 +1,144 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/stripe-payments/stripe-payments/internal/billing"
+	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
+	"github.com/stripe-payments/stripe-payments/internal/dynamo"
+)
+
+// ListSubscriptions lists an account's subscriptions (getSubscriptionsByAccount).
+func (s *Store) ListSubscriptions(ctx context.Context, account string, limit int32, cursor string) (billing.Page[billing.Subscription], error) {
+	var page billing.Page[billing.Subscription]
+	kc := expression.Key("PK").Equal(expression.Value(accountPK(account))).And(expression.Key("SK").BeginsWith(prefixSub))
+	items, next, err := s.listPage(ctx, s.table, kc, nil, true, accountPK(account), limit, cursor)
+	if err != nil {
+		return page, err
+	}
+	for _, raw := range items {
+		var it subItem
+		if err := attributevalue.UnmarshalMap(raw, &it); err != nil {
+			return page, fmt.Errorf("decode subscription: %w", err)
+		}
+		page.Items = append(page.Items, it.subscription())
+	}
+	page.NextCursor = next
+	return page, nil
+}
+
+// ListReceipts lists an account's unexpired receipts, newest first
+// (getReceiptsByAccount). DynamoDB deletes expired items only eventually, so
+// the key range skips receipts processed before the retention window and a
+// filter drops the ones at its edge.
+func (s *Store) ListReceipts(ctx context.Context, account string, now time.Time, retention time.Duration, limit int32, cursor string) (billing.Page[billing.Receipt], error) {
+	var page billing.Page[billing.Receipt]
+	oldest := dates.Of(now.UTC().Add(-retention)).AddDays(-1)
+	kc := expression.Key("PK").Equal(expression.Value(accountPK(account))).
+		And(expression.Key("SK").Between(expression.Value(prefixReceipt+oldest.String()), expression.Value("REC$")))
+	filter := expression.Name("TTL").GreaterThan(expression.Value(now.Unix()))
+	items, next, err := s.listPage(ctx, s.table, kc, &filter, false, accountPK(account), limit, cursor)
+	if err != nil {
+		return page, err
+	}
+	for _, raw := range items {
+		var it receiptItem
+		if err := attributevalue.UnmarshalMap(raw, &it); err != nil {
+			return page, fmt.Errorf("decode receipt: %w", err)
+		}
+		page.Items = append(page.Items, it.receipt())
+	}
+	page.NextCursor = next
+	return page, nil
+}
+
+// ListHistory lists the history of a subscription, by billing date and then
+// in order of change.
+func (s *Store) ListHistory(ctx context.Context, account, sub string, limit int32, cursor string) (billing.Page[billing.HistoryEntry], error) {
+	var page billing.Page[billing.HistoryEntry]
+	pk := historyPK(account, sub)
+	kc := expression.Key("PK").Equal(expression.Value(pk))
+	items, next, err := s.listPage(ctx, s.history, kc, nil, true, pk, limit, cursor)
+	if err != nil {
+		return page, err
+	}
+	for _, raw := range items {
+		var it historyItem
+		if err := attributevalue.UnmarshalMap(raw, &it); err != nil {
+			return page, fmt.Errorf("decode history: %w", err)
+		}
+		page.Items = append(page.Items, it.entry())
+	}
+	page.NextCursor = next
+	return page, nil
+}
+
+// AllHistory reads the whole history of a subscription.
+func (s *Store) AllHistory(ctx context.Context, account, sub string) ([]billing.HistoryEntry, error) {
+	var all []billing.HistoryEntry
+	cursor := ""
+	for {
+		page, err := s.ListHistory(ctx, account, sub, 1000, cursor)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, page.Items...)
+		if page.NextCursor == "" {
+			return all, nil
+		}
+		cursor = page.NextCursor
+	}
+}
+
+func (s *Store) listPage(ctx context.Context, table string, kc expression.KeyConditionBuilder, filter *expression.ConditionBuilder,
+	forward bool, pk string, limit int32, cursor string) ([]map[string]types.AttributeValue, string, error) {
+	start, err := dynamo.DecodeCursor(cursor, map[string]string{"PK": pk}, "PK", "SK")
+	if errors.Is(err, dynamo.ErrInvalidCursor) {
+		return nil, "", billing.ErrInvalidCursor
+	}
+	if err != nil {
+		return nil, "", err
+	}
+	b := expression.NewBuilder().WithKeyCondition(kc)
+	if filter != nil {
+		b = b.WithFilter(*filter)
+	}
+	expr, err := b.Build()
+	if err != nil {
+		return nil, "", err
+	}
+	in := &dynamodb.QueryInput{
+		TableName: aws.String(table), KeyConditionExpression: expr.KeyCondition(),
+		FilterExpression: expr.Filter(), ExpressionAttributeNames: expr.Names(),
+		ExpressionAttributeValues: expr.Values(), ExclusiveStartKey: start,
+		Limit: aws.Int32(limit), ScanIndexForward: aws.Bool(forward),
+	}
+	var items []map[string]types.AttributeValue
+	// A filtered page can come back short: keep reading until it is full
+	// or the range ends, so that a page is never empty with a cursor.
+	for {
+		out, err := s.db.Query(ctx, in)
+		if err != nil {
+			return nil, "", fmt.Errorf("query %s: %w", table, err)
+		}
+		items = append(items, out.Items...)
+		if len(out.LastEvaluatedKey) == 0 {
+			return items, "", nil
+		}
+		if int32(len(items)) >= limit {
+			next, err := dynamo.EncodeCursor(out.LastEvaluatedKey)
+			return items, next, err
+		}
+		in.ExclusiveStartKey = out.LastEvaluatedKey
+		in.Limit = aws.Int32(limit - int32(len(items)))
+	}
+}

@@ -1,0 +1,157 @@
+// Package store is the billing core's DynamoDB single-table store: the
+// subscriptions, billing periods, receipts, PaymentIntent references, test
+// clocks and sweep watermarks of BILLING_TABLE, the append-only history of
+// BILLING_HISTORY_TABLE, and the commit of a billing.Tx as one
+// TransactWriteItems. It implements billing.Store; DynamoDB's errors become
+// billing's sentinels here (ErrNotFound, ErrConflict, ErrInvalidCursor).
+package store
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/stripe-payments/stripe-payments/internal/billing"
+	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
+)
+
+// Store reads and writes the billing table and its history table. Every
+// write of a subscription, period or marker is a whole-item put conditioned
+// on the version it was read at (optimistic concurrency): the item's index
+// keys are recomputed from its state on every write, so an item can never be
+// left in an index it should have left. DynamoDB errors become the package's
+// sentinels here.
+type Store struct {
+	db      *dynamodb.Client
+	table   string
+	history string
+	shards  int
+}
+
+// New returns a store; shards is BILLING_SHARDS.
+func New(db *dynamodb.Client, table, historyTable string, shards int) *Store {
+	if shards < 1 {
+		shards = 1
+	}
+	return &Store{db: db, table: table, history: historyTable, shards: shards}
+}
+
+// Shards is the configured write-shard count.
+func (s *Store) Shards() int { return s.shards }
+func key(pk, sk string) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{
+		"PK": &types.AttributeValueMemberS{Value: pk},
+		"SK": &types.AttributeValueMemberS{Value: sk},
+	}
+}
+
+func (s *Store) getItem(ctx context.Context, pk, sk string, out any) error {
+	res, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName: aws.String(s.table), Key: key(pk, sk), ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		return fmt.Errorf("get %s %s: %w", pk, sk, err)
+	}
+	if len(res.Item) == 0 {
+		return billing.ErrNotFound
+	}
+	if err := attributevalue.UnmarshalMap(res.Item, out); err != nil {
+		return fmt.Errorf("decode %s %s: %w", pk, sk, err)
+	}
+	return nil
+}
+
+// GetSubscription reads a subscription by id (strongly consistent).
+func (s *Store) GetSubscription(ctx context.Context, account, sub string) (billing.Subscription, error) {
+	if !billing.ValidID(account) || !billing.ValidID(sub) {
+		return billing.Subscription{}, billing.ErrNotFound
+	}
+	kc := expression.Key("PK").Equal(expression.Value(accountPK(account))).
+		And(expression.Key("SK").BeginsWith(prefixSub + sub + "#SKU#"))
+	expr, err := expression.NewBuilder().WithKeyCondition(kc).Build()
+	if err != nil {
+		return billing.Subscription{}, err
+	}
+	out, err := s.db.Query(ctx, &dynamodb.QueryInput{
+		TableName: aws.String(s.table), KeyConditionExpression: expr.KeyCondition(),
+		ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
+		ConsistentRead: aws.Bool(true), Limit: aws.Int32(2),
+	})
+	if err != nil {
+		return billing.Subscription{}, fmt.Errorf("get subscription %s: %w", sub, err)
+	}
+	if len(out.Items) == 0 {
+		return billing.Subscription{}, billing.ErrNotFound
+	}
+	var it subItem
+	if err := attributevalue.UnmarshalMap(out.Items[0], &it); err != nil {
+		return billing.Subscription{}, fmt.Errorf("decode subscription %s: %w", sub, err)
+	}
+	return it.subscription(), nil
+}
+
+// GetPeriod reads one billing period (strongly consistent).
+func (s *Store) GetPeriod(ctx context.Context, account, sub string, d dates.Date) (billing.Period, error) {
+	var it periodItem
+	if err := s.getItem(ctx, accountPK(account), periodSK(sub, d), &it); err != nil {
+		return billing.Period{}, err
+	}
+	return it.period(), nil
+}
+
+// GetPaymentRef finds the period a PaymentIntent was created for.
+func (s *Store) GetPaymentRef(ctx context.Context, pi string) (billing.PaymentRef, error) {
+	var it piItem
+	if err := s.getItem(ctx, piKey(pi), piKey(pi), &it); err != nil {
+		return billing.PaymentRef{}, err
+	}
+	return billing.PaymentRef{PaymentIntent: it.PaymentIntent, AccountID: it.AccountID,
+		SubscriptionID: it.SubscriptionID, BillingDate: parseDate(it.BillingDate)}, nil
+}
+
+// ListPeriods reads every billing period of a subscription, oldest first.
+func (s *Store) ListPeriods(ctx context.Context, account, sub string) ([]billing.Period, error) {
+	var periods []billing.Period
+	err := s.queryAll(ctx, accountPK(account), prefixPeriod+sub+"#", func(raw map[string]types.AttributeValue) error {
+		var it periodItem
+		if err := attributevalue.UnmarshalMap(raw, &it); err != nil {
+			return err
+		}
+		periods = append(periods, it.period())
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list periods of %s: %w", sub, err)
+	}
+	return periods, nil
+}
+
+func (s *Store) queryAll(ctx context.Context, pk, skPrefix string, fn func(map[string]types.AttributeValue) error) error {
+	kc := expression.Key("PK").Equal(expression.Value(pk)).And(expression.Key("SK").BeginsWith(skPrefix))
+	expr, err := expression.NewBuilder().WithKeyCondition(kc).Build()
+	if err != nil {
+		return err
+	}
+	p := dynamodb.NewQueryPaginator(s.db, &dynamodb.QueryInput{
+		TableName: aws.String(s.table), KeyConditionExpression: expr.KeyCondition(),
+		ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
+		ConsistentRead: aws.Bool(true),
+	})
+	for p.HasMorePages() {
+		out, err := p.NextPage(ctx)
+		if err != nil {
+			return err
+		}
+		for _, raw := range out.Items {
+			if err := fn(raw); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
