@@ -16,6 +16,7 @@ import (
 
 	"github.com/stripe-payments/stripe-payments/internal/api"
 	"github.com/stripe-payments/stripe-payments/internal/billing"
+	"github.com/stripe-payments/stripe-payments/internal/billing/feedqueue"
 	billingstore "github.com/stripe-payments/stripe-payments/internal/billing/store"
 	"github.com/stripe-payments/stripe-payments/internal/config"
 	"github.com/stripe-payments/stripe-payments/internal/dispatch"
@@ -157,7 +158,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 	}
 	a.OpsCounter = ops.NewCounter(pool, log.With("component", "ops"), nil)
 	a.OpsRuns = ops.NewRuns(pool, m.Registry)
-	routes := handler.NewRoutes(flows, billing.EnqueueFeed)
+	routes := handler.NewRoutes(flows, feedqueue.Enqueue)
 	for _, change := range o.routes {
 		routes = change(routes)
 	}

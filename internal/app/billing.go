@@ -8,6 +8,7 @@ import (
 
 	"github.com/stripe-payments/stripe-payments/internal/billing"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
+	"github.com/stripe-payments/stripe-payments/internal/billing/feedqueue"
 	"github.com/stripe-payments/stripe-payments/internal/billing/notify"
 	billingstore "github.com/stripe-payments/stripe-payments/internal/billing/store"
 	"github.com/stripe-payments/stripe-payments/internal/billing/stripecharge"
@@ -27,14 +28,15 @@ func (a *App) newBilling() error {
 	cfg.Retry = dates.RetryPolicy{Days: c.RetryDays, StaleDays: c.StaleDays}
 	cfg.ReceiptTTL, cfg.LookbackDays, cfg.LockedRetryWait = c.ReceiptTTL, c.LookbackDays, c.LockLease+c.LockHeartbeat
 	cfg.PlatformAccount, cfg.Livemode = a.Config.PlatformAccount, a.Config.Livemode()
+	log := a.Log.With("component", "billing")
 	svc, err := billing.New(cfg, billing.Deps{Store: store, Locks: locks, Charger: charger,
-		Notifier: notify.Outbox{Pool: a.Pool, Email: a.Config.SESFromAddress != ""}, Log: a.Log.With("component", "billing"),
+		Notifier: notify.Outbox{Pool: a.Pool, Email: a.Config.SESFromAddress != ""}, Log: log,
 		Observer: metrics.NewBilling(a.Metrics.Registry)})
 	if err != nil {
 		return fmt.Errorf("billing: %w", err)
 	}
 	a.Billing, a.BillingStore = svc, store
-	a.BillingFeed = &outbox.Worker{Pool: a.Pool, Topic: billing.FeedTopic, Deliver: svc.DeliverFeed,
+	a.BillingFeed = &outbox.Worker{Pool: a.Pool, Topic: billing.FeedTopic, Deliver: feedqueue.Deliver(svc, log),
 		Log: a.Log.With("component", "billing-feed")}
 	a.outboxPolicy().Apply(a.BillingFeed)
 	return nil

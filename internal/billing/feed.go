@@ -13,11 +13,9 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/actions"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
 	"github.com/stripe-payments/stripe-payments/internal/lock"
-	"github.com/stripe-payments/stripe-payments/internal/outbox"
-	"github.com/stripe-payments/stripe-payments/internal/pgtx"
 )
 
-// FeedTopic is the outbox topic of the webhook feed.
+// FeedTopic is the outbox topic of the webhook feed (internal/billing/feedqueue).
 const FeedTopic = "billing"
 
 // FeedEventTypes are the Stripe events that feed the billing core.
@@ -82,28 +80,6 @@ func (o feedObject) paymentIntentID() string {
 	return ""
 }
 
-// EnqueueFeed is the handler applier of FeedEventTypes: inside the event's
-// ledger transaction it enqueues the event for the billing core on the
-// "billing" topic (dedupe key: the event id), when the PaymentIntent is a
-// billing-core charge (metadata billing_*). A full refund's charge without
-// that metadata is enqueued too, for a lookup of its PaymentIntent.
-// DynamoDB is never written inside the Postgres transaction: the billing
-// outbox worker applies the message afterwards, idempotently.
-func EnqueueFeed(ctx context.Context, tx pgtx.Tx, ev *stripe.Event) error {
-	msg, ok, err := FeedFromEvent(ev)
-	if err != nil || !ok {
-		return err
-	}
-	payload, err := json.Marshal(msg)
-	if err != nil {
-		return fmt.Errorf("encode billing feed message: %w", err)
-	}
-	_, err = outbox.Enqueue(ctx, tx, outbox.Message{
-		Topic: FeedTopic, Type: msg.Type, DedupeKey: "billing:" + ev.ID, Payload: payload,
-	})
-	return err
-}
-
 // FeedFromEvent extracts the feed message of ev; ok is false when the event
 // is not about a billing charge.
 func FeedFromEvent(ev *stripe.Event) (FeedMessage, bool, error) {
@@ -129,16 +105,6 @@ func FeedFromEvent(ev *stripe.Event) (FeedMessage, bool, error) {
 		return msg, obj.Refunded && msg.PaymentIntent != "", nil
 	}
 	return FeedMessage{}, false, nil
-}
-
-// DeliverFeed is the billing outbox worker's Deliver: apply one message.
-func (s *Service) DeliverFeed(ctx context.Context, m outbox.Message) error {
-	var msg FeedMessage
-	if err := json.Unmarshal(m.Payload, &msg); err != nil {
-		s.log.Error("billing feed: undecodable message dropped", "message_id", m.ID, "error", err)
-		return nil
-	}
-	return s.ApplyFeed(ctx, msg)
 }
 
 // ApplyFeed applies one Stripe event to its billing period, under the

@@ -26,6 +26,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/billing"
 	"github.com/stripe-payments/stripe-payments/internal/billing/billingtest"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
+	"github.com/stripe-payments/stripe-payments/internal/billing/feedqueue"
 	"github.com/stripe-payments/stripe-payments/internal/billing/oracle"
 	"github.com/stripe-payments/stripe-payments/internal/dynamo"
 	"github.com/stripe-payments/stripe-payments/internal/events"
@@ -322,12 +323,12 @@ func newOracleWorld(t *testing.T, seed uint64, u, lo, hi, months int) *oracleWor
 	opts := []handler.Option{handler.WithClock(w.e.Clock.Now)}
 	var feed handler.Routes
 	for _, typ := range billing.FeedEventTypes {
-		feed = feed.With(typ, billing.EnqueueFeed)
+		feed = feed.With(typ, feedqueue.Enqueue)
 	}
 	opts = append(opts, handler.WithRoutes(feed))
 	w.handler = handler.New(handler.Config{PlatformAccount: "acct_platform", EventTTL: ttl},
 		events.NewStore(w.e.DB, evTable, ttl, nil), tracking.NewLedger(pool), quiet, opts...)
-	w.worker = &outbox.Worker{Pool: pool, Topic: billing.FeedTopic, Deliver: w.e.Service.DeliverFeed, Log: quiet,
+	w.worker = &outbox.Worker{Pool: pool, Topic: billing.FeedTopic, Deliver: feedqueue.Deliver(w.e.Service, quiet), Log: quiet,
 		Backoff: func(int) time.Duration { return 0 }, Batch: 1000}
 
 	w.first = w.e.Clock.Today()

@@ -27,6 +27,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/billing"
 	"github.com/stripe-payments/stripe-payments/internal/billing/billingtest"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
+	"github.com/stripe-payments/stripe-payments/internal/billing/feedqueue"
 	"github.com/stripe-payments/stripe-payments/internal/dynamo"
 	"github.com/stripe-payments/stripe-payments/internal/events"
 	"github.com/stripe-payments/stripe-payments/internal/handler"
@@ -348,12 +349,12 @@ func simulate(t *testing.T, nSubs, months int, seed uint64) (map[billing.Status]
 	opts := []handler.Option{handler.WithClock(e.Clock.Now)}
 	var feed handler.Routes
 	for _, typ := range billing.FeedEventTypes {
-		feed = feed.With(typ, billing.EnqueueFeed)
+		feed = feed.With(typ, feedqueue.Enqueue)
 	}
 	opts = append(opts, handler.WithRoutes(feed))
 	s.handler = handler.New(handler.Config{PlatformAccount: "acct_platform", EventTTL: ttl},
 		events.NewStore(e.DB, evTable, ttl, nil), tracking.NewLedger(pool), quiet, opts...)
-	s.worker = &outbox.Worker{Pool: pool, Topic: billing.FeedTopic, Deliver: e.Service.DeliverFeed, Log: quiet,
+	s.worker = &outbox.Worker{Pool: pool, Topic: billing.FeedTopic, Deliver: feedqueue.Deliver(e.Service, quiet), Log: quiet,
 		Backoff: func(int) time.Duration { return 0 }, Batch: 1000}
 
 	classes := []string{"good", "good", "good", "good", "good", "good", "flaky", "flaky", "ach", "ach", "lost", "dead"}

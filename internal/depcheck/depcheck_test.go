@@ -47,15 +47,16 @@ var rules = []struct {
 
 // directRules name what a package must not import itself (it may still
 // reach it through a package it uses: the billing core reaches DynamoDB
-// through the generic lease lock, and Postgres through the outbox that
-// carries its webhook feed).
+// through the generic lease lock, and Postgres through internal/actions,
+// whose Action type sits beside its enqueue).
 var directRules = []struct {
 	pkg, why string
 	never    []string // import path prefixes
 }{
 	{"internal/billing", "the billing core holds the model and the rules over its own interfaces (deps.go); the drivers are " +
-		"its implementations' business (internal/billing/store, stripecharge, notify), wired in by internal/app",
-		[]string{"github.com/jackc/pgx", "github.com/aws/aws-sdk-go-v2", "github.com/stripe/stripe-go/v76/client", module + "/internal/dynamo"}},
+		"its implementations' business (internal/billing/store, stripecharge, notify, feedqueue), wired in by internal/app",
+		[]string{"github.com/jackc/pgx", "github.com/aws/aws-sdk-go-v2", "github.com/stripe/stripe-go/v76/client", module + "/internal/dynamo",
+			module + "/internal/outbox", module + "/internal/pgtx"}},
 }
 
 // TestDirectImportRules fails when a package imports what it must not.

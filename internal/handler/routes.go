@@ -52,7 +52,7 @@ type Tracking interface {
 	ScheduleCanceled(ctx context.Context, tx Tx, ev *stripe.Event) error
 }
 
-// NewRoutes is the service's route table. billingFeed is billing.EnqueueFeed:
+// NewRoutes is the service's route table. billingFeed is feedqueue.Enqueue (internal/billing/feedqueue):
 // it enqueues the event for the recurring billing core when the
 // PaymentIntent is one of its charges, and does nothing otherwise. A nil
 // billingFeed leaves it out (the tracking flows' own tests).

@@ -10,6 +10,7 @@ import (
 	"github.com/stripe/stripe-go/v76"
 
 	"github.com/stripe-payments/stripe-payments/internal/billing"
+	"github.com/stripe-payments/stripe-payments/internal/billing/feedqueue"
 	"github.com/stripe-payments/stripe-payments/internal/handler"
 	"github.com/stripe-payments/stripe-payments/internal/tracking"
 )
@@ -60,7 +61,7 @@ func routeTypes(r handler.Routes) []string {
 // exactly the table it is given.
 func TestRouteTableAgreesWithItsComponents(t *testing.T) {
 	ctx := context.Background()
-	table := handler.NewRoutes(tracking.NewFlows(tracking.FlowsConfig{}), billing.EnqueueFeed)
+	table := handler.NewRoutes(tracking.NewFlows(tracking.FlowsConfig{}), feedqueue.Enqueue)
 	require.NoError(t, table.Check())
 
 	probe := &probeTracking{reached: map[string][]string{}}
