@@ -1,3 +1,7 @@
+// Package billingtest runs the billing core in tests: a service on fresh
+// DynamoDB Local tables and the fake Stripe (NewEnv), a settable clock, a
+// notifier that records actions once per dedupe key, and crash injection by
+// decorating the service's store and charger (Crasher).
 package billingtest
 
 import (
