@@ -354,46 +354,25 @@ func (r *crashRun) createPurchase(f *crashFlow, key string, body map[string]any)
 	body["account"] = crashMerchant(f).String()
 	body["stripe_account"] = f.account
 	raw, _ := json.Marshal(body)
-	deadline := time.Now().Add(45 * time.Second)
-	var last string
-	for attempt := 0; ; attempt++ {
-		if attempt > 0 {
-			r.purchaseRetries.Add(1)
-			time.Sleep(100 * time.Millisecond)
-		}
-		if time.Now().After(deadline) {
-			r.t.Errorf("purchase %s never answered 201 within 45s: %s", key, last)
-			return false
-		}
-		status, answer, err := postJSON(r.client, r.srv.url()+"/v1/purchases", raw, "Authorization", "Bearer "+crashToken, "Idempotency-Key", key)
-		if err != nil {
-			last = err.Error()
-			continue
-		}
-		last = fmt.Sprintf("%d %s", status, answer)
-		if status >= 400 && status < 500 {
-			r.t.Errorf("purchase %s refused: %s", key, last)
-			return false
-		}
-		if status != http.StatusCreated {
-			continue
-		}
-		var p struct {
-			ID            uuid.UUID `json:"id"`
-			PaymentIntent string    `json:"payment_intent"`
-			Subscription  string    `json:"subscription"`
-		}
-		if err := json.Unmarshal(answer, &p); err != nil {
-			r.t.Errorf("purchase %s: %v", key, err)
-			return false
-		}
-		f.purchase, f.pi, f.sub = p.ID, p.PaymentIntent, p.Subscription
-		if f.pi == "" && f.sub == "" {
-			r.t.Errorf("purchase %s answered without its Stripe object: %s", key, answer)
-			return false
-		}
-		return true
+	answer, ok := purchase(r.t, r.client, r.srv.url(), crashToken, key, raw, &r.purchaseRetries)
+	if !ok {
+		return false
 	}
+	var p struct {
+		ID            uuid.UUID `json:"id"`
+		PaymentIntent string    `json:"payment_intent"`
+		Subscription  string    `json:"subscription"`
+	}
+	if err := json.Unmarshal(answer, &p); err != nil {
+		r.t.Errorf("purchase %s: %v", key, err)
+		return false
+	}
+	f.purchase, f.pi, f.sub = p.ID, p.PaymentIntent, p.Subscription
+	if f.pi == "" && f.sub == "" {
+		r.t.Errorf("purchase %s answered without its Stripe object: %s", key, answer)
+		return false
+	}
+	return true
 }
 
 // event builds a real-shaped event from a fixture, with its own created
@@ -439,19 +418,9 @@ func (r *crashRun) check(pool *pgx.Conn, table string, fake *stripetest.Stripe, 
 
 	// 0 events missing: every event recorded processed, and in the ledger.
 	store := events.NewStore(testenv.Dynamo(t), table, 720*time.Hour, nil)
-	records := map[string]events.Record{}
-	for start := 0; start < len(ids); start += 100 {
-		page, err := store.BatchGet(ctx, ids[start:min(start+100, len(ids))])
-		require.NoError(t, err)
-		for id, rec := range page {
-			records[id] = rec
-		}
-	}
+	records := recordsOf(t, store, ids)
 	ledger := map[string]bool{}
-	rows, err := pool.Query(ctx, `SELECT event_id FROM processed_events`)
-	require.NoError(t, err)
-	ledgerIDs, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	require.NoError(t, err)
+	ledgerIDs := ledgerEventIDs(t, pool)
 	for _, id := range ledgerIDs {
 		ledger[id] = true
 	}
@@ -480,7 +449,7 @@ func (r *crashRun) check(pool *pgx.Conn, table string, fake *stripetest.Stripe, 
 		delivered bool
 		action    actions.Action
 	}
-	rows, err = pool.Query(ctx, `SELECT id::text, type, dedupe_key, delivered_at IS NOT NULL, payload FROM outbox WHERE topic = 'action'`)
+	rows, err := pool.Query(ctx, `SELECT id::text, type, dedupe_key, delivered_at IS NOT NULL, payload FROM outbox WHERE topic = 'action'`)
 	require.NoError(t, err)
 	var outbox []outboxRow
 	for rows.Next() {

@@ -4,19 +4,24 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/stripe-payments/stripe-payments/internal/dispatch"
+	"github.com/stripe-payments/stripe-payments/internal/events"
 	"github.com/stripe-payments/stripe-payments/internal/stripetest"
 	"github.com/stripe-payments/stripe-payments/internal/testenv"
 )
@@ -218,4 +223,61 @@ func postJSON(client *http.Client, url string, body []byte, headers ...string) (
 	defer resp.Body.Close()
 	answer, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, answer, nil
+}
+
+// recordsOf reads the events table's records of ids, 100 per BatchGet.
+func recordsOf(t *testing.T, store *events.Store, ids []string) map[string]events.Record {
+	t.Helper()
+	out := map[string]events.Record{}
+	for start := 0; start < len(ids); start += 100 {
+		page, err := store.BatchGet(context.Background(), ids[start:min(start+100, len(ids))])
+		require.NoError(t, err)
+		for id, rec := range page {
+			out[id] = rec
+		}
+	}
+	return out
+}
+
+// ledgerEventIDs lists the processed-events ledger: one row per applied event.
+func ledgerEventIDs(t *testing.T, pool *pgx.Conn) []string {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), `SELECT event_id FROM processed_events`)
+	require.NoError(t, err)
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	return ids
+}
+
+// purchase POSTs raw to base+"/v1/purchases" until it is answered 201 or
+// refused (a 4xx other than retryOn), retrying with the same
+// Idempotency-Key (as a client must) after connection errors and other
+// answers, for at most 45 s; each retry counts in retries. It returns the
+// 201's body; a refusal or the deadline is reported with t.Errorf.
+func purchase(t *testing.T, client *http.Client, base, token, key string, raw []byte, retries *atomic.Int64, retryOn ...int) ([]byte, bool) {
+	deadline := time.Now().Add(45 * time.Second)
+	var last string
+	for attempt := 0; ; attempt++ {
+		if attempt > 0 {
+			retries.Add(1)
+			time.Sleep(100 * time.Millisecond)
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("purchase %s never answered 201 within 45s: %s", key, last)
+			return nil, false
+		}
+		status, answer, err := postJSON(client, base+"/v1/purchases", raw, "Authorization", "Bearer "+token, "Idempotency-Key", key)
+		if err != nil {
+			last = err.Error()
+			continue
+		}
+		last = fmt.Sprintf("%d %s", status, answer)
+		if status == http.StatusCreated {
+			return answer, true
+		}
+		if status >= 400 && status < 500 && !slices.Contains(retryOn, status) {
+			t.Errorf("purchase %s refused: %s", key, last)
+			return nil, false
+		}
+	}
 }

@@ -365,40 +365,20 @@ func (r *scaleRun) flow(rng *rand.Rand, worker, n int) {
 // with the same Idempotency-Key on every retry, as a client must.
 func (r *scaleRun) createPurchase(p *scalePurchase, key string, body map[string]any) bool {
 	raw, _ := json.Marshal(body)
-	deadline := time.Now().Add(45 * time.Second)
-	var last string
-	for attempt := 0; ; attempt++ {
-		if attempt > 0 {
-			r.retries.Add(1)
-			time.Sleep(100 * time.Millisecond)
-		}
-		if time.Now().After(deadline) {
-			r.t.Errorf("purchase %s never answered 201 within 45s: %s", key, last)
-			return false
-		}
-		status, answer, err := postJSON(r.client, r.lb+"/v1/purchases", raw, "Authorization", "Bearer "+scaleToken, "Idempotency-Key", key)
-		if err != nil {
-			last = err.Error()
-			continue
-		}
-		last = fmt.Sprintf("%d %s", status, answer)
-		if status == http.StatusCreated {
-			var got struct {
-				ID            uuid.UUID `json:"id"`
-				PaymentIntent string    `json:"payment_intent"`
-			}
-			if err := json.Unmarshal(answer, &got); err != nil || got.PaymentIntent == "" {
-				r.t.Errorf("purchase %s: %v %s", key, err, answer)
-				return false
-			}
-			p.id, p.pi = got.ID, got.PaymentIntent
-			return true
-		}
-		if status >= 400 && status < 500 && status != http.StatusConflict {
-			r.t.Errorf("purchase %s refused: %s", key, last)
-			return false
-		}
+	answer, ok := purchase(r.t, r.client, r.lb, scaleToken, key, raw, &r.retries, http.StatusConflict)
+	if !ok {
+		return false
 	}
+	var got struct {
+		ID            uuid.UUID `json:"id"`
+		PaymentIntent string    `json:"payment_intent"`
+	}
+	if err := json.Unmarshal(answer, &got); err != nil || got.PaymentIntent == "" {
+		r.t.Errorf("purchase %s: %v %s", key, err, answer)
+		return false
+	}
+	p.id, p.pi = got.ID, got.PaymentIntent
+	return true
 }
 
 // event builds a real-shaped event from a fixture, created 45 s ago: past
@@ -514,15 +494,7 @@ func (r *scaleRun) records(store *events.Store) map[string]events.Record {
 	for i, ev := range r.all {
 		ids[i] = ev.id
 	}
-	out := map[string]events.Record{}
-	for start := 0; start < len(ids); start += 100 {
-		page, err := store.BatchGet(context.Background(), ids[start:min(start+100, len(ids))])
-		require.NoError(r.t, err)
-		for id, rec := range page {
-			out[id] = rec
-		}
-	}
-	return out
+	return recordsOf(r.t, store, ids)
 }
 
 // checkEvents: every event recorded processed and applied once (ledger rows
@@ -530,10 +502,7 @@ func (r *scaleRun) records(store *events.Store) map[string]events.Record {
 func (r *scaleRun) checkEvents(pool *pgx.Conn, store *events.Store) {
 	t := r.t
 	records := r.records(store)
-	rows, err := pool.Query(context.Background(), `SELECT event_id FROM processed_events`)
-	require.NoError(t, err)
-	ledgerIDs, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	require.NoError(t, err)
+	ledgerIDs := ledgerEventIDs(t, pool)
 	ledger := map[string]int{}
 	for _, id := range ledgerIDs {
 		ledger[id]++
@@ -558,7 +527,7 @@ func (r *scaleRun) checkEvents(pool *pgx.Conn, store *events.Store) {
 
 	// The pollers share one checkpoint per account (their runs take turns
 	// on one advisory lock): every merchant account has been polled.
-	rows, err = pool.Query(context.Background(), `SELECT stripe_account FROM poller_checkpoints`)
+	rows, err := pool.Query(context.Background(), `SELECT stripe_account FROM poller_checkpoints`)
 	require.NoError(t, err)
 	polled, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)

@@ -118,9 +118,8 @@ func (e *purchaseEnv) purchase(t *testing.T, body any, idempotencyKey string) (i
 // webhook signs and posts an event built from a fixture.
 func (e *purchaseEnv) webhook(t *testing.T, ev stripetest.Event) {
 	t.Helper()
-	payload := ev.Build(t)
-	status, body := post(t, e.url, payload, stripetest.Sign(payload, secret, time.Now()))
-	require.Equal(t, http.StatusOK, status, body)
+	status, body := e.app.Deliver(t, ev.Build(t))
+	require.Equal(t, http.StatusOK, status, string(body))
 }
 
 func (e *purchaseEnv) get(t *testing.T, path string) map[string]any {

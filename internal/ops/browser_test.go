@@ -90,15 +90,8 @@ func startApp(t testing.TB, stripeURL string, overrides ...string) *apptest.App 
 // deliver posts a signed event to the webhook and returns the status.
 func deliver(t *testing.T, a *apptest.App, payload []byte) int {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, a.Server.URL()+"/webhooks/stripe", bytes.NewReader(payload))
-	require.NoError(t, err)
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Stripe-Signature", stripetest.Sign(payload, secret, time.Now()))
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	return resp.StatusCode
+	status, _ := a.Deliver(t, payload)
+	return status
 }
 
 func apiJSON(t *testing.T, a *apptest.App, method, path string, body any) (int, map[string]any) {
