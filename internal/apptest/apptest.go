@@ -29,7 +29,7 @@ import (
 
 // Defaults of the environment (Options.Env overrides them).
 const (
-	Secret = "whsec_test_apptest"
+	Secret = "whsec_fake_apptest_not_a_secret"
 	Token  = "test-internal-token"
 	APIKey = "sk_test_apptest"
 )
