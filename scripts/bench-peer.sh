@@ -163,6 +163,7 @@ log "this service pid $ours_pid on :$OURS_PORT (pprof :$PPROF_PORT), stripe-sync
 	-ours "http://127.0.0.1:$OURS_PORT/webhooks/stripe" -ours-secret "$SECRET_OURS" -ours-pid "$ours_pid" \
 	-peer "http://127.0.0.1:$PEER_PORT/webhooks" -peer-secret "$SECRET_PEER" -peer-pid "$peer_pid" \
 	-database-url "$PG_URL/postgres?sslmode=disable" \
+	-dynamodb-pid "$(cat "$DEV/dynamodb.pid" 2>/dev/null || echo 0)" -postgres-pid "$(head -1 "$PG_DATA/postmaster.pid")" \
 	-c "$CONCURRENCY" -rounds "$ROUNDS" -d "$DURATION" -markdown "$OUT/compare.md" \
 	${BENCH_PROFILE:+-pprof "http://127.0.0.1:$PPROF_PORT" -profile-dir "$OUT"} | tee "$OUT/compare.txt"
 

@@ -36,6 +36,7 @@ type compareOptions struct {
 	rounds                 int
 	duration, warmup       time.Duration
 	oursPID, peerPID       int
+	dynamoPID, postgresPID int
 	ceilings               bool
 	ceilingDuration        time.Duration
 	databaseURL            string
@@ -47,7 +48,8 @@ type compareOptions struct {
 // sample is one measured phase of one target.
 type sample struct {
 	res    loadtest.Result
-	cpuSec float64 // CPU seconds of the target's process during the phase (0: unknown)
+	cpuSec float64      // CPU seconds of the target's process during the phase (0: unknown)
+	box    loadtest.Box // the machine's CPU from the phase's start until its records were written
 	// drain is how long after the phase's last answer the target's
 	// write-behind backlog (stripe_payments_event_records_backlog) took to
 	// reach zero: every acknowledged record in the events table.
@@ -141,6 +143,8 @@ func runCompare(ctx context.Context, args []string, out io.Writer) error {
 	fs.DurationVar(&o.warmup, "warmup", 3*time.Second, "unmeasured warm-up of each target at each concurrency, before the first round")
 	fs.IntVar(&o.oursPID, "ours-pid", 0, "this service's pid, for CPU per event (Linux /proc)")
 	fs.IntVar(&o.peerPID, "peer-pid", 0, "the peer's pid, for CPU per event")
+	fs.IntVar(&o.dynamoPID, "dynamodb-pid", 0, "DynamoDB Local's pid, for where the machine's CPU goes in each phase")
+	fs.IntVar(&o.postgresPID, "postgres-pid", 0, "the Postgres postmaster's pid (its backends count with it), for where the machine's CPU goes")
 	fs.BoolVar(&o.ceilings, "ceilings", true, "also measure the storage ceilings (durable Postgres commit, DynamoDB batch write and put) in this run")
 	fs.DurationVar(&o.ceilingDuration, "ceiling-d", 5*time.Second, "duration of each ceiling measure")
 	fs.StringVar(&o.databaseURL, "database-url", os.Getenv("DATABASE_URL"), "Postgres of the ceilings (the one both services use)")
@@ -199,6 +203,11 @@ func runCompare(ctx context.Context, args []string, out io.Writer) error {
 		send := func(ctx context.Context, _ int, _ int64) error {
 			return targets[t].hook.Post(ctx, loadtest.CustomerUpdated(time.Now()))
 		}
+		roots := map[string]int{"target": targets[t].pid, "DynamoDB Local": o.dynamoPID, "Postgres": o.postgresPID, "load generator": os.Getpid()}
+		boxBefore, err := loadtest.ReadBox(roots)
+		if err != nil {
+			return sample{}, err
+		}
 		var before loadtest.ProcStats
 		if targets[t].pid > 0 {
 			var err error
@@ -252,6 +261,11 @@ func runCompare(ctx context.Context, args []string, out io.Writer) error {
 			}
 			s.cpuSec = (after.CPU - before.CPU).Seconds()
 		}
+		boxAfter, err := loadtest.ReadBox(roots)
+		if err != nil {
+			return sample{}, err
+		}
+		s.box = boxBefore.Sub(boxAfter)
 		return s, ctx.Err()
 	}
 
@@ -376,6 +390,7 @@ type summary struct {
 	p50, p99               time.Duration
 	errors                 int64
 	cpuPerEvent            time.Duration // 0: unknown
+	box                    loadtest.Box  // summed over the rounds
 }
 
 func summarise(ss []sample) summary {
@@ -391,6 +406,7 @@ func summarise(ss []sample) summary {
 		p99s = append(p99s, x.res.Quantile(.99))
 		s.errors += x.res.Errors
 		cpu += x.cpuSec
+		s.box = addBox(s.box, x.box)
 		n += float64(x.res.Requests)
 	}
 	sort.Float64s(rates)
@@ -530,6 +546,7 @@ func (r compareReport) markdownTo(w io.Writer) {
 			fmt.Fprintf(w, "| concurrency %d | %d µs | %d µs |\n", row.c, row.peer.cpuPerEvent.Microseconds(), row.ours.cpuPerEvent.Microseconds())
 		}
 	}
+	r.machineTable(w)
 	if len(r.rows) > 0 && r.rows[0].stages != nil {
 		fmt.Fprintf(w, "\n| where this service's time goes (means over its measured phases) | %s |\n| --- |%s\n",
 			strings.Join(concurrencyHeads(r.rows), " | "), strings.Repeat(" --- |", len(r.rows)))
