@@ -28,7 +28,7 @@ const (
 	platform = "acct_1PlatformTest0000"
 	acctA    = "acct_1ConnectedAAAAAA"
 	acctB    = "acct_1ConnectedBBBBBB"
-	secret   = "whsec_poller_test_secret"
+	secret   = "whsec_fake_poller_test_secret"
 )
 
 // Replay modes: through the real webhook server, or in-process.

@@ -25,8 +25,8 @@ import (
 //     not first; a v0 beside them) — and refused as outside the tolerance
 //     when signed further away.
 func FuzzVerify(f *testing.F) {
-	const secret = "whsec_fuzz_secret"
-	secrets := []string{"whsec_other", secret}
+	const secret = "whsec_fake_fuzz_secret"
+	secrets := []string{"whsec_fake_other", secret}
 	now := time.Unix(1_700_000_000, 0)
 	for i, name := range stripetest.FixtureNames() {
 		payload := stripetest.Fixture(f, name)
@@ -70,7 +70,7 @@ func genuineHeader(payload []byte, secret string, ts time.Time, shape uint8) str
 	t := strconv.FormatInt(ts.Unix(), 10)
 	switch shape {
 	case 1: // Stripe rolling its endpoint secret: an unknown secret's v1 first
-		other := hex.EncodeToString(stripewebhook.ComputeSignature(ts, payload, "whsec_unknown_to_us"))
+		other := hex.EncodeToString(stripewebhook.ComputeSignature(ts, payload, "whsec_fake_unknown_to_us"))
 		return "t=" + t + ",v1=" + other + ",v1=" + sig
 	case 2: // a test-mode v0 signature beside the v1
 		return "t=" + t + ",v1=" + sig + ",v0=" + strings.Repeat("ab", 32)

@@ -12,8 +12,8 @@ import (
 
 func TestVerify(t *testing.T) {
 	const (
-		oldSecret = "whsec_test_old_0000"
-		newSecret = "whsec_test_new_1111"
+		oldSecret = "whsec_fake_test_old_0000"
+		newSecret = "whsec_fake_test_new_1111"
 	)
 	now := time.Unix(1_700_000_000, 0)
 	payload := []byte(`{"id":"evt_1","object":"event"}`)
@@ -33,7 +33,7 @@ func TestVerify(t *testing.T) {
 			header: sign(newSecret, now) + ",v1=" + "00ff", want: nil},
 		{name: "edge of tolerance in the past", secrets: []string{newSecret}, header: sign(newSecret, now.Add(-300*time.Second))},
 		{name: "edge of tolerance in the future", secrets: []string{newSecret}, header: sign(newSecret, now.Add(300*time.Second))},
-		{name: "wrong secret", secrets: []string{newSecret}, header: sign("whsec_other", now), want: webhook.ErrNoValidSignature},
+		{name: "wrong secret", secrets: []string{newSecret}, header: sign("whsec_fake_other", now), want: webhook.ErrNoValidSignature},
 		{name: "tampered payload", secrets: []string{newSecret}, header: sign(newSecret, now),
 			payload: []byte(`{"id":"evt_2","object":"event"}`), want: webhook.ErrNoValidSignature},
 		{name: "stale", secrets: []string{newSecret}, header: sign(newSecret, now.Add(-301*time.Second)), want: webhook.ErrOutsideTolerance},
@@ -67,8 +67,8 @@ func TestVerify(t *testing.T) {
 func TestSignRoundTrip(t *testing.T) {
 	payload := []byte(`{"hello":"world"}`)
 	at := time.Now()
-	header := webhook.Sign(payload, "whsec_test_x", at)
-	require.NoError(t, webhook.NewVerifier([]string{"whsec_test_x"}, time.Minute, nil).Verify(payload, header))
+	header := webhook.Sign(payload, "whsec_fake_test_x", at)
+	require.NoError(t, webhook.NewVerifier([]string{"whsec_fake_test_x"}, time.Minute, nil).Verify(payload, header))
 }
 
 func BenchmarkVerify(b *testing.B) {
@@ -77,8 +77,8 @@ func BenchmarkVerify(b *testing.B) {
 		payload[i] = 'a'
 	}
 	now := time.Now()
-	header := webhook.Sign(payload, "whsec_bench_secret", now)
-	v := webhook.NewVerifier([]string{"whsec_bench_secret"}, 300*time.Second, func() time.Time { return now })
+	header := webhook.Sign(payload, "whsec_fake_bench_secret", now)
+	v := webhook.NewVerifier([]string{"whsec_fake_bench_secret"}, 300*time.Second, func() time.Time { return now })
 	b.SetBytes(int64(len(payload)))
 	b.ReportAllocs()
 	for b.Loop() {

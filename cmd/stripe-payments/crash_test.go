@@ -32,8 +32,8 @@ import (
 const (
 	crashKills    = 5
 	crashWorkers  = 4
-	crashSecret   = "whsec_crash_test_secret"
-	crashAPIKey   = "sk_test_crash_test_key"
+	crashSecret   = "whsec_fake_crash_test_secret"
+	crashAPIKey   = "sk_test_fake_crash_test_key"
 	crashToken    = "crash-test-internal-token"
 	crashActions  = "crash-test-actions-secret"
 	crashPlatform = "acct_1CrashPlatform0000"

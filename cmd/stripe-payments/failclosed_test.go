@@ -33,7 +33,7 @@ func cleanEnv(vars map[string]string) []string {
 func prodVars() map[string]string {
 	return map[string]string{
 		"LISTEN_ADDR":             "127.0.0.1:1", // never reached: startup fails first
-		"STRIPE_WEBHOOK_SECRET":   "whsec_prod_" + randomHex(8),
+		"STRIPE_WEBHOOK_SECRET":   "whsec_fake_prod_" + randomHex(8),
 		"STRIPE_API_KEY":          "sk_live_" + randomHex(8),
 		"STRIPE_PLATFORM_ACCOUNT": "acct_1ProdPlatform",
 		"DATABASE_URL":            "postgres://app:pw@127.0.0.1:1/payments",
@@ -134,12 +134,12 @@ func TestStartupFailsClosed(t *testing.T) {
 
 	t.Run("events sign with only its secret", func(t *testing.T) {
 		cmd := exec.Command(bin, "events", "sign")
-		cmd.Env = cleanEnv(map[string]string{"STRIPE_WEBHOOK_SECRET": "whsec_only_" + randomHex(6)})
+		cmd.Env = cleanEnv(map[string]string{"STRIPE_WEBHOOK_SECRET": "whsec_fake_only_" + randomHex(6)})
 		cmd.Stdin = strings.NewReader(`{"id":"evt_1"}`)
 		out, err := cmd.Output()
 		require.NoError(t, err)
 		assert.Regexp(t, `^t=\d+,v1=[0-9a-f]{64}\n$`, string(out))
-		cmd = exec.Command(bin, "events", "sign", "-secret", "whsec_flag")
+		cmd = exec.Command(bin, "events", "sign", "-secret", "whsec_fake_flag")
 		cmd.Env = cleanEnv(nil)
 		cmd.Stdin = strings.NewReader(`{"id":"evt_1"}`)
 		_, err = cmd.Output()
@@ -220,7 +220,7 @@ func TestServeStartsInProductionMode(t *testing.T) {
 	addr := freeAddr(t)
 	vars := map[string]string{
 		"LISTEN_ADDR":             addr,
-		"STRIPE_WEBHOOK_SECRET":   "whsec_prod_" + randomHex(8),
+		"STRIPE_WEBHOOK_SECRET":   "whsec_fake_prod_" + randomHex(8),
 		"STRIPE_API_KEY":          "sk_test_" + randomHex(8),
 		"STRIPE_API_BASE":         "http://127.0.0.1:1",
 		"STRIPE_PLATFORM_ACCOUNT": "acct_1ProdPlatform",

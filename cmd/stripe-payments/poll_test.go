@@ -68,7 +68,7 @@ func TestPollCommand(t *testing.T) {
 	// the command needs its own billing table as much as its events table.
 	testenv.CreateTables(t, client, dynamo.EventsTable(table), dynamo.BillingTable(billingTable))
 	for k, v := range map[string]string{
-		"STRIPE_WEBHOOK_SECRET":   "whsec_cli_test",
+		"STRIPE_WEBHOOK_SECRET":   "whsec_fake_cli_test",
 		"STRIPE_API_KEY":          api.Key,
 		"STRIPE_API_BASE":         api.URL,
 		"STRIPE_PLATFORM_ACCOUNT": "acct_1PlatformCli",

@@ -36,8 +36,8 @@ const (
 	scaleReplicas = 3
 	scaleWorkers  = 4
 	scaleLoad     = 12 * time.Second // load phase; one replica is killed in it
-	scaleSecret   = "whsec_scale_out_test_secret"
-	scaleAPIKey   = "sk_test_scale_out_test_key"
+	scaleSecret   = "whsec_fake_scale_out_test_secret"
+	scaleAPIKey   = "sk_test_fake_scale_out_test_key"
 	scaleToken    = "scale-out-test-internal-token"
 	scaleActions  = "scale-out-test-actions-secret"
 	scalePlatform = "acct_1ScalePlatform0000"

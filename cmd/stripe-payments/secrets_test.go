@@ -44,8 +44,8 @@ func TestSecretsNeverLogged(t *testing.T) {
 	t.Parallel()
 	bin := binary(t)
 	secrets := map[string]string{
-		"old webhook secret":    "whsec_old" + randomHex(16),
-		"webhook secret":        "whsec_new" + randomHex(16),
+		"old webhook secret":    "whsec_fake_old" + randomHex(16),
+		"webhook secret":        "whsec_fake_new" + randomHex(16),
 		"Stripe API key":        "sk_test_" + randomHex(16),
 		"internal API token":    "tok" + randomHex(16),
 		"actions secret":        "act" + randomHex(16),
@@ -158,7 +158,7 @@ func TestSecretsNeverLogged(t *testing.T) {
 	require.Equal(t, http.StatusOK, status)
 
 	// Failure paths.
-	assert.Equal(t, http.StatusBadRequest, webhook(succeeded, "whsec_forged"+randomHex(8), time.Now()), "forged signature")
+	assert.Equal(t, http.StatusBadRequest, webhook(succeeded, "whsec_fake_forged"+randomHex(8), time.Now()), "forged signature")
 	assert.Equal(t, http.StatusBadRequest, webhook(succeeded, secrets["webhook secret"], time.Now().Add(-time.Hour)), "stale signature")
 	notAnEvent := []byte(`{"id":"x","object":"charge"}`)
 	assert.Equal(t, http.StatusBadRequest, webhook(notAnEvent, secrets["webhook secret"], time.Now()))

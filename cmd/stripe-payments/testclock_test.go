@@ -20,7 +20,7 @@ import (
 
 const (
 	clockToken   = "clock-e2e-token"
-	clockSecret  = "whsec_clock_e2e"
+	clockSecret  = "whsec_fake_clock_e2e"
 	clockActions = "clock-e2e-actions-secret"
 )
 
@@ -147,7 +147,7 @@ func TestTestClockEndToEnd(t *testing.T) {
 	}
 	sink := newClockSink(t)
 	vars := stackVars(t, bill, map[string]string{
-		"STRIPE_WEBHOOK_SECRET": clockSecret, "STRIPE_API_KEY": "sk_test_clock_e2e",
+		"STRIPE_WEBHOOK_SECRET": clockSecret, "STRIPE_API_KEY": "sk_test_fake_clock_e2e",
 		"STRIPE_PLATFORM_ACCOUNT": "acct_1ClockPlatform", "INTERNAL_API_TOKEN": clockToken,
 		"ACTIONS_URL": sink.URL, "ACTIONS_SECRET": clockActions, "LOG_LEVEL": "warn",
 		// The real-time jobs run all along: they must never touch the clocks.

@@ -22,7 +22,7 @@ import (
 )
 
 const (
-	secret = "whsec_test_e2e_secret"
+	secret = "whsec_fake_test_e2e_secret"
 	token  = "test-internal-token"
 )
 
@@ -32,8 +32,8 @@ const (
 func startApp(t testing.TB, logs io.Writer, env map[string]string, opts ...app.Option) *apptest.App {
 	t.Helper()
 	o := apptest.Options{Logs: logs, App: opts, Env: map[string]string{
-		"STRIPE_WEBHOOK_SECRET": "whsec_test_rotated_out," + secret,
-		"STRIPE_API_KEY":        "sk_test_e2e",
+		"STRIPE_WEBHOOK_SECRET": "whsec_fake_test_rotated_out," + secret,
+		"STRIPE_API_KEY":        "sk_test_fake_e2e",
 		"INTERNAL_API_TOKEN":    token,
 	}}
 	maps.Copy(o.Env, env)
@@ -162,7 +162,7 @@ func TestWebhookRefusesBadInputAndRecordsNothing(t *testing.T) {
 		code   string
 	}{
 		{"missing signature", event, "", 400, "missing_signature"},
-		{"wrong secret", event, stripetest.Sign(event, "whsec_test_other", now), 400, "invalid_signature"},
+		{"wrong secret", event, stripetest.Sign(event, "whsec_fake_test_other", now), 400, "invalid_signature"},
 		{"malformed header", event, "t=abc,v1=def", 400, "invalid_signature"},
 		{"stale timestamp", event, stripetest.Sign(event, secret, now.Add(-10*time.Minute)), 400, "timestamp_out_of_tolerance"},
 		{"future timestamp", event, stripetest.Sign(event, secret, now.Add(10*time.Minute)), 400, "timestamp_out_of_tolerance"},

@@ -113,7 +113,7 @@ func TestBadInputCatalogue(t *testing.T) {
 	add(
 		wh("missing signature", event, nil, 400, "missing_signature"),
 		wh("empty signature", event, map[string]string{"Stripe-Signature": " "}, 400, "missing_signature"),
-		wh("wrong secret", event, map[string]string{"Stripe-Signature": stripetest.Sign(event, "whsec_test_other", now)}, 400, "invalid_signature"),
+		wh("wrong secret", event, map[string]string{"Stripe-Signature": stripetest.Sign(event, "whsec_fake_test_other", now)}, 400, "invalid_signature"),
 		wh("malformed header", event, map[string]string{"Stripe-Signature": "t=abc,v1=def"}, 400, "invalid_signature"),
 		wh("no v1 signature", event, map[string]string{"Stripe-Signature": "t=" + nowUnix(now)}, 400, "invalid_signature"),
 		wh("signature of another body", []byte(strings.Replace(string(event), "2000", "2001", 1)), sig(now), 400, "invalid_signature"),

@@ -85,7 +85,7 @@ func startPurchaseApp(t *testing.T) *purchaseEnv {
 	t.Helper()
 	e := &purchaseEnv{stripe: stripetest.New(t, stripetest.Options{}), sink: newActionSink(t)}
 	a := startApp(t, nil, map[string]string{
-		"STRIPE_API_KEY":  "sk_test_purchases",
+		"STRIPE_API_KEY":  "sk_test_fake_purchases",
 		"STRIPE_API_BASE": e.stripe.URL,
 		"ACTIONS_URL":     e.sink.srv.URL,
 		"ACTIONS_SECRET":  actionsSecret,

@@ -31,7 +31,7 @@ import (
 const (
 	Secret = "whsec_fake_apptest_not_a_secret"
 	Token  = "test-internal-token"
-	APIKey = "sk_test_apptest"
+	APIKey = "sk_test_fake_apptest"
 )
 
 // Options of New and Start; the zero value is a development-mode program.

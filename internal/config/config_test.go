@@ -35,8 +35,8 @@ func dev(env map[string]string) map[string]string {
 // development value.
 func production() map[string]string {
 	return map[string]string{
-		"STRIPE_WEBHOOK_SECRET":   "whsec_prod_0123456789",
-		"STRIPE_API_KEY":          "sk_live_0123456789",
+		"STRIPE_WEBHOOK_SECRET":   "whsec_fake_prod_0123456789",
+		"STRIPE_API_KEY":          "sk_live_fake_0123456789",
 		"STRIPE_PLATFORM_ACCOUNT": "acct_1Platform",
 		"DATABASE_URL":            "postgres://app:pw@db.internal:5432/payments",
 		"INTERNAL_API_TOKEN":      "token-0123456789",
@@ -77,8 +77,8 @@ func TestLoad(t *testing.T) {
 		check   func(t *testing.T, c config.Config)
 		wantErr string
 	}{
-		{name: "rotation secrets", env: map[string]string{"STRIPE_WEBHOOK_SECRET": " whsec_a , whsec_b ,"},
-			check: func(t *testing.T, c config.Config) { assert.Equal(t, []string{"whsec_a", "whsec_b"}, c.WebhookSecrets) }},
+		{name: "rotation secrets", env: map[string]string{"STRIPE_WEBHOOK_SECRET": " whsec_fake_a , whsec_fake_b ,"},
+			check: func(t *testing.T, c config.Config) { assert.Equal(t, []string{"whsec_fake_a", "whsec_fake_b"}, c.WebhookSecrets) }},
 		{name: "empty endpoint means AWS", env: map[string]string{"DYNAMODB_ENDPOINT": ""},
 			check: func(t *testing.T, c config.Config) { assert.Empty(t, c.DynamoEndpoint) }},
 		{name: "disabled token disables internal API", env: map[string]string{"INTERNAL_API_TOKEN": "disabled"},
@@ -87,11 +87,11 @@ func TestLoad(t *testing.T) {
 			check: func(t *testing.T, c config.Config) { assert.Equal(t, config.DevInternalAPIToken, c.InternalAPIToken) }},
 		{name: "actions URL gets the dev secret", env: map[string]string{"ACTIONS_URL": "http://127.0.0.1:9/a"},
 			check: func(t *testing.T, c config.Config) { assert.Equal(t, config.DevActionsSecret, c.ActionsSecret) }},
-		{name: "test key", env: map[string]string{"STRIPE_API_KEY": "sk_test_abc"},
+		{name: "test key", env: map[string]string{"STRIPE_API_KEY": "sk_test_fake_abc"},
 			check: func(t *testing.T, c config.Config) { assert.False(t, c.Livemode()) }},
 		{name: "bad ttl", env: map[string]string{"EVENT_TTL": "forever"}, wantErr: "EVENT_TTL"},
 		{name: "negative ttl", env: map[string]string{"EVENT_TTL": "-1h"}, wantErr: "EVENT_TTL"},
-		{name: "publishable key", env: map[string]string{"STRIPE_API_KEY": "pk_test_x"}, wantErr: "STRIPE_API_KEY"},
+		{name: "publishable key", env: map[string]string{"STRIPE_API_KEY": "pk_test_fake_x"}, wantErr: "STRIPE_API_KEY"},
 		{name: "bad platform account", env: map[string]string{"STRIPE_PLATFORM_ACCOUNT": "platform"}, wantErr: "STRIPE_PLATFORM_ACCOUNT"},
 		{name: "bad log level", env: map[string]string{"LOG_LEVEL": "loud"}, wantErr: "LOG_LEVEL"},
 		{name: "table name too short", env: map[string]string{"EVENTS_TABLE": "ab"}, wantErr: "EVENTS_TABLE"},
@@ -232,7 +232,7 @@ func TestLiveKeyRefusesDevValues(t *testing.T) {
 		"INTERNAL_API_TOKEN":      config.DevInternalAPIToken,
 		"ACTIONS_SECRET":          config.DevActionsSecret,
 	}
-	for _, key := range []string{"sk_live_0123456789", "rk_live_0123456789"} {
+	for _, key := range []string{"sk_live_fake_0123456789", "rk_live_fake_0123456789"} {
 		for name, value := range devValues {
 			for _, mode := range []string{"development", "production"} {
 				t.Run(fmt.Sprintf("%s/%s/set by hand/%s", key[:8], name, mode), func(t *testing.T) {
@@ -240,7 +240,7 @@ func TestLiveKeyRefusesDevValues(t *testing.T) {
 					env["STRIPE_API_KEY"] = key
 					env[name] = value
 					if name == "STRIPE_WEBHOOK_SECRET" {
-						env[name] = "whsec_prod_0123456789," + value // one of a rotation is enough
+						env[name] = "whsec_fake_prod_0123456789," + value // one of a rotation is enough
 					}
 					if mode == "development" {
 						env["APP_ENV"] = "development"
@@ -273,7 +273,7 @@ func TestLiveKeyRefusesDevValues(t *testing.T) {
 	})
 	t.Run("a test key with dev values starts outside development", func(t *testing.T) {
 		env := production()
-		env["STRIPE_API_KEY"] = "sk_test_0123456789"
+		env["STRIPE_API_KEY"] = "sk_test_fake_0123456789"
 		for name, value := range devValues {
 			env[name] = value
 		}
@@ -284,8 +284,8 @@ func TestLiveKeyRefusesDevValues(t *testing.T) {
 
 func TestLoggedConfigHidesSecrets(t *testing.T) {
 	env := map[string]string{
-		"STRIPE_WEBHOOK_SECRET": "whsec_supersecretvalue1",
-		"STRIPE_API_KEY":        "sk_test_supersecretvalue2",
+		"STRIPE_WEBHOOK_SECRET": "whsec_fake_supersecretvalue1",
+		"STRIPE_API_KEY":        "sk_test_fake_supersecretvalue2",
 		"INTERNAL_API_TOKEN":    "supersecretvalue3",
 		"ACTIONS_SECRET":        "supersecretvalue4",
 		"DATABASE_URL":          "postgres://user:supersecretvalue5@db:5432/x",

@@ -15,8 +15,8 @@ import (
 
 func TestSecretsAndRedactor(t *testing.T) {
 	env := map[string]string{
-		"STRIPE_WEBHOOK_SECRET":   "whsec_old_0123456789,whsec_new_0123456789",
-		"STRIPE_API_KEY":          "sk_test_abcdefghijkl",
+		"STRIPE_WEBHOOK_SECRET":   "whsec_fake_old_0123456789,whsec_fake_new_0123456789",
+		"STRIPE_API_KEY":          "sk_test_fake_abcdefghijkl",
 		"INTERNAL_API_TOKEN":      "token-0123456789",
 		"ACTIONS_SECRET":          "actions-0123456789",
 		"ACTIONS_URL":             "https://hooks:hookpass123@example.com/actions",
@@ -26,14 +26,14 @@ func TestSecretsAndRedactor(t *testing.T) {
 	cfg, err := config.Load(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
 	require.NoError(t, err)
 	secrets := cfg.Secrets()
-	assert.ElementsMatch(t, []string{"whsec_old_0123456789", "whsec_new_0123456789", "sk_test_abcdefghijkl",
+	assert.ElementsMatch(t, []string{"whsec_fake_old_0123456789", "whsec_fake_new_0123456789", "sk_test_fake_abcdefghijkl",
 		"token-0123456789", "actions-0123456789", "dbpass12345", "hookpass123"}, secrets)
 
 	var out bytes.Buffer
 	log := slog.New(slog.NewJSONHandler(&out, &slog.HandlerOptions{ReplaceAttr: config.Redactor(secrets...)}))
-	log.Error("connect postgres://app:dbpass12345@db failed with key sk_test_abcdefghijkl",
+	log.Error("connect postgres://app:dbpass12345@db failed with key sk_test_fake_abcdefghijkl",
 		"error", fmt.Errorf("wrapped: %w", errors.New(`stripe said {"payment_intent":{"client_secret":"pi_3MtwBw_secret_YrKJUKri"}}`)),
-		slog.Group("request", "authorization", "Bearer token-0123456789", "body", []byte("whsec_new_0123456789")),
+		slog.Group("request", "authorization", "Bearer token-0123456789", "body", []byte("whsec_fake_new_0123456789")),
 		"count", 3)
 	text := out.String()
 	for _, s := range append(secrets, "pi_3MtwBw_secret_YrKJUKri") {

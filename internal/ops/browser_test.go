@@ -30,7 +30,7 @@ import (
 )
 
 const (
-	secret = "whsec_test_ops_console"
+	secret = "whsec_fake_test_ops_console"
 	token  = "ops-console-test-token"
 )
 
@@ -77,7 +77,7 @@ func startApp(t testing.TB, stripeURL string, overrides ...string) *apptest.App 
 	t.Helper()
 	env := map[string]string{
 		"STRIPE_WEBHOOK_SECRET": secret,
-		"STRIPE_API_KEY":        "sk_test_ops",
+		"STRIPE_API_KEY":        "sk_test_fake_ops",
 		"STRIPE_API_BASE":       stripeURL,
 		"INTERNAL_API_TOKEN":    token,
 	}
@@ -612,7 +612,7 @@ func TestConsoleInARealBrowser(t *testing.T) {
 // With a live Stripe key the console has no test clocks: no navigation
 // entry, and every /ops/clocks route answers 403 and creates nothing.
 func TestConsoleTestClocksAreOffInLiveMode(t *testing.T) {
-	a := startApp(t, "http://127.0.0.1:1", "STRIPE_API_KEY", "sk_live_ops_console",
+	a := startApp(t, "http://127.0.0.1:1", "STRIPE_API_KEY", "sk_live_fake_ops_console",
 		// a live key refuses the development defaults
 		"DYNAMODB_ENDPOINT", strings.Replace(testenv.DynamoEndpoint(t), "127.0.0.1", "localhost", 1),
 		"STRIPE_PLATFORM_ACCOUNT", "acct_1OpsLive", "ACTIONS_SECRET", "ops-live-actions-secret")

@@ -44,7 +44,7 @@ func newFlowEnv(t *testing.T) *flowEnv {
 	table := testenv.TableName("events")
 	testenv.CreateTables(t, client, dynamo.EventsTable(table))
 	e.events = events.NewStore(client, table, 720*time.Hour, nil)
-	api := stripeclient.New(stripeclient.Options{APIKey: "sk_test_flows", BaseURL: e.stripe.URL, MaxNetworkRetries: 1, Log: quiet})
+	api := stripeclient.New(stripeclient.Options{APIKey: "sk_test_fake_flows", BaseURL: e.stripe.URL, MaxNetworkRetries: 1, Log: quiet})
 	ledger := tracking.NewLedger(e.pool)
 	flows := tracking.NewFlows(tracking.FlowsConfig{Log: quiet, Invoices: stripeclient.InvoiceFetcher(api), LookupTimeout: 5 * time.Second,
 		Processed: ledger.Processed})

@@ -167,7 +167,7 @@ func NewEnv(t testing.TB, o Options) *Env {
 	if rateLimit == 0 {
 		rateLimit = 1000
 	}
-	api := stripeclient.New(stripeclient.Options{APIKey: "sk_test_billing", BaseURL: e.Stripe.URL, Log: log, MaxNetworkRetries: 1})
+	api := stripeclient.New(stripeclient.Options{APIKey: "sk_test_fake_billing", BaseURL: e.Stripe.URL, Log: log, MaxNetworkRetries: 1})
 	e.Charger = stripecharge.New(api, stripecharge.Options{Rate: rateLimit, Burst: max(1, int(rateLimit/10)),
 		Backoff: func(n int) time.Duration { return time.Duration(n) * 20 * time.Millisecond }})
 	lease, beat := o.Lease, o.Heartbeat
