@@ -78,7 +78,9 @@ func TestLoad(t *testing.T) {
 		wantErr string
 	}{
 		{name: "rotation secrets", env: map[string]string{"STRIPE_WEBHOOK_SECRET": " whsec_fake_a , whsec_fake_b ,"},
-			check: func(t *testing.T, c config.Config) { assert.Equal(t, []string{"whsec_fake_a", "whsec_fake_b"}, c.WebhookSecrets) }},
+			check: func(t *testing.T, c config.Config) {
+				assert.Equal(t, []string{"whsec_fake_a", "whsec_fake_b"}, c.WebhookSecrets)
+			}},
 		{name: "empty endpoint means AWS", env: map[string]string{"DYNAMODB_ENDPOINT": ""},
 			check: func(t *testing.T, c config.Config) { assert.Empty(t, c.DynamoEndpoint) }},
 		{name: "disabled token disables internal API", env: map[string]string{"INTERNAL_API_TOKEN": "disabled"},
