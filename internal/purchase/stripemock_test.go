@@ -31,7 +31,8 @@ func TestRequestShapesAgainstStripeMock(t *testing.T) {
 	base := stripetest.StripeMock(t)
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	drift := &apiVersionDrift{next: http.DefaultTransport}
-	api := stripeclient.New(stripeclient.Options{APIKey: "sk_test_fake_123", BaseURL: base, MaxNetworkRetries: 1, Log: quiet,
+	// stripe-mock takes only letters and digits after sk_test_.
+	api := stripeclient.New(stripeclient.Options{APIKey: "sk_test_FAKEnotAKey123", BaseURL: base, MaxNetworkRetries: 1, Log: quiet,
 		HTTPClient: &http.Client{Timeout: 10 * time.Second, Transport: drift}})
 	store := tracking.NewStore(testenv.Postgres(t))
 	svc := purchase.NewService(store, api, quiet)
