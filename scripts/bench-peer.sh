@@ -22,6 +22,13 @@
 # the service, e.g. "INGEST_FLUSHERS=4"), BENCH_WRITE=0 to leave
 # BENCHMARKS.md alone, BENCH_PROFILE=1 to save CPU profiles of this service
 # (first round, each concurrency) as .dev/bench-peer/cpu-c<N>.pprof.
+#
+# BENCH_EVENTS_TABLE_STUB=1 is a diagnostic, not the benchmark: this
+# service's batch reads and writes of its events table are answered by
+# `loadgen stub-table` (port base+4) instead of DynamoDB Local, so the
+# service does all its own work for a record but the JVM none, and the run
+# says what sharing the 2 cores with the stand-in costs the answer path.
+# Records are not in the table then; BENCHMARKS.md is left alone.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
@@ -37,7 +44,9 @@ PG_SOCK="$PG_ROOT/run"
 PGBIN="/usr/lib/postgresql/15/bin"
 PG_PORT="${BENCH_PG_PORT:-55442}"
 BASE="${BENCH_PORT_BASE:-18280}"
-OURS_PORT=$BASE PEER_PORT=$((BASE + 1)) MOCK_PORT=$((BASE + 2)) PPROF_PORT=$((BASE + 3))
+OURS_PORT=$BASE PEER_PORT=$((BASE + 1)) MOCK_PORT=$((BASE + 2)) PPROF_PORT=$((BASE + 3)) STUB_PORT=$((BASE + 4))
+STUB="${BENCH_EVENTS_TABLE_STUB:-0}"
+if [ "$STUB" = 1 ]; then BENCH_WRITE=0; fi
 ROUNDS="${BENCH_ROUNDS:-3}"
 DURATION="${BENCH_DURATION:-10s}"
 CONCURRENCY="${BENCH_CONCURRENCY:-1,32}"
@@ -130,8 +139,16 @@ pids+=($!)
 # ---- this service, fresh tables
 TAG="$(date +%s)-$$"
 TABLES=("benchpeer-events-$TAG" "benchpeer-billing-$TAG" "benchpeer-billing-history-$TAG" "benchpeer-locks-$TAG")
+OURS_DYNAMODB="$DYNAMODB_ENDPOINT"
+if [ "$STUB" = 1 ]; then
+	log "DIAGNOSTIC: the events table's batch reads and writes are answered by a stub on :$STUB_PORT, not by DynamoDB Local"
+	"$OUT/loadgen" stub-table -table "${TABLES[0]}" -upstream "$DYNAMODB_ENDPOINT" -listen "127.0.0.1:$STUB_PORT" 2>"$OUT/stub.log" &
+	pids+=($!)
+	OURS_DYNAMODB="http://127.0.0.1:$STUB_PORT"
+	for _ in $(seq 1 50); do curl -s -o /dev/null "$OURS_DYNAMODB" && break; sleep 0.1; done
+fi
 (
-	export APP_ENV=development LOG_LEVEL=warn LISTEN_ADDR="127.0.0.1:$OURS_PORT" PPROF_ADDR="127.0.0.1:$PPROF_PORT"
+	export APP_ENV=development LOG_LEVEL=warn LISTEN_ADDR="127.0.0.1:$OURS_PORT" PPROF_ADDR="127.0.0.1:$PPROF_PORT" DYNAMODB_ENDPOINT="$OURS_DYNAMODB"
 	export DATABASE_URL="$PG_URL/bench_ours?sslmode=disable" STRIPE_API_BASE="http://127.0.0.1:$MOCK_PORT"
 	export STRIPE_API_KEY=sk_test_bench_local_only STRIPE_WEBHOOK_SECRET="$SECRET_OURS" INTERNAL_API_TOKEN=bench-token ACTIONS_SECRET=bench-actions-secret
 	export EVENTS_TABLE="${TABLES[0]}" BILLING_TABLE="${TABLES[1]}" BILLING_HISTORY_TABLE="${TABLES[2]}" LOCKS_TABLE="${TABLES[3]}"

@@ -7,6 +7,7 @@
 //	loadgen [flags]              the mixed-event load test of `make bench`
 //	loadgen compare [flags]      this service against a peer ingester, side by side (`make bench-peer`)
 //	loadgen drop-tables NAME...  delete a benchmark's DynamoDB tables (DynamoDB Local keeps them in memory)
+//	loadgen stub-table [flags]   a diagnostic proxy answering one table's batch reads and writes (`BENCH_EVENTS_TABLE_STUB=1 make bench-peer`)
 package main
 
 import (
@@ -62,6 +63,8 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 			return runCompare(ctx, args[1:], out)
 		case "drop-tables":
 			return dropTables(ctx, args[1:])
+		case "stub-table":
+			return stubTable(ctx, args[1:])
 		}
 	}
 	// The secret signs the load; the databases serve the baselines.
@@ -287,4 +290,41 @@ func dropTables(ctx context.Context, names []string) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// stubTable serves loadtest.TableStub on loopback until ctx ends.
+func stubTable(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("loadgen stub-table", flag.ContinueOnError)
+	table := fs.String("table", "", "the table whose BatchWriteItem and BatchGetItem are answered here")
+	upstream := fs.String("upstream", os.Getenv("DYNAMODB_ENDPOINT"), "DynamoDB Local, for everything else (loopback only)")
+	listen := fs.String("listen", "127.0.0.1:18284", "address to serve on (loopback only)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *table == "" {
+		return errors.New("stub-table: -table is required")
+	}
+	if err := loopback(*upstream); err != nil {
+		return fmt.Errorf("stub-table: upstream: %w", err)
+	}
+	if err := loopback("http://" + *listen); err != nil {
+		return fmt.Errorf("stub-table: listen: %w", err)
+	}
+	u, err := url.Parse(*upstream)
+	if err != nil {
+		return fmt.Errorf("stub-table: upstream: %w", err)
+	}
+	stub := loadtest.NewTableStub(*table, u)
+	srv := &http.Server{Addr: *listen, Handler: stub, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		<-ctx.Done()
+		_ = srv.Close()
+	}()
+	fmt.Fprintf(os.Stderr, "stub-table: answering %s's batch reads and writes on %s; everything else goes to %s\n", *table, *listen, *upstream)
+	err = srv.ListenAndServe()
+	fmt.Fprintf(os.Stderr, "stub-table: answered %d requests itself\n", stub.Stubbed())
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return fmt.Errorf("stub-table: %w", err)
 }

@@ -1,0 +1,69 @@
+package loadtest
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"sync/atomic"
+)
+
+// TableStub is a diagnostic of `make bench-peer` (BENCH_EVENTS_TABLE_STUB=1),
+// never a test double: a reverse proxy in front of DynamoDB Local that
+// answers the batch reads and writes of one table (the events table) at
+// once, as DynamoDB would when all went through, and passes every other
+// request on. With it the service does all of its own work for a record
+// (encoding, compression, signing, the HTTP round trip) while DynamoDB
+// Local's JVM does none, which measures, in one run, what sharing the
+// machine's cores with the stand-in for a remote DynamoDB costs the
+// answer path. Records "written" through it are not in the table.
+type TableStub struct {
+	Table    string
+	Upstream *url.URL
+	stubbed  atomic.Int64
+	proxy    *httputil.ReverseProxy
+}
+
+// NewTableStub returns a stub of table in front of upstream.
+func NewTableStub(table string, upstream *url.URL) *TableStub {
+	return &TableStub{Table: table, Upstream: upstream, proxy: httputil.NewSingleHostReverseProxy(upstream)}
+}
+
+// Stubbed is how many requests the stub answered itself.
+func (s *TableStub) Stubbed() int64 { return s.stubbed.Load() }
+
+// maxStubbedBody bounds what is read of a request to decide (a
+// BatchWriteItem is at most 16 MB).
+const maxStubbedBody = 17 << 20
+
+func (s *TableStub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	op := r.Header.Get("X-Amz-Target")
+	if !strings.HasSuffix(op, ".BatchWriteItem") && !strings.HasSuffix(op, ".BatchGetItem") {
+		s.proxy.ServeHTTP(w, r)
+		return
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxStubbedBody))
+	if err != nil {
+		http.Error(w, "read request: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	var req struct {
+		RequestItems map[string]json.RawMessage
+	}
+	if json.Unmarshal(body, &req) != nil || len(req.RequestItems) != 1 || req.RequestItems[s.Table] == nil {
+		s.proxy.ServeHTTP(w, r)
+		return
+	}
+	s.stubbed.Add(1)
+	w.Header().Set("Content-Type", "application/x-amz-json-1.0")
+	if strings.HasSuffix(op, ".BatchGetItem") {
+		// None of the keys exists: every record is written as new.
+		_ = json.NewEncoder(w).Encode(map[string]any{"Responses": map[string][]any{s.Table: {}}, "UnprocessedKeys": map[string]any{}})
+		return
+	}
+	_, _ = io.WriteString(w, `{"UnprocessedItems":{}}`)
+}

@@ -1,0 +1,60 @@
+package loadtest
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestTableStubAnswersOnlyTheEventsTablesBatches(t *testing.T) {
+	var upstreamCalls []string
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		upstreamCalls = append(upstreamCalls, r.Header.Get("X-Amz-Target")+" "+string(body))
+		_, _ = io.WriteString(w, `{"upstream":true}`)
+	}))
+	defer upstream.Close()
+	u, err := url.Parse(upstream.URL)
+	require.NoError(t, err)
+	stub := httptest.NewServer(NewTableStub("events", u))
+	defer stub.Close()
+
+	for _, tc := range []struct {
+		name, op, body string
+		stubbed        bool
+		want           string
+	}{
+		{"batch write of the events table", "DynamoDB_20120810.BatchWriteItem", `{"RequestItems":{"events":[{"PutRequest":{"Item":{}}}]}}`, true, `{"UnprocessedItems":{}}`},
+		{"batch get of the events table", "DynamoDB_20120810.BatchGetItem", `{"RequestItems":{"events":{"Keys":[{"id":{"S":"evt_1"}}]}}}`, true, `{"Responses":{"events":[]},"UnprocessedKeys":{}}`},
+		{"batch write of another table", "DynamoDB_20120810.BatchWriteItem", `{"RequestItems":{"billing":[]}}`, false, `{"upstream":true}`},
+		{"batch write of two tables", "DynamoDB_20120810.BatchWriteItem", `{"RequestItems":{"events":[],"billing":[]}}`, false, `{"upstream":true}`},
+		{"single put of the events table", "DynamoDB_20120810.PutItem", `{"TableName":"events","Item":{}}`, false, `{"upstream":true}`},
+		{"a body that is not JSON", "DynamoDB_20120810.BatchGetItem", `not json`, false, `{"upstream":true}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before, calls := stub.Config.Handler.(*TableStub).Stubbed(), len(upstreamCalls)
+			req, err := http.NewRequest(http.MethodPost, stub.URL, strings.NewReader(tc.body))
+			require.NoError(t, err)
+			req.Header.Set("X-Amz-Target", tc.op)
+			res, err := http.DefaultClient.Do(req)
+			require.NoError(t, err)
+			got, err := io.ReadAll(res.Body)
+			require.NoError(t, err)
+			res.Body.Close()
+			assert.JSONEq(t, tc.want, string(got))
+			if tc.stubbed {
+				assert.Equal(t, before+1, stub.Config.Handler.(*TableStub).Stubbed())
+				assert.Len(t, upstreamCalls, calls, "a stubbed request never reaches DynamoDB")
+				return
+			}
+			require.Len(t, upstreamCalls, calls+1)
+			assert.Equal(t, tc.op+" "+tc.body, upstreamCalls[calls], "passed on unchanged, body included")
+		})
+	}
+}
