@@ -21,15 +21,14 @@ import (
 // machine's cores with the stand-in for a remote DynamoDB costs the
 // answer path. Records "written" through it are not in the table.
 type TableStub struct {
-	Table    string
-	Upstream *url.URL
-	stubbed  atomic.Int64
-	proxy    *httputil.ReverseProxy
+	table   string
+	proxy   *httputil.ReverseProxy
+	stubbed atomic.Int64
 }
 
 // NewTableStub returns a stub of table in front of upstream.
 func NewTableStub(table string, upstream *url.URL) *TableStub {
-	return &TableStub{Table: table, Upstream: upstream, proxy: httputil.NewSingleHostReverseProxy(upstream)}
+	return &TableStub{table: table, proxy: httputil.NewSingleHostReverseProxy(upstream)}
 }
 
 // Stubbed is how many requests the stub answered itself.
@@ -54,7 +53,7 @@ func (s *TableStub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var req struct {
 		RequestItems map[string]json.RawMessage
 	}
-	if json.Unmarshal(body, &req) != nil || len(req.RequestItems) != 1 || req.RequestItems[s.Table] == nil {
+	if json.Unmarshal(body, &req) != nil || len(req.RequestItems) != 1 || req.RequestItems[s.table] == nil {
 		s.proxy.ServeHTTP(w, r)
 		return
 	}
@@ -62,7 +61,7 @@ func (s *TableStub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/x-amz-json-1.0")
 	if strings.HasSuffix(op, ".BatchGetItem") {
 		// None of the keys exists: every record is written as new.
-		_ = json.NewEncoder(w).Encode(map[string]any{"Responses": map[string][]any{s.Table: {}}, "UnprocessedKeys": map[string]any{}})
+		_ = json.NewEncoder(w).Encode(map[string]any{"Responses": map[string][]any{s.table: {}}, "UnprocessedKeys": map[string]any{}})
 		return
 	}
 	_, _ = io.WriteString(w, `{"UnprocessedItems":{}}`)

@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -13,17 +14,26 @@ import (
 )
 
 func TestTableStubAnswersOnlyTheEventsTablesBatches(t *testing.T) {
+	var mu sync.Mutex
 	var upstreamCalls []string
+	calls := func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]string(nil), upstreamCalls...)
+	}
 	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
+		mu.Lock()
 		upstreamCalls = append(upstreamCalls, r.Header.Get("X-Amz-Target")+" "+string(body))
+		mu.Unlock()
 		_, _ = io.WriteString(w, `{"upstream":true}`)
 	}))
 	defer upstream.Close()
 	u, err := url.Parse(upstream.URL)
 	require.NoError(t, err)
-	stub := httptest.NewServer(NewTableStub("events", u))
-	defer stub.Close()
+	stub := NewTableStub("events", u)
+	srv := httptest.NewServer(stub)
+	defer srv.Close()
 
 	for _, tc := range []struct {
 		name, op, body string
@@ -38,8 +48,8 @@ func TestTableStubAnswersOnlyTheEventsTablesBatches(t *testing.T) {
 		{"a body that is not JSON", "DynamoDB_20120810.BatchGetItem", `not json`, false, `{"upstream":true}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			before, calls := stub.Config.Handler.(*TableStub).Stubbed(), len(upstreamCalls)
-			req, err := http.NewRequest(http.MethodPost, stub.URL, strings.NewReader(tc.body))
+			before, seen := stub.Stubbed(), len(calls())
+			req, err := http.NewRequest(http.MethodPost, srv.URL, strings.NewReader(tc.body))
 			require.NoError(t, err)
 			req.Header.Set("X-Amz-Target", tc.op)
 			res, err := http.DefaultClient.Do(req)
@@ -49,12 +59,13 @@ func TestTableStubAnswersOnlyTheEventsTablesBatches(t *testing.T) {
 			res.Body.Close()
 			assert.JSONEq(t, tc.want, string(got))
 			if tc.stubbed {
-				assert.Equal(t, before+1, stub.Config.Handler.(*TableStub).Stubbed())
-				assert.Len(t, upstreamCalls, calls, "a stubbed request never reaches DynamoDB")
+				assert.Equal(t, before+1, stub.Stubbed())
+				assert.Len(t, calls(), seen, "a stubbed request never reaches DynamoDB")
 				return
 			}
-			require.Len(t, upstreamCalls, calls+1)
-			assert.Equal(t, tc.op+" "+tc.body, upstreamCalls[calls], "passed on unchanged, body included")
+			passed := calls()
+			require.Len(t, passed, seen+1)
+			assert.Equal(t, tc.op+" "+tc.body, passed[seen], "passed on unchanged, body included")
 		})
 	}
 }
