@@ -110,17 +110,11 @@ func ReadProc(pid int) (ProcStats, error) {
 	if err != nil {
 		return s, fmt.Errorf("read stat: %w", err)
 	}
-	// Fields after the parenthesised command name; utime and stime are the
-	// 14th and 15th fields of the whole line.
-	rest := string(stat[strings.LastIndexByte(string(stat), ')')+2:])
-	fields := strings.Fields(rest)
-	if len(fields) < 13 {
-		return s, fmt.Errorf("short /proc stat")
+	_, _, ticks, err := parseProcStat(stat)
+	if err != nil {
+		return s, err
 	}
-	utime, _ := strconv.ParseInt(fields[11], 10, 64)
-	stime, _ := strconv.ParseInt(fields[12], 10, 64)
-	const ticks = 100 // USER_HZ on Linux
-	s.CPU = time.Duration(utime+stime) * time.Second / ticks
+	s.CPU = ticksToDuration(ticks)
 	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return s, fmt.Errorf("read status: %w", err)

@@ -91,18 +91,40 @@ func processTable() (parent map[int]int, cpu map[int]int64, err error) {
 		if err != nil {
 			continue // ended meanwhile
 		}
-		s := string(data)
-		pid, _ := strconv.Atoi(s[:strings.IndexByte(s, ' ')])
-		f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-		if len(f) < 13 {
+		pid, ppid, ticks, err := parseProcStat(data)
+		if err != nil {
 			continue
 		}
-		ppid, _ := strconv.Atoi(f[1])
-		utime, _ := strconv.ParseInt(f[11], 10, 64)
-		stime, _ := strconv.ParseInt(f[12], 10, 64)
-		parent[pid], cpu[pid] = ppid, utime+stime
+		parent[pid], cpu[pid] = ppid, ticks
 	}
 	return parent, cpu, nil
+}
+
+// parseProcStat reads a /proc/<pid>/stat line: the process, its parent and
+// the CPU ticks it used (user + system). The fields are counted after the
+// parenthesised command name, which may hold spaces.
+func parseProcStat(data []byte) (pid, ppid int, ticks int64, err error) {
+	s := string(data)
+	open, closing := strings.IndexByte(s, ' '), strings.LastIndexByte(s, ')')
+	if open < 0 || closing < 0 || closing+2 > len(s) {
+		return 0, 0, 0, fmt.Errorf("malformed /proc stat %q", truncateForError(s))
+	}
+	f := strings.Fields(s[closing+2:]) // state ppid ... utime(12th) stime(13th)
+	if len(f) < 13 {
+		return 0, 0, 0, fmt.Errorf("short /proc stat %q", truncateForError(s))
+	}
+	pid, _ = strconv.Atoi(s[:open])
+	ppid, _ = strconv.Atoi(f[1])
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	return pid, ppid, utime + stime, nil
+}
+
+func truncateForError(s string) string {
+	if len(s) > 80 {
+		return s[:80] + "…"
+	}
+	return s
 }
 
 func descends(pid, root int, parent map[int]int) bool {

@@ -47,3 +47,28 @@ func TestReadBoxReadsThisProcess(t *testing.T) {
 	assert.NotContains(t, b.Procs, "none")
 	assert.Contains(t, b.ticks["self"], os.Getpid())
 }
+
+func TestParseProcStat(t *testing.T) {
+	// utime and stime are the 14th and 15th fields of the whole line.
+	for _, tc := range []struct {
+		name, line string
+		pid, ppid  int
+		ticks      int64
+		wantErr    bool
+	}{
+		{"plain", "4242 (postgres) S 17 4242 4242 0 -1 4194560 1 0 0 0 300 45 0 0 20 0 1 0 5 0 0", 4242, 17, 345, false},
+		{"a command with spaces and parentheses", "7 (a b) (c)) R 1 7 7 0 -1 0 0 0 0 0 12 3 0 0 20 0 1 0 5 0 0", 7, 1, 15, false},
+		{"short", "9 (x) S 1 2 3", 0, 0, 0, true},
+		{"no command", "garbage", 0, 0, 0, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pid, ppid, ticks, err := parseProcStat([]byte(tc.line))
+			if tc.wantErr {
+				require.Error(t, err)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, []any{tc.pid, tc.ppid, tc.ticks}, []any{pid, ppid, ticks})
+		})
+	}
+}
