@@ -1,0 +1,166 @@
+package oracle
+
+import (
+	"fmt"
+	"slices"
+)
+
+// The operations of §8 a user or an operator makes on a subscription.
+
+// Pause skips the next n periods without an attempt (YEARLY: the next one
+// when it falls within n months); nothing shifts. A pause that would skip
+// nothing is refused.
+func (s *Sub) Pause(today Date, n int) error {
+	if s.cancelled || n < 1 {
+		return ErrRefused
+	}
+	limit, want := AddMonths(today, n), n
+	for _, p := range s.periods {
+		if n == 0 {
+			break
+		}
+		if p.Status != Scheduled || len(p.Attempts) > 0 || p.Charge < today {
+			continue
+		}
+		if s.rule.Term == Yearly && p.Charge > limit { // "within N months": up to and including that date
+			break
+		}
+		p.set(Paused)
+		s.unremind(p, today)
+		n--
+	}
+	if n == want {
+		return fmt.Errorf("%w: no period within %d months", ErrRefused, want)
+	}
+	return nil
+}
+
+// Resume schedules again the paused periods still in the future.
+func (s *Sub) Resume(today Date) error {
+	if s.cancelled {
+		return ErrRefused
+	}
+	for _, p := range s.periods {
+		if p.Status == Paused && p.Charge > today {
+			p.set(Scheduled)
+			s.remind(p, today)
+		}
+	}
+	return nil
+}
+
+// ChangeAmount applies to every later attempt.
+func (s *Sub) ChangeAmount(_ Date, amount int64) error {
+	if s.cancelled || amount < 1 {
+		return ErrRefused
+	}
+	s.amount = amount
+	return nil
+}
+
+// ChangeRule changes the payment day (or Friday week) at today: periods
+// charged or in flight stay (and every other period that already ended);
+// the next period is the new rule's first date at least one term after the
+// last of them (none: after today and on or after start), and after today.
+func (s *Sub) ChangeRule(today Date, day, week int) error {
+	next := s.rule // a YEARLY rule keeps its month: only the day changes
+	next.Day, next.Week = day, week
+	if s.cancelled || next.Validate() != nil {
+		return ErrRefused
+	}
+	from := max(today.AddDays(1), s.start)
+	var kept []*Period
+	for _, p := range s.periods {
+		if len(p.Attempts) == 0 && (p.Status == Scheduled || p.Status == Paused) {
+			s.Dropped = append(s.Dropped, p.Scheduled)
+			s.unremind(p, today)
+			continue
+		}
+		kept = append(kept, p)
+		// The rule anchors on the last charged period; "no two periods
+		// ever less than one term apart" extends that to every period kept
+		// (waived, skipped, stale ones too).
+		from = max(from, s.termAfter(p.Scheduled))
+	}
+	s.periods, s.rule = kept, next
+	s.scheduleFrom(from, today)
+	return nil
+}
+
+// termAfter is one term after d: a month later, clamped (YEARLY: 12); for
+// Friday billing four weeks, the shortest distance of two of its periods.
+func (s *Sub) termAfter(d Date) Date {
+	if s.rule.Week != 0 {
+		return d.AddDays(28)
+	}
+	return AddMonths(d, s.rule.Term.Months())
+}
+
+// Move charges one period on another date: strictly between its neighbours'
+// scheduled dates and after today; later periods keep their dates.
+func (s *Sub) Move(today, period, to Date) error {
+	i := slices.IndexFunc(s.periods, func(p *Period) bool { return p.Scheduled == period })
+	if i < 0 || s.cancelled {
+		return ErrRefused
+	}
+	p := s.periods[i]
+	lo, hi := today, Date(1<<30)
+	if i > 0 {
+		lo = max(lo, s.periods[i-1].Scheduled)
+	}
+	if i+1 < len(s.periods) {
+		hi = s.periods[i+1].Scheduled
+	}
+	if p.Status != Scheduled || len(p.Attempts) > 0 || to <= lo || to >= hi {
+		return fmt.Errorf("%w: move %s to %s outside (%s, %s)", ErrRefused, period, to, lo, hi)
+	}
+	s.unremind(p, today)
+	p.Charge = to
+	s.remind(p, today)
+	return nil
+}
+
+// Cancel ends every period not charged and not in flight.
+func (s *Sub) Cancel(today Date) error {
+	if s.cancelled {
+		return ErrRefused
+	}
+	s.cancelled = true
+	for _, p := range s.periods {
+		switch p.Status {
+		case Scheduled, Paused, Error:
+			p.set(Cancelled)
+			s.unremind(p, today)
+		}
+	}
+	return nil
+}
+
+// Waive forgives a SCHEDULED or ERROR period.
+func (s *Sub) Waive(today, period Date) error {
+	p := s.Period(period)
+	if p == nil || s.cancelled || (p.Status != Scheduled && p.Status != Error) || p.unresolved() != nil {
+		return ErrRefused
+	}
+	p.set(Waived)
+	s.unremind(p, today)
+	s.extend(today)
+	return nil
+}
+
+// PayNow is the oldest ERROR period, to charge at once (the caller reports
+// the attempt with Attempted); ErrRefused when there is none or an attempt
+// is in flight.
+func (s *Sub) PayNow(today Date) (Due, error) {
+	for _, p := range s.periods {
+		if p.unresolved() != nil {
+			return Due{}, ErrRefused
+		}
+	}
+	for _, p := range s.periods {
+		if p.Status == Error {
+			return Due{Period: p.Scheduled, Charge: p.Charge, Amount: s.amount}, nil
+		}
+	}
+	return Due{}, ErrRefused
+}
