@@ -198,7 +198,7 @@ func attemptName(key string, meta map[string]string) string {
 	return key
 }
 
-// The lock's lease is measured on a clock of the harness (leaseClock), not
+// The lock's lease is measured on a clock of the harness (w.lease), not
 // the machine's: a lease runs out only when the harness moves that clock,
 // between two runs of a collection an injected crash cut short. With the
 // machine's clock a heartbeat that a loaded box delayed by a few hundred
@@ -209,24 +209,6 @@ const (
 	oracleLease     = 30 * time.Second
 	oracleHeartbeat = 200 * time.Millisecond
 )
-
-// leaseClock is the lock's clock: it stands still unless advanced.
-type leaseClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *leaseClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *leaseClock) advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
 
 // oracleSeq is one sequence: an account, its subscription, its model.
 type oracleSeq struct {
@@ -280,7 +262,7 @@ type oracleWorld struct {
 
 	counter *billingtest.CountingTransport
 	logs    *oracleLog
-	lease   *leaseClock
+	lease   *billingtest.Clock
 	crashMu sync.Mutex
 	crashed map[string]bool // account/day/step crashes that happened
 	crashes int
@@ -307,7 +289,7 @@ func newOracleWorld(t *testing.T, seed uint64, u, lo, hi, months int) *oracleWor
 	w.logs = &oracleLog{}
 	quiet := slog.New(slog.NewTextHandler(w.logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	w.counter = &billingtest.CountingTransport{}
-	w.lease = &leaseClock{t: time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)}
+	w.lease = billingtest.NewClock(time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)) // stands still unless advanced
 	w.e = billingtest.NewEnv(t, billingtest.Options{Config: cfg, Start: start, DynamoHTTP: &http.Client{Transport: w.counter}, Lease: oracleLease,
 		Heartbeat: oracleHeartbeat, LockNow: w.lease.Now, Crash: w.hook, Log: quiet})
 	w.e.Stripe.Decide = w.decide
@@ -883,7 +865,7 @@ func (w *oracleWorld) expireLocks(ctx context.Context) {
 			w.must(err)
 		}
 	}
-	w.lease.advance(oracleLease + time.Millisecond)
+	w.lease.Advance(oracleLease + time.Millisecond)
 }
 
 // oracleLog is a log sink safe for concurrent writers.

@@ -47,6 +47,13 @@ func (c *Clock) Set(t time.Time) {
 	c.t = t
 }
 
+// Advance moves the clock on by d.
+func (c *Clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
 // SetDate moves the clock to 10:00 UTC on d.
 func (c *Clock) SetDate(d dates.Date) { c.Set(d.Time().Add(10 * time.Hour)) }
 
