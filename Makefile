@@ -35,7 +35,7 @@ lint:
 bench:
 	scripts/test.sh bench
 
-## bench-peer: this service against stripe-sync-engine 0.48.5 on one durable Postgres, side by side (≈ 3 min)
+## bench-peer: this service against stripe-sync-engine 0.48.5 on one durable Postgres, side by side, with the same run's ceiling (≈ 4 min)
 bench-peer:
 	scripts/bench-peer.sh
 

@@ -18,17 +18,19 @@
 #
 # Environment: BENCH_ROUNDS (3), BENCH_DURATION (10s), BENCH_CONCURRENCY
 # (1,32), BENCH_PG_PORT (55442), BENCH_PORT_BASE (18280: service, +1 peer,
-# +2 stripe-mock, +3 pprof), BENCH_SERVICE_ENV (extra VAR=value words for
+# +2 stripe-mock, +3 pprof, +4 the events-table stub, +5 the stubbed
+# instance), BENCH_SERVICE_ENV (extra VAR=value words for
 # the service, e.g. "INGEST_FLUSHERS=4"), BENCH_WRITE=0 to leave
 # BENCHMARKS.md alone, BENCH_PROFILE=1 to save CPU profiles of this service
 # (first round, each concurrency) as .dev/bench-peer/cpu-c<N>.pprof.
 #
-# BENCH_EVENTS_TABLE_STUB=1 is a diagnostic, not the benchmark: this
-# service's batch reads and writes of its events table are answered by
-# `loadgen stub-table` (port base+4) instead of DynamoDB Local, so the
-# service does all its own work for a record but the JVM none, and the run
-# says what sharing the 2 cores with the stand-in costs the answer path.
-# Records are not in the table then; BENCHMARKS.md is left alone.
+# The same run also measures its ceiling (BENCH_STUBBED=0 turns it off): a
+# second instance of this service (same binary and settings, database
+# bench_ours_stub, tables of its own) whose events-table BatchWriteItem and
+# BatchGetItem are answered by `loadgen stub-table` instead of DynamoDB
+# Local. It does all its own work for a record but the JVM none, so its
+# column says what sharing the 2 cores with the stand-in costs. A
+# diagnostic: its records are not in the table.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
@@ -44,9 +46,8 @@ PG_SOCK="$PG_ROOT/run"
 PGBIN="/usr/lib/postgresql/15/bin"
 PG_PORT="${BENCH_PG_PORT:-55442}"
 BASE="${BENCH_PORT_BASE:-18280}"
-OURS_PORT=$BASE PEER_PORT=$((BASE + 1)) MOCK_PORT=$((BASE + 2)) PPROF_PORT=$((BASE + 3)) STUB_PORT=$((BASE + 4))
-STUB="${BENCH_EVENTS_TABLE_STUB:-0}"
-if [ "$STUB" = 1 ]; then BENCH_WRITE=0; fi
+OURS_PORT=$BASE PEER_PORT=$((BASE + 1)) MOCK_PORT=$((BASE + 2)) PPROF_PORT=$((BASE + 3)) STUB_PORT=$((BASE + 4)) STUBBED_PORT=$((BASE + 5))
+STUBBED="${BENCH_STUBBED:-1}"
 ROUNDS="${BENCH_ROUNDS:-3}"
 DURATION="${BENCH_DURATION:-10s}"
 CONCURRENCY="${BENCH_CONCURRENCY:-1,32}"
@@ -121,7 +122,7 @@ as_pg "$PGBIN/pg_ctl" -D "$PG_DATA" -l "$PG_ROOT/postgres.log" -w -t 60 \
 pg_started=1
 [ "$(psql_bench -d postgres -c 'SHOW fsync')" = on ] || die "fsync is not on"
 [ "$(psql_bench -d postgres -c 'SHOW synchronous_commit')" = on ] || die "synchronous_commit is not on"
-for db in bench_ours bench_peer; do
+for db in bench_ours bench_ours_stub bench_peer; do
 	psql_bench -d postgres -c "DROP DATABASE IF EXISTS $db" -c "CREATE DATABASE $db"
 done
 PG_URL="postgres://postgres@127.0.0.1:$PG_PORT"
@@ -139,26 +140,35 @@ pids+=($!)
 # ---- this service, fresh tables
 TAG="$(date +%s)-$$"
 TABLES=("benchpeer-events-$TAG" "benchpeer-billing-$TAG" "benchpeer-billing-history-$TAG" "benchpeer-locks-$TAG")
-OURS_DYNAMODB="$DYNAMODB_ENDPOINT"
-if [ "$STUB" = 1 ]; then
-	log "DIAGNOSTIC: the events table's batch reads and writes are answered by a stub on :$STUB_PORT, not by DynamoDB Local"
-	"$OUT/loadgen" stub-table -table "${TABLES[0]}" -upstream "$DYNAMODB_ENDPOINT" -listen "127.0.0.1:$STUB_PORT" 2>"$OUT/stub.log" &
+start_service() { # name port pprof-addr database tag dynamodb-endpoint
+	(
+		export APP_ENV=development LOG_LEVEL=warn LISTEN_ADDR="127.0.0.1:$2" PPROF_ADDR="$3" DYNAMODB_ENDPOINT="$6"
+		export DATABASE_URL="$PG_URL/$4?sslmode=disable" STRIPE_API_BASE="http://127.0.0.1:$MOCK_PORT"
+		export STRIPE_API_KEY=sk_test_bench_local_only STRIPE_WEBHOOK_SECRET="$SECRET_OURS" INTERNAL_API_TOKEN=bench-token ACTIONS_SECRET=bench-actions-secret
+		export EVENTS_TABLE="benchpeer-events-$5" BILLING_TABLE="benchpeer-billing-$5" BILLING_HISTORY_TABLE="benchpeer-billing-history-$5" LOCKS_TABLE="benchpeer-locks-$5"
+		# shellcheck disable=SC2086 # word splitting of VAR=value pairs is the point
+		[ -z "${BENCH_SERVICE_ENV:-}" ] || export ${BENCH_SERVICE_ENV}
+		"$OUT/stripe-payments" migrate >"$OUT/migrate-$1.log" 2>&1 || { cat "$OUT/migrate-$1.log" >&2; exit 1; }
+		exec "$OUT/stripe-payments" serve 2>"$OUT/serve-$1.log"
+	) &
 	pids+=($!)
-	OURS_DYNAMODB="http://127.0.0.1:$STUB_PORT"
-	for _ in $(seq 1 50); do curl -s -o /dev/null "$OURS_DYNAMODB" && break; sleep 0.1; done
-fi
-(
-	export APP_ENV=development LOG_LEVEL=warn LISTEN_ADDR="127.0.0.1:$OURS_PORT" PPROF_ADDR="127.0.0.1:$PPROF_PORT" DYNAMODB_ENDPOINT="$OURS_DYNAMODB"
-	export DATABASE_URL="$PG_URL/bench_ours?sslmode=disable" STRIPE_API_BASE="http://127.0.0.1:$MOCK_PORT"
-	export STRIPE_API_KEY=sk_test_bench_local_only STRIPE_WEBHOOK_SECRET="$SECRET_OURS" INTERNAL_API_TOKEN=bench-token ACTIONS_SECRET=bench-actions-secret
-	export EVENTS_TABLE="${TABLES[0]}" BILLING_TABLE="${TABLES[1]}" BILLING_HISTORY_TABLE="${TABLES[2]}" LOCKS_TABLE="${TABLES[3]}"
-	# shellcheck disable=SC2086 # word splitting of VAR=value pairs is the point
-	[ -z "${BENCH_SERVICE_ENV:-}" ] || export ${BENCH_SERVICE_ENV}
-	"$OUT/stripe-payments" migrate >"$OUT/migrate.log" 2>&1 || { cat "$OUT/migrate.log" >&2; exit 1; }
-	exec "$OUT/stripe-payments" serve 2>"$OUT/serve.log"
-) &
-pids+=($!)
+}
+start_service ours "$OURS_PORT" "127.0.0.1:$PPROF_PORT" bench_ours "$TAG" "$DYNAMODB_ENDPOINT"
 ours_pid=$!
+
+# ---- the same run's ceiling: a second instance, its events-table batches stubbed
+STUBBED_ARGS=()
+if [ "$STUBBED" = 1 ]; then
+	STAG="stub-$TAG"
+	TABLES+=("benchpeer-events-$STAG" "benchpeer-billing-$STAG" "benchpeer-billing-history-$STAG" "benchpeer-locks-$STAG")
+	"$OUT/loadgen" stub-table -table "benchpeer-events-$STAG" -upstream "$DYNAMODB_ENDPOINT" -listen "127.0.0.1:$STUB_PORT" 2>"$OUT/stub.log" &
+	pids+=($!)
+	stub_pid=$!
+	for _ in $(seq 1 50); do curl -s -o /dev/null "http://127.0.0.1:$STUB_PORT" && break; sleep 0.1; done
+	start_service stubbed "$STUBBED_PORT" "" bench_ours_stub "$STAG" "http://127.0.0.1:$STUB_PORT"
+	stubbed_pid=$!
+	STUBBED_ARGS=(-stubbed "http://127.0.0.1:$STUBBED_PORT/webhooks/stripe" -stubbed-secret "$SECRET_OURS" -stubbed-pid "$stubbed_pid" -stub-pid "$stub_pid")
+fi
 
 # ---- the peer
 PEER_MODULES="$PEER_DIR/node_modules" PEER_DATABASE_URL="$PG_URL/bench_peer?sslmode=disable" \
@@ -168,6 +178,7 @@ pids+=($!)
 peer_pid=$!
 
 wait_http "http://127.0.0.1:$OURS_PORT/readyz" "this service"
+if [ "$STUBBED" = 1 ]; then wait_http "http://127.0.0.1:$STUBBED_PORT/readyz" "this service's stubbed instance"; fi
 for _ in $(seq 1 150); do
 	grep -q listening "$OUT/peer.log" && break
 	kill -0 "$peer_pid" 2>/dev/null || { cat "$OUT/peer.log" >&2; die "the peer exited"; }
@@ -181,11 +192,12 @@ log "this service pid $ours_pid on :$OURS_PORT (pprof :$PPROF_PORT), stripe-sync
 	-peer "http://127.0.0.1:$PEER_PORT/webhooks" -peer-secret "$SECRET_PEER" -peer-pid "$peer_pid" \
 	-database-url "$PG_URL/postgres?sslmode=disable" \
 	-dynamodb-pid "$(cat "$DEV/dynamodb.pid" 2>/dev/null || echo 0)" -postgres-pid "$(head -1 "$PG_DATA/postmaster.pid")" \
-	-c "$CONCURRENCY" -rounds "$ROUNDS" -d "$DURATION" -markdown "$OUT/compare.md" \
+	-c "$CONCURRENCY" -rounds "$ROUNDS" -d "$DURATION" -markdown "$OUT/compare.md" "${STUBBED_ARGS[@]}" \
 	${BENCH_PROFILE:+-pprof "http://127.0.0.1:$PPROF_PORT" -profile-dir "$OUT"} | tee "$OUT/compare.txt"
 
 # Both must have stored every event they acknowledged.
 log "rows: this service's ledger $(psql_bench -d bench_ours -c 'SELECT count(*) FROM processed_events'), the peer's customers $(psql_bench -d bench_peer -c 'SELECT count(*) FROM stripe.customers')"
+if [ "$STUBBED" = 1 ]; then log "rows: the stubbed instance's ledger $(psql_bench -d bench_ours_stub -c 'SELECT count(*) FROM processed_events')"; fi
 
 if [ "${BENCH_WRITE:-1}" = 1 ]; then
 	python3 - "$ROOT/BENCHMARKS.md" "$OUT/compare.md" <<'PY'

@@ -22,6 +22,9 @@ func addBox(a, b loadtest.Box) loadtest.Box {
 	return sum
 }
 
+// stubPart is the events-table stub's row (runs with -stub-pid).
+const stubPart = "events-table stub"
+
 // boxParts are the rows of the machine table, in order; "target" is the
 // service under load in that phase.
 var boxParts = []struct{ key, label string }{
@@ -45,6 +48,14 @@ func (r compareReport) machineTable(w io.Writer) {
 	for _, row := range r.rows {
 		heads = append(heads, fmt.Sprintf("%s, c=%d", r.o.peerName, row.c), fmt.Sprintf("this service, c=%d", row.c))
 		boxes = append(boxes, row.peer.box, row.ours.box)
+		if row.stubbed != nil {
+			heads = append(heads, fmt.Sprintf("this service, events table stubbed, c=%d", row.c))
+			boxes = append(boxes, row.stubbed.box)
+		}
+	}
+	parts := boxParts
+	if r.o.stubPID > 0 {
+		parts = append(parts[:len(parts):len(parts)], struct{ key, label string }{stubPart, "the events-table stub (loadgen stub-table)"})
 	}
 	fmt.Fprintf(w, "\n| cores busy during the phases (of %d; until every record was written) | %s |\n| --- |%s\n",
 		ncpu, strings.Join(heads, " | "), strings.Repeat(" --- |", len(heads)))
@@ -63,12 +74,12 @@ func (r compareReport) machineTable(w io.Writer) {
 		fmt.Fprintf(w, "| %s | %s |\n", label, strings.Join(cells, " | "))
 	}
 	line("**the whole machine**", func(b loadtest.Box) string { return "**" + cores(b, b.Busy) + "**" })
-	for _, p := range boxParts {
+	for _, p := range parts {
 		line(p.label, func(b loadtest.Box) string { return cores(b, b.Procs[p.key]) })
 	}
 	line("everything else (kernel, other processes)", func(b loadtest.Box) string {
 		rest := b.Busy
-		for _, p := range boxParts {
+		for _, p := range parts {
 			rest -= b.Procs[p.key]
 		}
 		return cores(b, max(rest, 0))
