@@ -60,6 +60,9 @@ die() {
 	printf 'bench-peer: ERROR: %s\n' "$*" >&2
 	exit 1
 }
+# The old separate diagnostic mode would now run (and write) the real
+# benchmark: refuse it rather than surprise.
+[ -z "${BENCH_EVENTS_TABLE_STUB:-}" ] || die "BENCH_EVENTS_TABLE_STUB is gone: every run measures the stubbed instance beside the real one (BENCH_STUBBED=0 leaves it out)"
 as_pg() { if [ "$(id -u)" -eq 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
 psql_bench() { "$PGBIN/psql" -h 127.0.0.1 -p "$PG_PORT" -U postgres -XtAq -v ON_ERROR_STOP=1 "$@"; }
 

@@ -7,7 +7,7 @@
 //	loadgen [flags]              the mixed-event load test of `make bench`
 //	loadgen compare [flags]      this service against a peer ingester, side by side (`make bench-peer`)
 //	loadgen drop-tables NAME...  delete a benchmark's DynamoDB tables (DynamoDB Local keeps them in memory)
-//	loadgen stub-table [flags]   a diagnostic proxy answering one table's batch reads and writes (`BENCH_EVENTS_TABLE_STUB=1 make bench-peer`)
+//	loadgen stub-table [flags]   a diagnostic proxy answering one table's batch reads and writes (the stubbed target of `make bench-peer`)
 package main
 
 import (
@@ -23,6 +23,7 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -36,7 +37,9 @@ import (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	// SIGTERM too: bench-peer.sh stops the stub-table with it, and the stub
+	// then logs how many requests it answered.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "loadgen:", err)

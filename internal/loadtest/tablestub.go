@@ -11,14 +11,14 @@ import (
 	"sync/atomic"
 )
 
-// TableStub is a diagnostic of `make bench-peer` (BENCH_EVENTS_TABLE_STUB=1),
-// never a test double: a reverse proxy in front of DynamoDB Local that
-// answers the batch reads and writes of one table (the events table) at
-// once, as DynamoDB would when all went through, and passes every other
-// request on. With it the service does all of its own work for a record
-// (encoding, compression, signing, the HTTP round trip) while DynamoDB
-// Local's JVM does none, which measures, in one run, what sharing the
-// machine's cores with the stand-in for a remote DynamoDB costs the
+// TableStub is a diagnostic of `make bench-peer` (its stubbed instance,
+// BENCH_STUBBED), never a test double: a reverse proxy in front of DynamoDB
+// Local that answers the batch reads and writes of one table (the events
+// table) at once, as DynamoDB would when all went through, and passes
+// every other request on. With it the service does all of its own work for
+// a record (encoding, compression, signing, the HTTP round trip) while
+// DynamoDB Local's JVM does none, which measures, in one run, what sharing
+// the machine's cores with the stand-in for a remote DynamoDB costs the
 // answer path. Records "written" through it are not in the table.
 type TableStub struct {
 	table   string
