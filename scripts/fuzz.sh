@@ -13,9 +13,17 @@ targets=(
 	"./internal/stripeevent/ FuzzParseAgreesWithStripeGo"
 	"./internal/tracking/ FuzzFlows"
 )
+out="$(mktemp)"
+trap 'rm -f "$out"' EXIT
 for t in "${targets[@]}"; do
 	read -r pkg name <<<"$t"
 	echo "fuzz $name ($pkg) for $fuzztime"
-	go test -run '^$' -fuzz "^${name}\$" -fuzztime "$fuzztime" "$pkg" 2>&1 | tail -n 3
-	[ "${PIPESTATUS[0]}" -eq 0 ] || exit 1
+	# The progress lines are noise on success; on a failure the whole
+	# output is the diagnosis (a worker's crash, a setup error), so keep it.
+	if go test -run '^$' -fuzz "^${name}\$" -fuzztime "$fuzztime" "$pkg" >"$out" 2>&1; then
+		tail -n 3 "$out"
+	else
+		grep -v '^fuzz: elapsed' "$out" | tail -n 200
+		exit 1
+	fi
 done
