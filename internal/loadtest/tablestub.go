@@ -49,7 +49,8 @@ func (s *TableStub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "read request: "+err.Error(), http.StatusBadRequest)
 		return
 	}
-	r.Body = io.NopCloser(bytes.NewReader(body))
+	// What was read, then the rest: a body over the limit goes on whole.
+	r.Body = io.NopCloser(io.MultiReader(bytes.NewReader(body), r.Body))
 	var req struct {
 		RequestItems map[string]json.RawMessage
 	}

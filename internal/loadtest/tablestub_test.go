@@ -46,6 +46,8 @@ func TestTableStubAnswersOnlyTheEventsTablesBatches(t *testing.T) {
 		{"batch write of two tables", "DynamoDB_20120810.BatchWriteItem", `{"RequestItems":{"events":[],"billing":[]}}`, false, `{"upstream":true}`},
 		{"single put of the events table", "DynamoDB_20120810.PutItem", `{"TableName":"events","Item":{}}`, false, `{"upstream":true}`},
 		{"a body that is not JSON", "DynamoDB_20120810.BatchGetItem", `not json`, false, `{"upstream":true}`},
+		{"a batch larger than the stub reads", "DynamoDB_20120810.BatchWriteItem",
+			`{"RequestItems":{"events":[]},"pad":"` + strings.Repeat("x", maxStubbedBody) + `"}`, false, `{"upstream":true}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before, seen := stub.Stubbed(), len(calls())
