@@ -1,12 +1,9 @@
 package main
 
 import (
-	"bytes"
 	"runtime"
 	"testing"
 	"time"
-
-	"github.com/stretchr/testify/assert"
 
 	"github.com/stripe-payments/stripe-payments/internal/loadtest"
 )
@@ -87,14 +84,7 @@ func TestCompareMarkdownStubbedColumns(t *testing.T) {
 				}
 				rep.rows = append(rep.rows, row)
 			}
-			var md bytes.Buffer
-			rep.markdownTo(&md)
-			for _, w := range tc.want {
-				assert.Contains(t, md.String(), w)
-			}
-			for _, a := range tc.absent {
-				assert.NotContains(t, md.String(), a)
-			}
+			assertMarkdown(t, rep, tc.want, tc.absent)
 		})
 	}
 }

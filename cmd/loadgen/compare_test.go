@@ -90,17 +90,24 @@ func TestCompareMarkdown(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rep := compareReport{o: o, rows: []compareRow{{c: 32, peer: peer, ours: ours, stubbed: tc.stubbed}}}
-			var md bytes.Buffer
-			rep.markdownTo(&md)
-			for _, w := range tc.want {
-				assert.Contains(t, md.String(), w)
-			}
-			for _, a := range tc.absent {
-				assert.NotContains(t, md.String(), a)
-			}
+			assertMarkdown(t, rep, tc.want, tc.absent)
 			var text bytes.Buffer
 			rep.text(&text)
 			assert.Equal(t, tc.stubbed != nil, strings.Contains(text.String(), "events table stubbed: 1500 req/s"), text.String())
 		})
+	}
+}
+
+// assertMarkdown renders rep as Markdown and checks that it holds every
+// want and none of absent.
+func assertMarkdown(t *testing.T, rep compareReport, want, absent []string) {
+	t.Helper()
+	var md bytes.Buffer
+	rep.markdownTo(&md)
+	for _, w := range want {
+		assert.Contains(t, md.String(), w)
+	}
+	for _, a := range absent {
+		assert.NotContains(t, md.String(), a)
 	}
 }
