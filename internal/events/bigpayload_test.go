@@ -4,7 +4,9 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -43,4 +45,32 @@ func TestRecordOfAnIncompressibleEventOmitsThePayload(t *testing.T) {
 	got, err = f.store.Get(ctx, small.ID)
 	require.NoError(t, err)
 	assert.Equal(t, small.Payload, got.Payload, "an ordinary payload is kept")
+}
+
+// The same holds for the envelope's own fields: a signed event whose
+// api_version alone is over DynamoDB's item limit (the body is within the
+// webhook's 1 MiB) is either refused by Parse, recording nothing, or makes a
+// record the table takes. Otherwise its record can never be written: with
+// the write-behind, the writers retry it forever and refuse every delivery
+// meanwhile, also after a restart.
+func TestRecordOfAnEventWithAHugeAPIVersionIsWritable(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	var doc map[string]any
+	require.NoError(t, json.Unmarshal(stripetest.Event{Fixture: "customer.created"}.Build(t), &doc))
+	doc["api_version"] = strings.Repeat("2024-06-20.acacia;", 30000) // 540 KB, compresses to little
+	payload, err := json.Marshal(doc)
+	require.NoError(t, err)
+	require.Less(t, len(payload), 1<<20, "the webhook accepts it")
+	ev, err := stripeevent.Parse(payload)
+	if err != nil {
+		return // refused at the door: nothing is recorded
+	}
+	rec := events.NewRecord(ev, payload, platform, 720*time.Hour, stripeevent.SourceWebhook, f.now)
+	require.NoError(t, f.store.RecordFailure(ctx, rec, errors.New("postgres down")), "a failure record")
+	rec.Status, rec.ProcessedAt = events.StatusProcessed, f.now
+	require.NoError(t, f.store.PutProcessed(ctx, []events.Record{rec}), "a processed record")
+	got, err := f.store.Get(ctx, rec.ID)
+	require.NoError(t, err)
+	assert.Equal(t, events.StatusProcessed, got.Status)
 }

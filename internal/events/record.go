@@ -73,6 +73,12 @@ func (r Record) Expired(now time.Time) bool {
 	return !r.Expiration.IsZero() && !now.Before(r.Expiration)
 }
 
+// MaxAPIVersion bounds the api_version kept on a record. Stripe's are a
+// date and a name ("2024-09-30.acacia"); the envelope's field is otherwise
+// unbounded, and a record over DynamoDB's item limit could never be written
+// (with the write-behind, its retries would refuse every delivery).
+const MaxAPIVersion = 100
+
 // NewRecord builds the record of a verified event. platformAccount stands in
 // for events that carry no Connect account.
 func NewRecord(ev *stripe.Event, payload []byte, platformAccount string, ttl time.Duration, source stripeevent.Source, now time.Time) Record {
@@ -88,7 +94,7 @@ func NewRecord(ev *stripe.Event, payload []byte, platformAccount string, ttl tim
 		Created:       created,
 		Expiration:    created.Add(ttl),
 		Subscription:  stripeevent.SubscriptionID(ev),
-		APIVersion:    ev.APIVersion,
+		APIVersion:    truncate(ev.APIVersion, MaxAPIVersion),
 		Livemode:      ev.Livemode,
 		Status:        StatusReceived,
 		ReceivedAt:    now.UTC(),
