@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net/mail"
+	"net/url"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -340,16 +342,59 @@ func Mask(secret string) string {
 	return "****"
 }
 
-// MaskURL hides the password of a connection URL.
+// MaskURL hides the password of a connection string, in each place
+// Postgres' driver takes one from: the URL's user info, its password
+// parameter, or a keyword/value string (host=… password=…).
 func MaskURL(raw string) string {
-	at := strings.LastIndex(raw, "@")
-	scheme := strings.Index(raw, "://")
-	if at < 0 || scheme < 0 || at < scheme {
-		return raw
+	_, masked := connPassword(raw)
+	return masked
+}
+
+var (
+	// queryPassword is a URL's password parameter.
+	queryPassword = regexp.MustCompile(`([?&]password=)([^&#]*)`)
+	// dsnPassword is the password of a keyword/value string: bare, or
+	// single-quoted with backslash escapes (libpq's format, which pgx takes).
+	dsnPassword = regexp.MustCompile(`((?:^|\s)password\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s']\S*)`)
+	dsnEscape   = regexp.MustCompile(`\\(.)`)
+)
+
+// connPassword returns the password raw carries (empty if none) and raw
+// with it masked.
+func connPassword(raw string) (password, masked string) {
+	if !strings.Contains(raw, "://") {
+		m := dsnPassword.FindStringSubmatch(raw)
+		if m == nil {
+			return "", raw
+		}
+		password = m[2]
+		if strings.HasPrefix(password, "'") {
+			password = dsnEscape.ReplaceAllString(password[1:len(password)-1], "$1")
+		}
+		return password, dsnPassword.ReplaceAllString(raw, "${1}****")
 	}
-	creds := raw[scheme+3 : at]
-	if i := strings.Index(creds, ":"); i >= 0 {
-		return raw[:scheme+3] + creds[:i] + ":****" + raw[at:]
+	masked = raw
+	if m := queryPassword.FindStringSubmatch(raw); m != nil {
+		if password, _ = url.QueryUnescape(m[2]); password == "" {
+			password = m[2]
+		}
+		masked = queryPassword.ReplaceAllString(raw, "${1}****")
 	}
-	return raw
+	if u, err := url.Parse(raw); err == nil && u.User != nil {
+		if pw, ok := u.User.Password(); ok && pw != "" {
+			password = pw
+		}
+	}
+	// Mask up to the last @ of the whole string: more than the user info
+	// if a later part holds an @, never less.
+	start := strings.Index(masked, "://") + 3
+	at := strings.LastIndex(masked, "@")
+	if at < start {
+		return password, masked
+	}
+	user, _, ok := strings.Cut(masked[start:at], ":")
+	if !ok {
+		return password, masked
+	}
+	return password, masked[:start] + user + ":****" + masked[at:]
 }

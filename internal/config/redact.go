@@ -2,7 +2,6 @@ package config
 
 import (
 	"log/slog"
-	"net/url"
 	"regexp"
 	"strings"
 )
@@ -32,10 +31,8 @@ func (c Config) Secrets() []string {
 	add(c.InternalAPIToken)
 	add(c.ActionsSecret)
 	for _, raw := range []string{c.DatabaseURL, c.ActionsURL} {
-		if u, err := url.Parse(raw); err == nil && u.User != nil {
-			if pw, ok := u.User.Password(); ok {
-				add(pw)
-			}
+		if pw, _ := connPassword(raw); pw != "" {
+			add(pw)
 		}
 	}
 	return out

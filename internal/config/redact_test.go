@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -46,4 +47,36 @@ func TestSecretsAndRedactor(t *testing.T) {
 	dev, err := config.Load(func(k string) (string, bool) { return "development", k == "APP_ENV" })
 	require.NoError(t, err)
 	assert.Empty(t, dev.Secrets(), "the public dev defaults are printed on purpose, never masked")
+}
+
+// DESIGN §3 / RELIABILITY "Secrets never logged": a password in DATABASE_URL
+// never shows in the configuration logged at start, in any form Postgres'
+// driver takes it (URL user info, the URL's password parameter, a
+// keyword/value string), and the redactor knows it.
+func TestDatabasePasswordNeverLogged(t *testing.T) {
+	const password = "dbpass12345"
+	for _, url := range []string{
+		"postgres://app:" + password + "@db:5432/payments",
+		"postgres://app@db:5432/payments?sslmode=disable&password=" + password,
+		"postgresql://db/payments?user=app&password=" + password,
+		"host=db user=app password=" + password + " dbname=payments sslmode=disable",
+		"host=db user=app password = '" + password + "' dbname=payments",
+	} {
+		t.Run(url, func(t *testing.T) {
+			parsed, err := pgconn.ParseConfig(url)
+			require.NoError(t, err)
+			require.Equal(t, password, parsed.Password, "the driver takes this password")
+			env := map[string]string{
+				"STRIPE_WEBHOOK_SECRET": "whsec_fake_0123456789", "STRIPE_API_KEY": "sk_test_fake_abcdefghijkl",
+				"INTERNAL_API_TOKEN": "token-0123456789", "STRIPE_PLATFORM_ACCOUNT": "acct_1Platform", "DATABASE_URL": url,
+			}
+			cfg, err := config.Load(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+			require.NoError(t, err)
+			var out bytes.Buffer
+			slog.New(slog.NewJSONHandler(&out, nil)).Info("starting", "config", cfg) // as serve logs it, without the redactor
+			assert.NotContains(t, out.String(), password)
+			assert.Contains(t, out.String(), "db", "the rest of the URL is still shown")
+			assert.Contains(t, cfg.Secrets(), password)
+		})
+	}
 }
