@@ -141,11 +141,16 @@ func (s *Store) update(ctx context.Context, id string, update expression.UpdateB
 	return nil
 }
 
+// Final reports whether r is the last record its event will have: processed,
+// and not rejected (a rejected event's replay, once its cause is fixed,
+// applies it and replaces the record).
+func (r Record) Final() bool { return r.Status == StatusProcessed && r.LastError == "" }
+
 // Get reads one record with its payload, strongly consistent. Expired records
 // are reported as ErrNotFound.
 func (s *Store) Get(ctx context.Context, id string) (Record, error) {
 	r, err := s.get(ctx, id)
-	if s.pending == nil || (err == nil && r.Status == StatusProcessed) {
+	if s.pending == nil || (err == nil && r.Final()) {
 		return r, err
 	}
 	// Absent from the table, not processed there yet, or the table failed
@@ -167,17 +172,24 @@ func (s *Store) Get(ctx context.Context, id string) (Record, error) {
 		}
 		return p, nil
 	}
-	if err == nil || !errors.Is(err, ErrNotFound) {
+	if err != nil && !errors.Is(err, ErrNotFound) {
 		return r, err
 	}
+	// Not pending (any more): a writer may have moved the record to the
+	// table since the first read, over a failed one.
 	return s.get(ctx, id)
 }
 
 // Supersede is next, a processed record about to replace prev in the
-// table, with the bookkeeping of prev's earlier attempts kept: the first
-// received_at and source, and one more attempt.
+// table, with the bookkeeping of the first attempt kept: the first
+// received_at and its source, and one more attempt. prev is usually the
+// earlier attempt; it is a later one when a redelivery failed after next
+// was acknowledged and before the write-behind wrote it.
 func Supersede(prev, next Record) Record {
-	next.ReceivedAt, next.Source, next.Attempts = prev.ReceivedAt, prev.Source, prev.Attempts+1
+	if next.ReceivedAt.IsZero() || prev.ReceivedAt.Before(next.ReceivedAt) {
+		next.ReceivedAt, next.Source = prev.ReceivedAt, prev.Source
+	}
+	next.Attempts = prev.Attempts + 1
 	return next
 }
 
@@ -211,11 +223,11 @@ func (s *Store) BatchGet(ctx context.Context, ids []string) (map[string]Record, 
 	if err != nil || s.pending == nil {
 		return found, err
 	}
-	// Absent, or recorded but not processed: a processed record may be
+	// Absent, or recorded but not finally: a processed record may be
 	// pending for them.
 	var check []string
 	for _, id := range ids {
-		if r, ok := found[id]; !ok || r.Status != StatusProcessed {
+		if r, ok := found[id]; !ok || !r.Final() {
 			check = append(check, id)
 		}
 	}
@@ -237,7 +249,9 @@ func (s *Store) BatchGet(ctx context.Context, ids []string) (map[string]Record, 
 				p = Supersede(prev, p)
 			}
 			found[id] = p
-		case !ok && !recorded:
+		case !ok:
+			// Not pending (any more): a writer may have moved it to the
+			// table since the first read.
 			again = append(again, id)
 		}
 	}

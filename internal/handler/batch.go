@@ -152,7 +152,7 @@ func (h *Handler) settle(c committed, finish func(*pending, stripeevent.Outcome,
 		}
 		if recorded {
 			// Keep the first delivery's bookkeeping; count this attempt.
-			p.rec.ReceivedAt, p.rec.Source, p.rec.Attempts = prev.ReceivedAt, prev.Source, prev.Attempts+1
+			p.rec = events.Supersede(prev, p.rec)
 		}
 		p.rec.Status, p.rec.ProcessedAt = events.StatusProcessed, h.now().UTC()
 		s.done = append(s.done, p.rec)

@@ -365,3 +365,136 @@ func TestWritersRecoverAfterTheTableWasBlackHoled(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, events.StatusProcessed, got.Status)
 }
+
+// A delivery acknowledged on its commit (its record pending, first received
+// by the webhook) can be followed, before the writers copy the record, by a
+// redelivery that fails (a poller replay while Stripe is unreachable), whose
+// failed record reaches the table first. The record keeps the first
+// delivery's bookkeeping (README: first received_at and source, attempts +
+// 1), read through the store and once written.
+func TestALaterFailedAttemptDoesNotTakeTheFirstDeliverysBookkeeping(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	q := recordq.New(e.pool, e.table, recordq.Config{})
+	store := e.table.WithPending(q)
+	first := record(t)
+	first.ReceivedAt = time.Now().Add(-time.Minute).UTC().Truncate(time.Millisecond)
+	commit(t, e, q, first) // acknowledged: effects and record committed
+
+	later := first
+	later.ProcessedAt, later.Source = time.Time{}, stripeevent.SourcePoller
+	later.ReceivedAt = time.Now().UTC().Truncate(time.Millisecond)
+	require.NoError(t, e.table.RecordFailure(ctx, later, errors.New("prepare event: stripe unreachable")))
+
+	check := func(what string, got events.Record) {
+		t.Helper()
+		assert.Equal(t, events.StatusProcessed, got.Status, what)
+		assert.Equal(t, 2, got.Attempts, what)
+		assert.True(t, first.ReceivedAt.Equal(got.ReceivedAt), "%s: first received_at kept: got %s, want %s", what, got.ReceivedAt, first.ReceivedAt)
+		assert.Equal(t, stripeevent.SourceWebhook, got.Source, what)
+	}
+	got, err := store.Get(ctx, first.ID)
+	require.NoError(t, err)
+	check("Get while pending", got)
+	found, err := store.BatchGet(ctx, []string{first.ID})
+	require.NoError(t, err)
+	check("BatchGet while pending", found[first.ID])
+
+	q.Hand([]events.Record{first})
+	run(t, q)
+	flush(t, q)
+	got, err = e.table.Get(ctx, first.ID)
+	require.NoError(t, err)
+	check("in the table", got)
+}
+
+// writtenDuringLookup is the write-behind with a writer that copies every
+// pending record to the table (and deletes the rows) between the store's
+// first read of the table and its look-up of the pending rows: the
+// interleaving a busy instance meets.
+type writtenDuringLookup struct {
+	t *testing.T
+	q *recordq.Queue
+}
+
+func (w writtenDuringLookup) Lookup(ctx context.Context, ids []string) (map[string]events.Record, error) {
+	run(w.t, w.q)
+	flush(w.t, w.q)
+	return w.q.Lookup(ctx, ids)
+}
+
+func (w writtenDuringLookup) Settled(ctx context.Context) error { return w.q.Settled(ctx) }
+
+// DESIGN §4: from the 200 on, the internal API (and the handler's and the
+// poller's reads) find the event processed. An earlier attempt's failed
+// record in the table must not be answered when the processed record moved
+// from Postgres to the table during the read.
+func TestAReadRacingTheWriterFindsTheProcessedRecord(t *testing.T) {
+	for _, read := range []string{"Get", "BatchGet"} {
+		t.Run(read, func(t *testing.T) {
+			e := newEnv(t)
+			ctx := context.Background()
+			q := recordq.New(e.pool, e.table, recordq.Config{})
+			store := e.table.WithPending(writtenDuringLookup{t: t, q: q})
+			r := record(t)
+			failed := r
+			failed.ProcessedAt, failed.ReceivedAt = time.Time{}, time.Now().Add(-time.Hour).UTC().Truncate(time.Millisecond)
+			require.NoError(t, e.table.RecordFailure(ctx, failed, errors.New("postgres down")))
+			commit(t, e, q, r) // the redelivery is acknowledged
+			q.Hand([]events.Record{r})
+
+			var got events.Record
+			if read == "Get" {
+				var err error
+				got, err = store.Get(ctx, r.ID)
+				require.NoError(t, err)
+			} else {
+				found, err := store.BatchGet(ctx, []string{r.ID})
+				require.NoError(t, err)
+				got = found[r.ID]
+			}
+			assert.Zero(t, e.pendingRows(t), "the writer ran during the read")
+			assert.Equal(t, events.StatusProcessed, got.Status, "an acknowledged event read as %q", got.Status)
+			assert.Equal(t, 2, got.Attempts)
+		})
+	}
+}
+
+// A rejected event is recorded processed with the reason in last_error and
+// no effect; once the cause is fixed an operator replay applies it (README,
+// runbook "rejected events"). With the write-behind, the replay's record
+// must then replace the rejection, as the synchronous path does: no stale
+// last_error on an event whose effects are now applied, and the attempt
+// counted — read through the store and once written.
+func TestAnAppliedReplayReplacesTheRejectedRecord(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	q := recordq.New(e.pool, e.table, recordq.Config{})
+	store := e.table.WithPending(q)
+	replayed := record(t)
+	replayed.Source = stripeevent.SourceReplay
+	rejected := replayed
+	rejected.Source = stripeevent.SourceWebhook
+	rejected.ReceivedAt = time.Now().Add(-time.Hour).UTC().Truncate(time.Millisecond)
+	rejected.LastError = "event object cannot be processed: bad metadata"
+	require.NoError(t, e.table.PutProcessed(ctx, []events.Record{rejected}))
+	commit(t, e, q, replayed) // the replay claimed and applied it
+
+	check := func(what string, got events.Record) {
+		t.Helper()
+		assert.Equal(t, events.StatusProcessed, got.Status, what)
+		assert.Empty(t, got.LastError, what)
+		assert.Equal(t, 2, got.Attempts, what)
+		assert.True(t, rejected.ReceivedAt.Equal(got.ReceivedAt), what)
+	}
+	got, err := store.Get(ctx, replayed.ID)
+	require.NoError(t, err)
+	check("Get while pending", got)
+	q.Hand([]events.Record{replayed})
+	run(t, q)
+	flush(t, q)
+	got, err = e.table.Get(ctx, replayed.ID)
+	require.NoError(t, err)
+	check("in the table", got)
+	assert.Zero(t, e.pendingRows(t))
+}
