@@ -498,3 +498,51 @@ func TestAnAppliedReplayReplacesTheRejectedRecord(t *testing.T) {
 	check("in the table", got)
 	assert.Zero(t, e.pendingRows(t))
 }
+
+// slowTable is the events table with the write of one record held until
+// the test ends (a write stuck on a throttled partition, say).
+type slowTable struct {
+	recordq.Table
+	slow    string
+	release chan struct{}
+}
+
+func (s slowTable) PutProcessed(ctx context.Context, recs []events.Record) error {
+	for _, r := range recs {
+		if r.ID == s.slow {
+			select {
+			case <-s.release:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+	}
+	return s.Table.PutProcessed(ctx, recs)
+}
+
+// README: a crash leaves rows behind and serve writes them on start. More
+// than a sweep page of them must all be written while live traffic keeps the
+// queue busy (here: one live record whose write is slow), or the listings,
+// which wait for every pending row, fail until the traffic stops.
+func TestEveryRowLeftByACrashIsWrittenWhileTheQueueIsBusy(t *testing.T) {
+	e := newEnv(t)
+	dead := recordq.New(e.pool, e.table, recordq.Config{})
+	left := make([]events.Record, 1010) // more than a sweep page (1000)
+	for i := range left {
+		left[i] = record(t)
+	}
+	commit(t, e, dead, left...) // the process died before handing them over
+
+	table := slowTable{Table: e.table, slow: stripetest.NewID(), release: make(chan struct{})}
+	t.Cleanup(func() { close(table.release) })
+	q := recordq.New(e.pool, table, recordq.Config{Timeout: 10 * time.Minute})
+	live := record(t)
+	live.ID = table.slow
+	q.Hand([]events.Record{live})
+	run(t, q)
+	deadline := time.Now().Add(60 * time.Second)
+	for e.pendingRows(t) > 0 {
+		require.True(t, time.Now().Before(deadline), "%d rows still pending", e.pendingRows(t))
+		time.Sleep(50 * time.Millisecond)
+	}
+}

@@ -40,10 +40,37 @@ func (q *Queue) sweep(ctx context.Context, age time.Duration) error {
 		if len(found) < 1000 || len(recs) == 0 {
 			return nil
 		}
-		// More than a page is pending: let the writers catch up first.
-		if err := q.Flush(ctx); err != nil {
+		// More than a page is pending: let the writers catch up on this
+		// page first. Not Flush: live traffic may keep the queue from ever
+		// being empty, and the next pages would never be taken up.
+		if err := q.written(ctx, recs); err != nil {
 			return err
 		}
+	}
+}
+
+// written waits until none of recs is waiting or being written here.
+func (q *Queue) written(ctx context.Context, recs []events.Record) error {
+	q.mu.Lock()
+	for {
+		left := 0
+		for _, r := range recs {
+			if q.known[r.ID] {
+				left++
+			}
+		}
+		if left == 0 {
+			q.mu.Unlock()
+			return nil
+		}
+		ch := q.changed
+		q.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("sweep pending event records: %d not written: %w", left, ctx.Err())
+		}
+		q.mu.Lock()
 	}
 }
 
