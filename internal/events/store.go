@@ -146,6 +146,14 @@ func (s *Store) update(ctx context.Context, id string, update expression.UpdateB
 // applies it and replaces the record).
 func (r Record) Final() bool { return r.Status == StatusProcessed && r.LastError == "" }
 
+// Covers reports whether prev, in the table, makes next, a processed record
+// waiting to be written, moot: prev is final, or it is next itself, written
+// before (a lost delete of the pending row, another replica's sweep) — a
+// rejection included, which must not count as one more attempt.
+func Covers(prev, next Record) bool {
+	return prev.Final() || (prev.Status == StatusProcessed && prev.ProcessedAt.Equal(next.ProcessedAt) && prev.LastError == next.LastError)
+}
+
 // Get reads one record with its payload, strongly consistent. Expired records
 // are reported as ErrNotFound.
 func (s *Store) Get(ctx context.Context, id string) (Record, error) {
@@ -168,6 +176,9 @@ func (s *Store) Get(ctx context.Context, id string) (Record, error) {
 			return Record{}, fmt.Errorf("get event %s: expired: %w", id, ErrNotFound)
 		}
 		if err == nil {
+			if Covers(r, p) {
+				return r, nil
+			}
 			p = Supersede(r, p)
 		}
 		return p, nil
@@ -245,10 +256,14 @@ func (s *Store) BatchGet(ctx context.Context, ids []string) (map[string]Record, 
 		switch {
 		case ok && !p.Expired(s.now()):
 			p.Payload = nil // BatchGet reads no payloads
-			if recorded {
-				p = Supersede(prev, p)
+			switch {
+			case recorded && Covers(prev, p):
+				// prev is kept
+			case recorded:
+				found[id] = Supersede(prev, p)
+			default:
+				found[id] = p
 			}
-			found[id] = p
 		case !ok:
 			// Not pending (any more): a writer may have moved it to the
 			// table since the first read.

@@ -546,3 +546,38 @@ func TestEveryRowLeftByACrashIsWrittenWhileTheQueueIsBusy(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// A rejected event's record goes through the write-behind like any other.
+// Writing its pending row a second time (a lost delete, two replicas'
+// sweeps) is the same delivery again, not another attempt: the record in
+// the table keeps one attempt.
+func TestARejectedRecordWrittenTwiceCountsOneAttempt(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	q := recordq.New(e.pool, e.table, recordq.Config{})
+	store := e.table.WithPending(q)
+	rejected := record(t)
+	rejected.LastError = "event object cannot be processed: bad metadata"
+	// Written, and its pending row not deleted yet (or the delete lost).
+	require.NoError(t, e.table.PutProcessed(ctx, []events.Record{rejected}))
+	commit(t, e, q, rejected)
+	check := func(what string, got events.Record) {
+		t.Helper()
+		assert.Equal(t, 1, got.Attempts, what)
+		assert.Equal(t, rejected.LastError, got.LastError, what)
+	}
+	got, err := store.Get(ctx, rejected.ID)
+	require.NoError(t, err)
+	check("Get", got)
+	found, err := store.BatchGet(ctx, []string{rejected.ID})
+	require.NoError(t, err)
+	check("BatchGet", found[rejected.ID])
+
+	q.Hand([]events.Record{rejected})
+	run(t, q)
+	flush(t, q)
+	got, err = e.table.Get(ctx, rejected.ID)
+	require.NoError(t, err)
+	check("in the table", got)
+	assert.Zero(t, e.pendingRows(t))
+}

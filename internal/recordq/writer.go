@@ -168,7 +168,7 @@ func (q *Queue) writeBatch(ctx context.Context, batch []events.Record) error {
 	put := make([]events.Record, 0, len(batch))
 	for _, r := range batch {
 		if prev, ok := existing[r.ID]; ok {
-			if prev.Final() {
+			if events.Covers(prev, r) {
 				continue // written before (a lost delete, another instance's sweep)
 			}
 			r = events.Supersede(prev, r)
