@@ -146,9 +146,10 @@ func (c *Client) Acquire(ctx context.Context, key string, failIfLocked bool) (*L
 func (c *Client) tryAcquire(ctx context.Context, key string) (*Lock, error) {
 	rvn := uuid.NewString()
 	cond := expression.AttributeNotExists(expression.Name("PartitionKey"))
+	sent := c.opts.Now() // the lease runs from the write, however late its answer
 	err := c.put(ctx, key, rvn, cond)
 	if err == nil {
-		return c.held(key, rvn), nil
+		return c.held(key, rvn, sent), nil
 	}
 	if !isConditionFailed(err) {
 		return nil, fmt.Errorf("acquire %s: %w", key, err)
@@ -181,6 +182,7 @@ func (c *Client) tryAcquire(ctx context.Context, key string) (*Lock, error) {
 	// The RVN has not moved for a whole lease: its holder is dead. Take over,
 	// provided it still has not moved.
 	takeover := expression.Name("recordVersionNumber").Equal(expression.Value(cur.RVN))
+	sent = c.opts.Now()
 	if err := c.put(ctx, key, rvn, takeover); err != nil {
 		if isConditionFailed(err) {
 			return nil, fmt.Errorf("%s changed hands: %w", key, ErrAlreadyLocked)
@@ -189,7 +191,7 @@ func (c *Client) tryAcquire(ctx context.Context, key string) (*Lock, error) {
 	}
 	c.opts.Log.Warn("took over an expired lock", "lock_key", key, "previous_owner", cur.Owner,
 		"unchanged_for", now.Sub(obs.since).String())
-	return c.held(key, rvn), nil
+	return c.held(key, rvn, sent), nil
 }
 
 // gcLocked forgets observations old enough to be irrelevant (their key was
@@ -304,13 +306,14 @@ func isConditionFailed(err error) bool {
 	return errors.As(err, &ccf)
 }
 
-// held starts the heartbeat of a freshly acquired lock.
-func (c *Client) held(key, rvn string) *Lock {
+// held starts the heartbeat of a freshly acquired lock, written with a
+// request sent at sent.
+func (c *Client) held(key, rvn string, sent time.Time) *Lock {
 	c.mu.Lock()
 	delete(c.seen, key)
 	c.mu.Unlock()
 	ctx, cancel := context.WithCancelCause(context.Background())
-	l := &Lock{c: c, key: key, rvn: rvn, lastBeat: c.opts.Now(), ctx: ctx, cancel: cancel,
+	l := &Lock{c: c, key: key, rvn: rvn, lastBeat: sent, ctx: ctx, cancel: cancel,
 		stop: make(chan struct{}), done: make(chan struct{})}
 	go l.beat()
 	return l
@@ -347,8 +350,9 @@ func (l *Lock) RVN() string {
 func (l *Lock) Context() context.Context { return l.ctx }
 
 // Valid reports whether the lease is certainly still ours: no takeover can
-// happen before a lease has passed since our last successful heartbeat, and
-// a margin of two heartbeats covers the time a caller takes to act.
+// happen before a lease has passed since our last successful heartbeat (or
+// acquire) was sent, and a margin of two heartbeats covers the time a
+// caller takes to act.
 func (l *Lock) Valid() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -371,12 +375,16 @@ func (l *Lock) beat() {
 		l.mu.Unlock()
 		next := uuid.NewString()
 		ctx, cancel := context.WithTimeout(context.Background(), l.c.opts.Lease/2)
+		// A contender may see the new RVN as soon as DynamoDB writes it,
+		// which can be long before the answer arrives: the lease is
+		// counted from the sending.
+		sent := l.c.opts.Now()
 		err := l.c.heartbeat(ctx, l.key, cur, next)
 		cancel()
 		l.mu.Lock()
 		switch {
 		case err == nil:
-			l.rvn, l.lastBeat = next, l.c.opts.Now()
+			l.rvn, l.lastBeat = next, sent
 		case errors.Is(err, ErrNotOwner):
 			l.lost = true
 		default:

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -277,4 +279,83 @@ func TestHolderNoticesALostLock(t *testing.T) {
 	assert.False(t, held.Valid())
 	assert.True(t, errors.Is(context.Cause(held.Context()), lock.ErrNotOwner))
 	assert.ErrorIs(t, held.Release(context.Background()), lock.ErrNotOwner)
+}
+
+// slowAnswers is the holder's DynamoDB transport: the first request of op is
+// executed by DynamoDB at once but its answer reaches the holder only after
+// `delay` (the shared clock moves on while it travels; meanwhile a
+// contender looks at the record), and every heartbeat after it is lost on
+// the way (a partition): nothing more is written.
+type slowAnswers struct {
+	op      string
+	delay   time.Duration
+	clock   *manualClock
+	watch   func() // the contender's look, made while the answer travels
+	mu      sync.Mutex
+	delayed bool
+	watched chan struct{}
+}
+
+func (s *slowAnswers) RoundTrip(r *http.Request) (*http.Response, error) {
+	target := r.Header.Get("X-Amz-Target")
+	s.mu.Lock()
+	first := !s.delayed && strings.HasSuffix(target, "."+s.op)
+	if first {
+		s.delayed = true
+	}
+	lost := !first && s.delayed && strings.HasSuffix(target, ".UpdateItem")
+	s.mu.Unlock()
+	if lost {
+		return nil, errors.New("partition: the heartbeat never reached DynamoDB")
+	}
+	resp, err := http.DefaultTransport.RoundTrip(r)
+	if first && err == nil {
+		s.watch()
+		s.clock.Advance(s.delay)
+		close(s.watched)
+	}
+	return resp, err
+}
+
+// TestLeaseCountsFromTheWriteNotFromItsAnswer: a holder may act on its lock
+// only while no one else can have taken it over. A contender takes over once
+// it has watched the same RVN for a lease, and it can see that RVN as soon
+// as DynamoDB wrote it; so the holder's lease runs from when it sent the
+// write (acquire or heartbeat), not from when the answer came back. An
+// answer that took 40 % of a lease to arrive must not extend the holder's
+// validity past the contender's takeover.
+func TestLeaseCountsFromTheWriteNotFromItsAnswer(t *testing.T) {
+	t.Parallel()
+	for _, op := range []string{"PutItem", "UpdateItem"} { // the acquire, a heartbeat
+		t.Run(op, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			const lease, beat = 10 * time.Second, 20 * time.Millisecond
+			key := "test:slow-answer-" + op
+			clock := newManualClock()
+			contender := e.clientAt("contender", lease, beat, clock)
+			tr := &slowAnswers{op: op, delay: 4 * time.Second, clock: clock, watched: make(chan struct{})}
+			tr.watch = func() {
+				_, err := contender.Acquire(context.Background(), key, true)
+				assert.ErrorIs(t, err, lock.ErrAlreadyLocked, "the contender's first look starts its watch")
+			}
+			db := dynamodb.New(e.db.Options(), func(o *dynamodb.Options) { o.HTTPClient = &http.Client{Transport: tr} })
+			holderClient := lock.New(db, e.table, lock.Options{Owner: "holder", Lease: lease, Heartbeat: beat, Log: quiet, Now: clock.Now})
+			held, err := holderClient.Acquire(context.Background(), key, true)
+			require.NoError(t, err)
+			defer held.Abandon()
+			select {
+			case <-tr.watched:
+			case <-time.After(30 * time.Second):
+				t.Fatal("the delayed write never happened")
+			}
+			// A lease after the contender first saw the RVN (which no
+			// heartbeat replaced since): it takes over.
+			clock.Advance(lease - tr.delay + time.Millisecond)
+			taken, err := contender.Acquire(context.Background(), key, true)
+			require.NoError(t, err, "the RVN stood still for a lease: taken over")
+			defer func() { _ = taken.Release(context.Background()) }()
+			assert.False(t, held.Valid(), "the holder must not believe it still holds a lock taken over")
+		})
+	}
 }
