@@ -273,6 +273,10 @@ func (s *Service) feedFailed(ctx context.Context, c *feedChange) (*actions.Actio
 	case p.Status == ACHSent && p.TransactionID == pi:
 		next, _ := s.cfg.Retry.NextAttempt(p.Due(), c.today)
 		p.Status, p.Process, p.UpdatedEvent, p.Error, p.NextAttemptDate = Error, ProcWebhook, "ach-failed", msg.Error, next
+		// The debit was in flight, so an amount or payment method change
+		// made meanwhile passed it by; its retries are new charges of a
+		// period not charged: they take the subscription's (DESIGN §8).
+		p.Amount, p.PaymentDetails.PaymentMethod = c.sub.Amount, c.sub.PaymentDetails.PaymentMethod
 		if c.sub.Status == SubCancelled {
 			p.Status, p.NextAttemptDate, p.CompletionDate = Cancelled, dates.Date{}, c.now
 		}

@@ -362,3 +362,48 @@ func TestPaymentMethodChangeReachesRetries(t *testing.T) {
 	_, err = e.Service.UpdateSubscription(ctx, "acc-1", sub.SubscriptionID, billing.Change{PaymentMethod: &bad})
 	assert.ErrorIs(t, err, billing.ErrInvalid)
 }
+
+// DESIGN §8: an amount or payment method change "applies to every period
+// not yet charged … and never to a charge in flight". A bank debit in
+// flight (ACHSENT) when the change is made keeps its amount; once it fails
+// the period is not charged and nothing is in flight, so its retries are
+// new charges and take the new amount and payment method.
+func TestChangeDuringABankDebitReachesItsRetries(t *testing.T) {
+	t.Parallel()
+	e := billingtest.NewEnv(t, billingtest.Options{})
+	e.Stripe.Decide = func(p stripetest.PI) stripetest.Behavior {
+		if p.PaymentMethod == "pm_new" {
+			return stripetest.Succeed
+		}
+		return stripetest.Process
+	}
+	sub, err := e.Service.CreateSubscription(ctx, "acc-1", billingtest.Input("gold", 10))
+	require.NoError(t, err)
+	collect(t, e, "2024-01-10")
+	require.Equal(t, billing.ACHSent, period(t, e, sub, "2024-01-10").Status)
+	debit := e.Stripe.PIs()[0]
+
+	e.Clock.SetDate(d("2024-01-10"))
+	amount, pm := int64(2500), "pm_new"
+	_, err = e.Service.UpdateSubscription(ctx, "acc-1", sub.SubscriptionID, billing.Change{Amount: &amount, PaymentMethod: &pm})
+	require.NoError(t, err)
+	assert.Equal(t, int64(1999), period(t, e, sub, "2024-01-10").Amount, "the debit in flight keeps its amount")
+
+	failed, err := e.Stripe.Settle(debit.ID, false)
+	require.NoError(t, err)
+	e.Clock.SetDate(d("2024-01-11"))
+	require.NoError(t, feed(t, e, failed, "payment_intent.payment_failed"), "the failure of the debit in flight is its own")
+	require.Equal(t, billing.Error, period(t, e, sub, "2024-01-10").Status)
+
+	collect(t, e, "2024-01-13") // its next retry day
+	pis := e.Stripe.PIs()
+	require.Len(t, pis, 2)
+	assert.Equal(t, int64(2500), pis[1].Amount, "the retry is charged the new amount")
+	assert.Equal(t, "pm_new", pis[1].PaymentMethod, "on the new payment method")
+	p := period(t, e, sub, "2024-01-10")
+	assert.Equal(t, billing.Completed, p.Status)
+	receipts, err := e.Service.ListReceipts(ctx, "acc-1", 100, "")
+	require.NoError(t, err)
+	require.Len(t, receipts.Items, 1)
+	assert.Equal(t, int64(2500), receipts.Items[0].Amount)
+}
