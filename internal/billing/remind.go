@@ -41,6 +41,17 @@ func (s *Service) remindEntry(ctx context.Context, _ *lock.Lock, e IndexEntry, d
 		// paused period is never announced.
 		pay = dates.Date{}
 	}
+	if !pay.IsZero() && !target.Equal(sub.NextPeriodDate) {
+		// A period ahead of the cursor may have ended already (waived
+		// after an early resume): none of those is announced (DESIGN §8).
+		p, err := s.store.GetPeriod(ctx, sub.AccountID, sub.SubscriptionID, target)
+		switch {
+		case err == nil && p.Status != Scheduled:
+			pay = dates.Date{}
+		case err != nil && !errors.Is(err, ErrNotFound):
+			return err
+		}
+	}
 	now := s.now()
 	if !pay.IsZero() && !pay.Before(today) {
 		if !sub.ReminderPending.Equal(target) {
@@ -65,7 +76,7 @@ func (s *Service) remindEntry(ctx context.Context, _ *lock.Lock, e IndexEntry, d
 		sub.LastReminderDate = sent
 		rep.add(func(r *Report) { r.Reminded++ })
 	} else {
-		rep.add(func(r *Report) { r.Skipped++ }) // too late to remind: the payment date passed
+		rep.add(func(r *Report) { r.Skipped++ }) // too late to remind (the payment date passed), or not charged
 	}
 	next := sub.Rule().Next(target)
 	sub.ReminderPending, sub.RemindFor = dates.Date{}, next

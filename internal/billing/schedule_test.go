@@ -474,3 +474,33 @@ func TestNewPeriodOnAMovedPeriodsDateIsAnnouncedToo(t *testing.T) {
 	assert.Equal(t, []string{"2024-02-08 for 2024-02-15", "2024-02-19 for 2024-02-26", "2024-02-25 for 2024-02-26"},
 		reminders(e, sub.SubscriptionID))
 }
+
+// DESIGN §8 Reminders: "none for a skipped, waived or cancelled period". A
+// period waived ahead of the cursor (it exists SCHEDULED again after an
+// early resume) gets no reminder, even when the reminder of the period
+// before it goes out first and the reminder moves on to it before its
+// predecessor is charged (that predecessor was moved later, Feb 10 to Mar 5,
+// past the waived Mar 10's reminder day, Mar 3).
+func TestPeriodWaivedAheadIsNeverAnnounced(t *testing.T) {
+	t.Parallel()
+	e := billingtest.NewEnv(t, billingtest.Options{})
+	sub, err := e.Service.CreateSubscription(ctx, "acc-1", billingtest.Input("gold", 10))
+	require.NoError(t, err)
+	change := func(ch billing.Change) func() {
+		return func() {
+			_, err := update(e, "acc-1", sub.SubscriptionID, ch)
+			require.NoError(t, err)
+		}
+	}
+	runDays(t, e, "2024-01-01", "2024-04-15", map[string]func(){
+		"2024-01-12": change(billing.Change{Action: "pause", Months: 3}), // Feb, Mar, Apr 10
+		"2024-01-15": change(billing.Change{Action: "resume"}),           // all three SCHEDULED again
+		"2024-01-16": change(billing.Change{Action: "waive", BillingDate: d("2024-03-10")}),
+		"2024-01-17": change(billing.Change{NextPaymentDate: d("2024-03-05")}), // Feb 10's charge
+	})
+	assert.Equal(t, []string{"2024-01-10 for 2024-01-10", "2024-03-05 for 2024-02-10", "2024-04-10 for 2024-04-10"},
+		charges(e, sub.SubscriptionID))
+	assert.Equal(t, []string{"2024-01-03 for 2024-01-10", "2024-02-27 for 2024-03-05", "2024-04-03 for 2024-04-10"},
+		reminders(e, sub.SubscriptionID), "no reminder for the waived Mar 10")
+	assert.Equal(t, billing.Waived, period(t, e, sub, "2024-03-10").Status)
+}
