@@ -51,7 +51,7 @@ func (s *Service) attempt(ctx context.Context, l *lock.Lock, sub Subscription, p
 		s.leftUnresolved(rep)
 		return sub, false, nil
 	}
-	if p.InFlightKey != "" && now.Sub(p.InFlightAt) > s.cfg.IdempotencyWindow {
+	if p.InFlightKey != "" && s.wall().Sub(p.sentAt()) > s.cfg.IdempotencyWindow { // Stripe's time, not a test clock's
 		var (
 			again bool
 			err   error
@@ -97,7 +97,7 @@ func (s *Service) claimAndCharge(ctx context.Context, l *lock.Lock, sub Subscrip
 		// Claim: re-check on the table that the subscription is still
 		// ACTIVE and unchanged, and record the attempt's idempotency key
 		// before charging.
-		p.InFlightKey, p.InFlightAt = IdempotencyKey(p, attemptNo), now
+		p.InFlightKey, p.InFlightAt, p.InFlightSent = IdempotencyKey(p, attemptNo), now, s.wall()
 		if p.Status == Error && p.NextAttemptDate.After(today) {
 			// A pay now ahead of the retry days: should its outcome be
 			// unknown, the next job run must find the period (the index
@@ -269,7 +269,7 @@ func (s *Service) record(ctx context.Context, tx *Tx, sub *Subscription, p *Peri
 		}
 	}
 	p.Attempts++
-	p.InFlightKey, p.InFlightAt = "", time.Time{}
+	p.InFlightKey, p.InFlightAt, p.InFlightSent = "", time.Time{}, time.Time{}
 	p.Process = proc
 	if res.PaymentIntent != "" {
 		p.TransactionID = res.PaymentIntent

@@ -219,6 +219,10 @@ type Period struct {
 	// reuses it, so Stripe answers with the same PaymentIntent.
 	InFlightKey string
 	InFlightAt  time.Time
+	// InFlightSent is when the attempt was made in real time: Stripe keeps
+	// idempotency keys and dates PaymentIntents on its own clock, which a
+	// test clock's InFlightAt is not (zero on older records: InFlightAt).
+	InFlightSent time.Time
 	// NextAttemptDate: when the collection job looks at this period again
 	// (a retry, or the stale mark); zero when no job needs to.
 	NextAttemptDate dates.Date
@@ -238,6 +242,14 @@ func (p Period) Due() dates.Date {
 		return p.BillingDate
 	}
 	return p.ChargeDate
+}
+
+// sentAt is when the attempt in flight was sent, in real time.
+func (p Period) sentAt() time.Time {
+	if p.InFlightSent.IsZero() {
+		return p.InFlightAt
+	}
+	return p.InFlightSent
 }
 
 // Receipt records one successful charge.

@@ -36,7 +36,7 @@ import (
 // in flight.
 func attemptQuery(p Period) AttemptQuery {
 	q := AttemptQuery{StripeAccount: p.PaymentDetails.StripeAccount, Customer: p.PaymentDetails.Customer,
-		Amount: p.Amount, Currency: p.Currency, Metadata: attemptMeta(p, p.Attempts+1), Since: p.InFlightAt,
+		Amount: p.Amount, Currency: p.Currency, Metadata: attemptMeta(p, p.Attempts+1), Since: p.sentAt(),
 		Exclude: map[string]bool{}}
 	if p.TransactionID != "" {
 		q.Exclude[p.TransactionID] = true // an earlier attempt's
@@ -92,7 +92,7 @@ func (s *Service) resolveLost(ctx context.Context, sub Subscription, p Period, p
 	now := s.now()
 	tx := NewTx(s.cause("resolve", p, today), now)
 	p.Attempts++
-	p.InFlightKey, p.InFlightAt = "", time.Time{}
+	p.InFlightKey, p.InFlightAt, p.InFlightSent = "", time.Time{}, time.Time{}
 	p.Process, p.UpdatedEvent = proc, "attempt-lost"
 	p.Error = fmt.Sprintf("attempt %d: no PaymentIntent at Stripe (its outcome was unknown); not charged", p.Attempts)
 	stale := s.cfg.Retry.IsStale(p.Due(), today)

@@ -13,6 +13,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/billing"
 	"github.com/stripe-payments/stripe-payments/internal/billing/billingtest"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
+	"github.com/stripe-payments/stripe-payments/internal/stripetest"
 )
 
 // Test clocks (DESIGN §4, issue 14), against DynamoDB Local and the httptest
@@ -281,4 +282,35 @@ func periodsWith(t *testing.T, e *billingtest.Env, sub billing.Subscription, sta
 		}
 	}
 	return out
+}
+
+// DESIGN §4: a test clock's subscriptions take "today" from the clock, and
+// everything else, Stripe calls included, is exactly as for any
+// subscription; §8: an unknown outcome is resolved by asking Stripe for the
+// PaymentIntent made with its idempotency key or metadata. Stripe keeps keys
+// and dates PaymentIntents on its own (real) time, not on the clock's: an
+// attempt whose answer was lost on the clock's Jan 10, 2027 (real time:
+// 2024) is found again when the next advance reruns that day, with one
+// charge, and the clock goes on.
+func TestTestClockUnknownOutcomeIsResolvedOnStripesTime(t *testing.T) {
+	t.Parallel()
+	e := billingtest.NewEnv(t, billingtest.Options{}) // real time: 2024
+	e.Stripe.Decide = firstThen(stripetest.Acted500)  // Stripe charged, answered 500, saved the 500
+	clock, err := e.Service.CreateClock(ctx, utc("2027-01-01T00:00:00Z"), "")
+	require.NoError(t, err)
+	in := billingtest.Input("gold", 10)
+	in.TestClock = clock.ID
+	sub, err := e.Service.CreateSubscription(ctx, "acc-1", in)
+	require.NoError(t, err)
+
+	c := advance(t, e, clock.ID, "2027-01-12T00:00:00Z")
+	require.Equal(t, billing.ClockFailed, c.Status, "the day of the lost answer cannot finish")
+	require.Len(t, e.Stripe.PIs(), 1)
+	e.Clock.Advance(time.Minute) // the operator advances again a minute later
+	c = advance(t, e, clock.ID, "2027-01-12T00:00:00Z")
+	assert.Equal(t, billing.ClockReady, c.Status, "%s", c.Error)
+	p := period(t, e, sub, "2027-01-10")
+	assert.Equal(t, billing.Completed, p.Status)
+	assert.Equal(t, e.Stripe.PIs()[0].ID, p.TransactionID, "the PaymentIntent Stripe made")
+	assert.Len(t, e.Stripe.PIs(), 1, "no second charge")
 }

@@ -230,6 +230,7 @@ type periodItem struct {
 	Attempts            int                    `dynamodbav:"Attempts"`
 	InFlightKey         string                 `dynamodbav:"InFlightKey,omitempty"`
 	InFlightAt          string                 `dynamodbav:"InFlightAt,omitempty"`
+	InFlightSent        string                 `dynamodbav:"InFlightSent,omitempty"`
 	NextAttemptDate     string                 `dynamodbav:"NextAttemptDate,omitempty"`
 	PauseDurationMonths int                    `dynamodbav:"PauseDurationMonths,omitempty"`
 	CreatedDate         string                 `dynamodbav:"CreatedDate"`
@@ -250,9 +251,9 @@ func toPeriodItem(p billing.Period, shards int) periodItem {
 		ChargeDate: p.ChargeDate.String(), PaymentAmount: p.Amount, Currency: p.Currency, PaymentDetails: p.PaymentDetails, Email: p.Email,
 		TestClock: p.TestClock, BillingStatus: string(p.Status), Process: string(p.Process), UpdatedEvent: p.UpdatedEvent,
 		TransactionID: p.TransactionID, Error: p.Error, Attempts: p.Attempts,
-		InFlightKey: p.InFlightKey, InFlightAt: formatTime(p.InFlightAt), NextAttemptDate: p.NextAttemptDate.String(),
-		PauseDurationMonths: p.PauseDurationMonths, CreatedDate: formatTime(p.CreatedDate),
-		InitialRunDate: formatTime(p.InitialRunDate), LastRunDate: formatTime(p.LastRunDate),
+		InFlightKey: p.InFlightKey, InFlightAt: formatTime(p.InFlightAt), InFlightSent: formatTime(p.InFlightSent),
+		NextAttemptDate: p.NextAttemptDate.String(), PauseDurationMonths: p.PauseDurationMonths,
+		CreatedDate: formatTime(p.CreatedDate), InitialRunDate: formatTime(p.InitialRunDate), LastRunDate: formatTime(p.LastRunDate),
 		CompletionDate: formatTime(p.CompletionDate), Version: p.Version,
 	}
 	if p.Status == billing.Error && !p.NextAttemptDate.IsZero() {
@@ -267,9 +268,9 @@ func (it periodItem) period() billing.Period {
 		ChargeDate: parseDate(it.ChargeDate), Amount: it.PaymentAmount, Currency: it.Currency, PaymentDetails: it.PaymentDetails, Email: it.Email,
 		TestClock: it.TestClock, Status: billing.Status(it.BillingStatus), Process: billing.Process(it.Process), UpdatedEvent: it.UpdatedEvent,
 		TransactionID: it.TransactionID, Error: it.Error, Attempts: it.Attempts,
-		InFlightKey: it.InFlightKey, InFlightAt: parseTime(it.InFlightAt), NextAttemptDate: parseDate(it.NextAttemptDate),
-		PauseDurationMonths: it.PauseDurationMonths, CreatedDate: parseTime(it.CreatedDate),
-		InitialRunDate: parseTime(it.InitialRunDate), LastRunDate: parseTime(it.LastRunDate),
+		InFlightKey: it.InFlightKey, InFlightAt: parseTime(it.InFlightAt), InFlightSent: parseTime(it.InFlightSent),
+		NextAttemptDate: parseDate(it.NextAttemptDate), PauseDurationMonths: it.PauseDurationMonths,
+		CreatedDate: parseTime(it.CreatedDate), InitialRunDate: parseTime(it.InitialRunDate), LastRunDate: parseTime(it.LastRunDate),
 		CompletionDate: parseTime(it.CompletionDate), Version: it.Version,
 	}
 }
