@@ -191,47 +191,38 @@ func TestDeadLetterRedriveThroughTheAPI(t *testing.T) {
 // same load with a fast receiver. Both runs are in this one test, so the
 // comparison is a ratio on one machine, not a wall-clock budget.
 func TestSlowActionsURLDoesNotSlowIngest(t *testing.T) {
-	const slow = 6 * time.Second
-	run := func(t *testing.T, delay time.Duration) (latencies []time.Duration, idleConns int32) {
-		rcv := newReceiver(t, http.StatusOK, delay)
-		dbURL, err := url.Parse(testenv.DatabaseURL(t))
-		require.NoError(t, err)
-		q := dbURL.Query()
-		q.Set("pool_max_conns", "1") // the smallest pool: a held connection starves ingest at once
-		dbURL.RawQuery = q.Encode()
-		a := startApp(t, nil, map[string]string{
-			"DATABASE_URL": dbURL.String(), "DATABASE_MAX_CONNS": "1",
-			"ACTIONS_URL": rcv.srv.URL, "ACTIONS_SECRET": actionsSecret,
-		})
-		t.Cleanup(func() { close(rcv.done) }) // runs before the app's shutdown
-		require.EqualValues(t, 1, a.Pool.Config().MaxConns)
-		// A backlog that keeps the dispatcher busy for the whole run.
-		enqueueActions(t, a, 50)
-		if delay > 0 {
-			waitFor(t, "a slow delivery in flight", func() bool { return rcv.busy.Load() > 0 })
-			// While the receiver sits on a delivery, no connection is held
-			// (sampled: other housekeeping may hold one for a moment).
-			idleConns = 99
-			for range 20 {
-				idleConns = min(idleConns, a.Pool.Stat().AcquiredConns())
-				time.Sleep(10 * time.Millisecond)
-			}
-		}
-		latencies = webhookLoad(t, a, 80, 4)
-		return latencies, idleConns
+	// The receiver sits on every delivery until the test ends: a webhook
+	// that waited for it, or for a connection a delivery held, would never
+	// be answered 200. Wall-clock ratios are left to benchmarks: under
+	// -race on a shared 2-core machine they measure the neighbours.
+	rcv := newReceiver(t, http.StatusOK, time.Hour)
+	dbURL, err := url.Parse(testenv.DatabaseURL(t))
+	require.NoError(t, err)
+	q := dbURL.Query()
+	q.Set("pool_max_conns", "1") // the smallest pool: a held connection starves ingest at once
+	dbURL.RawQuery = q.Encode()
+	a := startApp(t, nil, map[string]string{
+		"DATABASE_URL": dbURL.String(), "DATABASE_MAX_CONNS": "1",
+		"ACTIONS_URL": rcv.srv.URL, "ACTIONS_SECRET": actionsSecret,
+	})
+	t.Cleanup(func() { close(rcv.done) }) // runs before the app's shutdown
+	require.EqualValues(t, 1, a.Pool.Config().MaxConns)
+	// A backlog that keeps the dispatcher busy for the whole run.
+	enqueueActions(t, a, 50)
+	waitFor(t, "a delivery in flight", func() bool { return rcv.busy.Load() > 0 })
+	// While the receiver sits on a delivery, no connection is held
+	// (sampled: other housekeeping may hold one for a moment).
+	held := int32(99)
+	for range 20 {
+		held = min(held, a.Pool.Stat().AcquiredConns())
+		time.Sleep(10 * time.Millisecond)
 	}
-	fast, _ := run(t, 0)
-	slowLat, held := run(t, slow)
-	assert.Zero(t, held, "the dispatcher held a connection while the receiver was slow")
+	assert.Zero(t, held, "the dispatcher held a connection while the receiver sat on a delivery")
 
-	p := func(l []time.Duration, q float64) time.Duration { return l[int(q*float64(len(l)-1))] }
-	floor := func(d time.Duration) time.Duration { return max(d, 10*time.Millisecond) }
-	t.Logf("webhook latency, fast receiver: p50 %s p95 %s max %s", p(fast, .5), p(fast, .95), p(fast, 1))
-	t.Logf("webhook latency, receiver answering after %s: p50 %s p95 %s max %s", slow, p(slowLat, .5), p(slowLat, .95), p(slowLat, 1))
-	assert.LessOrEqual(t, float64(floor(p(slowLat, .5)))/float64(floor(p(fast, .5))), 3.0, "median latency ratio")
-	// A webhook that waited on a held connection would take about as long
-	// as one slow delivery.
-	assert.Less(t, p(slowLat, 1), slow/2, "slowest webhook")
+	lat := webhookLoad(t, a, 80, 4) // every one answered 200
+	assert.Positive(t, rcv.busy.Load(), "every webhook was answered while the receiver still sat on a delivery")
+	p := func(q float64) time.Duration { return lat[int(q*float64(len(lat)-1))] }
+	t.Logf("webhook latency while the receiver sits on its deliveries: p50 %s p95 %s max %s", p(.5), p(.95), p(1))
 }
 
 // webhookLoad sends n signed events from c senders and returns the sorted
