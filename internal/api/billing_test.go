@@ -244,6 +244,15 @@ func TestBillingRoutesRefuseInvalidParameters(t *testing.T) {
 		{"change to a payment method with a slash", "PATCH", "/accounts/acc-1/subscriptions/" + id, map[string]any{"payment_method": "pm_x/../y"}, 400},
 		{"stripe account not an acct_ id", "POST", "/accounts/acc-1/subscriptions", with("stripe_account", "merchant-1"), 400},
 		{"bad start date", "POST", "/accounts/acc-1/subscriptions", with("start_date", "2024-02-30"), 400},
+		// README "Choices made where the design is silent": at most 24 months after today (2024-01-01 here).
+		{"start date 9999-12-31", "POST", "/accounts/acc-1/subscriptions", with("start_date", "9999-12-31"), 400},
+		{"start date past 24 months", "POST", "/accounts/acc-1/subscriptions", with("start_date", "2026-01-02"), 400},
+		// DESIGN §8: Friday billing is monthly.
+		{"YEARLY with billing week", "POST", "/accounts/acc-1/subscriptions", func() map[string]any {
+			b := with("payment_day", nil)
+			b["billing_week"], b["term"] = 2, "YEARLY"
+			return b
+		}(), 400},
 		{"bad timezone", "POST", "/accounts/acc-1/subscriptions", with("timezone", "Mars/Olympus"), 400},
 		{"billing week 6", "POST", "/accounts/acc-1/subscriptions", func() map[string]any { b := with("payment_day", nil); b["billing_week"] = 6; return b }(), 400},
 		{"unknown field", "POST", "/accounts/acc-1/subscriptions", with("colour", "red"), 400},
@@ -282,6 +291,16 @@ func TestBillingRoutesRefuseInvalidParameters(t *testing.T) {
 			assert.NotEmpty(t, errCode(body), body)
 		})
 	}
+
+	t.Run("refused requests wrote nothing", func(t *testing.T) {
+		status, list := c.do(http.MethodGet, "/accounts/acc-1/subscriptions", nil)
+		require.Equal(t, http.StatusOK, status, list)
+		data := list["data"].([]any)
+		require.Len(t, data, 1, "only the subscription created first")
+		got := data[0].(map[string]any)
+		assert.Equal(t, "gold", got["sku"])
+		assert.Equal(t, sub["next_payment_date"], got["next_payment_date"])
+	})
 
 	t.Run("no token", func(t *testing.T) {
 		resp, err := http.Get(c.base + "/accounts/acc-1/subscriptions")

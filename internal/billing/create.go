@@ -91,6 +91,15 @@ func (in CreateInput) Validate(account string) error {
 	return nil
 }
 
+// MaxStartMonths bounds start_date: DESIGN §8 names no bound, but a date
+// years ahead is a typo (9999-12-31 made a first period in year 10000,
+// which no date field can hold), not a plan.
+const MaxStartMonths = 24
+
+// MaxStartDate is the latest start_date a subscription created on today
+// (its test clock's date when it has one) may have.
+func MaxStartDate(today dates.Date) dates.Date { return dates.AddMonthsClamped(today, MaxStartMonths) }
+
 // CreateSubscription creates a subscription and its first SCHEDULED period
 // (createSubscription). The first payment is on the first payment day after
 // today (or on/after start_date when later): today's job may have run.
@@ -125,6 +134,10 @@ func (s *Service) CreateSubscription(ctx context.Context, account string, in Cre
 	if sub.SubscriptionID == "" {
 		sub.SubscriptionID = uuid.NewString()
 	}
+	today := s.today(sub)
+	if limit := MaxStartDate(today); in.StartDate.After(limit) {
+		return Subscription{}, invalid("start_date: at most %d months after today (%s), so on or before %s", MaxStartMonths, today, limit)
+	}
 	if existing, err := s.store.GetSubscription(ctx, account, sub.SubscriptionID); err == nil {
 		if existing.SKU == sub.SKU && existing.Amount == sub.Amount && existing.PaymentDetails == sub.PaymentDetails &&
 			existing.TestClock == sub.TestClock {
@@ -134,7 +147,6 @@ func (s *Service) CreateSubscription(ctx context.Context, account string, in Cre
 	} else if !errors.Is(err, ErrNotFound) {
 		return Subscription{}, err
 	}
-	today := s.today(sub)
 	sub.StartDate = in.StartDate
 	first := sub.Rule().First(dates.Max(today.AddDays(1), in.StartDate))
 	p := newPeriod(sub, first, Scheduled, ProcInitial, "created", now)
