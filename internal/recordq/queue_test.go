@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -500,16 +501,20 @@ func TestAnAppliedReplayReplacesTheRejectedRecord(t *testing.T) {
 }
 
 // slowTable is the events table with the write of one record held until
-// the test ends (a write stuck on a throttled partition, say).
+// the test ends (a write stuck on a throttled partition, say); entered is
+// closed once that write has begun.
 type slowTable struct {
 	recordq.Table
 	slow    string
 	release chan struct{}
+	entered chan struct{}
+	once    *sync.Once
 }
 
 func (s slowTable) PutProcessed(ctx context.Context, recs []events.Record) error {
 	for _, r := range recs {
 		if r.ID == s.slow {
+			s.once.Do(func() { close(s.entered) })
 			select {
 			case <-s.release:
 			case <-ctx.Done():
@@ -520,26 +525,36 @@ func (s slowTable) PutProcessed(ctx context.Context, recs []events.Record) error
 	return s.Table.PutProcessed(ctx, recs)
 }
 
-// README: a crash leaves rows behind and serve writes them on start. More
-// than a sweep page of them must all be written while live traffic keeps the
-// queue busy (here: one live record whose write is slow), or the listings,
-// which wait for every pending row, fail until the traffic stops.
+// README: a crash leaves rows behind and serve writes them on start (and a
+// sweep takes up rows a dead replica left). More than a sweep page of them
+// must all be written while live traffic keeps the queue busy (here: one
+// live record whose write is stuck), or the listings, which wait for every
+// pending row, fail until the traffic stops.
 func TestEveryRowLeftByACrashIsWrittenWhileTheQueueIsBusy(t *testing.T) {
 	e := newEnv(t)
+	table := slowTable{Table: e.table, slow: stripetest.NewID(), release: make(chan struct{}),
+		entered: make(chan struct{}), once: &sync.Once{}}
+	t.Cleanup(func() { close(table.release) })
+	q := recordq.New(e.pool, table, recordq.Config{Timeout: 10 * time.Minute,
+		SweepEvery: 50 * time.Millisecond, SweepAge: time.Nanosecond})
+	live := record(t)
+	live.ID = table.slow
+	q.Hand([]events.Record{live})
+	run(t, q)
+	// The live write is stuck before any row is left, so no row shares its
+	// batch: every row left must get past it.
+	select {
+	case <-table.entered:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the live record's write never began")
+	}
 	dead := recordq.New(e.pool, e.table, recordq.Config{})
 	left := make([]events.Record, 1010) // more than a sweep page (1000)
 	for i := range left {
 		left[i] = record(t)
 	}
-	commit(t, e, dead, left...) // the process died before handing them over
+	commit(t, e, dead, left...) // another replica died before handing them over
 
-	table := slowTable{Table: e.table, slow: stripetest.NewID(), release: make(chan struct{})}
-	t.Cleanup(func() { close(table.release) })
-	q := recordq.New(e.pool, table, recordq.Config{Timeout: 10 * time.Minute})
-	live := record(t)
-	live.ID = table.slow
-	q.Hand([]events.Record{live})
-	run(t, q)
 	deadline := time.Now().Add(60 * time.Second)
 	for e.pendingRows(t) > 0 {
 		require.True(t, time.Now().Before(deadline), "%d rows still pending", e.pendingRows(t))
