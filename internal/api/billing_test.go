@@ -204,6 +204,7 @@ func TestBillingRoutesRefuseInvalidParameters(t *testing.T) {
 	status, sub := c.do(http.MethodPost, "/accounts/acc-1/subscriptions", func() map[string]any {
 		b := validCreate()
 		b["stripe_account"] = "acct_1"
+		b["subscription_id"] = "taken"
 		return b
 	}())
 	require.Equal(t, http.StatusCreated, status, sub)
@@ -253,6 +254,11 @@ func TestBillingRoutesRefuseInvalidParameters(t *testing.T) {
 			b["billing_week"], b["term"] = 2, "YEARLY"
 			return b
 		}(), 400},
+		{"the id of another subscription, another SKU", "POST", "/accounts/acc-1/subscriptions", func() map[string]any {
+			b := with("sku", "silver")
+			b["subscription_id"] = "taken"
+			return b
+		}(), 409},
 		{"bad timezone", "POST", "/accounts/acc-1/subscriptions", with("timezone", "Mars/Olympus"), 400},
 		{"billing week 6", "POST", "/accounts/acc-1/subscriptions", func() map[string]any { b := with("payment_day", nil); b["billing_week"] = 6; return b }(), 400},
 		{"unknown field", "POST", "/accounts/acc-1/subscriptions", with("colour", "red"), 400},

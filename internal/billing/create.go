@@ -138,9 +138,10 @@ func (s *Service) CreateSubscription(ctx context.Context, account string, in Cre
 	if limit := MaxStartDate(today); in.StartDate.After(limit) {
 		return Subscription{}, invalid("start_date: at most %d months after today (%s), so on or before %s", MaxStartMonths, today, limit)
 	}
+	// Subscriptions created before ids were claimed have no claim: the
+	// read finds them (any SKU).
 	if existing, err := s.store.GetSubscription(ctx, account, sub.SubscriptionID); err == nil {
-		if existing.SKU == sub.SKU && existing.Amount == sub.Amount && existing.PaymentDetails == sub.PaymentDetails &&
-			existing.TestClock == sub.TestClock {
+		if retried(existing, sub) {
 			return existing, nil // a retried create
 		}
 		return Subscription{}, fmt.Errorf("subscription %s: %w", sub.SubscriptionID, ErrDuplicate)
@@ -158,6 +159,10 @@ func (s *Service) CreateSubscription(ctx context.Context, account string, in Cre
 		return Subscription{}, err
 	}
 	tx := NewTx("create:"+sub.SubscriptionID, now)
+	// The create takes no lock: two creates of one id race to this
+	// transaction, and the id's claim lets exactly one of them write (the
+	// subscription's own key names the SKU, so it alone would not).
+	tx.ClaimSubscriptionID(sub)
 	tx.PutSubscription(&sub)
 	tx.PutPeriod(&p, false)
 	if sub.TestClock != "" {
@@ -165,9 +170,33 @@ func (s *Service) CreateSubscription(ctx context.Context, account string, in Cre
 	}
 	if err := s.store.Commit(ctx, tx); err != nil {
 		if errors.Is(err, ErrConflict) {
-			return Subscription{}, fmt.Errorf("subscription %s: %w", sub.SubscriptionID, ErrDuplicate)
+			return s.lostCreate(ctx, sub)
 		}
 		return Subscription{}, fmt.Errorf("create subscription: %w", err)
 	}
 	return sub, nil
+}
+
+// retried reports whether want is a retry of the create that made
+// existing (the same request), which answers with existing.
+func retried(existing, want Subscription) bool {
+	return existing.SKU == want.SKU && existing.Amount == want.Amount && existing.PaymentDetails == want.PaymentDetails &&
+		existing.TestClock == want.TestClock
+}
+
+// lostCreate answers a create whose transaction lost to a concurrent
+// change of the same id: the winner's subscription when it is the same
+// request (a retry racing itself), else ErrDuplicate (409), or ErrConflict
+// when the winner is not readable yet (retry).
+func (s *Service) lostCreate(ctx context.Context, sub Subscription) (Subscription, error) {
+	existing, err := s.store.GetSubscription(ctx, sub.AccountID, sub.SubscriptionID)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return Subscription{}, fmt.Errorf("subscription %s is being created concurrently: %w", sub.SubscriptionID, ErrConflict)
+	case err != nil:
+		return Subscription{}, err
+	case retried(existing, sub):
+		return existing, nil
+	}
+	return Subscription{}, fmt.Errorf("subscription %s: %w", sub.SubscriptionID, ErrDuplicate)
 }

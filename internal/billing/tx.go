@@ -38,6 +38,11 @@ const (
 	// OpPutClockMember records that Subscription lives on its test clock
 	// (unconditional).
 	OpPutClockMember
+	// OpClaimSubscriptionID claims Subscription's id in its account; the
+	// change fails (ErrConflict) when the id is claimed already, whatever
+	// the SKU: the period keys (PER#<subscription>#<date>) do not name the
+	// SKU, so one id must be one subscription.
+	OpClaimSubscriptionID
 )
 
 // Write is one write of a Tx: Op says which of the values it carries. The
@@ -123,6 +128,12 @@ func (tx *Tx) PutPaymentRef(ref PaymentRef) {
 // PutClockMember records that sub lives on its test clock, in tx.
 func (tx *Tx) PutClockMember(sub Subscription) {
 	tx.writes = append(tx.writes, Write{Op: OpPutClockMember, Subscription: sub})
+}
+
+// ClaimSubscriptionID makes the change claim sub's id in its account: it
+// fails when another create claimed it (any SKU).
+func (tx *Tx) ClaimSubscriptionID(sub Subscription) {
+	tx.writes = append(tx.writes, Write{Op: OpClaimSubscriptionID, Subscription: sub})
 }
 
 // Empty reports whether the change writes nothing.

@@ -97,6 +97,11 @@ func (tx *writes) add(w billing.Write) {
 		sub := w.Subscription
 		tx.put(memberItem{PK: clockPK(sub.TestClock), SK: prefixMember + sub.AccountID + "#" + sub.SubscriptionID,
 			Type: "MEM", AccountID: sub.AccountID, SubscriptionID: sub.SubscriptionID}, nil)
+	case billing.OpClaimSubscriptionID:
+		sub := w.Subscription
+		cond := expression.AttributeNotExists(expression.Name("PK"))
+		tx.put(idItem{PK: accountPK(sub.AccountID), SK: idSK(sub.SubscriptionID), Type: "SID",
+			SubscriptionID: sub.SubscriptionID, SKU: sub.SKU}, &cond)
 	default:
 		tx.fail(fmt.Errorf("billing transaction: unknown write %d", w.Op))
 	}

@@ -15,6 +15,7 @@ import (
 //	billing period  PK=ACC#<account>  SK=PER#<subscription>#<billing date>
 //	receipt         PK=ACC#<account>  SK=REC#<processed date>#SKU#<sku>#SUB#<subscription>#<billing date>
 //	PI reference    PK=PI#<payment intent>  SK=PI#<payment intent>
+//	id claim        PK=ACC#<account>  SK=SID#<subscription>
 //
 // The receipt key extends the design's REC#<ProcessedDate>#SKU#<SKU> with
 // the subscription and billing date: two subscriptions of one SKU, or a retry
@@ -26,6 +27,7 @@ const (
 	prefixPeriod  = "PER#"
 	prefixReceipt = "REC#"
 	prefixPI      = "PI#"
+	prefixID      = "SID#"
 
 	// NeverSentinel is the GSI sort value of a subscription that was never
 	// paid (or never reminded): a sparse index needs both key attributes, so
@@ -45,6 +47,11 @@ func periodSK(sub string, d dates.Date) string { return prefixPeriod + sub + "#"
 func receiptSK(r billing.Receipt) string {
 	return prefixReceipt + r.ProcessedDate.String() + "#SKU#" + r.SKU + "#SUB#" + r.SubscriptionID + "#" + r.BillingDate.String()
 }
+
+// idSK keys the claim of a subscription id in its account: the
+// subscription's own key names its SKU, so two creates of one id with two
+// SKUs would both succeed without it.
+func idSK(sub string) string { return prefixID + sub }
 
 func piKey(pi string) string { return prefixPI + pi }
 
@@ -317,6 +324,16 @@ type piItem struct {
 	AccountID      string `dynamodbav:"AccountId"`
 	SubscriptionID string `dynamodbav:"SubscriptionId"`
 	BillingDate    string `dynamodbav:"BillingDate"`
+}
+
+// idItem claims a subscription id in its account (written once, by the
+// create, with attribute_not_exists; never read but by that condition).
+type idItem struct {
+	PK             string `dynamodbav:"PK"`
+	SK             string `dynamodbav:"SK"`
+	Type           string `dynamodbav:"Type"`
+	SubscriptionID string `dynamodbav:"SubscriptionId"`
+	SKU            string `dynamodbav:"SKU"`
 }
 
 // historyItem is the stored history entry.
