@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -27,11 +28,15 @@ func createAtOnce(e *billingtest.Env, account string, ins []billing.CreateInput)
 			defer done.Done()
 			ready.Done()
 			<-start
-			for range 20 {
+			for attempt := range 20 {
 				subs[i], errs[i] = e.Service.CreateSubscription(ctx, account, in)
 				if !errors.Is(errs[i], billing.ErrConflict) {
 					return
 				}
+				// As a client retries a 409 "retry shortly": not in a tight
+				// loop, which under load could spend every try before the
+				// winner's transaction is readable.
+				time.Sleep(time.Duration(attempt+1) * 5 * time.Millisecond)
 			}
 		}()
 	}
