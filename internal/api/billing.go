@@ -176,6 +176,7 @@ type updateRequest struct {
 	PaymentMethod   *string `json:"payment_method"`
 	PaymentDay      *int    `json:"payment_day"`
 	BillingWeek     *int    `json:"billing_week"`
+	Term            *string `json:"term"`
 	NextPaymentDate string  `json:"next_payment_date"`
 }
 
@@ -207,12 +208,12 @@ func (r updateRequest) change() (billing.Change, error) {
 	bad := func(format string, args ...any) (billing.Change, error) {
 		return billing.Change{}, apperr.New(apperr.CodeInvalidParameter, format, args...)
 	}
-	fields := r.Amount != nil || r.PaymentMethod != nil || r.PaymentDay != nil || r.BillingWeek != nil || r.NextPaymentDate != ""
+	fields := r.Amount != nil || r.PaymentMethod != nil || r.PaymentDay != nil || r.BillingWeek != nil || r.Term != nil || r.NextPaymentDate != ""
 	ch := billing.Change{Action: r.Action, Amount: r.Amount, PaymentMethod: r.PaymentMethod, PaymentDay: r.PaymentDay, BillingWeek: r.BillingWeek}
 	switch r.Action {
 	case "":
 		if !fields {
-			return bad("give an action (pause, resume, cancel, waive) or fields to change (amount, payment_method, payment_day, billing_week, next_payment_date)")
+			return bad("give an action (pause, resume, cancel, waive) or fields to change (amount, payment_method, payment_day, billing_week, term, next_payment_date)")
 		}
 	case "pause", "resume", "cancel", "waive":
 		if fields {
@@ -229,6 +230,13 @@ func (r updateRequest) change() (billing.Change, error) {
 	}
 	if r.PaymentDay != nil && r.BillingWeek != nil {
 		return bad("payment_day and billing_week are exclusive")
+	}
+	if r.Term != nil {
+		term := dates.Term(strings.ToUpper(*r.Term))
+		if !term.Valid() {
+			return bad("term: MONTHLY or YEARLY")
+		}
+		ch.Term = &term
 	}
 	if r.Months != nil {
 		ch.Months = *r.Months

@@ -289,6 +289,10 @@ func TestBillingRoutesRefuseInvalidParameters(t *testing.T) {
 		{"amount 0", "PATCH", "/accounts/acc-1/subscriptions/" + id, map[string]any{"amount": 0}, 400},
 		{"past next payment date", "PATCH", "/accounts/acc-1/subscriptions/" + id, map[string]any{"next_payment_date": "2023-12-01"}, 400},
 		{"malformed next payment date", "PATCH", "/accounts/acc-1/subscriptions/" + id, map[string]any{"next_payment_date": "soon"}, 400},
+		{"unknown term", "PATCH", "/accounts/acc-1/subscriptions/" + id, map[string]any{"term": "WEEKLY"}, 400},
+		{"term with an action", "PATCH", "/accounts/acc-1/subscriptions/" + id, map[string]any{"action": "cancel", "term": "YEARLY"}, 400},
+		{"term and a move", "PATCH", "/accounts/acc-1/subscriptions/" + id, map[string]any{"term": "YEARLY", "next_payment_date": "2024-01-20"}, 400},
+		{"YEARLY on Friday billing", "PATCH", "/accounts/acc-1/subscriptions/" + id, map[string]any{"term": "YEARLY", "billing_week": 2}, 400},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -314,6 +318,41 @@ func TestBillingRoutesRefuseInvalidParameters(t *testing.T) {
 		resp.Body.Close()
 		assert.Equal(t, http.StatusUnauthorized, resp.StatusCode)
 	})
+}
+
+// PATCH takes a term (DESIGN §8 "Rule change (new payment day or term)"),
+// beside the fields it had: the next period is the new rule's first date
+// at least one term of the last charged period after it.
+func TestPatchTerm(t *testing.T) {
+	t.Parallel()
+	c, e := newAPI(t)
+	status, sub := c.do(http.MethodPost, "/accounts/acc-t/subscriptions", validCreate())
+	require.Equal(t, http.StatusCreated, status, sub)
+	path := "/accounts/acc-t/subscriptions/" + sub["subscription_id"].(string)
+	e.Clock.SetDate(dates.MustParse("2024-01-31"))
+	_, err := e.Service.Collect(t.Context(), dates.MustParse("2024-01-31"))
+	require.NoError(t, err)
+	e.Clock.SetDate(dates.MustParse("2024-02-05"))
+
+	status, got := c.do(http.MethodPatch, path, map[string]any{"term": "yearly"})
+	require.Equal(t, http.StatusOK, status, got)
+	assert.Equal(t, "YEARLY", got["term"])
+	assert.Equal(t, float64(31), got["payment_day"])
+	// One month after Jan 31 is Feb 29: the first day-31 date on or after it.
+	assert.Equal(t, "2024-02-29", got["next_payment_date"])
+
+	status, body := c.do(http.MethodPatch, path, map[string]any{"term": "YEARLY", "billing_week": 2})
+	assert.Equal(t, http.StatusBadRequest, status, body)
+	assert.Contains(t, body["error"].(map[string]any)["message"], "Friday billing is monthly")
+	status, again := c.do(http.MethodGet, path, nil)
+	require.Equal(t, http.StatusOK, status)
+	assert.Equal(t, got, again, "a refused change changes nothing")
+
+	status, got = c.do(http.MethodPatch, path, map[string]any{"term": "MONTHLY", "payment_day": 10})
+	require.Equal(t, http.StatusOK, status, got)
+	assert.Equal(t, "MONTHLY", got["term"])
+	// Feb 29 was never charged: still one month after Jan 31, so the first day 10 on or after Feb 29.
+	assert.Equal(t, "2024-03-10", got["next_payment_date"])
 }
 
 // DESIGN §4: stripe_account is optional for any account_id; absent, the

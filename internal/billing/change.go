@@ -16,33 +16,41 @@ func replacedByRule(p Period) bool {
 	return p.Status == Cancelled && strings.HasPrefix(p.UpdatedEvent, "rule-changed")
 }
 
-// lastKept is the scheduled date of the latest period a rule change must
-// keep its distance from: one charged (whatever came of it) or ended
-// (waived, skipped, stale); zero when there is none. Periods still to come
-// (SCHEDULED, PAUSED) and the ones a rule change replaced do not count.
-func lastKept(sub Subscription, periods []Period) dates.Date {
-	last := sub.LastChargedPeriod
+// nextAfterKept is the earliest date a rule change may schedule the next
+// period on: one term after the latest period it must keep its distance
+// from, one charged (whatever came of it) or ended (waived, skipped,
+// stale); zero when there is none. Periods still to come (SCHEDULED,
+// PAUSED) and the ones a rule change replaced do not count. The term is
+// the kept period's own (the rule it was scheduled under, old the
+// subscription's rule before the change): the period paid, or stood, for
+// one term of that rule, and the new rule starts after it.
+func nextAfterKept(sub Subscription, old dates.Rule, periods []Period) dates.Date {
+	var after dates.Date
+	seen := false
 	for _, p := range periods {
 		if p.Status == Scheduled && p.Attempts == 0 && p.InFlightKey == "" || p.Status == Paused || replacedByRule(p) {
 			continue
 		}
-		if p.BillingDate.After(last) {
-			last = p.BillingDate
-		}
+		after = dates.Max(after, p.oneTermAfter(old))
+		seen = seen || p.BillingDate.Equal(sub.LastChargedPeriod)
 	}
-	return last
+	if !seen && !sub.LastChargedPeriod.IsZero() {
+		// Charged, but its record was not read: the old rule's term.
+		after = dates.Max(after, old.OneTermAfter(sub.LastChargedPeriod))
+	}
+	return after
 }
 
 // change applies field changes (DESIGN §8 "Billing schedule semantics"):
 //   - amount and payment method: the subscription and every period not yet
 //     charged (SCHEDULED, PAUSED, and ERROR for its retries), never a charge
 //     in flight;
-//   - payment day or Friday week (a rule change): the next period becomes
-//     the first date of the new rule at least one term after the last
-//     charged (or ended: waived, skipped, stale) period's scheduled date
-//     (none: the first after today, on or after start_date), so no two
-//     periods are less than a term apart; the replaced periods are
-//     CANCELLED;
+//   - payment day, Friday week or term (a rule change): the next period
+//     becomes the first date of the new rule at least one term (of the
+//     kept period's rule) after the last charged (or ended: waived,
+//     skipped, stale) period's scheduled date (none: the first after
+//     today, on or after start_date), so no two periods are less than a
+//     term apart; the replaced periods are CANCELLED;
 //   - next_payment_date (a move): that one period is charged on the new
 //     date, strictly between its neighbours' scheduled dates and not in the
 //     past; it keeps its scheduled date, and so do the periods after it.
@@ -71,7 +79,7 @@ func (s *Service) change(ctx context.Context, sub Subscription, ch Change) (Subs
 		changeAmounts(&sub, ch, periods, cur, ed)
 	}
 	switch {
-	case ch.PaymentDay != nil || ch.BillingWeek != nil:
+	case ch.PaymentDay != nil || ch.BillingWeek != nil || ch.Term != nil:
 		if err := s.changeRule(&sub, ch, periods, cur, ed, today, now); err != nil {
 			return sub, err
 		}
@@ -95,7 +103,7 @@ func (s *Service) change(ctx context.Context, sub Subscription, ch Change) (Subs
 // validateChange refuses field changes that break a rule whatever the
 // periods are.
 func validateChange(sub Subscription, ch Change) error {
-	if ch.Amount == nil && ch.PaymentMethod == nil && ch.PaymentDay == nil && ch.BillingWeek == nil && ch.NextPaymentDate.IsZero() {
+	if ch.Amount == nil && ch.PaymentMethod == nil && ch.PaymentDay == nil && ch.BillingWeek == nil && ch.Term == nil && ch.NextPaymentDate.IsZero() {
 		return invalid("nothing to change")
 	}
 	if ch.PaymentMethod != nil && !stripeid.Valid(*ch.PaymentMethod, "pm_") {
@@ -104,12 +112,12 @@ func validateChange(sub Subscription, ch Change) error {
 	if sub.Status == SubCancelled {
 		return invalid("the subscription is CANCELLED")
 	}
-	ruleChange := ch.PaymentDay != nil || ch.BillingWeek != nil
+	ruleChange := ch.PaymentDay != nil || ch.BillingWeek != nil || ch.Term != nil
 	if (ruleChange || !ch.NextPaymentDate.IsZero()) && sub.Status != SubActive {
 		return invalid("billing dates change only on an ACTIVE subscription (it is %s)", sub.Status)
 	}
 	if ruleChange && !ch.NextPaymentDate.IsZero() {
-		return invalid("change the payment day or move the next payment, not both at once")
+		return invalid("change the payment day, billing week or term, or move the next payment, not both at once")
 	}
 	if ch.Amount != nil && (*ch.Amount < 1 || *ch.Amount > 99_999_999) {
 		return invalid("amount: 1 to 99999999 minor units")
@@ -160,40 +168,74 @@ func changeAmounts(sub *Subscription, ch Change, periods []Period, cur *Period, 
 	}
 }
 
-// changeRule applies a new payment day or Friday week: the next period is
-// the new rule's first date at least one term after the last kept period,
-// and the periods of the old rule from the cursor on are cancelled.
+// changeRule applies a new payment day, Friday week or term: the next
+// period is the new rule's first date at least one term after the last
+// kept period, and the periods of the old rule from the cursor on are
+// cancelled.
 func (s *Service) changeRule(sub *Subscription, ch Change, periods []Period, cur *Period, ed *edits, today dates.Date, now time.Time) error {
-	rule := sub.Rule()
+	old := sub.Rule()
+	rule := old
 	if ch.PaymentDay != nil {
 		rule.Day, rule.Week = *ch.PaymentDay, 0
 	}
 	if ch.BillingWeek != nil {
 		rule.Week, rule.Day = *ch.BillingWeek, 0
 	}
+	if ch.Term != nil {
+		rule.Term = *ch.Term
+	}
 	if err := rule.Validate(); err != nil {
 		return invalid("%v", err)
 	}
-	sub.PaymentDay, sub.BillingWeek = rule.Day, rule.Week
+	sub.PaymentDay, sub.BillingWeek, sub.Term = rule.Day, rule.Week, rule.Term
 	lower := dates.Max(today.AddDays(1), sub.StartDate)
-	if last := lastKept(*sub, periods); !last.IsZero() {
-		lower = dates.Max(lower, rule.OneTermAfter(last))
+	if after := nextAfterKept(*sub, old, periods); !after.IsZero() {
+		lower = dates.Max(lower, after)
 	}
+	// A YEARLY rule keeps its month when only its day changes; a new term
+	// takes the month of its first date (as a create does).
 	next := rule.FirstOnOrAfter(cur.BillingDate, lower)
-	// Every period scheduled from the cursor on belongs to the old rule:
-	// cancelled, but for the new next period itself.
+	if rule.Term != old.Term {
+		next = rule.First(lower)
+	}
+	// The new rule's dates from next on, as far as records go: a record of
+	// the old rule on one of them (day 28 → 29 meets Feb 28 again) is a
+	// period of the new rule too, to charge, not to cancel.
+	last := next
+	for _, p := range periods {
+		last = dates.Max(last, p.BillingDate)
+	}
+	ofNewRule := map[dates.Date]bool{}
+	for d := next; !d.After(last); d = rule.Next(d) {
+		ofNewRule[d] = true
+	}
+	// Every other period scheduled from the cursor on belongs to the old
+	// rule: cancelled.
 	var target *Period
 	for _, p := range append(periods, *cur) {
 		if p.Status != Scheduled || p.InFlightKey != "" || p.BillingDate.Before(cur.BillingDate) {
 			continue
 		}
-		q := ed.touch(p)
-		if q.BillingDate.Equal(next) {
-			target = q
-			continue
+		switch {
+		case p.BillingDate.Equal(next):
+			target = ed.touch(p)
+		case ofNewRule[p.BillingDate]:
+			if p.Term != sub.Term || p.BillingWeek != sub.BillingWeek {
+				q := ed.touch(p)
+				q.Term, q.BillingWeek, q.Process, q.UpdatedEvent = sub.Term, sub.BillingWeek, ProcAdmin, "rule-changed-kept"
+			}
+		default:
+			q := ed.touch(p)
+			q.Status, q.Process, q.UpdatedEvent = Cancelled, ProcAdmin, "rule-changed-to-"+next.String()
+			q.ChargeDate, q.CompletionDate = dates.Date{}, now
 		}
-		q.Status, q.Process, q.UpdatedEvent = Cancelled, ProcAdmin, "rule-changed-to-"+next.String()
-		q.ChargeDate, q.CompletionDate = dates.Date{}, now
+	}
+	// Periods an earlier rule change replaced, on later dates of the new
+	// rule, are scheduled again now (as the cursor would reopen them).
+	for _, p := range periods {
+		if p.BillingDate.After(next) && ofNewRule[p.BillingDate] && replacedByRule(p) && p.Attempts == 0 {
+			s.reopen(ed.touch(p), *sub, ProcAdmin, "rule-changed-from-"+cur.BillingDate.String())
+		}
 	}
 	if target == nil {
 		for _, p := range periods {
@@ -210,6 +252,7 @@ func (s *Service) changeRule(sub *Subscription, ch Change, periods []Period, cur
 		target = ed.touch(newPeriod(*sub, next, Scheduled, ProcAdmin, "rule-changed-from-"+cur.BillingDate.String(), now))
 	}
 	target.ChargeDate = dates.Date{}
+	target.Term, target.BillingWeek = sub.Term, sub.BillingWeek // a period of the new rule, whatever its record was
 	s.point(sub, *target, today, true)
 	return nil
 }

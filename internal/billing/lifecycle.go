@@ -23,7 +23,8 @@ type Change struct {
 	PaymentMethod   *string // also used by the retries of failed periods
 	PaymentDay      *int
 	BillingWeek     *int
-	NextPaymentDate dates.Date // admin move of the next period's billing date
+	Term            *dates.Term // MONTHLY or YEARLY: a rule change, like PaymentDay
+	NextPaymentDate dates.Date  // admin move of the next period's billing date
 	// Cause identifies the request in history entries.
 	Cause string
 }

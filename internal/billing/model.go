@@ -199,7 +199,12 @@ type Period struct {
 	BillingDate dates.Date
 	// ChargeDate is the date an operator moved the charge to (zero: the
 	// scheduled date). Only this period moves; later ones keep their dates.
-	ChargeDate     dates.Date
+	ChargeDate dates.Date
+	// Term and BillingWeek are the rule the period was scheduled under (its
+	// length: a rule change keeps one such term after it). Zero on records
+	// written before rule changes could change the term: the subscription's.
+	Term           dates.Term
+	BillingWeek    int
 	Amount         int64
 	Currency       string
 	PaymentDetails PaymentDetails
@@ -242,6 +247,16 @@ func (p Period) Due() dates.Date {
 		return p.BillingDate
 	}
 	return p.ChargeDate
+}
+
+// oneTermAfter is one term of the period's own rule after its scheduled
+// date (fallback: the rule of a record that does not say).
+func (p Period) oneTermAfter(fallback dates.Rule) dates.Date {
+	r := fallback
+	if p.Term != "" {
+		r = dates.Rule{Week: p.BillingWeek, Term: p.Term}
+	}
+	return r.OneTermAfter(p.BillingDate)
 }
 
 // sentAt is when the attempt in flight was sent, in real time.

@@ -62,11 +62,13 @@ var oracleKinds = []string{"pause", "resume", "amount", "rule", "move", "cancel"
 // oracleRefined are the refined kinds: pause-yearly (a YEARLY pause),
 // amount-while-failing (an amount change while a period is ERROR),
 // rule-after-waiver (a rule change whose last ended period was not charged:
-// waived, skipped or stale), waive-failed and waive-next (an ERROR period,
+// waived, skipped or stale), rule-term (a rule change of the term, MONTHLY
+// ↔ YEARLY, with or without a new day; Friday billing to YEARLY on a week,
+// which the rules refuse, or on a day), waive-failed and waive-next (an ERROR period,
 // the next scheduled one), move-announced (moving a period whose reminder
 // went out). Faults: unknown (unknown outcomes at all), unknown-declined
 // (an unknown outcome of a charge Stripe declined).
-var oracleRefined = []string{"pause-yearly", "amount-while-failing", "rule-after-waiver", "waive-failed", "waive-next",
+var oracleRefined = []string{"pause-yearly", "amount-while-failing", "rule-after-waiver", "rule-term", "waive-failed", "waive-next",
 	"move-announced", "unknown-declined"}
 
 // TestBillingOracle drives the real billing Service (DynamoDB Local tables,
@@ -590,7 +592,7 @@ func (w *oracleWorld) operate(q *oracleSeq, day dates.Date) {
 	calm := len(paused) == 0 && len(failing) == 0
 	kind := base
 	switch {
-	case base == "pause" && q.in.Term == dates.Yearly:
+	case base == "pause" && m.Rule().Term == oracle.Yearly: // the term may have changed since the create
 		kind = "pause-yearly"
 	case base == "amount" && len(failing) > 0:
 		kind = "amount-while-failing"
@@ -609,6 +611,10 @@ func (w *oracleWorld) operate(q *oracleSeq, day dates.Date) {
 			}
 		}
 	}
+	termChange := base == "rule" && q.rng.IntN(3) == 0
+	if termChange {
+		kind = "rule-term"
+	}
 	if _, out := oracleExcluded[kind]; out {
 		return
 	}
@@ -626,7 +632,7 @@ func (w *oracleWorld) operate(q *oracleSeq, day dates.Date) {
 			return
 		}
 		n := 1 + q.rng.IntN(3)
-		if q.in.Term == dates.Yearly {
+		if m.Rule().Term == oracle.Yearly {
 			// Within 12 months or not is the period's (charge) date; a
 			// moved one straddles the two readings: not generated.
 			n = 12
@@ -648,8 +654,15 @@ func (w *oracleWorld) operate(q *oracleSeq, day dates.Date) {
 			return
 		}
 		r := m.Rule()
-		day, week := 0, 0
-		if r.Week != 0 {
+		day, week, term := 0, 0, r.Term
+		if termChange {
+			term = map[oracle.Term]oracle.Term{oracle.Monthly: oracle.Yearly, oracle.Yearly: oracle.Monthly}[r.Term]
+			t := map[oracle.Term]dates.Term{oracle.Monthly: dates.Monthly, oracle.Yearly: dates.Yearly}[term]
+			ch.Term = &t
+		}
+		// Friday billing to YEARLY: on a week (refused: Friday billing is
+		// monthly) or, half the time, on a day.
+		if r.Week != 0 && !(termChange && q.rng.IntN(2) == 0) {
 			week = 1 + q.rng.IntN(5)
 			ch.BillingWeek, desc = &week, fmt.Sprintf("billing_week %d", week)
 		} else {
@@ -659,10 +672,13 @@ func (w *oracleWorld) operate(q *oracleSeq, day dates.Date) {
 			}
 			ch.PaymentDay, desc = &day, fmt.Sprintf("payment_day %d", day)
 		}
-		if day == r.Day && week == r.Week {
+		if ch.Term != nil {
+			desc = fmt.Sprintf("term %s %s", *ch.Term, desc)
+		}
+		if day == r.Day && week == r.Week && !termChange {
 			return
 		}
-		apply = func() error { return m.ChangeRule(od, day, week) }
+		apply = func() error { return m.ChangeRuleTo(od, term, day, week) }
 	case "move":
 		if !calm || nextIdx < 0 {
 			return

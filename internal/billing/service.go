@@ -202,7 +202,7 @@ func (s *Service) withLock(ctx context.Context, account string, fn func(ctx cont
 func newPeriod(sub Subscription, d dates.Date, status Status, proc Process, event string, now time.Time) Period {
 	return Period{
 		AccountID: sub.AccountID, SubscriptionID: sub.SubscriptionID, SKU: sub.SKU, BillingDate: d,
-		Amount: sub.Amount, Currency: sub.Currency, PaymentDetails: sub.PaymentDetails, Email: sub.Email,
+		Term: sub.Term, BillingWeek: sub.BillingWeek, Amount: sub.Amount, Currency: sub.Currency, PaymentDetails: sub.PaymentDetails, Email: sub.Email,
 		TestClock: sub.TestClock, Status: status, Process: proc, UpdatedEvent: event, CreatedDate: now,
 	}
 }
@@ -285,6 +285,7 @@ func (s *Service) advance(ctx context.Context, tx *Tx, sub *Subscription, from, 
 // current amount and payment details.
 func (s *Service) reopen(p *Period, sub Subscription, proc Process, event string) {
 	p.Status, p.Process, p.UpdatedEvent = Scheduled, proc, event
+	p.Term, p.BillingWeek = sub.Term, sub.BillingWeek // a period of the current rule now
 	p.Amount, p.Currency, p.PaymentDetails, p.Email = sub.Amount, sub.Currency, sub.PaymentDetails, sub.Email
 	p.ChargeDate, p.CompletionDate, p.NextAttemptDate, p.Error, p.PauseDurationMonths = dates.Date{}, time.Time{}, dates.Date{}, "", 0
 }

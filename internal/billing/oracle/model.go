@@ -77,6 +77,9 @@ type Period struct {
 	Scheduled Date
 	Charge    Date // the scheduled date, or where an operator moved it
 	Status    Status
+	// Rule is the rule the period was scheduled under: one term of it is
+	// how far a rule change keeps the next period from it.
+	Rule Rule
 	// Trail is every status the period went through, in order, without
 	// repeats.
 	Trail    []Status
@@ -168,7 +171,7 @@ func (s *Sub) scheduleFrom(from, today Date) {
 }
 
 func (s *Sub) addPeriod(d, today Date) {
-	p := &Period{Scheduled: d, Charge: d}
+	p := &Period{Scheduled: d, Charge: d, Rule: s.rule}
 	p.set(Scheduled)
 	s.periods = append(s.periods, p)
 	s.remind(p, today)

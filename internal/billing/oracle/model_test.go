@@ -211,6 +211,76 @@ func TestRuleChangeKeepsOneTermAfterTheLastCharge(t *testing.T) {
 	assert.Equal(t, []string{"2024-01-05", "2024-02-23", "2024-03-29"}, w.chargeDays())
 }
 
+// §8 "Rule change (new payment day or term)": the next period is at least
+// one term after the last kept period, the term being that period's own.
+func TestTermChangeKeepsOneTermOfTheKeptPeriod(t *testing.T) {
+	tests := []struct {
+		name    string
+		rule    Rule
+		created string
+		start   Date
+		at      string // the change's day (after the charges up to it)
+		term    Term
+		day     int
+		week    int
+		refused bool
+		until   string
+		charges []string
+	}{
+		{"MONTHLY to YEARLY: a month after the last charge, then yearly", Rule{Day: 15}, "2024-01-10", NoDate,
+			"2024-01-20", Yearly, 15, 0, false, "2025-03-01", []string{"2024-01-15", "2024-02-15", "2025-02-15"}},
+		{"YEARLY to MONTHLY: the paid year is kept", Rule{Term: Yearly, Day: 10}, "2024-03-01", NoDate,
+			"2024-06-01", Monthly, 10, 0, false, "2025-04-30", []string{"2024-03-10", "2025-03-10", "2025-04-10"}},
+		{"nothing charged: after today, on or after start", Rule{Day: 15}, "2024-01-10", d("2024-05-20"),
+			"2024-01-12", Yearly, 15, 0, false, "2025-07-01", []string{"2024-06-15", "2025-06-15"}},
+		{"term and day at once: the month of the first date", Rule{Day: 15}, "2024-01-10", NoDate,
+			"2024-01-20", Yearly, 3, 0, false, "2025-04-01", []string{"2024-01-15", "2024-03-03", "2025-03-03"}},
+		{"Friday billing to YEARLY on a day: four weeks after the Friday", Rule{Week: 5}, "2024-01-01", NoDate,
+			"2024-01-28", Yearly, 20, 0, false, "2025-04-01", []string{"2024-01-26", "2024-03-20", "2025-03-20"}},
+		{"Friday billing is monthly: YEARLY with a week is refused", Rule{Week: 5}, "2024-01-01", NoDate,
+			"2024-01-28", Yearly, 0, 5, true, "2024-03-01", []string{"2024-01-26", "2024-02-23"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWorld(t, tc.rule, tc.created, tc.start)
+			w.until(tc.at)
+			err := w.s.ChangeRuleTo(w.day, tc.term, tc.day, tc.week)
+			if tc.refused {
+				require.ErrorIs(t, err, ErrRefused)
+			} else {
+				require.NoError(t, err)
+			}
+			w.until(tc.until)
+			assert.Equal(t, tc.charges, w.chargeDays())
+		})
+	}
+
+	// Back and forth before the next charge: the charged period's term
+	// (monthly), not the rule in force in between (yearly).
+	w := newWorld(t, Rule{Day: 15}, "2024-01-10", NoDate)
+	w.until("2024-01-20")
+	require.NoError(t, w.s.ChangeRuleTo(w.day, Yearly, 15, 0))
+	w.until("2024-01-25")
+	require.NoError(t, w.s.ChangeRuleTo(w.day, Monthly, 15, 0))
+	w.until("2024-03-20")
+	assert.Equal(t, []string{"2024-01-15", "2024-02-15", "2024-03-15"}, w.chargeDays())
+
+	// YEARLY → MONTHLY after a waived year: the next monthly period is two
+	// years ahead, and a pause of 3 still takes the next three periods.
+	w = newWorld(t, Rule{Term: Yearly, Day: 10}, "2024-03-01", NoDate)
+	w.until("2024-03-11")
+	require.NoError(t, w.s.Waive(w.day, d("2025-03-10")))
+	w.until("2024-04-01")
+	require.NoError(t, w.s.ChangeRuleTo(w.day, Monthly, 28, 0))
+	w.until("2024-04-02")
+	require.NoError(t, w.s.Pause(w.day, 3))
+	w.until("2026-07-01")
+	assert.Equal(t, []string{"2024-03-10", "2026-06-28"}, w.chargeDays())
+	for _, p := range []string{"2026-03-28", "2026-04-28", "2026-05-28"} {
+		assert.Equal(t, PausedSkipped, w.s.Period(d(p)).Status, p)
+	}
+}
+
 func TestPauseSkipsNPeriodsAndResumeReschedules(t *testing.T) {
 	// Issue 12 item 4: Friday billing paused one month skips one period.
 	w := newWorld(t, Rule{Week: 5}, "2024-01-02", NoDate)

@@ -15,6 +15,12 @@ func (s *Sub) Pause(today Date, n int) error {
 		return ErrRefused
 	}
 	limit, want := AddMonths(today, n), n
+	// The next n periods must exist to be paused: the schedule is generated
+	// only some 400 days ahead, and after a rule change (YEARLY → MONTHLY)
+	// the next period itself may lie that far.
+	for s.rule.Term == Monthly && s.open() <= n {
+		s.addPeriod(s.rule.After(s.periods[len(s.periods)-1].Scheduled), today)
+	}
 	for _, p := range s.periods {
 		if n == 0 {
 			break
@@ -58,13 +64,28 @@ func (s *Sub) ChangeAmount(_ Date, amount int64) error {
 	return nil
 }
 
-// ChangeRule changes the payment day (or Friday week) at today: periods
-// charged or in flight stay (and every other period that already ended);
-// the next period is the new rule's first date at least one term after the
-// last of them (none: after today and on or after start), and after today.
+// ChangeRule changes the payment day (or Friday week) at today, keeping
+// the term: ChangeRuleTo with the current term.
 func (s *Sub) ChangeRule(today Date, day, week int) error {
-	next := s.rule // a YEARLY rule keeps its month: only the day changes
+	return s.ChangeRuleTo(today, s.rule.Term, day, week)
+}
+
+// ChangeRuleTo changes the rule (§8 "Rule change (new payment day or
+// term)") at today: periods charged or in flight stay (and every other
+// period that already ended); the next period is the new rule's first date
+// at least one term after the last of them (none: after today and on or
+// after start), and after today. "One term" is the term of the period kept
+// (the rule it was scheduled under): it paid, or stood, for one term of
+// its own rule, and the new rule begins when that term ends. A YEARLY rule
+// keeps its month when only its day changes; a new YEARLY term takes the
+// month of its first date, as a create does. Friday billing is monthly: a
+// YEARLY rule with a week is refused.
+func (s *Sub) ChangeRuleTo(today Date, term Term, day, week int) error {
+	next := s.rule
 	next.Day, next.Week = day, week
+	if term != s.rule.Term {
+		next.Term, next.Month = term, 0
+	}
 	if s.cancelled || next.Validate() != nil {
 		return ErrRefused
 	}
@@ -80,20 +101,29 @@ func (s *Sub) ChangeRule(today Date, day, week int) error {
 		// The rule anchors on the last charged period; "no two periods
 		// ever less than one term apart" extends that to every period kept
 		// (waived, skipped, stale ones too).
-		from = max(from, s.termAfter(p.Scheduled))
+		from = max(from, termAfter(p))
 	}
 	s.periods, s.rule = kept, next
 	s.scheduleFrom(from, today)
+	// The schedule reaches every date dropped so far: a date the new rule
+	// shares with one (day 28 → 29 meets Feb 28 again) is a period of the
+	// new rule, however far ahead the old one was scheduled.
+	for _, d := range s.Dropped {
+		for s.periods[len(s.periods)-1].Scheduled < d {
+			s.addPeriod(s.rule.After(s.periods[len(s.periods)-1].Scheduled), today)
+		}
+	}
 	return nil
 }
 
-// termAfter is one term after d: a month later, clamped (YEARLY: 12); for
-// Friday billing four weeks, the shortest distance of two of its periods.
-func (s *Sub) termAfter(d Date) Date {
-	if s.rule.Week != 0 {
-		return d.AddDays(28)
+// termAfter is one term of p's own rule after its scheduled date: a month
+// later, clamped (YEARLY: 12); for Friday billing four weeks, the shortest
+// distance of two of its periods.
+func termAfter(p *Period) Date {
+	if p.Rule.Week != 0 {
+		return p.Scheduled.AddDays(28)
 	}
-	return AddMonths(d, s.rule.Term.Months())
+	return AddMonths(p.Scheduled, p.Rule.Term.Months())
 }
 
 // Move charges one period on another date: strictly between its neighbours'

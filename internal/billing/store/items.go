@@ -224,6 +224,8 @@ type periodItem struct {
 	SKU                 string                 `dynamodbav:"SKU"`
 	BillingDate         string                 `dynamodbav:"BillingDate"`
 	ChargeDate          string                 `dynamodbav:"ChargeDate,omitempty"`
+	Term                string                 `dynamodbav:"Term,omitempty"`
+	BillingWeek         int                    `dynamodbav:"BillingWeek,omitempty"`
 	PaymentAmount       int64                  `dynamodbav:"PaymentAmount"`
 	Currency            string                 `dynamodbav:"Currency"`
 	PaymentDetails      billing.PaymentDetails `dynamodbav:"PaymentDetails"`
@@ -255,7 +257,7 @@ func toPeriodItem(p billing.Period, shards int) periodItem {
 	it := periodItem{
 		PK: accountPK(p.AccountID), SK: periodSK(p.SubscriptionID, p.BillingDate), Type: "PER",
 		AccountID: p.AccountID, SubscriptionID: p.SubscriptionID, SKU: p.SKU, BillingDate: p.BillingDate.String(),
-		ChargeDate: p.ChargeDate.String(), PaymentAmount: p.Amount, Currency: p.Currency, PaymentDetails: p.PaymentDetails, Email: p.Email,
+		ChargeDate: p.ChargeDate.String(), Term: string(p.Term), BillingWeek: p.BillingWeek, PaymentAmount: p.Amount, Currency: p.Currency, PaymentDetails: p.PaymentDetails, Email: p.Email,
 		TestClock: p.TestClock, BillingStatus: string(p.Status), Process: string(p.Process), UpdatedEvent: p.UpdatedEvent,
 		TransactionID: p.TransactionID, Error: p.Error, Attempts: p.Attempts,
 		InFlightKey: p.InFlightKey, InFlightAt: formatTime(p.InFlightAt), InFlightSent: formatTime(p.InFlightSent),
@@ -272,7 +274,7 @@ func toPeriodItem(p billing.Period, shards int) periodItem {
 func (it periodItem) period() billing.Period {
 	return billing.Period{
 		AccountID: it.AccountID, SubscriptionID: it.SubscriptionID, SKU: it.SKU, BillingDate: parseDate(it.BillingDate),
-		ChargeDate: parseDate(it.ChargeDate), Amount: it.PaymentAmount, Currency: it.Currency, PaymentDetails: it.PaymentDetails, Email: it.Email,
+		ChargeDate: parseDate(it.ChargeDate), Term: dates.Term(it.Term), BillingWeek: it.BillingWeek, Amount: it.PaymentAmount, Currency: it.Currency, PaymentDetails: it.PaymentDetails, Email: it.Email,
 		TestClock: it.TestClock, Status: billing.Status(it.BillingStatus), Process: billing.Process(it.Process), UpdatedEvent: it.UpdatedEvent,
 		TransactionID: it.TransactionID, Error: it.Error, Attempts: it.Attempts,
 		InFlightKey: it.InFlightKey, InFlightAt: parseTime(it.InFlightAt), InFlightSent: parseTime(it.InFlightSent),
