@@ -262,20 +262,28 @@ func (q *Queue) Running() bool { return q.running.Load() }
 
 // Flush waits until every record handed over is written (or ctx ends).
 func (q *Queue) Flush(ctx context.Context) error {
+	return q.waitWritten(ctx, "flush event records", func() int { return len(q.known) })
+}
+
+// waitWritten waits until left, called under q.mu, counts no record still
+// waiting or being written here (or ctx ends: the error names what).
+func (q *Queue) waitWritten(ctx context.Context, what string, left func() int) error {
 	q.mu.Lock()
-	for len(q.known) > 0 {
+	for {
+		n := left()
+		if n == 0 {
+			q.mu.Unlock()
+			return nil
+		}
 		ch := q.changed
-		n := len(q.known)
 		q.mu.Unlock()
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			return fmt.Errorf("flush event records: %d not written: %w", n, ctx.Err())
+			return fmt.Errorf("%s: %d not written: %w", what, n, ctx.Err())
 		}
 		q.mu.Lock()
 	}
-	q.mu.Unlock()
-	return nil
 }
 
 // Settled waits until every record pending (in Postgres, from any

@@ -81,6 +81,28 @@ func flush(t *testing.T, q *recordq.Queue) {
 	require.NoError(t, q.Flush(ctx))
 }
 
+// readEverywhere checks rec's record as the store answers it while rec is
+// pending (Get, BatchGet), then hands rec to q's writers and checks the
+// record they leave in the table.
+func readEverywhere(t *testing.T, e *env, q *recordq.Queue, rec events.Record, check func(what string, got events.Record)) {
+	t.Helper()
+	ctx := context.Background()
+	store := e.table.WithPending(q)
+	got, err := store.Get(ctx, rec.ID)
+	require.NoError(t, err)
+	check("Get while pending", got)
+	found, err := store.BatchGet(ctx, []string{rec.ID})
+	require.NoError(t, err)
+	check("BatchGet while pending", found[rec.ID])
+	q.Hand([]events.Record{rec})
+	run(t, q)
+	flush(t, q)
+	got, err = e.table.Get(ctx, rec.ID)
+	require.NoError(t, err)
+	check("in the table", got)
+	assert.Zero(t, e.pendingRows(t))
+}
+
 func TestRecordsReachTheTableAndLeavePostgres(t *testing.T) {
 	e := newEnv(t)
 	q := recordq.New(e.pool, e.table, recordq.Config{})
@@ -377,7 +399,6 @@ func TestALaterFailedAttemptDoesNotTakeTheFirstDeliverysBookkeeping(t *testing.T
 	e := newEnv(t)
 	ctx := context.Background()
 	q := recordq.New(e.pool, e.table, recordq.Config{})
-	store := e.table.WithPending(q)
 	first := record(t)
 	first.ReceivedAt = time.Now().Add(-time.Minute).UTC().Truncate(time.Millisecond)
 	commit(t, e, q, first) // acknowledged: effects and record committed
@@ -394,19 +415,7 @@ func TestALaterFailedAttemptDoesNotTakeTheFirstDeliverysBookkeeping(t *testing.T
 		assert.True(t, first.ReceivedAt.Equal(got.ReceivedAt), "%s: first received_at kept: got %s, want %s", what, got.ReceivedAt, first.ReceivedAt)
 		assert.Equal(t, stripeevent.SourceWebhook, got.Source, what)
 	}
-	got, err := store.Get(ctx, first.ID)
-	require.NoError(t, err)
-	check("Get while pending", got)
-	found, err := store.BatchGet(ctx, []string{first.ID})
-	require.NoError(t, err)
-	check("BatchGet while pending", found[first.ID])
-
-	q.Hand([]events.Record{first})
-	run(t, q)
-	flush(t, q)
-	got, err = e.table.Get(ctx, first.ID)
-	require.NoError(t, err)
-	check("in the table", got)
+	readEverywhere(t, e, q, first, check)
 }
 
 // writtenDuringLookup is the write-behind with a writer that copies every
@@ -471,7 +480,6 @@ func TestAnAppliedReplayReplacesTheRejectedRecord(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	q := recordq.New(e.pool, e.table, recordq.Config{})
-	store := e.table.WithPending(q)
 	replayed := record(t)
 	replayed.Source = stripeevent.SourceReplay
 	rejected := replayed
@@ -488,16 +496,7 @@ func TestAnAppliedReplayReplacesTheRejectedRecord(t *testing.T) {
 		assert.Equal(t, 2, got.Attempts, what)
 		assert.True(t, rejected.ReceivedAt.Equal(got.ReceivedAt), what)
 	}
-	got, err := store.Get(ctx, replayed.ID)
-	require.NoError(t, err)
-	check("Get while pending", got)
-	q.Hand([]events.Record{replayed})
-	run(t, q)
-	flush(t, q)
-	got, err = e.table.Get(ctx, replayed.ID)
-	require.NoError(t, err)
-	check("in the table", got)
-	assert.Zero(t, e.pendingRows(t))
+	readEverywhere(t, e, q, replayed, check)
 }
 
 // slowTable is the events table with the write of one record held until
@@ -570,7 +569,6 @@ func TestARejectedRecordWrittenTwiceCountsOneAttempt(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	q := recordq.New(e.pool, e.table, recordq.Config{})
-	store := e.table.WithPending(q)
 	rejected := record(t)
 	rejected.LastError = "event object cannot be processed: bad metadata"
 	// Written, and its pending row not deleted yet (or the delete lost).
@@ -581,18 +579,5 @@ func TestARejectedRecordWrittenTwiceCountsOneAttempt(t *testing.T) {
 		assert.Equal(t, 1, got.Attempts, what)
 		assert.Equal(t, rejected.LastError, got.LastError, what)
 	}
-	got, err := store.Get(ctx, rejected.ID)
-	require.NoError(t, err)
-	check("Get", got)
-	found, err := store.BatchGet(ctx, []string{rejected.ID})
-	require.NoError(t, err)
-	check("BatchGet", found[rejected.ID])
-
-	q.Hand([]events.Record{rejected})
-	run(t, q)
-	flush(t, q)
-	got, err = e.table.Get(ctx, rejected.ID)
-	require.NoError(t, err)
-	check("in the table", got)
-	assert.Zero(t, e.pendingRows(t))
+	readEverywhere(t, e, q, rejected, check)
 }

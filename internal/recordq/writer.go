@@ -51,27 +51,15 @@ func (q *Queue) sweep(ctx context.Context, age time.Duration) error {
 
 // written waits until none of recs is waiting or being written here.
 func (q *Queue) written(ctx context.Context, recs []events.Record) error {
-	q.mu.Lock()
-	for {
+	return q.waitWritten(ctx, "sweep pending event records", func() int {
 		left := 0
 		for _, r := range recs {
 			if q.known[r.ID] {
 				left++
 			}
 		}
-		if left == 0 {
-			q.mu.Unlock()
-			return nil
-		}
-		ch := q.changed
-		q.mu.Unlock()
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return fmt.Errorf("sweep pending event records: %d not written: %w", left, ctx.Err())
-		}
-		q.mu.Lock()
-	}
+		return left
+	})
 }
 
 // take waits for records and takes up to a batch of them; nil when ctx ends.
