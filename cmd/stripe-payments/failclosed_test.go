@@ -38,7 +38,7 @@ func prodVars() map[string]string {
 		"STRIPE_PLATFORM_ACCOUNT": "acct_1ProdPlatform",
 		"DATABASE_URL":            "postgres://app:pw@127.0.0.1:1/payments",
 		"DYNAMODB_ENDPOINT":       "http://127.0.0.1:1",
-		"INTERNAL_API_TOKEN":      "tok_" + randomHex(8),
+		"INTERNAL_API_TOKEN":      "tok_" + randomHex(16),
 		"ACTIONS_URL":             "http://127.0.0.1:1/actions",
 		"ACTIONS_SECRET":          "act_" + randomHex(8),
 	}

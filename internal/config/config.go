@@ -74,6 +74,7 @@ type Config struct {
 	Billing               BillingConfig
 	Outbox                OutboxConfig
 	Limits                LimitsConfig
+	Admin                 AdminConfig // ADMIN_LISTEN_ADDR, TRUSTED_PROXIES, console sessions (admin.go)
 }
 
 // Uses names the required settings a subcommand uses. Only those are
@@ -186,6 +187,9 @@ func LoadFor(lookup Lookup, uses Uses) (Config, error) {
 		errs = append(errs, fmt.Errorf("STRIPE_API_KEY is a live key but %s hold development values: refused in every mode",
 			strings.Join(devs, ", ")))
 	}
+	var adminErr error
+	c.Admin, adminErr = loadAdmin(get, c, uses)
+	errs = append(errs, adminErr)
 	if c.InternalAPIToken == InternalAPIDisabled {
 		c.InternalAPIToken = ""
 	}
@@ -326,6 +330,7 @@ func (c Config) LogValue() slog.Value {
 		slog.Any("billing", c.Billing),
 		slog.Any("outbox", c.Outbox),
 		slog.Any("limits", c.Limits),
+		slog.Any("admin", c.Admin),
 	)
 }
 

@@ -39,7 +39,7 @@ func production() map[string]string {
 		"STRIPE_API_KEY":          "sk_live_fake_0123456789",
 		"STRIPE_PLATFORM_ACCOUNT": "acct_1Platform",
 		"DATABASE_URL":            "postgres://app:pw@db.internal:5432/payments",
-		"INTERNAL_API_TOKEN":      "token-0123456789",
+		"INTERNAL_API_TOKEN":      "token-0123456789abcdef0123456789abcdef",
 		"ACTIONS_URL":             "https://actions.internal/hook",
 		"ACTIONS_SECRET":          "actions-0123456789",
 	}
@@ -279,8 +279,14 @@ func TestLiveKeyRefusesDevValues(t *testing.T) {
 		for name, value := range devValues {
 			env[name] = value
 		}
+		// except the dev token, which the length rule refuses outside
+		// development mode (TestInternalAPITokenLength)
+		env["INTERNAL_API_TOKEN"] = "token-0123456789abcdef0123456789abcdef"
 		_, err := load(env)
 		require.NoError(t, err)
+		env["INTERNAL_API_TOKEN"] = config.DevInternalAPIToken
+		_, err = load(env)
+		require.ErrorContains(t, err, "INTERNAL_API_TOKEN: at least 32 characters")
 	})
 }
 

@@ -18,7 +18,7 @@ func TestSecretsAndRedactor(t *testing.T) {
 	env := map[string]string{
 		"STRIPE_WEBHOOK_SECRET":   "whsec_fake_old_0123456789,whsec_fake_new_0123456789",
 		"STRIPE_API_KEY":          "sk_test_fake_abcdefghijkl",
-		"INTERNAL_API_TOKEN":      "token-0123456789",
+		"INTERNAL_API_TOKEN":      "token-0123456789abcdef0123456789abcdef",
 		"ACTIONS_SECRET":          "actions-0123456789",
 		"ACTIONS_URL":             "https://hooks:hookpass123@example.com/actions",
 		"DATABASE_URL":            "postgres://app:dbpass12345@db:5432/payments",
@@ -28,7 +28,7 @@ func TestSecretsAndRedactor(t *testing.T) {
 	require.NoError(t, err)
 	secrets := cfg.Secrets()
 	assert.ElementsMatch(t, []string{"whsec_fake_old_0123456789", "whsec_fake_new_0123456789", "sk_test_fake_abcdefghijkl",
-		"token-0123456789", "actions-0123456789", "dbpass12345", "hookpass123"}, secrets)
+		"token-0123456789abcdef0123456789abcdef", "actions-0123456789", "dbpass12345", "hookpass123"}, secrets)
 
 	var out bytes.Buffer
 	log := slog.New(slog.NewJSONHandler(&out, &slog.HandlerOptions{ReplaceAttr: config.Redactor(secrets...)}))
@@ -68,7 +68,7 @@ func TestDatabasePasswordNeverLogged(t *testing.T) {
 			require.Equal(t, password, parsed.Password, "the driver takes this password")
 			env := map[string]string{
 				"STRIPE_WEBHOOK_SECRET": "whsec_fake_0123456789", "STRIPE_API_KEY": "sk_test_fake_abcdefghijkl",
-				"INTERNAL_API_TOKEN": "token-0123456789", "STRIPE_PLATFORM_ACCOUNT": "acct_1Platform", "DATABASE_URL": url,
+				"INTERNAL_API_TOKEN": "token-0123456789abcdef0123456789abcdef", "STRIPE_PLATFORM_ACCOUNT": "acct_1Platform", "DATABASE_URL": url,
 			}
 			cfg, err := config.Load(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
 			require.NoError(t, err)
