@@ -62,6 +62,7 @@ func newEnv(t testing.TB) *env {
 	vars := map[string]string{
 		"APP_ENV":                 "development",
 		"LISTEN_ADDR":             "127.0.0.1:0",
+		"ADMIN_LISTEN_ADDR":       "127.0.0.1:0",
 		"STRIPE_WEBHOOK_SECRET":   secret,
 		"STRIPE_API_KEY":          e.api.Key,
 		"STRIPE_API_BASE":         e.api.URL,

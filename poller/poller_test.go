@@ -400,6 +400,7 @@ func TestServeRunsThePollerWhenPollEveryIsSet(t *testing.T) {
 	vars := e.appVars()
 	vars["POLL_EVERY"] = "1s"
 	vars["LISTEN_ADDR"] = freeAddr(t)
+	vars["ADMIN_LISTEN_ADDR"] = freeAddr(t) // /metrics
 	a := e.buildApp(t, vars)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -409,7 +410,7 @@ func TestServeRunsThePollerWhenPollEveryIsSet(t *testing.T) {
 		require.NoError(t, <-done)
 		a.Close()
 	})
-	url := "http://" + vars["LISTEN_ADDR"]
+	url := "http://" + vars["ADMIN_LISTEN_ADDR"]
 	require.Eventually(t, func() bool {
 		rec, ok := e.record(missing)
 		return ok && rec.Status == events.StatusProcessed

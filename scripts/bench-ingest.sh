@@ -15,13 +15,14 @@ cd "$ROOT"
 CONCURRENCY="${BENCH_CONCURRENCY:-32}"
 DURATION="${BENCH_DURATION:-20s}"
 PORT="${BENCH_PORT:-18181}"
+ADMIN_PORT="${BENCH_ADMIN_PORT:-18191}"
 OUT="$ROOT/.dev/bench"
 mkdir -p "$OUT"
 
 go build -o "$OUT/stripe-payments" ./cmd/stripe-payments
 go build -o "$OUT/loadgen" ./cmd/loadgen
 
-export APP_ENV=development LISTEN_ADDR="127.0.0.1:$PORT" LOG_LEVEL=warn
+export APP_ENV=development LISTEN_ADDR="127.0.0.1:$PORT" ADMIN_LISTEN_ADDR="127.0.0.1:$ADMIN_PORT" LOG_LEVEL=warn
 export EVENTS_TABLE="bench-events-$$" BILLING_TABLE="bench-billing-$$" BILLING_HISTORY_TABLE="bench-billing-history-$$" LOCKS_TABLE="bench-locks-$$"
 export STRIPE_WEBHOOK_SECRET="whsec_bench_local_only" INTERNAL_API_TOKEN="bench-token"
 "$OUT/stripe-payments" migrate >/dev/null 2>"$OUT/migrate.log"
@@ -29,11 +30,11 @@ export STRIPE_WEBHOOK_SECRET="whsec_bench_local_only" INTERNAL_API_TOKEN="bench-
 pid=$!
 trap 'kill -TERM $pid 2>/dev/null || true; wait $pid 2>/dev/null || true' EXIT
 for _ in $(seq 1 50); do
-	curl -fsS "http://127.0.0.1:$PORT/readyz" >/dev/null 2>&1 && break
+	curl -fsS "http://127.0.0.1:$ADMIN_PORT/readyz" >/dev/null 2>&1 && break
 	sleep 0.2
 done
 
-"$OUT/loadgen" -target "http://127.0.0.1:$PORT/webhooks/stripe" -c "$CONCURRENCY" -d "$DURATION" \
+"$OUT/loadgen" -target "http://127.0.0.1:$PORT/webhooks/stripe" -metrics "http://127.0.0.1:$ADMIN_PORT/metrics" -c "$CONCURRENCY" -d "$DURATION" \
 	-pid "$pid" -markdown "$OUT/ingest.md"
 
 # Replace the table between the markers, keeping the rest of the file.

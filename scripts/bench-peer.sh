@@ -47,6 +47,8 @@ PGBIN="/usr/lib/postgresql/15/bin"
 PG_PORT="${BENCH_PG_PORT:-55442}"
 BASE="${BENCH_PORT_BASE:-18280}"
 OURS_PORT=$BASE PEER_PORT=$((BASE + 1)) MOCK_PORT=$((BASE + 2)) PPROF_PORT=$((BASE + 3)) STUB_PORT=$((BASE + 4)) STUBBED_PORT=$((BASE + 5))
+# each instance of this service's admin listener (/readyz, /metrics): its port + 10
+OURS_ADMIN_PORT=$((OURS_PORT + 10)) STUBBED_ADMIN_PORT=$((STUBBED_PORT + 10))
 STUBBED="${BENCH_STUBBED:-1}"
 ROUNDS="${BENCH_ROUNDS:-3}"
 DURATION="${BENCH_DURATION:-10s}"
@@ -145,7 +147,7 @@ TAG="$(date +%s)-$$"
 TABLES=("benchpeer-events-$TAG" "benchpeer-billing-$TAG" "benchpeer-billing-history-$TAG" "benchpeer-locks-$TAG")
 start_service() { # name port pprof-addr database tag dynamodb-endpoint
 	(
-		export APP_ENV=development LOG_LEVEL=warn LISTEN_ADDR="127.0.0.1:$2" PPROF_ADDR="$3" DYNAMODB_ENDPOINT="$6"
+		export APP_ENV=development LOG_LEVEL=warn LISTEN_ADDR="127.0.0.1:$2" ADMIN_LISTEN_ADDR="127.0.0.1:$(($2 + 10))" PPROF_ADDR="$3" DYNAMODB_ENDPOINT="$6"
 		export DATABASE_URL="$PG_URL/$4?sslmode=disable" STRIPE_API_BASE="http://127.0.0.1:$MOCK_PORT"
 		export STRIPE_API_KEY=sk_test_bench_local_only STRIPE_WEBHOOK_SECRET="$SECRET_OURS" INTERNAL_API_TOKEN=bench-token ACTIONS_SECRET=bench-actions-secret
 		export EVENTS_TABLE="benchpeer-events-$5" BILLING_TABLE="benchpeer-billing-$5" BILLING_HISTORY_TABLE="benchpeer-billing-history-$5" LOCKS_TABLE="benchpeer-locks-$5"
@@ -170,7 +172,7 @@ if [ "$STUBBED" = 1 ]; then
 	for _ in $(seq 1 50); do curl -s -o /dev/null "http://127.0.0.1:$STUB_PORT" && break; sleep 0.1; done
 	start_service stubbed "$STUBBED_PORT" "" bench_ours_stub "$STAG" "http://127.0.0.1:$STUB_PORT"
 	stubbed_pid=$!
-	STUBBED_ARGS=(-stubbed "http://127.0.0.1:$STUBBED_PORT/webhooks/stripe" -stubbed-secret "$SECRET_OURS" -stubbed-pid "$stubbed_pid" -stub-pid "$stub_pid")
+	STUBBED_ARGS=(-stubbed "http://127.0.0.1:$STUBBED_PORT/webhooks/stripe" -stubbed-secret "$SECRET_OURS" -stubbed-metrics "http://127.0.0.1:$STUBBED_ADMIN_PORT/metrics" -stubbed-pid "$stubbed_pid" -stub-pid "$stub_pid")
 fi
 
 # ---- the peer
@@ -180,8 +182,8 @@ PEER_MODULES="$PEER_DIR/node_modules" PEER_DATABASE_URL="$PG_URL/bench_peer?sslm
 pids+=($!)
 peer_pid=$!
 
-wait_http "http://127.0.0.1:$OURS_PORT/readyz" "this service"
-if [ "$STUBBED" = 1 ]; then wait_http "http://127.0.0.1:$STUBBED_PORT/readyz" "this service's stubbed instance"; fi
+wait_http "http://127.0.0.1:$OURS_ADMIN_PORT/readyz" "this service"
+if [ "$STUBBED" = 1 ]; then wait_http "http://127.0.0.1:$STUBBED_ADMIN_PORT/readyz" "this service's stubbed instance"; fi
 for _ in $(seq 1 150); do
 	grep -q listening "$OUT/peer.log" && break
 	kill -0 "$peer_pid" 2>/dev/null || { cat "$OUT/peer.log" >&2; die "the peer exited"; }
@@ -191,7 +193,7 @@ grep -q listening "$OUT/peer.log" || die "the peer did not start (see $OUT/peer.
 log "this service pid $ours_pid on :$OURS_PORT (pprof :$PPROF_PORT), stripe-sync-engine pid $peer_pid on :$PEER_PORT"
 
 "$OUT/loadgen" compare -peer-name "stripe-sync-engine 0.48.5" \
-	-ours "http://127.0.0.1:$OURS_PORT/webhooks/stripe" -ours-secret "$SECRET_OURS" -ours-pid "$ours_pid" \
+	-ours "http://127.0.0.1:$OURS_PORT/webhooks/stripe" -ours-metrics "http://127.0.0.1:$OURS_ADMIN_PORT/metrics" -ours-secret "$SECRET_OURS" -ours-pid "$ours_pid" \
 	-peer "http://127.0.0.1:$PEER_PORT/webhooks" -peer-secret "$SECRET_PEER" -peer-pid "$peer_pid" \
 	-database-url "$PG_URL/postgres?sslmode=disable" \
 	-dynamodb-pid "$(cat "$DEV/dynamodb.pid" 2>/dev/null || echo 0)" -postgres-pid "$(head -1 "$PG_DATA/postmaster.pid")" \

@@ -40,6 +40,7 @@ eval "$(scripts/devstack.sh env)"
 # Development mode: the dev defaults (DESIGN §3) apply only under it.
 export APP_ENV=development
 export LISTEN_ADDR="${LISTEN_ADDR:-127.0.0.1:8080}"
+export ADMIN_LISTEN_ADDR="${ADMIN_LISTEN_ADDR:-127.0.0.1:8081}"
 
 echo "== go build"
 go build -o bin/stripe-payments ./cmd/stripe-payments
@@ -48,7 +49,8 @@ bin/stripe-payments migrate
 
 cat <<EOF
 == stripe-payments serve
-  service          http://$LISTEN_ADDR   (webhook: POST /webhooks/stripe; /healthz /readyz /metrics)
+  public           http://$LISTEN_ADDR   (POST /webhooks/stripe, /healthz: all the internet may reach)
+  admin            http://$ADMIN_LISTEN_ADDR   (console /ops/, /internal/v1, /v1/purchases, /metrics, /readyz, /healthz)
   DynamoDB Local   $DYNAMODB_ENDPOINT
   PostgreSQL 15    $DATABASE_URL
 Ctrl-C (SIGINT) or SIGTERM stops the service and the local components this run started.

@@ -41,6 +41,9 @@ type compareOptions struct {
 	// measured in the same run.
 	stubbed, stubbedSecret string
 	stubbedPID, stubPID    int
+	// Where each instance of this service serves /metrics: its admin
+	// listener (ADMIN_LISTEN_ADDR), not the webhook's.
+	oursMetrics, stubbedMetrics string
 }
 
 // sample is one measured phase of one target.
@@ -87,6 +90,8 @@ func runCompare(ctx context.Context, args []string, out io.Writer) error {
 	fs.StringVar(&o.stubbed, "stubbed", "", "optional third target: a second instance of this service whose events-table batches a stub answers (diagnostic; loopback only)")
 	fs.StringVar(&o.stubbedSecret, "stubbed-secret", "", "the stubbed instance's endpoint secret")
 	fs.IntVar(&o.stubbedPID, "stubbed-pid", 0, "the stubbed instance's pid, for CPU per event")
+	fs.StringVar(&o.oursMetrics, "ours-metrics", "http://127.0.0.1:8081/metrics", "this service's /metrics URL, on its admin listener (ADMIN_LISTEN_ADDR)")
+	fs.StringVar(&o.stubbedMetrics, "stubbed-metrics", "", "the stubbed instance's /metrics URL, on its admin listener")
 	fs.IntVar(&o.stubPID, "stub-pid", 0, "the events-table stub's pid (loadgen stub-table), for where the machine's CPU goes")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -101,10 +106,10 @@ func runCompare(ctx context.Context, args []string, out io.Writer) error {
 	if o.peer == "" || o.oursSecret == "" || o.peerSecret == "" || o.rounds < 1 {
 		return errors.New("-peer, -ours-secret, -peer-secret and -rounds ≥ 1 are required")
 	}
-	if o.stubbed != "" && o.stubbedSecret == "" {
-		return errors.New("-stubbed needs -stubbed-secret")
+	if o.stubbed != "" && (o.stubbedSecret == "" || o.stubbedMetrics == "") {
+		return errors.New("-stubbed needs -stubbed-secret and -stubbed-metrics")
 	}
-	for _, t := range []string{o.ours, o.peer, o.stubbed} {
+	for _, t := range []string{o.ours, o.peer, o.stubbed, o.oursMetrics, o.stubbedMetrics} {
 		if t == "" {
 			continue
 		}
@@ -131,10 +136,10 @@ func runCompare(ctx context.Context, args []string, out io.Writer) error {
 	targets := []target{
 		{name: o.peerName, hook: loadtest.Webhook{URL: o.peer, Secret: o.peerSecret, Client: client()}, pid: o.peerPID},
 		{name: "this service", hook: loadtest.Webhook{URL: o.ours, Secret: o.oursSecret, Client: client()}, pid: o.oursPID,
-			metrics: metricsOf(o.ours), profiled: o.pprof != ""},
+			metrics: o.oursMetrics, profiled: o.pprof != ""},
 	}
 	if o.stubbed != "" {
-		targets = append(targets, target{name: "this service, events table stubbed", pid: o.stubbedPID, metrics: metricsOf(o.stubbed),
+		targets = append(targets, target{name: "this service, events table stubbed", pid: o.stubbedPID, metrics: o.stubbedMetrics,
 			hook: loadtest.Webhook{URL: o.stubbed, Secret: o.stubbedSecret, Client: client()}})
 	}
 	profiledAt := map[int]bool{}
@@ -272,12 +277,6 @@ type target struct {
 	pid      int
 	metrics  string // this service's /metrics: drain and stage figures ("" for the peer)
 	profiled bool   // a CPU profile of its first measured phase at each concurrency
-}
-
-// metricsOf is the /metrics URL beside a webhook URL of this service.
-func metricsOf(webhook string) string {
-	u, _ := url.Parse(webhook)
-	return u.Scheme + "://" + u.Host + "/metrics"
 }
 
 // roundOrder is the order of n targets in round r at the ci-th concurrency:

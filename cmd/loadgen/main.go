@@ -49,6 +49,7 @@ func main() {
 
 type options struct {
 	target      string
+	metrics     string // this service's /metrics, on its admin listener
 	secret      string
 	concurrency int
 	duration    time.Duration
@@ -78,6 +79,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	var o options
 	fs := flag.NewFlagSet("loadgen", flag.ContinueOnError)
 	fs.StringVar(&o.target, "target", "http://127.0.0.1:8080/webhooks/stripe", "webhook URL (loopback only)")
+	fs.StringVar(&o.metrics, "metrics", "http://127.0.0.1:8081/metrics", "this service's /metrics URL, on its admin listener (ADMIN_LISTEN_ADDR; loopback only)")
 	fs.StringVar(&o.secret, "secret", cfg.WebhookSecrets[0], "endpoint secret")
 	fs.IntVar(&o.concurrency, "c", 32, "concurrent senders")
 	fs.DurationVar(&o.duration, "d", 20*time.Second, "duration of each measured phase")
@@ -117,7 +119,10 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	send := func(ctx context.Context, _ int, _ int64) error { return hook.Post(ctx, mix.Next(time.Now())) }
 	loadtest.Run(ctx, "warm-up", o.concurrency, o.warmup, 0, send)
 
-	metricsURL := u.Scheme + "://" + u.Host + "/metrics"
+	metricsURL := o.metrics
+	if mu, err := url.Parse(metricsURL); err != nil || (mu.Hostname() != "127.0.0.1" && mu.Hostname() != "localhost" && mu.Hostname() != "::1") {
+		return fmt.Errorf("-metrics %q: a loopback URL", metricsURL)
+	}
 	ddbBefore, err := scrape(ctx, metricsURL, "stripe_payments_dynamodb_requests_total")
 	if err != nil {
 		return err

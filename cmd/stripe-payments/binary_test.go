@@ -87,6 +87,16 @@ func freeAddr(t *testing.T) string {
 	return addr
 }
 
+// loopbackPort is freeAddr where no test is at hand (it panics instead).
+func loopbackPort() string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
 // environ is the process environment with overrides applied, in
 // development mode (APP_ENV=development, as `make test` sets) unless the
 // overrides say otherwise.
@@ -136,12 +146,14 @@ func runCommand(t *testing.T, bin string, env []string, timeout time.Duration, a
 }
 
 // server is `stripe-payments serve` as a child process that can be killed
-// and started again on the same address.
+// and started again on the same addresses: addr is the public listener
+// (LISTEN_ADDR), admin the admin one (ADMIN_LISTEN_ADDR in env).
 type server struct {
 	t      *testing.T
 	bin    string
 	env    []string
 	addr   atomic.Pointer[string] // read by load generators while it restarts
+	admin  atomic.Pointer[string]
 	logDir string
 	runs   int
 	cmd    *exec.Cmd
@@ -152,6 +164,16 @@ type server struct {
 func newServer(t *testing.T, bin string, env []string, addr string) *server {
 	s := &server{t: t, bin: bin, env: env, logDir: t.TempDir()}
 	s.addr.Store(&addr)
+	admin := ""
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "ADMIN_LISTEN_ADDR="); ok {
+			admin = v
+		}
+	}
+	if admin == "" {
+		t.Fatal("newServer: the environment has no ADMIN_LISTEN_ADDR (use with)")
+	}
+	s.admin.Store(&admin)
 	t.Cleanup(func() {
 		if s.cmd != nil {
 			_ = s.cmd.Process.Kill()
@@ -161,7 +183,21 @@ func newServer(t *testing.T, bin string, env []string, addr string) *server {
 	return s
 }
 
+// url is the public listener's base URL: the webhook and /healthz.
 func (s *server) url() string { return "http://" + *s.addr.Load() }
+
+// adminURL is the admin listener's: the console, the APIs, /metrics,
+// /readyz.
+func (s *server) adminURL() string { return "http://" + *s.admin.Load() }
+
+// urlFor is the base URL that serves path: the public listener for the
+// webhook, the admin listener for everything else.
+func (s *server) urlFor(path string) string {
+	if strings.HasPrefix(path, "/webhooks/") {
+		return s.url()
+	}
+	return s.adminURL()
+}
 
 // start runs serve and waits until /healthz answers. While the server was
 // down, its port may have been taken (by an outgoing connection's ephemeral
@@ -177,11 +213,15 @@ func (s *server) start() time.Duration {
 		if attempt == 3 || !strings.Contains(err.Error(), "address already in use") {
 			s.t.Fatal(err)
 		}
-		addr := freeAddr(s.t)
+		addr, admin := freeAddr(s.t), freeAddr(s.t)
 		s.addr.Store(&addr)
+		s.admin.Store(&admin)
 		for i, kv := range s.env {
 			if strings.HasPrefix(kv, "LISTEN_ADDR=") {
 				s.env[i] = "LISTEN_ADDR=" + addr
+			}
+			if strings.HasPrefix(kv, "ADMIN_LISTEN_ADDR=") {
+				s.env[i] = "ADMIN_LISTEN_ADDR=" + admin
 			}
 		}
 	}

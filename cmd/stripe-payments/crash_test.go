@@ -354,7 +354,7 @@ func (r *crashRun) createPurchase(f *crashFlow, key string, body map[string]any)
 	body["account"] = crashMerchant(f).String()
 	body["stripe_account"] = f.account
 	raw, _ := json.Marshal(body)
-	answer, ok := purchase(r.t, r.client, r.srv.url(), crashToken, key, raw, &r.purchaseRetries)
+	answer, ok := purchase(r.t, r.client, r.srv.adminURL(), crashToken, key, raw, &r.purchaseRetries)
 	if !ok {
 		return false
 	}

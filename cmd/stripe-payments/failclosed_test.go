@@ -220,6 +220,7 @@ func TestServeStartsInProductionMode(t *testing.T) {
 	addr := freeAddr(t)
 	vars := map[string]string{
 		"LISTEN_ADDR":             addr,
+		"ADMIN_LISTEN_ADDR":       freeAddr(t),
 		"STRIPE_WEBHOOK_SECRET":   "whsec_fake_prod_" + randomHex(8),
 		"STRIPE_API_KEY":          "sk_test_" + randomHex(8),
 		"STRIPE_API_BASE":         "http://127.0.0.1:1",
@@ -234,7 +235,7 @@ func TestServeStartsInProductionMode(t *testing.T) {
 	}
 	srv := newServer(t, bin, cleanEnv(vars), addr)
 	srv.start()
-	resp, err := http.Get(srv.url() + "/internal/v1/events/evt_1")
+	resp, err := http.Get(srv.adminURL() + "/internal/v1/events/evt_1")
 	require.NoError(t, err)
 	resp.Body.Close()
 	assert.Equal(t, http.StatusNotFound, resp.StatusCode, "INTERNAL_API_TOKEN=disabled: the internal routes do not exist")

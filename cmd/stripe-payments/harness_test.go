@@ -62,9 +62,10 @@ func stackVars(t *testing.T, stripe *stripetest.Stripe, vars map[string]string) 
 	return out
 }
 
-// with is vars plus LISTEN_ADDR addr, as the binary's environment.
+// with is vars plus LISTEN_ADDR addr (and ADMIN_LISTEN_ADDR a free
+// address, unless vars has one), as the binary's environment.
 func with(vars map[string]string, addr string) []string {
-	m := map[string]string{"LISTEN_ADDR": addr}
+	m := map[string]string{"LISTEN_ADDR": addr, "ADMIN_LISTEN_ADDR": loopbackPort()}
 	for k, v := range vars {
 		m[k] = v
 	}

@@ -106,7 +106,7 @@ func TestSecretsNeverLogged(t *testing.T) {
 	client := &http.Client{Timeout: 30 * time.Second}
 	call := func(method, path, bearer string, body []byte, header map[string]string) (int, map[string]any) {
 		t.Helper()
-		req, err := http.NewRequest(method, base+path, bytes.NewReader(body))
+		req, err := http.NewRequest(method, srv.urlFor(path)+path, bytes.NewReader(body))
 		require.NoError(t, err)
 		req.Header.Set("Content-Type", "application/json")
 		if bearer != "" {

@@ -51,7 +51,8 @@ func reminders(s *clockSink, sub string) []string {
 
 type clockE2E struct {
 	t      *testing.T
-	base   string
+	base   string // public listener: the webhook
+	admin  string // admin listener: the internal API
 	client *http.Client
 }
 
@@ -61,7 +62,7 @@ func (c clockE2E) api(method, path string, body any) (int, map[string]any) {
 	if body != nil {
 		raw, _ = json.Marshal(body)
 	}
-	req, err := http.NewRequest(method, c.base+path, bytes.NewReader(raw))
+	req, err := http.NewRequest(method, c.admin+path, bytes.NewReader(raw))
 	require.NoError(c.t, err)
 	req.Header.Set("Authorization", "Bearer "+clockToken)
 	req.Header.Set("Content-Type", "application/json")
@@ -157,7 +158,7 @@ func TestTestClockEndToEnd(t *testing.T) {
 	addr := freeAddr(t)
 	srv := newServer(t, bin, with(vars, addr), addr)
 	srv.start()
-	c := clockE2E{t: t, base: srv.url(), client: &http.Client{Timeout: time.Minute}}
+	c := clockE2E{t: t, base: srv.url(), admin: srv.adminURL(), client: &http.Client{Timeout: time.Minute}}
 
 	newClock := func(name string) string {
 		status, clock := c.api(http.MethodPost, "/internal/v1/test_clocks", map[string]any{"frozen_time": "2027-01-01T00:00:00Z", "name": name})

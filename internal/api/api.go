@@ -2,12 +2,14 @@ package api
 
 import (
 	"context"
+	"log/slog"
 	"net/http"
 	"time"
 
 	"github.com/labstack/echo/v4"
 
 	"github.com/stripe-payments/stripe-payments/internal/api/openapi"
+	"github.com/stripe-payments/stripe-payments/internal/authlimit"
 	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
 )
 
@@ -37,6 +39,10 @@ type Deps struct {
 	// AdvanceWait is how long an advance request waits before answering
 	// 202 (0: AdvanceWait, DESIGN's 10 s).
 	AdvanceWait time.Duration
+	// Failures limits wrong bearer tokens per client address (nil: no
+	// limit); Log receives the refusals (nil: discarded).
+	Failures *authlimit.Limiter
+	Log      *slog.Logger
 }
 
 // Register mounts the internal API on e behind bearer auth. An empty token
@@ -47,7 +53,8 @@ func Register(e *echo.Echo, token string, deps Deps) {
 	if token == "" {
 		return
 	}
-	g := router{g: e.Group(Prefix), auth: BearerAuth(token)}
+	auth := BearerAuth(token, deps.Failures, deps.Log)
+	g := router{g: e.Group(Prefix), auth: auth}
 	g.GET("/openapi.json", func(c echo.Context) error {
 		return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, openapi.Document)
 	})
@@ -56,7 +63,7 @@ func Register(e *echo.Echo, token string, deps Deps) {
 	g.GET("/events/:id", ev.get)
 	g.POST("/events/:id/replay", ev.replay)
 	registerTracking(g, deps.Tracking)
-	registerPurchases(e, token, deps.Purchases)
+	registerPurchases(e, auth, deps.Purchases)
 	if deps.Billing != nil {
 		registerBilling(g, deps.Billing)
 		background := deps.Background

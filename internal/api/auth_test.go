@@ -17,7 +17,7 @@ import (
 
 func TestBearerAuth(t *testing.T) {
 	const secret = "s3cret-internal-token"
-	auth := BearerAuth(secret)
+	auth := BearerAuth(secret, nil, nil)
 	for _, tc := range []struct {
 		header string
 		ok     bool

@@ -73,12 +73,12 @@ type purchaseRoutes struct {
 
 // registerPurchases mounts POST /v1/purchases and GET /v1/purchases/{id}
 // behind the same bearer token as the internal API.
-func registerPurchases(e *echo.Echo, token string, svc PurchaseService) {
+func registerPurchases(e *echo.Echo, auth echo.MiddlewareFunc, svc PurchaseService) {
 	if svc == nil {
 		return
 	}
 	r := purchaseRoutes{svc: svc}
-	g := router{g: e.Group(PurchasePrefix), auth: BearerAuth(token)}
+	g := router{g: e.Group(PurchasePrefix), auth: auth}
 	g.POST("/purchases", r.create)
 	g.GET("/purchases/:id", r.get)
 }

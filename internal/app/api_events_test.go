@@ -41,7 +41,7 @@ func listAll(t *testing.T, a *apptest.App, query url.Values) []string {
 		if cursor != "" {
 			q.Set("cursor", cursor)
 		}
-		status, body := get(t, a.Server.URL()+"/internal/v1/events?"+q.Encode(), token)
+		status, body := get(t, a.Admin.URL()+"/internal/v1/events?"+q.Encode(), token)
 		require.Equal(t, http.StatusOK, status, body)
 		for _, e := range body["data"].([]any) {
 			ids = append(ids, e.(map[string]any)["id"].(string))
@@ -89,7 +89,7 @@ func TestEventListingRefusesBadParameters(t *testing.T) {
 	a := startApp(t, nil, nil)
 	deliver(t, a, stripetest.Event{Fixture: "customer.subscription.created", Account: stripetest.Ptr("acct_bad")})
 	// A real cursor of another listing.
-	status, body := get(t, a.Server.URL()+"/internal/v1/events?stripe_account=acct_bad&limit=1", token)
+	status, body := get(t, a.Admin.URL()+"/internal/v1/events?stripe_account=acct_bad&limit=1", token)
 	require.Equal(t, http.StatusOK, status, body)
 	foreignCursor := body["next_cursor"].(string)
 	require.NotEmpty(t, foreignCursor)
@@ -117,13 +117,13 @@ func TestEventListingRefusesBadParameters(t *testing.T) {
 		"subscription=sub_x&subscription=sub_y",
 	} {
 		t.Run(q, func(t *testing.T) {
-			status, body := get(t, a.Server.URL()+"/internal/v1/events?"+q, token)
+			status, body := get(t, a.Admin.URL()+"/internal/v1/events?"+q, token)
 			assert.Equal(t, http.StatusBadRequest, status, body)
 			assert.Equal(t, "invalid_parameter", errorCode(body))
 		})
 	}
 	for _, path := range []string{"/internal/v1/events/not-an-event", "/internal/v1/events/" + strings.Repeat("x", 300)} {
-		status, body := get(t, a.Server.URL()+path, token)
+		status, body := get(t, a.Admin.URL()+path, token)
 		assert.Equal(t, http.StatusBadRequest, status, body)
 	}
 }
@@ -133,7 +133,7 @@ func TestExpiredEventsAreAbsentFromTheAPI(t *testing.T) {
 	created := time.Now().UTC().Add(-2 * time.Hour)
 	id := deliver(t, a, stripetest.Event{Fixture: "customer.subscription.created", Created: created,
 		Account: stripetest.Ptr("acct_expired"), Object: map[string]any{"id": "sub_expired"}})
-	status, _ := get(t, a.Server.URL()+"/internal/v1/events/"+id, token)
+	status, _ := get(t, a.Admin.URL()+"/internal/v1/events/"+id, token)
 	assert.Equal(t, http.StatusNotFound, status)
 	assert.Empty(t, listAll(t, a, url.Values{"date": {created.Format("2006-01-02")}}))
 	assert.Empty(t, listAll(t, a, url.Values{"stripe_account": {"acct_expired"}}))
@@ -162,7 +162,7 @@ func TestReplay(t *testing.T) {
 	ctx := context.Background()
 
 	replay := func(t *testing.T, id, query string) (int, map[string]any) {
-		req, err := http.NewRequest(http.MethodPost, a.Server.URL()+"/internal/v1/events/"+id+"/replay"+query, nil)
+		req, err := http.NewRequest(http.MethodPost, a.Admin.URL()+"/internal/v1/events/"+id+"/replay"+query, nil)
 		require.NoError(t, err)
 		req.Header.Set("Authorization", "Bearer "+token)
 		return do(t, req)

@@ -5,6 +5,7 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -15,6 +16,7 @@ import (
 	"github.com/stripe/stripe-go/v76/client"
 
 	"github.com/stripe-payments/stripe-payments/internal/api"
+	"github.com/stripe-payments/stripe-payments/internal/authlimit"
 	"github.com/stripe-payments/stripe-payments/internal/billing"
 	"github.com/stripe-payments/stripe-payments/internal/billing/feedqueue"
 	billingstore "github.com/stripe-payments/stripe-payments/internal/billing/store"
@@ -46,7 +48,12 @@ type App struct {
 	Ledger  *tracking.Ledger
 	Handler *handler.Handler
 	Metrics *metrics.Metrics
-	Server  *httpserver.Server
+	// Server is the public listener (LISTEN_ADDR): the webhook and
+	// /healthz only. Admin (ADMIN_LISTEN_ADDR) serves the console, the
+	// internal and purchase APIs, /metrics, /readyz and /healthz (DESIGN §3
+	// "Two listeners").
+	Server *httpserver.Server
+	Admin  *httpserver.Server
 
 	// Stripe API client, tracking store, actions dispatcher (started by
 	// Start, stopped by Stop).
@@ -75,6 +82,9 @@ type App struct {
 	OpsCounter  *ops.Counter
 	OpsProblems *ops.Problems
 	OpsRuns     *ops.Runs
+	// AuthFailures limits wrong INTERNAL_API_TOKEN guesses per client
+	// address, on the console's login and the bearer APIs alike.
+	AuthFailures *authlimit.Limiter
 
 	// clocks bounds the test clocks' advances, which outlive the requests
 	// that start them; stopClocks ends them at shutdown (an advance stops
@@ -182,11 +192,15 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 			handler.WithBatchObserver(recordMetrics)}, recordOptions(cfg, a.Records)...)...)
 	a.Metrics.WatchIngest(func() metrics.IngestQueue { return metrics.IngestQueue(a.Handler.Stats()) })
 
-	a.Server = httpserver.New(log, a.Metrics, []httpserver.Check{
+	a.Server = httpserver.NewPublic(log, a.Metrics)
+	a.Server.TrustProxies(cfg.Admin.TrustedProxies)
+	a.Admin = httpserver.New(log, a.Metrics, []httpserver.Check{
 		{Name: "dynamodb", Run: func(ctx context.Context) error { return dynamo.Ping(ctx, ddb, cfg.EventsTable) }},
 		{Name: "postgres", Run: func(ctx context.Context) error { return pool.Ping(ctx) }},
 		{Name: "ingest", Run: a.Handler.Ready},
 	})
+	a.Admin.TrustProxies(cfg.Admin.TrustedProxies)
+	a.AuthFailures = authlimit.New(authlimit.Config{Registerer: m.Registry})
 	verifier := webhook.NewVerifier(cfg.WebhookSecrets, cfg.WebhookTolerance, nil)
 	webhook.NewEndpoint(verifier, a.Handler, cfg.WebhookMaxBody, log).Register(a.Server.Echo)
 	apiDeps := api.Deps{
@@ -200,12 +214,16 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 		Outbox:          a.Outbox,
 		Livemode:        cfg.Livemode(),
 		Background:      a.clocks,
+		Failures:        a.AuthFailures,
+		Log:             log.With("component", "api"),
 	}
-	api.Register(a.Server.Echo, cfg.InternalAPIToken, apiDeps)
-	if err := ops.Register(a.Server.Echo, ops.Deps{
+	api.Register(a.Admin.Echo, cfg.InternalAPIToken, apiDeps)
+	if err := ops.Register(a.Admin.Echo, ops.Deps{
 		Token: cfg.InternalAPIToken, Pool: pool, Events: a.Events, Replayer: api.NewReplayer(apiDeps),
 		Billing: a.Billing, Counter: a.OpsCounter, Problems: a.OpsProblems, Runs: a.OpsRuns, Outbox: a.Outbox,
 		Gatherer: a.Metrics.Registry, Log: log.With("component", "ops"), Livemode: cfg.Livemode(), Clocks: a.clocks,
+		Development: cfg.Development, Failures: a.AuthFailures,
+		SessionIdle: cfg.Admin.SessionIdle, SessionMaxAge: cfg.Admin.SessionMaxAge,
 	}); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("operator console: %w", err)
@@ -301,7 +319,11 @@ func (a *App) Start(ctx context.Context) error {
 	if err := a.Server.Open(a.Config.ListenAddr); err != nil {
 		return err
 	}
-	a.Log.Info("listening", "addr", a.Server.Addr())
+	if err := a.Admin.Open(a.Config.Admin.ListenAddr); err != nil {
+		_ = a.Server.Close(context.WithoutCancel(ctx))
+		return err
+	}
+	a.Log.Info("listening", "addr", a.Server.Addr(), "admin_addr", a.Admin.Addr())
 	a.startBackground()
 	stopProfiling, err := a.startProfiling()
 	if err != nil {
@@ -330,6 +352,7 @@ func (a *App) Start(ctx context.Context) error {
 // abortStart undoes a Start that failed half-way.
 func (a *App) abortStart(ctx context.Context) {
 	_ = a.Server.Close(context.WithoutCancel(ctx))
+	_ = a.Admin.Close(context.WithoutCancel(ctx))
 	a.stopBackground()
 }
 
@@ -342,7 +365,7 @@ func (a *App) Stop(ctx context.Context) error {
 		a.stopWorkers()
 		a.stopWorkers = nil
 	}
-	err := a.Server.Close(ctx)
+	err := errors.Join(a.Server.Close(ctx), a.Admin.Close(ctx))
 	if derr := a.Handler.Drain(ctx); derr != nil {
 		a.Log.Warn("batches still in flight at shutdown", "error", derr)
 	}
@@ -363,6 +386,7 @@ func (a *App) Run(ctx context.Context) error {
 	select {
 	case <-ctx.Done():
 	case serveErr = <-a.Server.Done():
+	case serveErr = <-a.Admin.Done():
 	}
 	a.Log.Info("shutting down")
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.Config.ShutdownTimeout)

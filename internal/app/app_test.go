@@ -90,7 +90,7 @@ func countItems(t *testing.T, a *apptest.App) int32 {
 func TestWebhookEndToEnd(t *testing.T) {
 	var logs bytes.Buffer
 	a := startApp(t, &logs, nil)
-	url := a.Server.URL()
+	url, admin := a.Server.URL(), a.Admin.URL()
 
 	payload := stripetest.Event{Fixture: "customer.subscription.created"}.Build(t)
 	var id string
@@ -107,7 +107,7 @@ func TestWebhookEndToEnd(t *testing.T) {
 	require.Equal(t, http.StatusOK, status, body)
 	assert.Equal(t, "duplicate", body["outcome"])
 
-	status, rec := get(t, url+"/internal/v1/events/"+id, token)
+	status, rec := get(t, admin+"/internal/v1/events/"+id, token)
 	require.Equal(t, http.StatusOK, status, rec)
 	for _, k := range []string{"id", "type", "stripe_account", "timestamp", "date", "time", "expiration",
 		"subscription", "status", "received_at", "processed_at", "source", "attempts"} {
@@ -119,23 +119,25 @@ func TestWebhookEndToEnd(t *testing.T) {
 	assert.Equal(t, "acct_1Nv0FGQ9RKHgCVdK", rec["stripe_account"])
 
 	t.Run("internal API auth", func(t *testing.T) {
-		status, body := get(t, url+"/internal/v1/events/"+id, "")
+		status, body := get(t, admin+"/internal/v1/events/"+id, "")
 		assert.Equal(t, http.StatusUnauthorized, status)
 		assert.Equal(t, "unauthorized", errorCode(body))
-		status, body = get(t, url+"/internal/v1/events/"+id, "wrong-token")
+		status, body = get(t, admin+"/internal/v1/events/"+id, "wrong-token")
 		assert.Equal(t, http.StatusUnauthorized, status)
 		assert.Equal(t, "unauthorized", errorCode(body))
-		status, body = get(t, url+"/internal/v1/events/evt_missing", token)
+		status, body = get(t, admin+"/internal/v1/events/evt_missing", token)
 		assert.Equal(t, http.StatusNotFound, status)
 		assert.Equal(t, "not_found", errorCode(body))
 	})
 	t.Run("health", func(t *testing.T) {
-		status, _ := get(t, url+"/healthz", "")
-		assert.Equal(t, http.StatusOK, status)
-		status, body := get(t, url+"/readyz", "")
+		for _, base := range []string{url, admin} {
+			status, _ := get(t, base+"/healthz", "")
+			assert.Equal(t, http.StatusOK, status, base)
+		}
+		status, body := get(t, admin+"/readyz", "")
 		assert.Equal(t, http.StatusOK, status)
 		assert.Equal(t, map[string]any{"dynamodb": "ok", "postgres": "ok", "ingest": "ok"}, body)
-		resp, err := http.Get(url + "/metrics")
+		resp, err := http.Get(admin + "/metrics")
 		require.NoError(t, err)
 		defer resp.Body.Close()
 		text, _ := io.ReadAll(resp.Body)

@@ -37,7 +37,7 @@ func TestBillingEndToEnd(t *testing.T) {
 	url := a.Server.URL()
 	ctx := context.Background()
 
-	status, sub := send(t, http.MethodPost, url+"/internal/v1/accounts/acct_e2e/subscriptions", map[string]any{
+	status, sub := send(t, http.MethodPost, a.Admin.URL()+"/internal/v1/accounts/acct_e2e/subscriptions", map[string]any{
 		"sku": "gold", "email": "e2e@example.com", "payment_day": 28, "amount": 1500, "currency": "usd",
 		"term": "MONTHLY", "customer": "cus_e2e", "payment_method": "pm_e2e", "stripe_account": "acct_e2e"})
 	require.Equal(t, http.StatusCreated, status, sub)
@@ -82,12 +82,12 @@ func TestBillingEndToEnd(t *testing.T) {
 	pi.Refunded = true
 	deliver(fake.Event(pi, "charge.refunded", time.Now()))
 
-	status, list := get(t, url+"/internal/v1/accounts/acct_e2e/receipts", token)
+	status, list := get(t, a.Admin.URL()+"/internal/v1/accounts/acct_e2e/receipts", token)
 	require.Equal(t, http.StatusOK, status, list)
 	require.Len(t, list["data"], 1)
 	assert.Equal(t, "pi_e2e", list["data"].([]any)[0].(map[string]any)["payment_intent"])
 
-	status, list = get(t, url+"/internal/v1/accounts/acct_e2e/subscriptions/"+subID+"/history", token)
+	status, list = get(t, a.Admin.URL()+"/internal/v1/accounts/acct_e2e/subscriptions/"+subID+"/history", token)
 	require.Equal(t, http.StatusOK, status, list)
 	var got []string
 	for _, e := range list["data"].([]any) {
@@ -97,7 +97,7 @@ func TestBillingEndToEnd(t *testing.T) {
 	}
 	assert.Equal(t, []string{"SCHEDULED", "COMPLETED", "REFUNDED"}, got)
 
-	status, list = get(t, url+"/internal/v1/accounts/acct_e2e/subscriptions", token)
+	status, list = get(t, a.Admin.URL()+"/internal/v1/accounts/acct_e2e/subscriptions", token)
 	require.Equal(t, http.StatusOK, status, list)
 	s := list["data"].([]any)[0].(map[string]any)
 	assert.Equal(t, date, s["last_payment_date"])

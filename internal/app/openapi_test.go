@@ -2,6 +2,7 @@ package app_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"regexp"
 	"sort"
@@ -33,7 +34,7 @@ func TestOpenAPIDocumentMatchesRoutes(t *testing.T) {
 	}
 	param := regexp.MustCompile(`:([a-z_]+)`)
 	registered := map[string]bool{}
-	for _, r := range a.Server.Echo.Routes() {
+	for _, r := range a.Admin.Echo.Routes() {
 		if !strings.HasPrefix(r.Path, "/internal/") && !strings.HasPrefix(r.Path, "/v1/") {
 			continue // webhook, health and metrics are not the internal API
 		}
@@ -44,10 +45,10 @@ func TestOpenAPIDocumentMatchesRoutes(t *testing.T) {
 	}
 	assert.Equal(t, keys(documented), keys(registered), "OpenAPI paths vs registered routes")
 
-	status, body := get(t, a.Server.URL()+"/internal/v1/openapi.json", token)
+	status, body := get(t, a.Admin.URL()+"/internal/v1/openapi.json", token)
 	require.Equal(t, http.StatusOK, status)
 	assert.Equal(t, doc.OpenAPI, body["openapi"])
-	status, _ = get(t, a.Server.URL()+"/internal/v1/openapi.json", "")
+	status, _ = get(t, a.Admin.URL()+"/internal/v1/openapi.json", "")
 	assert.Equal(t, http.StatusUnauthorized, status)
 }
 
@@ -63,20 +64,24 @@ func keys(m map[string]bool) []string {
 // Every API route refuses a request without the token or with a wrong one,
 // before doing anything.
 func TestEveryAPIRouteRequiresTheToken(t *testing.T) {
-	a := startApp(t, nil, nil)
+	// Each route is asked from an address of its own (through a trusted
+	// proxy): the wrong tokens would otherwise use up one address's
+	// failures and be answered 429 (TestBearerFailuresAreLimitedPerAddress).
+	a := startApp(t, nil, map[string]string{"TRUSTED_PROXIES": "127.0.0.1/32"})
 	param := regexp.MustCompile(`:([a-z_]+)`)
 	checked := 0
-	for _, r := range a.Server.Echo.Routes() {
+	for _, r := range a.Admin.Echo.Routes() {
 		if r.Method == "echo_route_not_found" || (!strings.HasPrefix(r.Path, "/internal/") && !strings.HasPrefix(r.Path, "/v1/")) {
 			continue
 		}
 		path := param.ReplaceAllString(r.Path, "x")
 		for _, bearer := range []string{"", "wrong-token", token + "x"} {
-			req, err := http.NewRequest(r.Method, a.Server.URL()+path, strings.NewReader("{}"))
+			req, err := http.NewRequest(r.Method, a.Admin.URL()+path, strings.NewReader("{}"))
 			require.NoError(t, err)
 			if bearer != "" {
 				req.Header.Set("Authorization", "Bearer "+bearer)
 			}
+			req.Header.Set("X-Forwarded-For", fmt.Sprintf("198.51.100.%d", checked+1))
 			status, body := do(t, req)
 			assert.Equal(t, http.StatusUnauthorized, status, "%s %s with %q", r.Method, path, bearer)
 			assert.Equal(t, "unauthorized", errorCode(body))
@@ -90,7 +95,7 @@ func TestEveryAPIRouteRequiresTheToken(t *testing.T) {
 func TestDisabledTokenDisablesTheAPI(t *testing.T) {
 	a := startApp(t, nil, map[string]string{"INTERNAL_API_TOKEN": "disabled"})
 	for _, path := range []string{"/internal/v1/events/evt_1", "/internal/v1/openapi.json", "/v1/purchases/x"} {
-		status, _ := get(t, a.Server.URL()+path, "")
+		status, _ := get(t, a.Admin.URL()+path, "")
 		assert.Equal(t, http.StatusNotFound, status, path)
 	}
 }

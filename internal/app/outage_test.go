@@ -248,7 +248,7 @@ func (l *load) takeAnswers() []answer {
 }
 
 func (e *outageEnv) ready() int {
-	resp, err := e.client.Get(e.app.Server.URL() + "/readyz")
+	resp, err := e.client.Get(e.app.Admin.URL() + "/readyz")
 	if err != nil {
 		return 0
 	}

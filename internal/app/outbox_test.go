@@ -115,7 +115,7 @@ func TestDeadLetterRedriveThroughTheAPI(t *testing.T) {
 	a := startApp(t, &logs, map[string]string{
 		"ACTIONS_URL": rcv.srv.URL, "ACTIONS_SECRET": actionsSecret, "OUTBOX_MAX_ATTEMPTS": "2",
 	})
-	base := a.Server.URL() + "/internal/v1/outbox"
+	base := a.Admin.URL() + "/internal/v1/outbox"
 	ids := enqueueActions(t, a, 1)
 	id := ids[0]
 
@@ -266,7 +266,7 @@ func webhookLoad(t *testing.T, a *apptest.App, n, c int) []time.Duration {
 
 func scrape(t *testing.T, a *apptest.App) string {
 	t.Helper()
-	resp, err := http.Get(a.Server.URL() + "/metrics")
+	resp, err := http.Get(a.Admin.URL() + "/metrics")
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)

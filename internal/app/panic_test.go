@@ -60,9 +60,9 @@ func TestPanicsInABatchAreContained(t *testing.T) {
 	good := stripetest.NewID()
 	assert.Equal(t, http.StatusOK, deliver(stripetest.Event{Fixture: "payment_intent.succeeded", ID: good}.Build(t)),
 		"a normal delivery after two panics")
-	status, body := get(t, url+"/readyz", "")
+	status, body := get(t, a.Admin.URL()+"/readyz", "")
 	assert.Equal(t, http.StatusOK, status, "ready: %v", body)
-	assert.Contains(t, metricsText(t, url), "stripe_payments_ingest_panics_total 2")
+	assert.Contains(t, metricsText(t, a.Admin.URL()), "stripe_payments_ingest_panics_total 2")
 
 	// The fault is fixed; Stripe's retries now go through.
 	for i, payload := range bad {

@@ -90,7 +90,7 @@ func startPurchaseApp(t *testing.T) *purchaseEnv {
 		"ACTIONS_URL":     e.sink.srv.URL,
 		"ACTIONS_SECRET":  actionsSecret,
 	})
-	e.app, e.url = a, a.Server.URL()
+	e.app, e.url = a, a.Admin.URL() // the purchase and internal APIs
 	return e
 }
 

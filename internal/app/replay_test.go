@@ -48,7 +48,7 @@ func TestReplayFetchedFromStripe(t *testing.T) {
 	}
 	replay := func(t *testing.T, id string, account string) (int, map[string]any) {
 		t.Helper()
-		u := a.Server.URL() + "/internal/v1/events/" + id + "/replay"
+		u := a.Admin.URL() + "/internal/v1/events/" + id + "/replay"
 		if account != "" {
 			u += "?" + url.Values{"stripe_account": {account}}.Encode()
 		}

@@ -18,6 +18,9 @@ const (
 	CodeInvalidEvent       Code = "invalid_event"
 	CodePayloadTooLarge    Code = "payload_too_large"
 	CodeUnauthorized       Code = "unauthorized"
+	// CodeTooManyRequests: too many failed authentications from the
+	// client's address (or in total); 429 with Retry-After.
+	CodeTooManyRequests Code = "too_many_requests"
 	// CodeLivemode: a test-mode feature (test clocks) asked of a service
 	// running on a live Stripe key.
 	CodeLivemode         Code = "livemode"
@@ -66,6 +69,8 @@ func Status(code Code) int {
 		return http.StatusRequestEntityTooLarge
 	case CodeUnauthorized:
 		return http.StatusUnauthorized
+	case CodeTooManyRequests:
+		return http.StatusTooManyRequests
 	case CodeLivemode:
 		return http.StatusForbidden
 	case CodeNotFound:

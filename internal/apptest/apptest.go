@@ -1,8 +1,9 @@
 // Package apptest starts the real program for end-to-end tests: app.New on
 // fresh namespaces of the local stack (a Postgres database, DynamoDB tables
-// of its own), migrated, listening on a random loopback port, with every
-// worker `serve` runs (app.Start), a fake Stripe at the HTTP level behind
-// STRIPE_API_BASE, and everything stopped and dropped in t.Cleanup. A test
+// of its own), migrated, listening on random loopback ports (public and
+// admin), with every worker `serve` runs (app.Start), a fake Stripe at the
+// HTTP level behind STRIPE_API_BASE, and everything stopped and dropped in
+// t.Cleanup. A test
 // changes the program only the way an operator would, through the
 // environment, plus the options of app.New.
 package apptest
@@ -50,22 +51,27 @@ type Options struct {
 // App is the real program of one test.
 type App struct {
 	*app.App
-	// URL is the program's base URL (after Start).
-	URL string
+	// URL is the public listener's base URL (the webhook, /healthz) and
+	// AdminURL the admin listener's (the console, the APIs, /metrics,
+	// /readyz), after Start.
+	URL      string
+	AdminURL string
 	// Fake is the fake Stripe behind STRIPE_API_BASE.
 	Fake *stripetest.Stripe
 	// Env is the environment the program was configured from.
 	Env map[string]string
 }
 
-// Env is the environment of a test program: development mode on a random
-// loopback port, this test's Postgres database and DynamoDB table names,
-// the package's secret, token and key, then overrides.
+// Env is the environment of a test program: development mode on random
+// loopback ports (both listeners), this test's Postgres database and
+// DynamoDB table names, the package's secret, token and key, then
+// overrides.
 func Env(t testing.TB, overrides map[string]string) map[string]string {
 	t.Helper()
 	env := map[string]string{
 		"APP_ENV":               "development",
 		"LISTEN_ADDR":           "127.0.0.1:0",
+		"ADMIN_LISTEN_ADDR":     "127.0.0.1:0",
 		"STRIPE_WEBHOOK_SECRET": Secret,
 		"STRIPE_API_KEY":        APIKey,
 		"DATABASE_URL":          testenv.DatabaseURL(t),
@@ -127,7 +133,7 @@ func Start(t testing.TB, o Options) *App {
 func (a *App) Listen(t testing.TB) {
 	t.Helper()
 	require.NoError(t, a.Start(context.Background()), "start")
-	a.URL = a.Server.URL()
+	a.URL, a.AdminURL = a.Server.URL(), a.Admin.URL()
 	t.Cleanup(func() { require.NoError(t, a.Shutdown(10*time.Second), "shutdown") })
 }
 

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"runtime/debug"
 	"strconv"
 	"time"
@@ -35,19 +36,12 @@ type Server struct {
 	done     chan error
 }
 
-// New returns a server with the health and metrics routes registered.
+// New returns the admin server (DESIGN §3 "Two listeners"): /healthz,
+// /readyz and /metrics are registered; the console and the APIs register
+// themselves on it.
 func New(log *slog.Logger, m *metrics.Metrics, checks []Check) *Server {
-	e := echo.New()
-	e.HideBanner, e.HidePort = true, true
-	s := &Server{Echo: e, log: log}
-	e.HTTPErrorHandler = s.handleError
-	// observe is outermost, so a recovered panic is counted as the 500 it
-	// answers.
-	e.Use(s.observe(m), s.recoverPanics(m))
-
-	e.GET("/healthz", func(c echo.Context) error {
-		return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
-	})
+	s := newServer(log, m)
+	e := s.Echo
 	e.GET("/readyz", func(c echo.Context) error {
 		ctx, cancel := context.WithTimeout(c.Request().Context(), 3*time.Second)
 		defer cancel()
@@ -70,6 +64,47 @@ func New(log *slog.Logger, m *metrics.Metrics, checks []Check) *Server {
 	})
 	e.GET("/metrics", echo.WrapHandler(m.Handler()))
 	return s
+}
+
+// NewPublic returns the public server (DESIGN §3 "Two listeners"): only
+// /healthz here; the webhook registers itself on it, and nothing else may.
+func NewPublic(log *slog.Logger, m *metrics.Metrics) *Server {
+	return newServer(log, m)
+}
+
+func newServer(log *slog.Logger, m *metrics.Metrics) *Server {
+	e := echo.New()
+	e.HideBanner, e.HidePort = true, true
+	s := &Server{Echo: e, log: log}
+	e.HTTPErrorHandler = s.handleError
+	// The client's address is the connection's unless TrustProxies names
+	// the proxies whose X-Forwarded-For is believed (echo's default would
+	// believe any client's header).
+	e.IPExtractor = echo.ExtractIPDirect()
+	// observe is outermost, so a recovered panic is counted as the 500 it
+	// answers.
+	e.Use(s.observe(m), s.recoverPanics(m))
+	e.GET("/healthz", func(c echo.Context) error {
+		return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
+	})
+	return s
+}
+
+// TrustProxies makes the client address (echo.Context.RealIP) the last
+// X-Forwarded-For entry that is not one of proxies, when the connection
+// comes from one of them; else the connection's address. No proxy: the
+// header is never believed.
+func (s *Server) TrustProxies(proxies []netip.Prefix) {
+	if len(proxies) == 0 {
+		s.Echo.IPExtractor = echo.ExtractIPDirect()
+		return
+	}
+	opts := []echo.TrustOption{echo.TrustLoopback(false), echo.TrustLinkLocal(false), echo.TrustPrivateNet(false)}
+	for _, p := range proxies {
+		ipnet := &net.IPNet{IP: net.IP(p.Addr().AsSlice()), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
+		opts = append(opts, echo.TrustIPRange(ipnet))
+	}
+	s.Echo.IPExtractor = echo.ExtractIPFromXFFHeader(opts...)
 }
 
 // Open listens on addr ("127.0.0.1:0" picks a free port) and serves in the

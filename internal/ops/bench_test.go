@@ -79,7 +79,7 @@ func BenchmarkConsolePages(b *testing.B) {
 	require.NoError(b, <-errs)
 	b.Logf("wrote %d events in %s", n, time.Since(start).Round(time.Millisecond))
 
-	base := a.Server.URL() + "/ops"
+	base := a.Admin.URL() + "/ops"
 	c := login(b, base)
 	date := now.Format("2006-01-02")
 	get := func(path string) string {
@@ -118,7 +118,7 @@ func TestOutboxListPagesThroughTies(t *testing.T) {
 	_, err := a.Pool.Exec(context.Background(), `INSERT INTO outbox (id, topic, type, dedupe_key, payload, available_at)
 		SELECT gen_random_uuid(), 'ops-test', 'x', 'ops-page-' || i, '{}', now() + interval '1 hour' FROM generate_series(1, 120) i`)
 	require.NoError(t, err)
-	base := a.Server.URL() + "/ops"
+	base := a.Admin.URL() + "/ops"
 	c := login(t, base)
 	ids := map[string]bool{}
 	path := "/outbox?topic=ops-test"

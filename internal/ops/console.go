@@ -15,6 +15,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -22,9 +23,9 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
 	"github.com/prometheus/client_golang/prometheus"
-	"golang.org/x/time/rate"
 
 	"github.com/stripe-payments/stripe-payments/internal/api"
+	"github.com/stripe-payments/stripe-payments/internal/authlimit"
 	"github.com/stripe-payments/stripe-payments/internal/billing"
 )
 
@@ -59,6 +60,16 @@ type Deps struct {
 	// Clocks bounds the test clocks' advances, which outlive the request
 	// that starts them: the process's lifetime. nil: context.Background().
 	Clocks context.Context
+	// Development (APP_ENV=development): only then may cookies go without
+	// Secure over plain HTTP and pages without HSTS.
+	Development bool
+	// Failures limits wrong tokens per client address (shared with the
+	// bearer API); nil: a limiter of the console's own.
+	Failures *authlimit.Limiter
+	// SessionIdle and SessionMaxAge end sessions (0: SessionIdle,
+	// SessionTTL).
+	SessionIdle   time.Duration
+	SessionMaxAge time.Duration
 }
 
 // Console serves the pages.
@@ -66,7 +77,6 @@ type Console struct {
 	d        Deps
 	sessions sessions
 	pages    map[string]*template.Template
-	logins   *rate.Limiter
 }
 
 // Register mounts the console on e; nothing when the token is empty (the
@@ -82,9 +92,17 @@ func Register(e *echo.Echo, d Deps) error {
 		d.Log = slog.Default()
 	}
 	d.Clocks = clocksContext(d.Clocks)
-	c := &Console{d: d, sessions: newSessions(d.Token, d.Now), pages: map[string]*template.Template{},
-		// Wrong tokens are slowed down for everyone: a guess a second.
-		logins: rate.NewLimiter(1, 5)}
+	if d.Failures == nil {
+		d.Failures = authlimit.New(authlimit.Config{})
+	}
+	if d.SessionIdle <= 0 {
+		d.SessionIdle = SessionIdle
+	}
+	if d.SessionMaxAge <= 0 {
+		d.SessionMaxAge = SessionTTL
+	}
+	c := &Console{d: d, pages: map[string]*template.Template{},
+		sessions: sessions{pool: d.Pool, now: d.Now, idle: d.SessionIdle, maxAge: d.SessionMaxAge}}
 	if err := c.parse(); err != nil {
 		return err
 	}
@@ -146,6 +164,9 @@ func (c *Console) headers(next echo.HandlerFunc) echo.HandlerFunc {
 		h.Set("Referrer-Policy", "same-origin") // no-referrer would make Chrome send Origin: null on our own forms
 		h.Set("Cross-Origin-Opener-Policy", "same-origin")
 		h.Set("Cache-Control", "no-store")
+		if !c.d.Development {
+			h.Set("Strict-Transport-Security", "max-age=31536000")
+		}
 		return next(ec)
 	}
 }
@@ -159,23 +180,26 @@ type ctxKey struct{}
 func (c *Console) auth(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(ec echo.Context) error {
 		r := ec.Request()
-		var id string
-		ok := false
-		if ck, err := r.Cookie(sessionCookie); err == nil {
-			id, ok = c.sessions.check(ck.Value)
+		err := errNoSession
+		var s session
+		if ck, cerr := r.Cookie(sessionCookie); cerr == nil {
+			s, err = c.sessions.check(ctxOf(ec), ck.Value)
 		}
-		if !ok {
+		if err != nil && !errors.Is(err, errNoSession) {
+			return c.unavailable(ec, "check your session", err)
+		}
+		if err != nil {
 			if r.Method == http.MethodGet {
 				return ec.Redirect(http.StatusSeeOther, Prefix+"/login")
 			}
 			return c.fail(ec, http.StatusUnauthorized, "Your session has ended. Log in again; nothing was changed.")
 		}
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
-			if !sameOrigin(r) || !c.sessions.csrfOK("session", id, r.PostFormValue("csrf")) {
+			if !sameOrigin(r) || !equal(s.csrf, r.PostFormValue("csrf")) {
 				return c.fail(ec, http.StatusForbidden, "This form is stale or did not come from the console (CSRF check failed); nothing was changed. Reload the page and try again.")
 			}
 		}
-		ec.Set("ops.session", id)
+		ec.Set("ops.session", s)
 		return next(ec)
 	}
 }
@@ -194,8 +218,8 @@ type view struct {
 }
 
 func (c *Console) render(ec echo.Context, status int, page string, v view) error {
-	if id, _ := ec.Get("ops.session").(string); id != "" {
-		v.Authed, v.CSRF = true, c.sessions.csrf("session", id)
+	if s, ok := ec.Get("ops.session").(session); ok && s.csrf != "" {
+		v.Authed, v.CSRF = true, s.csrf
 		v.Clocks = c.clocksOn()
 	}
 	t, ok := c.pages[page]
@@ -221,41 +245,78 @@ func (c *Console) unavailable(ec echo.Context, what string, err error) error {
 	return c.fail(ec, http.StatusServiceUnavailable, "Could not "+what+" (see the service logs). Try again.")
 }
 
+// loginPage sets a random nonce as a cookie and as the form's CSRF field
+// (double submit): nothing on it depends on INTERNAL_API_TOKEN, so the page
+// answers nothing about the token.
 func (c *Console) loginPage(ec echo.Context) error {
-	nonce := randomID()
-	setCookie(ec.Response(), ec.Request(), loginCookie, nonce, 600)
-	return c.render(ec, http.StatusOK, "login", view{Title: "Log in", Data: c.sessions.csrf("login", nonce)})
+	return c.loginForm(ec, http.StatusOK, "")
 }
 
 func (c *Console) login(ec echo.Context) error {
 	r := ec.Request()
 	ck, err := r.Cookie(loginCookie)
-	if err != nil || !sameOrigin(r) || !c.sessions.csrfOK("login", ck.Value, r.PostFormValue("csrf")) {
+	if err != nil || !sameOrigin(r) || !equal(ck.Value, r.PostFormValue("csrf")) {
 		return c.fail(ec, http.StatusForbidden, "The login form is stale or did not come from the console; nothing was changed. Open the login page again.")
 	}
-	if !c.logins.Allow() {
-		return c.loginAgain(ec, http.StatusTooManyRequests, "Too many attempts; wait a few seconds.")
+	remote := ec.RealIP()
+	done, allowed := c.d.Failures.Attempt("console", remote)
+	if !allowed {
+		c.d.Log.Warn("console login refused: too many failed tokens", "remote", remote)
+		ec.Response().Header().Set("Retry-After", strconv.Itoa(int(c.d.Failures.RetryAfter().Seconds())))
+		return c.loginForm(ec, http.StatusTooManyRequests, "Too many wrong tokens from your address; wait a minute and try again.")
 	}
 	if !tokenOK(c.d.Token, r.PostFormValue("token")) {
-		c.d.Log.Warn("console login refused: wrong token", "remote", ec.RealIP())
-		return c.loginAgain(ec, http.StatusUnauthorized, "That is not the internal API token.")
+		done(false)
+		c.d.Log.Warn("console login refused: wrong token", "remote", remote)
+		return c.loginForm(ec, http.StatusUnauthorized, "That is not the internal API token.")
 	}
-	value, _ := c.sessions.issue()
-	setCookie(ec.Response(), r, sessionCookie, value, int(SessionTTL/time.Second))
-	setCookie(ec.Response(), r, loginCookie, "", -1)
+	done(true)
+	value, err := c.sessions.issue(ctxOf(ec), remote)
+	if err != nil {
+		return c.unavailable(ec, "start your session", err)
+	}
+	c.d.Log.Info("console login", "remote", remote)
+	c.setCookie(ec.Response(), r, sessionCookie, value, int(c.d.SessionMaxAge/time.Second))
+	c.setCookie(ec.Response(), r, loginCookie, "", -1)
 	return ec.Redirect(http.StatusSeeOther, Prefix+"/")
 }
 
-func (c *Console) loginAgain(ec echo.Context, status int, msg string) error {
-	nonce := randomID()
-	setCookie(ec.Response(), ec.Request(), loginCookie, nonce, 600)
-	return c.render(ec, status, "login", view{Title: "Log in", Error: msg, Data: c.sessions.csrf("login", nonce)})
+func (c *Console) loginForm(ec echo.Context, status int, msg string) error {
+	nonce := randomToken(32)
+	c.setCookie(ec.Response(), ec.Request(), loginCookie, nonce, 600)
+	return c.render(ec, status, "login", view{Title: "Log in", Error: msg, Data: loginView{
+		CSRF: nonce, Idle: human(c.d.SessionIdle), MaxAge: human(c.d.SessionMaxAge)}})
 }
 
+type loginView struct{ CSRF, Idle, MaxAge string }
+
+// human writes a duration in whole hours, minutes or seconds when it is one.
+func human(d time.Duration) string {
+	for _, u := range []struct {
+		d    time.Duration
+		name string
+	}{{time.Hour, "hour"}, {time.Minute, "minute"}, {time.Second, "second"}} {
+		if d%u.d == 0 {
+			n := int64(d / u.d)
+			if n == 1 {
+				return "1 " + u.name
+			}
+			return strconv.FormatInt(n, 10) + " " + u.name + "s"
+		}
+	}
+	return d.String()
+}
+
+// logout deletes the session's row: its cookie, wherever copied, is
+// refused from now on by every replica.
 func (c *Console) logout(ec echo.Context) error {
-	setCookie(ec.Response(), ec.Request(), sessionCookie, "", -1)
-	ec.Set("ops.session", "")
-	return c.render(ec, http.StatusOK, "message", view{Title: "Logged out", Notice: "You are logged out. This browser no longer holds a session."})
+	s, _ := ec.Get("ops.session").(session)
+	if err := c.sessions.revoke(ctxOf(ec), s.idHash); err != nil {
+		return c.unavailable(ec, "end your session", err)
+	}
+	c.setCookie(ec.Response(), ec.Request(), sessionCookie, "", -1)
+	ec.Set("ops.session", session{})
+	return c.render(ec, http.StatusOK, "message", view{Title: "Logged out", Notice: "You are logged out. The session has ended on the server: this browser, or any copy of its cookie, no longer has access."})
 }
 
 func ctxOf(ec echo.Context) context.Context { return ec.Request().Context() }

@@ -21,51 +21,80 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/testenv"
 )
 
-func TestSessionCookies(t *testing.T) {
+// Console sessions live in Postgres (shared by replicas): a revoked,
+// idle or too old session is refused by every replica, the cookie is
+// random (nothing derived from the token) and only its digest is stored.
+func TestSessions(t *testing.T) {
+	pool := testenv.Postgres(t)
+	ctx := context.Background()
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	clock := func() time.Time { return now }
-	s := newSessions("token-a", clock)
-	value, id := s.issue()
+	s := sessions{pool: pool, now: clock, idle: 30 * time.Minute, maxAge: 12 * time.Hour}
+	replica := sessions{pool: pool, now: clock, idle: 30 * time.Minute, maxAge: 12 * time.Hour}
+	at := func(d time.Duration) { now = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC).Add(d) }
 
-	got, ok := s.check(value)
-	require.True(t, ok)
-	assert.Equal(t, id, got)
-	assert.True(t, s.csrfOK("session", id, s.csrf("session", id)))
+	value, err := s.issue(ctx, "192.0.2.1")
+	require.NoError(t, err)
+	other, err := s.issue(ctx, "192.0.2.1")
+	require.NoError(t, err)
+	assert.NotEqual(t, value, other)
+	assert.GreaterOrEqual(t, len(value), 43, "32 random bytes")
+	got, err := replica.check(ctx, value)
+	require.NoError(t, err, "another replica knows the session")
+	assert.Len(t, got.csrf, 43)
+	got2, err := s.check(ctx, other)
+	require.NoError(t, err)
+	assert.NotEqual(t, got.csrf, got2.csrf, "CSRF tokens are per session")
+	var stored int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM ops_sessions WHERE id_hash = $1 OR csrf = $1::text OR remote = $1::text`,
+		[]byte(value)).Scan(&stored))
+	assert.Zero(t, stored, "the cookie itself is not stored")
 
-	tests := []struct {
-		name  string
-		value string
-		s     sessions
-	}{
-		{"another token signed it", value, newSessions("token-b", clock)},
-		{"expired", value, newSessions("token-a", func() time.Time { return now.Add(SessionTTL) })},
-		{"tampered body", flip(value, 14), s},
-		{"tampered signature", value[:len(value)-2] + "AA", s},
-		{"no signature", value[:len(value)-44], s},
-		{"empty", "", s},
-		{"garbage", "not.a.cookie", s},
+	for name, bad := range map[string]string{"empty": "", "garbage": "not.a.cookie", "tampered": flip(value, 5),
+		"too long": strings.Repeat("A", 200)} {
+		_, err := s.check(ctx, bad)
+		assert.ErrorIs(t, err, errNoSession, name)
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			_, ok := tc.s.check(tc.value)
-			assert.False(t, ok)
-		})
-	}
-	t.Run("CSRF tokens are per session and per kind", func(t *testing.T) {
-		_, other := s.issue()
-		assert.False(t, s.csrfOK("session", other, s.csrf("session", id)))
-		assert.False(t, s.csrfOK("login", id, s.csrf("session", id)))
-		assert.False(t, s.csrfOK("session", id, ""))
+
+	t.Run("logout revokes on every replica", func(t *testing.T) {
+		require.NoError(t, s.revoke(ctx, got2.idHash))
+		_, err := replica.check(ctx, other)
+		assert.ErrorIs(t, err, errNoSession)
+		_, err = s.check(ctx, value)
+		assert.NoError(t, err, "the other session lives on")
 	})
-}
-
-// flip changes the character at i.
-func flip(s string, i int) string {
-	c := byte('B')
-	if s[i] == 'B' {
-		c = 'C'
-	}
-	return s[:i] + string(c) + s[i+1:]
+	t.Run("idle timeout", func(t *testing.T) {
+		at(20 * time.Minute)
+		_, err := s.check(ctx, value)
+		require.NoError(t, err, "used within 30 minutes")
+		at(49 * time.Minute)
+		_, err = replica.check(ctx, value)
+		require.NoError(t, err, "29 minutes after its last use")
+		at(49*time.Minute + 30*time.Minute + time.Second)
+		_, err = s.check(ctx, value)
+		assert.ErrorIs(t, err, errNoSession, "30 minutes without use")
+	})
+	t.Run("absolute lifetime", func(t *testing.T) {
+		at(0)
+		v, err := s.issue(ctx, "192.0.2.2")
+		require.NoError(t, err)
+		for d := 20 * time.Minute; d < 12*time.Hour; d += 20 * time.Minute {
+			at(d)
+			_, err := s.check(ctx, v)
+			require.NoError(t, err, d)
+		}
+		at(12 * time.Hour)
+		_, err = s.check(ctx, v)
+		assert.ErrorIs(t, err, errNoSession, "12 hours after login, used or not")
+	})
+	t.Run("ended sessions are deleted at the next login", func(t *testing.T) {
+		at(24 * time.Hour)
+		_, err := s.issue(ctx, "192.0.2.3")
+		require.NoError(t, err)
+		var n int
+		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM ops_sessions`).Scan(&n))
+		assert.Equal(t, 1, n)
+	})
 }
 
 func TestSameOrigin(t *testing.T) {
@@ -279,4 +308,13 @@ func luminance(hex string) float64 {
 		return math.Pow((x+0.055)/1.055, 2.4)
 	}
 	return 0.2126*ch(v>>16&0xff) + 0.7152*ch(v>>8&0xff) + 0.0722*ch(v&0xff)
+}
+
+// flip changes the character at i.
+func flip(s string, i int) string {
+	c := byte('B')
+	if s[i] == 'B' {
+		c = 'C'
+	}
+	return s[:i] + string(c) + s[i+1:]
 }

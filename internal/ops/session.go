@@ -1,86 +1,113 @@
 package ops
 
 import (
-	"crypto/hmac"
+	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
-	"encoding/binary"
+	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 const (
 	sessionCookie = "ops_session"
 	loginCookie   = "ops_login"
-	// SessionTTL bounds a browser session; the token is asked again after.
-	SessionTTL = 12 * time.Hour
+	// SessionTTL is the default absolute lifetime of a session
+	// (OPS_SESSION_MAX_AGE); SessionIdle the default idle timeout
+	// (OPS_SESSION_IDLE_TIMEOUT).
+	SessionTTL  = 12 * time.Hour
+	SessionIdle = 30 * time.Minute
 )
 
-// sessions issues and checks stateless session cookies: expiry and a random
-// session id, signed with a key derived from INTERNAL_API_TOKEN. Nothing is
-// stored, so every instance accepts every session, and rotating the token
-// ends them all. The CSRF token of a session is a MAC of its id.
+// sessions are server-side (table ops_sessions, shared by every replica):
+// the cookie is 32 random bytes, nothing derived from INTERNAL_API_TOKEN
+// or any key, and the table holds only its SHA-256. A session ends at
+// logout (its row is deleted: a copied cookie is refused at once, on every
+// replica), after idle without a request, or maxAge after login. Its CSRF
+// token is another random value kept in the row.
 type sessions struct {
-	key []byte
-	now func() time.Time
+	pool   *pgxpool.Pool
+	now    func() time.Time
+	idle   time.Duration
+	maxAge time.Duration
 }
 
-func newSessions(token string, now func() time.Time) sessions {
-	m := hmac.New(sha256.New, []byte(token))
-	m.Write([]byte("stripe-payments ops console session key v1"))
-	return sessions{key: m.Sum(nil), now: now}
-}
-
-func (s sessions) mac(parts ...string) []byte {
-	m := hmac.New(sha256.New, s.key)
-	for _, p := range parts {
-		m.Write([]byte(p))
-		m.Write([]byte{0})
-	}
-	return m.Sum(nil)
+// session is a valid session: its cookie's digest and its CSRF token.
+type session struct {
+	idHash []byte
+	csrf   string
 }
 
 var b64 = base64.RawURLEncoding
 
-// issue returns a new session cookie value and its id.
-func (s sessions) issue() (value, id string) {
-	raw := make([]byte, 8+16)
-	binary.BigEndian.PutUint64(raw, uint64(s.now().Add(SessionTTL).Unix()))
-	_, _ = rand.Read(raw[8:])
-	body := b64.EncodeToString(raw)
-	return body + "." + b64.EncodeToString(s.mac("session", body)), b64.EncodeToString(raw[8:])
+func digest(value string) []byte {
+	sum := sha256.Sum256([]byte(value))
+	return sum[:]
 }
 
-// check returns the session id of a valid, unexpired cookie value.
-func (s sessions) check(value string) (string, bool) {
-	body, sig, ok := strings.Cut(value, ".")
-	if !ok {
-		return "", false
+// issue stores a new session and returns its cookie value.
+func (s sessions) issue(ctx context.Context, remote string) (string, error) {
+	value, csrf := randomToken(32), randomToken(32)
+	now := s.now()
+	// Ended sessions go first (the index keeps this cheap).
+	if _, err := s.pool.Exec(ctx, `DELETE FROM ops_sessions WHERE expires_at <= $1 OR last_seen <= $2`,
+		now, now.Add(-s.idle)); err != nil {
+		return "", fmt.Errorf("prune console sessions: %w", err)
 	}
-	got, err := b64.DecodeString(sig)
-	if err != nil || !hmac.Equal(got, s.mac("session", body)) {
-		return "", false
+	if _, err := s.pool.Exec(ctx, `INSERT INTO ops_sessions (id_hash, csrf, created_at, last_seen, expires_at, remote)
+		VALUES ($1, $2, $3, $3, $4, $5)`, digest(value), csrf, now, now.Add(s.maxAge), remote); err != nil {
+		return "", fmt.Errorf("store console session: %w", err)
 	}
-	raw, err := b64.DecodeString(body)
-	if err != nil || len(raw) != 24 {
-		return "", false
-	}
-	if s.now().Unix() >= int64(binary.BigEndian.Uint64(raw)) {
-		return "", false
-	}
-	return b64.EncodeToString(raw[8:]), true
+	return value, nil
 }
 
-// csrf is the CSRF token of a session (or of a login nonce).
-func (s sessions) csrf(kind, id string) string { return b64.EncodeToString(s.mac("csrf", kind, id)) }
+// errNoSession: no such session, or it has ended.
+var errNoSession = errors.New("no session")
 
-func (s sessions) csrfOK(kind, id, got string) bool {
-	want := s.csrf(kind, id)
-	return subtle.ConstantTimeCompare([]byte(want), []byte(got)) == 1
+// check returns the live session of a cookie value and marks it used;
+// errNoSession when it is unknown, logged out, idle too long or too old.
+// The last use is written at most once a minute (or per tenth of the idle
+// timeout, if shorter).
+func (s sessions) check(ctx context.Context, value string) (session, error) {
+	if value == "" || len(value) > 100 {
+		return session{}, errNoSession
+	}
+	now := s.now()
+	h := digest(value)
+	step := min(time.Minute, s.idle/10)
+	var out session
+	err := s.pool.QueryRow(ctx, `UPDATE ops_sessions
+		SET last_seen = CASE WHEN last_seen <= $3 THEN $2 ELSE last_seen END
+		WHERE id_hash = $1 AND expires_at > $2 AND last_seen > $4
+		RETURNING id_hash, csrf`, h, now, now.Add(-step), now.Add(-s.idle)).Scan(&out.idHash, &out.csrf)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return session{}, errNoSession
+	}
+	if err != nil {
+		return session{}, fmt.Errorf("read console session: %w", err)
+	}
+	return out, nil
+}
+
+// revoke ends a session on every replica.
+func (s sessions) revoke(ctx context.Context, idHash []byte) error {
+	if _, err := s.pool.Exec(ctx, `DELETE FROM ops_sessions WHERE id_hash = $1`, idHash); err != nil {
+		return fmt.Errorf("end console session: %w", err)
+	}
+	return nil
+}
+
+// equal compares two secrets in constant time.
+func equal(want, got string) bool {
+	return want != "" && subtle.ConstantTimeCompare([]byte(want), []byte(got)) == 1
 }
 
 // tokenOK compares a submitted token with INTERNAL_API_TOKEN in constant
@@ -90,22 +117,26 @@ func tokenOK(want, got string) bool {
 	return subtle.ConstantTimeCompare(a[:], b[:]) == 1
 }
 
-func randomID() string {
-	b := make([]byte, 16)
+func randomToken(n int) string {
+	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return b64.EncodeToString(b)
 }
 
-// secure reports a request that reached us over TLS, directly or through a
-// proxy that says so: the cookies are then Secure.
-func secure(r *http.Request) bool {
-	return r.TLS != nil || strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https")
+func randomID() string { return randomToken(16) }
+
+// secure reports whether the console's cookies are Secure: always outside
+// development mode (the console is then behind TLS, and a cookie must never
+// travel in clear), and in development mode when the request reached us
+// over TLS, directly or through a proxy that says so.
+func (c *Console) secure(r *http.Request) bool {
+	return !c.d.Development || r.TLS != nil || strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https")
 }
 
-func setCookie(w http.ResponseWriter, r *http.Request, name, value string, maxAge int) {
+func (c *Console) setCookie(w http.ResponseWriter, r *http.Request, name, value string, maxAge int) {
 	http.SetCookie(w, &http.Cookie{
 		Name: name, Value: value, Path: Prefix, MaxAge: maxAge,
-		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: secure(r),
+		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: c.secure(r),
 	})
 }
 
