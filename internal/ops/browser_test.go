@@ -157,7 +157,9 @@ func shots(t *testing.T) string {
 
 func TestConsoleInARealBrowser(t *testing.T) {
 	stripe := newFakeStripe(t)
-	a := startApp(t, stripe.URL)
+	// The HTTP clients below reach the console as other addresses through
+	// this "proxy" (X-Forwarded-For); the browser is 127.0.0.1 itself.
+	a := startApp(t, stripe.URL, "TRUSTED_PROXIES", "127.0.0.1/32")
 	base := a.Admin.URL() + "/ops"
 	dir := shots(t)
 	ctx := browser(t)
@@ -281,6 +283,14 @@ func TestConsoleInARealBrowser(t *testing.T) {
 	a.RecordBillingRun(context.Background(), "remind", a.Billing.NowDate(), started, rep, runErr)
 
 	t.Run("login refuses a wrong token, then accepts the right one", func(t *testing.T) {
+		// Another address floods the login with wrong tokens first: it is
+		// locked out, the browser's address is not.
+		flood := newConsole(t, base)
+		flood.xff = "203.0.113.99"
+		for i := range 30 {
+			flood.login(fmt.Sprintf("flood-%d", i))
+		}
+		require.Equal(t, http.StatusTooManyRequests, flood.login(token).status, "the flooding address is locked out")
 		step("open", chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.ID("token")))
 		shot("01-login")
 		step("wrong token", chromedp.SetValue(chromedp.ID("token"), "not-the-token"), chromedp.Click(chromedp.CSS(`form button[type=submit]`)),
@@ -602,10 +612,22 @@ func TestConsoleInARealBrowser(t *testing.T) {
 		assert.Contains(t, text("table.events"), subEvent.ID)
 	})
 
-	t.Run("log out", func(t *testing.T) {
+	t.Run("log out ends the session: a copied cookie is refused", func(t *testing.T) {
+		copied := newConsole(t, base)
+		copied.cookies["ops_session"] = sessionCookie(t).Value
+		require.Equal(t, http.StatusOK, copied.get("/").status, "the copy works before logout")
+		csrf, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector("input[name=csrf]").value`))
+		require.NoError(t, err)
 		step("logout", chromedp.Navigate(base+"/"), chromedp.Click(chromedp.CSS(".logout button")), chromedp.WaitVisible(chromedp.CSS(".alert.ok")))
 		shot("17-logged-out")
 		step("back to login", chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.ID("token")))
+		r := copied.get("/")
+		assert.Equal(t, http.StatusSeeOther, r.status, "the copied cookie is refused after logout")
+		assert.Equal(t, "/ops/login", r.header.Get("Location"))
+		r = copied.do(http.MethodPost, "/billing/merchant-ops/"+subID+"/action", url.Values{"csrf": {csrf}, "action": {"cancel"}})
+		assert.Equal(t, http.StatusUnauthorized, r.status, "and cannot change anything")
+		_, got := apiJSON(t, a, http.MethodGet, "/internal/v1/accounts/merchant-ops/subscriptions/"+subID, nil)
+		assert.Equal(t, "ACTIVE", got["status"])
 	})
 }
 
