@@ -102,7 +102,7 @@ func Register(e *echo.Echo, d Deps) error {
 		d.SessionMaxAge = SessionTTL
 	}
 	c := &Console{d: d, pages: map[string]*template.Template{},
-		sessions: sessions{pool: d.Pool, now: d.Now, idle: d.SessionIdle, maxAge: d.SessionMaxAge}}
+		sessions: sessions{pool: d.Pool, now: d.Now, idle: d.SessionIdle, maxAge: d.SessionMaxAge, tag: tokenTag(d.Token)}}
 	if err := c.parse(); err != nil {
 		return err
 	}

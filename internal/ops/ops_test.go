@@ -29,8 +29,9 @@ func TestSessions(t *testing.T) {
 	ctx := context.Background()
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	clock := func() time.Time { return now }
-	s := sessions{pool: pool, now: clock, idle: 30 * time.Minute, maxAge: 12 * time.Hour}
-	replica := sessions{pool: pool, now: clock, idle: 30 * time.Minute, maxAge: 12 * time.Hour}
+	s := sessions{pool: pool, now: clock, idle: 30 * time.Minute, maxAge: 12 * time.Hour, tag: tokenTag("token-a")}
+	replica := sessions{pool: pool, now: clock, idle: 30 * time.Minute, maxAge: 12 * time.Hour, tag: tokenTag("token-a")}
+	rotated := sessions{pool: pool, now: clock, idle: 30 * time.Minute, maxAge: 12 * time.Hour, tag: tokenTag("token-b")}
 	at := func(d time.Duration) { now = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC).Add(d) }
 
 	value, err := s.issue(ctx, "192.0.2.1")
@@ -56,6 +57,12 @@ func TestSessions(t *testing.T) {
 		assert.ErrorIs(t, err, errNoSession, name)
 	}
 
+	t.Run("a rotated token ends every session", func(t *testing.T) {
+		_, err := rotated.check(ctx, value)
+		assert.ErrorIs(t, err, errNoSession)
+		_, err = s.check(ctx, value)
+		assert.NoError(t, err, "under the old token it still is")
+	})
 	t.Run("logout revokes on every replica", func(t *testing.T) {
 		require.NoError(t, s.revoke(ctx, got2.idHash))
 		_, err := replica.check(ctx, other)

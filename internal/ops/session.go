@@ -2,6 +2,7 @@ package ops
 
 import (
 	"context"
+	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -32,12 +33,23 @@ const (
 // or any key, and the table holds only its SHA-256. A session ends at
 // logout (its row is deleted: a copied cookie is refused at once, on every
 // replica), after idle without a request, or maxAge after login. Its CSRF
-// token is another random value kept in the row.
+// token is another random value kept in the row. Each row carries the tag
+// of the token it was opened with: after the token is rotated, no session
+// opened under the old one is accepted.
 type sessions struct {
 	pool   *pgxpool.Pool
 	now    func() time.Time
 	idle   time.Duration
 	maxAge time.Duration
+	tag    []byte // tokenTag(INTERNAL_API_TOKEN)
+}
+
+// tokenTag identifies a token without revealing it: 8 bytes of an HMAC
+// keyed by it. It is stored server-side only, never sent to a browser.
+func tokenTag(token string) []byte {
+	m := hmac.New(sha256.New, []byte(token))
+	m.Write([]byte("stripe-payments ops session token tag v1"))
+	return m.Sum(nil)[:8]
 }
 
 // session is a valid session: its cookie's digest and its CSRF token.
@@ -62,8 +74,8 @@ func (s sessions) issue(ctx context.Context, remote string) (string, error) {
 		now, now.Add(-s.idle)); err != nil {
 		return "", fmt.Errorf("prune console sessions: %w", err)
 	}
-	if _, err := s.pool.Exec(ctx, `INSERT INTO ops_sessions (id_hash, csrf, created_at, last_seen, expires_at, remote)
-		VALUES ($1, $2, $3, $3, $4, $5)`, digest(value), csrf, now, now.Add(s.maxAge), remote); err != nil {
+	if _, err := s.pool.Exec(ctx, `INSERT INTO ops_sessions (id_hash, csrf, created_at, last_seen, expires_at, remote, token_tag)
+		VALUES ($1, $2, $3, $3, $4, $5, $6)`, digest(value), csrf, now, now.Add(s.maxAge), remote, s.tag); err != nil {
 		return "", fmt.Errorf("store console session: %w", err)
 	}
 	return value, nil
@@ -86,8 +98,8 @@ func (s sessions) check(ctx context.Context, value string) (session, error) {
 	var out session
 	err := s.pool.QueryRow(ctx, `UPDATE ops_sessions
 		SET last_seen = CASE WHEN last_seen <= $3 THEN $2 ELSE last_seen END
-		WHERE id_hash = $1 AND expires_at > $2 AND last_seen > $4
-		RETURNING id_hash, csrf`, h, now, now.Add(-step), now.Add(-s.idle)).Scan(&out.idHash, &out.csrf)
+		WHERE id_hash = $1 AND expires_at > $2 AND last_seen > $4 AND token_tag = $5
+		RETURNING id_hash, csrf`, h, now, now.Add(-step), now.Add(-s.idle), s.tag).Scan(&out.idHash, &out.csrf)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return session{}, errNoSession
 	}
