@@ -86,8 +86,8 @@ var errNoSession = errors.New("no session")
 
 // check returns the live session of a cookie value and marks it used;
 // errNoSession when it is unknown, logged out, idle too long or too old.
-// The last use is written at most once a minute (or per tenth of the idle
-// timeout, if shorter).
+// The last use is written only when it is older than a minute (or a tenth
+// of the idle timeout, if shorter): most requests only read the row.
 func (s sessions) check(ctx context.Context, value string) (session, error) {
 	if value == "" || len(value) > 100 {
 		return session{}, errNoSession
@@ -96,10 +96,13 @@ func (s sessions) check(ctx context.Context, value string) (session, error) {
 	h := digest(value)
 	step := min(time.Minute, s.idle/10)
 	var out session
-	err := s.pool.QueryRow(ctx, `UPDATE ops_sessions
-		SET last_seen = CASE WHEN last_seen <= $3 THEN $2 ELSE last_seen END
-		WHERE id_hash = $1 AND expires_at > $2 AND last_seen > $4 AND token_tag = $5
-		RETURNING id_hash, csrf`, h, now, now.Add(-step), now.Add(-s.idle), s.tag).Scan(&out.idHash, &out.csrf)
+	err := s.pool.QueryRow(ctx, `WITH live AS (
+			SELECT id_hash, csrf, last_seen FROM ops_sessions
+			WHERE id_hash = $1 AND expires_at > $2 AND last_seen > $4 AND token_tag = $5),
+		touched AS (
+			UPDATE ops_sessions o SET last_seen = $2 FROM live
+			WHERE o.id_hash = live.id_hash AND live.last_seen <= $3)
+		SELECT id_hash, csrf FROM live`, h, now, now.Add(-step), now.Add(-s.idle), s.tag).Scan(&out.idHash, &out.csrf)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return session{}, errNoSession
 	}
