@@ -83,7 +83,7 @@ variable "eventbridge_visibility_timeout" {
 }
 
 variable "eventbridge_max_receive_count" {
-  description = "Receives after which a message of the EventBridge queue moves to its dead-letter queue."
+  description = "Receives after which a message of the EventBridge queue moves to its dead-letter queue. A message not Stripe's is refused on each (10 × the visibility timeout); one whose ingest fails is hidden 30 s × 2^(n-1) after its n-th receive, so 10 receives span about 8.5 hours of failures (docs/eventbridge.md)."
   type        = number
-  default     = 5
+  default     = 10
 }

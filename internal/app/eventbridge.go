@@ -27,8 +27,9 @@ func (a *App) startEventBridge(ctx context.Context) (stop func(), err error) {
 		return nil, fmt.Errorf("eventbridge intake: %w", err)
 	}
 	c := eventbridge.New(eventbridge.Config{
-		QueueURL:      a.Config.EventBridgeQueueURL,
-		IngestTimeout: a.Config.Limits.IngestTimeout + a.Config.Limits.IngestBatchTimeout,
+		QueueURL:       a.Config.EventBridgeQueueURL,
+		IngestTimeout:  a.Config.Limits.IngestTimeout + a.Config.Limits.IngestBatchTimeout,
+		FailureBackoff: eventbridge.DefaultFailureBackoff,
 	}, client, a.EventBridgeIngester(), metrics.NewEventBridge(a.Metrics.Registry), a.Log.With("component", "eventbridge"))
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan struct{})

@@ -254,7 +254,7 @@ func TestTerraformEventBridgeQueues(t *testing.T) {
 		assert.True(t, attrs["sqs_managed_sse_enabled"].True(), "%s: server-side encryption", q)
 	}
 	queue, _ := resourceAttrs(t, "aws_sqs_queue", "eventbridge")
-	assert.Equal(t, map[string]any{"deadLetterTargetArn": "queue/eventbridge_dlq", "maxReceiveCount": float64(5)},
+	assert.Equal(t, map[string]any{"deadLetterTargetArn": "queue/eventbridge_dlq", "maxReceiveCount": float64(10)},
 		jsonAttr(t, queue["redrive_policy"]))
 	visibility, _ := queue["visibility_timeout_seconds"].AsBigFloat().Int64()
 	assert.GreaterOrEqual(t, visibility, int64(30), "longer than one ingest (INGEST_TIMEOUT + INGEST_BATCH_TIMEOUT)")

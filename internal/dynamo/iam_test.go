@@ -541,7 +541,7 @@ func tfVars(kms, ses bool) map[string]cty.Value {
 		// The EventBridge intake: off here, on with withEventBridge.
 		"stripe_event_source_name":       cty.NullVal(cty.String),
 		"eventbridge_visibility_timeout": cty.NumberIntVal(60),
-		"eventbridge_max_receive_count":  cty.NumberIntVal(5),
+		"eventbridge_max_receive_count":  cty.NumberIntVal(10),
 	}
 	if kms {
 		vars["kms_key_arn"] = cty.StringVal("arn:aws:kms:eu-west-1:111122223333:key/test")

@@ -10,7 +10,10 @@
 // returned, that is after its event was durably recorded (and, for a
 // snapshot event, processed). A failure leaves the message to the queue's
 // visibility timeout, which redelivers it, and to its redrive policy, which
-// moves a message that keeps failing to the dead-letter queue. A redelivery
+// moves a message that keeps failing to the dead-letter queue. The failed
+// message's visibility timeout grows with its receive count (FailureBackoff),
+// so that an outage of the stores spends the redrive's receives over hours,
+// as Stripe spreads a webhook's retries, not over minutes. A redelivery
 // of an event already processed is a duplicate for the handler: its effects
 // apply once. A message that is not Stripe's (another source, or a detail
 // that is not a Stripe event) is refused: never deleted, it reaches the
@@ -76,6 +79,10 @@ const (
 	DefaultReceivers      = 1
 	DefaultIngestTimeout  = 30 * time.Second
 	DefaultRequestTimeout = 10 * time.Second
+	// DefaultFailureBackoff is serve's FailureBackoff: with the redrive's
+	// 10 receives (terraform/), a message that fails every time reaches the
+	// dead-letter queue after about 8.5 hours (30 s × (2^10 − 1)).
+	DefaultFailureBackoff = 30 * time.Second
 )
 
 // Config of a Consumer.
@@ -97,7 +104,16 @@ type Config struct {
 	RequestTimeout time.Duration
 	// Backoff after a failed receive: doubles from Backoff up to MaxBackoff.
 	Backoff, MaxBackoff time.Duration
+	// FailureBackoff: a message whose ingest failed on its n-th receive is
+	// hidden for FailureBackoff × 2^(n−1), at most MaxFailureBackoff,
+	// instead of the queue's visibility timeout. Zero leaves it to the
+	// queue's.
+	FailureBackoff, MaxFailureBackoff time.Duration
 }
+
+// MaxVisibility is below SQS's limit of a message's visibility, 12 hours
+// from its receipt.
+const MaxVisibility = 11 * time.Hour
 
 // Consumer long-polls one queue and ingests its messages.
 type Consumer struct {
@@ -130,6 +146,9 @@ func New(cfg Config, api API, ingester Ingester, observer Observer, log *slog.Lo
 	}
 	if cfg.MaxBackoff < cfg.Backoff {
 		cfg.MaxBackoff = 30 * time.Second
+	}
+	if cfg.MaxFailureBackoff <= 0 || cfg.MaxFailureBackoff > MaxVisibility {
+		cfg.MaxFailureBackoff = MaxVisibility
 	}
 	if observer == nil {
 		observer = nopObserver{}
@@ -203,34 +222,47 @@ func (c *Consumer) receive(ctx context.Context) ([]types.Message, error) {
 // handle ingests a receive's messages concurrently (so that the handler
 // commits them as one group) and deletes those whose events are recorded.
 func (c *Consumer) handle(ctx context.Context, msgs []types.Message) {
-	done := make([]bool, len(msgs))
+	results := make([]result, len(msgs))
 	var wg sync.WaitGroup
 	for i := range msgs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			done[i] = c.ingest(ctx, msgs[i])
+			results[i] = c.ingest(ctx, msgs[i])
 		}()
 	}
 	wg.Wait()
-	var del []types.Message
-	for i, ok := range done {
-		if ok {
+	var del, failed []types.Message
+	for i, r := range results {
+		switch r {
+		case recorded:
 			del = append(del, msgs[i])
+		case failedIt:
+			failed = append(failed, msgs[i])
 		}
 	}
 	c.delete(del)
+	c.backOff(failed)
 }
 
-// ingest hands one message's event to the ingester; true when the message
-// may be deleted. The ingest is detached from ctx's cancellation (a
-// shutdown lets it finish) and bounded by IngestTimeout.
-func (c *Consumer) ingest(ctx context.Context, m types.Message) bool {
+// result of one message's ingest.
+type result int
+
+const (
+	recorded  result = iota // delete it
+	refusedIt               // leave it to the redrive
+	failedIt                // hide it for its backoff, then again
+)
+
+// ingest hands one message's event to the ingester. The ingest is
+// detached from ctx's cancellation (a shutdown lets it finish) and bounded
+// by IngestTimeout.
+func (c *Consumer) ingest(ctx context.Context, m types.Message) result {
 	log := c.log.With("message_id", aws.ToString(m.MessageId), "receive_count", m.Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)])
 	env, err := ParseEnvelope([]byte(aws.ToString(m.Body)))
 	if err != nil {
 		c.refused(log, err)
-		return false
+		return refusedIt
 	}
 	log = log.With("eventbridge_id", env.ID, "detail_type", env.DetailType)
 	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.IngestTimeout)
@@ -239,14 +271,32 @@ func (c *Consumer) ingest(ctx context.Context, m types.Message) bool {
 	switch {
 	case errors.Is(err, stripeevent.ErrMalformed):
 		c.refused(log, refuse(ReasonDetail, "%w", err))
-		return false
+		return refusedIt
 	case err != nil:
 		c.observer.Failed()
-		log.Warn("eventbridge: ingest failed; the message is left to the visibility timeout", "error", err, "outcome", string(outcome))
-		return false
+		log.Warn("eventbridge: ingest failed; the message comes again after its visibility timeout",
+			"error", err, "outcome", string(outcome), "visibility", c.visibility(m))
+		return failedIt
 	}
 	log.Debug("eventbridge: event ingested", "outcome", string(outcome))
-	return true
+	return recorded
+}
+
+// visibility is how long a message that failed stays hidden: 0 leaves it
+// to the queue's visibility timeout.
+func (c *Consumer) visibility(m types.Message) time.Duration {
+	if c.cfg.FailureBackoff <= 0 {
+		return 0
+	}
+	n, err := strconv.Atoi(m.Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)])
+	if err != nil || n < 1 {
+		n = 1
+	}
+	d := c.cfg.FailureBackoff
+	for i := 1; i < n && d < c.cfg.MaxFailureBackoff; i++ {
+		d *= 2
+	}
+	return min(d, c.cfg.MaxFailureBackoff)
 }
 
 func (c *Consumer) refused(log *slog.Logger, err error) {
@@ -280,19 +330,34 @@ func (c *Consumer) delete(msgs []types.Message) {
 
 // release makes messages visible again at once.
 func (c *Consumer) release(msgs []types.Message) {
+	c.setVisibility(msgs, func(types.Message) time.Duration { return 0 }, "give back at shutdown")
+}
+
+// backOff hides failed messages for their backoff (FailureBackoff).
+func (c *Consumer) backOff(msgs []types.Message) {
+	if len(msgs) == 0 || c.cfg.FailureBackoff <= 0 {
+		return
+	}
+	c.setVisibility(msgs, c.visibility, "back off after a failure")
+}
+
+// setVisibility changes the visibility timeout of msgs; a failure only
+// leaves them to the one they have.
+func (c *Consumer) setVisibility(msgs []types.Message, d func(types.Message) time.Duration, why string) {
 	entries := make([]types.ChangeMessageVisibilityBatchRequestEntry, len(msgs))
 	for i, m := range msgs {
-		entries[i] = types.ChangeMessageVisibilityBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: m.ReceiptHandle, VisibilityTimeout: 0}
+		entries[i] = types.ChangeMessageVisibilityBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: m.ReceiptHandle,
+			VisibilityTimeout: int32(d(m) / time.Second)}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.RequestTimeout)
 	defer cancel()
 	out, err := c.api.ChangeMessageVisibilityBatch(ctx, &sqs.ChangeMessageVisibilityBatchInput{QueueUrl: aws.String(c.cfg.QueueURL), Entries: entries})
 	if err != nil {
-		c.log.Warn("eventbridge: could not return messages at shutdown; they come back after the visibility timeout", "error", err, "messages", len(msgs))
+		c.log.Warn("eventbridge: could not change visibility; the messages keep the one they have", "why", why, "error", err, "messages", len(msgs))
 		return
 	}
 	if len(out.Failed) > 0 {
-		c.log.Warn("eventbridge: could not return some messages at shutdown; they come back after the visibility timeout", "messages", len(out.Failed))
+		c.log.Warn("eventbridge: could not change the visibility of some messages; they keep the one they have", "why", why, "messages", len(out.Failed))
 	}
 }
 

@@ -133,11 +133,17 @@ func (f *fixture) send(t *testing.T, body string) {
 // start runs a consumer on the queue until the test ends (or stop).
 func (f *fixture) start(t *testing.T, api eventbridge.API, ing eventbridge.Ingester) (stop func()) {
 	t.Helper()
+	return f.startWith(t, eventbridge.Config{}, api, ing)
+}
+
+// startWith is start with cfg (its queue, wait and backoff set here).
+func (f *fixture) startWith(t *testing.T, cfg eventbridge.Config, api eventbridge.API, ing eventbridge.Ingester) (stop func()) {
+	t.Helper()
 	if api == nil {
 		api = f.client
 	}
-	c := eventbridge.New(eventbridge.Config{QueueURL: f.queue.URL, WaitTime: time.Second, Backoff: 50 * time.Millisecond},
-		api, ing, f.obs, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	cfg.QueueURL, cfg.WaitTime, cfg.Backoff = f.queue.URL, time.Second, 50*time.Millisecond
+	c := eventbridge.New(cfg, api, ing, f.obs, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -302,6 +308,36 @@ func TestVisibilityTimeoutRedelivers(t *testing.T) {
 	assert.Equal(t, 2, got.received)
 	v, n := depth(t, f.client, f.queue.URL)
 	assert.Equal(t, [2]int{0, 0}, [2]int{v, n})
+}
+
+// TestFailedMessagesBackOff: with FailureBackoff, a message whose ingest
+// failed on its n-th receive stays hidden FailureBackoff × 2^(n−1) (here
+// 2 s, then 4 s), not the queue's visibility timeout (1 s), so an outage
+// spends the redrive policy's receives slowly.
+func TestFailedMessagesBackOff(t *testing.T) {
+	f := newFixture(t, 1*time.Second, 10)
+	f.send(t, testenv.EventBridgeEvent(t, testenv.StripeSource, stripetest.Event{Fixture: "customer.created"}.Build(t)))
+	ing := newRecorder()
+	var at []time.Time
+	var mu sync.Mutex
+	ing.answer = func(n int, _ []byte) error {
+		mu.Lock()
+		at = append(at, time.Now())
+		mu.Unlock()
+		if n < 3 {
+			return errors.New("injected: Postgres unavailable")
+		}
+		return nil
+	}
+	f.startWith(t, eventbridge.Config{FailureBackoff: 2 * time.Second}, nil, ing)
+	waitCalls(t, ing, 3)
+	require.Eventually(t, func() bool { return f.obs.snapshot().deleted == 1 }, 10*time.Second, 20*time.Millisecond)
+	mu.Lock()
+	defer mu.Unlock()
+	assert.GreaterOrEqual(t, at[1].Sub(at[0]), 1900*time.Millisecond, "hidden 2 s after the first failure")
+	assert.GreaterOrEqual(t, at[2].Sub(at[1]), 3900*time.Millisecond, "hidden 4 s after the second")
+	assert.Less(t, at[2].Sub(at[1]), 7*time.Second)
+	assert.Equal(t, 2, f.obs.snapshot().failed)
 }
 
 // dropDeletes is the SQS client of a process that dies between recording
