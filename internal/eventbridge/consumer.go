@@ -29,6 +29,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"strconv"
 	"sync"
 	"time"
@@ -212,6 +213,10 @@ func (c *Consumer) receive(ctx context.Context) ([]types.Message, error) {
 	if c.cfg.VisibilityTimeout > 0 {
 		in.VisibilityTimeout = int32(c.cfg.VisibilityTimeout / time.Second)
 	}
+	// A long poll answers within WaitTime; an endpoint that stops answering
+	// must not stall the loop forever.
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.WaitTime+c.cfg.RequestTimeout)
+	defer cancel()
 	out, err := c.api.ReceiveMessage(ctx, in)
 	if err != nil {
 		return nil, fmt.Errorf("receive from %s: %w", c.cfg.QueueURL, err)
@@ -257,7 +262,16 @@ const (
 // ingest hands one message's event to the ingester. The ingest is
 // detached from ctx's cancellation (a shutdown lets it finish) and bounded
 // by IngestTimeout.
-func (c *Consumer) ingest(ctx context.Context, m types.Message) result {
+func (c *Consumer) ingest(ctx context.Context, m types.Message) (res result) {
+	defer func() {
+		// As the webhook's server does: a panic fails this message only.
+		if v := recover(); v != nil {
+			c.observer.Failed()
+			c.log.Error("eventbridge: ingest panicked; the message comes again after its visibility timeout",
+				"message_id", aws.ToString(m.MessageId), "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+			res = failedIt
+		}
+	}()
 	log := c.log.With("message_id", aws.ToString(m.MessageId), "receive_count", m.Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)])
 	env, err := ParseEnvelope([]byte(aws.ToString(m.Body)))
 	if err != nil {

@@ -340,6 +340,29 @@ func TestFailedMessagesBackOff(t *testing.T) {
 	assert.Equal(t, 2, f.obs.snapshot().failed)
 }
 
+// TestPanickingIngestFailsOnlyItsMessage: a panic while ingesting one
+// message fails that message (it comes again), not the consumer; the other
+// message of the receive is deleted.
+func TestPanickingIngestFailsOnlyItsMessage(t *testing.T) {
+	f := newFixture(t, 1*time.Second, 5)
+	poison := stripetest.Event{Fixture: "customer.created"}.Build(t)
+	f.send(t, testenv.EventBridgeEvent(t, testenv.StripeSource, poison))
+	f.send(t, testenv.EventBridgeEvent(t, testenv.StripeSource, stripetest.Event{Fixture: "customer.created"}.Build(t)))
+	ing := newRecorder()
+	var once sync.Once
+	ing.answer = func(_ int, body []byte) error {
+		if string(body) == compact(t, poison) {
+			once.Do(func() { panic("injected fault") })
+		}
+		return nil
+	}
+	f.start(t, nil, ing)
+	require.Eventually(t, func() bool { return f.obs.snapshot().deleted == 2 }, 15*time.Second, 20*time.Millisecond,
+		"the other message at once, the poisoned one once it came again")
+	assert.Equal(t, 1, f.obs.snapshot().failed)
+	assert.Len(t, ing.Calls(), 3)
+}
+
 // dropDeletes is the SQS client of a process that dies between recording
 // an event and deleting its message: its deletes never reach SQS.
 type dropDeletes struct {
