@@ -92,11 +92,12 @@ func TestEventBridgeCrashRecovery(t *testing.T) {
 	}
 	logs := srv.allLogs()
 	assert.NotContains(t, logs, "message refused")
-	// Each kill lands right after a batch's commit, before its delete: those
-	// messages come back and are found processed (3 runs: 10 to 20 of them).
-	dups := strings.Count(logs, `"outcome":"duplicate"`)
-	t.Logf("redeliveries of events already recorded: %d", dups)
-	assert.Positive(t, dups, "a kill fell between a record and its delete, and the redelivery was a duplicate")
+	// A kill that lands between a batch's commit and its delete makes those
+	// messages come back, found processed: logged, not asserted, as where
+	// a kill lands is timing (TestEventBridgeRedeliveryAfterCrashAppliesOnce
+	// in internal/app makes that case happen every time).
+	t.Logf("redeliveries of events already recorded: %d duplicate, %d completed",
+		strings.Count(logs, `"outcome":"duplicate"`), strings.Count(logs, `"outcome":"completed"`))
 	out, err := client.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(q.DLQURL), WaitTimeSeconds: 1})
 	require.NoError(t, err)
 	assert.Empty(t, out.Messages, "nothing reached the dead-letter queue")
