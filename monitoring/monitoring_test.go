@@ -101,6 +101,8 @@ func TestEveryMetricNamedIsExported(t *testing.T) {
 	// serve registers the poller's collectors when it starts polling
 	// (POLL_EVERY); register them as it does.
 	metrics.NewPoller(reg)
+	// and the EventBridge intake's when it runs (EVENTBRIDGE_QUEUE_URL).
+	metrics.NewEventBridge(reg)
 
 	check := func(source string, names map[string]bool) {
 		require.NotEmpty(t, names, source)

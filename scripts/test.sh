@@ -81,7 +81,7 @@ trap 'scripts/devstack.sh down --started-only >>"$ROOT/.dev/devstack-down.log" 2
 
 echo "== local stack"
 if ! scripts/devstack.sh up; then
-	echo "FATAL: the local stack (DynamoDB Local + PostgreSQL 15) could not start; see the messages above" >&2
+	echo "FATAL: the local stack (DynamoDB Local, PostgreSQL 15, the local SQS server) could not start; see the messages above" >&2
 	exit 1
 fi
 eval "$(scripts/devstack.sh env)"

@@ -104,6 +104,17 @@ data "aws_iam_policy_document" "service" {
     }
   }
 
+  # The EventBridge intake (eventbridge.tf), only when it exists: receive,
+  # delete once recorded, and give messages back at shutdown.
+  dynamic "statement" {
+    for_each = aws_sqs_queue.eventbridge[*].arn
+    content {
+      sid       = "EventBridgeQueue"
+      actions   = ["sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility"]
+      resources = [statement.value]
+    }
+  }
+
   # Reminder emails, only when an SES identity is given.
   dynamic "statement" {
     for_each = var.ses_identity_arn == null ? [] : [var.ses_identity_arn]
@@ -133,7 +144,7 @@ data "aws_iam_policy_document" "admin" {
 
 resource "aws_iam_policy" "service" {
   name        = "${var.name_prefix}-service"
-  description = "stripe-payments runtime: item and query access to its DynamoDB tables only."
+  description = "stripe-payments runtime: item and query access to its DynamoDB tables, and its EventBridge queue's messages, only."
   policy      = data.aws_iam_policy_document.service.json
 }
 

@@ -26,3 +26,13 @@ output "admin_policy_arn" {
   description = "Attach to the role that runs `stripe-payments migrate`."
   value       = aws_iam_policy.admin.arn
 }
+
+output "eventbridge_queue_url" {
+  description = "EVENTBRIDGE_QUEUE_URL of the service (null without stripe_event_source_name)."
+  value       = one(aws_sqs_queue.eventbridge[*].url)
+}
+
+output "eventbridge_dlq_url" {
+  description = "The EventBridge intake's dead-letter queue: refused and repeatedly failing messages (docs/eventbridge.md)."
+  value       = one(aws_sqs_queue.eventbridge_dlq[*].url)
+}

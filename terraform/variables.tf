@@ -64,3 +64,26 @@ variable "ses_identity_arn" {
   type        = string
   default     = null
 }
+
+variable "stripe_event_source_name" {
+  description = "Name of the partner event source Stripe's EventBridge event destination created (aws.partner/stripe.com/<id>); the partner event bus takes the same name. null creates no EventBridge intake."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.stripe_event_source_name == null || startswith(coalesce(var.stripe_event_source_name, "-"), "aws.partner/stripe.com/")
+    error_message = "stripe_event_source_name must be Stripe's partner event source, aws.partner/stripe.com/<id>."
+  }
+}
+
+variable "eventbridge_visibility_timeout" {
+  description = "Visibility timeout (seconds) of the EventBridge queue: how long a received message stays hidden; a failed one comes back after it."
+  type        = number
+  default     = 60
+}
+
+variable "eventbridge_max_receive_count" {
+  description = "Receives after which a message of the EventBridge queue moves to its dead-letter queue. A message not Stripe's is refused on each (10 × the visibility timeout); one whose ingest fails is hidden 30 s × 2^(n-1) after its n-th receive, so 10 receives span about 8.5 hours of failures (docs/eventbridge.md)."
+  type        = number
+  default     = 10
+}

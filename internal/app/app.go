@@ -310,8 +310,9 @@ func (a *App) stopBackground() {
 // Start listens on the configured address and starts every worker of
 // serve: the events-table writers, the actions dispatcher, the outbox
 // housekeeping, the email worker, the console's counter, pprof
-// (PPROF_ADDR), the in-serve poller (POLL_EVERY), the billing feed and the
-// billing jobs (BILLING_EVERY). Run and the end-to-end tests both start the
+// (PPROF_ADDR), the in-serve poller (POLL_EVERY), the EventBridge intake
+// (EVENTBRIDGE_QUEUE_URL), the billing feed and the billing jobs
+// (BILLING_EVERY). Run and the end-to-end tests both start the
 // program through it, so a test runs what production runs. The workers
 // stop with Stop (not with ctx, which only bounds the poller's and the
 // billing jobs' work, as serve's signal context does).
@@ -336,10 +337,18 @@ func (a *App) Start(ctx context.Context) error {
 		a.abortStart(ctx)
 		return err
 	}
+	stopEventBridge, err := a.startEventBridge(ctx)
+	if err != nil {
+		stopPolling()
+		stopProfiling()
+		a.abortStart(ctx)
+		return err
+	}
 	bctx, stopBilling := context.WithCancel(ctx)
 	waitBilling := a.startBilling(bctx)
 	a.stopWorkers = func() {
-		stopPolling() // the poller replays through this server: stop it first
+		stopPolling()     // the poller replays through this server: stop it first
+		stopEventBridge() // its messages in hand finish before the handler drains
 		stopBilling()
 		a.stopClocks()
 		waitBilling()

@@ -69,6 +69,8 @@ type Config struct {
 	IngestFlushers        int
 	IngestRecords         IngestRecords // the events table's write-behind: INGEST_WRITE_BEHIND, INGEST_RECORD_WRITERS, INGEST_RECORD_BACKLOG
 	PollEvery             time.Duration // POLL_EVERY: run the poller inside serve; 0 = off
+	EventBridgeQueueURL   string        // EVENTBRIDGE_QUEUE_URL: the EventBridge intake's SQS queue; empty = off
+	SQSEndpoint           string        // SQS_ENDPOINT: SQS API endpoint override (the local SQS server); empty = AWS
 	UsingDevWebhookSecret bool
 	UsingDevAPIToken      bool
 	Billing               BillingConfig
@@ -156,6 +158,8 @@ func LoadFor(lookup Lookup, uses Uses) (Config, error) {
 		SESFromAddress:      get("SES_FROM_ADDRESS", ""),
 		SESEndpoint:         get("SES_ENDPOINT", ""),
 		SESConfigurationSet: get("SES_CONFIGURATION_SET", ""),
+		EventBridgeQueueURL: get("EVENTBRIDGE_QUEUE_URL", ""),
+		SQSEndpoint:         get("SQS_ENDPOINT", ""),
 		InternalAPIToken:    get("INTERNAL_API_TOKEN", devDefault(uses.InternalAPI, DevInternalAPIToken)),
 		WebhookTolerance:    300 * time.Second,
 		WebhookMaxBody:      1 << 20,
@@ -292,6 +296,11 @@ func (c Config) Validate() error {
 	if c.EventTTL <= 0 {
 		errs = append(errs, errors.New("EVENT_TTL: must be positive"))
 	}
+	if c.EventBridgeQueueURL != "" {
+		if u, err := url.Parse(c.EventBridgeQueueURL); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+			errs = append(errs, errors.New("EVENTBRIDGE_QUEUE_URL: must be an SQS queue URL (https://sqs.<region>.amazonaws.com/<account>/<queue>)"))
+		}
+	}
 	for name, v := range map[string]string{"EVENTS_TABLE": c.EventsTable, "BILLING_TABLE": c.BillingTable, "BILLING_HISTORY_TABLE": c.BillingHistoryTable, "LOCKS_TABLE": c.LocksTable} {
 		if len(v) < 3 || len(v) > 255 {
 			errs = append(errs, fmt.Errorf("%s: a table name has 3 to 255 characters", name))
@@ -327,6 +336,8 @@ func (c Config) LogValue() slog.Value {
 		slog.Bool("actions_enabled", c.ActionsURL != ""),
 		slog.Bool("reminder_emails", c.SESFromAddress != ""),
 		slog.String("poll_every", c.PollEvery.String()),
+		slog.String("eventbridge_queue_url", c.EventBridgeQueueURL),
+		slog.String("sqs_endpoint", c.SQSEndpoint),
 		slog.Any("billing", c.Billing),
 		slog.Any("outbox", c.Outbox),
 		slog.Any("limits", c.Limits),

@@ -32,6 +32,8 @@ var rules = []struct {
 }{
 	{"webhook", "the endpoint hands events to the handler's interface (stripeevent.Handler), never to a store (DESIGN §2)",
 		append([]string{module + "/internal/handler", module + "/internal/app"}, storage...)},
+	{"internal/eventbridge", "the EventBridge intake hands events to its Ingester interface, as the webhook does, never to a store",
+		append([]string{module + "/internal/handler", module + "/internal/app", module + "/webhook"}, storage...)},
 	{"internal/stripeevent", "the event vocabulary is a leaf: anything may import it",
 		append([]string{module + "/internal/handler", module + "/webhook", module + "/poller"}, storage...)},
 	{"internal/stripeid", "the id check is a leaf", []string{module + "/"}},

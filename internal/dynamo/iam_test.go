@@ -351,15 +351,129 @@ func kmsGrants(service map[grant]bool) map[grant]bool {
 
 // tfPolicies evaluates the aws_iam_policy_document data sources of dir into
 // grants per document, with vars set as given (a null kms_key_arn and
-// ses_identity_arn leave their statements out). kmsVia collects the
+// ses_identity_arn leave their statements out, a null
+// stripe_event_source_name the EventBridge intake). A Deny statement's
+// grants read "DENY <action> <resource>". kmsVia collects the
 // kms:ViaService condition values of KMS statements.
 func tfPolicies(t *testing.T, dir string, vars map[string]cty.Value) (map[string]map[grant]bool, []string) {
+	t.Helper()
+	ctx, bodies := tfEvalContext(t, dir, vars)
+	out := map[string]map[grant]bool{}
+	var kmsVia []string
+	addStatement := func(doc string, ctx *hcl.EvalContext, body *hclsyntax.Body) {
+		eval := func(name string) []string {
+			attr, ok := body.Attributes[name]
+			require.True(t, ok, "%s: a statement without %s", doc, name)
+			return evalStrings(t, ctx, attr.Expr)
+		}
+		effect := ""
+		if attr, ok := body.Attributes["effect"]; ok {
+			v, _ := attr.Expr.Value(ctx)
+			switch v.AsString() {
+			case "Allow":
+			case "Deny":
+				effect = "DENY "
+			default:
+				t.Fatalf("%s: effect %s", doc, v.AsString())
+			}
+		}
+		actions, resources := eval("actions"), eval("resources")
+		for _, a := range actions {
+			for _, r := range resources {
+				if vars["kms_key_arn"].IsKnown() && !vars["kms_key_arn"].IsNull() && r == vars["kms_key_arn"].AsString() {
+					r = "kms-key"
+				}
+				out[doc][grant(effect+a+" "+r)] = true
+			}
+		}
+		for _, cb := range body.Blocks {
+			if cb.Type != "condition" {
+				continue
+			}
+			if v, _ := cb.Body.Attributes["variable"].Expr.Value(ctx); v.AsString() == "kms:ViaService" {
+				kmsVia = append(kmsVia, evalStrings(t, ctx, cb.Body.Attributes["values"].Expr)...)
+			}
+		}
+	}
+	forPolicyDocs(t, ctx, bodies, func(doc string, ctx *hcl.EvalContext, body *hclsyntax.Body) {
+		if out[doc] == nil {
+			out[doc] = map[grant]bool{}
+		}
+		addStatement(doc, ctx, body)
+	})
+	return out, kmsVia
+}
+
+// evalStrings evaluates a list of strings.
+func evalStrings(t *testing.T, ctx *hcl.EvalContext, expr hcl.Expression) []string {
+	t.Helper()
+	v, diags := expr.Value(ctx)
+	require.False(t, diags.HasErrors(), diags.Error())
+	var s []string
+	for it := v.ElementIterator(); it.Next(); {
+		_, e := it.Element()
+		s = append(s, e.AsString())
+	}
+	return s
+}
+
+// forPolicyDocs calls statement for every statement of every
+// aws_iam_policy_document of bodies (dynamic ones expanded, with their
+// statement.value; a document whose count is 0 left out).
+func forPolicyDocs(t *testing.T, ctx *hcl.EvalContext, bodies []*hclsyntax.Body, statement func(doc string, ctx *hcl.EvalContext, body *hclsyntax.Body)) {
+	t.Helper()
+	for _, body := range bodies {
+		for _, b := range body.Blocks {
+			if b.Type != "data" || len(b.Labels) != 2 || b.Labels[0] != "aws_iam_policy_document" {
+				continue
+			}
+			doc := b.Labels[1]
+			if count, ok := b.Body.Attributes["count"]; ok {
+				v, diags := count.Expr.Value(ctx)
+				require.False(t, diags.HasErrors(), diags.Error())
+				if n, _ := v.AsBigFloat().Int64(); n == 0 {
+					continue
+				}
+			}
+			for _, sb := range b.Body.Blocks {
+				switch {
+				case sb.Type == "statement":
+					statement(doc, ctx, sb.Body)
+				case sb.Type == "dynamic" && len(sb.Labels) == 1 && sb.Labels[0] == "statement":
+					forEach, diags := sb.Body.Attributes["for_each"].Expr.Value(ctx)
+					require.False(t, diags.HasErrors(), diags.Error())
+					for it := forEach.ElementIterator(); it.Next(); {
+						k, v := it.Element()
+						inner := ctx.NewChild()
+						inner.Variables = map[string]cty.Value{"statement": cty.ObjectVal(map[string]cty.Value{"key": k, "value": v})}
+						for _, cb := range sb.Body.Blocks {
+							if cb.Type == "content" {
+								statement(doc, inner, cb.Body)
+							}
+						}
+					}
+				default:
+					t.Fatalf("%s: unexpected block %s", doc, sb.Type)
+				}
+			}
+		}
+	}
+}
+
+// tfEvalContext parses the .tf files of dir and returns what evaluates
+// their policy documents: var (vars), local (the locals that evaluate),
+// and the ARNs (and SQS queue ids) of the resources the documents name,
+// "table/<name>", "queue/<name>", "rule/<name>"; a resource with a count
+// exists once when stripe_event_source_name is set, else not at all.
+func tfEvalContext(t *testing.T, dir string, vars map[string]cty.Value) (*hcl.EvalContext, []*hclsyntax.Body) {
 	t.Helper()
 	files, err := filepath.Glob(filepath.Join(dir, "*.tf"))
 	require.NoError(t, err)
 	parser := hclparse.NewParser()
 	var bodies []*hclsyntax.Body
 	tables := map[string]cty.Value{}
+	counted := map[string]map[string]cty.Value{"aws_sqs_queue": {}, "aws_cloudwatch_event_rule": {}}
+	eventbridge := !vars["stripe_event_source_name"].IsNull()
 	for _, path := range files {
 		f, diags := parser.ParseHCLFile(path)
 		require.False(t, diags.HasErrors(), diags.Error())
@@ -369,12 +483,24 @@ func tfPolicies(t *testing.T, dir string, vars map[string]cty.Value) (map[string
 			if b.Type == "resource" && len(b.Labels) == 2 && b.Labels[0] == "aws_dynamodb_table" {
 				tables[b.Labels[1]] = cty.ObjectVal(map[string]cty.Value{"arn": cty.StringVal("table/" + b.Labels[1])})
 			}
+			if b.Type == "resource" && len(b.Labels) == 2 && counted[b.Labels[0]] != nil {
+				kind := map[string]string{"aws_sqs_queue": "queue/", "aws_cloudwatch_event_rule": "rule/"}[b.Labels[0]]
+				instances := cty.EmptyTupleVal
+				if eventbridge {
+					instances = cty.TupleVal([]cty.Value{cty.ObjectVal(map[string]cty.Value{
+						"arn": cty.StringVal(kind + b.Labels[1]), "id": cty.StringVal("url/" + b.Labels[1]),
+					})})
+				}
+				counted[b.Labels[0]][b.Labels[1]] = instances
+			}
 		}
 	}
 	ctx := &hcl.EvalContext{
 		Variables: map[string]cty.Value{
-			"var":                cty.ObjectVal(vars),
-			"aws_dynamodb_table": cty.ObjectVal(tables),
+			"var":                       cty.ObjectVal(vars),
+			"aws_dynamodb_table":        cty.ObjectVal(tables),
+			"aws_sqs_queue":             cty.ObjectVal(counted["aws_sqs_queue"]),
+			"aws_cloudwatch_event_rule": cty.ObjectVal(counted["aws_cloudwatch_event_rule"]),
 		},
 		Functions: map[string]function.Function{"concat": stdlib.ConcatFunc, "format": stdlib.FormatFunc},
 	}
@@ -403,79 +529,7 @@ func tfPolicies(t *testing.T, dir string, vars map[string]cty.Value) (map[string
 		}
 	}
 	ctx.Variables["local"] = cty.ObjectVal(locals)
-
-	out := map[string]map[grant]bool{}
-	var kmsVia []string
-	addStatement := func(doc string, ctx *hcl.EvalContext, body *hclsyntax.Body) {
-		eval := func(name string) []string {
-			attr, ok := body.Attributes[name]
-			require.True(t, ok, "%s: a statement without %s", doc, name)
-			v, diags := attr.Expr.Value(ctx)
-			require.False(t, diags.HasErrors(), diags.Error())
-			var s []string
-			for it := v.ElementIterator(); it.Next(); {
-				_, e := it.Element()
-				s = append(s, e.AsString())
-			}
-			return s
-		}
-		if effect, ok := body.Attributes["effect"]; ok {
-			v, _ := effect.Expr.Value(ctx)
-			require.Equal(t, "Allow", v.AsString(), "%s: only Allow statements are compared", doc)
-		}
-		actions, resources := eval("actions"), eval("resources")
-		for _, a := range actions {
-			for _, r := range resources {
-				if vars["kms_key_arn"].IsKnown() && !vars["kms_key_arn"].IsNull() && r == vars["kms_key_arn"].AsString() {
-					r = "kms-key"
-				}
-				out[doc][grant(a+" "+r)] = true
-			}
-		}
-		for _, cb := range body.Blocks {
-			if cb.Type != "condition" {
-				continue
-			}
-			if v, _ := cb.Body.Attributes["variable"].Expr.Value(ctx); v.AsString() == "kms:ViaService" {
-				vals, _ := cb.Body.Attributes["values"].Expr.Value(ctx)
-				for it := vals.ElementIterator(); it.Next(); {
-					_, e := it.Element()
-					kmsVia = append(kmsVia, e.AsString())
-				}
-			}
-		}
-	}
-	for _, body := range bodies {
-		for _, b := range body.Blocks {
-			if b.Type != "data" || len(b.Labels) != 2 || b.Labels[0] != "aws_iam_policy_document" {
-				continue
-			}
-			doc := b.Labels[1]
-			out[doc] = map[grant]bool{}
-			for _, sb := range b.Body.Blocks {
-				switch {
-				case sb.Type == "statement":
-					addStatement(doc, ctx, sb.Body)
-				case sb.Type == "dynamic" && len(sb.Labels) == 1 && sb.Labels[0] == "statement":
-					forEach, diags := sb.Body.Attributes["for_each"].Expr.Value(ctx)
-					require.False(t, diags.HasErrors(), diags.Error())
-					for it := forEach.ElementIterator(); it.Next(); {
-						k, v := it.Element()
-						inner := ctx.NewChild()
-						inner.Variables = map[string]cty.Value{"statement": cty.ObjectVal(map[string]cty.Value{"key": k, "value": v})}
-						for _, cb := range sb.Body.Blocks {
-							if cb.Type == "content" {
-								addStatement(doc, inner, cb.Body)
-							}
-						}
-					}
-				default:
-					t.Fatalf("%s: unexpected block %s", doc, sb.Type)
-				}
-			}
-		}
-	}
-	return out, kmsVia
+	return ctx, bodies
 }
 
 func tfVars(kms, ses bool) map[string]cty.Value {
@@ -484,6 +538,10 @@ func tfVars(kms, ses bool) map[string]cty.Value {
 		"name_prefix":      cty.StringVal(tfPrefix),
 		"kms_key_arn":      cty.NullVal(cty.String),
 		"ses_identity_arn": cty.NullVal(cty.String),
+		// The EventBridge intake: off here, on with withEventBridge.
+		"stripe_event_source_name":       cty.NullVal(cty.String),
+		"eventbridge_visibility_timeout": cty.NumberIntVal(60),
+		"eventbridge_max_receive_count":  cty.NumberIntVal(10),
 	}
 	if kms {
 		vars["kms_key_arn"] = cty.StringVal("arn:aws:kms:eu-west-1:111122223333:key/test")
@@ -548,12 +606,17 @@ func TestIAMMatchesTheCode(t *testing.T) {
 		t.Logf("%-20s %-18s %v index=%v", c.pkg, c.op, c.tables, c.index)
 	}
 
+	sqsWant := sqsCodeGrants(t, moduleRoot)
 	for _, tc := range []struct {
-		name     string
-		kms, ses bool
-	}{{"no KMS key, no SES", false, false}, {"customer managed KMS key and SES", true, true}} {
+		name                  string
+		kms, ses, eventbridge bool
+	}{{"no KMS key, no SES, no EventBridge intake", false, false, false}, {"customer managed KMS key, SES and the EventBridge intake", true, true, true}} {
 		t.Run(tc.name, func(t *testing.T) {
-			tf, via := tfPolicies(t, terraformDir, tfVars(tc.kms, tc.ses))
+			vars := tfVars(tc.kms, tc.ses)
+			if tc.eventbridge {
+				vars = withEventBridge(vars)
+			}
+			tf, via := tfPolicies(t, terraformDir, vars)
 			compareGrants(t, "service", want["service"], onlyPrefix(tf["service"], "dynamodb:"))
 			compareGrants(t, "admin", want["admin"], onlyPrefix(tf["admin"], "dynamodb:"))
 			assert.Empty(t, onlyPrefix(tf["admin"], "kms:"), "migrate creates no encrypted table: no KMS grant")
@@ -569,10 +632,16 @@ func TestIAMMatchesTheCode(t *testing.T) {
 			} else {
 				assert.Empty(t, ses)
 			}
-			for doc, gs := range tf {
-				for g := range gs {
+			if tc.eventbridge {
+				compareGrants(t, "service SQS", sqsWant, onlyPrefix(tf["service"], "sqs:"))
+			} else {
+				assert.Empty(t, onlyPrefix(tf["service"], "sqs:"), "no SQS grant without the EventBridge intake")
+			}
+			assert.Empty(t, onlyPrefix(tf["admin"], "sqs:"))
+			for _, doc := range []string{"service", "admin"} {
+				for g := range tf[doc] {
 					action := strings.Fields(string(g))[0]
-					assert.Regexp(t, `^(dynamodb|kms|ses):`, action, "%s grants %s, which the test does not know", doc, g)
+					assert.Regexp(t, `^(dynamodb|kms|ses|sqs):`, action, "%s grants %s, which the test does not know", doc, g)
 					assert.NotContains(t, string(g), "*:", "no wildcard actions")
 				}
 			}

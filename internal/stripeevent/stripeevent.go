@@ -29,11 +29,14 @@ const (
 	SourceWebhook Source = "webhook"
 	SourcePoller  Source = "poller"
 	SourceReplay  Source = "replay"
+	// SourceEventBridge: an SQS message from Stripe's EventBridge partner
+	// event source (package eventbridge, DESIGN §4).
+	SourceEventBridge Source = "eventbridge"
 )
 
 // Valid reports whether s is one of the known sources.
 func (s Source) Valid() bool {
-	return s == SourceWebhook || s == SourcePoller || s == SourceReplay
+	return s == SourceWebhook || s == SourcePoller || s == SourceReplay || s == SourceEventBridge
 }
 
 // Outcome of handling one delivery.
