@@ -1,6 +1,7 @@
 package webhook
 
 import (
+	"context"
 	"errors"
 	"io"
 	"log/slog"
@@ -9,6 +10,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/stripe-payments/stripe-payments/internal/apperr"
+	"github.com/stripe-payments/stripe-payments/internal/ingest"
 	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
 )
 
@@ -23,17 +25,22 @@ const SourceHeader = "Stripe-Payments-Source"
 // moments, a dependency outage is retried on the sender's schedule anyway.
 const RetryAfter = "5"
 
+// Ingester takes a verified event body, snapshot or thin (ingest.Intake).
+type Ingester interface {
+	Ingest(ctx context.Context, body []byte, source stripeevent.Source) (ingest.Result, error)
+}
+
 // Endpoint serves POST /webhooks/stripe.
 type Endpoint struct {
 	verifier *Verifier
-	handler  stripeevent.Handler
+	ingester Ingester
 	maxBody  int64
 	log      *slog.Logger
 }
 
 // NewEndpoint returns the endpoint. maxBody bounds the request body (1 MiB).
-func NewEndpoint(v *Verifier, h stripeevent.Handler, maxBody int64, log *slog.Logger) *Endpoint {
-	return &Endpoint{verifier: v, handler: h, maxBody: maxBody, log: log}
+func NewEndpoint(v *Verifier, in Ingester, maxBody int64, log *slog.Logger) *Endpoint {
+	return &Endpoint{verifier: v, ingester: in, maxBody: maxBody, log: log}
 }
 
 // Register adds the route to e.
@@ -46,6 +53,9 @@ type Response struct {
 	Received bool   `json:"received"`
 	EventID  string `json:"event_id"`
 	Outcome  string `json:"outcome"`
+	// PayloadKind is snapshot or thin; a thin event's outcome is
+	// "received" (hydrated after the answer).
+	PayloadKind string `json:"payload_kind"`
 }
 
 func (ep *Endpoint) serve(c echo.Context) error {
@@ -64,10 +74,6 @@ func (ep *Endpoint) serve(c echo.Context) error {
 	if err := ep.verifier.Verify(payload, req.Header.Get("Stripe-Signature")); err != nil {
 		return verificationError(err)
 	}
-	ev, err := stripeevent.Parse(payload)
-	if err != nil {
-		return apperr.Wrap(err, apperr.CodeInvalidEvent, "%s", err.Error())
-	}
 	source := stripeevent.SourceWebhook
 	if s := stripeevent.Source(req.Header.Get(SourceHeader)); s != "" {
 		if !s.Valid() {
@@ -75,17 +81,20 @@ func (ep *Endpoint) serve(c echo.Context) error {
 		}
 		source = s
 	}
-	outcome, err := ep.handler.Handle(req.Context(), ev, payload, source)
+	res, err := ep.ingester.Ingest(req.Context(), payload, source)
+	if ingest.Malformed(err) {
+		return apperr.Wrap(err, apperr.CodeInvalidEvent, "%s", err.Error())
+	}
 	if err != nil {
 		// 503 so that Stripe delivers the event again; Retry-After for
 		// senders that honour it (Stripe keeps its own schedule).
 		c.Response().Header().Set("Retry-After", RetryAfter)
 		if errors.Is(err, stripeevent.ErrOverloaded) {
-			return apperr.Wrap(err, apperr.CodeUnavailable, "ingest queue full; event %s will be retried", ev.ID)
+			return apperr.Wrap(err, apperr.CodeUnavailable, "ingest queue full; event %s will be retried", res.EventID)
 		}
-		return apperr.Wrap(err, apperr.CodeUnavailable, "event %s could not be processed; it will be retried", ev.ID)
+		return apperr.Wrap(err, apperr.CodeUnavailable, "event %s could not be processed; it will be retried", res.EventID)
 	}
-	return c.JSON(http.StatusOK, Response{Received: true, EventID: ev.ID, Outcome: string(outcome)})
+	return c.JSON(http.StatusOK, Response{Received: true, EventID: res.EventID, Outcome: string(res.Outcome), PayloadKind: string(res.Kind)})
 }
 
 func verificationError(err error) error {

@@ -50,6 +50,13 @@ type Event struct {
 	Attempts      int     `json:"attempts"`
 	APIVersion    string  `json:"api_version,omitempty"`
 	LastError     string  `json:"last_error,omitempty"`
+	// PayloadKind is "snapshot" or "thin" (DESIGN §4); a thin record also
+	// has its hydration state, the object it is about and, once hydrated
+	// from a v1 resource, snapshot_event.
+	PayloadKind   string `json:"payload_kind"`
+	Hydration     string `json:"hydration,omitempty"`
+	SnapshotEvent string `json:"snapshot_event,omitempty"`
+	RelatedObject string `json:"related_object,omitempty"`
 }
 
 // EventJSON renders a record.
@@ -67,6 +74,10 @@ func EventJSON(r events.Record) Event {
 	if !r.ProcessedAt.IsZero() {
 		at := r.ProcessedAt.UTC().Format(time.RFC3339Nano)
 		e.ProcessedAt = &at
+	}
+	e.PayloadKind = string(stripeevent.KindSnapshot)
+	if r.PayloadKind == stripeevent.KindThin {
+		e.PayloadKind, e.Hydration, e.SnapshotEvent, e.RelatedObject = string(r.PayloadKind), r.Hydration, r.SnapshotEvent, r.RelatedObject
 	}
 	return e
 }
@@ -106,13 +117,17 @@ func eventID(c echo.Context) (string, error) {
 // list serves the three listings: by date (and time range), by account and
 // by subscription (each with an optional since/until).
 func (h eventRoutes) list(c echo.Context) error {
-	q, err := requestParams(c, "date", "from", "to", "stripe_account", "subscription", "since", "until", "limit", "cursor")
+	q, err := requestParams(c, "date", "from", "to", "stripe_account", "subscription", "since", "until", "limit", "cursor", "payload_kind")
 	if err != nil {
 		return err
 	}
 	limit, err := pageLimit(q["limit"])
 	if err != nil {
 		return err
+	}
+	kind := stripeevent.PayloadKind(q["payload_kind"])
+	if kind != "" && kind != stripeevent.KindSnapshot && kind != stripeevent.KindThin {
+		return apperr.New(apperr.CodeInvalidParameter, "payload_kind must be snapshot or thin")
 	}
 	selectors := 0
 	for _, k := range []string{"date", "stripe_account", "subscription"} {
@@ -163,6 +178,17 @@ func (h eventRoutes) list(c echo.Context) error {
 		if err != nil {
 			return listError(err)
 		}
+	}
+	if kind != "" {
+		// The filter applies to each page read: a page may hold fewer than
+		// limit records (or none) and still have a next_cursor.
+		kept := page.Records[:0]
+		for _, r := range page.Records {
+			if EventJSON(r).PayloadKind == string(kind) {
+				kept = append(kept, r)
+			}
+		}
+		page.Records = kept
 	}
 	return c.JSON(http.StatusOK, listOf(page.Records, page.NextCursor, EventJSON))
 }

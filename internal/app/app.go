@@ -27,6 +27,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/events"
 	"github.com/stripe-payments/stripe-payments/internal/handler"
 	"github.com/stripe-payments/stripe-payments/internal/httpserver"
+	"github.com/stripe-payments/stripe-payments/internal/ingest"
 	"github.com/stripe-payments/stripe-payments/internal/metrics"
 	"github.com/stripe-payments/stripe-payments/internal/ops"
 	"github.com/stripe-payments/stripe-payments/internal/outbox"
@@ -85,6 +86,11 @@ type App struct {
 	// AuthFailures limits wrong INTERNAL_API_TOKEN guesses per client
 	// address, on the console's login and the bearer APIs alike.
 	AuthFailures *authlimit.Limiter
+
+	// Thin events (intake, hydrator, account registry) and Ingest, the one
+	// entry point for a verified event body of either shape (thin.go).
+	Thin   *ThinEvents
+	Ingest *ingest.Intake
 
 	// clocks bounds the test clocks' advances, which outlive the requests
 	// that start them; stopClocks ends them at shutdown (an advance stops
@@ -202,7 +208,8 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 	a.Admin.TrustProxies(cfg.Admin.TrustedProxies)
 	a.AuthFailures = authlimit.New(authlimit.Config{Registerer: m.Registry})
 	verifier := webhook.NewVerifier(cfg.WebhookSecrets, cfg.WebhookTolerance, nil)
-	webhook.NewEndpoint(verifier, a.Handler, cfg.WebhookMaxBody, log).Register(a.Server.Echo)
+	a.newThin()
+	webhook.NewEndpoint(verifier, a.Ingest, cfg.WebhookMaxBody, log).Register(a.Server.Echo)
 	apiDeps := api.Deps{
 		Events:          a.Events,
 		Handler:         a.Handler,
@@ -283,6 +290,7 @@ func (a *App) startBackground() {
 		}
 	}()
 	a.startOutboxHousekeeping(ctx, &wg)
+	a.startThin(ctx, &wg)
 	if a.Emails != nil {
 		wg.Add(1)
 		go func() {

@@ -9,6 +9,7 @@ import (
 
 	billingstore "github.com/stripe-payments/stripe-payments/internal/billing/store"
 	"github.com/stripe-payments/stripe-payments/internal/metrics"
+	"github.com/stripe-payments/stripe-payments/internal/thin"
 	"github.com/stripe-payments/stripe-payments/internal/tracking"
 	"github.com/stripe-payments/stripe-payments/poller"
 	"github.com/stripe-payments/stripe-payments/webhook"
@@ -69,7 +70,10 @@ func (a *App) NewPoller(o PollerOptions) (*poller.Poller, error) {
 		Checkpoints: checkpoints,
 		Locker:      checkpoints,
 		// Every account the ledger, the purchases or the billing table knows.
-		Accounts: poller.Accounts{tracking.NewLedgerAccounts(a.Pool), billingstore.ChargedAccounts{Store: a.BillingStore}},
+		// Accounts v2 events keep a registry of their own (package thin),
+		// which also drops the accounts closed for good.
+		Accounts: thin.Polled{Registry: a.Thin.Registry,
+			Others: poller.Accounts{tracking.NewLedgerAccounts(a.Pool), billingstore.ChargedAccounts{Store: a.BillingStore}}},
 		Replayer: replayer,
 		Observer: o.Observer,
 		Progress: o.Progress,

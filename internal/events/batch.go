@@ -56,6 +56,7 @@ func attributes(r Record) (map[string]types.AttributeValue, error) {
 	if r.LastError != "" {
 		av["last_error"] = s(truncate(r.LastError, MaxLastError))
 	}
+	thinAttributes(r, av)
 	return av, nil
 }
 

@@ -56,6 +56,15 @@ type Record struct {
 	Attempts      int
 	LastError     string
 	Payload       []byte // raw event JSON, uncompressed in memory
+
+	// Thin events (DESIGN §4): PayloadKind is "thin" for them ("" or
+	// "snapshot" otherwise); SnapshotEvent is the snapshot event a v1 thin
+	// event was hydrated into; Hydration is where its hydration is (see
+	// thin.go); RelatedObject is the id of the object it is about.
+	PayloadKind   stripeevent.PayloadKind
+	SnapshotEvent string
+	Hydration     string
+	RelatedObject string
 }
 
 // Timestamp renders Created as the table's timestamp attribute.

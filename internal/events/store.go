@@ -35,6 +35,10 @@ type item struct {
 	Attempts      int    `dynamodbav:"attempts"`
 	LastError     string `dynamodbav:"last_error,omitempty"`
 	Payload       []byte `dynamodbav:"payload,omitempty"`
+	PayloadKind   string `dynamodbav:"payload_kind,omitempty"`
+	SnapshotEvent string `dynamodbav:"snapshot_event,omitempty"`
+	Hydration     string `dynamodbav:"hydration,omitempty"`
+	RelatedObject string `dynamodbav:"related_object,omitempty"`
 }
 
 const bookkeepingTimeLayout = time.RFC3339Nano
@@ -49,6 +53,8 @@ func fromItem(it item) (Record, error) {
 		Expiration: time.Unix(it.Expiration, 0).UTC(), Subscription: it.Subscription,
 		APIVersion: it.APIVersion, Livemode: it.Livemode, Status: Status(it.Status),
 		Source: stripeevent.Source(it.Source), Attempts: it.Attempts, LastError: it.LastError,
+		PayloadKind: stripeevent.PayloadKind(it.PayloadKind), SnapshotEvent: it.SnapshotEvent,
+		Hydration: it.Hydration, RelatedObject: it.RelatedObject,
 	}
 	r.ReceivedAt, _ = time.Parse(bookkeepingTimeLayout, it.ReceivedAt)
 	if it.ProcessedAt != "" {
@@ -289,7 +295,8 @@ func (s *Store) batchGet(ctx context.Context, ids []string) (map[string]Record, 
 		expression.Name("timestamp"), expression.Name("expiration"), expression.Name("subscription"),
 		expression.Name("api_version"), expression.Name("livemode"), expression.Name("status"),
 		expression.Name("received_at"), expression.Name("processed_at"), expression.Name("source"),
-		expression.Name("attempts"), expression.Name("last_error"))
+		expression.Name("attempts"), expression.Name("last_error"), expression.Name("payload_kind"),
+		expression.Name("snapshot_event"), expression.Name("hydration"), expression.Name("related_object"))
 	expr, err := expression.NewBuilder().WithProjection(proj).Build()
 	if err != nil {
 		return nil, fmt.Errorf("build projection: %w", err)

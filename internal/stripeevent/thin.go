@@ -1,0 +1,150 @@
+package stripeevent
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/stripe-payments/stripe-payments/internal/stripeid"
+)
+
+// PayloadKind is how Stripe delivered an event (DESIGN §4): a snapshot
+// event (`"object":"event"`, the object's state in data.object) or a thin
+// one (`"object":"v2.core.event"`, a reference the service hydrates).
+type PayloadKind string
+
+const (
+	KindSnapshot PayloadKind = "snapshot"
+	KindThin     PayloadKind = "thin"
+)
+
+// Object values of the two shapes.
+const (
+	ObjectSnapshot = "event"
+	ObjectThin     = "v2.core.event"
+)
+
+// Received is the outcome of a thin notification that is recorded and
+// waits for hydration (its record's status is `received`).
+const Received Outcome = "received"
+
+// Thin is a thin event notification as Stripe delivers it to an event
+// destination: `id`, `type`, `created` (RFC 3339), `livemode`, `context`
+// (the connected account, when there is one) and `related_object`.
+type Thin struct {
+	ID       string
+	Type     string
+	Created  time.Time
+	Livemode bool
+	// Context is the connected account the event belongs to ("" for the
+	// platform): hydration sends it as Stripe-Context (v2) or
+	// Stripe-Account (v1).
+	Context       string
+	RelatedObject RelatedObject
+}
+
+// RelatedObject is the API resource a thin event is about.
+type RelatedObject struct {
+	ID   string `json:"id"`
+	Type string `json:"type"`
+	URL  string `json:"url"`
+}
+
+// V1 reports whether the event is about an API v1 resource: it names a
+// snapshot event that goes through the snapshot handler.
+func (t Thin) V1() bool { return strings.HasPrefix(t.Type, "v1.") }
+
+// SnapshotType is the snapshot event type a v1 thin type stands for
+// (v1.payment_intent.succeeded -> payment_intent.succeeded); "" for others.
+func (t Thin) SnapshotType() string {
+	if s, ok := strings.CutPrefix(t.Type, "v1."); ok {
+		return s
+	}
+	return ""
+}
+
+type thinEnvelope struct {
+	ID            string          `json:"id"`
+	Object        string          `json:"object"`
+	Type          string          `json:"type"`
+	Created       json.RawMessage `json:"created"`
+	Livemode      bool            `json:"livemode"`
+	Context       *string         `json:"context"`
+	RelatedObject *RelatedObject  `json:"related_object"`
+}
+
+// ParseThin decodes a thin event notification and checks what the record
+// and its hydration need; anything else is ErrMalformed (a 400 that records
+// nothing).
+func ParseThin(payload []byte) (Thin, error) {
+	var env thinEnvelope
+	if err := json.Unmarshal(payload, &env); err != nil {
+		return Thin{}, fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	switch {
+	case env.Object != ObjectThin:
+		return Thin{}, fmt.Errorf("%w: object is %q, want %q", ErrMalformed, truncate(env.Object, 64), ObjectThin)
+	case !stripeid.Valid(env.ID, "evt_"):
+		return Thin{}, fmt.Errorf("%w: id %q is not an event id", ErrMalformed, truncate(env.ID, 64))
+	case !eventTypePattern.MatchString(env.Type):
+		return Thin{}, fmt.Errorf("%w: missing or invalid type", ErrMalformed)
+	}
+	created, err := thinCreated(env.Created)
+	if err != nil {
+		return Thin{}, err
+	}
+	t := Thin{ID: env.ID, Type: env.Type, Created: created, Livemode: env.Livemode}
+	if env.Context != nil && *env.Context != "" {
+		if !stripeid.Valid(*env.Context, "acct_") {
+			return Thin{}, fmt.Errorf("%w: context %q is not an account id", ErrMalformed, truncate(*env.Context, 64))
+		}
+		t.Context = *env.Context
+	}
+	if ro := env.RelatedObject; ro != nil {
+		if ro.ID != "" && !validObjectID(ro.ID) {
+			return Thin{}, fmt.Errorf("%w: related_object.id %q is not an object id", ErrMalformed, truncate(ro.ID, 64))
+		}
+		if len(ro.Type) > 255 || len(ro.URL) > 2048 {
+			return Thin{}, fmt.Errorf("%w: related_object too long", ErrMalformed)
+		}
+		t.RelatedObject = *ro
+	}
+	return t, nil
+}
+
+// thinCreated parses `created`, an RFC 3339 timestamp with fractional
+// seconds ("2026-11-25T15:03:10.123Z"); a number (the snapshot shape) or
+// any other format is refused.
+func thinCreated(raw json.RawMessage) (time.Time, error) {
+	var s string
+	if len(raw) == 0 || raw[0] != '"' || json.Unmarshal(raw, &s) != nil {
+		return time.Time{}, fmt.Errorf("%w: created must be an RFC 3339 timestamp", ErrMalformed)
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%w: created %q is not an RFC 3339 timestamp", ErrMalformed, truncate(s, 64))
+	}
+	if t.Unix() <= 0 || t.Unix() > MaxCreated {
+		return time.Time{}, fmt.Errorf("%w: created %q is out of range", ErrMalformed, truncate(s, 64))
+	}
+	return t.UTC(), nil
+}
+
+// validObjectID: a Stripe object id of any prefix ("pi_…", "acct_…").
+func validObjectID(id string) bool {
+	i := strings.IndexByte(id, '_')
+	return i > 0 && stripeid.Valid(id, id[:i+1])
+}
+
+// ObjectOf reads the `object` of a JSON body without decoding the rest
+// (fields are not allocated). "" when it has none or is not JSON.
+func ObjectOf(payload []byte) string {
+	var head struct {
+		Object string `json:"object"`
+	}
+	if json.Unmarshal(payload, &head) != nil {
+		return ""
+	}
+	return head.Object
+}

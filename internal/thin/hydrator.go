@@ -1,0 +1,294 @@
+package thin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/stripe-payments/stripe-payments/internal/events"
+	"github.com/stripe-payments/stripe-payments/internal/stripebudget"
+	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
+	"github.com/stripe-payments/stripe-payments/internal/stripeid"
+)
+
+// HealthResolved is the health event whose object the service re-drives.
+const HealthResolved = "v2.core.health.event_generation_failure.resolved"
+
+// Hydration results (the metric's label).
+const (
+	ResultHydrated  = "hydrated"
+	ResultAccount   = "account"
+	ResultRedriven  = "redriven"
+	ResultUnhandled = "unhandled"
+	ResultRetry     = "retry"
+)
+
+// HydratorConfig configures the hydrator; zero values take the defaults.
+type HydratorConfig struct {
+	// Batch is how many jobs one claim takes (default 16); they are
+	// hydrated concurrently.
+	Batch int
+	// Lease is how long a claimed job is another hydrator's to skip
+	// (default 2 min): a crashed hydrator's jobs come back after it.
+	Lease time.Duration
+	// Idle is how often an idle hydrator looks for due jobs (default 1 s);
+	// a received notification wakes it at once.
+	Idle time.Duration
+	// RetryBase and RetryMax bound the backoff of a failed hydration:
+	// RetryBase × 2^(tries-1), at most RetryMax (defaults 2 s and 10 min).
+	RetryBase, RetryMax time.Duration
+	Livemode            bool
+	Log                 *slog.Logger
+	Observer            Observer // may be nil
+	Now                 func() time.Time
+}
+
+// Hydrator hydrates queued thin notifications.
+type Hydrator struct {
+	cfg      HydratorConfig
+	queue    *Queue
+	store    Store
+	api      StripeAPI
+	budget   stripebudget.Budget
+	handler  stripeevent.Handler
+	registry *Registry
+	wake     chan struct{}
+}
+
+// NewHydrator returns a hydrator.
+func NewHydrator(cfg HydratorConfig, q *Queue, store Store, api StripeAPI, budget stripebudget.Budget, h stripeevent.Handler, reg *Registry) *Hydrator {
+	if cfg.Batch <= 0 {
+		cfg.Batch = 16
+	}
+	if cfg.Lease <= 0 {
+		cfg.Lease = 2 * time.Minute
+	}
+	if cfg.Idle <= 0 {
+		cfg.Idle = time.Second
+	}
+	if cfg.RetryBase <= 0 {
+		cfg.RetryBase = 2 * time.Second
+	}
+	if cfg.RetryMax <= 0 {
+		cfg.RetryMax = 10 * time.Minute
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	if cfg.Observer == nil {
+		cfg.Observer = nopObserver{}
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Hydrator{cfg: cfg, queue: q, store: store, api: api, budget: budget, handler: h, registry: reg,
+		wake: make(chan struct{}, 1)}
+}
+
+// Nudge wakes the hydrator (a notification was queued).
+func (h *Hydrator) Nudge() {
+	select {
+	case h.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run hydrates due jobs until ctx ends; the jobs in flight finish first.
+func (h *Hydrator) Run(ctx context.Context) error {
+	t := time.NewTicker(h.cfg.Idle)
+	defer t.Stop()
+	for {
+		n, err := h.RunOnce(ctx)
+		if err != nil && ctx.Err() == nil {
+			h.cfg.Log.Warn("thin hydration: claim failed", "error", err)
+		}
+		if n == h.cfg.Batch && err == nil {
+			continue // more may be due
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-h.wake:
+		case <-t.C:
+		}
+	}
+}
+
+// RunOnce claims one batch of due jobs and hydrates them; it returns how
+// many it claimed.
+func (h *Hydrator) RunOnce(ctx context.Context) (int, error) {
+	jobs, err := h.queue.Claim(ctx, h.cfg.Batch, h.cfg.Lease)
+	if err != nil {
+		return 0, err
+	}
+	var wg sync.WaitGroup
+	for _, j := range jobs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// A job in flight finishes even when ctx ends (shutdown), within
+			// its own bound; its lease covers a crash.
+			jctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.cfg.Lease/2)
+			defer cancel()
+			h.hydrate(jctx, j)
+		}()
+	}
+	wg.Wait()
+	return len(jobs), nil
+}
+
+// hydrate processes one job and settles it: done, or retried later.
+func (h *Hydrator) hydrate(ctx context.Context, j Job) {
+	log := h.cfg.Log.With("event_id", j.EventID, "event_type", j.Type, "stripe_account", j.Context, "attempt", j.Attempts)
+	result, snapshot, err := h.process(ctx, j)
+	if err != nil {
+		h.retry(ctx, log, j, err)
+		return
+	}
+	hydration := events.HydrationHydrated
+	if result == ResultUnhandled {
+		hydration = events.HydrationUnhandled
+	}
+	if err := h.store.ThinDone(ctx, j.EventID, snapshot, hydration, h.cfg.Now()); err != nil {
+		h.retry(ctx, log, j, fmt.Errorf("record hydrated thin event: %w", err))
+		return
+	}
+	if err := h.queue.Done(ctx, j.EventID); err != nil {
+		// The record is processed; the job comes back after its lease and
+		// finds the snapshot a duplicate.
+		log.Warn("thin event hydrated but still queued", "error", err)
+	}
+	h.cfg.Observer.ThinHydrated(result, h.cfg.Now().Sub(j.ReceivedAt))
+	log.Info("thin event hydrated", "result", result, "snapshot_event", snapshot)
+}
+
+// retry records the failure on the thin record and reschedules the job.
+func (h *Hydrator) retry(ctx context.Context, log *slog.Logger, j Job, cause error) {
+	wait := h.cfg.RetryBase << min(max(j.Attempts-1, 0), 20)
+	if wait > h.cfg.RetryMax || wait <= 0 {
+		wait = h.cfg.RetryMax
+	}
+	var ae *APIError
+	if errors.As(cause, &ae) && ae.Status == http.StatusTooManyRequests {
+		h.budget.Throttled(ae.RetryAfter)
+		wait = max(wait, ae.RetryAfter)
+	}
+	log.Warn("thin event hydration failed; it will be retried", "error", cause, "retry_in", wait)
+	if err := h.store.ThinRetry(ctx, j.EventID, cause.Error(), j.Attempts); err != nil {
+		log.Warn("thin event: last_error not recorded", "error", err)
+	}
+	if err := h.queue.Retry(ctx, j.EventID, cause.Error(), h.cfg.Now().Add(wait)); err != nil {
+		log.Warn("thin event: retry not scheduled; its lease brings it back", "error", err)
+	}
+	h.cfg.Observer.ThinHydrated(ResultRetry, 0)
+}
+
+// v2Event is what hydration reads of a fetched thin event.
+type v2Event struct {
+	ID            string                     `json:"id"`
+	Type          string                     `json:"type"`
+	Context       string                     `json:"context"`
+	SnapshotEvent string                     `json:"snapshot_event"`
+	RelatedObject *stripeevent.RelatedObject `json:"related_object"`
+}
+
+// process hydrates one job; it returns the result and, for a v1 type, the
+// snapshot event's id.
+func (h *Hydrator) process(ctx context.Context, j Job) (string, string, error) {
+	t, err := stripeevent.ParseThin(j.Payload)
+	if err != nil {
+		return "", "", fmt.Errorf("queued payload: %w", err)
+	}
+	if err := h.budget.Wait(ctx, stripebudget.Hydration); err != nil {
+		return "", "", err
+	}
+	raw, err := h.api.V2Event(ctx, t.ID, t.Context)
+	if err != nil {
+		return "", "", fmt.Errorf("retrieve thin event: %w", err)
+	}
+	var full v2Event
+	if err := json.Unmarshal(raw, &full); err != nil {
+		return "", "", fmt.Errorf("retrieve thin event: decode: %w", err)
+	}
+	if full.ID != t.ID {
+		return "", "", fmt.Errorf("retrieve thin event: Stripe answered event %q", truncate(full.ID, 64))
+	}
+	switch {
+	case t.V1():
+		snap, err := h.snapshot(ctx, t, full, stripeevent.Source(j.Source))
+		return ResultHydrated, snap, err
+	case isAccountEvent(t.Type):
+		return ResultAccount, "", h.account(ctx, t)
+	case t.Type == HealthResolved:
+		return ResultRedriven, "", h.redrive(ctx, t, full, stripeevent.Source(j.Source))
+	default:
+		return ResultUnhandled, "", nil
+	}
+}
+
+// snapshot fetches the snapshot event a v1 thin event names and hands it
+// to the one handler, keyed by its own id.
+func (h *Hydrator) snapshot(ctx context.Context, t stripeevent.Thin, full v2Event, source stripeevent.Source) (string, error) {
+	id := full.SnapshotEvent
+	if !stripeid.Valid(id, "evt_") {
+		return "", fmt.Errorf("thin event names no snapshot_event (got %q)", truncate(id, 64))
+	}
+	if err := h.budget.Wait(ctx, stripebudget.Hydration); err != nil {
+		return "", err
+	}
+	payload, err := h.api.V1Event(ctx, id, t.Context)
+	if err != nil {
+		return "", fmt.Errorf("retrieve snapshot event: %w", err)
+	}
+	ev, err := stripeevent.Parse(payload)
+	if err != nil {
+		return "", fmt.Errorf("snapshot event %s: %w", id, err)
+	}
+	if ev.ID != id {
+		return "", fmt.Errorf("retrieve snapshot event: Stripe answered event %q for %s", truncate(ev.ID, 64), id)
+	}
+	if string(ev.Type) != t.SnapshotType() {
+		return "", fmt.Errorf("snapshot event %s is %s, the thin event %s", id, truncate(string(ev.Type), 64), t.Type)
+	}
+	if ev.Account == "" && t.Context != "" {
+		// Listed on a connected account without its `account`: it is that
+		// account's (as the poller files such events).
+		ev.Account = t.Context
+	}
+	outcome, err := h.handler.Handle(ctx, ev, payload, source)
+	if err != nil {
+		return "", fmt.Errorf("process snapshot event %s: %w", id, err)
+	}
+	if outcome == stripeevent.Failed {
+		return "", fmt.Errorf("process snapshot event %s: failed", id)
+	}
+	return id, nil
+}
+
+// isAccountEvent: v2.core.account.created|updated|closed and
+// v2.core.account[...].updated.
+func isAccountEvent(typ string) bool {
+	switch typ {
+	case "v2.core.account.created", "v2.core.account.updated", "v2.core.account.closed":
+		return true
+	}
+	return strings.HasPrefix(typ, "v2.core.account[") && strings.HasSuffix(typ, "].updated")
+}
+
+// account keeps the registry: the related object is the account.
+func (h *Hydrator) account(ctx context.Context, t stripeevent.Thin) error {
+	id := t.RelatedObject.ID
+	if !stripeid.Valid(id, "acct_") {
+		return fmt.Errorf("%s names no account (related_object %q)", t.Type, truncate(id, 64))
+	}
+	if t.Type == "v2.core.account.closed" {
+		return h.registry.Close(ctx, id, t.ID, t.Created)
+	}
+	return h.registry.Open(ctx, id, t.ID, t.Created)
+}

@@ -1,0 +1,105 @@
+package thin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Queue is the durable hydration queue (Postgres table thin_hydrations):
+// one row per thin notification received and not yet processed.
+type Queue struct {
+	pool *pgxpool.Pool
+}
+
+// NewQueue returns the queue on pool.
+func NewQueue(pool *pgxpool.Pool) *Queue { return &Queue{pool: pool} }
+
+// Job is one queued thin notification.
+type Job struct {
+	EventID    string
+	Type       string
+	Context    string
+	Source     string
+	Payload    []byte
+	ReceivedAt time.Time
+	Attempts   int // tries so far, this one included once claimed
+}
+
+// Enqueue adds a job unless its event is queued already.
+func (q *Queue) Enqueue(ctx context.Context, j Job) error {
+	_, err := q.pool.Exec(ctx, `INSERT INTO thin_hydrations (event_id, event_type, context, source, payload)
+		VALUES ($1, $2, $3, $4, $5) ON CONFLICT (event_id) DO NOTHING`,
+		j.EventID, j.Type, j.Context, j.Source, j.Payload)
+	if err != nil {
+		return fmt.Errorf("enqueue thin event %s: %w", j.EventID, err)
+	}
+	return nil
+}
+
+// Claim leases up to n due jobs for lease: another claimer skips them until
+// the lease ends (a crashed hydrator's jobs come back then). Each claim
+// counts one attempt.
+func (q *Queue) Claim(ctx context.Context, n int, lease time.Duration) ([]Job, error) {
+	rows, err := q.pool.Query(ctx, `UPDATE thin_hydrations SET leased_until = now() + $2::interval, attempts = attempts + 1
+		WHERE event_id IN (
+			SELECT event_id FROM thin_hydrations
+			WHERE next_attempt_at <= now() AND (leased_until IS NULL OR leased_until < now())
+			ORDER BY next_attempt_at LIMIT $1 FOR UPDATE SKIP LOCKED)
+		RETURNING event_id, event_type, context, source, payload, received_at, attempts`, n, lease.String())
+	if err != nil {
+		return nil, fmt.Errorf("claim thin events: %w", err)
+	}
+	jobs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Job, error) {
+		var j Job
+		err := r.Scan(&j.EventID, &j.Type, &j.Context, &j.Source, &j.Payload, &j.ReceivedAt, &j.Attempts)
+		return j, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claim thin events: %w", err)
+	}
+	return jobs, nil
+}
+
+// Done removes a job whose thin record is processed.
+func (q *Queue) Done(ctx context.Context, id string) error {
+	if _, err := q.pool.Exec(ctx, `DELETE FROM thin_hydrations WHERE event_id = $1`, id); err != nil {
+		return fmt.Errorf("finish thin event %s: %w", id, err)
+	}
+	return nil
+}
+
+// Retry releases a job until next, with the error of its last try.
+func (q *Queue) Retry(ctx context.Context, id, lastError string, next time.Time) error {
+	_, err := q.pool.Exec(ctx, `UPDATE thin_hydrations SET leased_until = NULL, next_attempt_at = $2, last_error = $3
+		WHERE event_id = $1`, id, next, truncate(lastError, 1000))
+	if err != nil {
+		return fmt.Errorf("reschedule thin event %s: %w", id, err)
+	}
+	return nil
+}
+
+// Backlog is how many thin notifications wait for hydration and since when
+// the oldest does (zero when none).
+type Backlog struct {
+	Count  int
+	Oldest time.Time
+}
+
+// Backlog reads the queue's size and oldest entry.
+func (q *Queue) Backlog(ctx context.Context) (Backlog, error) {
+	var b Backlog
+	var oldest *time.Time
+	err := q.pool.QueryRow(ctx, `SELECT count(*), min(received_at) FROM thin_hydrations`).Scan(&b.Count, &oldest)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return b, fmt.Errorf("thin backlog: %w", err)
+	}
+	if oldest != nil {
+		b.Oldest = *oldest
+	}
+	return b, nil
+}

@@ -1,0 +1,124 @@
+// Package thin takes in Stripe's thin events (DESIGN §4, issue 25): the
+// intake records a verified notification durably (the events table, status
+// received, payload_kind thin, and the hydration queue in Postgres) and
+// answers at once; the hydrator then fetches the event from Stripe within
+// the API budget and processes it:
+//
+//   - a v1.* type names its snapshot event (`snapshot_event`), which is
+//     fetched (GET /v1/events/{id} on the event's account) and handed to the
+//     one handler keyed by the snapshot's own id, so a change delivered both
+//     as a snapshot and as a thin event applies once;
+//   - v2.core.account.created|updated|closed and v2.core.account[...].updated
+//     keep the registry of connected accounts the poller walks;
+//   - other v2.* types are recorded as unhandled, with no effect.
+//
+// A hydration that fails (404/403 included) stays received with its
+// last_error and is retried with backoff; it never blocks other events.
+package thin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/stripe-payments/stripe-payments/internal/events"
+	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
+)
+
+// Store is the part of the events store thin events use.
+type Store interface {
+	Get(ctx context.Context, id string) (events.Record, error)
+	PutReceived(ctx context.Context, r events.Record) error
+	ThinDone(ctx context.Context, id, snapshotEvent, hydration string, at time.Time) error
+	ThinRetry(ctx context.Context, id, lastError string, attempts int) error
+}
+
+// Observer is told what thin events do (metrics); see package metrics.
+type Observer interface {
+	ThinReceived(outcome stripeevent.Outcome)
+	ThinHydrated(result string, latency time.Duration)
+}
+
+type nopObserver struct{}
+
+func (nopObserver) ThinReceived(stripeevent.Outcome)     {}
+func (nopObserver) ThinHydrated(string, time.Duration) {}
+
+// IntakeConfig configures the intake.
+type IntakeConfig struct {
+	PlatformAccount string
+	EventTTL        time.Duration
+	Livemode        bool
+	Log             *slog.Logger
+	Observer        Observer // may be nil
+	Now             func() time.Time
+}
+
+// Intake records verified thin notifications.
+type Intake struct {
+	cfg   IntakeConfig
+	store Store
+	queue *Queue
+	nudge func() // wakes the hydrator; may be nil
+}
+
+// NewIntake returns the intake. nudge (may be nil) wakes the hydrator.
+func NewIntake(cfg IntakeConfig, store Store, queue *Queue, nudge func()) *Intake {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Observer == nil {
+		cfg.Observer = nopObserver{}
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	return &Intake{cfg: cfg, store: store, queue: queue, nudge: nudge}
+}
+
+// Accept records a verified thin notification: the events table's record
+// (status received, so the internal API finds it at once), then its
+// hydration job. It answers stripeevent.Received (or Duplicate for one
+// already processed, Ignored for a livemode mismatch). An error means the
+// notification may not be recorded: the sender must deliver it again (5xx).
+func (in *Intake) Accept(ctx context.Context, t stripeevent.Thin, payload []byte, source stripeevent.Source) (stripeevent.Outcome, error) {
+	outcome, err := in.accept(ctx, t, payload, source)
+	in.cfg.Observer.ThinReceived(outcome)
+	return outcome, err
+}
+
+func (in *Intake) accept(ctx context.Context, t stripeevent.Thin, payload []byte, source stripeevent.Source) (stripeevent.Outcome, error) {
+	log := in.cfg.Log.With("event_id", t.ID, "event_type", t.Type, "stripe_account", t.Context, "source", string(source))
+	if t.Livemode != in.cfg.Livemode {
+		log.Warn("ignoring thin event whose livemode does not match the configured key", "livemode", t.Livemode)
+		return stripeevent.Ignored, nil
+	}
+	rec := events.NewThinRecord(t, payload, in.cfg.PlatformAccount, in.cfg.EventTTL, source, in.cfg.Now())
+	// The record first: a redelivery finds it, and a crash before the job
+	// is queued answers no 200, so Stripe delivers again and the job is
+	// queued then.
+	err := in.store.PutReceived(ctx, rec)
+	switch {
+	case errors.Is(err, events.ErrDuplicate):
+		prev, gerr := in.store.Get(ctx, t.ID)
+		if gerr != nil {
+			return stripeevent.Failed, fmt.Errorf("read recorded thin event: %w", gerr)
+		}
+		if prev.Status == events.StatusProcessed {
+			return stripeevent.Duplicate, nil
+		}
+	case err != nil:
+		log.Warn("thin event not recorded; it will be delivered again", "error", err)
+		return stripeevent.Failed, err
+	}
+	if err := in.queue.Enqueue(ctx, Job{EventID: t.ID, Type: t.Type, Context: t.Context, Source: string(source), Payload: payload}); err != nil {
+		log.Warn("thin event not queued for hydration; it will be delivered again", "error", err)
+		return stripeevent.Failed, err
+	}
+	if in.nudge != nil {
+		in.nudge()
+	}
+	return stripeevent.Received, nil
+}
