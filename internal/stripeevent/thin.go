@@ -3,6 +3,7 @@ package stripeevent
 import (
 	"encoding/json"
 	"fmt"
+	"regexp"
 	"strings"
 	"time"
 
@@ -64,6 +65,10 @@ func (t Thin) SnapshotType() string {
 	return ""
 }
 
+// thinTypePattern: v2 types name a part of an object in brackets
+// (v2.core.account[configuration.merchant].updated).
+var thinTypePattern = regexp.MustCompile(`^[A-Za-z0-9_.\[\]]{1,255}$`)
+
 type thinEnvelope struct {
 	ID            string          `json:"id"`
 	Object        string          `json:"object"`
@@ -87,7 +92,7 @@ func ParseThin(payload []byte) (Thin, error) {
 		return Thin{}, fmt.Errorf("%w: object is %q, want %q", ErrMalformed, truncate(env.Object, 64), ObjectThin)
 	case !stripeid.Valid(env.ID, "evt_"):
 		return Thin{}, fmt.Errorf("%w: id %q is not an event id", ErrMalformed, truncate(env.ID, 64))
-	case !eventTypePattern.MatchString(env.Type):
+	case !thinTypePattern.MatchString(env.Type):
 		return Thin{}, fmt.Errorf("%w: missing or invalid type", ErrMalformed)
 	}
 	created, err := thinCreated(env.Created)

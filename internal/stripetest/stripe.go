@@ -68,6 +68,7 @@ type Stripe struct {
 	created  map[string]int    // object type -> count created
 	charges  charges
 	events   eventList
+	v2       v2Events // thin.go
 }
 
 // Options of a fake Stripe; the zero value is a fake with no rate limit on
@@ -87,6 +88,7 @@ type Request struct {
 	Method         string
 	Path           string
 	StripeAccount  string
+	StripeContext  string // API v2's account header
 	IdempotencyKey string
 	Form           url.Values
 	Replayed       bool // answered from the idempotency cache
@@ -202,7 +204,7 @@ func (f *Stripe) serve(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "", "bad form: "+err.Error(), nil)
 		return
 	}
-	req := Request{Method: r.Method, Path: r.URL.Path, StripeAccount: r.Header.Get("Stripe-Account"),
+	req := Request{Method: r.Method, Path: r.URL.Path, StripeAccount: r.Header.Get("Stripe-Account"), StripeContext: r.Header.Get("Stripe-Context"),
 		IdempotencyKey: r.Header.Get("Idempotency-Key"), Form: r.PostForm}
 	if r.Method == http.MethodGet {
 		req.Form = r.URL.Query()
@@ -227,6 +229,10 @@ func (f *Stripe) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	if f.down.Load() {
 		writeError(w, http.StatusInternalServerError, "api_error", "", "internal error", nil)
+		return
+	}
+	if strings.HasPrefix(req.Path, "/v2/") {
+		f.serveV2(w, r, req)
 		return
 	}
 	if req.objectCall() {

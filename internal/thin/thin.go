@@ -43,7 +43,7 @@ type Observer interface {
 
 type nopObserver struct{}
 
-func (nopObserver) ThinReceived(stripeevent.Outcome)     {}
+func (nopObserver) ThinReceived(stripeevent.Outcome)   {}
 func (nopObserver) ThinHydrated(string, time.Duration) {}
 
 // IntakeConfig configures the intake.

@@ -1,0 +1,303 @@
+package app_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/stripe-payments/stripe-payments/internal/actions"
+	"github.com/stripe-payments/stripe-payments/internal/apptest"
+	"github.com/stripe-payments/stripe-payments/internal/stripetest"
+)
+
+// Thin events end to end (issue 25): the real program on DynamoDB Local and
+// Postgres, Stripe faked at the HTTP level with its Events API v1 and v2.
+
+// startThinApp runs the program against fake and sink; env overrides.
+func startThinApp(t *testing.T, fake *stripetest.Stripe, sink *actionSink, env map[string]string) *purchaseEnv {
+	t.Helper()
+	all := map[string]string{
+		"STRIPE_API_KEY":  "sk_test_fake_thin",
+		"STRIPE_API_BASE": fake.URL,
+		"ACTIONS_URL":     sink.srv.URL,
+		"ACTIONS_SECRET":  actionsSecret,
+	}
+	for k, v := range env {
+		all[k] = v
+	}
+	a := startApp(t, nil, all)
+	return &purchaseEnv{app: a, url: a.Server.URL(), stripe: fake, sink: sink}
+}
+
+// legacyPurchase creates a legacy purchase on merchant; it returns the
+// purchase id, its account and its PaymentIntent.
+func (e *purchaseEnv) legacyPurchase(t *testing.T) (id, account, pi string) {
+	t.Helper()
+	account = uuid.NewString()
+	status, p, _ := e.purchase(t, map[string]any{"account": account, "stripe_account": merchant, "mode": "legacy",
+		"amount": 2000, "currency": "usd"}, uuid.NewString())
+	require.Equal(t, http.StatusCreated, status, p)
+	return p["id"].(string), account, p["payment_intent"].(string)
+}
+
+// paidChange is one change at Stripe (a PaymentIntent succeeded) as both
+// payloads: the snapshot event, listable on the merchant's Events API v1,
+// and the thin event naming it, retrievable on the Events API v2 with the
+// merchant as context.
+type paidChange struct {
+	snapshot, thin     []byte
+	snapshotID, thinID string
+}
+
+func newPaidChange(t *testing.T, fake *stripetest.Stripe, pi, purchaseID, account string) paidChange {
+	t.Helper()
+	c := paidChange{snapshotID: stripetest.NewID(), thinID: stripetest.NewThinID()}
+	c.snapshot = stripetest.Event{Fixture: "payment_intent.succeeded", ID: c.snapshotID, Account: stripetest.Ptr(merchant),
+		Object: map[string]any{"id": pi, "metadata": map[string]any{"purchase_id": purchaseID, "account": account}}}.Build(t)
+	c.thin = stripetest.Thin{Fixture: "v1.payment_intent.succeeded", ID: c.thinID, Context: stripetest.Ptr(merchant), RelatedID: pi}.Build(t)
+	fake.Add(merchant, c.snapshot)
+	fake.AddV2(c.thin, c.snapshotID)
+	return c
+}
+
+// deliverThin posts a signed body and decodes the answer.
+func (e *purchaseEnv) deliver(t *testing.T, body []byte) (int, map[string]any) {
+	t.Helper()
+	status, raw := e.app.Deliver(t, body)
+	var out map[string]any
+	require.NoError(t, json.Unmarshal(raw, &out), string(raw))
+	return status, out
+}
+
+// event reads an event record through the internal API (nil when 404).
+func (e *purchaseEnv) event(t *testing.T, id string) map[string]any {
+	t.Helper()
+	status, body := get(t, e.url+"/internal/v1/events/"+id, token)
+	if status == http.StatusNotFound {
+		return nil
+	}
+	require.Equal(t, http.StatusOK, status, body)
+	return body
+}
+
+// waitHydrated waits until the thin record is processed and returns it.
+func (e *purchaseEnv) waitHydrated(t *testing.T, id string) map[string]any {
+	t.Helper()
+	var rec map[string]any
+	waitFor(t, "thin event "+id+" processed", func() bool {
+		rec = e.event(t, id)
+		return rec != nil && rec["status"] == "processed"
+	})
+	return rec
+}
+
+func TestThinEventFulfilsALegacyPurchase(t *testing.T) {
+	fake, sink := stripetest.New(t, stripetest.Options{}), newActionSink(t)
+	e := startThinApp(t, fake, sink, nil)
+	id, account, pi := e.legacyPurchase(t)
+	c := newPaidChange(t, fake, pi, id, account)
+
+	// Hydration waits a moment at Stripe, so the record is seen received.
+	fake.DelayV2(500 * time.Millisecond)
+	status, ans := e.deliver(t, c.thin)
+	require.Equal(t, http.StatusOK, status, ans)
+	assert.Equal(t, "received", ans["outcome"])
+	assert.Equal(t, "thin", ans["payload_kind"])
+	assert.Equal(t, c.thinID, ans["event_id"])
+	rec := e.event(t, c.thinID)
+	require.NotNil(t, rec, "the thin record is findable at once")
+	assert.Equal(t, "received", rec["status"])
+	assert.Equal(t, "thin", rec["payload_kind"])
+	assert.Equal(t, "v1.payment_intent.succeeded", rec["type"])
+	assert.Equal(t, merchant, rec["stripe_account"])
+	assert.Equal(t, pi, rec["related_object"])
+	assert.Nil(t, rec["processed_at"])
+
+	rec = e.waitHydrated(t, c.thinID)
+	assert.Equal(t, c.snapshotID, rec["snapshot_event"])
+	assert.Equal(t, "hydrated", rec["hydration"])
+	assert.Empty(t, rec["last_error"])
+	snap := e.event(t, c.snapshotID)
+	require.NotNil(t, snap, "the snapshot event is recorded under its own id")
+	assert.Equal(t, "processed", snap["status"])
+	assert.Equal(t, "snapshot", snap["payload_kind"])
+
+	got := e.get(t, "/v1/purchases/"+id)
+	assert.Equal(t, "fulfilled", got["status"])
+	acts := sink.wait(t, 1)
+	assert.Equal(t, "purchase.fulfilled", acts[0].Type)
+	assert.Equal(t, id, *acts[0].PurchaseID)
+
+	// Hydration asked Stripe for the v2 event with the merchant as its
+	// context, then for the snapshot event on the merchant's account.
+	var v2, v1 int
+	for _, r := range fake.Requests() {
+		switch r.Path {
+		case "/v2/core/events/" + c.thinID:
+			v2++
+			assert.Equal(t, merchant, r.StripeContext)
+		case "/v1/events/" + c.snapshotID:
+			v1++
+			assert.Equal(t, merchant, r.StripeAccount)
+		}
+	}
+	assert.Equal(t, 1, v2)
+	assert.Equal(t, 1, v1)
+
+	// Redelivered: answered as a duplicate, nothing more.
+	status, ans = e.deliver(t, c.thin)
+	require.Equal(t, http.StatusOK, status, ans)
+	assert.Equal(t, "duplicate", ans["outcome"])
+	time.Sleep(300 * time.Millisecond)
+	assert.Len(t, sink.snapshot(), 1)
+}
+
+// TestSnapshotAndThinOfOneChangeApplyOnce delivers one change as a snapshot
+// event and as a thin event (Stripe's migration runs both destinations side
+// by side), in both orders and at once, to two replicas on the same
+// stores: one effect, one action id, whichever arrives first.
+func TestSnapshotAndThinOfOneChangeApplyOnce(t *testing.T) {
+	fake, sink := stripetest.New(t, stripetest.Options{}), newActionSink(t)
+	a := startThinApp(t, fake, sink, nil)
+	b := startThinApp(t, fake, sink, a.app.Env)
+	orders := []string{"snapshot first", "thin first", "at once", "at once", "at once"}
+	var ids []string
+	for i, order := range orders {
+		id, account, pi := a.legacyPurchase(t)
+		ids = append(ids, id)
+		c := newPaidChange(t, fake, pi, id, account)
+		snap := func() {
+			status, ans := a.deliver(t, c.snapshot)
+			assert.Equal(t, http.StatusOK, status, ans)
+		}
+		thin := func() {
+			status, ans := b.deliver(t, c.thin)
+			assert.Equal(t, http.StatusOK, status, ans)
+		}
+		switch order {
+		case "snapshot first":
+			snap()
+			thin()
+		case "thin first":
+			thin()
+			b.waitHydrated(t, c.thinID)
+			snap()
+		default:
+			var wg sync.WaitGroup
+			wg.Add(2)
+			go func() { defer wg.Done(); snap() }()
+			go func() { defer wg.Done(); thin() }()
+			wg.Wait()
+		}
+		rec := a.waitHydrated(t, c.thinID)
+		assert.Equal(t, c.snapshotID, rec["snapshot_event"], order)
+		// The change is one entry of the ledger, under the snapshot's id:
+		// both deliveries claimed the same one.
+		var claims, thinClaims int
+		require.NoError(t, a.app.Pool.QueryRow(t.Context(),
+			`SELECT count(*) FILTER (WHERE event_id = $1), count(*) FILTER (WHERE event_id = $2) FROM processed_events`,
+			c.snapshotID, c.thinID).Scan(&claims, &thinClaims))
+		assert.Equal(t, 1, claims, order)
+		assert.Zero(t, thinClaims, "%s: a thin event is never a ledger entry of its own", order)
+		assert.Equal(t, "fulfilled", a.get(t, "/v1/purchases/"+id)["status"], order)
+		sink.wait(t, i+1)
+	}
+	time.Sleep(500 * time.Millisecond) // a second action would be on its way
+	acts := sink.snapshot()
+	require.Len(t, acts, len(orders), "one action per change")
+	seen := map[string]bool{}
+	for _, act := range acts {
+		assert.False(t, seen[*act.PurchaseID], "purchase %s fulfilled twice", *act.PurchaseID)
+		seen[*act.PurchaseID] = true
+	}
+	for _, id := range ids {
+		assert.True(t, seen[id], "purchase %s fulfilled", id)
+	}
+}
+
+func TestThinHydrationFailsThenSucceeds(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		status int
+		code   string
+	}{
+		{"not found", http.StatusNotFound, "resource_missing"},
+		{"forbidden", http.StatusForbidden, ""},
+		{"rate limited", http.StatusTooManyRequests, "rate_limit"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fake, sink := stripetest.New(t, stripetest.Options{}), newActionSink(t)
+			e := startThinApp(t, fake, sink, nil)
+			id, account, pi := e.legacyPurchase(t)
+			c := newPaidChange(t, fake, pi, id, account)
+			// Another notification, which must not wait behind the failing one.
+			id2, account2, pi2 := e.legacyPurchase(t)
+			c2 := newPaidChange(t, fake, pi2, id2, account2)
+			fake.Fail(http.MethodGet, "/v2/core/events/"+c.thinID, tc.status, "invalid_request_error", tc.code, "scripted failure", 1)
+
+			status, ans := e.deliver(t, c.thin)
+			require.Equal(t, http.StatusOK, status, ans)
+			var rec map[string]any
+			waitFor(t, "the failure recorded", func() bool {
+				rec = e.event(t, c.thinID)
+				return rec != nil && rec["last_error"] != nil && rec["last_error"] != ""
+			})
+			assert.Equal(t, "received", rec["status"])
+			assert.Equal(t, "retrying", rec["hydration"])
+			assert.Contains(t, rec["last_error"], "stripe answered")
+
+			status, ans = e.deliver(t, c2.thin)
+			require.Equal(t, http.StatusOK, status, ans)
+			e.waitHydrated(t, c2.thinID)
+
+			rec = e.waitHydrated(t, c.thinID) // the retry, after its backoff
+			assert.Equal(t, c.snapshotID, rec["snapshot_event"])
+			assert.Empty(t, rec["last_error"], "a success clears the last error")
+			assert.Equal(t, "fulfilled", e.get(t, "/v1/purchases/"+id)["status"])
+			assert.Equal(t, "fulfilled", e.get(t, "/v1/purchases/"+id2)["status"])
+		})
+	}
+}
+
+// TestThinNotificationSurvivesARestartBeforeHydration: the program records
+// a thin notification and answers 200, then stops before any hydrator ran
+// (its workers never started); the next start hydrates it.
+func TestThinNotificationSurvivesARestartBeforeHydration(t *testing.T) {
+	fake, sink := stripetest.New(t, stripetest.Options{}), newActionSink(t)
+	// A program that only listens: the endpoint records, nothing hydrates.
+	down := apptest.New(t, apptest.Options{Stripe: fake, Env: map[string]string{
+		"ACTIONS_URL": sink.srv.URL, "ACTIONS_SECRET": actionsSecret}})
+	require.NoError(t, down.Server.Open("127.0.0.1:0"))
+	down.URL = down.Server.URL()
+	first := &purchaseEnv{app: down, url: down.URL, stripe: fake, sink: sink}
+	id, account, pi := first.legacyPurchase(t)
+	c := newPaidChange(t, fake, pi, id, account)
+
+	status, ans := first.deliver(t, c.thin)
+	require.Equal(t, http.StatusOK, status, ans)
+	assert.Equal(t, "received", ans["outcome"])
+	time.Sleep(300 * time.Millisecond)
+	rec := first.event(t, c.thinID)
+	require.NotNil(t, rec)
+	assert.Equal(t, "received", rec["status"], "nothing hydrates while no worker runs")
+	require.NoError(t, down.Server.Close(t.Context()))
+
+	again := startThinApp(t, fake, sink, down.Env)
+	got := again.waitHydrated(t, c.thinID)
+	assert.Equal(t, c.snapshotID, got["snapshot_event"])
+	assert.Equal(t, "fulfilled", again.get(t, "/v1/purchases/"+id)["status"])
+	sink.wait(t, 1)
+}
+
+// snapshot returns the actions received so far.
+func (s *actionSink) snapshot() []actions.Action {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]actions.Action(nil), s.got...)
+}
