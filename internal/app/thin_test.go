@@ -12,8 +12,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stripe-payments/stripe-payments/internal/actions"
+	"github.com/stripe-payments/stripe-payments/internal/app"
 	"github.com/stripe-payments/stripe-payments/internal/apptest"
 	"github.com/stripe-payments/stripe-payments/internal/stripetest"
+	"github.com/stripe-payments/stripe-payments/poller"
 )
 
 // Thin events end to end (issue 25): the real program on DynamoDB Local and
@@ -300,4 +302,120 @@ func (s *actionSink) snapshot() []actions.Action {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]actions.Action(nil), s.got...)
+}
+
+// polled runs the poller once and returns the accounts it listed events for.
+func polled(t *testing.T, e *purchaseEnv) map[string]bool {
+	t.Helper()
+	a := e.app
+	before := len(e.stripe.Requests())
+	p, err := a.NewPoller(app.PollerOptions{InProcess: true})
+	require.NoError(t, err)
+	_, err = p.Run(t.Context(), poller.Window{})
+	require.NoError(t, err)
+	listed := map[string]bool{}
+	for _, r := range e.stripe.Requests()[before:] {
+		if r.Path == "/v1/events" {
+			listed[r.StripeAccount] = true
+		}
+	}
+	return listed
+}
+
+// TestAccountsV2EventsKeepThePolledAccounts: a connected account created
+// with Accounts v2 (which sends only thin events) starts being polled; its
+// configuration updates keep it; once closed, it is polled until its last
+// events are in, then no more, even though the ledger knows it.
+func TestAccountsV2EventsKeepThePolledAccounts(t *testing.T) {
+	fake, sink := stripetest.New(t, stripetest.Options{}), newActionSink(t)
+	e := startThinApp(t, fake, sink, nil)
+	const acct = "acct_1SkT7pQ9RKHgCVdK" // the fixtures' Accounts v2 account
+	assert.False(t, polled(t, e)[acct], "unknown before its event")
+
+	base := time.Now().Add(-time.Minute)
+	created := stripetest.Thin{Fixture: "v2.core.account.created", Created: base}.Build(t)
+	updated := stripetest.Thin{Fixture: "v2.core.account[configuration.merchant].updated", Created: base.Add(time.Second)}.Build(t)
+	closed := stripetest.Thin{Fixture: "v2.core.account.closed", Created: base.Add(2 * time.Second)}.Build(t)
+	for _, n := range [][]byte{created, updated, closed} {
+		fake.AddV2(n, "")
+	}
+	status, ans := e.deliver(t, created)
+	require.Equal(t, http.StatusOK, status, ans)
+	rec := e.waitHydrated(t, ans["event_id"].(string))
+	assert.Equal(t, "hydrated", rec["hydration"])
+	assert.Equal(t, acct, rec["related_object"])
+	assert.True(t, polled(t, e)[acct], "an Accounts v2 account is polled once created")
+
+	// The close arrives before the (older) update: the update does not
+	// reopen it.
+	status, ans = e.deliver(t, closed)
+	require.Equal(t, http.StatusOK, status, ans)
+	e.waitHydrated(t, ans["event_id"].(string))
+	status, ans = e.deliver(t, updated)
+	require.Equal(t, http.StatusOK, status, ans)
+	e.waitHydrated(t, ans["event_id"].(string))
+	assert.True(t, polled(t, e)[acct], "a closed account is still polled until its last events are in")
+
+	// The ledger knows the account too (an event of it was processed).
+	ev := stripetest.Event{Fixture: "payment_intent.succeeded", Account: stripetest.Ptr(acct)}.Build(t)
+	status, ans = e.deliver(t, ev)
+	require.Equal(t, http.StatusOK, status, ans)
+	e.app.Thin.Registry.ClosedGrace = 0 // its last events are in
+	assert.False(t, polled(t, e)[acct], "a closed account is no longer polled")
+	var state string
+	require.NoError(t, e.app.Pool.QueryRow(t.Context(), `SELECT status FROM connected_accounts WHERE account = $1`, acct).Scan(&state))
+	assert.Equal(t, "closed", state)
+}
+
+// TestOtherV2EventsAreRecordedUnhandled: a v2 type the service has no
+// handler for is processed with no effect, marked unhandled.
+func TestOtherV2EventsAreRecordedUnhandled(t *testing.T) {
+	fake, sink := stripetest.New(t, stripetest.Options{}), newActionSink(t)
+	e := startThinApp(t, fake, sink, nil)
+	var doc map[string]any
+	require.NoError(t, json.Unmarshal(stripetest.Thin{Fixture: "v2.core.account.created"}.Build(t), &doc))
+	doc["type"] = "v2.money_management.outbound_payment.posted"
+	doc["related_object"] = map[string]any{"id": "obp_test_61RJFv", "type": "v2.money_management.outbound_payment",
+		"url": "/v2/money_management/outbound_payments/obp_test_61RJFv"}
+	body, err := json.Marshal(doc)
+	require.NoError(t, err)
+	fake.AddV2(body, "")
+	status, ans := e.deliver(t, body)
+	require.Equal(t, http.StatusOK, status, ans)
+	rec := e.waitHydrated(t, ans["event_id"].(string))
+	assert.Equal(t, "unhandled", rec["hydration"])
+	assert.Empty(t, rec["snapshot_event"])
+}
+
+// TestHealthEventRedrivesItsObject: Stripe failed to generate the event of
+// a PaymentIntent's success; the resolved health event names it, and the
+// service fetches it and drives the purchase to fulfilled, once.
+func TestHealthEventRedrivesItsObject(t *testing.T) {
+	fake, sink := stripetest.New(t, stripetest.Options{}), newActionSink(t)
+	e := startThinApp(t, fake, sink, nil)
+	id, account, pi := e.legacyPurchase(t)
+	obj := fake.Object(pi)
+	require.NotNil(t, obj)
+	obj["status"] = "succeeded"
+	fake.Put(merchant, obj)
+
+	health := stripetest.Thin{Fixture: "v2.core.health.event_generation_failure.resolved", RelatedID: pi}.Build(t)
+	fake.AddV2(health, "")
+	status, ans := e.deliver(t, health)
+	require.Equal(t, http.StatusOK, status, ans)
+	rec := e.waitHydrated(t, ans["event_id"].(string))
+	assert.Equal(t, "hydrated", rec["hydration"])
+	got := e.get(t, "/v1/purchases/"+id)
+	assert.Equal(t, "fulfilled", got["status"])
+	acts := sink.wait(t, 1)
+	assert.Equal(t, id, *acts[0].PurchaseID)
+	assert.Equal(t, account, acts[0].Account)
+	var fetched bool
+	for _, r := range fake.Requests() {
+		if r.Method == http.MethodGet && r.Path == "/v1/payment_intents/"+pi {
+			fetched = true
+			assert.Equal(t, merchant, r.StripeAccount)
+		}
+	}
+	assert.True(t, fetched, "the named object is fetched on its account")
 }
