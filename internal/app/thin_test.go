@@ -3,6 +3,7 @@ package app_test
 import (
 	"encoding/json"
 	"net/http"
+	"net/url"
 	"sync"
 	"testing"
 	"time"
@@ -151,6 +152,16 @@ func TestThinEventFulfilsALegacyPurchase(t *testing.T) {
 	}
 	assert.Equal(t, 1, v2)
 	assert.Equal(t, 1, v1)
+
+	// The listings tell the two kinds apart.
+	byKind := func(kind string) []string {
+		return listAll(t, e.app, url.Values{"stripe_account": {merchant}, "payload_kind": {kind}})
+	}
+	assert.Equal(t, []string{c.thinID}, byKind("thin"))
+	assert.Equal(t, []string{c.snapshotID}, byKind("snapshot"))
+	assert.ElementsMatch(t, []string{c.thinID, c.snapshotID}, listAll(t, e.app, url.Values{"stripe_account": {merchant}}))
+	status, body := get(t, e.url+"/internal/v1/events?stripe_account="+merchant+"&payload_kind=fat", token)
+	assert.Equal(t, http.StatusBadRequest, status, body)
 
 	// Redelivered: answered as a duplicate, nothing more.
 	status, ans = e.deliver(t, c.thin)
