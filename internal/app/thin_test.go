@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/url"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -153,6 +154,18 @@ func TestThinEventFulfilsALegacyPurchase(t *testing.T) {
 	assert.Equal(t, 1, v2)
 	assert.Equal(t, 1, v1)
 
+	// Metrics: one received, one hydrated, its latency, an empty backlog.
+	m := scrape(t, e.app)
+	for _, line := range []string{
+		`stripe_payments_thin_events_received_total{outcome="received"} 1`,
+		`stripe_payments_thin_events_hydrated_total{result="hydrated"} 1`,
+		"stripe_payments_thin_hydration_latency_seconds_count 1",
+		"stripe_payments_thin_hydration_backlog 0",
+		"stripe_payments_thin_hydration_oldest_age_seconds 0",
+	} {
+		assert.True(t, strings.Contains(m, line+"\n"), "metrics lack %q", line)
+	}
+
 	// The listings tell the two kinds apart.
 	byKind := func(kind string) []string {
 		return listAll(t, e.app, url.Values{"stripe_account": {merchant}, "payload_kind": {kind}})
@@ -264,6 +277,9 @@ func TestThinHydrationFailsThenSucceeds(t *testing.T) {
 			assert.Equal(t, "received", rec["status"])
 			assert.Equal(t, "retrying", rec["hydration"])
 			assert.Contains(t, rec["last_error"], "stripe answered")
+			m := scrape(t, e.app)
+			assert.True(t, strings.Contains(m, `stripe_payments_thin_events_hydrated_total{result="retry"}`), "a failed try is counted")
+			assert.False(t, strings.Contains(m, "stripe_payments_thin_hydration_backlog 0\n"), "the failed notification waits")
 
 			status, ans = e.deliver(t, c2.thin)
 			require.Equal(t, http.StatusOK, status, ans)

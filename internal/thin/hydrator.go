@@ -180,13 +180,13 @@ func (h *Hydrator) retry(ctx context.Context, log *slog.Logger, j Job, cause err
 		wait = max(wait, ae.RetryAfter)
 	}
 	log.Warn("thin event hydration failed; it will be retried", "error", cause, "retry_in", wait)
+	h.cfg.Observer.ThinHydrated(ResultRetry, 0)
 	if err := h.store.ThinRetry(ctx, j.EventID, cause.Error(), j.Attempts); err != nil {
 		log.Warn("thin event: last_error not recorded", "error", err)
 	}
 	if err := h.queue.Retry(ctx, j.EventID, cause.Error(), h.cfg.Now().Add(wait)); err != nil {
 		log.Warn("thin event: retry not scheduled; its lease brings it back", "error", err)
 	}
-	h.cfg.Observer.ThinHydrated(ResultRetry, 0)
 }
 
 // v2Event is what hydration reads of a fetched thin event.
