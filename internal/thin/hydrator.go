@@ -35,8 +35,11 @@ type HydratorConfig struct {
 	// hydrated concurrently.
 	Batch int
 	// Lease is how long a claimed job is another hydrator's to skip
-	// (default 2 min): a crashed hydrator's jobs come back after it.
+	// (default 15 s): a crashed hydrator's jobs come back after it. A live
+	// hydrator renews the leases of its jobs every Lease/3 while they run.
 	Lease time.Duration
+	// JobTimeout bounds one job's hydration (default 2 min).
+	JobTimeout time.Duration
 	// Idle is how often an idle hydrator looks for due jobs (default 1 s);
 	// a received notification wakes it at once.
 	Idle time.Duration
@@ -67,7 +70,10 @@ func NewHydrator(cfg HydratorConfig, q *Queue, store Store, api StripeAPI, budge
 		cfg.Batch = 16
 	}
 	if cfg.Lease <= 0 {
-		cfg.Lease = 2 * time.Minute
+		cfg.Lease = 15 * time.Second
+	}
+	if cfg.JobTimeout <= 0 {
+		cfg.JobTimeout = 2 * time.Minute
 	}
 	if cfg.Idle <= 0 {
 		cfg.Idle = time.Second
@@ -127,6 +133,9 @@ func (h *Hydrator) RunOnce(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	if len(jobs) == 0 {
+		return 0, nil
+	}
 	var wg sync.WaitGroup
 	for _, j := range jobs {
 		wg.Add(1)
@@ -134,13 +143,31 @@ func (h *Hydrator) RunOnce(ctx context.Context) (int, error) {
 			defer wg.Done()
 			// A job in flight finishes even when ctx ends (shutdown), within
 			// its own bound; its lease covers a crash.
-			jctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.cfg.Lease/2)
+			jctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.cfg.JobTimeout)
 			defer cancel()
 			h.hydrate(jctx, j)
 		}()
 	}
-	wg.Wait()
-	return len(jobs), nil
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	ids := make([]string, len(jobs))
+	for i, j := range jobs {
+		ids[i] = j.EventID
+	}
+	beat := time.NewTicker(h.cfg.Lease / 3)
+	defer beat.Stop()
+	for {
+		select {
+		case <-done:
+			return len(jobs), nil
+		case <-beat.C:
+			// Finished jobs have no lease (deleted or released): only the
+			// running ones are renewed.
+			if err := h.queue.Extend(context.WithoutCancel(ctx), ids, h.cfg.Lease); err != nil {
+				h.cfg.Log.Warn("thin hydration: lease renewal failed", "error", err)
+			}
+		}
+	}
 }
 
 // hydrate processes one job and settles it: done, or retried later.

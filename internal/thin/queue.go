@@ -65,6 +65,18 @@ func (q *Queue) Claim(ctx context.Context, n int, lease time.Duration) ([]Job, e
 	return jobs, nil
 }
 
+// Extend renews the leases of jobs still being hydrated (a heartbeat), so a
+// short lease brings a crashed hydrator's jobs back soon without taking a
+// slow one from a live hydrator.
+func (q *Queue) Extend(ctx context.Context, ids []string, lease time.Duration) error {
+	_, err := q.pool.Exec(ctx, `UPDATE thin_hydrations SET leased_until = now() + $2::interval
+		WHERE event_id = ANY($1) AND leased_until IS NOT NULL`, ids, lease.String())
+	if err != nil {
+		return fmt.Errorf("extend thin event leases: %w", err)
+	}
+	return nil
+}
+
 // Done removes a job whose thin record is processed.
 func (q *Queue) Done(ctx context.Context, id string) error {
 	if _, err := q.pool.Exec(ctx, `DELETE FROM thin_hydrations WHERE event_id = $1`, id); err != nil {
