@@ -37,6 +37,7 @@ type overviewData struct {
 	Runs        []Run
 	Today       string
 	Warnings    []string
+	Thin        ThinBacklog
 }
 
 func (c *Console) overview(ec echo.Context) error {
@@ -70,6 +71,9 @@ func (c *Console) overview(ec echo.Context) error {
 	}
 	if d.Runs, err = c.d.Runs.Last(ctx, 5); err != nil {
 		return c.unavailable(ec, "read the billing runs", err)
+	}
+	if d.Thin, err = ReadThinBacklog(ctx, c.d.Pool, now); err != nil {
+		return c.unavailable(ec, "read the thin events waiting for hydration", err)
 	}
 	return c.render(ec, http.StatusOK, "overview", view{Title: "Overview", Nav: "overview", Data: d})
 }
@@ -134,6 +138,7 @@ type problemsData struct {
 	Outcome  string
 	Problems []Problem
 	Next     string
+	Thin     ThinBacklog // thin events whose hydration keeps failing
 }
 
 func (c *Console) problems(ec echo.Context) error {
@@ -149,6 +154,9 @@ func (c *Console) problems(ec echo.Context) error {
 		return c.unavailable(ec, "list the dead letters", err)
 	}
 	d := problemsData{Outcome: outcome, Problems: page.Problems}
+	if d.Thin, err = ReadThinBacklog(ctxOf(ec), c.d.Pool, c.d.Now().UTC()); err != nil {
+		return c.unavailable(ec, "read the thin events waiting for hydration", err)
+	}
 	if page.Next != "" {
 		q := url.Values{"cursor": {page.Next}}
 		if outcome != "" {

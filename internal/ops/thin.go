@@ -1,0 +1,58 @@
+package ops
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// ThinBacklog is the thin events waiting for hydration (issue 25): how
+// many, how many of them failed a try, the oldest's age, and the oldest
+// failing ones, read from the hydration queue (thin_hydrations).
+type ThinBacklog struct {
+	Waiting, Retrying int
+	Oldest            time.Duration
+	Stuck             []ThinStuck
+}
+
+// ThinStuck is one thin event whose hydration failed at least once.
+type ThinStuck struct {
+	EventID, Type, Account, LastError string
+	Attempts                          int
+	Age                               time.Duration
+}
+
+// MaxThinStuck bounds the failing thin events listed.
+const MaxThinStuck = 20
+
+// ReadThinBacklog reads the hydration queue.
+func ReadThinBacklog(ctx context.Context, pool *pgxpool.Pool, now time.Time) (ThinBacklog, error) {
+	var b ThinBacklog
+	var oldest *time.Time
+	if err := pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE last_error IS NOT NULL), min(received_at)
+		FROM thin_hydrations`).Scan(&b.Waiting, &b.Retrying, &oldest); err != nil {
+		return b, fmt.Errorf("thin backlog: %w", err)
+	}
+	if oldest != nil {
+		b.Oldest = now.Sub(*oldest)
+	}
+	rows, err := pool.Query(ctx, `SELECT event_id, event_type, context, coalesce(last_error, ''), attempts, received_at
+		FROM thin_hydrations WHERE last_error IS NOT NULL ORDER BY received_at LIMIT $1`, MaxThinStuck)
+	if err != nil {
+		return b, fmt.Errorf("thin backlog: %w", err)
+	}
+	b.Stuck, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (ThinStuck, error) {
+		var s ThinStuck
+		var at time.Time
+		err := r.Scan(&s.EventID, &s.Type, &s.Account, &s.LastError, &s.Attempts, &at)
+		s.Age = now.Sub(at)
+		return s, err
+	})
+	if err != nil {
+		return b, fmt.Errorf("thin backlog: %w", err)
+	}
+	return b, nil
+}

@@ -1,0 +1,102 @@
+package ops_test
+
+import (
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/stripe-payments/stripe-payments/internal/stripetest"
+)
+
+// console logs in to /ops/ with the token and returns a client holding the
+// session.
+func console(t *testing.T, base string) *http.Client {
+	t.Helper()
+	jar, err := cookiejar.New(nil)
+	require.NoError(t, err)
+	c := &http.Client{Jar: jar, Timeout: 30 * time.Second}
+	resp, err := c.Get(base + "/ops/login")
+	require.NoError(t, err)
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	m := regexp.MustCompile(`name="csrf" value="([^"]+)"`).FindSubmatch(page)
+	require.NotNil(t, m, "login form")
+	resp, err = c.PostForm(base+"/ops/login", url.Values{"csrf": {string(m[1])}, "token": {token}})
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode, "logged in (after the redirect)")
+	return c
+}
+
+func page(t *testing.T, c *http.Client, u string) string {
+	t.Helper()
+	resp, err := c.Get(u)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(b))
+	return string(b)
+}
+
+// TestConsoleShowsThinEventsAndTheirHydration: a thin event whose
+// hydration fails is on the overview and the failed & rejected page with
+// its last error; its page shows the kind and hydration state; once
+// hydrated, the link to its snapshot event.
+func TestConsoleShowsThinEventsAndTheirHydration(t *testing.T) {
+	fake := stripetest.New(t, stripetest.Options{})
+	a := startApp(t, fake.URL)
+	base := a.Server.URL()
+	snapID := stripetest.NewID()
+	fake.Add("acct_1Nv0FGQ9RKHgCVdK", stripetest.Event{Fixture: "customer.subscription.updated", ID: snapID,
+		Account: stripetest.Ptr("acct_1Nv0FGQ9RKHgCVdK")}.Build(t))
+	thinID := stripetest.NewThinID()
+	thin := stripetest.Thin{Fixture: "v1.customer.subscription.updated", ID: thinID}.Build(t)
+	fake.AddV2(thin, snapID)
+	fake.Fail(http.MethodGet, "/v2/core/events/"+thinID, http.StatusNotFound, "invalid_request_error", "resource_missing", "No such event", 1)
+	require.Equal(t, http.StatusOK, deliver(t, a, thin))
+
+	c := console(t, base)
+	deadline := time.Now().Add(20 * time.Second)
+	var overview string
+	for {
+		overview = page(t, c, base+"/ops/")
+		if strings.Contains(overview, thinID) {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "the failing thin event never reached the overview")
+		time.Sleep(100 * time.Millisecond)
+	}
+	assert.Contains(t, overview, `id="thin-stuck"`)
+	assert.Contains(t, overview, "stripe answered 404 resource_missing")
+	problems := page(t, c, base+"/ops/problems")
+	assert.Contains(t, problems, thinID)
+	assert.Contains(t, problems, "stripe answered 404")
+	ev := page(t, c, base+"/ops/events/"+thinID)
+	assert.Regexp(t, `id="payload-kind">thin<`, ev)
+	assert.Regexp(t, `id="hydration">retrying<`, ev)
+	assert.NotContains(t, ev, `id="replay"`, "a thin event is hydrated, not replayed")
+
+	// The retry succeeds: the page links the snapshot event.
+	deadline = time.Now().Add(30 * time.Second)
+	for {
+		ev = page(t, c, base+"/ops/events/"+thinID)
+		if strings.Contains(ev, `id="hydration">hydrated<`) {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "never hydrated")
+		time.Sleep(200 * time.Millisecond)
+	}
+	assert.Contains(t, ev, `href="/ops/events/`+snapID+`"`)
+	assert.NotContains(t, page(t, c, base+"/ops/"), `id="thin-stuck"`)
+	assert.Contains(t, page(t, c, base+"/ops/problems"), `id="thin-none"`)
+	snap := page(t, c, base+"/ops/events/"+snapID)
+	assert.Regexp(t, `id="payload-kind">snapshot<`, snap)
+}
