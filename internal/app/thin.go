@@ -8,6 +8,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/ingest"
 	"github.com/stripe-payments/stripe-payments/internal/stripebudget"
 	"github.com/stripe-payments/stripe-payments/internal/thin"
+	"github.com/stripe-payments/stripe-payments/poller"
 )
 
 // HydrationRate is the requests per second this process's own Stripe
@@ -22,6 +23,9 @@ type ThinEvents struct {
 	Intake   *thin.Intake
 	Hydrator *thin.Hydrator
 	Budget   stripebudget.Budget
+	// Sweeper lists the Events API v2 for thin events never delivered; serve
+	// runs it every POLL_EVERY, beside the poller.
+	Sweeper *thin.Sweeper
 }
 
 // newThin builds the thin intake and its hydrator, and the one ingest entry
@@ -42,15 +46,33 @@ func (a *App) newThin() {
 		t.Queue, store, thin.StripeAPI{BaseURL: cfg.StripeAPIBase, Key: cfg.StripeAPIKey}, t.Budget, a.Handler, t.Registry)
 	t.Intake = thin.NewIntake(thin.IntakeConfig{PlatformAccount: cfg.PlatformAccount, EventTTL: cfg.EventTTL,
 		Livemode: cfg.Livemode(), Log: log, Observer: obs}, store, t.Queue, t.Hydrator.Nudge)
+	t.Sweeper = &thin.Sweeper{API: thin.StripeAPI{BaseURL: cfg.StripeAPIBase, Key: cfg.StripeAPIKey}, Budget: t.Budget,
+		Registry: t.Registry, Records: store, Intake: t.Intake, Log: log}
 	a.Thin = t
 	a.Ingest = ingest.New(a.Handler, t.Intake)
 }
 
-// startThin runs the hydrator until ctx ends.
+// startThin runs the hydrator, and the thin sweep every POLL_EVERY, until
+// ctx ends.
 func (a *App) startThin(ctx context.Context, wg *sync.WaitGroup) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		_ = a.Thin.Hydrator.Run(ctx)
+	}()
+	if a.Config.PollEvery <= 0 {
+		return
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		poller.Every(ctx, a.Config.PollEvery, func(ctx context.Context) {
+			rep, err := a.Thin.Sweeper.Run(ctx)
+			if err != nil && ctx.Err() == nil {
+				a.Log.Warn("thin sweep incomplete", "error", err, "accounts", rep.Accounts, "listed", rep.Listed, "taken", rep.Taken)
+				return
+			}
+			a.Log.Info("thin sweep done", "accounts", rep.Accounts, "listed", rep.Listed, "taken", rep.Taken)
+		})
 	}()
 }

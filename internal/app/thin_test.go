@@ -446,3 +446,48 @@ func TestHealthEventRedrivesItsObject(t *testing.T) {
 	}
 	assert.True(t, fetched, "the named object is fetched on its account")
 }
+
+// TestThinSweepTakesInUndeliveredThinEvents: thin events Stripe listed on
+// the Events API v2 and never delivered (a destination down) are found by
+// the sweep — on the platform (an Accounts v2 account created) and then on
+// that account (a v1 thin event) — and processed as if delivered; a second
+// sweep takes nothing.
+func TestThinSweepTakesInUndeliveredThinEvents(t *testing.T) {
+	fake, sink := stripetest.New(t, stripetest.Options{}), newActionSink(t)
+	e := startThinApp(t, fake, sink, nil)
+	const acct = "acct_1SkT7pQ9RKHgCVdK"
+	created := stripetest.Thin{Fixture: "v2.core.account.created", Created: time.Now().Add(-time.Hour)}.Build(t)
+	fake.AddV2(created, "")
+	snapID := stripetest.NewID()
+	fake.Add(acct, stripetest.Event{Fixture: "customer.subscription.updated", ID: snapID, Account: stripetest.Ptr(acct)}.Build(t))
+	subThin := stripetest.Thin{Fixture: "v1.customer.subscription.updated", Context: stripetest.Ptr(acct)}.Build(t)
+	fake.AddV2(subThin, snapID)
+	var createdID, subID string
+	for raw, dst := range map[string]*string{string(created): &createdID, string(subThin): &subID} {
+		var doc map[string]any
+		require.NoError(t, json.Unmarshal([]byte(raw), &doc))
+		*dst = doc["id"].(string)
+	}
+
+	rep, err := e.app.Thin.Sweeper.Run(t.Context())
+	require.NoError(t, err)
+	assert.Equal(t, 1, rep.Taken, "the platform's account event (the account is not known yet)")
+	e.waitHydrated(t, createdID)
+	rep, err = e.app.Thin.Sweeper.Run(t.Context())
+	require.NoError(t, err)
+	assert.Equal(t, 2, rep.Accounts, "the platform and the new account")
+	assert.Equal(t, 1, rep.Taken, "the account's own thin event")
+	rec := e.waitHydrated(t, subID)
+	assert.Equal(t, "poller", rec["source"])
+	assert.Equal(t, snapID, rec["snapshot_event"])
+	var listedWithContext bool
+	for _, r := range fake.Requests() {
+		if r.Path == "/v2/core/events" && r.StripeContext == acct {
+			listedWithContext = true
+		}
+	}
+	assert.True(t, listedWithContext, "the account's events are listed with its Stripe-Context")
+	rep, err = e.app.Thin.Sweeper.Run(t.Context())
+	require.NoError(t, err)
+	assert.Zero(t, rep.Taken, "nothing left to take")
+}
