@@ -141,11 +141,12 @@ func (h *Hydrator) RunOnce(ctx context.Context) (int, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			// A job in flight finishes even when ctx ends (shutdown), within
-			// its own bound; its lease covers a crash.
-			jctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.cfg.JobTimeout)
+			// Shutdown (ctx ending) abandons the jobs in flight: their
+			// leases run out and any replica (or the next start) takes them
+			// again; the ledger keeps a half-done one from applying twice.
+			jctx, cancel := context.WithTimeout(ctx, h.cfg.JobTimeout)
 			defer cancel()
-			h.hydrate(jctx, j)
+			h.hydrate(jctx, ctx, j)
 		}()
 	}
 	done := make(chan struct{})
@@ -171,9 +172,15 @@ func (h *Hydrator) RunOnce(ctx context.Context) (int, error) {
 }
 
 // hydrate processes one job and settles it: done, or retried later.
-func (h *Hydrator) hydrate(ctx context.Context, j Job) {
+// parent is the hydrator's context: when it has ended (shutdown) a failed
+// job is left to its lease.
+func (h *Hydrator) hydrate(ctx, parent context.Context, j Job) {
 	log := h.cfg.Log.With("event_id", j.EventID, "event_type", j.Type, "stripe_account", j.Context, "attempt", j.Attempts)
 	result, snapshot, err := h.process(ctx, j)
+	if err != nil && parent.Err() != nil {
+		log.Info("thin event hydration abandoned at shutdown; its lease brings it back", "error", err)
+		return
+	}
 	if err != nil {
 		h.retry(ctx, log, j, err)
 		return
