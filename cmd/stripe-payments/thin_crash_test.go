@@ -43,7 +43,7 @@ func TestThinNotificationSurvivesSIGKILL(t *testing.T) {
 	client := &http.Client{Timeout: 30 * time.Second}
 	call := func(method, path string, body []byte, header map[string]string) (int, map[string]any) {
 		t.Helper()
-		req, err := http.NewRequest(method, srv.url()+path, bytes.NewReader(body))
+		req, err := http.NewRequest(method, srv.urlFor(path)+path, bytes.NewReader(body))
 		require.NoError(t, err)
 		for k, v := range header {
 			req.Header.Set(k, v)

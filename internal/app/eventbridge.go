@@ -9,10 +9,11 @@ import (
 )
 
 // EventBridgeIngester is what the EventBridge intake hands each event to:
-// the webhook's path after its signature check. (The thin-aware ingest
-// entry point takes its place here.)
+// the webhook's path after its signature check, the one ingest entry point
+// (a.Ingest: a snapshot detail is recorded and processed, a thin one
+// recorded and queued for hydration).
 func (a *App) EventBridgeIngester() eventbridge.Ingester {
-	return eventbridge.HandlerIngester{Handler: a.Handler}
+	return ingestOutcome{a.Ingest}
 }
 
 // startEventBridge long-polls EVENTBRIDGE_QUEUE_URL inside serve (DESIGN

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stripe-payments/stripe-payments/internal/ingest"
 	"github.com/stripe-payments/stripe-payments/internal/stripebudget"
+	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
 	"github.com/stripe-payments/stripe-payments/internal/thin"
 	"github.com/stripe-payments/stripe-payments/poller"
 )
@@ -75,4 +76,13 @@ func (a *App) startThin(ctx context.Context, wg *sync.WaitGroup) {
 			a.Log.Info("thin sweep done", "accounts", rep.Accounts, "listed", rep.Listed, "taken", rep.Taken)
 		})
 	}()
+}
+
+// ingestOutcome adapts ingest.Intake to the EventBridge intake's Ingester,
+// which needs the outcome only.
+type ingestOutcome struct{ in *ingest.Intake }
+
+func (o ingestOutcome) Ingest(ctx context.Context, body []byte, source stripeevent.Source) (stripeevent.Outcome, error) {
+	res, err := o.in.Ingest(ctx, body, source)
+	return res.Outcome, err
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/app"
 	"github.com/stripe-payments/stripe-payments/internal/apptest"
 	"github.com/stripe-payments/stripe-payments/internal/stripetest"
+	"github.com/stripe-payments/stripe-payments/internal/testenv"
 	"github.com/stripe-payments/stripe-payments/poller"
 )
 
@@ -36,7 +37,7 @@ func startThinApp(t *testing.T, fake *stripetest.Stripe, sink *actionSink, env m
 		all[k] = v
 	}
 	a := startApp(t, nil, all)
-	return &purchaseEnv{app: a, url: a.Server.URL(), stripe: fake, sink: sink}
+	return &purchaseEnv{app: a, url: a.Admin.URL(), stripe: fake, sink: sink} // the purchase and internal APIs
 }
 
 // legacyPurchase creates a legacy purchase on merchant; it returns the
@@ -303,8 +304,9 @@ func TestThinNotificationSurvivesARestartBeforeHydration(t *testing.T) {
 	down := apptest.New(t, apptest.Options{Stripe: fake, Env: map[string]string{
 		"ACTIONS_URL": sink.srv.URL, "ACTIONS_SECRET": actionsSecret}})
 	require.NoError(t, down.Server.Open("127.0.0.1:0"))
-	down.URL = down.Server.URL()
-	first := &purchaseEnv{app: down, url: down.URL, stripe: fake, sink: sink}
+	require.NoError(t, down.Admin.Open("127.0.0.1:0"))
+	down.URL, down.AdminURL = down.Server.URL(), down.Admin.URL()
+	first := &purchaseEnv{app: down, url: down.AdminURL, stripe: fake, sink: sink}
 	id, account, pi := first.legacyPurchase(t)
 	c := newPaidChange(t, fake, pi, id, account)
 
@@ -316,6 +318,7 @@ func TestThinNotificationSurvivesARestartBeforeHydration(t *testing.T) {
 	require.NotNil(t, rec)
 	assert.Equal(t, "received", rec["status"], "nothing hydrates while no worker runs")
 	require.NoError(t, down.Server.Close(t.Context()))
+	require.NoError(t, down.Admin.Close(t.Context()))
 
 	again := startThinApp(t, fake, sink, down.Env)
 	got := again.waitHydrated(t, c.thinID)
@@ -490,4 +493,26 @@ func TestThinSweepTakesInUndeliveredThinEvents(t *testing.T) {
 	rep, err = e.app.Thin.Sweeper.Run(t.Context())
 	require.NoError(t, err)
 	assert.Zero(t, rep.Taken, "nothing left to take")
+}
+
+// TestEventBridgeThinDetailIsRecordedAndHydrated: a thin event arriving as
+// an EventBridge detail goes through the same entry point as the webhook:
+// recorded (source eventbridge, payload_kind thin), its message deleted,
+// then hydrated into its snapshot event, which fulfils the purchase.
+func TestEventBridgeThinDetailIsRecordedAndHydrated(t *testing.T) {
+	client := testenv.SQS(t)
+	q := testenv.CreateQueue(t, client, 1*time.Second, 2)
+	fake, sink := stripetest.New(t, stripetest.Options{}), newActionSink(t)
+	e := startThinApp(t, fake, sink, map[string]string{"EVENTBRIDGE_QUEUE_URL": q.URL, "SQS_ENDPOINT": testenv.SQSEndpoint(t)})
+	id, account, pi := e.legacyPurchase(t)
+	c := newPaidChange(t, fake, pi, id, account)
+
+	sendMessage(t, client, q.URL, testenv.EventBridgeEvent(t, testenv.StripeSource, c.thin))
+	rec := e.waitHydrated(t, c.thinID)
+	assert.Equal(t, "eventbridge", rec["source"])
+	assert.Equal(t, "thin", rec["payload_kind"])
+	assert.Equal(t, c.snapshotID, rec["snapshot_event"])
+	assert.Equal(t, "fulfilled", e.get(t, "/v1/purchases/"+id)["status"])
+	require.Eventually(t, func() bool { return queueEmpty(t, client, q.URL) }, 10*time.Second, 50*time.Millisecond, "the message is deleted")
+	sink.wait(t, 1)
 }

@@ -18,7 +18,7 @@ import (
 
 // console logs in to /ops/ with the token and returns a client holding the
 // session.
-func console(t *testing.T, base string) *http.Client {
+func thinConsole(t *testing.T, base string) *http.Client {
 	t.Helper()
 	jar, err := cookiejar.New(nil)
 	require.NoError(t, err)
@@ -36,7 +36,7 @@ func console(t *testing.T, base string) *http.Client {
 	return c
 }
 
-func page(t *testing.T, c *http.Client, u string) string {
+func thinPage(t *testing.T, c *http.Client, u string) string {
 	t.Helper()
 	resp, err := c.Get(u)
 	require.NoError(t, err)
@@ -53,7 +53,7 @@ func page(t *testing.T, c *http.Client, u string) string {
 func TestConsoleShowsThinEventsAndTheirHydration(t *testing.T) {
 	fake := stripetest.New(t, stripetest.Options{})
 	a := startApp(t, fake.URL)
-	base := a.Server.URL()
+	base := a.Admin.URL() // the console
 	snapID := stripetest.NewID()
 	fake.Add("acct_1Nv0FGQ9RKHgCVdK", stripetest.Event{Fixture: "customer.subscription.updated", ID: snapID,
 		Account: stripetest.Ptr("acct_1Nv0FGQ9RKHgCVdK")}.Build(t))
@@ -63,11 +63,11 @@ func TestConsoleShowsThinEventsAndTheirHydration(t *testing.T) {
 	fake.Fail(http.MethodGet, "/v2/core/events/"+thinID, http.StatusNotFound, "invalid_request_error", "resource_missing", "No such event", 1)
 	require.Equal(t, http.StatusOK, deliver(t, a, thin))
 
-	c := console(t, base)
+	c := thinConsole(t, base)
 	deadline := time.Now().Add(20 * time.Second)
 	var overview string
 	for {
-		overview = page(t, c, base+"/ops/")
+		overview = thinPage(t, c, base+"/ops/")
 		if strings.Contains(overview, thinID) {
 			break
 		}
@@ -76,10 +76,10 @@ func TestConsoleShowsThinEventsAndTheirHydration(t *testing.T) {
 	}
 	assert.Contains(t, overview, `id="thin-stuck"`)
 	assert.Contains(t, overview, "stripe answered 404 resource_missing")
-	problems := page(t, c, base+"/ops/problems")
+	problems := thinPage(t, c, base+"/ops/problems")
 	assert.Contains(t, problems, thinID)
 	assert.Contains(t, problems, "stripe answered 404")
-	ev := page(t, c, base+"/ops/events/"+thinID)
+	ev := thinPage(t, c, base+"/ops/events/"+thinID)
 	assert.Regexp(t, `id="payload-kind">thin<`, ev)
 	assert.Regexp(t, `id="hydration">retrying<`, ev)
 	assert.NotContains(t, ev, `id="replay"`, "a thin event is hydrated, not replayed")
@@ -87,7 +87,7 @@ func TestConsoleShowsThinEventsAndTheirHydration(t *testing.T) {
 	// The retry succeeds: the page links the snapshot event.
 	deadline = time.Now().Add(30 * time.Second)
 	for {
-		ev = page(t, c, base+"/ops/events/"+thinID)
+		ev = thinPage(t, c, base+"/ops/events/"+thinID)
 		if strings.Contains(ev, `id="hydration">hydrated<`) {
 			break
 		}
@@ -95,8 +95,8 @@ func TestConsoleShowsThinEventsAndTheirHydration(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	assert.Contains(t, ev, `href="/ops/events/`+snapID+`"`)
-	assert.NotContains(t, page(t, c, base+"/ops/"), `id="thin-stuck"`)
-	assert.Contains(t, page(t, c, base+"/ops/problems"), `id="thin-none"`)
-	snap := page(t, c, base+"/ops/events/"+snapID)
+	assert.NotContains(t, thinPage(t, c, base+"/ops/"), `id="thin-stuck"`)
+	assert.Contains(t, thinPage(t, c, base+"/ops/problems"), `id="thin-none"`)
+	snap := thinPage(t, c, base+"/ops/events/"+snapID)
 	assert.Regexp(t, `id="payload-kind">snapshot<`, snap)
 }
