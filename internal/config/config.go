@@ -30,6 +30,20 @@ const (
 	DevPlatformAccount  = "acct_platform_dev"
 )
 
+// DevLocalStripeAddr is where `make run` starts the local Stripe
+// (cmd/stripe-local), LOCAL_STRIPE_ADDR's default.
+const DevLocalStripeAddr = "127.0.0.1:8082"
+
+// stripeAPIBase is STRIPE_API_BASE's default (DESIGN §3 "The embedded
+// default for Stripe"): the local Stripe in development mode, Stripe itself
+// otherwise.
+func stripeAPIBase(dev bool, get func(key, def string) string) string {
+	if dev {
+		return "http://" + get("LOCAL_STRIPE_ADDR", DevLocalStripeAddr)
+	}
+	return "https://api.stripe.com"
+}
+
 // DevelopmentEnv is the APP_ENV value under which the dev defaults apply.
 const DevelopmentEnv = "development"
 
@@ -144,7 +158,7 @@ func LoadFor(lookup Lookup, uses Uses) (Config, error) {
 		Development:         dev,
 		ListenAddr:          get("LISTEN_ADDR", "127.0.0.1:8080"),
 		StripeAPIKey:        get("STRIPE_API_KEY", devDefault(uses.StripeAPIKey, DevAPIKey)),
-		StripeAPIBase:       strings.TrimRight(get("STRIPE_API_BASE", "https://api.stripe.com"), "/"),
+		StripeAPIBase:       strings.TrimRight(get("STRIPE_API_BASE", stripeAPIBase(dev, get)), "/"),
 		PlatformAccount:     get("STRIPE_PLATFORM_ACCOUNT", devDefault(uses.PlatformAccount, DevPlatformAccount)),
 		DatabaseURL:         get("DATABASE_URL", devDefault(uses.Database, DevDatabaseURL)),
 		DynamoEndpoint:      get("DYNAMODB_ENDPOINT", devDefault(true, DevDynamoEndpoint)),

@@ -53,6 +53,10 @@ type PI struct {
 	Refunded       bool
 	Created        time.Time
 	DeclineCode    string
+	// ErrorCode and ErrorMessage of a decline (default card_declined,
+	// "Your card has insufficient funds."): Stripe.DeclineWith picks them.
+	ErrorCode    string
+	ErrorMessage string
 }
 
 // charges are the confirmed PaymentIntents; guarded by Stripe.mu.
@@ -85,6 +89,7 @@ func (f *Stripe) createCharge(w http.ResponseWriter, r *http.Request) {
 	if id, ok := f.charges.byKey[key]; ok && key != "" {
 		p := f.charges.pis[id]
 		f.mu.Unlock()
+		w.Header().Set("Idempotent-Replayed", "true")
 		f.respond(w, p, false)
 		return
 	}
@@ -124,7 +129,8 @@ func (f *Stripe) createCharge(w http.ResponseWriter, r *http.Request) {
 	}
 	switch behavior {
 	case Decline:
-		p.Status, p.DeclineCode = "requires_payment_method", "insufficient_funds"
+		p.Status = "requires_payment_method"
+		f.declined(p)
 	case Process:
 		p.Status = "processing"
 	default:
@@ -162,8 +168,9 @@ func (f *Stripe) respond(w http.ResponseWriter, p *PI, lost bool) {
 	case lost:
 		writeError(w, http.StatusInternalServerError, "api_error", "", "connection reset", nil)
 	case status == "requires_payment_method":
-		writeError(w, http.StatusPaymentRequired, "card_error", "card_declined", "Your card has insufficient funds.",
-			map[string]any{"payment_intent": body, "decline_code": "insufficient_funds"})
+		ce := p.cardError()
+		writeError(w, http.StatusPaymentRequired, "card_error", ce.Code, ce.Message,
+			map[string]any{"payment_intent": body, "decline_code": ce.DeclineCode})
 	default:
 		writeJSON(w, body)
 	}
@@ -188,8 +195,9 @@ func (p *PI) JSON() map[string]any {
 		"latest_charge": "ch_" + strings.TrimPrefix(p.ID, "pi_"), "last_payment_error": nil,
 	}
 	if p.Status == "requires_payment_method" {
-		body["last_payment_error"] = map[string]any{"type": "card_error", "code": "card_declined",
-			"decline_code": p.DeclineCode, "message": "Your card has insufficient funds."}
+		ce := p.cardError()
+		body["last_payment_error"] = map[string]any{"type": "card_error", "code": ce.Code,
+			"decline_code": ce.DeclineCode, "message": ce.Message}
 	}
 	return body
 }
@@ -227,7 +235,8 @@ func (f *Stripe) Settle(id string, ok bool) (PI, error) {
 	if ok {
 		p.Status = "succeeded"
 	} else {
-		p.Status, p.DeclineCode = "requires_payment_method", "insufficient_funds"
+		p.Status = "requires_payment_method"
+		p.ErrorCode, p.DeclineCode, p.ErrorMessage = insufficientFunds.Code, insufficientFunds.DeclineCode, insufficientFunds.Message
 	}
 	return *p, nil
 }

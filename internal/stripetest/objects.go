@@ -106,6 +106,9 @@ func (f *Stripe) route(req Request) reply {
 	if len(parts) < 2 || parts[0] != "v1" {
 		return notFound(req.Path)
 	}
+	if rep, ok := f.localRoute(req); ok { // local.go
+		return rep
+	}
 	now := f.now().Unix()
 	acct, form := req.StripeAccount, req.Form
 	switch {

@@ -48,6 +48,12 @@ type Stripe struct {
 	ActedAs func(p PI) Behavior
 	// LostAs is the real outcome of a Lost PaymentIntent (default Succeed).
 	LostAs func(p PI) Behavior
+	// DeclineWith is the error of a declined PaymentIntent (default
+	// card_declined / insufficient_funds).
+	DeclineWith func(p PI) CardError
+	// TestCards makes Stripe's test payment method ids decide payments
+	// (testcards.go), as the local Stripe does; off, every one succeeds.
+	TestCards bool
 	// SearchLag hides PaymentIntents younger than this from the Search API
 	// (Stripe's search lags writes; List does not).
 	SearchLag time.Duration
@@ -123,6 +129,17 @@ type failure struct {
 // New starts a fake Stripe; it stops when the test ends.
 func New(t testing.TB, o Options) *Stripe {
 	t.Helper()
+	f := NewHandler(o)
+	srv := httptest.NewServer(f)
+	t.Cleanup(srv.Close)
+	f.URL = srv.URL
+	return f
+}
+
+// NewHandler is the fake without a server: the local Stripe
+// (internal/localstripe, cmd/stripe-local) serves it on its own listener
+// and sets URL.
+func NewHandler(o Options) *Stripe {
 	f := &Stripe{Key: o.Key, now: o.Now, replies: map[string]reply{}, objects: map[string]map[string]any{},
 		owner: map[string]string{}, created: map[string]int{}}
 	if f.now == nil {
@@ -133,16 +150,16 @@ func New(t testing.TB, o Options) *Stripe {
 	}
 	f.charges.init()
 	f.events.init()
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if h := f.front.Load(); h != nil {
-			(*h).ServeHTTP(w, r)
-			return
-		}
-		f.serve(w, r)
-	}))
-	t.Cleanup(srv.Close)
-	f.URL = srv.URL
 	return f
+}
+
+// ServeHTTP answers one request: Wrap's handler if any, else the fake.
+func (f *Stripe) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if h := f.front.Load(); h != nil {
+		(*h).ServeHTTP(w, r)
+		return
+	}
+	f.serve(w, r)
 }
 
 // Wrap puts mw in front of the fake: a test's own faults around Stripe's
@@ -236,7 +253,14 @@ func (f *Stripe) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if req.objectCall() {
-		f.write(w, f.objectRequest(req, seq))
+		rep := f.objectRequest(req, seq)
+		f.mu.Lock()
+		replayed := f.requests[seq].Replayed
+		f.mu.Unlock()
+		if replayed { // as Stripe marks an idempotency replay
+			w.Header().Set("Idempotent-Replayed", "true")
+		}
+		f.write(w, rep)
 		return
 	}
 	f.mu.Lock()
