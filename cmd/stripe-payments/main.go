@@ -28,6 +28,7 @@ commands:
   events sign    print a Stripe-Signature header for a payload read from stdin
   billing remind|collect [--date D]
                  run the recurring billing reminder or collection job
+  version        print the version
 `
 
 func main() {
@@ -47,10 +48,22 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return flag.ErrHelp
 	}
 	switch args[0] {
-	case "serve":
+	case "serve", "migrate":
+		if helpAsked(args[1:]) { // before the configuration: help needs none
+			fmt.Fprint(stdout, commandHelp[args[0]])
+			return nil
+		}
+		if len(args) > 1 {
+			fmt.Fprint(stderr, commandHelp[args[0]])
+			return fmt.Errorf("%s takes no arguments (its settings are environment variables)", args[0])
+		}
+		if args[0] == "migrate" {
+			return migrate(ctx, stderr)
+		}
 		return serve(ctx, stderr)
-	case "migrate":
-		return migrate(ctx, stderr)
+	case "version", "-version", "--version":
+		fmt.Fprintln(stdout, versionString())
+		return nil
 	case "events":
 		return eventsCmd(args[1:], stdin, stdout, stderr)
 	case "poll":
@@ -64,6 +77,33 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		fmt.Fprint(stderr, usage)
 		return fmt.Errorf("unknown command %q", args[0])
 	}
+}
+
+// commandHelp is the -h text of the commands that take no flags.
+var commandHelp = map[string]string{
+	"serve": `usage: stripe-payments serve
+
+Run the HTTP service: the webhook, the internal API, the purchase API, the
+console, health and metrics, and the background workers. Every setting is an
+environment variable (README "Configuration"); APP_ENV=development applies
+the development defaults.
+`,
+	"migrate": `usage: stripe-payments migrate
+
+Create the missing DynamoDB tables and apply the Postgres migrations, then
+exit. Settings come from the environment (README "Configuration").
+`,
+}
+
+// helpAsked: the arguments ask for help (-h, -help, --help, help).
+func helpAsked(args []string) bool {
+	for _, a := range args {
+		switch a {
+		case "-h", "-help", "--help", "help":
+			return true
+		}
+	}
+	return false
 }
 
 // newLogger logs JSON to w, masking secrets (config.Redactor) as a last line
@@ -96,7 +136,7 @@ func serve(ctx context.Context, stderr io.Writer) error {
 	if cfg.UsingDevAPIToken {
 		log.Warn("INTERNAL_API_TOKEN not set: using the local development token", "token", cfg.InternalAPIToken)
 	}
-	log.Info("starting", "config", cfg)
+	log.Info("starting", "version", versionString(), "config", cfg)
 	a, err := app.New(ctx, cfg, log)
 	if err != nil {
 		return err

@@ -94,7 +94,7 @@ func FeedFromEvent(ev *stripe.Event) (FeedMessage, bool, error) {
 		Account: obj.Metadata[MetaAccount], Subscription: obj.Metadata[MetaSubscription], BillingDate: obj.Metadata[MetaDate],
 		V: 2, StripeAccount: ev.Account, Amount: obj.Amount, Currency: obj.Currency, Attempt: obj.Metadata[MetaAttempt]}
 	if obj.LastPaymentError != nil {
-		msg.Error = obj.LastPaymentError.Code + ": " + obj.LastPaymentError.Message
+		msg.Error = DeclineText(obj.LastPaymentError.Code, obj.LastPaymentError.Message)
 	}
 	marked := msg.Account != "" && msg.Subscription != "" && msg.BillingDate != ""
 	switch string(ev.Type) {

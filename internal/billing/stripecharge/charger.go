@@ -143,10 +143,7 @@ func (c *Charger) params(ctx context.Context, req billing.ChargeRequest) *stripe
 // classify maps a Stripe error to an outcome: a declined card (402) or a
 // refused request (4xx) is a failed attempt; anything else is unknown.
 func classify(se *stripe.Error, err error) (billing.ChargeResult, error) {
-	msg := se.Msg
-	if se.Code != "" {
-		msg = string(se.Code) + ": " + msg
-	}
+	msg := billing.DeclineText(string(se.Code), se.Msg)
 	if se.DeclineCode != "" {
 		msg += " (" + string(se.DeclineCode) + ")"
 	}
@@ -179,7 +176,7 @@ func fromPaymentIntent(pi *stripe.PaymentIntent) billing.ChargeResult {
 		res.Outcome = billing.Declined
 		res.Error = "payment intent " + string(pi.Status)
 		if pi.LastPaymentError != nil {
-			res.Error = string(pi.LastPaymentError.Code) + ": " + pi.LastPaymentError.Msg
+			res.Error = billing.DeclineText(string(pi.LastPaymentError.Code), pi.LastPaymentError.Msg)
 		}
 	}
 	return res
