@@ -352,10 +352,10 @@ func (c Config) LogValue() slog.Value {
 		slog.String("poll_every", c.PollEvery.String()),
 		slog.String("eventbridge_queue_url", c.EventBridgeQueueURL),
 		slog.String("sqs_endpoint", c.SQSEndpoint),
-		slog.Any("billing", c.Billing),
-		slog.Any("outbox", c.Outbox),
-		slog.Any("limits", c.Limits),
-		slog.Any("admin", c.Admin),
+		slog.Any("billing", durationsReadable(c.Billing)),
+		slog.Any("outbox", durationsReadable(c.Outbox)),
+		slog.Any("limits", durationsReadable(c.Limits)),
+		slog.Any("admin", durationsReadable(c.Admin)),
 	)
 }
 

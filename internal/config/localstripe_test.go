@@ -1,7 +1,11 @@
 package config_test
 
 import (
+	"bytes"
+	"encoding/json"
+	"log/slog"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -33,4 +37,36 @@ func TestStripeAPIBaseDefaultsToTheLocalStripeInDevelopment(t *testing.T) {
 			assert.Equal(t, tc.want, c.StripeAPIBase)
 		})
 	}
+}
+
+// The logged configuration shows durations as Go durations: nested
+// settings (billing, outbox, limits) printed nanoseconds
+// (2592000000000000) before.
+func TestLoggedConfigDurationsAreReadable(t *testing.T) {
+	c, err := load(dev(nil))
+	require.NoError(t, err)
+	var buf bytes.Buffer
+	slog.New(slog.NewJSONHandler(&buf, nil)).Info("config", "config", c)
+	var doc struct {
+		Config map[string]any `json:"config"`
+	}
+	require.NoError(t, json.Unmarshal(buf.Bytes(), &doc))
+	var walk func(path string, v any)
+	durations := 0
+	walk = func(path string, v any) {
+		switch x := v.(type) {
+		case map[string]any:
+			for k, e := range x {
+				walk(path+"."+k, e)
+			}
+		case float64:
+			assert.Less(t, x, 1e9, "%s=%v looks like nanoseconds", path, x)
+		case string:
+			if _, err := time.ParseDuration(x); err == nil {
+				durations++
+			}
+		}
+	}
+	walk("config", doc.Config)
+	assert.Greater(t, durations, 10, "durations are logged as Go durations: %s", buf.String())
 }
