@@ -59,6 +59,10 @@ if [ -n "${STRIPE_API_BASE:-}" ]; then
 	local_stripe=0
 else
 	export STRIPE_API_BASE="http://$LOCAL_STRIPE_ADDR"
+	# Actions (fulfil, billing notices) go to the local Stripe's sink
+	# (GET /_local/actions lists them) unless ACTIONS_URL is set.
+	export ACTIONS_URL="${ACTIONS_URL:-http://$LOCAL_STRIPE_ADDR/_local/actions}"
+	export ACTIONS_SECRET="${ACTIONS_SECRET:-dev-actions-secret}"
 fi
 # Poll the local Stripe's Events API every 30 s, so that what a dropped
 # delivery (LOCAL_STRIPE_DROP_RATE) missed can be seen arriving.
@@ -90,6 +94,7 @@ cat <<EOF
   console          http://$ADMIN_LISTEN_ADDR/ops/   token: $INTERNAL_API_TOKEN
   $stripe_line
   webhook secret   $STRIPE_WEBHOOK_SECRET
+  actions          ${ACTIONS_URL:-(ACTIONS_URL not set: actions stay in the outbox)}
   DynamoDB Local   $DYNAMODB_ENDPOINT   (tables kept under .dev/dynamodb)
   PostgreSQL 15    $DATABASE_URL   (data under .dev/pg)
   walk-through     README.md "First hour"; make reset wipes both stores

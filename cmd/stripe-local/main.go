@@ -35,6 +35,10 @@ Environment (all optional):
   LOCAL_STRIPE_DROP_RATE     fraction of events never delivered      (0)
   LOCAL_STRIPE_RETRY_BASE    first retry pause, doubling per attempt (2s)
   LOCAL_STRIPE_MAX_ATTEMPTS  delivery attempts per event             (6)
+  ACTIONS_SECRET             verifies deliveries to /_local/actions  (the service's dev secret)
+
+Besides Stripe's API it serves GET /_local/webhooks (each event's delivery)
+and /_local/actions (an ACTIONS_URL stand-in: POST receives, GET lists).
 `
 
 func main() {
@@ -59,7 +63,8 @@ func main() {
 
 // Settings are the command's environment, read.
 type Settings struct {
-	Addr string
+	Addr          string
+	ActionsSecret string
 	localstripe.Config
 }
 
@@ -80,7 +85,7 @@ func readSettings(getenv func(string) string) (Settings, error) {
 		return d
 	}
 	listen := get("LISTEN_ADDR", "127.0.0.1:8080")
-	s := Settings{Addr: get("LOCAL_STRIPE_ADDR", "127.0.0.1:8082"), Config: localstripe.Config{
+	s := Settings{Addr: get("LOCAL_STRIPE_ADDR", "127.0.0.1:8082"), ActionsSecret: get("ACTIONS_SECRET", config.DevActionsSecret), Config: localstripe.Config{
 		WebhookURL:    get("LOCAL_STRIPE_WEBHOOK_URL", "http://"+listen+"/webhooks/stripe"),
 		WebhookSecret: strings.TrimSpace(strings.Split(get("STRIPE_WEBHOOK_SECRET", config.DevWebhookSecret), ",")[0]),
 		Account:       get("LOCAL_STRIPE_ACCOUNT", "acct_local_demo"),
@@ -115,7 +120,7 @@ func run(ctx context.Context, getenv func(string) string, log *slog.Logger) erro
 	if err != nil {
 		return fmt.Errorf("listen on LOCAL_STRIPE_ADDR %s: %w", s.Addr, err)
 	}
-	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	hs := &http.Server{Handler: srv.LocalHandler(localstripe.NewActions(s.ActionsSecret)), ReadHeaderTimeout: 10 * time.Second}
 	log.Info("local Stripe listening (test mode only, simulated)", "addr", ln.Addr().String(), "webhook_url", s.WebhookURL,
 		"account", s.Account, "ach_delay", s.ACHDelay.String(), "drop_rate", s.DropRate,
 		"retry_base", s.RetryBase.String(), "max_attempts", s.MaxAttempts)

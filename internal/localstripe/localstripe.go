@@ -180,10 +180,6 @@ func (s *Server) middleware(next http.Handler) http.Handler {
 			s.listByDelivery(w, r, next)
 			return
 		}
-		if r.URL.Path == "/_local/webhooks" {
-			writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": s.Deliveries()})
-			return
-		}
 		rec := httptest.NewRecorder()
 		next.ServeHTTP(rec, r)
 		for k, v := range rec.Header() {

