@@ -212,6 +212,9 @@ func (s *Server) observe(account, path string, status int, body []byte) {
 	}
 	if e, ok := doc["error"].(map[string]any); ok { // a decline carries its PaymentIntent
 		if pi, ok := e["payment_intent"].(map[string]any); ok && status == http.StatusPaymentRequired {
+			if path == "/v1/payment_intents" { // created and confirmed at once
+				s.emit(account, "payment_intent.created", pi)
+			}
 			s.emit(account, "payment_intent.payment_failed", pi)
 			if inv, _ := pi["invoice"].(string); inv != "" {
 				if obj := s.fake.Object(inv); obj != nil {
