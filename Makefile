@@ -13,19 +13,28 @@ BIN       := bin/stripe-payments
 TESTFLAGS ?=
 export TESTFLAGS
 
-.PHONY: build test run lint bench bench-peer fuzz clean stack-up stack-down stack-status stack-env
+.PHONY: help build test run reset lint bench bench-peer fuzz clean stack-up stack-down stack-status stack-env
 
-## build: compile bin/stripe-payments
+## help: list the targets
+help:
+	@sed -n 's/^## //p' $(MAKEFILE_LIST)
+
+## build: compile bin/stripe-payments and bin/stripe-local (the local Stripe)
 build:
 	$(GO) build -o $(BIN) ./cmd/stripe-payments
+	$(GO) build -o bin/stripe-local ./cmd/stripe-local
 
 ## test: start the local stack if needed, go vet, gofmt check, go test -race; stop what it started
 test:
 	scripts/test.sh test
 
-## run: local stack + migrate + serve in the foreground (Ctrl-C stops all it started)
+## run: local stack + migrate + the local Stripe + serve in the foreground (Ctrl-C stops all it started); README "First hour"
 run:
 	scripts/run.sh
+
+## reset: stop the local stack and wipe both stores (.dev/dynamodb, .dev/pg/data): the next make run starts empty
+reset:
+	scripts/devstack.sh reset
 
 ## lint: gofmt check + go vet
 lint:

@@ -19,8 +19,9 @@ const billingUsage = `usage: stripe-payments billing <remind|collect> [--date YY
   remind    send the payment reminders due on the date
   collect   charge the payments (and retries) due on the date
 
---date defaults to today: the job then looks at tomorrow's UTC date too, and
-acts on each subscription once the date has come in its own time zone.
+Without --date the job date is tomorrow in UTC, and each subscription is
+acted on only once that date has come in its own time zone (so those ahead
+of UTC are charged on their own date; nothing is charged before its date).
 Rerunning a job for a date sends and charges nothing twice. The report is
 printed as JSON; the exit status is 1 when something is left for a rerun
 (locked accounts, attempts without an answer, periods whose outcome is still
@@ -36,7 +37,7 @@ func billingCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	job := args[0]
 	fs := flag.NewFlagSet("billing "+job, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	dateFlag := fs.String("date", "", "job date, YYYY-MM-DD (default: today)")
+	dateFlag := fs.String("date", "", "job date, YYYY-MM-DD (default: tomorrow in UTC; each subscription waits for the date in its own time zone)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
