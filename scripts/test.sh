@@ -159,7 +159,14 @@ if [ "$mode" = test ]; then
 	if [ -n "$oracle_pid" ]; then
 		skip=(-skip '^TestBillingOracle$')
 	fi
-	go test -race -count=1 -timeout 12m "${skip[@]}" "${extra[@]}" ./... || status=$?
+	# -json through scripts/testsummary: go test's own lines, then one line
+	# "N passed, N failed, N skipped" (tests and subtests).
+	go build -o .dev/testsummary ./scripts/testsummary
+	verbose=()
+	for f in "${extra[@]}"; do
+		case "$f" in -v | -test.v | -v=true) verbose=(-v) ;; esac
+	done
+	go test -race -count=1 -timeout 12m "${skip[@]}" "${extra[@]}" -json ./... | .dev/testsummary "${verbose[@]}" || status=$?
 	if [ -n "$oracle_pid" ]; then
 		echo "== billing oracle, ${ORACLE_SEQUENCES:-240} sequences × 12 months (no -race)"
 		if wait "$oracle_pid"; then
