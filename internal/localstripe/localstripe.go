@@ -109,6 +109,20 @@ func New(cfg Config) *Server {
 	return s
 }
 
+// SetWebhookURL changes where events are delivered from now on (a test
+// knows its service's address only once it listens).
+func (s *Server) SetWebhookURL(url string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.cfg.WebhookURL = url
+}
+
+func (s *Server) webhookURL() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cfg.WebhookURL
+}
+
 // Handler serves the Stripe API.
 func (s *Server) Handler() http.Handler { return s.fake }
 
@@ -331,7 +345,7 @@ func (s *Server) emit(account, typ string, obj map[string]any) {
 	s.order = append(s.order, d.EventID)
 	s.mu.Unlock()
 	switch {
-	case s.cfg.WebhookURL == "":
+	case s.webhookURL() == "":
 		s.setStatus(d.EventID, "none", 0, "")
 	case s.cfg.DropRate > 0 && chance(s.cfg.DropRate):
 		s.setStatus(d.EventID, "dropped", 0, "dropped on purpose (LOCAL_STRIPE_DROP_RATE): the poller finds it")
@@ -348,7 +362,7 @@ func chance(p float64) bool {
 
 // deliver sends one attempt; a failure (no 2xx) is retried with backoff.
 func (s *Server) deliver(id string, payload []byte, attempt int) {
-	req, err := http.NewRequest(http.MethodPost, s.cfg.WebhookURL, bytes.NewReader(payload))
+	req, err := http.NewRequest(http.MethodPost, s.webhookURL(), bytes.NewReader(payload))
 	if err != nil {
 		s.setStatus(id, "failed", 0, err.Error())
 		return

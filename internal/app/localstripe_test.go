@@ -1,0 +1,126 @@
+package app_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/stripe-payments/stripe-payments/internal/apptest"
+	"github.com/stripe-payments/stripe-payments/internal/localstripe"
+)
+
+// The purchase API against the local Stripe of `make run` (the tests' fake
+// with Stripe's test payment methods deciding and its own signed webhooks,
+// nothing sent by the test): each way a purchase goes, from the request
+// to the tracked state the local Stripe's events leave.
+func TestPurchasesAgainstTheLocalStripe(t *testing.T) {
+	t.Parallel()
+	ls := localstripe.New(localstripe.Config{WebhookSecret: apptest.Secret, ACHDelay: 300 * time.Millisecond,
+		RetryBase: 50 * time.Millisecond, MaxAttempts: 5, Account: "acct_local_demo"})
+	srv := httptest.NewServer(ls.LocalHandler(nil))
+	t.Cleanup(func() { srv.Close(); ls.Close() })
+	ls.Fake().URL = srv.URL
+	a := apptest.Start(t, apptest.Options{Stripe: ls.Fake(), Env: map[string]string{"STRIPE_API_KEY": "sk_test_local"}})
+	ls.SetWebhookURL(a.URL + "/webhooks/stripe")
+
+	call := func(method, path string, body any) (int, map[string]any) {
+		t.Helper()
+		b, _ := json.Marshal(body)
+		req, err := http.NewRequest(method, a.URL+path, bytes.NewReader(b))
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+apptest.Token)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		raw, _ := io.ReadAll(resp.Body)
+		var out map[string]any
+		require.NoError(t, json.Unmarshal(raw, &out), string(raw))
+		return resp.StatusCode, out
+	}
+	confirm := func(pi, pm string) int {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/payment_intents/"+pi+"/confirm",
+			strings.NewReader(url.Values{"payment_method": {pm}}.Encode()))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set("Authorization", "Bearer sk_test_client")
+		req.Header.Set("Stripe-Account", "acct_local_demo")
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	product := func(pm string, recurring bool) map[string]any {
+		b := map[string]any{"account": uuid.NewString(), "stripe_account": "acct_local_demo", "mode": "product",
+			"customer": "cus_local_1", "payment_method": pm}
+		if recurring {
+			b["recurring_price"] = "price_monthly"
+		} else {
+			b["items"] = []map[string]any{{"price": "price_basic", "quantity": 2}}
+		}
+		return b
+	}
+	legacy := map[string]any{"stripe_account": "acct_local_demo", "mode": "legacy", "amount": 2000, "currency": "usd"}
+
+	tests := []struct {
+		name string
+		body map[string]any
+		// confirmWith confirms a legacy purchase's PaymentIntent (the client).
+		confirmWith   string
+		status        int    // of POST /v1/purchases
+		confirmStatus int    // of the confirm
+		code          string // of a refused purchase
+		// what the local Stripe's webhooks leave
+		final, payment, subscription string
+	}{
+		{name: "legacy, card", body: legacy, confirmWith: "pm_card_visa", status: 201, confirmStatus: 200, final: "fulfilled", payment: "paid"},
+		{name: "legacy, declined card", body: legacy, confirmWith: "pm_card_chargeDeclined", status: 201, confirmStatus: 402, final: "new", payment: "failed"},
+		{name: "legacy, bank debit", body: legacy, confirmWith: "pm_usBankAccount", status: 201, confirmStatus: 200, final: "fulfilled", payment: "paid"},
+		{name: "one-off, card", body: product("pm_card_visa", false), status: 201, final: "fulfilled", payment: "paid"},
+		{name: "one-off, lost card", body: product("pm_card_chargeDeclinedLostCard", false), status: 402, code: "payment_failed"},
+		{name: "one-off, bank debit", body: product("pm_usBankAccount", false), status: 201, final: "fulfilled", payment: "paid"},
+		{name: "one-off, failing bank debit", body: product("pm_usBankAccount_insufficientFunds", false), status: 201, final: "new", payment: "failed"},
+		{name: "recurring, card", body: product("pm_card_visa", true), status: 201, final: "fulfilled", subscription: "active"},
+		{name: "recurring, declined card", body: product("pm_card_chargeDeclinedInsufficientFunds", true), status: 402, code: "payment_failed"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			body := map[string]any{}
+			for k, v := range tc.body {
+				body[k] = v
+			}
+			if body["account"] == nil {
+				body["account"] = uuid.NewString()
+			}
+			status, p := call(http.MethodPost, "/v1/purchases", body)
+			require.Equal(t, tc.status, status, "%v", p)
+			if tc.code != "" {
+				assert.Equal(t, tc.code, p["error"].(map[string]any)["code"])
+				return
+			}
+			if tc.confirmWith != "" {
+				assert.Equal(t, tc.confirmStatus, confirm(p["payment_intent"].(string), tc.confirmWith))
+			}
+			id := p["id"].(string)
+			require.Eventually(t, func() bool {
+				_, got := call(http.MethodGet, "/v1/purchases/"+id, nil)
+				p = got
+				return got["status"] == tc.final && (tc.payment == "" || got["payment_status"] == tc.payment) &&
+					(tc.subscription == "" || got["subscription_status"] == tc.subscription)
+			}, 20*time.Second, 50*time.Millisecond, "the local Stripe's webhooks lead to %s/%s/%s", tc.final, tc.payment, tc.subscription)
+		})
+	}
+	for _, d := range ls.Deliveries() {
+		assert.Equal(t, "delivered", d.Status, "%s %s: %s", d.EventID, d.Type, d.LastError)
+	}
+}
