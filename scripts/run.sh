@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# scripts/run.sh [serve flags...] — `make run`:
+# scripts/run.sh — `make run`:
 # start the local stack (what is not already up; DynamoDB Local persisted
 # under .dev/dynamodb), build, migrate, start the local Stripe
 # (cmd/stripe-local on LOCAL_STRIPE_ADDR, DESIGN §3 "The embedded default
@@ -63,10 +63,10 @@ else
 	# (GET /_local/actions lists them) unless ACTIONS_URL is set.
 	export ACTIONS_URL="${ACTIONS_URL:-http://$LOCAL_STRIPE_ADDR/_local/actions}"
 	export ACTIONS_SECRET="${ACTIONS_SECRET:-dev-actions-secret}"
+	# Poll the local Stripe's Events API every 30 s, so that what a dropped
+	# delivery (LOCAL_STRIPE_DROP_RATE) missed can be seen arriving.
+	export POLL_EVERY="${POLL_EVERY:-30s}"
 fi
-# Poll the local Stripe's Events API every 30 s, so that what a dropped
-# delivery (LOCAL_STRIPE_DROP_RATE) missed can be seen arriving.
-export POLL_EVERY="${POLL_EVERY:-30s}"
 
 echo "== go build"
 go build -o bin/stripe-payments ./cmd/stripe-payments

@@ -60,6 +60,11 @@ func TestFirstHourAndRestart(t *testing.T) {
 		"AWS_REGION":              "us-east-1",
 		"AWS_ACCESS_KEY_ID":       "local",
 		"AWS_SECRET_ACCESS_KEY":   "local",
+		// Nothing may need the internet: any HTTP(S) request beyond
+		// loopback goes to a proxy that is not there, and fails.
+		"HTTP_PROXY":  "http://127.0.0.1:9",
+		"HTTPS_PROXY": "http://127.0.0.1:9",
+		"NO_PROXY":    "127.0.0.1,localhost",
 	}}
 	stack.env["ADMIN_LISTEN_ADDR"] = stack.env["LISTEN_ADDR"]
 	stack.env["ACTIONS_URL"] = "http://" + stack.env["LOCAL_STRIPE_ADDR"] + "/_local/actions"
@@ -106,11 +111,14 @@ func TestFirstHourAndRestart(t *testing.T) {
 			Action map[string]any `json:"action"`
 		} `json:"data"`
 	}
-	getJSON(t, local+"/_local/actions?type=purchase.fulfilled", &actions)
 	fulfilled := map[string]bool{}
-	for _, a := range actions.Data {
-		fulfilled[fmt.Sprint(a.Action["purchase_id"])] = true
-	}
+	require.Eventually(t, func() bool { // the outbox delivers asynchronously
+		getJSON(t, local+"/_local/actions?type=purchase.fulfilled", &actions)
+		for _, a := range actions.Data {
+			fulfilled[fmt.Sprint(a.Action["purchase_id"])] = true
+		}
+		return len(fulfilled) >= 2
+	}, time.Minute, 100*time.Millisecond)
 	purchases := regexp.MustCompile(`"purchase_id":"([0-9a-f-]{36})"`).FindAllStringSubmatch(string(out), -1)
 	require.NotEmpty(t, purchases, "the walk-through printed the fulfil action")
 	assert.Len(t, fulfilled, 2, "one fulfil action per purchase (legacy and product): %v", actions.Data)
