@@ -124,3 +124,47 @@ func TestPurchasesAgainstTheLocalStripe(t *testing.T) {
 		assert.Equal(t, "delivered", d.Status, "%s %s: %s", d.EventID, d.Type, d.LastError)
 	}
 }
+
+// With every delivery dropped (LOCAL_STRIPE_DROP_RATE=1), the poller finds
+// the local Stripe's events in its Events API and the purchase is
+// fulfilled all the same: the poller's job, seen under make run.
+func TestDroppedWebhooksAreFoundByThePoller(t *testing.T) {
+	t.Parallel()
+	ls := localstripe.New(localstripe.Config{WebhookSecret: apptest.Secret, DropRate: 1, Account: "acct_local_demo"})
+	srv := httptest.NewServer(ls.LocalHandler(nil))
+	t.Cleanup(func() { srv.Close(); ls.Close() })
+	ls.Fake().URL = srv.URL
+	a := apptest.Start(t, apptest.Options{Stripe: ls.Fake(), Env: map[string]string{"STRIPE_API_KEY": "sk_test_local", "POLL_EVERY": "1s"}})
+	ls.SetWebhookURL(a.URL + "/webhooks/stripe")
+
+	b, _ := json.Marshal(map[string]any{"account": uuid.NewString(), "stripe_account": "acct_local_demo", "mode": "product",
+		"customer": "cus_local_1", "payment_method": "pm_card_visa", "items": []map[string]any{{"price": "price_basic", "quantity": 1}}})
+	get := func(method, path string, body []byte) map[string]any {
+		req, err := http.NewRequest(method, a.URL+path, bytes.NewReader(body))
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+apptest.Token)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		var out map[string]any
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(&out))
+		return out
+	}
+	p := get(http.MethodPost, "/v1/purchases", b)
+	require.NotEmpty(t, p["id"], "%v", p)
+	require.Eventually(t, func() bool {
+		return get(http.MethodGet, "/v1/purchases/"+p["id"].(string), nil)["status"] == "fulfilled"
+	}, time.Minute, 200*time.Millisecond, "the poller replayed the dropped events")
+	dropped := 0
+	for _, d := range ls.Deliveries() {
+		if d.Status == "dropped" {
+			dropped++
+			rec := get(http.MethodGet, "/internal/v1/events/"+d.EventID, nil)
+			if d.Type == "invoice.paid" {
+				assert.Equal(t, "poller", rec["source"], "%v", rec)
+			}
+		}
+	}
+	assert.Equal(t, len(ls.Deliveries()), dropped, "nothing was delivered")
+}
