@@ -138,7 +138,9 @@ func TestTestClockEndToEnd(t *testing.T) {
 	bin := binary(t)
 	bill := stripetest.New(t, stripetest.Options{})
 	// Stripe's test payment methods, as the local Stripe of make run has them.
-	bill.Decide = func(p stripetest.PI) stripetest.Behavior { return stripetest.TestPaymentMethod(p.PaymentMethod).Behavior }
+	bill.Decide = func(p stripetest.PI) stripetest.Behavior {
+		return stripetest.TestPaymentMethod(p.PaymentMethod).Behavior
+	}
 	sink := newClockSink(t)
 	vars := stackVars(t, bill, map[string]string{
 		"STRIPE_WEBHOOK_SECRET": clockSecret, "STRIPE_API_KEY": "sk_test_fake_clock_e2e",
