@@ -116,6 +116,9 @@ if [ "$mode" = test ]; then
 	missing=()
 	command -v chromium >/dev/null 2>&1 || missing+=(chromium fonts-dejavu-core)
 	command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
+	# The README's "First hour" walk-through, which TestFirstHourAndRestart runs.
+	command -v jq >/dev/null 2>&1 || missing+=(jq)
+	command -v curl >/dev/null 2>&1 || missing+=(curl)
 	if [ "${#missing[@]}" -gt 0 ]; then
 		echo "== apt-get install ${missing[*]}"
 		as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo -n "$@"; fi; }
