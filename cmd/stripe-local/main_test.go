@@ -1,0 +1,40 @@
+package main
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestSettings(t *testing.T) {
+	env := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+	s, err := readSettings(env(nil))
+	require.NoError(t, err)
+	assert.Equal(t, "127.0.0.1:8082", s.Addr)
+	assert.Equal(t, "http://127.0.0.1:8080/webhooks/stripe", s.WebhookURL)
+	assert.Equal(t, "whsec_dev_local_only", s.WebhookSecret, "the service's dev secret")
+	assert.Equal(t, "acct_local_demo", s.Account)
+	assert.Equal(t, 10*time.Second, s.ACHDelay)
+	assert.Equal(t, 6, s.MaxAttempts)
+	assert.Zero(t, s.DropRate)
+
+	s, err = readSettings(env(map[string]string{"LISTEN_ADDR": "127.0.0.1:9000", "STRIPE_WEBHOOK_SECRET": "whsec_new, whsec_old",
+		"LOCAL_STRIPE_DROP_RATE": "0.25", "LOCAL_STRIPE_ACH_DELAY": "2s"}))
+	require.NoError(t, err)
+	assert.Equal(t, "http://127.0.0.1:9000/webhooks/stripe", s.WebhookURL, "follows the service's LISTEN_ADDR")
+	assert.Equal(t, "whsec_new", s.WebhookSecret, "signs with the first secret, as Stripe does after a rotation")
+	assert.Equal(t, 0.25, s.DropRate)
+	assert.Equal(t, 2*time.Second, s.ACHDelay)
+
+	s, err = readSettings(env(map[string]string{"LOCAL_STRIPE_WEBHOOK_URL": "off"}))
+	require.NoError(t, err)
+	assert.Empty(t, s.WebhookURL)
+
+	for k, v := range map[string]string{"LOCAL_STRIPE_DROP_RATE": "1.5", "LOCAL_STRIPE_ACH_DELAY": "soon",
+		"LOCAL_STRIPE_MAX_ATTEMPTS": "0", "LOCAL_STRIPE_ACCOUNT": "cus_1", "LOCAL_STRIPE_RETRY_BASE": "-1s"} {
+		_, err := readSettings(env(map[string]string{k: v}))
+		assert.ErrorContains(t, err, k, "%s=%s is refused", k, v)
+	}
+}
