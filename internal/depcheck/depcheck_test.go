@@ -45,6 +45,8 @@ var rules = []struct {
 		[]string{module + "/internal/dispatch"}},
 	{"internal/config", "settings are a leaf: components (the handler, billing) read their defaults from it",
 		append([]string{module + "/internal/handler", module + "/internal/app"}, storage...)},
+	{"cmd/stripe-payments", "the local Stripe (cmd/stripe-local) and the tests' fake are development tools, never in the service's binary (DESIGN §3)",
+		[]string{module + "/internal/localstripe", module + "/internal/stripetest"}},
 }
 
 // directRules name what a package must not import itself (it may still
