@@ -13,6 +13,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"io"
 	"log/slog"
 	"math/big"
 	"net/http"
@@ -84,7 +85,7 @@ type Delivery struct {
 // and settlements.
 func New(cfg Config) *Server {
 	if cfg.Log == nil {
-		cfg.Log = slog.New(slog.NewTextHandler(ioDiscard{}, nil))
+		cfg.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	if cfg.Client == nil {
 		cfg.Client = &http.Client{Timeout: 10 * time.Second}
@@ -165,10 +166,6 @@ func (s *Server) after(d time.Duration, fn func()) {
 	})
 	s.timers[t] = struct{}{}
 }
-
-type ioDiscard struct{}
-
-func (ioDiscard) Write(p []byte) (int, error) { return len(p), nil }
 
 // middleware: keys, Stripe-Context, the local routes, and the events of
 // what the fake did (never for an idempotent replay).
