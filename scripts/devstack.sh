@@ -664,10 +664,13 @@ cmd_down() {
 cmd_reset() {
 	cmd_down
 	take_lock
+	if [ -f "$PG_DATA/postmaster.pid" ] || ddb_pid >/dev/null; then
+		die "the stack still runs after 'down': not wiping its data"
+	fi
 	log "wiping $DDB_DATA and $PG_DATA"
 	rm -rf "$DDB_DATA" "$DDB_MODEFILE"
 	if [ -d "$PG_DATA" ]; then
-		as_pg rm -rf "$PG_DATA" 2>/dev/null || rm -rf "$PG_DATA"
+		rm -rf "$PG_DATA" 2>/dev/null || as_pg rm -rf "$PG_DATA"
 	fi
 	log "reset: the next 'up' (make run) starts with empty stores"
 }

@@ -44,11 +44,9 @@ func TestFirstHourAndRestart(t *testing.T) {
 	bins := buildBinaries(t, root)
 	dynamoDir := t.TempDir()
 	stack := &makeRun{t: t, bins: bins, dynamoDir: dynamoDir, env: map[string]string{
-		"APP_ENV":     "development",
-		"LISTEN_ADDR": freeAddr(t),
-		// The service does not serve ADMIN_LISTEN_ADDR yet (issue 26): the
-		// admin routes are on LISTEN_ADDR, so the walk-through's admin
-		// address is the same one until then.
+		"APP_ENV":                 "development",
+		"LISTEN_ADDR":             freeAddr(t),
+		"ADMIN_LISTEN_ADDR":       freeAddr(t),
 		"LOCAL_STRIPE_ADDR":       freeAddr(t),
 		"DATABASE_URL":            testenv.DatabaseURL(t),
 		"STRIPE_WEBHOOK_SECRET":   "whsec_dev_local_only",
@@ -66,7 +64,6 @@ func TestFirstHourAndRestart(t *testing.T) {
 		"HTTPS_PROXY": "http://127.0.0.1:9",
 		"NO_PROXY":    "127.0.0.1,localhost",
 	}}
-	stack.env["ADMIN_LISTEN_ADDR"] = stack.env["LISTEN_ADDR"]
 	stack.env["ACTIONS_URL"] = "http://" + stack.env["LOCAL_STRIPE_ADDR"] + "/_local/actions"
 	stack.start()
 
@@ -81,12 +78,12 @@ func TestFirstHourAndRestart(t *testing.T) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", script)
 	cmd.Dir = work
-	cmd.Env = stack.environ(map[string]string{"STRIPE_API_BASE": ""})
+	cmd.Env = stack.environ(map[string]string{"ADMIN_LISTEN_ADDR": stack.admin})
 	out, err := cmd.CombinedOutput()
 	t.Logf("walk-through output:\n%s", out)
 	require.NoError(t, err, "the README walk-through failed\n%s", stack.logs())
 
-	api := adminAPI{t: t, base: "http://" + stack.env["ADMIN_LISTEN_ADDR"], token: stack.env["INTERNAL_API_TOKEN"]}
+	api := adminAPI{t: t, base: "http://" + stack.admin, token: stack.env["INTERNAL_API_TOKEN"]}
 	local := "http://" + stack.env["LOCAL_STRIPE_ADDR"]
 
 	// 1–2. every fixture was accepted and is found by id.
@@ -231,6 +228,9 @@ type makeRun struct {
 	dynamoDir string
 	env       map[string]string
 	procs     []*proc
+	// admin is where the admin routes answer: ADMIN_LISTEN_ADDR, or
+	// LISTEN_ADDR for a service from before the two listeners (issue 26).
+	admin string
 }
 
 func (m *makeRun) environ(extra map[string]string) []string {
@@ -288,6 +288,12 @@ func (m *makeRun) start() {
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
 	}, time.Minute, 100*time.Millisecond, "serve answers /healthz\n%s", serve.logs.String())
+	m.admin = m.env["ADMIN_LISTEN_ADDR"]
+	if c, err := net.DialTimeout("tcp", m.admin, time.Second); err == nil {
+		c.Close()
+	} else {
+		m.admin = m.env["LISTEN_ADDR"]
+	}
 }
 
 // stop stops everything in reverse order, as run.sh's cleanup does.
