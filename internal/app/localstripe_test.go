@@ -36,7 +36,7 @@ func TestPurchasesAgainstTheLocalStripe(t *testing.T) {
 	call := func(method, path string, body any) (int, map[string]any) {
 		t.Helper()
 		b, _ := json.Marshal(body)
-		req, err := http.NewRequest(method, a.URL+path, bytes.NewReader(b))
+		req, err := http.NewRequest(method, a.AdminURL+path, bytes.NewReader(b))
 		require.NoError(t, err)
 		req.Header.Set("Authorization", "Bearer "+apptest.Token)
 		req.Header.Set("Content-Type", "application/json")
@@ -140,7 +140,7 @@ func TestDroppedWebhooksAreFoundByThePoller(t *testing.T) {
 	b, _ := json.Marshal(map[string]any{"account": uuid.NewString(), "stripe_account": "acct_local_demo", "mode": "product",
 		"customer": "cus_local_1", "payment_method": "pm_card_visa", "items": []map[string]any{{"price": "price_basic", "quantity": 1}}})
 	get := func(method, path string, body []byte) map[string]any {
-		req, err := http.NewRequest(method, a.URL+path, bytes.NewReader(body))
+		req, err := http.NewRequest(method, a.AdminURL+path, bytes.NewReader(body))
 		require.NoError(t, err)
 		req.Header.Set("Authorization", "Bearer "+apptest.Token)
 		req.Header.Set("Content-Type", "application/json")
