@@ -228,8 +228,8 @@ type makeRun struct {
 	dynamoDir string
 	env       map[string]string
 	procs     []*proc
-	// admin is where the admin routes answer: ADMIN_LISTEN_ADDR, or
-	// LISTEN_ADDR for a service from before the two listeners (issue 26).
+	// admin is ADMIN_LISTEN_ADDR: the console, the APIs (DESIGN §3 "Two
+	// listeners").
 	admin string
 }
 
@@ -289,11 +289,7 @@ func (m *makeRun) start() {
 		return resp.StatusCode == http.StatusOK
 	}, time.Minute, 100*time.Millisecond, "serve answers /healthz\n%s", serve.logs.String())
 	m.admin = m.env["ADMIN_LISTEN_ADDR"]
-	if c, err := net.DialTimeout("tcp", m.admin, time.Second); err == nil {
-		c.Close()
-	} else {
-		m.admin = m.env["LISTEN_ADDR"]
-	}
+	waitTCP(t, m.admin, serve)
 }
 
 // stop stops everything in reverse order, as run.sh's cleanup does.
