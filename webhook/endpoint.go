@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 
 	"github.com/labstack/echo/v4"
 
@@ -60,6 +61,10 @@ type Response struct {
 
 func (ep *Endpoint) serve(c echo.Context) error {
 	req := c.Request()
+	// No signature, no read: an unsigned request costs no body buffer.
+	if strings.TrimSpace(req.Header.Get("Stripe-Signature")) == "" {
+		return verificationError(ErrMissingSignature)
+	}
 	if req.ContentLength > ep.maxBody {
 		return apperr.New(apperr.CodePayloadTooLarge, "body exceeds %d bytes", ep.maxBody)
 	}
