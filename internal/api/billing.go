@@ -49,6 +49,8 @@ func billingError(err error) error {
 	switch {
 	case errors.Is(err, billing.ErrLivemode):
 		return apperr.New(apperr.CodeLivemode, "test clocks are for test mode only: STRIPE_API_KEY is a live key")
+	case errors.Is(err, billing.ErrTooManyClocks), errors.Is(err, billing.ErrTooManyAdvances):
+		return apperr.New(apperr.CodeConflict, "%s", err.Error())
 	case errors.Is(err, billing.ErrClockBusy):
 		return apperr.New(apperr.CodeConflict, "the test clock is advancing; wait until its status is ready")
 	case errors.Is(err, billing.ErrInvalid):

@@ -33,6 +33,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/outbox"
 	"github.com/stripe-payments/stripe-payments/internal/purchase"
 	"github.com/stripe-payments/stripe-payments/internal/recordq"
+	"github.com/stripe-payments/stripe-payments/internal/safego"
 	"github.com/stripe-payments/stripe-payments/internal/stripeclient"
 	"github.com/stripe-payments/stripe-payments/internal/tracking"
 	"github.com/stripe-payments/stripe-payments/webhook"
@@ -55,6 +56,9 @@ type App struct {
 	// "Two listeners").
 	Server *httpserver.Server
 	Admin  *httpserver.Server
+	// Safe starts every background goroutine: a panic is recovered,
+	// logged, counted (stripe_payments_panics_total) and the loop restarted.
+	Safe *safego.Starter
 
 	// Stripe API client, tracking store, actions dispatcher (started by
 	// Start, stopped by Stop).
@@ -139,7 +143,8 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 	if err != nil {
 		return nil, err
 	}
-	a := &App{Config: cfg, Log: log, Dynamo: ddb, Pool: pool, Metrics: m}
+	a := &App{Config: cfg, Log: log, Dynamo: ddb, Pool: pool, Metrics: m,
+		Safe: safego.New(log, metrics.NewPanics(m.Registry), time.Second)}
 	a.clocks, a.stopClocks = context.WithCancel(context.Background())
 	a.newOutbox()
 	a.OpsProblems = ops.NewProblems(pool, log.With("component", "ops"))
@@ -150,7 +155,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 	// its processed record is written.
 	a.Records = recordq.New(pool, a.OpsProblems.Track(table), recordq.Config{
 		Writers: cfg.IngestRecords.Writers, MaxBacklog: cfg.IngestRecords.Backlog, Linger: cfg.IngestRecords.Linger,
-		Log: log.With("component", "records"), Observer: recordMetrics,
+		Log: log.With("component", "records"), Observer: recordMetrics, Safe: a.Safe,
 	})
 	a.Events = table.WithPending(a.Records)
 	a.Ledger = tracking.NewLedger(pool)
@@ -277,32 +282,18 @@ func recordOptions(cfg config.Config, q *recordq.Queue) []handler.Option {
 func (a *App) startBackground() {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		_ = a.Records.Run(ctx)
-	}()
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
+	a.Safe.Go(ctx, &wg, "records_sweep", func(ctx context.Context) { _ = a.Records.Run(ctx) })
+	a.Safe.Go(ctx, &wg, "actions", func(ctx context.Context) {
 		if err := a.Actions.Run(ctx); err != nil {
 			a.Log.Error("actions dispatcher stopped", "error", err)
 		}
-	}()
+	})
 	a.startOutboxHousekeeping(ctx, &wg)
 	a.startThin(ctx, &wg)
 	if a.Emails != nil {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_ = a.Emails.Run(ctx)
-		}()
+		a.Safe.Go(ctx, &wg, "emails", func(ctx context.Context) { _ = a.Emails.Run(ctx) })
 	}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		a.OpsCounter.Run(ctx, 10*time.Second)
-	}()
+	a.Safe.Go(ctx, &wg, "ops_counter", func(ctx context.Context) { a.OpsCounter.Run(ctx, 10*time.Second) })
 	a.stopBg = func() { cancel(); wg.Wait() }
 }
 

@@ -28,10 +28,11 @@ func (a *App) newBilling() error {
 	cfg.Retry = dates.RetryPolicy{Days: c.RetryDays, StaleDays: c.StaleDays}
 	cfg.ReceiptTTL, cfg.LookbackDays, cfg.LockedRetryWait = c.ReceiptTTL, c.LookbackDays, c.LockLease+c.LockHeartbeat
 	cfg.PlatformAccount, cfg.Livemode = a.Config.PlatformAccount, a.Config.Livemode()
+	cfg.MaxClocks = c.TestClocksMax
 	log := a.Log.With("component", "billing")
 	svc, err := billing.New(cfg, billing.Deps{Store: store, Locks: locks, Charger: charger,
 		Notifier: notify.Outbox{Pool: a.Pool, Email: a.Config.SESFromAddress != ""}, Log: log,
-		Observer: metrics.NewBilling(a.Metrics.Registry)})
+		Observer: metrics.NewBilling(a.Metrics.Registry), Safe: a.Safe})
 	if err != nil {
 		return fmt.Errorf("billing: %w", err)
 	}
@@ -47,17 +48,9 @@ func (a *App) newBilling() error {
 // function waits for them to finish their work in flight.
 func (a *App) startBilling(ctx context.Context) (wait func()) {
 	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		_ = a.BillingFeed.Run(ctx)
-	}()
+	a.Safe.Go(ctx, &wg, "billing_feed", func(ctx context.Context) { _ = a.BillingFeed.Run(ctx) })
 	if every := a.Config.Billing.Every; every > 0 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			a.billingTicker(ctx, every)
-		}()
+		a.Safe.Go(ctx, &wg, "billing_ticker", func(ctx context.Context) { a.billingTicker(ctx, every) })
 	}
 	return wg.Wait
 }

@@ -41,17 +41,9 @@ func (a *App) outboxPolicy() outbox.Policy {
 // and then on that period, until ctx ends. Every replica does both: the
 // queries are cheap and the deletes skip rows another replica is deleting.
 func (a *App) startOutboxHousekeeping(ctx context.Context, wg *sync.WaitGroup) {
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		every(ctx, outboxStatsEvery, a.refreshOutboxStats)
-	}()
+	a.Safe.Go(ctx, wg, "outbox_stats", func(ctx context.Context) { every(ctx, outboxStatsEvery, a.refreshOutboxStats) })
 	if p := a.Config.Outbox.PruneEvery; p > 0 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			every(ctx, p, a.prune)
-		}()
+		a.Safe.Go(ctx, wg, "prune", func(ctx context.Context) { every(ctx, p, a.prune) })
 	}
 }
 

@@ -111,19 +111,20 @@ func (a *App) startPolling(ctx context.Context) (stop func(), err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	a.Log.Info("poller running inside serve", "every", a.Config.PollEvery)
+	run := func(ctx context.Context) {
+		rep, err := p.Run(ctx, poller.Window{})
+		switch {
+		case errors.Is(err, poller.ErrBusy):
+			a.Log.Info("poll skipped: another poller run holds the lock")
+		case err != nil && ctx.Err() == nil:
+			a.Log.Error("poll run incomplete", "error", err, "summary", rep.Summary())
+		default:
+			a.Log.Info("poll run done", "summary", rep.Summary())
+		}
+	}
 	go func() {
 		defer close(done)
-		poller.Every(ctx, a.Config.PollEvery, func(ctx context.Context) {
-			rep, err := p.Run(ctx, poller.Window{})
-			switch {
-			case errors.Is(err, poller.ErrBusy):
-				a.Log.Info("poll skipped: another poller run holds the lock")
-			case err != nil && ctx.Err() == nil:
-				a.Log.Error("poll run incomplete", "error", err, "summary", rep.Summary())
-			default:
-				a.Log.Info("poll run done", "summary", rep.Summary())
-			}
-		})
+		a.Safe.Loop(ctx, "poller", func(ctx context.Context) { poller.Every(ctx, a.Config.PollEvery, run) })
 	}()
 	return func() { cancel(); <-done }, nil
 }

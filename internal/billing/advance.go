@@ -30,6 +30,9 @@ func (s *Service) AdvanceClock(ctx, life context.Context, id string, to time.Tim
 	if c.Status == ClockAdvancing && !now.After(c.LeaseUntil) {
 		return c, nil, ErrClockBusy
 	}
+	if err := checkClockCeiling(to); err != nil {
+		return c, nil, err
+	}
 	to = to.UTC().Truncate(time.Second)
 	current := c.FrozenTime
 	if c.Status != ClockReady {
@@ -43,10 +46,15 @@ func (s *Service) AdvanceClock(ctx, life context.Context, id string, to time.Tim
 	case to.After(c.ReachedTime.AddDate(MaxClockAdvanceYears, 0, 0)):
 		return c, nil, invalid("frozen_time: at most %d years after the clock's current time", MaxClockAdvanceYears)
 	}
+	release, err := s.takeAdvanceSlot()
+	if err != nil {
+		return c, nil, err
+	}
 	owner := uuid.NewString()
 	c.Status, c.FrozenTime, c.Error = ClockAdvancing, to, ""
 	c.LeaseOwner, c.LeaseUntil = owner, now.Add(s.cfg.ClockLease)
 	if err := s.store.PutClock(ctx, &c, now); err != nil {
+		release()
 		if errors.Is(err, ErrConflict) {
 			return c, nil, ErrClockBusy // another request claimed it first
 		}
@@ -57,7 +65,16 @@ func (s *Service) AdvanceClock(ctx, life context.Context, id string, to time.Tim
 	go func() {
 		defer s.advances.Done()
 		defer close(done)
-		s.advanceClock(life, c, owner)
+		defer release()
+		err := s.safe.Do("clock_advance", func() error { s.advanceClock(life, c, owner); return nil })
+		if err != nil { // a panic: that advance fails, the process goes on
+			ctx := context.WithoutCancel(life)
+			reached := c.ReachedTime
+			if cur, gerr := s.store.GetClock(ctx, c.ID); gerr == nil {
+				reached = cur.ReachedTime // as far as the heartbeats recorded
+			}
+			s.endAdvance(ctx, c.ID, owner, reached, ClockFailed, "the advance stopped on an internal error; advance again to continue")
+		}
 	}()
 	return c, done, nil
 }
@@ -76,9 +93,8 @@ func (s *Service) advanceClock(ctx context.Context, c Clock, owner string) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	var hb sync.WaitGroup
-	hb.Add(1)
-	go func() { // heartbeat: the claim stays this replica's while it works
-		defer hb.Done()
+	// heartbeat: the claim stays this replica's while it works
+	s.safe.Go(ctx, &hb, "clock_heartbeat", func(ctx context.Context) {
 		t := time.NewTicker(s.cfg.ClockLease / 4)
 		defer t.Stop()
 		for {
@@ -92,7 +108,7 @@ func (s *Service) advanceClock(ctx context.Context, c Clock, owner string) {
 				}
 			}
 		}
-	}()
+	})
 	defer func() { cancel(nil); hb.Wait() }()
 
 	var at time.Time

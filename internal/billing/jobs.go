@@ -175,7 +175,9 @@ func (s *Service) eachShard(ctx context.Context, index Index, from, date dates.D
 				go func() {
 					defer workers.Done()
 					for w := range ch {
-						work(w)
+						// One account's panic fails that account only (logged
+						// and counted); its lock's lease lets the next run in.
+						_ = s.safe.Do("billing_account", func() error { work(w); return nil })
 					}
 				}()
 			}

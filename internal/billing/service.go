@@ -11,6 +11,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
 	"github.com/stripe-payments/stripe-payments/internal/config"
 	"github.com/stripe-payments/stripe-payments/internal/lock"
+	"github.com/stripe-payments/stripe-payments/internal/safego"
 )
 
 // Config of the billing core (README "Configuration").
@@ -53,6 +54,10 @@ type Config struct {
 	// ClockLease is how long an advancing test clock stays claimed by its
 	// replica without a heartbeat (another may take over after it).
 	ClockLease time.Duration
+	// MaxClocks bounds the test clocks that may exist at once
+	// (TEST_CLOCKS_MAX); MaxAdvancing the advances this instance runs at
+	// once (testclock_limits.go).
+	MaxClocks, MaxAdvancing int
 }
 
 // DefaultConfig is the configuration of DESIGN §8 and issue 6. What a
@@ -72,6 +77,8 @@ func DefaultConfig() Config {
 		// holder's lock (app sets it from BILLING_LOCK_*).
 		LockedRetryWait: config.DefaultBillingLockLease + config.DefaultBillingLockHeartbeat,
 		ClockLease:      2 * time.Minute,
+		MaxClocks:       config.DefaultTestClocksMax,
+		MaxAdvancing:    DefaultMaxAdvancing,
 	}
 }
 
@@ -92,6 +99,9 @@ type Deps struct {
 	Log      *slog.Logger
 	// Observer receives the money-safety metrics (nil: none).
 	Observer Observer
+	// Safe starts the test clocks' advances and heartbeats, recovering a
+	// panic (nil: a starter that only logs).
+	Safe *safego.Starter
 }
 
 // Service is the billing core: lifecycle operations, jobs and the feed.
@@ -110,8 +120,12 @@ type Service struct {
 	// receipt expiry). See testclock.go.
 	clock string
 	wall  func() time.Time
-	// advances tracks the test clocks' advances in flight (WaitClocks).
-	advances *sync.WaitGroup
+	// advances tracks the test clocks' advances in flight (WaitClocks);
+	// advancing holds a token per advance this instance runs
+	// (MaxAdvancing).
+	advances  *sync.WaitGroup
+	advancing chan struct{}
+	safe      *safego.Starter
 }
 
 // New returns the service.
@@ -144,6 +158,12 @@ func New(cfg Config, d Deps) (*Service, error) {
 	if cfg.ClockLease <= 0 {
 		cfg.ClockLease = def.ClockLease
 	}
+	if cfg.MaxClocks <= 0 {
+		cfg.MaxClocks = def.MaxClocks
+	}
+	if cfg.MaxAdvancing <= 0 {
+		cfg.MaxAdvancing = def.MaxAdvancing
+	}
 	if d.Store == nil || d.Locks == nil {
 		return nil, errors.New("billing: store and locks are required")
 	}
@@ -160,7 +180,8 @@ func New(cfg Config, d Deps) (*Service, error) {
 		d.Notifier = LogNotifier{Log: d.Log}
 	}
 	return &Service{cfg: cfg, store: d.Store, locks: d.Locks, charger: d.Charger, notifier: d.Notifier,
-		now: d.Now, wall: d.Now, log: d.Log, obs: d.Observer, advances: &sync.WaitGroup{}}, nil
+		now: d.Now, wall: d.Now, log: d.Log, obs: d.Observer, advances: &sync.WaitGroup{},
+		advancing: make(chan struct{}, cfg.MaxAdvancing), safe: d.Safe.OrDefault(d.Log)}, nil
 }
 
 // Store is the service's store.

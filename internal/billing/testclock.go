@@ -115,6 +115,9 @@ func (s *Service) CreateClock(ctx context.Context, frozen time.Time, name string
 	if len(name) > 200 || strings.ContainsAny(name, "\x00\r\n") {
 		return Clock{}, invalid("name: at most 200 characters on one line")
 	}
+	if err := s.checkClockCount(ctx); err != nil {
+		return Clock{}, err
+	}
 	now := s.wall()
 	frozen = frozen.UTC().Truncate(time.Second)
 	c := Clock{ID: "clock_" + strings.ReplaceAll(uuid.NewString(), "-", "")[:24], Name: name,

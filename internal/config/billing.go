@@ -45,7 +45,11 @@ type BillingConfig struct {
 	LockHeartbeat   time.Duration // BILLING_LOCK_HEARTBEAT
 	Every           time.Duration // BILLING_EVERY: in-process jobs in serve; 0 = off
 	StripeRateLimit float64       // STRIPE_RATE_LIMIT, requests per second
+	TestClocksMax   int           // TEST_CLOCKS_MAX: test clocks that may exist at once
 }
+
+// DefaultTestClocksMax is TEST_CLOCKS_MAX's default (docs/retention.md).
+const DefaultTestClocksMax = 100
 
 // loadBilling reads the BILLING_* variables and STRIPE_RATE_LIMIT.
 func loadBilling(get func(key, def string) string) (BillingConfig, error) {
@@ -74,6 +78,7 @@ func loadBilling(get func(key, def string) string) (BillingConfig, error) {
 		LockLease:       dur("BILLING_LOCK_LEASE", shortDuration(DefaultBillingLockLease), false),
 		LockHeartbeat:   dur("BILLING_LOCK_HEARTBEAT", shortDuration(DefaultBillingLockHeartbeat), false),
 		Every:           dur("BILLING_EVERY", "0s", true),
+		TestClocksMax:   atoi("TEST_CLOCKS_MAX", strconv.Itoa(DefaultTestClocksMax), 1, 10000),
 	}
 	retry := make([]string, 0, len(DefaultBillingRetryDays()))
 	for _, d := range DefaultBillingRetryDays() {
@@ -107,7 +112,7 @@ func (b BillingConfig) LogValue() slog.Value {
 		slog.Int("stale_days", b.StaleDays), slog.Duration("receipt_ttl", b.ReceiptTTL),
 		slog.Int("lookback_days", b.LookbackDays), slog.Duration("lock_lease", b.LockLease),
 		slog.Duration("lock_heartbeat", b.LockHeartbeat), slog.Duration("every", b.Every),
-		slog.Float64("stripe_rate_limit", b.StripeRateLimit),
+		slog.Float64("stripe_rate_limit", b.StripeRateLimit), slog.Int("test_clocks_max", b.TestClocksMax),
 	)
 }
 

@@ -314,6 +314,8 @@ func (c *Console) clockError(ec echo.Context, what string, err error) error {
 	switch {
 	case isNotFound(err):
 		return c.fail(ec, http.StatusNotFound, "No such test clock."+unchanged)
+	case errors.Is(err, billing.ErrTooManyClocks), errors.Is(err, billing.ErrTooManyAdvances):
+		return c.clockRefused(ec, http.StatusConflict, "Refused: "+err.Error()+"."+unchanged)
 	case errors.Is(err, billing.ErrClockBusy):
 		return c.clockRefused(ec, http.StatusConflict, "The clock is advancing; try again once it is ready."+unchanged)
 	case errors.Is(err, billing.ErrInvalid):

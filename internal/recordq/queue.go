@@ -26,6 +26,7 @@ import (
 
 	"github.com/stripe-payments/stripe-payments/internal/events"
 	"github.com/stripe-payments/stripe-payments/internal/pgtx"
+	"github.com/stripe-payments/stripe-payments/internal/safego"
 )
 
 // ErrUnavailable is returned by Admit while records cannot be written to
@@ -68,6 +69,9 @@ type Config struct {
 	Timeout  time.Duration
 	Log      *slog.Logger
 	Observer Observer
+	// Safe starts the writers and recovers a panic in a batch's write or
+	// a sweep (nil: a starter that only logs).
+	Safe *safego.Starter
 }
 
 // batchSize is DynamoDB's BatchWriteItem limit.
@@ -111,6 +115,7 @@ func New(pool *pgxpool.Pool, table Table, cfg Config) *Queue {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
+	cfg.Safe = cfg.Safe.OrDefault(cfg.Log)
 	return &Queue{pool: pool, table: table, cfg: cfg, known: map[string]bool{}, changed: make(chan struct{})}
 }
 
@@ -231,13 +236,9 @@ func (q *Queue) Run(ctx context.Context) error {
 	defer q.running.Store(false)
 	var wg sync.WaitGroup
 	for range q.cfg.Writers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			q.write(ctx)
-		}()
+		q.cfg.Safe.Go(ctx, &wg, "records_writer", q.write)
 	}
-	if err := q.sweep(ctx, 0); err != nil && ctx.Err() == nil {
+	if err := q.safeSweep(ctx, 0); err != nil && ctx.Err() == nil {
 		q.cfg.Log.Error("could not read pending event records at start; the periodic sweep retries", "error", err)
 	}
 	t := time.NewTicker(q.cfg.SweepEvery)
@@ -248,11 +249,16 @@ func (q *Queue) Run(ctx context.Context) error {
 			wg.Wait()
 			return nil
 		case <-t.C:
-			if err := q.sweep(ctx, q.cfg.SweepAge); err != nil && ctx.Err() == nil {
+			if err := q.safeSweep(ctx, q.cfg.SweepAge); err != nil && ctx.Err() == nil {
 				q.cfg.Log.Warn("sweep of pending event records failed", "error", err)
 			}
 		}
 	}
+}
+
+// safeSweep is sweep with a panic turned into its error.
+func (q *Queue) safeSweep(ctx context.Context, age time.Duration) error {
+	return q.cfg.Safe.Do("records_sweep", func() error { return q.sweep(ctx, age) })
 }
 
 // Running reports whether Run is writing records: only then may a record

@@ -105,7 +105,9 @@ func (q *Queue) write(ctx context.Context) {
 			return
 		}
 		start := time.Now()
-		err := q.writeBatch(ctx, batch)
+		// A panic in the write fails the batch, which is retried like any
+		// failed write: the records stay handed over, never dropped.
+		err := q.cfg.Safe.Do("records_write", func() error { return q.writeBatch(ctx, batch) })
 		if q.cfg.Observer != nil {
 			q.cfg.Observer.RecordsWritten(len(batch), time.Since(start), err)
 		}
