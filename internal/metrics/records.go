@@ -10,6 +10,8 @@ import (
 // recordq) and of the ingest batches' stages: where an event's time goes.
 type Records struct {
 	backlog      prometheus.Gauge
+	backlogBytes prometheus.Gauge
+	quarantined  prometheus.Counter
 	written      *prometheus.CounterVec
 	writeSeconds prometheus.Histogram
 	batchSize    prometheus.Histogram
@@ -22,6 +24,14 @@ func (m *Metrics) NewRecords() *Records {
 		backlog: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "stripe_payments_event_records_backlog",
 			Help: "Event records acknowledged (durable in Postgres) and not yet written to the events table.",
+		}),
+		backlogBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "stripe_payments_event_records_backlog_bytes",
+			Help: "Payload bytes of the event records acknowledged and not yet written to the events table (the queue holds ids; the payloads stay in Postgres).",
+		}),
+		quarantined: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "stripe_payments_event_records_quarantined_total",
+			Help: "Event records the events table refused for good, moved to event_records_quarantined (docs/runbook-quarantined-records.md).",
 		}),
 		written: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "stripe_payments_event_records_written_total",
@@ -45,7 +55,7 @@ func (m *Metrics) NewRecords() *Records {
 	}
 	r.written.WithLabelValues("ok")
 	r.written.WithLabelValues("error")
-	m.Registry.MustRegister(r.backlog, r.written, r.writeSeconds, r.batchSize, r.stageSeconds)
+	m.Registry.MustRegister(r.backlog, r.backlogBytes, r.quarantined, r.written, r.writeSeconds, r.batchSize, r.stageSeconds)
 	return r
 }
 
@@ -61,6 +71,12 @@ func (r *Records) RecordsWritten(n int, elapsed time.Duration, err error) {
 
 // RecordBacklog implements recordq.Observer.
 func (r *Records) RecordBacklog(n int) { r.backlog.Set(float64(n)) }
+
+// RecordBacklogBytes implements recordq.QuarantineObserver.
+func (r *Records) RecordBacklogBytes(n int64) { r.backlogBytes.Set(float64(n)) }
+
+// RecordsQuarantined implements recordq.QuarantineObserver.
+func (r *Records) RecordsQuarantined(n int) { r.quarantined.Add(float64(n)) }
 
 // Batch is told the size and stage times of every ingest batch.
 func (r *Records) Batch(events int, stage string, elapsed time.Duration) {

@@ -48,6 +48,13 @@ type Observer interface {
 	RecordBacklog(n int)
 }
 
+// QuarantineObserver, when the Observer implements it too, is told of
+// every record quarantined and of the backlog's bytes.
+type QuarantineObserver interface {
+	RecordsQuarantined(n int)
+	RecordBacklogBytes(n int64)
+}
+
 // Config of a Queue; zero values take the defaults.
 type Config struct {
 	// Writers is how many BatchWriteItem requests may be in flight (4).
@@ -55,6 +62,18 @@ type Config struct {
 	// MaxBacklog bounds the records acknowledged but not yet in the table;
 	// at the bound Admit waits (2,000).
 	MaxBacklog int
+	// MaxBacklogBytes bounds their payload bytes too (64 MiB). The queue
+	// holds ids and sizes only: a writer reads the payloads from Postgres
+	// when it writes them.
+	MaxBacklogBytes int64
+	// SweepPageBytes bounds the payload bytes of one sweep page (8 MiB;
+	// a page is also at most 1,000 rows).
+	SweepPageBytes int64
+	// QuarantineAfter is how many writes the table refuses for good (a
+	// validation error, a row that cannot be decoded) before the record
+	// leaves the queue for event_records_quarantined (5): one such record
+	// must not stop admission for every other.
+	QuarantineAfter int
 	// Linger is how long a writer waits for a batch to fill once it has
 	// fewer than 25 records (10 ms): it delays only the table write, never
 	// an acknowledgement, and saves requests at low load.
@@ -86,10 +105,19 @@ type Queue struct {
 	running atomic.Bool // Run is writing: the handler may acknowledge before the table write
 
 	mu      sync.Mutex
-	waiting []events.Record // handed over, not yet taken by a writer
-	known   map[string]bool // ids waiting or being written here
+	waiting []pend          // handed over, not yet taken by a writer
+	known   map[string]int  // ids waiting or being written here, and their payload bytes
+	bytes   int64           // the sum of known's bytes
+	refused map[string]int  // writes the table refused for good, by id
 	failing error           // the last write's error; nil once one succeeds
 	changed chan struct{}   // closed and replaced on every change (broadcast)
+}
+
+// pend is a record handed over: its id and payload size, never its
+// payload, which stays in Postgres until a writer reads it.
+type pend struct {
+	id    string
+	bytes int
 }
 
 // New returns a queue over pool's event_records_pending table, writing to table.
@@ -99,6 +127,15 @@ func New(pool *pgxpool.Pool, table Table, cfg Config) *Queue {
 	}
 	if cfg.MaxBacklog <= 0 {
 		cfg.MaxBacklog = 2000
+	}
+	if cfg.MaxBacklogBytes <= 0 {
+		cfg.MaxBacklogBytes = 64 << 20
+	}
+	if cfg.SweepPageBytes <= 0 {
+		cfg.SweepPageBytes = 8 << 20
+	}
+	if cfg.QuarantineAfter <= 0 {
+		cfg.QuarantineAfter = 5
 	}
 	if cfg.Linger <= 0 {
 		cfg.Linger = 10 * time.Millisecond
@@ -116,7 +153,7 @@ func New(pool *pgxpool.Pool, table Table, cfg Config) *Queue {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	cfg.Safe = cfg.Safe.OrDefault(cfg.Log)
-	return &Queue{pool: pool, table: table, cfg: cfg, known: map[string]bool{}, changed: make(chan struct{})}
+	return &Queue{pool: pool, table: table, cfg: cfg, known: map[string]int{}, refused: map[string]int{}, changed: make(chan struct{})}
 }
 
 // Enqueue inserts recs (processed, their effects committed by tx) as pending
@@ -143,18 +180,37 @@ func (q *Queue) Enqueue(ctx context.Context, tx pgtx.Tx, recs []events.Record) e
 	return nil
 }
 
-// Hand gives the writers records whose pending rows are committed.
+// Hand gives the writers records whose pending rows are committed. Only
+// their ids and sizes are kept: the writers read the rows.
 func (q *Queue) Hand(recs []events.Record) {
+	ps := make([]pend, len(recs))
+	for i, r := range recs {
+		ps[i] = pend{id: r.ID, bytes: len(r.Payload)}
+	}
+	q.hand(ps)
+}
+
+func (q *Queue) hand(ps []pend) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	for _, r := range recs {
-		if !q.known[r.ID] {
-			q.known[r.ID] = true
-			q.waiting = append(q.waiting, r)
+	for _, p := range ps {
+		if _, ok := q.known[p.id]; !ok {
+			q.known[p.id] = p.bytes
+			q.bytes += int64(p.bytes)
+			q.waiting = append(q.waiting, p)
 		}
 	}
 	q.broadcast()
 	q.observeBacklog()
+}
+
+// forget removes id from the backlog; q.mu must be held.
+func (q *Queue) forget(id string) {
+	if n, ok := q.known[id]; ok {
+		q.bytes -= int64(n)
+		delete(q.known, id)
+	}
+	delete(q.refused, id)
 }
 
 // broadcast wakes every waiter; q.mu must be held.
@@ -166,12 +222,17 @@ func (q *Queue) broadcast() {
 func (q *Queue) observeBacklog() {
 	if q.cfg.Observer != nil {
 		q.cfg.Observer.RecordBacklog(len(q.known))
+		if o, ok := q.cfg.Observer.(QuarantineObserver); ok {
+			o.RecordBacklogBytes(q.bytes)
+		}
 	}
 }
 
 // Admit is asked before a delivery is processed: it fails with
 // ErrUnavailable while writes to the table fail, and waits while the
-// backlog is at MaxBacklog (until ctx ends).
+// backlog is at MaxBacklog records or MaxBacklogBytes (until ctx ends). A
+// record the table refuses for good does not count as a failing table: it
+// is retried, then quarantined, while admission goes on.
 func (q *Queue) Admit(ctx context.Context) error {
 	q.mu.Lock()
 	for {
@@ -180,7 +241,7 @@ func (q *Queue) Admit(ctx context.Context) error {
 			q.mu.Unlock()
 			return fmt.Errorf("%w: %w", ErrUnavailable, err)
 		}
-		if len(q.known) < q.cfg.MaxBacklog {
+		if len(q.known) < q.cfg.MaxBacklog && q.bytes < q.cfg.MaxBacklogBytes {
 			q.mu.Unlock()
 			return nil
 		}
@@ -189,7 +250,7 @@ func (q *Queue) Admit(ctx context.Context) error {
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			return fmt.Errorf("%w: backlog of %d records: %w", ErrUnavailable, q.cfg.MaxBacklog, ctx.Err())
+			return fmt.Errorf("%w: backlog of %d records or %d bytes: %w", ErrUnavailable, q.cfg.MaxBacklog, q.cfg.MaxBacklogBytes, ctx.Err())
 		}
 		q.mu.Lock()
 	}
@@ -202,9 +263,18 @@ func (q *Queue) Backlog() int {
 	return len(q.known)
 }
 
-// Lookup reads pending records by id (the events store's read-through).
+// BacklogBytes is the payload bytes of those records.
+func (q *Queue) BacklogBytes() int64 {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.bytes
+}
+
+// Lookup reads pending records by id (the events store's read-through),
+// quarantined ones included: an acknowledged event stays readable.
 func (q *Queue) Lookup(ctx context.Context, ids []string) (map[string]events.Record, error) {
-	rows, err := q.pool.Query(ctx, `SELECT record, payload FROM event_records_pending WHERE event_id = ANY($1)`, ids)
+	rows, err := q.pool.Query(ctx, `SELECT record, payload FROM event_records_pending WHERE event_id = ANY($1)
+		UNION ALL SELECT record, payload FROM event_records_quarantined WHERE event_id = ANY($1)`, ids)
 	if err != nil {
 		return nil, fmt.Errorf("look up pending event records: %w", err)
 	}

@@ -2,59 +2,80 @@ package recordq
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
+	"github.com/aws/smithy-go"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/stripe-payments/stripe-payments/internal/events"
+	"github.com/stripe-payments/stripe-payments/internal/safego"
 )
 
-// sweep hands over the rows older than age.
+// sweepRows bounds the rows of one sweep page (SweepPageBytes bounds their
+// payload bytes).
+const sweepRows = 1000
+
+// sweep hands over the rows older than age, a page at a time: at most
+// sweepRows rows and about SweepPageBytes of payload (a page holds at
+// least one row), so a sweep never adds more than a page to the backlog.
 func (q *Queue) sweep(ctx context.Context, age time.Duration) error {
 	for {
 		qctx, cancel := context.WithTimeout(ctx, q.cfg.Timeout)
-		rows, err := q.pool.Query(qctx, `SELECT record, payload FROM event_records_pending
-			WHERE enqueued_at <= now() - $1::interval ORDER BY enqueued_at LIMIT 1000`, age)
+		rows, err := q.pool.Query(qctx, `SELECT event_id, octet_length(payload) FROM event_records_pending
+			WHERE enqueued_at <= now() - $1::interval ORDER BY enqueued_at LIMIT $2`, age, sweepRows)
 		if err != nil {
 			cancel()
 			return fmt.Errorf("sweep pending event records: %w", err)
 		}
-		found, err := collect(rows)
+		var found []pend
+		var p pend
+		var total int64
+		full := false
+		_, err = pgx.ForEachRow(rows, []any{&p.id, &p.bytes}, func() error {
+			if len(found) > 0 && total+int64(p.bytes) > q.cfg.SweepPageBytes {
+				full = true
+				return nil
+			}
+			total += int64(p.bytes)
+			found = append(found, p)
+			return nil
+		})
 		cancel()
 		if err != nil {
-			return err
+			return fmt.Errorf("sweep pending event records: %w", err)
 		}
-		recs := make([]events.Record, 0, len(found))
+		page := make([]pend, 0, len(found))
 		q.mu.Lock()
-		for _, r := range found {
-			if !q.known[r.ID] {
-				recs = append(recs, r)
+		for _, p := range found {
+			if _, ok := q.known[p.id]; !ok {
+				page = append(page, p)
 			}
 		}
 		q.mu.Unlock()
-		if len(recs) > 0 {
-			q.cfg.Log.Info("writing event records left pending", "records", len(recs))
-			q.Hand(recs)
+		if len(page) > 0 {
+			q.cfg.Log.Info("writing event records left pending", "records", len(page), "bytes", total)
+			q.hand(page)
 		}
-		if len(found) < 1000 || len(recs) == 0 {
+		if (len(found) < sweepRows && !full) || len(page) == 0 {
 			return nil
 		}
 		// More than a page is pending: let the writers catch up on this
 		// page first. Not Flush: live traffic may keep the queue from ever
 		// being empty, and the next pages would never be taken up.
-		if err := q.written(ctx, recs); err != nil {
+		if err := q.written(ctx, page); err != nil {
 			return err
 		}
 	}
 }
 
-// written waits until none of recs is waiting or being written here.
-func (q *Queue) written(ctx context.Context, recs []events.Record) error {
+// written waits until none of ps is waiting or being written here.
+func (q *Queue) written(ctx context.Context, ps []pend) error {
 	return q.waitWritten(ctx, "sweep pending event records", func() int {
 		left := 0
-		for _, r := range recs {
-			if q.known[r.ID] {
+		for _, p := range ps {
+			if _, ok := q.known[p.id]; ok {
 				left++
 			}
 		}
@@ -63,7 +84,7 @@ func (q *Queue) written(ctx context.Context, recs []events.Record) error {
 }
 
 // take waits for records and takes up to a batch of them; nil when ctx ends.
-func (q *Queue) take(ctx context.Context) []events.Record {
+func (q *Queue) take(ctx context.Context) []pend {
 	q.mu.Lock()
 	for len(q.waiting) == 0 {
 		ch := q.changed
@@ -90,10 +111,35 @@ func (q *Queue) take(ctx context.Context) []events.Record {
 		}
 	}
 	n := min(len(q.waiting), batchSize)
-	batch := append([]events.Record(nil), q.waiting[:n]...)
+	batch := append([]pend(nil), q.waiting[:n]...)
 	q.waiting = append(q.waiting[:0:0], q.waiting[n:]...)
 	q.mu.Unlock()
 	return batch
+}
+
+// errPoison marks a write refused for good: retrying the same record gives
+// the same answer.
+var errPoison = errors.New("refused for good")
+
+// refusedForGood reports whether err is the table refusing the record
+// itself (not the table being unavailable): a validation error, a record
+// that cannot be decoded or encoded, a panic while writing it.
+func refusedForGood(err error) bool {
+	if errors.Is(err, errPoison) {
+		return true
+	}
+	var pe *safego.PanicError
+	if errors.As(err, &pe) {
+		return true
+	}
+	var api smithy.APIError
+	if errors.As(err, &api) {
+		switch api.ErrorCode() {
+		case "ValidationException", "SerializationException", "ItemCollectionSizeLimitExceededException":
+			return true
+		}
+	}
+	return false
 }
 
 // write is one writer's loop.
@@ -105,25 +151,44 @@ func (q *Queue) write(ctx context.Context) {
 			return
 		}
 		start := time.Now()
-		// A panic in the write fails the batch, which is retried like any
-		// failed write: the records stay handed over, never dropped.
-		err := q.cfg.Safe.Do("records_write", func() error { return q.writeBatch(ctx, batch) })
-		if q.cfg.Observer != nil {
-			q.cfg.Observer.RecordsWritten(len(batch), time.Since(start), err)
-		}
+		results := q.writeEach(ctx, batch)
+		var err error // the batch's error when the table failed (an outage)
+		var poisoned []pend
 		q.mu.Lock()
-		if err != nil {
-			q.failing = err
-			q.waiting = append(batch, q.waiting...) // first again, once the table answers
-		} else {
-			q.failing = nil
-			for _, r := range batch {
-				delete(q.known, r.ID)
+		var again []pend
+		for _, p := range batch {
+			switch perr := results[p.id]; {
+			case perr == nil:
+				q.forget(p.id)
+			case refusedForGood(perr):
+				q.refused[p.id]++
+				if q.refused[p.id] >= q.cfg.QuarantineAfter {
+					poisoned = append(poisoned, p)
+				} else {
+					again = append(again, p)
+				}
+				if err == nil {
+					err = perr
+				}
+			default:
+				err = perr
+				q.failing = perr
+				again = append(again, p)
 			}
 		}
+		if err == nil || refusedForGood(err) {
+			q.failing = nil // the table answers: only some records are refused
+		}
+		q.waiting = append(again, q.waiting...) // first again, once the table answers
 		q.broadcast()
 		q.observeBacklog()
 		q.mu.Unlock()
+		if q.cfg.Observer != nil {
+			q.cfg.Observer.RecordsWritten(len(batch), time.Since(start), err)
+		}
+		for _, p := range poisoned {
+			q.quarantine(ctx, p, results[p.id])
+		}
 		if err == nil {
 			failures = 0
 			continue
@@ -131,7 +196,7 @@ func (q *Queue) write(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		q.cfg.Log.Error("could not write event records to the events table; retrying", "records", len(batch), "error", err)
+		q.cfg.Log.Error("could not write event records to the events table; retrying", "records", len(again), "error", err)
 		failures++
 		select {
 		case <-time.After(min(50*time.Millisecond<<min(failures, 6), 2*time.Second)):
@@ -141,32 +206,94 @@ func (q *Queue) write(ctx context.Context) {
 	}
 }
 
-// writeBatch writes one batch to the table, keeping the bookkeeping of an
-// earlier failed delivery (first received_at and source, attempts + 1), and
-// deletes its pending rows.
-func (q *Queue) writeBatch(ctx context.Context, batch []events.Record) error {
+// writeEach writes batch and answers each id's error: the batch's error for
+// every id, except that a batch refused for good is written again one
+// record at a time, to find which records the table refuses.
+func (q *Queue) writeEach(ctx context.Context, batch []pend) map[string]error {
+	results := make(map[string]error, len(batch))
+	err := q.cfg.Safe.Do("records_write", func() error { return q.writeBatch(ctx, batch) })
+	if err != nil && refusedForGood(err) && len(batch) > 1 {
+		for _, p := range batch {
+			one := []pend{p}
+			results[p.id] = q.cfg.Safe.Do("records_write", func() error { return q.writeBatch(ctx, one) })
+		}
+		return results
+	}
+	for _, p := range batch {
+		results[p.id] = err
+	}
+	return results
+}
+
+// load reads the pending rows of batch (a row another instance wrote and
+// deleted meanwhile is absent: nothing to write). A row that cannot be
+// decoded fails with errPoison.
+func (q *Queue) load(ctx context.Context, batch []pend) ([]events.Record, error) {
+	ids := make([]string, len(batch))
+	for i, p := range batch {
+		ids[i] = p.id
+	}
+	rows, err := q.pool.Query(ctx, `SELECT record, payload FROM event_records_pending WHERE event_id = ANY($1)`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("read pending event records: %w", err)
+	}
+	var recs []events.Record
+	var meta, payload []byte
+	var bad error
+	_, err = pgx.ForEachRow(rows, []any{&meta, &payload}, func() error {
+		r, err := decode(meta, payload)
+		if err != nil {
+			bad = errors.Join(bad, err)
+			return nil
+		}
+		recs = append(recs, r)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read pending event records: %w", err)
+	}
+	if bad != nil {
+		return nil, fmt.Errorf("%w: %w", errPoison, bad)
+	}
+	return recs, nil
+}
+
+// writeBatch reads one batch's rows, writes them to the table, keeping the
+// bookkeeping of an earlier failed delivery (first received_at and source,
+// attempts + 1), and deletes the rows.
+func (q *Queue) writeBatch(ctx context.Context, batch []pend) error {
 	ctx, cancel := context.WithTimeout(ctx, q.cfg.Timeout)
 	defer cancel()
-	ids := make([]string, len(batch))
-	for i, r := range batch {
-		ids[i] = r.ID
-	}
-	existing, err := q.table.BatchGet(ctx, ids)
+	recs, err := q.load(ctx, batch)
 	if err != nil {
 		return err
 	}
-	put := make([]events.Record, 0, len(batch))
-	for _, r := range batch {
-		if prev, ok := existing[r.ID]; ok {
-			if events.Covers(prev, r) {
-				continue // written before (a lost delete, another instance's sweep)
-			}
-			r = events.Supersede(prev, r)
-		}
-		put = append(put, r)
+	ids := make([]string, len(batch))
+	for i, p := range batch {
+		ids[i] = p.id
 	}
-	if err := q.table.PutProcessed(ctx, put); err != nil {
-		return err
+	if len(recs) > 0 {
+		got := make([]string, len(recs))
+		for i, r := range recs {
+			got[i] = r.ID
+		}
+		existing, err := q.table.BatchGet(ctx, got)
+		if err != nil {
+			return err
+		}
+		put := make([]events.Record, 0, len(recs))
+		for _, r := range recs {
+			if prev, ok := existing[r.ID]; ok {
+				if events.Covers(prev, r) {
+					continue // written before (a lost delete, another instance's sweep)
+				}
+				r = events.Supersede(prev, r)
+			}
+			put = append(put, r)
+		}
+		if err := q.table.PutProcessed(ctx, put); err != nil {
+			return err
+		}
 	}
 	// The record is in the table: losing this delete in a crash only means
 	// a sweep finds the row and deletes it, so it need not wait for fsync.
@@ -183,4 +310,40 @@ func (q *Queue) writeBatch(ctx context.Context, batch []events.Record) error {
 		q.cfg.Log.Warn("could not delete written pending event records", "records", len(ids), "error", err)
 	}
 	return nil
+}
+
+// quarantine moves p's row to event_records_quarantined (it stays readable
+// through Lookup, listed in the console, counted) and takes it off the
+// backlog. If the move fails, the record stays queued and is tried again.
+func (q *Queue) quarantine(ctx context.Context, p pend, cause error) {
+	ctx, cancel := context.WithTimeout(ctx, q.cfg.Timeout)
+	defer cancel()
+	msg := cause.Error()
+	if len(msg) > 1000 {
+		msg = msg[:1000]
+	}
+	_, err := q.pool.Exec(ctx, `WITH moved AS (
+			DELETE FROM event_records_pending WHERE event_id = $1 RETURNING event_id, record, payload, enqueued_at
+		)
+		INSERT INTO event_records_quarantined (event_id, record, payload, enqueued_at, tries, error)
+		SELECT event_id, record, payload, enqueued_at, $2, $3 FROM moved
+		ON CONFLICT (event_id) DO UPDATE SET tries = excluded.tries, error = excluded.error, quarantined_at = now()`,
+		p.id, q.cfg.QuarantineAfter, msg)
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if err != nil {
+		q.cfg.Log.Error("could not quarantine an event record the table refuses; it stays queued", "event_id", p.id, "error", err)
+		q.refused[p.id] = 0
+		q.waiting = append(q.waiting, p)
+		q.broadcast()
+		return
+	}
+	q.forget(p.id)
+	q.broadcast()
+	q.observeBacklog()
+	q.cfg.Log.Error("event record quarantined: the events table refused it for good; see docs/runbook-quarantined-records.md",
+		"event_id", p.id, "tries", q.cfg.QuarantineAfter, "error", cause)
+	if o, ok := q.cfg.Observer.(QuarantineObserver); ok {
+		o.RecordsQuarantined(1)
+	}
 }
