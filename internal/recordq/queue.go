@@ -105,12 +105,12 @@ type Queue struct {
 	running atomic.Bool // Run is writing: the handler may acknowledge before the table write
 
 	mu      sync.Mutex
-	waiting []pend          // handed over, not yet taken by a writer
-	known   map[string]int  // ids waiting or being written here, and their payload bytes
-	bytes   int64           // the sum of known's bytes
-	refused map[string]int  // writes the table refused for good, by id
-	failing error           // the last write's error; nil once one succeeds
-	changed chan struct{}   // closed and replaced on every change (broadcast)
+	waiting []pend         // handed over, not yet taken by a writer
+	known   map[string]int // ids waiting or being written here, and their payload bytes
+	bytes   int64          // the sum of known's bytes
+	refused map[string]int // writes the table refused for good, by id
+	failing error          // the last write's error; nil once one succeeds
+	changed chan struct{}  // closed and replaced on every change (broadcast)
 }
 
 // pend is a record handed over: its id and payload size, never its
