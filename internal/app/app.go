@@ -155,6 +155,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 	// its processed record is written.
 	a.Records = recordq.New(pool, a.OpsProblems.Track(table), recordq.Config{
 		Writers: cfg.IngestRecords.Writers, MaxBacklog: cfg.IngestRecords.Backlog, Linger: cfg.IngestRecords.Linger,
+		MaxBacklogBytes: cfg.IngestRecords.BacklogBytes, QuarantineAfter: cfg.IngestRecords.QuarantineAfter,
 		Log: log.With("component", "records"), Observer: recordMetrics, Safe: a.Safe,
 	})
 	a.Events = table.WithPending(a.Records)

@@ -24,6 +24,12 @@ type IngestRecords struct {
 	// fill: it delays only the table write, never an answer, and at a low
 	// rate it trades that delay for fewer DynamoDB requests.
 	Linger time.Duration
+	// BacklogBytes bounds the payload bytes of that backlog too
+	// (INGEST_RECORD_BACKLOG_BYTES); QuarantineAfter is how many writes the
+	// table refuses for good before a record is quarantined
+	// (INGEST_RECORD_QUARANTINE_AFTER). docs/retention.md.
+	BacklogBytes    int64
+	QuarantineAfter int
 }
 
 func loadIngestRecords(get func(key, def string) string) (IngestRecords, error) {
@@ -41,6 +47,12 @@ func loadIngestRecords(get func(key, def string) string) (IngestRecords, error) 
 	}
 	if r.Linger, err = time.ParseDuration(get("INGEST_RECORD_LINGER", "50ms")); err != nil || r.Linger <= 0 || r.Linger > time.Second {
 		errs = append(errs, errors.New("INGEST_RECORD_LINGER: a duration from 1ms to 1s, such as 10ms"))
+	}
+	if r.BacklogBytes, err = strconv.ParseInt(get("INGEST_RECORD_BACKLOG_BYTES", "67108864"), 10, 64); err != nil || r.BacklogBytes < 1<<20 || r.BacklogBytes > 16<<30 {
+		errs = append(errs, errors.New("INGEST_RECORD_BACKLOG_BYTES: bytes from 1048576 (1 MiB) to 17179869184 (16 GiB)"))
+	}
+	if r.QuarantineAfter, err = strconv.Atoi(get("INGEST_RECORD_QUARANTINE_AFTER", "5")); err != nil || r.QuarantineAfter < 1 || r.QuarantineAfter > 1000 {
+		errs = append(errs, errors.New("INGEST_RECORD_QUARANTINE_AFTER: an integer from 1 to 1000"))
 	}
 	return r, errors.Join(errs...)
 }

@@ -75,6 +75,11 @@ func (c *Console) overview(ec echo.Context) error {
 	if d.Thin, err = ReadThinBacklog(ctx, c.d.Pool, now); err != nil {
 		return c.unavailable(ec, "read the thin events waiting for hydration", err)
 	}
+	if n, err := QuarantinedRecords(ctx, c.d.Pool); err != nil {
+		return c.unavailable(ec, "count the quarantined event records", err)
+	} else if n > 0 {
+		d.Warnings = append(d.Warnings, quarantineWarning(n))
+	}
 	return c.render(ec, http.StatusOK, "overview", view{Title: "Overview", Nav: "overview", Data: d})
 }
 
