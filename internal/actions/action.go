@@ -50,8 +50,12 @@ type Action struct {
 // BillingDetails is what a consumer needs to act on a billing action (send
 // the email, update a ledger).
 type BillingDetails struct {
-	SKU           string `json:"sku"`
-	Email         string `json:"email,omitempty"`
+	SKU string `json:"sku"`
+	// Email is the subscriber's address, for the reminder email written
+	// beside the action (package notify). It is never in the action's
+	// JSON: action payloads, their dead letters and ACTIONS_URL carry no
+	// email (issue 26 finding 7); a consumer reads it from the internal API.
+	Email         string `json:"-"`
 	BillingDate   string `json:"billing_date"`
 	Amount        int64  `json:"amount"`
 	Currency      string `json:"currency"`

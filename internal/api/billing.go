@@ -25,6 +25,7 @@ type BillingService interface {
 	ListReceipts(ctx context.Context, account string, limit int32, cursor string) (billing.Page[billing.Receipt], error)
 	ListHistory(ctx context.Context, account, sub string, limit int32, cursor string) (billing.Page[billing.HistoryEntry], error)
 	Pay(ctx context.Context, account, sub string) (billing.Subscription, billing.Period, error)
+	ErasePersonalData(ctx context.Context, account, sub string) (billing.Erasure, error)
 	TestClocks
 }
 
@@ -38,6 +39,7 @@ func registerBilling(g router, svc BillingService) {
 	g.POST("/accounts/:account_id/subscriptions/:subscription_id/pay", h.pay)
 	g.GET("/accounts/:account_id/subscriptions/:subscription_id/history", h.history)
 	g.GET("/accounts/:account_id/receipts", h.receipts)
+	g.DELETE("/accounts/:account_id/subscriptions/:subscription_id/personal-data", h.erase)
 }
 
 type billingRoutes struct {

@@ -3,6 +3,7 @@ package api_test
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -388,4 +389,27 @@ func TestCreateWithoutStripeAccountChargesOnThePlatform(t *testing.T) {
 	status, list := c.do(http.MethodGet, "/accounts/merchant-42/receipts", nil)
 	require.Equal(t, http.StatusOK, status, list)
 	assert.Len(t, list["data"].([]any), 1, "the platform charge has its receipt")
+}
+
+// TestErasePersonalDataRoute (issue 26 finding 7): DELETE .../personal-data
+// answers what it erased; the subscription then has no email; a missing
+// subscription is 404.
+func TestErasePersonalDataRoute(t *testing.T) {
+	c, _ := newAPI(t)
+	status, sub := c.do(http.MethodPost, "/accounts/acct_1/subscriptions", validCreate())
+	require.Equal(t, http.StatusCreated, status, sub)
+	id := sub["subscription_id"].(string)
+	status, body := c.do(http.MethodDelete, "/accounts/acct_1/subscriptions/"+id+"/personal-data", nil)
+	require.Equal(t, http.StatusOK, status, body)
+	assert.Equal(t, id, body["subscription_id"])
+	assert.Equal(t, true, body["erased"].(map[string]any)["subscription"])
+	status, got := c.do(http.MethodGet, "/accounts/acct_1/subscriptions/"+id, nil)
+	require.Equal(t, http.StatusOK, status)
+	assert.Empty(t, got["email"])
+	status, h := c.do(http.MethodGet, "/accounts/acct_1/subscriptions/"+id+"/history", nil)
+	require.Equal(t, http.StatusOK, status)
+	assert.Contains(t, fmt.Sprint(h), "updated_event:personal_data_erased")
+	status, body = c.do(http.MethodDelete, "/accounts/acct_1/subscriptions/sub-missing/personal-data", nil)
+	assert.Equal(t, http.StatusNotFound, status, body)
+	assert.Equal(t, "not_found", errCode(body))
 }

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"net/mail"
+	"regexp"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
@@ -34,7 +35,7 @@ type Message struct {
 // time instead of being retried forever.
 func (m Message) Validate() error {
 	if _, err := mail.ParseAddress(m.To); err != nil {
-		return fmt.Errorf("email recipient %q: %w", m.To, err)
+		return fmt.Errorf("email recipient: not an address (%d characters): %w", len(m.To), err)
 	}
 	if m.Subject == "" || m.Text == "" {
 		return errors.New("email needs a subject and a text")
@@ -90,7 +91,16 @@ func (s Sender) Deliver(ctx context.Context, msg outbox.Message) error {
 		in.ConfigurationSetName = aws.String(s.ConfigurationSet)
 	}
 	if _, err := s.Client.SendEmail(ctx, in); err != nil {
-		return fmt.Errorf("send email %s: %w", msg.ID, err)
+		// SES may quote the recipient ("the following identities failed
+		// the check: ..."): the error becomes a dead letter's last_error
+		// and a log line, which carry no email.
+		return fmt.Errorf("send email %s: %s", msg.ID, RedactAddresses(err.Error()))
 	}
 	return nil
 }
+
+// addressLike matches what looks like an email address in a text.
+var addressLike = regexp.MustCompile(`[^\s<>"'(),;:\[\]]+@[^\s<>"'(),;:\[\]]+`)
+
+// RedactAddresses replaces every email address in s.
+func RedactAddresses(s string) string { return addressLike.ReplaceAllString(s, "[email]") }

@@ -1,0 +1,40 @@
+package api
+
+import (
+	"net/http"
+
+	"github.com/labstack/echo/v4"
+)
+
+// ErasureResult is the answer of DELETE .../personal-data.
+type ErasureResult struct {
+	AccountID      string `json:"account_id"`
+	SubscriptionID string `json:"subscription_id"`
+	// Erased: what held the email and no longer does.
+	Erased struct {
+		Subscription   bool `json:"subscription"`
+		Periods        int  `json:"periods"`
+		HistoryEntries int  `json:"history_entries"`
+	} `json:"erased"`
+}
+
+// erase removes the subscriber's personal fields (the email) from the
+// subscription, its periods and its history entries, and appends one
+// history entry recording the erasure (docs/retention.md).
+func (h billingRoutes) erase(c echo.Context) error {
+	account, err := pathID(c, "account_id")
+	if err != nil {
+		return err
+	}
+	subID, err := pathID(c, "subscription_id")
+	if err != nil {
+		return err
+	}
+	e, err := h.svc.ErasePersonalData(c.Request().Context(), account, subID)
+	if err != nil {
+		return billingError(err)
+	}
+	res := ErasureResult{AccountID: account, SubscriptionID: subID}
+	res.Erased.Subscription, res.Erased.Periods, res.Erased.HistoryEntries = e.Subscription, e.Periods, e.HistoryEntries
+	return c.JSON(http.StatusOK, res)
+}
