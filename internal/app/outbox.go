@@ -10,6 +10,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/email"
 	"github.com/stripe-payments/stripe-payments/internal/metrics"
 	"github.com/stripe-payments/stripe-payments/internal/outbox"
+	"github.com/stripe-payments/stripe-payments/internal/retention"
 	"github.com/stripe-payments/stripe-payments/internal/tracking"
 )
 
@@ -85,7 +86,9 @@ func (a *App) refreshOutboxStats(ctx context.Context) {
 }
 
 // prune deletes delivered outbox rows past OUTBOX_RETENTION and ledger rows
-// past LEDGER_RETENTION (tracking.PruneLedger says why that bound is safe).
+// past LEDGER_RETENTION (tracking.PruneLedger says why that bound is safe),
+// then dead letters, quarantined records and the console's rows past
+// DEAD_LETTER_RETENTION and OPS_RETENTION (package retention).
 func (a *App) prune(ctx context.Context) {
 	c := a.Config.Outbox
 	n, err := a.Outbox.PruneDelivered(ctx, c.Retention, pruneBatch)
@@ -100,5 +103,15 @@ func (a *App) prune(ctx context.Context) {
 	}
 	if n+l > 0 {
 		a.Log.Info("pruned rows past retention", "outbox", n, "processed_events", l)
+	}
+	r := a.Config.Retention
+	err = retention.Prune(ctx, a.Pool, time.Now(), retention.Rules(r.DeadLetters, r.Ops), pruneBatch, func(name string, n int64) {
+		a.OutboxMetrics.Pruned.WithLabelValues(name).Add(float64(n))
+		if n > 0 {
+			a.Log.Info("pruned rows past retention", "rows", name, "count", n)
+		}
+	})
+	if err != nil && ctx.Err() == nil {
+		a.Log.Error("retention prune failed", "error", err)
 	}
 }

@@ -89,6 +89,7 @@ type Config struct {
 	UsingDevAPIToken      bool
 	Billing               BillingConfig
 	Outbox                OutboxConfig
+	Retention             RetentionConfig // DEAD_LETTER_RETENTION, OPS_RETENTION (docs/retention.md)
 	Limits                LimitsConfig
 	Admin                 AdminConfig // ADMIN_LISTEN_ADDR, TRUSTED_PROXIES, console sessions (admin.go)
 }
@@ -239,6 +240,8 @@ func LoadFor(lookup Lookup, uses Uses) (Config, error) {
 	errs = append(errs, err)
 	c.Limits, err = loadLimits(get)
 	errs = append(errs, err)
+	c.Retention, err = loadRetention(get)
+	errs = append(errs, err)
 	errs = append(errs, c.Validate())
 	return c, errors.Join(errs...)
 }
@@ -353,7 +356,7 @@ func (c Config) LogValue() slog.Value {
 		slog.String("eventbridge_queue_url", c.EventBridgeQueueURL),
 		slog.String("sqs_endpoint", c.SQSEndpoint),
 		slog.Any("billing", durationsReadable(c.Billing)),
-		slog.Any("outbox", durationsReadable(c.Outbox)),
+		slog.Any("outbox", durationsReadable(c.Outbox)), slog.Any("retention", durationsReadable(c.Retention)),
 		slog.Any("limits", durationsReadable(c.Limits)),
 		slog.Any("admin", durationsReadable(c.Admin)),
 	)

@@ -1,0 +1,85 @@
+// Package retention deletes the rows kept for operators once they are past
+// their retention (issue 26 finding 7): outbox dead letters (a reminder
+// email's carries its recipient), the console's ops_* tables, and event
+// records quarantined by the write-behind. Delivered outbox rows and the
+// ledger have their own pruners (outbox.PruneDelivered,
+// tracking.PruneLedger). docs/retention.md lists the defaults.
+package retention
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Rule is one kind of row and how long it is kept. Table, Column and
+// Filter are the code's constants, never input.
+type Rule struct {
+	// Name labels stripe_payments_pruned_rows_total{table}.
+	Name   string
+	Table  string
+	Column string // the row's age counts from this timestamptz
+	Filter string // an extra condition ("" for none)
+	Keep   time.Duration
+}
+
+// Rules are the operator rows pruned: dead letters and quarantined records
+// after deadLetters, the console's tables after ops.
+func Rules(deadLetters, ops time.Duration) []Rule {
+	return []Rule{
+		{Name: "outbox_dead", Table: "outbox", Column: "dead_at", Filter: "delivered_at IS NULL", Keep: deadLetters},
+		{Name: "event_records_quarantined", Table: "event_records_quarantined", Column: "quarantined_at", Keep: deadLetters},
+		{Name: "ops_event_problems", Table: "ops_event_problems", Column: "at", Keep: ops},
+		{Name: "ops_billing_runs", Table: "ops_billing_runs", Column: "started_at", Keep: ops},
+		{Name: "ops_event_hours", Table: "ops_event_hours", Column: "hour", Keep: ops},
+	}
+}
+
+// Prune deletes, for each rule, the rows older than now - Keep, batch rows
+// per statement (rows another replica is deleting are skipped), and tells
+// pruned how many it deleted per rule.
+func Prune(ctx context.Context, pool *pgxpool.Pool, now time.Time, rules []Rule, batch int, pruned func(name string, n int64)) error {
+	if batch <= 0 {
+		return errors.New("prune: batch must be positive")
+	}
+	var errs []error
+	for _, r := range rules {
+		if r.Keep <= 0 {
+			errs = append(errs, fmt.Errorf("prune %s: retention must be positive", r.Name))
+			continue
+		}
+		n, err := prune(ctx, pool, r, now.Add(-r.Keep), batch)
+		if pruned != nil {
+			pruned(r.Name, n)
+		}
+		if err != nil {
+			errs = append(errs, err)
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func prune(ctx context.Context, pool *pgxpool.Pool, r Rule, cutoff time.Time, batch int) (int64, error) {
+	where := r.Column + " < $1"
+	if r.Filter != "" {
+		where += " AND " + r.Filter
+	}
+	q := fmt.Sprintf(`DELETE FROM %[1]s WHERE ctid IN (SELECT ctid FROM %[1]s WHERE %[2]s LIMIT $2 FOR UPDATE SKIP LOCKED)`, r.Table, where)
+	var total int64
+	for {
+		tag, err := pool.Exec(ctx, q, cutoff, batch)
+		if err != nil {
+			return total, fmt.Errorf("prune %s: %w", r.Name, err)
+		}
+		total += tag.RowsAffected()
+		if tag.RowsAffected() < int64(batch) || ctx.Err() != nil {
+			return total, ctx.Err()
+		}
+	}
+}

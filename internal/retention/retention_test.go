@@ -1,0 +1,70 @@
+package retention_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/stripe-payments/stripe-payments/internal/retention"
+	"github.com/stripe-payments/stripe-payments/internal/testenv"
+)
+
+// TestPruneDeletesOnlyRowsPastTheirRetention: on a real Postgres, each
+// kind of operator row older than its retention is deleted (in batches
+// smaller than the backlog) and counted; younger rows, pending and
+// delivered outbox messages are kept.
+func TestPruneDeletesOnlyRowsPastTheirRetention(t *testing.T) {
+	pool := testenv.Postgres(t)
+	ctx := context.Background()
+	now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	old, young := now.Add(-100*24*time.Hour), now.Add(-10*24*time.Hour)
+	exec := func(q string, args ...any) {
+		t.Helper()
+		_, err := pool.Exec(ctx, q, args...)
+		require.NoError(t, err)
+	}
+	for i, at := range []time.Time{old, old, old, young} {
+		exec(`INSERT INTO outbox (id, topic, type, dedupe_key, payload, created_at, dead_at, last_error)
+			VALUES ($1, 'email', 'billing.reminder_due', $2, '{"to":"x@example.com"}', $3, $3, 'gave up')`,
+			uuid.New(), "dead-"+string(rune('a'+i)), at)
+	}
+	exec(`INSERT INTO outbox (id, topic, type, dedupe_key, payload, created_at) VALUES ($1, 'action', 't', 'pending', '{}', $2)`, uuid.New(), old)
+	exec(`INSERT INTO outbox (id, topic, type, dedupe_key, payload, created_at, delivered_at) VALUES ($1, 'action', 't', 'delivered', '{}', $2, $2)`, uuid.New(), old)
+	for i, at := range []time.Time{old, young} {
+		id := []string{"evt_old", "evt_young"}[i]
+		exec(`INSERT INTO ops_event_problems (event_id, outcome, event_type, stripe_account, error, at) VALUES ($1, 'failed', 't', 'acct', 'e', $2)`, id, at)
+		exec(`INSERT INTO ops_billing_runs (job, date, started_at, finished_at, report) VALUES ('collect', $1::date, $1, $1, '{}')`, at)
+		exec(`INSERT INTO ops_event_hours (hour, outcome, n) VALUES (date_trunc('hour', $1::timestamptz), 'applied', 1)`, at)
+		exec(`INSERT INTO event_records_quarantined (event_id, record, payload, enqueued_at, quarantined_at, tries, error)
+			VALUES ($1, '{}', '{}', $2, $2, 5, 'ValidationException')`, id, at)
+	}
+
+	got := map[string]int64{}
+	rules := retention.Rules(30*24*time.Hour, 60*24*time.Hour)
+	require.NoError(t, retention.Prune(ctx, pool, now, rules, 2, func(name string, n int64) { got[name] += n }))
+	assert.Equal(t, map[string]int64{"outbox_dead": 3, "event_records_quarantined": 1, "ops_event_problems": 1,
+		"ops_billing_runs": 1, "ops_event_hours": 1}, got)
+	count := func(q string) int {
+		var n int
+		require.NoError(t, pool.QueryRow(ctx, q).Scan(&n))
+		return n
+	}
+	assert.Equal(t, 1, count(`SELECT count(*) FROM outbox WHERE dead_at IS NOT NULL`), "the young dead letter stays")
+	assert.Equal(t, 1, count(`SELECT count(*) FROM outbox WHERE dedupe_key = 'pending'`), "a pending message is never pruned here")
+	assert.Equal(t, 1, count(`SELECT count(*) FROM outbox WHERE dedupe_key = 'delivered'`), "delivered rows have their own retention")
+	for _, table := range []string{"ops_event_problems", "ops_billing_runs", "ops_event_hours", "event_records_quarantined"} {
+		assert.Equal(t, 1, count(`SELECT count(*) FROM `+table), table)
+	}
+
+	// Nothing left to prune: a second pass deletes nothing.
+	got = map[string]int64{}
+	require.NoError(t, retention.Prune(ctx, pool, now, rules, 2, func(name string, n int64) { got[name] += n }))
+	for name, n := range got {
+		assert.Zero(t, n, name)
+	}
+	assert.Error(t, retention.Prune(ctx, pool, now, []retention.Rule{{Name: "x", Table: "outbox", Column: "dead_at"}}, 2, nil))
+}
