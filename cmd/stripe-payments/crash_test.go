@@ -103,7 +103,9 @@ type crashRun struct {
 }
 
 // TestCrashRecovery runs the real binary under load, kills it with SIGKILL
-// at random moments, restarts it each time, then runs `stripe-payments poll
+// at random moments, restarts it each time, checks that every event it
+// answered 200 is applied and recorded processed before any recovery (an
+// acknowledgement is durable), then runs `stripe-payments poll
 // --once` against a fake Stripe Events API that holds every event of the run,
 // and shows: no event missing (every one recorded processed and in the
 // ledger), no effect doubled (one ledger row per event, one action per
@@ -166,6 +168,12 @@ func TestCrashRecovery(t *testing.T) {
 	stop()
 	loadTime := time.Since(loadStart)
 
+	// Before any recovery: every event answered 200 is already applied and
+	// recorded processed (issue 26 finding 11: the poll below would mend a
+	// lost acknowledged event, so it must not run first).
+	pool := connect(t, dbURL)
+	acked := run.checkAcknowledged(pool, table)
+
 	// Stripe lists every event of the run, delivered or not.
 	byAccount := map[string][][]byte{}
 	for _, ev := range run.all {
@@ -189,7 +197,6 @@ func TestCrashRecovery(t *testing.T) {
 		replayed, _ = strconv.Atoi(m[1])
 	}
 
-	pool := connect(t, dbURL)
 	ctx := context.Background()
 	waitFor(t, 60*time.Second, "the outbox to drain (every action delivered)", func() (bool, string) {
 		var pending int
@@ -209,8 +216,8 @@ func TestCrashRecovery(t *testing.T) {
 	for _, d := range restarts {
 		maxRestart = max(maxRestart, d)
 	}
-	t.Logf("crash recovery: %d kill -9 in %s of load; %d events (%d delivered with 200, %d abandoned after failed deliveries, %d never sent, %d duplicate deliveries, %d purchase API retries); restarts healthy in ≤ %s; poll replayed %d in %s (%s); %d actions, %d delivered more than once; total %s",
-		crashKills, loadTime.Round(time.Millisecond), len(run.all), run.delivered.Load(), run.abandoned.Load(), run.gaps.Load(),
+	t.Logf("crash recovery: %d kill -9 in %s of load; %d events (%d delivered with 200, all %d found applied and processed before the poll, %d abandoned after failed deliveries, %d never sent, %d duplicate deliveries, %d purchase API retries); restarts healthy in ≤ %s; poll replayed %d in %s (%s); %d actions, %d delivered more than once; total %s",
+		crashKills, loadTime.Round(time.Millisecond), len(run.all), run.delivered.Load(), acked, run.abandoned.Load(), run.gaps.Load(),
 		run.duplicates.Load(), run.purchaseRetries.Load(), maxRestart.Round(time.Millisecond), replayed, pollTime.Round(time.Millisecond),
 		summary, len(sink.deliveries), sink.redelivered(), time.Since(began).Round(time.Millisecond))
 }
@@ -405,6 +412,64 @@ func (r *crashRun) deliver(ev *sentEvent, attempts int) bool {
 		}
 	}
 	return false
+}
+
+// checkAcknowledged asserts, before any poll, that every event the webhook
+// answered 200 is in the ledger and recorded processed: in the events table,
+// or still in the write-behind's pending rows (read first: a row leaves only
+// once its record is in the table, so a record moving meanwhile is found in
+// the table). It returns how many events it checked.
+func (r *crashRun) checkAcknowledged(pool *pgx.Conn, table string) int {
+	t := r.t
+	ctx := context.Background()
+	var acked []string
+	for _, ev := range r.all {
+		if ev.delivered {
+			acked = append(acked, ev.id)
+		}
+	}
+	require.NotEmpty(t, acked, "no event was answered 200")
+	pending := map[string]string{} // id -> status
+	rows, err := pool.Query(ctx, `SELECT event_id, record FROM event_records_pending`)
+	require.NoError(t, err)
+	for rows.Next() {
+		var id string
+		var meta []byte
+		require.NoError(t, rows.Scan(&id, &meta))
+		var m struct {
+			Status string `json:"status"`
+		}
+		require.NoError(t, json.Unmarshal(meta, &m))
+		pending[id] = m.Status
+	}
+	require.NoError(t, rows.Err())
+	ledger := map[string]bool{}
+	for _, id := range ledgerEventIDs(t, pool) {
+		ledger[id] = true
+	}
+	records := recordsOf(t, events.NewStore(testenv.Dynamo(t), table, 720*time.Hour, nil), acked)
+	var lost, unprocessed, unapplied []string
+	for _, id := range acked {
+		status, isPending := pending[id]
+		rec, inTable := records[id]
+		switch {
+		case isPending:
+			if status != string(events.StatusProcessed) {
+				unprocessed = append(unprocessed, id+" (pending "+status+")")
+			}
+		case !inTable:
+			lost = append(lost, id)
+		case rec.Status != events.StatusProcessed:
+			unprocessed = append(unprocessed, id+" ("+string(rec.Status)+")")
+		}
+		if !ledger[id] {
+			unapplied = append(unapplied, id)
+		}
+	}
+	assert.Empty(t, lost, "acknowledged events with no record (before any poll)")
+	assert.Empty(t, unprocessed, "acknowledged events not recorded processed (before any poll)")
+	assert.Empty(t, unapplied, "acknowledged events whose effects are not applied (before any poll)")
+	return len(acked)
 }
 
 // check asserts the run's outcome against the stores and the fakes.
