@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -38,6 +39,15 @@ func (f *flakyTable) PutProcessed(ctx context.Context, recs []events.Record) err
 // written by a running queue over table; the handler reads through the queue.
 func (e *env) writeBehind(t *testing.T, table recordq.Table) (*handler.Handler, *recordq.Queue, *events.Store) {
 	t.Helper()
+	h, q, store, _ := e.killableWriteBehind(t, table)
+	return h, q, store
+}
+
+// killableWriteBehind is writeBehind, with kill: the queue's writers stop
+// where they are, as in a process killed (no Flush, no delete of what they
+// were writing); kill returns once they have stopped.
+func (e *env) killableWriteBehind(t *testing.T, table recordq.Table) (*handler.Handler, *recordq.Queue, *events.Store, func()) {
+	t.Helper()
 	q := recordq.New(e.pool, table, recordq.Config{})
 	ctx, cancel := context.WithCancel(context.Background())
 	stopped := make(chan struct{})
@@ -45,7 +55,8 @@ func (e *env) writeBehind(t *testing.T, table recordq.Table) (*handler.Handler, 
 		defer close(stopped)
 		_ = q.Run(ctx)
 	}()
-	t.Cleanup(func() { cancel(); <-stopped })
+	kill := func() { cancel(); <-stopped }
+	t.Cleanup(kill)
 	for !q.Running() {
 		time.Sleep(time.Millisecond)
 	}
@@ -62,7 +73,7 @@ func (e *env) writeBehind(t *testing.T, table recordq.Table) (*handler.Handler, 
 	h := handler.New(handler.Config{PlatformAccount: "acct_platform_test", EventTTL: 720 * time.Hour},
 		store, tracking.NewLedger(e.pool), slog.New(slog.NewTextHandler(io.Discard, nil)),
 		handler.WithRoutes(handler.Routes{{Type: "payment_intent.succeeded", Apply: []handler.Applier{effect}}}), handler.WithRecordQueue(q))
-	return h, q, store
+	return h, q, store, kill
 }
 
 func flushed(t *testing.T, q *recordq.Queue) {
@@ -133,44 +144,93 @@ func TestWriteBehindConcurrentDuplicatesApplyOnce(t *testing.T) {
 	}
 }
 
-// A crash after the commit, before the table write: the delivery was
-// answered, so nobody delivers it again; the next start writes its record
-// from Postgres, and a redelivery meanwhile is a duplicate.
-func TestWriteBehindCrashAfterTheAnswerLosesNothing(t *testing.T) {
-	e := newEnv(t)
-	down := &flakyTable{Store: e.store}
-	down.down.Store(true) // the "process" dies before any write lands
-	h, _, store := e.writeBehind(t, down)
-	ctx := context.Background()
-	payload := stripetest.Event{Fixture: "payment_intent.succeeded"}.Build(t)
-	ev := parse(t, payload)
+// crashTable makes the first write of the records it is given die mid-way:
+// before the table write lands ("before"), or after it landed and before
+// the queue could delete the pending row ("after"). The write then hangs
+// until the queue is killed, and reports nothing.
+type crashTable struct {
+	*events.Store
+	after   bool
+	entered chan struct{} // closed once the write is under way
+	once    sync.Once
+}
 
-	outcome, err := h.Handle(ctx, ev, payload, stripeevent.SourceWebhook)
-	require.NoError(t, err)
-	assert.Equal(t, stripeevent.Applied, outcome)
-	_, err = e.store.Get(ctx, ev.ID)
-	require.ErrorIs(t, err, events.ErrNotFound, "not in the table yet")
-	assert.Equal(t, 1, e.pending(t, ev.ID))
-	rec, err := store.Get(ctx, ev.ID)
-	require.NoError(t, err, "never a 404 for an answered event")
-	assert.Equal(t, events.StatusProcessed, rec.Status)
-
-	// A redelivery while the record is pending applies nothing.
-	h2, q2, _ := e.writeBehind(t, e.store) // the restarted process: its queue sweeps the row
-	outcome, err = h2.Handle(ctx, parse(t, payload), payload, stripeevent.SourcePoller)
-	require.NoError(t, err)
-	assert.Equal(t, stripeevent.Duplicate, outcome)
-	flushed(t, q2)
-	deadline := time.Now().Add(20 * time.Second)
-	for e.pending(t, ev.ID) > 0 {
-		require.True(t, time.Now().Before(deadline), "the left row was never written")
-		time.Sleep(20 * time.Millisecond)
+func (c *crashTable) PutProcessed(ctx context.Context, recs []events.Record) error {
+	first := false
+	c.once.Do(func() { first = true })
+	if !first {
+		return c.Store.PutProcessed(ctx, recs)
 	}
-	rec, err = e.store.Get(ctx, ev.ID)
-	require.NoError(t, err)
-	assert.Equal(t, events.StatusProcessed, rec.Status)
-	assert.Equal(t, 1, e.effects(t, ev.ID))
-	assert.Equal(t, 1, e.ledger(t, ev.ID))
+	if c.after {
+		if err := c.Store.PutProcessed(ctx, recs); err != nil {
+			return err
+		}
+	}
+	close(c.entered)
+	<-ctx.Done() // the process dies here
+	return ctx.Err()
+}
+
+// A crash after the commit, in the middle of the table write: the delivery
+// was answered, so nobody delivers it again. The queue is killed while it
+// writes the record (before the write lands, or after it and before the
+// pending row's delete); the row stays; the restarted process's queue
+// writes it from Postgres, once (the record keeps one attempt), and a
+// redelivery meanwhile is a duplicate.
+func TestWriteBehindCrashAfterTheAnswerLosesNothing(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		after bool
+	}{{"crash before the table write lands", false}, {"crash after the table write, before the row delete", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			crash := &crashTable{Store: e.store, after: tc.after, entered: make(chan struct{})}
+			h, _, store, kill := e.killableWriteBehind(t, crash)
+			ctx := context.Background()
+			payload := stripetest.Event{Fixture: "payment_intent.succeeded"}.Build(t)
+			ev := parse(t, payload)
+
+			outcome, err := h.Handle(ctx, ev, payload, stripeevent.SourceWebhook)
+			require.NoError(t, err)
+			assert.Equal(t, stripeevent.Applied, outcome)
+			select {
+			case <-crash.entered:
+			case <-time.After(20 * time.Second):
+				t.Fatal("the queue never began the write")
+			}
+			kill() // mid-write
+			assert.Equal(t, 1, e.pending(t, ev.ID), "the killed write left its row")
+			_, err = e.store.Get(ctx, ev.ID)
+			if tc.after {
+				require.NoError(t, err, "the write had landed")
+			} else {
+				require.ErrorIs(t, err, events.ErrNotFound, "the write never landed")
+			}
+			rec, err := store.Get(ctx, ev.ID)
+			require.NoError(t, err, "never a 404 for an answered event")
+			assert.Equal(t, events.StatusProcessed, rec.Status)
+
+			// The restarted process: its queue takes the row up on start;
+			// a redelivery meanwhile applies nothing.
+			h2, q2, _ := e.writeBehind(t, e.store)
+			outcome, err = h2.Handle(ctx, parse(t, payload), payload, stripeevent.SourcePoller)
+			require.NoError(t, err)
+			assert.Equal(t, stripeevent.Duplicate, outcome)
+			flushed(t, q2)
+			deadline := time.Now().Add(20 * time.Second)
+			for e.pending(t, ev.ID) > 0 {
+				require.True(t, time.Now().Before(deadline), "the left row was never written")
+				time.Sleep(20 * time.Millisecond)
+			}
+			rec, err = e.store.Get(ctx, ev.ID)
+			require.NoError(t, err)
+			assert.Equal(t, events.StatusProcessed, rec.Status)
+			assert.Equal(t, 1, rec.Attempts, "one delivery, one attempt, however often the record was written")
+			assert.JSONEq(t, string(payload), string(rec.Payload))
+			assert.Equal(t, 1, e.effects(t, ev.ID))
+			assert.Equal(t, 1, e.ledger(t, ev.ID))
+		})
+	}
 }
 
 func TestWriteBehindRefusesWhileTheTableIsDown(t *testing.T) {
