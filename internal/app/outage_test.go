@@ -365,35 +365,84 @@ func (e *outageEnv) assertEachProcessedOnce(t *testing.T, sent []*delivery) {
 	}
 }
 
-// TestDependencyOutages stops Postgres, then DynamoDB, for ten seconds each
-// under load (a proxy resets every connection and refuses new ones), and
-// shows: every 200 is durable when answered (checked at once, directly in
-// both stores), refusals are 503s, /readyz turns red and back green, and
-// after recovery plus redeliveries every event sent, by id, is recorded
-// processed with its effect applied once and one action per purchase.
+// TestDependencyOutages stops Postgres, then DynamoDB, under load (a proxy
+// resets every connection and refuses new ones), and before DynamoDB stops
+// it black-holes it until the write-behind's backlog is full. It shows:
+// every 200 is durable when answered (checked at once, directly in both
+// stores); refusals are 503s; the backlog fills to its bound and no
+// further, and then deliveries are refused; /readyz turns red and back
+// green; after recovery plus redeliveries every event sent, by id, is
+// recorded processed with its effect applied once and one action per
+// purchase. Every step waits for a condition, none for a fixed time.
 func TestDependencyOutages(t *testing.T) {
 	if testing.Short() {
 		t.Fatal("this test has no short mode; run it with `make test`")
 	}
-	e := startOutageEnv(t, nil)
-	l := e.startLoad(t, 6, 20*time.Millisecond)
+	const (
+		backlog = 100 // INGEST_RECORD_BACKLOG's minimum
+		senders = 6
+	)
+	e := startOutageEnv(t, map[string]string{"INGEST_RECORD_BACKLOG": "100"})
+	l := e.startLoad(t, senders, 20*time.Millisecond)
+	waitUntil := func(what string, cond func() bool) {
+		t.Helper()
+		require.Eventually(t, cond, 60*time.Second, 10*time.Millisecond, what)
+	}
+	flowing := func(what string) { // the load is accepted again
+		t.Helper()
+		accepted := l.accepted.Load()
+		waitUntil(what, func() bool { return l.accepted.Load() >= accepted+50 })
+	}
+	refusing := func(what string) { // the outage is real: deliveries are refused
+		t.Helper()
+		refused := l.refused.Load()
+		waitUntil(what, func() bool { return l.refused.Load() >= refused+20 })
+	}
 	outage := func(name string, p *testenv.FaultProxy) {
-		before := l.refused.Load()
+		t.Helper()
 		p.Cut()
 		e.waitReady(t, http.StatusServiceUnavailable)
-		time.Sleep(10 * time.Second)
+		refusing(name + " outage refuses deliveries")
 		p.Restore()
 		e.waitReady(t, http.StatusOK)
-		assert.Greater(t, l.refused.Load(), before, "%s outage refused nothing: it was not real", name)
-		time.Sleep(2 * time.Second)
+		flowing("load accepted again after the " + name + " outage")
 	}
-	time.Sleep(2 * time.Second)
+	flowing("load accepted before the outages")
 	outage("postgres", e.pg)
+
+	// DynamoDB stops answering: the webhook answers on the Postgres commit
+	// while the write-behind's backlog grows, up to its bound.
+	var maxBacklog atomic.Int64
+	stopSampling := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for {
+			maxBacklog.Store(max(maxBacklog.Load(), int64(e.app.Records.Backlog())))
+			select {
+			case <-stopSampling:
+				return
+			case <-time.After(time.Millisecond):
+			}
+		}
+	}()
+	refusedBefore := l.refused.Load()
+	e.ddb.BlackHole()
+	waitUntil("the write-behind backlog fills to its bound", func() bool { return maxBacklog.Load() >= backlog })
+	waitUntil("deliveries refused once the backlog is full", func() bool { return l.refused.Load() > refusedBefore })
 	outage("dynamodb", e.ddb)
+	waitUntil("the backlog drains", func() bool { return e.app.Records.Backlog() == 0 })
+	close(stopSampling)
+	<-sampled
+	// Admit is asked before a delivery is processed: the deliveries in
+	// flight when the bound is met may each add their record.
+	assert.LessOrEqual(t, maxBacklog.Load(), int64(backlog+senders), "the backlog stays at its bound")
+
 	sent := l.finish()
 	e.redeliver(t, sent)
 	e.assertEachProcessedOnce(t, sent)
-	t.Logf("%d events, %d refusals during the outages", len(sent), l.refused.Load())
+	t.Logf("%d events, %d refusals during the outages; write-behind backlog max %d (bound %d)",
+		len(sent), l.refused.Load(), maxBacklog.Load(), backlog)
 }
 
 // TestDependencyBlackHoles black-holes Postgres, then DynamoDB (the proxy
