@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"github.com/stripe/stripe-go/v76"
 
 	"github.com/stripe-payments/stripe-payments/internal/httpserver"
+	"github.com/stripe-payments/stripe-payments/internal/ingest"
 	"github.com/stripe-payments/stripe-payments/internal/metrics"
 	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
 	"github.com/stripe-payments/stripe-payments/webhook"
@@ -34,8 +34,8 @@ func (b *countingBody) Close() error { return nil }
 
 type refuseAll struct{}
 
-func (refuseAll) Handle(context.Context, *stripe.Event, []byte, stripeevent.Source) (stripeevent.Outcome, error) {
-	panic("an unsigned request reached the handler")
+func (refuseAll) Ingest(context.Context, []byte, stripeevent.Source) (ingest.Result, error) {
+	panic("an unsigned request reached the ingester")
 }
 
 // TestUnsignedRequestIsRefusedBeforeTheBodyIsRead: a request without a

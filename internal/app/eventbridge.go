@@ -37,7 +37,7 @@ func (a *App) startEventBridge(ctx context.Context) (stop func(), err error) {
 	a.Log.Info("eventbridge intake running", "queue_url", a.Config.EventBridgeQueueURL)
 	go func() {
 		defer close(done)
-		c.Run(ctx)
+		a.Safe.Loop(ctx, "eventbridge", c.Run)
 	}()
 	return func() { cancel(); <-done }, nil
 }

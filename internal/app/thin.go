@@ -56,17 +56,11 @@ func (a *App) newThin() {
 // startThin runs the hydrator, and the thin sweep every POLL_EVERY, until
 // ctx ends.
 func (a *App) startThin(ctx context.Context, wg *sync.WaitGroup) {
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		_ = a.Thin.Hydrator.Run(ctx)
-	}()
+	a.Safe.Go(ctx, wg, "thin_hydrator", func(ctx context.Context) { _ = a.Thin.Hydrator.Run(ctx) })
 	if a.Config.PollEvery <= 0 {
 		return
 	}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
+	a.Safe.Go(ctx, wg, "thin_sweep", func(ctx context.Context) {
 		poller.Every(ctx, a.Config.PollEvery, func(ctx context.Context) {
 			rep, err := a.Thin.Sweeper.Run(ctx)
 			if err != nil && ctx.Err() == nil {
@@ -75,7 +69,7 @@ func (a *App) startThin(ctx context.Context, wg *sync.WaitGroup) {
 			}
 			a.Log.Info("thin sweep done", "accounts", rep.Accounts, "listed", rep.Listed, "taken", rep.Taken)
 		})
-	}()
+	})
 }
 
 // ingestOutcome adapts ingest.Intake to the EventBridge intake's Ingester,
