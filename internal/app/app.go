@@ -34,6 +34,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/purchase"
 	"github.com/stripe-payments/stripe-payments/internal/recordq"
 	"github.com/stripe-payments/stripe-payments/internal/safego"
+	"github.com/stripe-payments/stripe-payments/internal/stripebudget"
 	"github.com/stripe-payments/stripe-payments/internal/stripeclient"
 	"github.com/stripe-payments/stripe-payments/internal/tracking"
 	"github.com/stripe-payments/stripe-payments/webhook"
@@ -62,9 +63,11 @@ type App struct {
 
 	// Stripe API client, tracking store, actions dispatcher (started by
 	// Start, stopped by Stop).
-	Stripe   *client.API
-	Tracking *tracking.Store
-	Actions  *dispatch.Dispatcher
+	Stripe *client.API
+	// StripeBudget is the Stripe API budget every replica shares.
+	StripeBudget *stripebudget.Shared
+	Tracking     *tracking.Store
+	Actions      *dispatch.Dispatcher
 	// Emails sends reminder emails through SES; nil unless SES_FROM_ADDRESS.
 	Emails *outbox.Worker
 	stopBg func()
@@ -160,7 +163,18 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 	})
 	a.Events = table.WithPending(a.Records)
 	a.Ledger = tracking.NewLedger(pool)
-	a.Stripe = stripeclient.New(stripeclient.Options{APIKey: cfg.StripeAPIKey, BaseURL: cfg.StripeAPIBase, Log: log})
+	// Every Stripe request of this replica draws on the one shared budget
+	// (DESIGN §9); a request names its class in its context, else it is
+	// the client's.
+	a.StripeBudget, err = stripebudget.New(stripebudget.PGStore{Pool: pool}, stripebudget.Config{
+		Rate: cfg.Billing.StripeRateLimit, Replicas: cfg.Billing.StripeExpectedReplicas,
+		Log: log, Observer: metrics.NewStripeBudget(m.Registry)})
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	a.Stripe = stripeclient.New(stripeclient.Options{APIKey: cfg.StripeAPIKey, BaseURL: cfg.StripeAPIBase, Log: log,
+		HTTPClient: a.StripeBudget.Client(nil, stripebudget.Hydration)})
 	a.Tracking = tracking.NewStore(pool)
 	a.Actions = dispatch.New(pool, dispatch.Config{URL: cfg.ActionsURL, Secret: cfg.ActionsSecret, Log: log.With("component", "actions"), Policy: a.outboxPolicy()})
 	flows := tracking.NewFlows(tracking.FlowsConfig{Log: log, Invoices: stripeclient.InvoiceFetcher(a.Stripe), Processed: a.Ledger.Processed})

@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 
@@ -15,12 +16,18 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/lock"
 	"github.com/stripe-payments/stripe-payments/internal/metrics"
 	"github.com/stripe-payments/stripe-payments/internal/outbox"
+	"github.com/stripe-payments/stripe-payments/internal/stripebudget"
+	"github.com/stripe-payments/stripe-payments/internal/stripeclient"
 )
 
 // newBilling builds the billing core and the worker of its webhook feed.
 func (a *App) newBilling() error {
 	c := a.Config.Billing
-	charger := stripecharge.New(a.Stripe, stripecharge.Options{Rate: c.StripeRateLimit, Burst: max(1, int(c.StripeRateLimit/10))})
+	// The charges draw on the shared budget first (DESIGN §9); the budget
+	// is the only limit, so the charger's own bucket is unlimited.
+	charges := stripeclient.New(stripeclient.Options{APIKey: a.Config.StripeAPIKey, BaseURL: a.Config.StripeAPIBase, Log: a.Log,
+		HTTPClient: a.StripeBudget.Client(nil, stripebudget.Charges)})
+	charger := stripecharge.New(charges, stripecharge.Options{Rate: math.Inf(1)})
 	locks := lock.New(a.Dynamo, a.Config.LocksTable, lock.Options{Lease: c.LockLease, Heartbeat: c.LockHeartbeat, Log: a.Log})
 	store := billingstore.New(a.Dynamo, a.Config.BillingTable, a.Config.BillingHistoryTable, c.Shards)
 	cfg := billing.DefaultConfig()

@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"time"
 
 	billingstore "github.com/stripe-payments/stripe-payments/internal/billing/store"
 	"github.com/stripe-payments/stripe-payments/internal/metrics"
+	"github.com/stripe-payments/stripe-payments/internal/stripebudget"
 	"github.com/stripe-payments/stripe-payments/internal/thin"
 	"github.com/stripe-payments/stripe-payments/internal/tracking"
 	"github.com/stripe-payments/stripe-payments/poller"
@@ -42,8 +44,15 @@ func (a *App) NewPoller(o PollerOptions) (*poller.Poller, error) {
 	if cfg.PlatformAccount == "" {
 		cfg.PlatformAccount = a.Config.PlatformAccount
 	}
+	// The poller and its backfills draw on the shared budget last (DESIGN
+	// §9); o.Rate is a further cap of this poller alone.
+	apiClient := o.APIClient
+	if apiClient == nil {
+		apiClient = &http.Client{Timeout: 80 * time.Second} // the poller's default
+	}
 	api := poller.NewEventsAPI(poller.APIConfig{
-		Key: a.Config.StripeAPIKey, BaseURL: a.Config.StripeAPIBase, Rate: o.Rate, HTTPClient: o.APIClient,
+		Key: a.Config.StripeAPIKey, BaseURL: a.Config.StripeAPIBase, Rate: o.Rate,
+		HTTPClient: a.StripeBudget.Client(apiClient, stripebudget.Background),
 	}, a.Log)
 	var replayer poller.Replayer
 	switch {

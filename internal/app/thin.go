@@ -12,11 +12,6 @@ import (
 	"github.com/stripe-payments/stripe-payments/poller"
 )
 
-// HydrationRate is the requests per second this process's own Stripe
-// budget allows thin-event hydration (DESIGN §9) until the shared fleet
-// budget replaces stripebudget.Local behind the same interface.
-const HydrationRate = 20
-
 // ThinEvents is the thin-event side of the program (issue 25).
 type ThinEvents struct {
 	Queue    *thin.Queue
@@ -34,7 +29,7 @@ type ThinEvents struct {
 // bodies to. The handler must exist.
 func (a *App) newThin() {
 	cfg := a.Config
-	t := &ThinEvents{Queue: thin.NewQueue(a.Pool), Registry: thin.NewRegistry(a.Pool), Budget: stripebudget.NewLocal(HydrationRate)}
+	t := &ThinEvents{Queue: thin.NewQueue(a.Pool), Registry: thin.NewRegistry(a.Pool), Budget: a.StripeBudget} // the fleet's budget (DESIGN §9)
 	log := a.Log.With("component", "thin")
 	obs := a.Metrics.NewThin(func(ctx context.Context) (int, time.Time, error) {
 		b, err := t.Queue.Backlog(ctx)

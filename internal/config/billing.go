@@ -21,8 +21,8 @@ const (
 	DefaultBillingLookbackDays  = 3
 	DefaultBillingLockLease     = 60 * time.Second
 	DefaultBillingLockHeartbeat = time.Second
-	// DefaultStripeRateLimit is the collection job's Stripe requests per
-	// second (STRIPE_RATE_LIMIT).
+	// DefaultStripeRateLimit is the whole service's Stripe requests per
+	// second, every replica and job together (STRIPE_RATE_LIMIT, DESIGN §9).
 	DefaultStripeRateLimit = 20.0
 )
 
@@ -46,6 +46,10 @@ type BillingConfig struct {
 	Every           time.Duration // BILLING_EVERY: in-process jobs in serve; 0 = off
 	StripeRateLimit float64       // STRIPE_RATE_LIMIT, requests per second
 	TestClocksMax   int           // TEST_CLOCKS_MAX: test clocks that may exist at once
+	// StripeExpectedReplicas (STRIPE_EXPECTED_REPLICAS, default 1): a
+	// replica that cannot reach the shared Stripe budget's store spends
+	// StripeRateLimit / StripeExpectedReplicas alone (docs/stripe-budget.md).
+	StripeExpectedReplicas int
 }
 
 // DefaultTestClocksMax is TEST_CLOCKS_MAX's default (docs/retention.md).
@@ -98,6 +102,7 @@ func loadBilling(get func(key, def string) string) (BillingConfig, error) {
 		errs = append(errs, errors.New("STRIPE_RATE_LIMIT: requests per second, above 0"))
 	}
 	b.StripeRateLimit = rate
+	b.StripeExpectedReplicas = atoi("STRIPE_EXPECTED_REPLICAS", "1", 1, 1000)
 	if b.LockHeartbeat > 0 && b.LockLease > 0 && b.LockHeartbeat*3 > b.LockLease {
 		errs = append(errs, errors.New("BILLING_LOCK_HEARTBEAT: at most a third of BILLING_LOCK_LEASE"))
 	}
@@ -113,6 +118,7 @@ func (b BillingConfig) LogValue() slog.Value {
 		slog.Int("lookback_days", b.LookbackDays), slog.Duration("lock_lease", b.LockLease),
 		slog.Duration("lock_heartbeat", b.LockHeartbeat), slog.Duration("every", b.Every),
 		slog.Float64("stripe_rate_limit", b.StripeRateLimit), slog.Int("test_clocks_max", b.TestClocksMax),
+		slog.Int("stripe_expected_replicas", b.StripeExpectedReplicas),
 	)
 }
 

@@ -23,19 +23,21 @@ func TestBillingDefaults(t *testing.T) {
 	assert.Equal(t, time.Second, b.LockHeartbeat)
 	assert.Equal(t, time.Duration(0), b.Every)
 	assert.Equal(t, 20.0, b.StripeRateLimit)
+	assert.Equal(t, 1, b.StripeExpectedReplicas)
 }
 
 func TestBillingInvalid(t *testing.T) {
 	tests := map[string]string{
-		"BILLING_SHARDS":         "0",
-		"BILLING_WORKERS":        "x",
-		"BILLING_REMINDER_DAYS":  "-1",
-		"BILLING_RETRY_DAYS":     "3,1",
-		"BILLING_STALE_DAYS":     "0",
-		"BILLING_RECEIPT_TTL":    "forever",
-		"BILLING_LOCK_HEARTBEAT": "30s",
-		"BILLING_EVERY":          "-1h",
-		"STRIPE_RATE_LIMIT":      "0",
+		"BILLING_SHARDS":           "0",
+		"BILLING_WORKERS":          "x",
+		"BILLING_REMINDER_DAYS":    "-1",
+		"BILLING_RETRY_DAYS":       "3,1",
+		"BILLING_STALE_DAYS":       "0",
+		"BILLING_RECEIPT_TTL":      "forever",
+		"BILLING_LOCK_HEARTBEAT":   "30s",
+		"BILLING_EVERY":            "-1h",
+		"STRIPE_RATE_LIMIT":        "0",
+		"STRIPE_EXPECTED_REPLICAS": "0",
 	}
 	for k, v := range tests {
 		t.Run(k, func(t *testing.T) {

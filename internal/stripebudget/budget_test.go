@@ -1,0 +1,212 @@
+package stripebudget_test
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/stripe-payments/stripe-payments/internal/stripebudget"
+	"github.com/stripe-payments/stripe-payments/internal/testenv"
+	"github.com/stripe-payments/stripe-payments/internal/tracking"
+)
+
+// fakeStripe records when each request arrives and its class (the test's
+// own X-Class header): the rate is measured here, where Stripe measures it,
+// not from the budget's counters.
+type fakeStripe struct {
+	*httptest.Server
+	mu       sync.Mutex
+	arrivals []arrival
+	// answer, when set, writes the answer to request n (0-based).
+	answer func(w http.ResponseWriter, n int) bool
+}
+
+type arrival struct {
+	at    time.Time
+	class string
+}
+
+func newFakeStripe(t *testing.T) *fakeStripe {
+	f := &fakeStripe{}
+	f.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		f.mu.Lock()
+		n := len(f.arrivals)
+		f.arrivals = append(f.arrivals, arrival{at: time.Now(), class: r.Header.Get("X-Class")})
+		answer := f.answer
+		f.mu.Unlock()
+		if answer != nil && answer(w, n) {
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"object":"payment_intent","id":"pi_1"}`))
+	}))
+	t.Cleanup(f.Close)
+	return f
+}
+
+// windowSlack is how many requests more than the rate the tests allow in
+// a one-second window at the fake Stripe. The slots are 1/rate apart, so
+// no window of one second holds more than rate of them, and a slot a
+// request would use more than one interval late is dropped; but a request
+// still travels from its slot to Stripe (the HTTP client, the race
+// detector, a 2-core machine shared by many suites). One request more is
+// the window's edge (slots 0 and 1000 ms of a window arrive at 0 and
+// 993 ms); one more is that travel's jitter.
+const windowSlack = 2
+
+// warmUp is how long the tests that measure a rate let the replicas open
+// their connections first. A replica keeps its connections to Stripe
+// alive; a burst of first dials makes requests granted 20 ms apart arrive
+// together, which is the dialer's doing, not the budget's.
+const warmUp = 1500 * time.Millisecond
+
+// warmedUp waits warmUp and forgets the arrivals so far.
+func (f *fakeStripe) warmedUp() {
+	time.Sleep(warmUp)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.arrivals = nil
+}
+
+func (f *fakeStripe) times(class string) []time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []time.Time
+	for _, a := range f.arrivals {
+		if class == "" || a.class == class {
+			out = append(out, a.at)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Before(out[j]) })
+	return out
+}
+
+// maxPerSecond is the most arrivals in any window [t, t+1s).
+func maxPerSecond(ts []time.Time) int {
+	most, j := 0, 0
+	for i := range ts {
+		for j < len(ts) && ts[j].Sub(ts[i]) < time.Second {
+			j++
+		}
+		most = max(most, j-i)
+	}
+	return most
+}
+
+// replica is one replica's budget on its own connection pool.
+type replica struct {
+	budget *stripebudget.Shared
+	client *http.Client
+}
+
+func newReplica(t *testing.T, dbURL, row string, cfg stripebudget.Config) replica {
+	t.Helper()
+	pool, err := tracking.Connect(context.Background(), dbURL)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	return newReplicaOn(t, pool, row, cfg)
+}
+
+func newReplicaOn(t *testing.T, pool *pgxpool.Pool, row string, cfg stripebudget.Config) replica {
+	t.Helper()
+	b, err := stripebudget.New(stripebudget.PGStore{Pool: pool, Name: row}, cfg)
+	require.NoError(t, err)
+	// As many idle connections as workers (the default keeps two), as a
+	// replica's client to Stripe does.
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConnsPerHost = 64
+	return replica{budget: b, client: b.Client(&http.Client{Timeout: 10 * time.Second, Transport: tr}, stripebudget.Hydration)}
+}
+
+// send makes requests of class c through r until ctx ends, from workers
+// goroutines, and returns how many got an answer.
+func (r replica) send(ctx context.Context, t *testing.T, url string, c stripebudget.Class, workers int) *atomic.Int64 {
+	var done atomic.Int64
+	for range workers {
+		go func() {
+			for ctx.Err() == nil {
+				req, err := http.NewRequestWithContext(stripebudget.WithClass(ctx, c), http.MethodPost, url+"/v1/payment_intents", nil)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				req.Header.Set("X-Class", c.String())
+				resp, err := r.client.Do(req)
+				if err != nil {
+					continue // ctx ended
+				}
+				_ = resp.Body.Close()
+				done.Add(1)
+			}
+		}()
+	}
+	return &done
+}
+
+func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(testWriter{}, nil)) }
+
+type testWriter struct{}
+
+func (testWriter) Write(p []byte) (int, error) { return len(p), nil }
+
+// TestThreeReplicasShareOneRate: three replicas, each with its own pool and
+// eight busy workers, never exceed the rate over any one-second window at
+// the fake Stripe, and together use nearly all of it. The control (three
+// budgets on three rows, i.e. three per-process limiters) shows the
+// measurement catches an excess.
+func TestThreeReplicasShareOneRate(t *testing.T) {
+	t.Parallel()
+	const rate = 50.0
+	dbURL := testenv.DatabaseURL(t)
+	for _, tc := range []struct {
+		name   string
+		rows   [3]string
+		shared bool
+	}{
+		{"one budget for three replicas", [3]string{"stripe", "stripe", "stripe"}, true},
+		{"control: a budget per replica", [3]string{"r1", "r2", "r3"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fake := newFakeStripe(t)
+			ctx, cancel := context.WithTimeout(context.Background(), warmUp+4*time.Second)
+			defer cancel()
+			for i, row := range tc.rows {
+				r := newReplica(t, dbURL, row, stripebudget.Config{Rate: rate, Log: quietLog()})
+				r.send(ctx, t, fake.URL, []stripebudget.Class{stripebudget.Charges, stripebudget.Hydration, stripebudget.Background}[i], 8)
+			}
+			fake.warmedUp()
+			<-ctx.Done()
+			ts := fake.times("")
+			most := maxPerSecond(ts)
+			t.Logf("%d requests in 4 s, at most %d in one second (rate %.0f)", len(ts), most, rate)
+
+			if !tc.shared {
+				assert.Greater(t, most, int(rate)+5, "three separate budgets send three rates")
+				return
+			}
+			assert.LessOrEqual(t, most, int(rate)+windowSlack, "more than the rate in one second at Stripe")
+			assert.LessOrEqual(t, float64(len(ts)), rate*4+windowSlack, "more than the rate over the run")
+			assert.GreaterOrEqual(t, float64(len(ts)), 0.8*rate*4, "the replicas leave the budget unused")
+		})
+	}
+}
+
+func slogTo(w *testenv.Logs) *slog.Logger { return slog.New(slog.NewTextHandler(w, nil)) }
+
+func hostOf(t *testing.T, dbURL string) string {
+	t.Helper()
+	u, err := url.Parse(dbURL)
+	require.NoError(t, err)
+	return u.Host
+}
