@@ -1,0 +1,60 @@
+package incidents
+
+import (
+	"regexp"
+	"strings"
+)
+
+// classes map an error message to a cause class, first match wins: the
+// dependencies (a DynamoDB or Postgres outage is one cause whatever call it
+// broke) before Stripe's own answers, before the generic network failures.
+var classes = []struct {
+	class string
+	re    *regexp.Regexp
+}{
+	{"stripe_rate_limited", regexp.MustCompile(`(?i)rate.?limit|too many requests|\b429\b|budget`)},
+	{"dynamodb_unavailable", regexp.MustCompile(`(?i)dynamodb|ProvisionedThroughputExceeded|ThrottlingException`)},
+	{"postgres_unavailable", regexp.MustCompile(`(?i)postgres|pgx|pgconn|SQLSTATE|database`)},
+	{"stripe_auth", regexp.MustCompile(`(?i)invalid api key|api key provided|\b401\b|\b403\b|permission`)},
+	{"stripe_resource_missing", regexp.MustCompile(`(?i)resource_missing|no such [a-z_ ]+:`)},
+	{"stripe_unreachable", regexp.MustCompile(`(?i)stripe.*(unreachable|connection|timeout|timed out|eof|\b5\d\d\b)|api\.stripe\.com`)},
+	{"timeout", regexp.MustCompile(`(?i)deadline exceeded|timeout|timed out`)},
+	{"network", regexp.MustCompile(`(?i)connection refused|connection reset|broken pipe|no such host|unexpected eof|\beof\b`)},
+	{"invalid_payload", regexp.MustCompile(`(?i)invalid character|unmarshal|cannot parse|not an event|malformed`)},
+}
+
+var (
+	stripeIDs = regexp.MustCompile(`\b[a-z]{2,8}_(test_|live_)?[A-Za-z0-9]{6,}\b`)
+	uuids     = regexp.MustCompile(`(?i)\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b`)
+	quoted    = regexp.MustCompile(`"[^"]*"|'[^']*'`)
+	numbers   = regexp.MustCompile(`\b\d+([.:]\d+)*\b`)
+	spaces    = regexp.MustCompile(`\s+`)
+)
+
+// maxOther bounds the normalised message of an unclassified cause.
+const maxOther = 80
+
+// Classify returns the normalised cause class of an error message: one of
+// the known classes, or "other:" and the message with its ids, quoted
+// values and numbers replaced, so two failures that differ only in the
+// object they were about share a cause.
+func Classify(msg string) string {
+	msg = strings.TrimSpace(msg)
+	if msg == "" {
+		return "unknown"
+	}
+	for _, c := range classes {
+		if c.re.MatchString(msg) {
+			return c.class
+		}
+	}
+	s := uuids.ReplaceAllString(msg, "<id>")
+	s = stripeIDs.ReplaceAllString(s, "<id>")
+	s = quoted.ReplaceAllString(s, "<v>")
+	s = numbers.ReplaceAllString(s, "<n>")
+	s = strings.ToLower(spaces.ReplaceAllString(s, " "))
+	if len(s) > maxOther {
+		s = s[:maxOther]
+	}
+	return "other:" + s
+}

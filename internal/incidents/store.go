@@ -1,0 +1,427 @@
+// Package incidents groups what is broken into incidents (DESIGN §4): failed
+// and rejected events, thin events not yet hydrated, outbox dead letters and
+// failed billing runs, by kind, normalised cause, event type and
+// stripe_account, each with a state an operator moves from open to
+// acknowledged to resolved.
+package incidents
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Kind says where an incident's occurrences come from.
+type Kind string
+
+const (
+	KindEvent    Kind = "event"    // failed or rejected events, thin events not hydrated
+	KindDelivery Kind = "delivery" // outbox dead letters
+	KindBilling  Kind = "billing"  // failed billing runs
+)
+
+// State is an incident's state.
+type State string
+
+const (
+	Open         State = "open"
+	Acknowledged State = "acknowledged"
+	Resolved     State = "resolved"
+)
+
+// ParseState accepts the three states.
+func ParseState(s string) (State, bool) {
+	switch st := State(s); st {
+	case Open, Acknowledged, Resolved:
+		return st, true
+	}
+	return "", false
+}
+
+// SystemActor records a reopen: the cause came back.
+const SystemActor = "system"
+
+// MaxSamples is how many occurrence ids an incident shows, newest first.
+const MaxSamples = 5
+
+var (
+	ErrNotFound = errors.New("incident not found")
+	// ErrInvalidState: the target is not acknowledged or resolved.
+	ErrInvalidState = errors.New("state must be acknowledged or resolved")
+	// ErrTransition: a resolved incident cannot be acknowledged; it reopens
+	// by itself when its cause comes back.
+	ErrTransition = errors.New("a resolved incident cannot be acknowledged")
+)
+
+// Incident is one group of failures and its state.
+type Incident struct {
+	ID            string
+	Kind          Kind
+	Cause         string
+	EventType     string
+	StripeAccount string // "" for a delivery or billing incident
+	Count         int64  // 0: nothing currently failing (kept for its state)
+	FirstSeen     time.Time
+	LastSeen      time.Time
+	State         State
+	StateAt       time.Time // zero while never changed
+	StateBy       string
+	SampleIDs     []string
+}
+
+// Config tunes a Store.
+type Config struct {
+	// PlatformAccount is STRIPE_PLATFORM_ACCOUNT: a thin event without a
+	// context is the platform's.
+	PlatformAccount string
+	// PendingAfter is how long a thin event may wait for its first
+	// hydration before it counts as an incident (0: 5 minutes).
+	PendingAfter time.Duration
+	// Keep is how long a stored state outlives its last occurrence in the
+	// listing (0: 30 days).
+	Keep time.Duration
+	Now  func() time.Time // nil: time.Now
+}
+
+// Store derives incidents from Postgres and keeps their states there.
+type Store struct {
+	pool *pgxpool.Pool
+	cfg  Config
+}
+
+// New returns a Store on pool.
+func New(pool *pgxpool.Pool, cfg Config) *Store {
+	if cfg.PendingAfter <= 0 {
+		cfg.PendingAfter = 5 * time.Minute
+	}
+	if cfg.Keep <= 0 {
+		cfg.Keep = 30 * 24 * time.Hour
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Store{pool: pool, cfg: cfg}
+}
+
+// ID is the stable id of a group.
+func ID(kind Kind, cause, eventType, account string) string {
+	h := sha256.Sum256([]byte(string(kind) + "\x00" + cause + "\x00" + eventType + "\x00" + account))
+	return "inc_" + hex.EncodeToString(h[:10])
+}
+
+// List returns the incidents in state (all when empty), most recent
+// occurrence first. A resolved incident whose cause came back is reopened
+// (and audited) on the way.
+func (s *Store) List(ctx context.Context, state State) ([]Incident, error) {
+	all, err := s.current(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Incident, 0, len(all))
+	for _, inc := range all {
+		if state == "" || inc.State == state {
+			out = append(out, inc)
+		}
+	}
+	return out, nil
+}
+
+// Get returns one incident.
+func (s *Store) Get(ctx context.Context, id string) (Incident, error) {
+	all, err := s.current(ctx)
+	if err != nil {
+		return Incident{}, err
+	}
+	for _, inc := range all {
+		if inc.ID == id {
+			return inc, nil
+		}
+	}
+	return Incident{}, ErrNotFound
+}
+
+// SetState moves incident id to acknowledged or resolved on behalf of actor
+// and writes an audit row. Setting the state it is in changes nothing.
+func (s *Store) SetState(ctx context.Context, id string, to State, actor string) (Incident, error) {
+	if to != Acknowledged && to != Resolved {
+		return Incident{}, ErrInvalidState
+	}
+	inc, err := s.Get(ctx, id)
+	if err != nil {
+		return Incident{}, err
+	}
+	if inc.State == to {
+		return inc, nil
+	}
+	if inc.State == Resolved && to == Acknowledged {
+		return inc, ErrTransition
+	}
+	now := s.cfg.Now().UTC()
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		// The row is locked and its state checked again: two operators
+		// racing write one transition each from the state they saw.
+		var from State = Open
+		err := tx.QueryRow(ctx, `SELECT state FROM incidents WHERE id = $1 FOR UPDATE`, id).Scan(&from)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			tag, err := tx.Exec(ctx, `INSERT INTO incidents (id, kind, cause, event_type, stripe_account, state, state_at, state_by)
+				VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (id) DO NOTHING`,
+				id, inc.Kind, inc.Cause, inc.EventType, inc.StripeAccount, to, now, actor)
+			if err != nil {
+				return fmt.Errorf("insert incident state: %w", err)
+			}
+			if tag.RowsAffected() == 0 {
+				return fmt.Errorf("incident %s: state changed concurrently", id)
+			}
+		case err != nil:
+			return fmt.Errorf("read incident state: %w", err)
+		default:
+			if from != inc.State {
+				return fmt.Errorf("incident %s: state changed concurrently", id)
+			}
+			if _, err := tx.Exec(ctx, `UPDATE incidents SET state = $2, state_at = $3, state_by = $4 WHERE id = $1`,
+				id, to, now, actor); err != nil {
+				return fmt.Errorf("update incident state: %w", err)
+			}
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO incident_audit (incident_id, from_state, to_state, actor, at) VALUES ($1, $2, $3, $4, $5)`,
+			id, inc.State, to, actor, now); err != nil {
+			return fmt.Errorf("audit incident state: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return Incident{}, err
+	}
+	inc.State, inc.StateAt, inc.StateBy = to, now, actor
+	return inc, nil
+}
+
+// AuditEntry is one state change.
+type AuditEntry struct {
+	From, To State
+	Actor    string
+	At       time.Time
+}
+
+// Audit returns the state changes of incident id, oldest first.
+func (s *Store) Audit(ctx context.Context, id string) ([]AuditEntry, error) {
+	rows, err := s.pool.Query(ctx, `SELECT from_state, to_state, actor, at FROM incident_audit WHERE incident_id = $1 ORDER BY at, id`, id)
+	if err != nil {
+		return nil, fmt.Errorf("read incident audit: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (AuditEntry, error) {
+		var e AuditEntry
+		err := r.Scan(&e.From, &e.To, &e.Actor, &e.At)
+		return e, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read incident audit: %w", err)
+	}
+	return out, nil
+}
+
+// current derives every incident, merges the stored states and reopens the
+// resolved incidents whose cause came back.
+func (s *Store) current(ctx context.Context) ([]Incident, error) {
+	groups, err := s.derive(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := s.pool.Query(ctx, `SELECT id, kind, cause, event_type, stripe_account, state, state_at, state_by FROM incidents`)
+	if err != nil {
+		return nil, fmt.Errorf("read incident states: %w", err)
+	}
+	stored, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Incident, error) {
+		var i Incident
+		err := r.Scan(&i.ID, &i.Kind, &i.Cause, &i.EventType, &i.StripeAccount, &i.State, &i.StateAt, &i.StateBy)
+		return i, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read incident states: %w", err)
+	}
+	now := s.cfg.Now().UTC()
+	for _, st := range stored {
+		g, ok := groups[st.ID]
+		if !ok {
+			if now.Sub(st.StateAt) > s.cfg.Keep {
+				continue
+			}
+			st.SampleIDs = []string{}
+			groups[st.ID] = &st
+			continue
+		}
+		g.State, g.StateAt, g.StateBy = st.State, st.StateAt, st.StateBy
+		if g.State == Resolved && g.LastSeen.After(g.StateAt) {
+			if err := s.reopen(ctx, g, now); err != nil {
+				return nil, err
+			}
+		}
+	}
+	out := make([]Incident, 0, len(groups))
+	for _, g := range groups {
+		out = append(out, *g)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].LastSeen.Equal(out[j].LastSeen) {
+			return out[i].LastSeen.After(out[j].LastSeen)
+		}
+		return out[i].ID < out[j].ID
+	})
+	return out, nil
+}
+
+// reopen moves a resolved incident back to open, once however many
+// readers see the recurrence at the same time.
+func (s *Store) reopen(ctx context.Context, g *Incident, now time.Time) error {
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `UPDATE incidents SET state = 'open', state_at = $2, state_by = $3
+			WHERE id = $1 AND state = 'resolved' AND state_at = $4`, g.ID, now, SystemActor, g.StateAt)
+		if err != nil {
+			return fmt.Errorf("reopen incident %s: %w", g.ID, err)
+		}
+		if tag.RowsAffected() == 1 {
+			if _, err := tx.Exec(ctx, `INSERT INTO incident_audit (incident_id, from_state, to_state, actor, at) VALUES ($1, 'resolved', 'open', $2, $3)`,
+				g.ID, SystemActor, now); err != nil {
+				return fmt.Errorf("audit reopen of %s: %w", g.ID, err)
+			}
+		}
+		g.State, g.StateAt, g.StateBy = Open, now, SystemActor
+		return nil
+	})
+}
+
+// part is one row of a source's GROUP BY: failures sharing a raw message.
+type part struct {
+	kind               Kind
+	cause              string
+	eventType, account string
+	count              int64
+	first, last        time.Time
+	samples            []string
+}
+
+// derive groups every source's rows by kind, cause, type and account.
+func (s *Store) derive(ctx context.Context) (map[string]*Incident, error) {
+	var parts []part
+	read := func(name, query string, args []any, mk func(class, typ, account string) part) error {
+		rows, err := s.pool.Query(ctx, query, args...)
+		if err != nil {
+			return fmt.Errorf("read %s: %w", name, err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var (
+				msg, typ, account string
+				p                 part
+			)
+			if err := rows.Scan(&typ, &account, &msg, &p.count, &p.first, &p.last, &p.samples); err != nil {
+				return fmt.Errorf("read %s: %w", name, err)
+			}
+			q := mk(msg, typ, account)
+			q.count, q.first, q.last, q.samples = p.count, p.first, p.last, p.samples
+			parts = append(parts, q)
+		}
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("read %s: %w", name, err)
+		}
+		return nil
+	}
+	samples := strconv.Itoa(MaxSamples)
+	err := read("event problems", `SELECT event_type, stripe_account, outcome || E'\x1f' || error, count(*), min(at), max(at),
+			(array_agg(event_id ORDER BY at DESC, event_id))[1:`+samples+`]
+		FROM ops_event_problems GROUP BY 1, 2, 3`, nil,
+		func(msg, typ, account string) part {
+			outcome, text := splitOutcome(msg)
+			cause := Classify(text)
+			if outcome == "rejected" {
+				cause = "rejected." + cause
+			}
+			return part{kind: KindEvent, cause: cause, eventType: typ, account: account}
+		})
+	if err != nil {
+		return nil, err
+	}
+	pendingBefore := s.cfg.Now().Add(-s.cfg.PendingAfter)
+	err = read("thin hydrations", `SELECT event_type, context, coalesce(last_error, ''), count(*), min(received_at), max(received_at),
+			(array_agg(event_id ORDER BY received_at DESC, event_id))[1:`+samples+`]
+		FROM thin_hydrations WHERE last_error IS NOT NULL OR received_at < $1 GROUP BY 1, 2, 3`, []any{pendingBefore},
+		func(msg, typ, account string) part {
+			if account == "" {
+				account = s.cfg.PlatformAccount
+			}
+			cause := "hydration.pending"
+			if msg != "" {
+				cause = "hydration." + Classify(msg)
+			}
+			return part{kind: KindEvent, cause: cause, eventType: typ, account: account}
+		})
+	if err != nil {
+		return nil, err
+	}
+	err = read("outbox dead letters", `SELECT topic || '/' || type, '', coalesce(last_error, ''), count(*), min(dead_at), max(dead_at),
+			(array_agg(id::text ORDER BY dead_at DESC, id))[1:`+samples+`]
+		FROM outbox WHERE dead_at IS NOT NULL AND delivered_at IS NULL GROUP BY topic, type, 3`, nil,
+		func(msg, typ, _ string) part {
+			return part{kind: KindDelivery, cause: Classify(msg), eventType: typ}
+		})
+	if err != nil {
+		return nil, err
+	}
+	// A job's failed runs since its last successful one.
+	err = read("billing runs", `SELECT r.job, '', r.error, count(*), min(r.started_at), max(r.started_at),
+			(array_agg(r.id::text ORDER BY r.started_at DESC, r.id))[1:`+samples+`]
+		FROM ops_billing_runs r
+		WHERE coalesce(r.error, '') <> ''
+		  AND r.started_at > coalesce((SELECT max(ok.started_at) FROM ops_billing_runs ok
+		                               WHERE ok.job = r.job AND coalesce(ok.error, '') = ''), '-infinity')
+		GROUP BY r.job, r.error`, nil,
+		func(msg, typ, _ string) part {
+			return part{kind: KindBilling, cause: Classify(msg), eventType: typ}
+		})
+	if err != nil {
+		return nil, err
+	}
+	// Newest parts first, so the samples merged below are the newest.
+	sort.Slice(parts, func(i, j int) bool { return parts[i].last.After(parts[j].last) })
+	groups := map[string]*Incident{}
+	for _, p := range parts {
+		id := ID(p.kind, p.cause, p.eventType, p.account)
+		g, ok := groups[id]
+		if !ok {
+			g = &Incident{ID: id, Kind: p.kind, Cause: p.cause, EventType: p.eventType, StripeAccount: p.account,
+				FirstSeen: p.first, LastSeen: p.last, State: Open, SampleIDs: []string{}}
+			groups[id] = g
+		}
+		g.Count += p.count
+		if p.first.Before(g.FirstSeen) {
+			g.FirstSeen = p.first
+		}
+		if p.last.After(g.LastSeen) {
+			g.LastSeen = p.last
+		}
+		for _, sid := range p.samples {
+			if len(g.SampleIDs) < MaxSamples {
+				g.SampleIDs = append(g.SampleIDs, sid)
+			}
+		}
+	}
+	return groups, nil
+}
+
+func splitOutcome(s string) (outcome, msg string) {
+	for i := 0; i < len(s); i++ {
+		if s[i] == 0x1f {
+			return s[:i], s[i+1:]
+		}
+	}
+	return "", s
+}
