@@ -28,8 +28,9 @@ type Deps struct {
 	// Tracking and Purchases; nil leaves their routes out.
 	Tracking  TrackingReader
 	Purchases PurchaseService
-	Billing   BillingService // nil: no billing routes
-	Outbox    OutboxAdmin    // nil: no outbox routes
+	Billing   BillingService  // nil: no billing routes
+	Outbox    OutboxAdmin     // nil: no outbox routes
+	Incidents IncidentService // nil: no incident routes
 	// Livemode: STRIPE_API_KEY is a live key; the test-clock routes answer
 	// 403 livemode.
 	Livemode bool
@@ -77,6 +78,7 @@ func Register(e *echo.Echo, token string, deps Deps) {
 		registerTestClocks(g, deps.Billing, deps.Livemode, background, wait)
 	}
 	registerOutbox(g, deps.Outbox)
+	registerIncidents(g, deps.Incidents)
 }
 
 // router mounts routes with the bearer check as route middleware rather than

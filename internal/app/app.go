@@ -27,6 +27,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/events"
 	"github.com/stripe-payments/stripe-payments/internal/handler"
 	"github.com/stripe-payments/stripe-payments/internal/httpserver"
+	"github.com/stripe-payments/stripe-payments/internal/incidents"
 	"github.com/stripe-payments/stripe-payments/internal/ingest"
 	"github.com/stripe-payments/stripe-payments/internal/metrics"
 	"github.com/stripe-payments/stripe-payments/internal/ops"
@@ -89,7 +90,9 @@ type App struct {
 	// rejected events, billing runs).
 	OpsCounter  *ops.Counter
 	OpsProblems *ops.Problems
-	OpsRuns     *ops.Runs
+	// Incidents groups what is broken (DESIGN §4, incidents).
+	Incidents *incidents.Store
+	OpsRuns   *ops.Runs
 	// AuthFailures limits wrong INTERNAL_API_TOKEN guesses per client
 	// address, on the console's login and the bearer APIs alike.
 	AuthFailures *authlimit.Limiter
@@ -151,6 +154,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 	a.clocks, a.stopClocks = context.WithCancel(context.Background())
 	a.newOutbox()
 	a.OpsProblems = ops.NewProblems(pool, log.With("component", "ops"))
+	a.Incidents = incidents.New(pool, incidents.Config{PlatformAccount: cfg.PlatformAccount})
 	table := events.NewStore(ddb, cfg.EventsTable, cfg.EventTTL, nil)
 	recordMetrics := m.NewRecords()
 	// The write-behind writes through the console's problem tracking, as
@@ -239,6 +243,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 		Purchases:       purchase.NewService(a.Tracking, a.Stripe, log.With("component", "purchase")),
 		Billing:         a.Billing,
 		Outbox:          a.Outbox,
+		Incidents:       a.Incidents,
 		Livemode:        cfg.Livemode(),
 		Background:      a.clocks,
 		Failures:        a.AuthFailures,
