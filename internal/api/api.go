@@ -31,6 +31,7 @@ type Deps struct {
 	Billing   BillingService  // nil: no billing routes
 	Outbox    OutboxAdmin     // nil: no outbox routes
 	Incidents IncidentService // nil: no incident routes
+	Replays   *Replays        // nil: no bulk replay routes
 	// Livemode: STRIPE_API_KEY is a live key; the test-clock routes answer
 	// 403 livemode.
 	Livemode bool
@@ -79,6 +80,7 @@ func Register(e *echo.Echo, token string, deps Deps) {
 	}
 	registerOutbox(g, deps.Outbox)
 	registerIncidents(g, deps.Incidents)
+	registerReplays(g, deps.Replays)
 }
 
 // router mounts routes with the bearer check as route middleware rather than

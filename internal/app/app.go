@@ -92,6 +92,7 @@ type App struct {
 	OpsProblems *ops.Problems
 	// Incidents groups what is broken (DESIGN §4, incidents).
 	Incidents *incidents.Store
+	Replays   *Replays
 	OpsRuns   *ops.Runs
 	// AuthFailures limits wrong INTERNAL_API_TOKEN guesses per client
 	// address, on the console's login and the bearer APIs alike.
@@ -249,6 +250,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 		Failures:        a.AuthFailures,
 		Log:             log.With("component", "api"),
 	}
+	apiDeps.Replays = a.newReplays(api.NewReplayer(apiDeps))
 	api.Register(a.Admin.Echo, cfg.InternalAPIToken, apiDeps)
 	if err := ops.Register(a.Admin.Echo, ops.Deps{
 		Token: cfg.InternalAPIToken, Pool: pool, Events: a.Events, Replayer: api.NewReplayer(apiDeps),
@@ -310,6 +312,7 @@ func (a *App) startBackground() {
 	})
 	a.startOutboxHousekeeping(ctx, &wg)
 	a.startThin(ctx, &wg)
+	a.startReplays(ctx, &wg)
 	if a.Emails != nil {
 		a.Safe.Go(ctx, &wg, "emails", func(ctx context.Context) { _ = a.Emails.Run(ctx) })
 	}

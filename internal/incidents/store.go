@@ -341,11 +341,7 @@ func (s *Store) derive(ctx context.Context) (map[string]*Incident, error) {
 		FROM ops_event_problems GROUP BY 1, 2, 3`, nil,
 		func(msg, typ, account string) part {
 			outcome, text := splitOutcome(msg)
-			cause := Classify(text)
-			if outcome == "rejected" {
-				cause = "rejected." + cause
-			}
-			return part{kind: KindEvent, cause: cause, eventType: typ, account: account}
+			return part{kind: KindEvent, cause: EventCause(outcome, text), eventType: typ, account: account}
 		})
 	if err != nil {
 		return nil, err
@@ -424,4 +420,13 @@ func splitOutcome(s string) (outcome, msg string) {
 		}
 	}
 	return "", s
+}
+
+// EventCause is the cause of an event listed as failed or rejected with
+// error msg: its class, prefixed "rejected." for a rejection.
+func EventCause(outcome, msg string) string {
+	if outcome == "rejected" {
+		return "rejected." + Classify(msg)
+	}
+	return Classify(msg)
 }

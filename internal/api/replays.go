@@ -1,0 +1,198 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/stripe-payments/stripe-payments/internal/apperr"
+	"github.com/stripe-payments/stripe-payments/internal/replay"
+	"github.com/stripe-payments/stripe-payments/internal/stripeid"
+)
+
+// ReplayService is what the bulk replay routes drive (replay.Store, with
+// Nudge waking the background runner).
+type ReplayService interface {
+	DryRun(ctx context.Context, f replay.Filter) (replay.Preview, error)
+	Start(ctx context.Context, f replay.Filter, actor string) (replay.Replay, error)
+	Get(ctx context.Context, id string) (replay.Replay, error)
+}
+
+// Replays are the bulk replay routes' dependencies.
+type Replays struct {
+	Service ReplayService
+	// Nudge wakes the runner after a start (nil: it finds the replay on
+	// its next poll).
+	Nudge func()
+}
+
+type replayFilterJSON struct {
+	Incident      string `json:"incident"`
+	Status        string `json:"status"`
+	Type          string `json:"type"`
+	StripeAccount string `json:"stripe_account"`
+	Since         string `json:"since"`
+	Until         string `json:"until"`
+}
+
+type replayRequest struct {
+	Filter *replayFilterJSON `json:"filter"`
+	DryRun bool              `json:"dry_run"`
+}
+
+// ReplaySampleJSON is one matched event of a dry run.
+type ReplaySampleJSON struct {
+	EventID       string `json:"event_id"`
+	EventType     string `json:"event_type"`
+	StripeAccount string `json:"stripe_account"`
+	Status        string `json:"status"`
+	Error         string `json:"error"`
+	At            string `json:"at"`
+	Would         string `json:"would"` // apply or duplicate
+}
+
+// ReplayJSON is a bulk replay's progress (DESIGN §4), with its filter and
+// who asked for it when.
+type ReplayJSON struct {
+	ID         string        `json:"id"`
+	Status     string        `json:"status"`
+	Matched    int           `json:"matched"`
+	Done       int           `json:"done"`
+	Applied    int           `json:"applied"`
+	Failed     int           `json:"failed"`
+	Filter     replay.Filter `json:"filter"`
+	CreatedBy  string        `json:"created_by"`
+	CreatedAt  string        `json:"created_at"`
+	FinishedAt *string       `json:"finished_at"`
+}
+
+// ReplayToJSON renders a replay.
+func ReplayToJSON(r replay.Replay) ReplayJSON {
+	out := ReplayJSON{ID: r.ID, Status: r.Status, Matched: r.Matched, Done: r.Done, Applied: r.Applied, Failed: r.Failed,
+		Filter: r.Filter, CreatedBy: r.CreatedBy, CreatedAt: r.CreatedAt.UTC().Format(time.RFC3339Nano)}
+	if !r.FinishedAt.IsZero() {
+		s := r.FinishedAt.UTC().Format(time.RFC3339Nano)
+		out.FinishedAt = &s
+	}
+	return out
+}
+
+var (
+	replayIDPattern  = regexp.MustCompile(`^rpl_[0-9a-f]{24}$`)
+	eventTypePattern = regexp.MustCompile(`^[a-z0-9_]+(\.[a-z0-9_]+)+$`)
+)
+
+type replayRoutes struct{ r Replays }
+
+func registerReplays(g router, r *Replays) {
+	if r == nil || r.Service == nil {
+		return
+	}
+	rr := replayRoutes{r: *r}
+	g.POST("/replays", rr.create)
+	g.GET("/replays/:id", rr.get)
+}
+
+// ParseReplayFilter validates a filter as the API and the console take it.
+func ParseReplayFilter(in replayFilterJSON) (replay.Filter, error) {
+	f := replay.Filter{Incident: in.Incident, Status: in.Status, Type: in.Type, StripeAccount: in.StripeAccount}
+	if f.Incident != "" && !incidentIDPattern.MatchString(f.Incident) {
+		return f, apperr.New(apperr.CodeInvalidParameter, "filter.incident: an incident id (inc_ and 20 hex digits)")
+	}
+	if f.Status != "" && f.Status != "failed" && f.Status != "rejected" {
+		return f, apperr.New(apperr.CodeInvalidParameter, "filter.status must be failed or rejected")
+	}
+	if f.Type != "" && (len(f.Type) > 100 || !eventTypePattern.MatchString(f.Type)) {
+		return f, apperr.New(apperr.CodeInvalidParameter, "filter.type: a Stripe event type such as invoice.paid")
+	}
+	if f.StripeAccount != "" && !stripeid.Valid(f.StripeAccount, "acct_") {
+		return f, apperr.New(apperr.CodeInvalidParameter, "filter.stripe_account must be an acct_ id")
+	}
+	for _, tc := range []struct {
+		name, raw string
+		dst       **time.Time
+	}{{"since", in.Since, &f.Since}, {"until", in.Until, &f.Until}} {
+		if tc.raw == "" {
+			continue
+		}
+		t, err := time.Parse(time.RFC3339, tc.raw)
+		if err != nil {
+			return f, apperr.New(apperr.CodeInvalidParameter, "filter.%s must be an RFC 3339 timestamp", tc.name)
+		}
+		t = t.UTC()
+		*tc.dst = &t
+	}
+	if f.Since != nil && f.Until != nil && !f.Since.Before(*f.Until) {
+		return f, apperr.New(apperr.CodeInvalidParameter, "filter.since must be before filter.until")
+	}
+	if f.Empty() {
+		return f, apperr.New(apperr.CodeInvalidParameter, "an empty filter without a time range would replay everything: name an incident, status, type, stripe_account, since or until")
+	}
+	return f, nil
+}
+
+func (h replayRoutes) create(c echo.Context) error {
+	var req replayRequest
+	if err := decodeBody(c, &req); err != nil {
+		return err
+	}
+	if req.Filter == nil {
+		return apperr.New(apperr.CodeInvalidParameter, "filter: required")
+	}
+	f, err := ParseReplayFilter(*req.Filter)
+	if err != nil {
+		return err
+	}
+	ctx := c.Request().Context()
+	if req.DryRun {
+		p, err := h.r.Service.DryRun(ctx, f)
+		if err != nil {
+			return replayError(err)
+		}
+		sample := make([]ReplaySampleJSON, 0, len(p.Sample))
+		for _, it := range p.Sample {
+			sample = append(sample, ReplaySampleJSON{EventID: it.EventID, EventType: it.EventType, StripeAccount: it.StripeAccount,
+				Status: it.Status, Error: it.Error, At: it.At.UTC().Format(time.RFC3339Nano), Would: it.Would})
+		}
+		return c.JSON(http.StatusOK, map[string]any{"matched": p.Matched, "sample": sample})
+	}
+	r, err := h.r.Service.Start(ctx, f, APIActor)
+	if err != nil {
+		return replayError(err)
+	}
+	if h.r.Nudge != nil {
+		h.r.Nudge()
+	}
+	return c.JSON(http.StatusAccepted, map[string]any{"id": r.ID, "status": r.Status, "matched": r.Matched})
+}
+
+func (h replayRoutes) get(c echo.Context) error {
+	if _, err := requestParams(c); err != nil {
+		return err
+	}
+	id := c.Param("id")
+	if !replayIDPattern.MatchString(id) {
+		return apperr.New(apperr.CodeInvalidParameter, "id: a replay id (rpl_ and 24 hex digits)")
+	}
+	r, err := h.r.Service.Get(c.Request().Context(), id)
+	if err != nil {
+		return replayError(err)
+	}
+	return c.JSON(http.StatusOK, ReplayToJSON(r))
+}
+
+func replayError(err error) error {
+	switch {
+	case errors.Is(err, replay.ErrNotFound):
+		return apperr.New(apperr.CodeNotFound, "replay not found")
+	case errors.Is(err, replay.ErrFilter):
+		return apperr.New(apperr.CodeInvalidParameter, "%s", strings.TrimPrefix(err.Error(), replay.ErrFilter.Error()+": "))
+	default:
+		return apperr.Wrap(err, apperr.CodeUnavailable, "could not read or start the replay")
+	}
+}

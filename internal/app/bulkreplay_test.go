@@ -1,0 +1,211 @@
+package app_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/stripe-payments/stripe-payments/internal/api"
+	"github.com/stripe-payments/stripe-payments/internal/apptest"
+	"github.com/stripe-payments/stripe-payments/internal/events"
+	"github.com/stripe-payments/stripe-payments/internal/incidents"
+	"github.com/stripe-payments/stripe-payments/internal/replay"
+	"github.com/stripe-payments/stripe-payments/internal/stripebudget"
+	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
+	"github.com/stripe-payments/stripe-payments/internal/stripetest"
+)
+
+// crashAfter replays through the real path, and after the n-th replay
+// "crashes" the process (cancels the runner's context) before the runner
+// can record that item.
+type crashAfter struct {
+	inner  api.Replayer
+	n      int32
+	calls  atomic.Int32
+	cancel context.CancelFunc
+}
+
+func (c *crashAfter) Replay(ctx context.Context, id, account string) (string, error) {
+	res, err := c.inner.Replay(ctx, id, account)
+	if c.calls.Add(1) == c.n {
+		c.cancel()
+	}
+	return res.Outcome, err
+}
+
+func replayCall(t *testing.T, method, url string, body any) (int, map[string]any) {
+	t.Helper()
+	var r *bytes.Reader
+	if body != nil {
+		raw, err := json.Marshal(body)
+		require.NoError(t, err)
+		r = bytes.NewReader(raw)
+	} else {
+		r = bytes.NewReader(nil)
+	}
+	req, err := http.NewRequest(method, url, r)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	return do(t, req)
+}
+
+// TestBulkReplayResumesAfterRestartAndAppliesOnce: 30 events failed for one
+// cause (recorded failed and listed, their effects never applied) form one
+// incident. A dry run of the incident matches 30 and changes nothing; the
+// replay starts, the process dies after the 12th re-drive (applied, not yet
+// recorded as done), and a new process on the same DynamoDB table and
+// Postgres database resumes it to done: every event processed, each in the
+// ledger once, the re-driven-but-unrecorded one answered duplicate.
+func TestBulkReplayResumesAfterRestartAndAppliesOnce(t *testing.T) {
+	const n, crashAt = 30, 12
+	first := apptest.New(t, apptest.Options{Env: map[string]string{"INTERNAL_API_TOKEN": token}})
+	ctx := context.Background()
+	failing := first.OpsProblems.Track(first.Events)
+	ids := make([]string, n)
+	for i := range ids {
+		payload := stripetest.Event{Fixture: "customer.created", Created: time.Now().Add(-time.Hour)}.Build(t)
+		ev, err := stripeevent.Parse(payload)
+		require.NoError(t, err)
+		ids[i] = ev.ID
+		rec := events.NewRecord(ev, payload, first.Config.PlatformAccount, first.Config.EventTTL, stripeevent.SourceWebhook, time.Now())
+		require.NoError(t, failing.RecordFailure(ctx, rec, errors.New("Stripe unreachable: Get \"https://api.stripe.com/v1/customers/cus_"+ev.ID[4:]+"\": EOF")))
+	}
+	list, err := first.Incidents.List(ctx, incidents.Open)
+	require.NoError(t, err)
+	require.Len(t, list, 1)
+	inc := list[0]
+	assert.EqualValues(t, n, inc.Count)
+	assert.Equal(t, "stripe_unreachable", inc.Cause)
+
+	// Dry run: 30, a sample, nothing changes.
+	preview, err := first.Replays.Store.DryRun(ctx, replay.Filter{Incident: inc.ID})
+	require.NoError(t, err)
+	assert.Equal(t, n, preview.Matched)
+	require.Len(t, preview.Sample, replay.SampleSize)
+	assert.Equal(t, "apply", preview.Sample[0].Would)
+	var ledger int
+	require.NoError(t, first.Pool.QueryRow(ctx, `SELECT count(*) FROM processed_events WHERE event_id = ANY($1)`, ids).Scan(&ledger))
+	assert.Zero(t, ledger)
+
+	r, err := first.Replays.Store.Start(ctx, replay.Filter{Incident: inc.ID}, "test")
+	require.NoError(t, err)
+	assert.Equal(t, n, r.Matched)
+
+	// The first process: its runner dies after the crashAt-th re-drive.
+	runCtx, cancel := context.WithCancel(ctx)
+	crash := &crashAfter{inner: api.NewReplayer(api.Deps{Events: first.Events, Handler: first.Handler, PlatformAccount: first.Config.PlatformAccount}), n: crashAt, cancel: cancel}
+	runner := replay.NewRunner(first.Replays.Store, crash, stripebudget.NewLocal(1000), replay.RunnerConfig{Lease: time.Second})
+	worked, err := runner.RunOnce(runCtx)
+	assert.True(t, worked)
+	assert.ErrorIs(t, err, context.Canceled)
+	mid, err := first.Replays.Store.Get(ctx, r.ID)
+	require.NoError(t, err)
+	assert.Equal(t, replay.StatusRunning, mid.Status)
+	assert.Equal(t, crashAt-1, mid.Done, "the item re-driven at the crash is not recorded")
+	first.Close()
+
+	// The restarted process resumes the replay on its own.
+	second := apptest.Start(t, apptest.Options{Env: first.Env, Stripe: first.Fake})
+	var progress map[string]any
+	require.Eventually(t, func() bool {
+		status, body := replayCall(t, http.MethodGet, second.AdminURL+"/internal/v1/replays/"+r.ID, nil)
+		require.Equal(t, http.StatusOK, status, body)
+		progress = body
+		return body["status"] == replay.StatusDone
+	}, 30*time.Second, 100*time.Millisecond)
+	assert.EqualValues(t, n, progress["matched"])
+	assert.EqualValues(t, n, progress["done"])
+	assert.EqualValues(t, 0, progress["failed"])
+	assert.EqualValues(t, n-1, progress["applied"], "the item applied before the crash is a duplicate on resumption")
+
+	var outcomes []string
+	rows, err := second.Pool.Query(ctx, `SELECT outcome FROM replay_items WHERE replay_id = $1 ORDER BY seq`, r.ID)
+	require.NoError(t, err)
+	for rows.Next() {
+		var o string
+		require.NoError(t, rows.Scan(&o))
+		outcomes = append(outcomes, o)
+	}
+	require.NoError(t, rows.Err())
+	require.Len(t, outcomes, n)
+	for i, o := range outcomes {
+		if i == crashAt-1 {
+			assert.Equal(t, "duplicate", o, "item %d", i)
+		} else {
+			assert.Contains(t, []string{"applied", "completed"}, o, "item %d", i)
+		}
+	}
+	// Each event's effects applied once: one ledger row each, the record
+	// processed, and the incident gone (nothing fails any more).
+	var rowsPerEvent []int
+	prow, err := second.Pool.Query(ctx, `SELECT count(*) FROM processed_events WHERE event_id = ANY($1) GROUP BY event_id`, ids)
+	require.NoError(t, err)
+	for prow.Next() {
+		var c int
+		require.NoError(t, prow.Scan(&c))
+		rowsPerEvent = append(rowsPerEvent, c)
+	}
+	require.NoError(t, prow.Err())
+	assert.Len(t, rowsPerEvent, n)
+	for _, c := range rowsPerEvent {
+		assert.Equal(t, 1, c)
+	}
+	for _, id := range ids {
+		rec, err := second.Events.Get(ctx, id)
+		require.NoError(t, err)
+		assert.Equal(t, events.StatusProcessed, rec.Status, id)
+	}
+	open, err := second.Incidents.List(ctx, incidents.Open)
+	require.NoError(t, err)
+	assert.Empty(t, open)
+}
+
+// Bad input to the bulk replay API: a clear 400, nothing written.
+func TestBulkReplayAPIBadInput(t *testing.T) {
+	a := startApp(t, nil, nil)
+	ctx := context.Background()
+	url := a.Admin.URL() + "/internal/v1/replays"
+	cases := []struct {
+		name string
+		body any
+		want string
+	}{
+		{"no filter", map[string]any{"dry_run": true}, "filter: required"},
+		{"empty filter", map[string]any{"filter": map[string]any{}}, "an empty filter without a time range"},
+		{"unknown status", map[string]any{"filter": map[string]any{"status": "processed"}}, "status must be failed or rejected"},
+		{"bad account", map[string]any{"filter": map[string]any{"stripe_account": "cus_1"}}, "acct_"},
+		{"bad since", map[string]any{"filter": map[string]any{"since": "yesterday"}}, "RFC 3339"},
+		{"since after until", map[string]any{"filter": map[string]any{"since": "2026-01-02T00:00:00Z", "until": "2026-01-01T00:00:00Z"}}, "before"},
+		{"unknown incident", map[string]any{"filter": map[string]any{"incident": "inc_00000000000000000000"}, "dry_run": true}, "no incident"},
+		{"unknown field", map[string]any{"filter": map[string]any{"type": "invoice.paid"}, "force": true}, "invalid JSON body"},
+		{"matches nothing", map[string]any{"filter": map[string]any{"type": "invoice.paid"}}, "matches no failed or rejected event"},
+	}
+	for _, tc := range cases {
+		status, body := replayCall(t, http.MethodPost, url, tc.body)
+		assert.Equal(t, http.StatusBadRequest, status, tc.name)
+		assert.Contains(t, body["error"].(map[string]any)["message"], tc.want, tc.name)
+	}
+	var replays int
+	require.NoError(t, a.Pool.QueryRow(ctx, `SELECT count(*) FROM replays`).Scan(&replays))
+	assert.Zero(t, replays)
+
+	// A dry run matching nothing is a clear answer.
+	status, body := replayCall(t, http.MethodPost, url, map[string]any{"filter": map[string]any{"type": "invoice.paid"}, "dry_run": true})
+	require.Equal(t, http.StatusOK, status, body)
+	assert.EqualValues(t, 0, body["matched"])
+	assert.Equal(t, []any{}, body["sample"])
+
+	status, _ = replayCall(t, http.MethodGet, url+"/rpl_000000000000000000000000", nil)
+	assert.Equal(t, http.StatusNotFound, status)
+	status, _ = replayCall(t, http.MethodGet, url+"/nope", nil)
+	assert.Equal(t, http.StatusBadRequest, status)
+}

@@ -1,0 +1,43 @@
+package app
+
+import (
+	"context"
+	"sync"
+
+	"github.com/stripe-payments/stripe-payments/internal/api"
+	"github.com/stripe-payments/stripe-payments/internal/replay"
+)
+
+// Bulk replays (DESIGN §4, issue 30): the store the API starts them in and
+// the runner serve carries them out with, through the one replay path
+// (api.Replayer) and the thin events' Stripe budget at the bulk class.
+type Replays struct {
+	Store  *replay.Store
+	Runner *replay.Runner
+}
+
+// outcomeReplayer adapts api.Replayer to replay.Replayer.
+type outcomeReplayer struct{ r api.Replayer }
+
+func (o outcomeReplayer) Replay(ctx context.Context, id, account string) (string, error) {
+	res, err := o.r.Replay(ctx, id, account)
+	return res.Outcome, err
+}
+
+// newReplays builds the store and runner; the thin events (their budget)
+// and the incidents must exist.
+func (a *App) newReplays(r api.Replayer) *api.Replays {
+	store := replay.NewStore(a.Pool, a.Incidents)
+	a.Replays = &Replays{Store: store, Runner: replay.NewRunner(store, outcomeReplayer{r}, a.Thin.Budget,
+		replay.RunnerConfig{Log: a.Log.With("component", "replay")})}
+	return &api.Replays{Service: store, Nudge: a.Replays.Runner.Nudge}
+}
+
+// startReplays runs the bulk replay runner until ctx ends.
+func (a *App) startReplays(ctx context.Context, wg *sync.WaitGroup) {
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		a.Replays.Runner.Run(ctx)
+	}()
+}

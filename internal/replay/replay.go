@@ -1,0 +1,264 @@
+// Package replay is the bulk replay of DESIGN §4: the events a filter
+// matches (an incident, status, type, account, time range) are re-driven in
+// the background through the one replay path, within the Stripe API budget
+// at the bulk class, resuming after a restart.
+package replay
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/stripe-payments/stripe-payments/internal/incidents"
+)
+
+// MaxItems bounds one replay (as Svix bounds a recovery): a filter matching
+// more is refused, to be narrowed.
+const MaxItems = 10000
+
+// SampleSize is how many matched events a dry run shows.
+const SampleSize = 10
+
+// Status of a replay.
+const (
+	StatusRunning = "running"
+	StatusDone    = "done"
+)
+
+var (
+	ErrNotFound = errors.New("replay not found")
+	// ErrFilter wraps every refusal of a filter; its message says why.
+	ErrFilter = errors.New("invalid filter")
+)
+
+// Filter selects the failed and rejected events to replay. At least one
+// field must be set.
+type Filter struct {
+	Incident      string     `json:"incident,omitempty"`
+	Status        string     `json:"status,omitempty"` // failed or rejected
+	Type          string     `json:"type,omitempty"`
+	StripeAccount string     `json:"stripe_account,omitempty"`
+	Since         *time.Time `json:"since,omitempty"`
+	Until         *time.Time `json:"until,omitempty"`
+}
+
+// Empty says no field is set.
+func (f Filter) Empty() bool {
+	return f.Incident == "" && f.Status == "" && f.Type == "" && f.StripeAccount == "" && f.Since == nil && f.Until == nil
+}
+
+// Item is one matched event.
+type Item struct {
+	EventID       string
+	EventType     string
+	StripeAccount string
+	Status        string // failed or rejected
+	Error         string
+	At            time.Time
+	// Would is a dry run's forecast: "duplicate" when the handler's ledger
+	// already holds the event (its effects were applied), else "apply".
+	Would string
+}
+
+// Preview is a dry run's answer.
+type Preview struct {
+	Matched int
+	Sample  []Item
+}
+
+// Replay is one bulk replay and its progress.
+type Replay struct {
+	ID                             string
+	Status                         string
+	Filter                         Filter
+	Matched, Done, Applied, Failed int
+	CreatedBy                      string
+	CreatedAt                      time.Time
+	FinishedAt                     time.Time
+}
+
+// IncidentReader finds an incident for an incident filter.
+type IncidentReader interface {
+	Get(ctx context.Context, id string) (incidents.Incident, error)
+}
+
+// Store keeps replays in Postgres and matches filters against the events
+// listed as failed or rejected (ops_event_problems).
+type Store struct {
+	pool      *pgxpool.Pool
+	incidents IncidentReader
+	now       func() time.Time
+}
+
+// NewStore returns a Store.
+func NewStore(pool *pgxpool.Pool, inc IncidentReader) *Store {
+	return &Store{pool: pool, incidents: inc, now: time.Now}
+}
+
+func filterError(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrFilter, fmt.Sprintf(format, args...))
+}
+
+// match returns every event f selects, oldest first.
+func (s *Store) match(ctx context.Context, f Filter) ([]Item, error) {
+	if f.Empty() {
+		return nil, filterError("an empty filter without a time range would replay everything; name an incident, status, type, stripe_account, since or until")
+	}
+	if f.Status != "" && f.Status != "failed" && f.Status != "rejected" {
+		return nil, filterError("status must be failed or rejected")
+	}
+	if f.Since != nil && f.Until != nil && !f.Since.Before(*f.Until) {
+		return nil, filterError("since must be before until")
+	}
+	var cause string
+	typ, account := f.Type, f.StripeAccount
+	if f.Incident != "" {
+		inc, err := s.incidents.Get(ctx, f.Incident)
+		if errors.Is(err, incidents.ErrNotFound) {
+			return nil, filterError("no incident %s", f.Incident)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read incident %s: %w", f.Incident, err)
+		}
+		if inc.Kind != incidents.KindEvent || strings.HasPrefix(inc.Cause, "hydration.") {
+			return nil, filterError("incident %s is a %s incident (%s): only failed and rejected events are replayed; thin events are retried by the hydrator and dead letters re-driven from the outbox", f.Incident, inc.Kind, inc.Cause)
+		}
+		if (typ != "" && typ != inc.EventType) || (account != "" && account != inc.StripeAccount) {
+			return []Item{}, nil
+		}
+		cause, typ, account = inc.Cause, inc.EventType, inc.StripeAccount
+	}
+	rows, err := s.pool.Query(ctx, `SELECT event_id, event_type, stripe_account, outcome, error, at FROM ops_event_problems
+		WHERE ($1 = '' OR outcome = $1) AND ($2 = '' OR event_type = $2) AND ($3 = '' OR stripe_account = $3)
+		  AND ($4::timestamptz IS NULL OR at >= $4) AND ($5::timestamptz IS NULL OR at < $5)
+		ORDER BY at, event_id`, f.Status, typ, account, f.Since, f.Until)
+	if err != nil {
+		return nil, fmt.Errorf("match replay filter: %w", err)
+	}
+	defer rows.Close()
+	out := []Item{}
+	for rows.Next() {
+		var it Item
+		if err := rows.Scan(&it.EventID, &it.EventType, &it.StripeAccount, &it.Status, &it.Error, &it.At); err != nil {
+			return nil, fmt.Errorf("match replay filter: %w", err)
+		}
+		if cause != "" && incidents.EventCause(it.Status, it.Error) != cause {
+			continue
+		}
+		out = append(out, it)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("match replay filter: %w", err)
+	}
+	return out, nil
+}
+
+// DryRun says how many events f matches and what replaying a sample of
+// them would do. It changes nothing.
+func (s *Store) DryRun(ctx context.Context, f Filter) (Preview, error) {
+	items, err := s.match(ctx, f)
+	if err != nil {
+		return Preview{}, err
+	}
+	sample := items[:min(len(items), SampleSize)]
+	ids := make([]string, len(sample))
+	for i, it := range sample {
+		ids[i] = it.EventID
+	}
+	applied := map[string]bool{}
+	rows, err := s.pool.Query(ctx, `SELECT event_id FROM processed_events WHERE event_id = ANY($1)`, ids)
+	if err != nil {
+		return Preview{}, fmt.Errorf("dry run: %w", err)
+	}
+	done, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return Preview{}, fmt.Errorf("dry run: %w", err)
+	}
+	for _, id := range done {
+		applied[id] = true
+	}
+	for i := range sample {
+		sample[i].Would = "apply"
+		if applied[sample[i].EventID] {
+			sample[i].Would = "duplicate"
+		}
+	}
+	return Preview{Matched: len(items), Sample: sample}, nil
+}
+
+// Start records a replay of what f matches, asked for by actor, for the
+// runner to carry out. A filter matching nothing, or over MaxItems, is
+// refused and nothing is written.
+func (s *Store) Start(ctx context.Context, f Filter, actor string) (Replay, error) {
+	items, err := s.match(ctx, f)
+	if err != nil {
+		return Replay{}, err
+	}
+	switch {
+	case len(items) == 0:
+		return Replay{}, filterError("the filter matches no failed or rejected event: nothing to replay")
+	case len(items) > MaxItems:
+		return Replay{}, filterError("the filter matches %d events, over the %d one replay takes: narrow it (since/until)", len(items), MaxItems)
+	}
+	var b [12]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return Replay{}, fmt.Errorf("replay id: %w", err)
+	}
+	r := Replay{ID: "rpl_" + hex.EncodeToString(b[:]), Status: StatusRunning, Filter: f, Matched: len(items),
+		CreatedBy: actor, CreatedAt: s.now().UTC()}
+	raw, err := json.Marshal(f)
+	if err != nil {
+		return Replay{}, fmt.Errorf("replay filter: %w", err)
+	}
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO replays (id, filter, status, matched, created_by, created_at) VALUES ($1, $2, $3, $4, $5, $6)`,
+			r.ID, raw, r.Status, r.Matched, actor, r.CreatedAt); err != nil {
+			return fmt.Errorf("insert replay: %w", err)
+		}
+		rowsIn := make([][]any, len(items))
+		for i, it := range items {
+			rowsIn[i] = []any{r.ID, i, it.EventID, it.StripeAccount}
+		}
+		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"replay_items"}, []string{"replay_id", "seq", "event_id", "stripe_account"},
+			pgx.CopyFromRows(rowsIn)); err != nil {
+			return fmt.Errorf("insert replay items: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return Replay{}, err
+	}
+	return r, nil
+}
+
+// Get returns replay id.
+func (s *Store) Get(ctx context.Context, id string) (Replay, error) {
+	var (
+		r        Replay
+		raw      []byte
+		finished *time.Time
+	)
+	err := s.pool.QueryRow(ctx, `SELECT id, status, filter, matched, done, applied, failed, created_by, created_at, finished_at
+		FROM replays WHERE id = $1`, id).Scan(&r.ID, &r.Status, &raw, &r.Matched, &r.Done, &r.Applied, &r.Failed, &r.CreatedBy, &r.CreatedAt, &finished)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Replay{}, ErrNotFound
+	}
+	if err != nil {
+		return Replay{}, fmt.Errorf("read replay %s: %w", id, err)
+	}
+	if err := json.Unmarshal(raw, &r.Filter); err != nil {
+		return Replay{}, fmt.Errorf("read replay %s filter: %w", id, err)
+	}
+	if finished != nil {
+		r.FinishedAt = *finished
+	}
+	return r, nil
+}

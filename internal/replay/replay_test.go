@@ -1,0 +1,161 @@
+package replay_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/stripe-payments/stripe-payments/internal/incidents"
+	"github.com/stripe-payments/stripe-payments/internal/replay"
+	"github.com/stripe-payments/stripe-payments/internal/stripebudget"
+	"github.com/stripe-payments/stripe-payments/internal/testenv"
+)
+
+var t0 = time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+
+func ptr(t time.Time) *time.Time { return &t }
+
+// The filter selects exactly the listed events it names.
+func TestFilterMatches(t *testing.T) {
+	pool := testenv.Postgres(t)
+	ctx := context.Background()
+	inc := incidents.New(pool, incidents.Config{})
+	s := replay.NewStore(pool, inc)
+	rows := []struct{ id, outcome, typ, account, msg string }{
+		{"evt_a1", "failed", "invoice.paid", "acct_A0000001", "context deadline exceeded"},
+		{"evt_a2", "failed", "invoice.paid", "acct_A0000001", "dynamodb: throttled"},
+		{"evt_a3", "rejected", "invoice.paid", "acct_A0000001", "context deadline exceeded"},
+		{"evt_b1", "failed", "charge.refunded", "acct_B0000001", "context deadline exceeded"},
+	}
+	for i, r := range rows {
+		_, err := pool.Exec(ctx, `INSERT INTO ops_event_problems (event_id, outcome, event_type, stripe_account, error, at) VALUES ($1, $2, $3, $4, $5, $6)`,
+			r.id, r.outcome, r.typ, r.account, r.msg, t0.Add(time.Duration(i)*time.Minute))
+		require.NoError(t, err)
+	}
+	_, err := pool.Exec(ctx, `INSERT INTO processed_events (event_id, event_type, stripe_account, event_created) VALUES ('evt_a3', 'invoice.paid', 'acct_A0000001', now())`)
+	require.NoError(t, err)
+	timeoutInc := incidents.ID(incidents.KindEvent, "timeout", "invoice.paid", "acct_A0000001")
+	cases := []struct {
+		name   string
+		f      replay.Filter
+		want   []string
+		refuse string
+	}{
+		{name: "incident: its cause, type and account only", f: replay.Filter{Incident: timeoutInc}, want: []string{"evt_a1"}},
+		{name: "status", f: replay.Filter{Status: "rejected"}, want: []string{"evt_a3"}},
+		{name: "type and account", f: replay.Filter{Type: "invoice.paid", StripeAccount: "acct_A0000001"}, want: []string{"evt_a1", "evt_a2", "evt_a3"}},
+		{name: "time range [since, until)", f: replay.Filter{Since: ptr(t0.Add(time.Minute)), Until: ptr(t0.Add(3 * time.Minute))}, want: []string{"evt_a2", "evt_a3"}},
+		{name: "incident and another account: nothing", f: replay.Filter{Incident: timeoutInc, StripeAccount: "acct_B0000001"}, want: []string{}},
+		{name: "empty", f: replay.Filter{}, refuse: "empty filter"},
+		{name: "unknown incident", f: replay.Filter{Incident: "inc_00000000000000000000"}, refuse: "no incident"},
+		{name: "bad status", f: replay.Filter{Status: "processed"}, refuse: "status"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := s.DryRun(ctx, tc.f)
+			if tc.refuse != "" {
+				require.ErrorIs(t, err, replay.ErrFilter)
+				assert.Contains(t, err.Error(), tc.refuse)
+				return
+			}
+			require.NoError(t, err)
+			got := []string{}
+			for _, it := range p.Sample {
+				got = append(got, it.EventID)
+				want := "apply"
+				if it.EventID == "evt_a3" {
+					want = "duplicate"
+				}
+				assert.Equal(t, want, it.Would, it.EventID)
+			}
+			assert.Equal(t, tc.want, got)
+			assert.Equal(t, len(tc.want), p.Matched)
+		})
+	}
+	_, err = s.Start(ctx, replay.Filter{Type: "customer.created"}, "t")
+	assert.ErrorIs(t, err, replay.ErrFilter, "a replay matching nothing is refused")
+	var n int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM replays`).Scan(&n))
+	assert.Zero(t, n, "dry runs and refusals write nothing")
+}
+
+type countingReplayer struct {
+	mu    sync.Mutex
+	calls map[string]int
+}
+
+func (c *countingReplayer) Replay(_ context.Context, id, _ string) (string, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.calls[id]++
+	if id == "evt_bad" {
+		return "", errors.New("event evt_bad could not be processed")
+	}
+	return "applied", nil
+}
+
+type countingBudget struct {
+	mu    sync.Mutex
+	waits map[stripebudget.Priority]int
+}
+
+func (b *countingBudget) Wait(_ context.Context, p stripebudget.Priority) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.waits[p]++
+	return nil
+}
+func (b *countingBudget) Throttled(time.Duration) {}
+
+// The runner re-drives each item once, at the bulk priority of the budget,
+// counts failures, and two runners never share a replay.
+func TestRunnerDrawsTheBulkBudgetAndCounts(t *testing.T) {
+	pool := testenv.Postgres(t)
+	ctx := context.Background()
+	s := replay.NewStore(pool, incidents.New(pool, incidents.Config{}))
+	for i := 0; i < 20; i++ {
+		id := fmt.Sprintf("evt_ok%02d", i)
+		if i == 7 {
+			id = "evt_bad"
+		}
+		_, err := pool.Exec(ctx, `INSERT INTO ops_event_problems (event_id, outcome, event_type, stripe_account, error, at) VALUES ($1, 'failed', 'invoice.paid', 'acct_A0000001', 'x', $2)`,
+			id, t0.Add(time.Duration(i)*time.Second))
+		require.NoError(t, err)
+	}
+	r, err := s.Start(ctx, replay.Filter{Type: "invoice.paid"}, "t")
+	require.NoError(t, err)
+	rep := &countingReplayer{calls: map[string]int{}}
+	budget := &countingBudget{waits: map[stripebudget.Priority]int{}}
+	a := replay.NewRunner(s, rep, budget, replay.RunnerConfig{})
+	b := replay.NewRunner(s, rep, budget, replay.RunnerConfig{})
+	var wg sync.WaitGroup
+	var worked [2]bool
+	for i, runner := range []*replay.Runner{a, b} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w, err := runner.RunOnce(ctx)
+			assert.NoError(t, err)
+			worked[i] = w
+		}()
+	}
+	wg.Wait()
+	assert.True(t, worked[0] != worked[1], "exactly one runner takes the replay")
+	got, err := s.Get(ctx, r.ID)
+	require.NoError(t, err)
+	assert.Equal(t, replay.StatusDone, got.Status)
+	assert.Equal(t, 20, got.Done)
+	assert.Equal(t, 19, got.Applied)
+	assert.Equal(t, 1, got.Failed)
+	assert.Len(t, rep.calls, 20)
+	for id, n := range rep.calls {
+		assert.Equal(t, 1, n, id)
+	}
+	assert.Equal(t, map[stripebudget.Priority]int{stripebudget.Background: 20}, budget.waits)
+}

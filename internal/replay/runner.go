@@ -1,0 +1,216 @@
+package replay
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/stripe-payments/stripe-payments/internal/stripebudget"
+)
+
+// Replayer re-drives one event exactly as POST
+// /internal/v1/events/{id}/replay does and returns the handler's outcome.
+type Replayer interface {
+	Replay(ctx context.Context, id, account string) (outcome string, err error)
+}
+
+// RunnerConfig tunes a Runner.
+type RunnerConfig struct {
+	// Lease is how long a runner holds a replay without recording progress
+	// before another (after a restart, another replica) takes it over
+	// (0: 30 s).
+	Lease time.Duration
+	// Poll is how often an idle runner looks for work (0: 2 s); Nudge
+	// wakes it at once.
+	Poll time.Duration
+	Log  *slog.Logger
+}
+
+// Runner carries out running replays, one item at a time, each drawing one
+// request's worth of the Stripe budget at the bulk class first.
+type Runner struct {
+	store    *Store
+	replayer Replayer
+	budget   stripebudget.Budget
+	cfg      RunnerConfig
+	owner    string
+	nudge    chan struct{}
+}
+
+// NewRunner returns a Runner.
+func NewRunner(store *Store, replayer Replayer, budget stripebudget.Budget, cfg RunnerConfig) *Runner {
+	if cfg.Lease <= 0 {
+		cfg.Lease = 30 * time.Second
+	}
+	if cfg.Poll <= 0 {
+		cfg.Poll = 2 * time.Second
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return &Runner{store: store, replayer: replayer, budget: budget, cfg: cfg, owner: hex.EncodeToString(b[:]), nudge: make(chan struct{}, 1)}
+}
+
+// Nudge wakes the runner: a replay was started.
+func (r *Runner) Nudge() {
+	select {
+	case r.nudge <- struct{}{}:
+	default:
+	}
+}
+
+// Run works until ctx ends.
+func (r *Runner) Run(ctx context.Context) {
+	for {
+		for {
+			worked, err := r.RunOnce(ctx)
+			if err != nil && ctx.Err() == nil {
+				r.cfg.Log.Warn("bulk replay", "error", err)
+			}
+			if !worked || err != nil || ctx.Err() != nil {
+				break
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.nudge:
+		case <-time.After(r.cfg.Poll):
+		}
+	}
+}
+
+// RunOnce claims one running replay nobody holds and carries it out to its
+// end (or until ctx ends or the lease is lost). worked is false when there
+// was none.
+func (r *Runner) RunOnce(ctx context.Context) (worked bool, err error) {
+	id, err := r.claim(ctx)
+	if err != nil || id == "" {
+		return false, err
+	}
+	for {
+		items, err := r.pending(ctx, id, 100)
+		if err != nil {
+			return true, err
+		}
+		if len(items) == 0 {
+			return true, r.finish(ctx, id)
+		}
+		for _, it := range items {
+			if err := r.budget.Wait(ctx, stripebudget.Background); err != nil {
+				return true, fmt.Errorf("replay %s: budget: %w", id, err)
+			}
+			outcome, rerr := r.replayer.Replay(ctx, it.eventID, it.account)
+			if ctx.Err() != nil {
+				// Stopping: the item is left unrecorded and re-driven after
+				// the restart (the ledger makes that a duplicate if it applied).
+				return true, ctx.Err()
+			}
+			msg := ""
+			if rerr != nil {
+				outcome, msg = "failed", rerr.Error()
+				if len(msg) > 1000 {
+					msg = msg[:1000]
+				}
+			}
+			held, err := r.record(ctx, id, it.seq, outcome, msg)
+			if err != nil {
+				return true, err
+			}
+			if !held {
+				return true, fmt.Errorf("replay %s: lease lost to another runner", id)
+			}
+		}
+	}
+}
+
+func (r *Runner) claim(ctx context.Context) (string, error) {
+	var id string
+	err := r.store.pool.QueryRow(ctx, `UPDATE replays SET lease_owner = $1, leased_until = now() + $2::interval
+		WHERE id = (SELECT id FROM replays WHERE status = 'running' AND (leased_until IS NULL OR leased_until < now())
+		            ORDER BY created_at LIMIT 1 FOR UPDATE SKIP LOCKED)
+		RETURNING id`, r.owner, r.cfg.Lease.String()).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("claim a replay: %w", err)
+	}
+	return id, nil
+}
+
+type pendingItem struct {
+	seq              int
+	eventID, account string
+}
+
+func (r *Runner) pending(ctx context.Context, id string, n int) ([]pendingItem, error) {
+	rows, err := r.store.pool.Query(ctx, `SELECT seq, event_id, stripe_account FROM replay_items
+		WHERE replay_id = $1 AND outcome IS NULL ORDER BY seq LIMIT $2`, id, n)
+	if err != nil {
+		return nil, fmt.Errorf("replay %s: pending items: %w", id, err)
+	}
+	items, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (pendingItem, error) {
+		var p pendingItem
+		err := row.Scan(&p.seq, &p.eventID, &p.account)
+		return p, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("replay %s: pending items: %w", id, err)
+	}
+	return items, nil
+}
+
+// record writes an item's outcome and the counters in one transaction,
+// and renews the lease; held is false when another runner holds it now.
+func (r *Runner) record(ctx context.Context, id string, seq int, outcome, msg string) (held bool, err error) {
+	applied, failed := 0, 0
+	switch outcome {
+	case "applied", "completed":
+		applied = 1
+	case "failed", "rejected":
+		failed = 1
+	}
+	err = pgx.BeginFunc(ctx, r.store.pool, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `UPDATE replays SET done = done + 1, applied = applied + $3, failed = failed + $4,
+				leased_until = now() + $5::interval
+			WHERE id = $1 AND lease_owner = $2 AND status = 'running'`, id, r.owner, applied, failed, r.cfg.Lease.String())
+		if err != nil {
+			return fmt.Errorf("replay %s: record progress: %w", id, err)
+		}
+		if tag.RowsAffected() == 0 {
+			return nil
+		}
+		var errText any
+		if msg != "" {
+			errText = msg
+		}
+		tag, err = tx.Exec(ctx, `UPDATE replay_items SET outcome = $3, error = $4 WHERE replay_id = $1 AND seq = $2 AND outcome IS NULL`,
+			id, seq, outcome, errText)
+		if err != nil {
+			return fmt.Errorf("replay %s: record item %d: %w", id, seq, err)
+		}
+		if tag.RowsAffected() != 1 {
+			return fmt.Errorf("replay %s: item %d recorded twice", id, seq)
+		}
+		held = true
+		return nil
+	})
+	return held, err
+}
+
+func (r *Runner) finish(ctx context.Context, id string) error {
+	if _, err := r.store.pool.Exec(ctx, `UPDATE replays SET status = 'done', finished_at = now(), lease_owner = NULL, leased_until = NULL
+		WHERE id = $1 AND lease_owner = $2`, id, r.owner); err != nil {
+		return fmt.Errorf("replay %s: finish: %w", id, err)
+	}
+	return nil
+}
