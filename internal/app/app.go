@@ -258,6 +258,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 		Gatherer: a.Metrics.Registry, Log: log.With("component", "ops"), Livemode: cfg.Livemode(), Clocks: a.clocks,
 		Development: cfg.Development, Failures: a.AuthFailures,
 		SessionIdle: cfg.Admin.SessionIdle, SessionMaxAge: cfg.Admin.SessionMaxAge,
+		Incidents: a.Incidents, Replays: a.Replays.Store, ReplayNudge: a.Replays.Runner.Nudge,
 	}); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("operator console: %w", err)

@@ -24,6 +24,7 @@ var classes = []struct {
 }
 
 var (
+	stripeErrorType = regexp.MustCompile(`"type":\s*"(api_error|card_error|idempotency_error|invalid_request_error|rate_limit_error|authentication_error|api_connection_error|permission_error)"`)
 	stripeIDs = regexp.MustCompile(`\b[a-z]{2,8}_(test_|live_)?[A-Za-z0-9]{6,}\b`)
 	uuids     = regexp.MustCompile(`(?i)\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b`)
 	quoted    = regexp.MustCompile(`"[^"]*"|'[^']*'`)
@@ -42,6 +43,11 @@ func Classify(msg string) string {
 	msg = strings.TrimSpace(msg)
 	if msg == "" {
 		return "unknown"
+	}
+	// A Stripe API error (stripe-go renders it as JSON): its type is the
+	// cause, whatever object and request it was about.
+	if m := stripeErrorType.FindStringSubmatch(msg); m != nil {
+		return "stripe_" + m[1]
 	}
 	for _, c := range classes {
 		if c.re.MatchString(msg) {

@@ -11,6 +11,8 @@ import (
 func TestClassify(t *testing.T) {
 	cases := []struct{ msg, want string }{
 		{"", "unknown"},
+		{`prepare event: look up invoice in_1Ops: get invoice in_1Ops: {"status":400,"message":"test Stripe is down","request_id":"req_1","type":"invalid_request_error"}`, "stripe_invalid_request_error"},
+		{`{"status":429,"message":"Too many requests","type":"rate_limit_error"}`, "stripe_rate_limit_error"},
 		{"put evt_1Abc: operation error DynamoDB: PutItem, https response error StatusCode: 500", "dynamodb_unavailable"},
 		{"ledger: failed to connect to `host=127.0.0.1 user=x database=y`: dial tcp: connection refused", "postgres_unavailable"},
 		{"Stripe unreachable: Get \"https://api.stripe.com/v1/events/evt_1\": dial tcp: i/o timeout", "stripe_unreachable"},

@@ -27,12 +27,14 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/api"
 	"github.com/stripe-payments/stripe-payments/internal/authlimit"
 	"github.com/stripe-payments/stripe-payments/internal/billing"
+	"github.com/stripe-payments/stripe-payments/internal/incidents"
+	"github.com/stripe-payments/stripe-payments/internal/replay"
 )
 
 // Prefix of every console route.
 const Prefix = "/ops"
 
-//go:embed templates/*.html static/*
+//go:embed templates/*.html templates/partials/*.html static/*
 var assets embed.FS
 
 // CSP forbids scripts, inline styles, frames and every other origin.
@@ -70,6 +72,11 @@ type Deps struct {
 	// SessionTTL).
 	SessionIdle   time.Duration
 	SessionMaxAge time.Duration
+	// Incidents and Replays (nil: no incident pages); ReplayNudge wakes
+	// the bulk replay runner.
+	Incidents   *incidents.Store
+	Replays     *replay.Store
+	ReplayNudge func()
 }
 
 // Console serves the pages.
@@ -124,6 +131,7 @@ func Register(e *echo.Echo, d Deps) error {
 	g.POST("/problems/replay", c.replaySelection, c.auth)
 	g.GET("/outbox", c.outbox, c.auth)
 	g.GET("/runs", c.runs, c.auth)
+	c.registerIncidents(g)
 	if d.Billing != nil {
 		g.GET("/billing", c.billingSearch, c.auth)
 		g.GET("/billing/:account", c.billingAccount, c.auth)
@@ -145,7 +153,7 @@ func (c *Console) parse() error {
 		if name == "layout" {
 			continue
 		}
-		t, err := template.New(name).Funcs(funcs).ParseFS(assets, "templates/layout.html", p)
+		t, err := template.New(name).Funcs(funcs).ParseFS(assets, "templates/layout.html", "templates/partials/*.html", p)
 		if err != nil {
 			return err
 		}

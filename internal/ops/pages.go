@@ -15,6 +15,7 @@ import (
 
 	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/events"
+	"github.com/stripe-payments/stripe-payments/internal/incidents"
 	"github.com/stripe-payments/stripe-payments/internal/outbox"
 	"github.com/stripe-payments/stripe-payments/internal/stripeid"
 )
@@ -38,6 +39,9 @@ type overviewData struct {
 	Today       string
 	Warnings    []string
 	Thin        ThinBacklog
+	// Incidents are the open ones; the overview leads with them.
+	Incidents   []incidents.Incident
+	IncidentsOn bool
 }
 
 func (c *Console) overview(ec echo.Context) error {
@@ -79,6 +83,12 @@ func (c *Console) overview(ec echo.Context) error {
 		return c.unavailable(ec, "count the quarantined event records", err)
 	} else if n > 0 {
 		d.Warnings = append(d.Warnings, quarantineWarning(n))
+	}
+	if c.d.Incidents != nil {
+		d.IncidentsOn = true
+		if d.Incidents, err = c.d.Incidents.List(ctx, incidents.Open); err != nil {
+			return c.unavailable(ec, "list the open incidents", err)
+		}
 	}
 	return c.render(ec, http.StatusOK, "overview", view{Title: "Overview", Nav: "overview", Data: d})
 }

@@ -1,0 +1,168 @@
+package ops
+
+import (
+	"errors"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/stripe-payments/stripe-payments/internal/incidents"
+	"github.com/stripe-payments/stripe-payments/internal/replay"
+)
+
+// ConsoleActor is who an incident's audit row and a replay name for a
+// change made from the console.
+const ConsoleActor = "console"
+
+var (
+	incidentIDRe = regexp.MustCompile(`^inc_[0-9a-f]{20}$`)
+	replayIDRe   = regexp.MustCompile(`^rpl_[0-9a-f]{24}$`)
+)
+
+func (c *Console) registerIncidents(g *echo.Group) {
+	if c.d.Incidents == nil {
+		return
+	}
+	g.GET("/incidents", c.incidentList, c.auth)
+	g.GET("/incidents/:id", c.incidentPage, c.auth)
+	g.POST("/incidents/:id/state", c.incidentState, c.auth)
+	if c.d.Replays != nil {
+		g.POST("/incidents/:id/replay", c.incidentReplay, c.auth)
+		g.GET("/replays/:id", c.replayPage, c.auth)
+	}
+}
+
+type incidentListData struct {
+	State     string
+	States    []string
+	Incidents []incidents.Incident
+}
+
+func (c *Console) incidentList(ec echo.Context) error {
+	state := ec.QueryParam("state")
+	st, ok := incidents.ParseState(state)
+	if state != "" && !ok {
+		return c.fail(ec, http.StatusBadRequest, "Unknown state: choose open, acknowledged or resolved.")
+	}
+	list, err := c.d.Incidents.List(ctxOf(ec), st)
+	if err != nil {
+		return c.unavailable(ec, "list the incidents", err)
+	}
+	return c.render(ec, http.StatusOK, "incidents", view{Title: "Incidents", Nav: "incidents",
+		Data: incidentListData{State: state, States: []string{"open", "acknowledged", "resolved"}, Incidents: list}})
+}
+
+type incidentData struct {
+	Incident   incidents.Incident
+	Audit      []incidents.AuditEntry
+	Replayable bool
+	// Preview is the dry run shown before the replay is confirmed.
+	Preview *replay.Preview
+}
+
+func (c *Console) incidentPage(ec echo.Context) error {
+	return c.showIncident(ec, http.StatusOK, nil, "", "")
+}
+
+func (c *Console) showIncident(ec echo.Context, status int, preview *replay.Preview, notice, errMsg string) error {
+	id := ec.Param("id")
+	if !incidentIDRe.MatchString(id) {
+		return c.fail(ec, http.StatusBadRequest, "That is not an incident id.")
+	}
+	ctx := ctxOf(ec)
+	inc, err := c.d.Incidents.Get(ctx, id)
+	if errors.Is(err, incidents.ErrNotFound) {
+		return c.fail(ec, http.StatusNotFound, "No incident "+id+": what failed may have been replayed since.")
+	}
+	if err != nil {
+		return c.unavailable(ec, "read the incident", err)
+	}
+	audit, err := c.d.Incidents.Audit(ctx, id)
+	if err != nil {
+		return c.unavailable(ec, "read the incident's history", err)
+	}
+	if notice == "" {
+		notice = ec.QueryParam("notice")
+	}
+	d := incidentData{Incident: inc, Audit: audit, Preview: preview,
+		Replayable: c.d.Replays != nil && inc.Kind == incidents.KindEvent && inc.Count > 0 && !strings.HasPrefix(inc.Cause, "hydration.")}
+	return c.render(ec, status, "incident", view{Title: "Incident " + inc.Cause, Nav: "incidents", Notice: notice, Error: errMsg, Data: d})
+}
+
+func (c *Console) incidentState(ec echo.Context) error {
+	id := ec.Param("id")
+	if !incidentIDRe.MatchString(id) {
+		return c.fail(ec, http.StatusBadRequest, "That is not an incident id.")
+	}
+	to := incidents.State(ec.FormValue("state"))
+	if to != incidents.Acknowledged && to != incidents.Resolved {
+		return c.fail(ec, http.StatusBadRequest, "An incident can be acknowledged or resolved; nothing was changed.")
+	}
+	_, err := c.d.Incidents.SetState(ctxOf(ec), id, to, ConsoleActor)
+	switch {
+	case errors.Is(err, incidents.ErrNotFound):
+		return c.fail(ec, http.StatusNotFound, "No incident "+id+"; nothing was changed.")
+	case errors.Is(err, incidents.ErrTransition):
+		return c.showIncident(ec, http.StatusConflict, nil, "", "A resolved incident is not acknowledged: it reopens by itself when its cause comes back. Nothing was changed.")
+	case err != nil:
+		return c.unavailable(ec, "change the incident", err)
+	}
+	return ec.Redirect(http.StatusSeeOther, Prefix+"/incidents/"+id+"?notice="+url.QueryEscape("Incident "+string(to)+"."))
+}
+
+// incidentReplay is the two steps of a bulk replay: without confirm, a dry
+// run shown on the incident page; with confirm, the replay starts.
+func (c *Console) incidentReplay(ec echo.Context) error {
+	id := ec.Param("id")
+	if !incidentIDRe.MatchString(id) {
+		return c.fail(ec, http.StatusBadRequest, "That is not an incident id.")
+	}
+	ctx := ctxOf(ec)
+	f := replay.Filter{Incident: id}
+	if ec.FormValue("confirm") != "yes" {
+		p, err := c.d.Replays.DryRun(ctx, f)
+		if errors.Is(err, replay.ErrFilter) {
+			return c.showIncident(ec, http.StatusBadRequest, nil, "", filterMessage(err))
+		}
+		if err != nil {
+			return c.unavailable(ec, "run the dry run", err)
+		}
+		return c.showIncident(ec, http.StatusOK, &p, "", "")
+	}
+	r, err := c.d.Replays.Start(ctx, f, ConsoleActor)
+	if errors.Is(err, replay.ErrFilter) {
+		return c.showIncident(ec, http.StatusBadRequest, nil, "", filterMessage(err)+" Nothing was started.")
+	}
+	if err != nil {
+		return c.unavailable(ec, "start the replay", err)
+	}
+	if c.d.ReplayNudge != nil {
+		c.d.ReplayNudge()
+	}
+	return ec.Redirect(http.StatusSeeOther, Prefix+"/replays/"+r.ID)
+}
+
+func filterMessage(err error) string {
+	return strings.TrimPrefix(err.Error(), replay.ErrFilter.Error()+": ")
+}
+
+func (c *Console) replayPage(ec echo.Context) error {
+	id := ec.Param("id")
+	if !replayIDRe.MatchString(id) {
+		return c.fail(ec, http.StatusBadRequest, "That is not a replay id.")
+	}
+	r, err := c.d.Replays.Get(ctxOf(ec), id)
+	if errors.Is(err, replay.ErrNotFound) {
+		return c.fail(ec, http.StatusNotFound, "No replay "+id+".")
+	}
+	if err != nil {
+		return c.unavailable(ec, "read the replay", err)
+	}
+	if r.Status == replay.StatusRunning {
+		ec.Response().Header().Set("Refresh", "2")
+	}
+	return c.render(ec, http.StatusOK, "replay", view{Title: "Replay " + id, Nav: "incidents", Data: r})
+}

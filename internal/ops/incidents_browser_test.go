@@ -1,0 +1,115 @@
+package ops_test
+
+import (
+	"context"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/stripe-payments/stripe-payments/internal/incidents"
+	"github.com/stripe-payments/stripe-payments/internal/stripetest"
+)
+
+// TestConsoleIncidentInARealBrowser: 50 events fail for one cause (Stripe
+// down during their invoice lookup) and the overview leads with one open
+// incident of 50; the operator acknowledges it, Stripe comes back, a dry
+// run shows 50 events that would apply, the confirmed replay runs in the
+// background to done with 50 applied, and the operator resolves the
+// incident. Each page at 1280 and 390 px.
+func TestConsoleIncidentInARealBrowser(t *testing.T) {
+	const n = 50
+	stripe := newFakeStripe(t)
+	a := startApp(t, stripe.URL)
+	base := a.Admin.URL() + "/ops"
+	dir := shots(t)
+	ctx := browser(t)
+	step := func(what string, actions ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		require.NoError(t, chromedp.Do(sctx, actions...), what)
+	}
+	text := func(sel string) string {
+		t.Helper()
+		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		s, err := chromedp.Run(sctx, chromedp.Text(chromedp.CSS(sel)))
+		require.NoError(t, err, sel)
+		return strings.TrimSpace(s)
+	}
+	shot := func(name string) {
+		t.Helper()
+		for _, vp := range []struct {
+			suffix string
+			w, h   int64
+		}{{"", 1280, 900}, {"-phone", 390, 844}} {
+			step("viewport", chromedp.EmulateViewport(vp.w, vp.h))
+			png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+			require.NoError(t, err)
+			require.NoError(t, os.WriteFile(filepath.Join(dir, "incident-"+name+vp.suffix+".png"), png, 0o644))
+		}
+		step("viewport", chromedp.EmulateViewport(1280, 900))
+	}
+
+	stripe.setDown(true)
+	for range n {
+		payload := stripetest.Event{Fixture: "payment_intent.succeeded", Object: map[string]any{"invoice": consoleInvoice}}.Build(t)
+		require.GreaterOrEqual(t, deliver(t, a, payload), 500, "fails while Stripe is down")
+	}
+	list, err := a.Incidents.List(context.Background(), incidents.Open)
+	require.NoError(t, err)
+	require.Len(t, list, 1, "%+v", list)
+	inc := list[0]
+	require.EqualValues(t, n, inc.Count)
+
+	step("login", chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.ID("token")),
+		chromedp.SetValue(chromedp.ID("token"), token), chromedp.Click(chromedp.CSS(`form button[type=submit]`)),
+		chromedp.WaitVisible(chromedp.ID("open-incidents")))
+	row := `#open-incidents tr[data-id="` + inc.ID + `"]`
+	assert.Contains(t, text(row), "50")
+	assert.Contains(t, text(row), "open")
+	shot("01-overview")
+
+	step("open the incident", chromedp.Click(chromedp.CSS(row+" a")), chromedp.WaitVisible(chromedp.ID("incident-state")))
+	assert.Equal(t, "open", text("#incident-state"))
+	assert.Equal(t, "50", text("#incident-count"))
+	shot("02-incident")
+	step("acknowledge", chromedp.Click(chromedp.ID("acknowledge")), chromedp.WaitVisible(chromedp.CSS(`#incident-state[data-state="acknowledged"]`)))
+	assert.Contains(t, text("#audit"), "open → acknowledged by console")
+
+	stripe.setDown(false)
+	step("dry run", chromedp.Click(chromedp.ID("replay-dry-run")), chromedp.WaitVisible(chromedp.ID("dry-matched")))
+	assert.Equal(t, "50", text("#dry-matched"))
+	assert.Contains(t, text("#replay-form table"), "apply")
+	shot("03-dry-run")
+	// The dry run changed nothing.
+	status, body := apiJSON(t, a, http.MethodGet, "/internal/v1/incidents?state=acknowledged", nil)
+	require.Equal(t, http.StatusOK, status)
+	require.Len(t, body["data"], 1)
+	assert.EqualValues(t, n, body["data"].([]any)[0].(map[string]any)["count"])
+
+	step("confirm", chromedp.Click(chromedp.ID("replay-confirm")), chromedp.WaitVisible(chromedp.ID("replay-status")))
+	require.Eventually(t, func() bool {
+		s, err := chromedp.Run(ctx, chromedp.Evaluate[string](`((document.querySelector("#replay-status")||{}).textContent||"")`))
+		return err == nil && s == "done"
+	}, 60*time.Second, 200*time.Millisecond, "the progress page reaches done (it refreshes itself)")
+	assert.Equal(t, "50", text("#replay-done"))
+	assert.Equal(t, "50", text("#replay-applied"))
+	assert.Equal(t, "0", text("#replay-failed"))
+	shot("04-replay-done")
+
+	step("back to the incident", chromedp.Navigate(base+"/incidents/"+inc.ID), chromedp.WaitVisible(chromedp.ID("incident-state")))
+	assert.Equal(t, "0", text("#incident-count"), "nothing fails any more")
+	step("resolve", chromedp.Click(chromedp.ID("resolve")), chromedp.WaitVisible(chromedp.CSS(`#incident-state[data-state="resolved"]`)))
+	assert.Contains(t, text("#audit"), "acknowledged → resolved by console")
+	shot("05-resolved")
+	step("overview", chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.ID("open-incidents")))
+	assert.Equal(t, "No incidents.", text("#no-incidents"))
+}
