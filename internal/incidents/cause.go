@@ -25,11 +25,11 @@ var classes = []struct {
 
 var (
 	stripeErrorType = regexp.MustCompile(`"type":\s*"(api_error|card_error|idempotency_error|invalid_request_error|rate_limit_error|authentication_error|api_connection_error|permission_error)"`)
-	stripeIDs = regexp.MustCompile(`\b[a-z]{2,8}_(test_|live_)?[A-Za-z0-9]{6,}\b`)
-	uuids     = regexp.MustCompile(`(?i)\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b`)
-	quoted    = regexp.MustCompile(`"[^"]*"|'[^']*'`)
-	numbers   = regexp.MustCompile(`\b\d+([.:]\d+)*\b`)
-	spaces    = regexp.MustCompile(`\s+`)
+	stripeIDs       = regexp.MustCompile(`\b[a-z]{2,8}_(test_|live_)?[A-Za-z0-9]{6,}\b`)
+	uuids           = regexp.MustCompile(`(?i)\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b`)
+	quoted          = regexp.MustCompile(`"[^"]*"|'[^']*'`)
+	numbers         = regexp.MustCompile(`\b\d+([.:]\d+)*\b`)
+	spaces          = regexp.MustCompile(`\s+`)
 )
 
 // maxOther bounds the normalised message of an unclassified cause.
