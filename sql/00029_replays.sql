@@ -25,9 +25,10 @@ CREATE INDEX replays_running_idx ON replays (created_at) WHERE status = 'running
 CREATE TABLE replay_items (
     replay_id      text    NOT NULL REFERENCES replays (id) ON DELETE CASCADE,
     seq            integer NOT NULL,
-    event_id       text    NOT NULL,
+    kind           text    NOT NULL DEFAULT 'event' CHECK (kind IN ('event', 'delivery')),
+    event_id       text    NOT NULL, -- the event id; for a delivery (a dead letter) the outbox message id
     stripe_account text    NOT NULL,
-    outcome        text,   -- NULL until re-driven: applied, completed, duplicate, ignored, rejected or failed
+    outcome        text,   -- NULL until re-driven: applied, completed, duplicate, ignored, rejected, failed; redriven or not_dead for a delivery
     error          text,
     PRIMARY KEY (replay_id, seq)
 );

@@ -2,9 +2,11 @@ package app
 
 import (
 	"context"
+	"errors"
 	"sync"
 
 	"github.com/stripe-payments/stripe-payments/internal/api"
+	"github.com/stripe-payments/stripe-payments/internal/outbox"
 	"github.com/stripe-payments/stripe-payments/internal/replay"
 )
 
@@ -29,7 +31,9 @@ func (o outcomeReplayer) Replay(ctx context.Context, id, account string) (string
 func (a *App) newReplays(r api.Replayer) *api.Replays {
 	store := replay.NewStore(a.Pool, a.Incidents)
 	a.Replays = &Replays{Store: store, Runner: replay.NewRunner(store, outcomeReplayer{r}, a.Thin.Budget,
-		replay.RunnerConfig{Log: a.Log.With("component", "replay")})}
+		replay.RunnerConfig{Log: a.Log.With("component", "replay"), Redriver: a.Outbox, NotDead: func(err error) bool {
+			return errors.Is(err, outbox.ErrNotDead) || errors.Is(err, outbox.ErrNotFound)
+		}})}
 	return &api.Replays{Service: store, Nudge: a.Replays.Runner.Nudge}
 }
 

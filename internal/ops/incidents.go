@@ -88,7 +88,8 @@ func (c *Console) showIncident(ec echo.Context, status int, preview *replay.Prev
 		notice = ec.QueryParam("notice")
 	}
 	d := incidentData{Incident: inc, Audit: audit, Preview: preview,
-		Replayable: c.d.Replays != nil && inc.Kind == incidents.KindEvent && inc.Count > 0 && !strings.HasPrefix(inc.Cause, "hydration.")}
+		Replayable: c.d.Replays != nil && inc.Count > 0 &&
+			(inc.Kind == incidents.KindDelivery || (inc.Kind == incidents.KindEvent && !strings.HasPrefix(inc.Cause, "hydration.")))}
 	return c.render(ec, status, "incident", view{Title: "Incident " + inc.Cause, Nav: "incidents", Notice: notice, Error: errMsg, Data: d})
 }
 

@@ -55,8 +55,10 @@ func (f Filter) Empty() bool {
 	return f.Incident == "" && f.Status == "" && f.Type == "" && f.StripeAccount == "" && f.Since == nil && f.Until == nil
 }
 
-// Item is one matched event.
+// Item is one matched event, or dead letter (Kind delivery: EventID is the
+// outbox message id, EventType its topic/type).
 type Item struct {
+	Kind          string // event or delivery
 	EventID       string
 	EventType     string
 	StripeAccount string
@@ -64,7 +66,8 @@ type Item struct {
 	Error         string
 	At            time.Time
 	// Would is a dry run's forecast: "duplicate" when the handler's ledger
-	// already holds the event (its effects were applied), else "apply".
+	// already holds the event (its effects were applied), else "apply";
+	// "redrive" for a dead letter.
 	Would string
 }
 
@@ -128,8 +131,14 @@ func (s *Store) match(ctx context.Context, f Filter) ([]Item, error) {
 		if err != nil {
 			return nil, fmt.Errorf("read incident %s: %w", f.Incident, err)
 		}
+		if inc.Kind == incidents.KindDelivery {
+			if f.Status != "" || f.Type != "" || f.StripeAccount != "" {
+				return nil, filterError("incident %s is of dead letters: name it alone, or with since and until", f.Incident)
+			}
+			return s.matchDead(ctx, inc, f)
+		}
 		if inc.Kind != incidents.KindEvent || strings.HasPrefix(inc.Cause, "hydration.") {
-			return nil, filterError("incident %s is a %s incident (%s): only failed and rejected events are replayed; thin events are retried by the hydrator and dead letters re-driven from the outbox", f.Incident, inc.Kind, inc.Cause)
+			return nil, filterError("incident %s is a %s incident (%s): only failed and rejected events and dead letters are replayed; thin events are retried by the hydrator", f.Incident, inc.Kind, inc.Cause)
 		}
 		if (typ != "" && typ != inc.EventType) || (account != "" && account != inc.StripeAccount) {
 			return []Item{}, nil
@@ -146,7 +155,7 @@ func (s *Store) match(ctx context.Context, f Filter) ([]Item, error) {
 	defer rows.Close()
 	out := []Item{}
 	for rows.Next() {
-		var it Item
+		it := Item{Kind: string(incidents.KindEvent)}
 		if err := rows.Scan(&it.EventID, &it.EventType, &it.StripeAccount, &it.Status, &it.Error, &it.At); err != nil {
 			return nil, fmt.Errorf("match replay filter: %w", err)
 		}
@@ -187,7 +196,9 @@ func (s *Store) DryRun(ctx context.Context, f Filter) (Preview, error) {
 	}
 	for i := range sample {
 		sample[i].Would = "apply"
-		if applied[sample[i].EventID] {
+		if sample[i].Kind == string(incidents.KindDelivery) {
+			sample[i].Would = "redrive"
+		} else if applied[sample[i].EventID] {
 			sample[i].Would = "duplicate"
 		}
 	}
@@ -204,7 +215,7 @@ func (s *Store) Start(ctx context.Context, f Filter, actor string) (Replay, erro
 	}
 	switch {
 	case len(items) == 0:
-		return Replay{}, filterError("the filter matches no failed or rejected event: nothing to replay")
+		return Replay{}, filterError("the filter matches no failed or rejected event (or dead letter): nothing to replay")
 	case len(items) > MaxItems:
 		return Replay{}, filterError("the filter matches %d events, over the %d one replay takes: narrow it (since/until)", len(items), MaxItems)
 	}
@@ -225,9 +236,9 @@ func (s *Store) Start(ctx context.Context, f Filter, actor string) (Replay, erro
 		}
 		rowsIn := make([][]any, len(items))
 		for i, it := range items {
-			rowsIn[i] = []any{r.ID, i, it.EventID, it.StripeAccount}
+			rowsIn[i] = []any{r.ID, i, it.Kind, it.EventID, it.StripeAccount}
 		}
-		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"replay_items"}, []string{"replay_id", "seq", "event_id", "stripe_account"},
+		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"replay_items"}, []string{"replay_id", "seq", "kind", "event_id", "stripe_account"},
 			pgx.CopyFromRows(rowsIn)); err != nil {
 			return fmt.Errorf("insert replay items: %w", err)
 		}
@@ -261,4 +272,31 @@ func (s *Store) Get(ctx context.Context, id string) (Replay, error) {
 		r.FinishedAt = *finished
 	}
 	return r, nil
+}
+
+// matchDead returns the dead letters of delivery incident inc (within f's
+// time range on dead_at), oldest first.
+func (s *Store) matchDead(ctx context.Context, inc incidents.Incident, f Filter) ([]Item, error) {
+	rows, err := s.pool.Query(ctx, `SELECT id::text, topic || '/' || type, coalesce(last_error, ''), dead_at FROM outbox
+		WHERE dead_at IS NOT NULL AND delivered_at IS NULL AND topic || '/' || type = $1
+		  AND ($2::timestamptz IS NULL OR dead_at >= $2) AND ($3::timestamptz IS NULL OR dead_at < $3)
+		ORDER BY dead_at, id`, inc.EventType, f.Since, f.Until)
+	if err != nil {
+		return nil, fmt.Errorf("match dead letters: %w", err)
+	}
+	defer rows.Close()
+	out := []Item{}
+	for rows.Next() {
+		it := Item{Kind: string(incidents.KindDelivery), Status: "dead"}
+		if err := rows.Scan(&it.EventID, &it.EventType, &it.Error, &it.At); err != nil {
+			return nil, fmt.Errorf("match dead letters: %w", err)
+		}
+		if incidents.Classify(it.Error) == inc.Cause {
+			out = append(out, it)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("match dead letters: %w", err)
+	}
+	return out, nil
 }

@@ -8,10 +8,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/stripe-payments/stripe-payments/internal/incidents"
+	"github.com/stripe-payments/stripe-payments/internal/outbox"
 	"github.com/stripe-payments/stripe-payments/internal/replay"
 	"github.com/stripe-payments/stripe-payments/internal/stripebudget"
 	"github.com/stripe-payments/stripe-payments/internal/testenv"
@@ -158,4 +160,59 @@ func TestRunnerDrawsTheBulkBudgetAndCounts(t *testing.T) {
 		assert.Equal(t, 1, n, id)
 	}
 	assert.Equal(t, map[stripebudget.Priority]int{stripebudget.Background: 20}, budget.waits)
+}
+
+// A delivery incident's dead letters are re-driven through the outbox, each
+// once; one delivered meanwhile is left alone.
+func TestDeadLettersOfAnIncidentAreRedriven(t *testing.T) {
+	pool := testenv.Postgres(t)
+	ctx := context.Background()
+	inc := incidents.New(pool, incidents.Config{})
+	s := replay.NewStore(pool, inc)
+	ids := make([]uuid.UUID, 4)
+	for i := range ids {
+		ids[i] = uuid.New()
+		lastErr := "receiver answered 500"
+		if i == 3 {
+			lastErr = "context deadline exceeded" // another cause: another incident
+		}
+		_, err := pool.Exec(ctx, `INSERT INTO outbox (id, topic, type, dedupe_key, payload, attempts, last_error, dead_at)
+			VALUES ($1, 'actions', 'purchase.completed', $2, '{}', 8, $3, $4)`, ids[i], ids[i].String(), lastErr, t0.Add(time.Duration(i)*time.Minute))
+		require.NoError(t, err)
+	}
+	id := incidents.ID(incidents.KindDelivery, "other:receiver answered <n>", "actions/purchase.completed", "")
+	p, err := s.DryRun(ctx, replay.Filter{Incident: id})
+	require.NoError(t, err)
+	require.Equal(t, 3, p.Matched)
+	assert.Equal(t, "redrive", p.Sample[0].Would)
+	_, err = s.DryRun(ctx, replay.Filter{Incident: id, Type: "invoice.paid"})
+	assert.ErrorIs(t, err, replay.ErrFilter)
+
+	r, err := s.Start(ctx, replay.Filter{Incident: id}, "t")
+	require.NoError(t, err)
+	// One is delivered by hand before the runner gets to it.
+	_, err = pool.Exec(ctx, `UPDATE outbox SET dead_at = NULL, delivered_at = now() WHERE id = $1`, ids[1])
+	require.NoError(t, err)
+	ob := outbox.NewStore(pool, nil, nil)
+	runner := replay.NewRunner(s, &countingReplayer{calls: map[string]int{}}, &countingBudget{waits: map[stripebudget.Priority]int{}},
+		replay.RunnerConfig{Redriver: ob, NotDead: func(err error) bool { return errors.Is(err, outbox.ErrNotDead) }})
+	worked, err := runner.RunOnce(ctx)
+	require.NoError(t, err)
+	require.True(t, worked)
+	got, err := s.Get(ctx, r.ID)
+	require.NoError(t, err)
+	assert.Equal(t, replay.StatusDone, got.Status)
+	assert.Equal(t, 3, got.Done)
+	assert.Equal(t, 2, got.Applied, "two re-driven, the delivered one left alone")
+	assert.Equal(t, 0, got.Failed)
+	for i, want := range []struct {
+		dead     bool
+		redrives int
+	}{{false, 1}, {false, 0}, {false, 1}, {true, 0}} {
+		var dead bool
+		var redrives int
+		require.NoError(t, pool.QueryRow(ctx, `SELECT dead_at IS NOT NULL, redrives FROM outbox WHERE id = $1`, ids[i]).Scan(&dead, &redrives))
+		assert.Equal(t, want.dead, dead, "message %d", i)
+		assert.Equal(t, want.redrives, redrives, "message %d", i)
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/stripe-payments/stripe-payments/internal/stripebudget"
@@ -18,6 +19,12 @@ import (
 // /internal/v1/events/{id}/replay does and returns the handler's outcome.
 type Replayer interface {
 	Replay(ctx context.Context, id, account string) (outcome string, err error)
+}
+
+// Redriver re-drives an outbox dead letter (outbox.Store): ErrNotDead-like
+// errors are told apart by NotDead.
+type Redriver interface {
+	Redrive(ctx context.Context, id uuid.UUID) error
 }
 
 // RunnerConfig tunes a Runner.
@@ -30,6 +37,11 @@ type RunnerConfig struct {
 	// wakes it at once.
 	Poll time.Duration
 	Log  *slog.Logger
+	// Redriver re-drives the dead letters of a delivery incident (nil: such
+	// items fail); NotDead says an error means the message is no longer a
+	// dead letter (delivered or pending since: nothing to do).
+	Redriver Redriver
+	NotDead  func(error) bool
 }
 
 // Runner carries out running replays, one item at a time, each drawing one
@@ -108,7 +120,7 @@ func (r *Runner) RunOnce(ctx context.Context) (worked bool, err error) {
 			if err := r.budget.Wait(ctx, stripebudget.Background); err != nil {
 				return true, fmt.Errorf("replay %s: budget: %w", id, err)
 			}
-			outcome, rerr := r.replayer.Replay(ctx, it.eventID, it.account)
+			outcome, rerr := r.redrive(ctx, it)
 			if ctx.Err() != nil {
 				// Stopping: the item is left unrecorded and re-driven after
 				// the restart (the ledger makes that a duplicate if it applied).
@@ -148,19 +160,43 @@ func (r *Runner) claim(ctx context.Context) (string, error) {
 }
 
 type pendingItem struct {
-	seq              int
-	eventID, account string
+	seq                    int
+	kind, eventID, account string
+}
+
+// redrive carries out one item: an event through the replay path, a dead
+// letter through the outbox's re-drive (redriven, or not_dead when it was
+// delivered or re-driven since).
+func (r *Runner) redrive(ctx context.Context, it pendingItem) (string, error) {
+	if it.kind != "delivery" {
+		return r.replayer.Replay(ctx, it.eventID, it.account)
+	}
+	if r.cfg.Redriver == nil {
+		return "", errors.New("no outbox to re-drive dead letters through")
+	}
+	id, err := uuid.Parse(it.eventID)
+	if err != nil {
+		return "", fmt.Errorf("dead letter id %q: %w", it.eventID, err)
+	}
+	err = r.cfg.Redriver.Redrive(ctx, id)
+	switch {
+	case err == nil:
+		return "redriven", nil
+	case r.cfg.NotDead != nil && r.cfg.NotDead(err):
+		return "not_dead", nil
+	}
+	return "", err
 }
 
 func (r *Runner) pending(ctx context.Context, id string, n int) ([]pendingItem, error) {
-	rows, err := r.store.pool.Query(ctx, `SELECT seq, event_id, stripe_account FROM replay_items
+	rows, err := r.store.pool.Query(ctx, `SELECT seq, kind, event_id, stripe_account FROM replay_items
 		WHERE replay_id = $1 AND outcome IS NULL ORDER BY seq LIMIT $2`, id, n)
 	if err != nil {
 		return nil, fmt.Errorf("replay %s: pending items: %w", id, err)
 	}
 	items, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (pendingItem, error) {
 		var p pendingItem
-		err := row.Scan(&p.seq, &p.eventID, &p.account)
+		err := row.Scan(&p.seq, &p.kind, &p.eventID, &p.account)
 		return p, err
 	})
 	if err != nil {
@@ -174,7 +210,7 @@ func (r *Runner) pending(ctx context.Context, id string, n int) ([]pendingItem, 
 func (r *Runner) record(ctx context.Context, id string, seq int, outcome, msg string) (held bool, err error) {
 	applied, failed := 0, 0
 	switch outcome {
-	case "applied", "completed":
+	case "applied", "completed", "redriven":
 		applied = 1
 	case "failed", "rejected":
 		failed = 1
