@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -112,4 +113,26 @@ func TestConsoleIncidentInARealBrowser(t *testing.T) {
 	shot("05-resolved")
 	step("overview", chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.ID("open-incidents")))
 	assert.Equal(t, "No incidents.", text("#no-incidents"))
+
+	// A dead letter (a receiver that kept failing) is its own incident,
+	// re-driven from its page after a dry run.
+	dead := uuid.New()
+	_, err = a.Pool.Exec(context.Background(), `INSERT INTO outbox (id, topic, type, dedupe_key, payload, attempts, last_error, dead_at)
+		VALUES ($1, 'actions', 'purchase.completed', 'ops-incident-dead', '{}', 8, 'receiver answered 500', now())`, dead)
+	require.NoError(t, err)
+	step("overview with a dead letter", chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.CSS("#open-incidents tr[data-id]")))
+	assert.Contains(t, text("#open-incidents tbody"), "delivery")
+	step("open it", chromedp.Click(chromedp.CSS("#open-incidents tr[data-id] a")), chromedp.WaitVisible(chromedp.ID("replay-dry-run")))
+	step("dry run", chromedp.Click(chromedp.ID("replay-dry-run")), chromedp.WaitVisible(chromedp.ID("dry-matched")))
+	assert.Contains(t, text("#dry-run"), "1 dead letter(s) would be re-driven")
+	shot("06-dead-letter-dry-run")
+	step("re-drive", chromedp.Click(chromedp.ID("replay-confirm")), chromedp.WaitVisible(chromedp.ID("replay-status")))
+	require.Eventually(t, func() bool {
+		s, err := chromedp.Run(ctx, chromedp.Evaluate[string](`((document.querySelector("#replay-status")||{}).textContent||"")`))
+		return err == nil && s == "done"
+	}, 60*time.Second, 200*time.Millisecond)
+	assert.Equal(t, "1", text("#replay-applied"))
+	var redrives int
+	require.NoError(t, a.Pool.QueryRow(context.Background(), `SELECT redrives FROM outbox WHERE id = $1`, dead).Scan(&redrives))
+	assert.Equal(t, 1, redrives)
 }
