@@ -37,11 +37,8 @@ func (a *App) newReplays(r api.Replayer) *api.Replays {
 	return &api.Replays{Service: store, Nudge: a.Replays.Runner.Nudge}
 }
 
-// startReplays runs the bulk replay runner until ctx ends.
+// startReplays runs the bulk replay runner until ctx ends (through safego:
+// a panic restarts it, and the replay resumes where it was).
 func (a *App) startReplays(ctx context.Context, wg *sync.WaitGroup) {
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		a.Replays.Runner.Run(ctx)
-	}()
+	a.Safe.Go(ctx, wg, "bulk_replay", a.Replays.Runner.Run)
 }
