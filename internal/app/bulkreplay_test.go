@@ -18,7 +18,6 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/events"
 	"github.com/stripe-payments/stripe-payments/internal/incidents"
 	"github.com/stripe-payments/stripe-payments/internal/replay"
-	"github.com/stripe-payments/stripe-payments/internal/stripebudget"
 	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
 	"github.com/stripe-payments/stripe-payments/internal/stripetest"
 )
@@ -103,7 +102,7 @@ func TestBulkReplayResumesAfterRestartAndAppliesOnce(t *testing.T) {
 	// The first process: its runner dies after the crashAt-th re-drive.
 	runCtx, cancel := context.WithCancel(ctx)
 	crash := &crashAfter{inner: api.NewReplayer(api.Deps{Events: first.Events, Handler: first.Handler, PlatformAccount: first.Config.PlatformAccount}), n: crashAt, cancel: cancel}
-	runner := replay.NewRunner(first.Replays.Store, crash, stripebudget.NewLocal(1000), replay.RunnerConfig{Lease: time.Second})
+	runner := replay.NewRunner(first.Replays.Store, crash, replay.RunnerConfig{Lease: time.Second})
 	worked, err := runner.RunOnce(runCtx)
 	assert.True(t, worked)
 	assert.ErrorIs(t, err, context.Canceled)

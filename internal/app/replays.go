@@ -12,7 +12,7 @@ import (
 
 // Bulk replays (DESIGN §4, issue 30): the store the API starts them in and
 // the runner serve carries them out with, through the one replay path
-// (api.Replayer) and the thin events' Stripe budget at the bulk class.
+// (api.Replayer), its Stripe requests at the shared budget's bulk class.
 type Replays struct {
 	Store  *replay.Store
 	Runner *replay.Runner
@@ -26,11 +26,11 @@ func (o outcomeReplayer) Replay(ctx context.Context, id, account string) (string
 	return res.Outcome, err
 }
 
-// newReplays builds the store and runner; the thin events (their budget)
-// and the incidents must exist.
+// newReplays builds the store and runner; the incidents and the outbox
+// must exist.
 func (a *App) newReplays(r api.Replayer) *api.Replays {
 	store := replay.NewStore(a.Pool, a.Incidents)
-	a.Replays = &Replays{Store: store, Runner: replay.NewRunner(store, outcomeReplayer{r}, a.Thin.Budget,
+	a.Replays = &Replays{Store: store, Runner: replay.NewRunner(store, outcomeReplayer{r},
 		replay.RunnerConfig{Log: a.Log.With("component", "replay"), Redriver: a.Outbox, NotDead: func(err error) bool {
 			return errors.Is(err, outbox.ErrNotDead) || errors.Is(err, outbox.ErrNotFound)
 		}})}

@@ -88,34 +88,23 @@ func TestFilterMatches(t *testing.T) {
 }
 
 type countingReplayer struct {
-	mu    sync.Mutex
-	calls map[string]int
+	mu      sync.Mutex
+	calls   map[string]int
+	classes map[stripebudget.Class]int
 }
 
-func (c *countingReplayer) Replay(_ context.Context, id, _ string) (string, error) {
+func (c *countingReplayer) Replay(ctx context.Context, id, _ string) (string, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.calls[id]++
+	c.classes[stripebudget.ClassOf(ctx, stripebudget.Charges)]++
 	if id == "evt_bad" {
 		return "", errors.New("event evt_bad could not be processed")
 	}
 	return "applied", nil
 }
 
-type countingBudget struct {
-	mu    sync.Mutex
-	waits map[stripebudget.Priority]int
-}
-
-func (b *countingBudget) Wait(_ context.Context, p stripebudget.Priority) error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.waits[p]++
-	return nil
-}
-func (b *countingBudget) Throttled(time.Duration) {}
-
-// The runner re-drives each item once, at the bulk priority of the budget,
+// The runner re-drives each item once, its Stripe requests at the budget's bulk class,
 // counts failures, and two runners never share a replay.
 func TestRunnerDrawsTheBulkBudgetAndCounts(t *testing.T) {
 	pool := testenv.Postgres(t)
@@ -132,10 +121,9 @@ func TestRunnerDrawsTheBulkBudgetAndCounts(t *testing.T) {
 	}
 	r, err := s.Start(ctx, replay.Filter{Type: "invoice.paid"}, "t")
 	require.NoError(t, err)
-	rep := &countingReplayer{calls: map[string]int{}}
-	budget := &countingBudget{waits: map[stripebudget.Priority]int{}}
-	a := replay.NewRunner(s, rep, budget, replay.RunnerConfig{})
-	b := replay.NewRunner(s, rep, budget, replay.RunnerConfig{})
+	rep := &countingReplayer{calls: map[string]int{}, classes: map[stripebudget.Class]int{}}
+	a := replay.NewRunner(s, rep, replay.RunnerConfig{})
+	b := replay.NewRunner(s, rep, replay.RunnerConfig{})
 	var wg sync.WaitGroup
 	var worked [2]bool
 	for i, runner := range []*replay.Runner{a, b} {
@@ -159,7 +147,7 @@ func TestRunnerDrawsTheBulkBudgetAndCounts(t *testing.T) {
 	for id, n := range rep.calls {
 		assert.Equal(t, 1, n, id)
 	}
-	assert.Equal(t, map[stripebudget.Priority]int{stripebudget.Background: 20}, budget.waits)
+	assert.Equal(t, map[stripebudget.Class]int{stripebudget.Background: 20}, rep.classes, "every re-drive's Stripe requests go at the bulk class")
 }
 
 // A delivery incident's dead letters are re-driven through the outbox, each
@@ -194,7 +182,7 @@ func TestDeadLettersOfAnIncidentAreRedriven(t *testing.T) {
 	_, err = pool.Exec(ctx, `UPDATE outbox SET dead_at = NULL, delivered_at = now() WHERE id = $1`, ids[1])
 	require.NoError(t, err)
 	ob := outbox.NewStore(pool, nil, nil)
-	runner := replay.NewRunner(s, &countingReplayer{calls: map[string]int{}}, &countingBudget{waits: map[stripebudget.Priority]int{}},
+	runner := replay.NewRunner(s, &countingReplayer{calls: map[string]int{}, classes: map[stripebudget.Class]int{}},
 		replay.RunnerConfig{Redriver: ob, NotDead: func(err error) bool { return errors.Is(err, outbox.ErrNotDead) }})
 	worked, err := runner.RunOnce(ctx)
 	require.NoError(t, err)

@@ -44,19 +44,18 @@ type RunnerConfig struct {
 	NotDead  func(error) bool
 }
 
-// Runner carries out running replays, one item at a time, each drawing one
-// request's worth of the Stripe budget at the bulk class first.
+// Runner carries out running replays, one item at a time; their Stripe
+// requests draw on the shared budget at the bulk (Background) class.
 type Runner struct {
 	store    *Store
 	replayer Replayer
-	budget   stripebudget.Budget
 	cfg      RunnerConfig
 	owner    string
 	nudge    chan struct{}
 }
 
 // NewRunner returns a Runner.
-func NewRunner(store *Store, replayer Replayer, budget stripebudget.Budget, cfg RunnerConfig) *Runner {
+func NewRunner(store *Store, replayer Replayer, cfg RunnerConfig) *Runner {
 	if cfg.Lease <= 0 {
 		cfg.Lease = 30 * time.Second
 	}
@@ -68,7 +67,7 @@ func NewRunner(store *Store, replayer Replayer, budget stripebudget.Budget, cfg 
 	}
 	var b [8]byte
 	_, _ = rand.Read(b[:])
-	return &Runner{store: store, replayer: replayer, budget: budget, cfg: cfg, owner: hex.EncodeToString(b[:]), nudge: make(chan struct{}, 1)}
+	return &Runner{store: store, replayer: replayer, cfg: cfg, owner: hex.EncodeToString(b[:]), nudge: make(chan struct{}, 1)}
 }
 
 // Nudge wakes the runner: a replay was started.
@@ -117,10 +116,10 @@ func (r *Runner) RunOnce(ctx context.Context) (worked bool, err error) {
 			return true, r.finish(ctx, id)
 		}
 		for _, it := range items {
-			if err := r.budget.Wait(ctx, stripebudget.Background); err != nil {
-				return true, fmt.Errorf("replay %s: budget: %w", id, err)
-			}
-			outcome, rerr := r.redrive(ctx, it)
+			// Every Stripe request the re-drive makes (a fetch of an event
+			// the table no longer holds, an applier's lookups) draws on the
+			// shared budget at the bulk class (DESIGN §9).
+			outcome, rerr := r.redrive(stripebudget.WithClass(ctx, stripebudget.Background), it)
 			if ctx.Err() != nil {
 				// Stopping: the item is left unrecorded and re-driven after
 				// the restart (the ledger makes that a duplicate if it applied).
