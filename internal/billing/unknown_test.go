@@ -20,6 +20,13 @@ type countingObserver struct {
 	unknown    int
 	resolved   map[string]int
 	unresolved []int
+	duplicates int
+}
+
+func (o *countingObserver) DuplicateRefunded() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.duplicates++
 }
 
 func newObserver() *countingObserver {
