@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"mime"
 	"net/http"
 	"strings"
 
@@ -122,7 +123,22 @@ func decodeBody(c echo.Context, v any) error {
 	if dec.More() {
 		return apperr.New(apperr.CodeInvalidParameter, "invalid JSON body: trailing data")
 	}
+	// Go's decoder matches field names case-insensitively ("AMOUNT" set
+	// amount) and keeps the last of a repeated one: names must be exact.
+	if err := exactFields(raw, v); err != nil {
+		return apperr.New(apperr.CodeInvalidParameter, "invalid JSON body: %s", err.Error())
+	}
 	return nil
+}
+
+// decodeJSONBody is decodeBody for a request that must say its body is
+// JSON (Content-Type application/json, parameters such as charset allowed).
+func decodeJSONBody(c echo.Context, v any) error {
+	ct := c.Request().Header.Get(echo.HeaderContentType)
+	if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != echo.MIMEApplicationJSON {
+		return apperr.New(apperr.CodeInvalidParameter, "Content-Type: application/json is required (got %q)", ct)
+	}
+	return decodeBody(c, v)
 }
 
 type createRequest struct {
@@ -148,12 +164,16 @@ func (h billingRoutes) create(c echo.Context) error {
 		return err
 	}
 	var req createRequest
-	if err := decodeBody(c, &req); err != nil {
+	if err := decodeJSONBody(c, &req); err != nil {
 		return err
 	}
-	term := dates.Term(strings.ToUpper(req.Term))
-	if req.Term == "" {
-		term = dates.Monthly
+	// Exactly MONTHLY or YEARLY, and given: "", "monthly" are refused.
+	term := dates.Term(req.Term)
+	if !term.Valid() {
+		return apperr.New(apperr.CodeInvalidParameter, "term: exactly MONTHLY or YEARLY")
+	}
+	if !billing.SupportedCurrency(req.Currency) {
+		return apperr.New(apperr.CodeInvalidParameter, "currency: one of Stripe's supported currencies, as a lowercase ISO 4217 code (usd, eur, ...)")
 	}
 	start, err := dates.ParseOptional(req.StartDate)
 	if err != nil {
@@ -194,7 +214,7 @@ func (h billingRoutes) update(c echo.Context) error {
 		return err
 	}
 	var req updateRequest
-	if err := decodeBody(c, &req); err != nil {
+	if err := decodeJSONBody(c, &req); err != nil {
 		return err
 	}
 	ch, err := req.change()
@@ -236,9 +256,9 @@ func (r updateRequest) change() (billing.Change, error) {
 		return bad("payment_day and billing_week are exclusive")
 	}
 	if r.Term != nil {
-		term := dates.Term(strings.ToUpper(*r.Term))
+		term := dates.Term(*r.Term)
 		if !term.Valid() {
-			return bad("term: MONTHLY or YEARLY")
+			return bad("term: exactly MONTHLY or YEARLY")
 		}
 		ch.Term = &term
 	}
