@@ -61,6 +61,11 @@ func (s *Sub) ChangeAmount(_ Date, amount int64) error {
 		return ErrRefused
 	}
 	s.amount = amount
+	for _, p := range s.periods {
+		if p.Status == Scheduled || p.Status == Paused || p.Status == Error {
+			p.cancelPayable() // its amount changes (customer.go)
+		}
+	}
 	return nil
 }
 
@@ -160,6 +165,7 @@ func (s *Sub) Cancel(today Date) error {
 		switch p.Status {
 		case Scheduled, Paused, Error:
 			p.set(Cancelled)
+			p.cancelPayable()
 			s.unremind(p, today)
 		}
 	}
@@ -173,6 +179,7 @@ func (s *Sub) Waive(today, period Date) error {
 		return ErrRefused
 	}
 	p.set(Waived)
+	p.cancelPayable()
 	s.unremind(p, today)
 	s.extend(today)
 	return nil
