@@ -60,6 +60,9 @@ func (s *Sub) ChangeAmount(_ Date, amount int64) error {
 	if s.cancelled || amount < 1 {
 		return ErrRefused
 	}
+	if amount == s.amount {
+		return nil // no change
+	}
 	s.amount = amount
 	for _, p := range s.periods {
 		if p.Status == Scheduled || p.Status == Paused || p.Status == Error {
