@@ -254,9 +254,18 @@ func (s *Service) feedProcessing(ctx context.Context, c *feedChange) (apply bool
 			return false, err
 		}
 		return true, nil
-	case c.known && p.InFlightKey == "" && p.Status == Error:
+	case c.known && p.InFlightKey == "" && p.Status == Error && s.charger != nil:
 		// The customer paid an earlier PaymentIntent of the period with a
-		// bank debit: it settles later; no attempt is made meanwhile.
+		// bank debit: it settles later; no attempt is made meanwhile. A
+		// redelivered event of a debit that failed since is not that:
+		// Stripe says what the PaymentIntent is now.
+		pi, err := s.charger.Retrieve(ctx, p.PaymentDetails.StripeAccount, c.pi)
+		if err != nil {
+			return false, err
+		}
+		if pi.Status != stripe.PaymentIntentStatusProcessing {
+			return false, nil
+		}
 		p.Status, p.Process, p.UpdatedEvent, p.Error, p.NextAttemptDate = ACHSent, ProcWebhook, "ach-sent", "", dates.Date{}
 		p.TransactionID = c.pi
 		c.tx.PutPeriod(p, false)

@@ -268,3 +268,33 @@ func TestFeedChecksTrustBeforeTakingTheLock(t *testing.T) {
 	pi.Status = "succeeded"
 	assert.ErrorIs(t, feed(t, e, pi, "payment_intent.succeeded"), billing.ErrLocked)
 }
+
+// A bank debit paid by the customer on an old PaymentIntent makes the
+// period ACHSENT; a redelivered "processing" event of a debit that failed
+// since moves nothing (Stripe says what the PaymentIntent is now).
+func TestProcessingOfAnOldPaymentIntent(t *testing.T) {
+	t.Parallel()
+	e := billingtest.NewEnv(t, billingtest.Options{})
+	sub, err := e.Service.CreateSubscription(ctx, "acc-1", billingtest.Input("gold", 10))
+	require.NoError(t, err)
+	e.Stripe.Decide = func(stripetest.PI) stripetest.Behavior { return stripetest.Process }
+	collect(t, e, "2024-01-10")
+	pi := e.Stripe.PIs()[0]
+	failed, err := e.Stripe.Settle(pi.ID, false)
+	require.NoError(t, err)
+	require.NoError(t, feed(t, e, failed, "payment_intent.payment_failed"))
+	require.Equal(t, billing.Error, period(t, e, sub, "2024-01-10").Status)
+
+	stale := failed
+	stale.Status = "processing"
+	require.NoError(t, feed(t, e, stale, "payment_intent.processing"), "redelivered")
+	assert.Equal(t, billing.Error, period(t, e, sub, "2024-01-10").Status, "the debit failed: still ERROR, its retries go on")
+
+	// The customer pays it again, with a bank debit (Stripe: processing).
+	e.Stripe.Answer(http.MethodGet, "/v1/payment_intents/"+pi.ID, http.StatusOK, []byte(`{"id":"`+pi.ID+
+		`","object":"payment_intent","amount":1999,"currency":"usd","status":"processing","metadata":{}}`), 1)
+	require.NoError(t, feed(t, e, stale, "payment_intent.processing"))
+	p := period(t, e, sub, "2024-01-10")
+	assert.Equal(t, billing.ACHSent, p.Status)
+	assert.Equal(t, pi.ID, p.TransactionID)
+}
