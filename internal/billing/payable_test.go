@@ -298,3 +298,25 @@ func TestProcessingOfAnOldPaymentIntent(t *testing.T) {
 	assert.Equal(t, billing.ACHSent, p.Status)
 	assert.Equal(t, pi.ID, p.TransactionID)
 }
+
+// A cancel answered 429 (which Stripe does not execute) is sent again with
+// its idempotency key, as a charge is; the retry then charges.
+func TestCancelRateLimitedIsRetried(t *testing.T) {
+	t.Parallel()
+	e, sub, a := declinedThenSucceeds(t, billingtest.Options{})
+	e.Stripe.Fail(http.MethodPost, "/v1/payment_intents/"+a.ID+"/cancel", http.StatusTooManyRequests, "invalid_request_error", "rate_limit", "Request rate limit exceeded.", 2)
+	rep := collect(t, e, "2024-01-11")
+	assert.True(t, rep.OK(), "%+v", rep)
+	assert.Equal(t, []string{a.ID}, e.Stripe.Cancels())
+	assert.Len(t, kept(e, sub, "2024-01-10"), 1)
+	var keys []string
+	for _, r := range e.Stripe.Requests() {
+		if strings.HasSuffix(r.Path, "/cancel") {
+			keys = append(keys, r.IdempotencyKey)
+		}
+	}
+	require.Greater(t, len(keys), 2, "sent again after each 429")
+	for _, k := range keys {
+		assert.Equal(t, billing.CancelKey(a.ID), k)
+	}
+}

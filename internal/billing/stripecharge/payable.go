@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"time"
 
 	"github.com/stripe/stripe-go/v76"
 )
@@ -25,11 +27,11 @@ func (c *Charger) Cancel(ctx context.Context, account, id, idempotencyKey string
 	if account != "" {
 		p.SetStripeAccount(account)
 	}
-	if err := c.limiter.Wait(ctx); err != nil {
-		return nil, fmt.Errorf("rate limiter: %w", err)
-	}
-	c.requests.Add(1)
-	pi, err := c.api.PaymentIntents.Cancel(id, p)
+	var pi *stripe.PaymentIntent
+	err := c.retry429(ctx, func() (err error) {
+		pi, err = c.api.PaymentIntents.Cancel(id, p)
+		return err
+	})
 	if err == nil {
 		return pi, nil
 	}
@@ -52,11 +54,11 @@ func (c *Charger) Refund(ctx context.Context, account, paymentIntent, idempotenc
 	if account != "" {
 		p.SetStripeAccount(account)
 	}
-	if err := c.limiter.Wait(ctx); err != nil {
-		return "", fmt.Errorf("rate limiter: %w", err)
-	}
-	c.requests.Add(1)
-	r, err := c.api.Refunds.New(p)
+	var r *stripe.Refund
+	err := c.retry429(ctx, func() (err error) {
+		r, err = c.api.Refunds.New(p)
+		return err
+	})
 	if err == nil {
 		return r.ID, nil
 	}
@@ -65,4 +67,30 @@ func (c *Charger) Refund(ctx context.Context, account, paymentIntent, idempotenc
 		return "already-refunded", nil
 	}
 	return "", fmt.Errorf("refund payment intent %s: %w", paymentIntent, err)
+}
+
+// retry429 makes one request through the token bucket, and again with the
+// same parameters (the same idempotency key) after a 429, which Stripe does
+// not execute, as Charge does.
+func (c *Charger) retry429(ctx context.Context, call func() error) error {
+	for attempt := 0; ; attempt++ {
+		if err := c.limiter.Wait(ctx); err != nil {
+			return fmt.Errorf("rate limiter: %w", err)
+		}
+		c.requests.Add(1)
+		err := call()
+		var se *stripe.Error
+		if err == nil || !errors.As(err, &se) || se.HTTPStatusCode != http.StatusTooManyRequests {
+			return err
+		}
+		c.rateLimited.Add(1)
+		if attempt >= c.opts.MaxRateLimitRetries {
+			return fmt.Errorf("rate limited %d times: %w", attempt+1, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(c.opts.Backoff(attempt + 1)):
+		}
+	}
 }
