@@ -142,20 +142,20 @@ func decodeJSONBody(c echo.Context, v any) error {
 }
 
 type createRequest struct {
-	SubscriptionID string `json:"subscription_id"`
-	SKU            string `json:"sku"`
-	Email          string `json:"email"`
-	PaymentDay     int    `json:"payment_day"`
-	BillingWeek    int    `json:"billing_week"`
-	Amount         int64  `json:"amount"`
-	Currency       string `json:"currency"`
-	Term           string `json:"term"`
-	Customer       string `json:"customer"`
-	PaymentMethod  string `json:"payment_method"`
-	StripeAccount  string `json:"stripe_account"`
-	StartDate      string `json:"start_date"`
-	Timezone       string `json:"timezone"`
-	TestClock      string `json:"test_clock"`
+	SubscriptionID string  `json:"subscription_id"`
+	SKU            string  `json:"sku"`
+	Email          string  `json:"email"`
+	PaymentDay     int     `json:"payment_day"`
+	BillingWeek    int     `json:"billing_week"`
+	Amount         int64   `json:"amount"`
+	Currency       string  `json:"currency"`
+	Term           *string `json:"term"` // absent: MONTHLY
+	Customer       string  `json:"customer"`
+	PaymentMethod  string  `json:"payment_method"`
+	StripeAccount  string  `json:"stripe_account"`
+	StartDate      string  `json:"start_date"`
+	Timezone       string  `json:"timezone"`
+	TestClock      string  `json:"test_clock"`
 }
 
 func (h billingRoutes) create(c echo.Context) error {
@@ -167,10 +167,13 @@ func (h billingRoutes) create(c echo.Context) error {
 	if err := decodeJSONBody(c, &req); err != nil {
 		return err
 	}
-	// Exactly MONTHLY or YEARLY, and given: "", "monthly" are refused.
-	term := dates.Term(req.Term)
-	if !term.Valid() {
-		return apperr.New(apperr.CodeInvalidParameter, "term: exactly MONTHLY or YEARLY")
+	// Exactly MONTHLY or YEARLY ("" and "monthly" are refused); absent,
+	// MONTHLY (DESIGN §4 names no default; the API always had this one).
+	term := dates.Monthly
+	if req.Term != nil {
+		if term = dates.Term(*req.Term); !term.Valid() {
+			return apperr.New(apperr.CodeInvalidParameter, "term: exactly MONTHLY or YEARLY")
+		}
 	}
 	if !billing.SupportedCurrency(req.Currency) {
 		return apperr.New(apperr.CodeInvalidParameter, "currency: one of Stripe's supported currencies, as a lowercase ISO 4217 code (usd, eur, ...)")

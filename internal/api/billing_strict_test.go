@@ -34,7 +34,8 @@ func (c client) send(method, path, contentType, body string) (int, map[string]an
 
 // Issue 24, strict input on the billing API (DESIGN §4): currency one of
 // Stripe's supported currencies as its API writes them (lowercase ISO
-// 4217), term exactly MONTHLY or YEARLY, field names exact (Go's decoder
+// 4217), term exactly MONTHLY or YEARLY when given (absent: MONTHLY, as
+// before), field names exact (Go's decoder
 // matches them case-insensitively), each given once, and a JSON
 // Content-Type; the same on PATCH. A 400 naming the field, and nothing
 // changed.
@@ -60,7 +61,6 @@ func TestBillingAPIInputIsStrict(t *testing.T) {
 		{"currency absent", "POST", subs, "application/json", `{` + good + `,"term":"MONTHLY"}`, "currency"},
 		{"currency usdollar", "POST", subs, "application/json", `{` + good + `,"currency":"usdollar","term":"MONTHLY"}`, "currency"},
 		{"term empty", "POST", subs, "application/json", `{` + good + `,"currency":"usd","term":""}`, "term"},
-		{"term absent", "POST", subs, "application/json", `{` + good + `,"currency":"usd"}`, "term"},
 		{"term monthly", "POST", subs, "application/json", `{` + good + `,"currency":"usd","term":"monthly"}`, "term"},
 		{"term Yearly", "POST", subs, "application/json", `{` + good + `,"currency":"usd","term":"Yearly"}`, "term"},
 		{"term with a space", "POST", subs, "application/json", `{` + good + `,"currency":"usd","term":"MONTHLY "}`, "term"},
@@ -96,9 +96,11 @@ func TestBillingAPIInputIsStrict(t *testing.T) {
 	assert.Equal(t, before, after)
 
 	// What is accepted: the exact forms, a JSON Content-Type with a charset.
-	for _, body := range []string{`{` + good + `,"currency":"eur","term":"YEARLY"}`, `{` + good + `,"currency":"jpy","term":"MONTHLY"}`} {
+	for body, term := range map[string]string{`{` + good + `,"currency":"eur","term":"YEARLY"}`: "YEARLY",
+		`{` + good + `,"currency":"jpy","term":"MONTHLY"}`: "MONTHLY", `{` + good + `,"currency":"gbp"}`: "MONTHLY"} {
 		status, got := c.send(http.MethodPost, subs, "application/json; charset=utf-8", body)
 		assert.Equal(t, http.StatusCreated, status, got)
+		assert.Equal(t, term, got["term"], "term absent: MONTHLY")
 	}
 	status, got := c.send(http.MethodPatch, path, "application/json; charset=utf-8", `{"amount":2500}`)
 	require.Equal(t, http.StatusOK, status, got)
