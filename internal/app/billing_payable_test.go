@@ -37,7 +37,7 @@ const payableAccount = "acct_payable"
 func startPayable(t *testing.T) *payableEnv {
 	t.Helper()
 	e := &payableEnv{t: t, a: startApp(t, nil, nil)}
-	e.base = e.a.Server.URL() + "/internal/v1"
+	e.base = e.a.Admin.URL() + "/internal/v1"
 	e.a.Fake.Decide = func(stripetest.PI) stripetest.Behavior {
 		if e.decline.Load() {
 			return stripetest.Decline
