@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -319,4 +320,53 @@ func TestCancelRateLimitedIsRetried(t *testing.T) {
 	for _, k := range keys {
 		assert.Equal(t, billing.CancelKey(a.ID), k)
 	}
+}
+
+// A success for a STALE period completes it: a late payment, with its
+// receipt at the paid attempt's amount (DESIGN §8), even after the amount
+// changed; no refund.
+func TestLatePaymentOfAStalePeriod(t *testing.T) {
+	t.Parallel()
+	e := billingtest.NewEnv(t, billingtest.Options{})
+	sub, err := e.Service.CreateSubscription(ctx, "acc-1", billingtest.Input("gold", 10))
+	require.NoError(t, err)
+	e.Stripe.Decide = func(stripetest.PI) stripetest.Behavior { return stripetest.Decline }
+	for _, day := range []string{"2024-01-10", "2024-01-11", "2024-01-13", "2024-01-15", "2024-01-17", "2024-02-09"} {
+		collect(t, e, day)
+	}
+	require.Equal(t, billing.Stale, period(t, e, sub, "2024-01-10").Status)
+	amount := int64(2500)
+	_, err = e.Service.UpdateSubscription(ctx, "acc-1", sub.SubscriptionID, billing.Change{Amount: &amount})
+	require.NoError(t, err)
+	pis := e.Stripe.PIs()
+	last := pis[len(pis)-1]
+	require.Equal(t, "2024-01-10", last.Metadata[billing.MetaDate])
+	status, _, err := e.Stripe.ConfirmAsCustomer("acct_test", last.ID)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, status, "a STALE period's last PaymentIntent stays payable")
+	paid, _ := e.Stripe.Get(last.ID)
+	require.NoError(t, feed(t, e, paid, "payment_intent.succeeded"))
+
+	p := period(t, e, sub, "2024-01-10")
+	assert.Equal(t, billing.Completed, p.Status)
+	assert.Equal(t, "late-success-after-STALE", p.UpdatedEvent)
+	assert.Equal(t, int64(1999), p.Amount, "the paid attempt's amount")
+	page, err := e.Store.ListReceipts(ctx, "acc-1", e.Clock.Now(), 24*time.Hour*400, 100, "")
+	require.NoError(t, err)
+	require.Len(t, page.Items, 1)
+	assert.Equal(t, last.ID, page.Items[0].PaymentIntent)
+	assert.Equal(t, int64(1999), page.Items[0].Amount)
+	assert.Empty(t, e.Stripe.Refunds())
+	assert.Equal(t, []billing.Status{billing.Scheduled, billing.Error, billing.Stale, billing.Completed},
+		collapse(statuses(history(t, e, sub), "2024-01-10")))
+}
+
+func collapse(s []billing.Status) []billing.Status {
+	var out []billing.Status
+	for _, v := range s {
+		if len(out) == 0 || out[len(out)-1] != v {
+			out = append(out, v)
+		}
+	}
+	return out
 }
