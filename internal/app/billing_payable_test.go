@@ -3,6 +3,7 @@ package app_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -282,6 +283,11 @@ func TestSuccessForAWaivedOrCancelledPeriodIsRefundedOnce(t *testing.T) {
 			assert.Len(t, e.a.Fake.Refunds(), 1, "one refund per PaymentIntent")
 			assert.Len(t, e.history("2024-01-10"), 4)
 			assert.Empty(t, e.receipts("2024-01-10"))
+			resp, err := http.Get(e.a.Admin.URL() + "/metrics")
+			require.NoError(t, err)
+			metrics, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			assert.Contains(t, string(metrics), "\nstripe_payments_billing_duplicate_refunds_total 1\n", "counted once")
 		})
 	}
 }
