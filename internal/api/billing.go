@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"mime"
 	"net/http"
 	"strings"
 
@@ -122,24 +123,39 @@ func decodeBody(c echo.Context, v any) error {
 	if dec.More() {
 		return apperr.New(apperr.CodeInvalidParameter, "invalid JSON body: trailing data")
 	}
+	// Go's decoder matches field names case-insensitively ("AMOUNT" set
+	// amount) and keeps the last of a repeated one: names must be exact.
+	if err := exactFields(raw, v); err != nil {
+		return apperr.New(apperr.CodeInvalidParameter, "invalid JSON body: %s", err.Error())
+	}
 	return nil
 }
 
+// decodeJSONBody is decodeBody for a request that must say its body is
+// JSON (Content-Type application/json, parameters such as charset allowed).
+func decodeJSONBody(c echo.Context, v any) error {
+	ct := c.Request().Header.Get(echo.HeaderContentType)
+	if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != echo.MIMEApplicationJSON {
+		return apperr.New(apperr.CodeInvalidParameter, "Content-Type: application/json is required (got %q)", ct)
+	}
+	return decodeBody(c, v)
+}
+
 type createRequest struct {
-	SubscriptionID string `json:"subscription_id"`
-	SKU            string `json:"sku"`
-	Email          string `json:"email"`
-	PaymentDay     int    `json:"payment_day"`
-	BillingWeek    int    `json:"billing_week"`
-	Amount         int64  `json:"amount"`
-	Currency       string `json:"currency"`
-	Term           string `json:"term"`
-	Customer       string `json:"customer"`
-	PaymentMethod  string `json:"payment_method"`
-	StripeAccount  string `json:"stripe_account"`
-	StartDate      string `json:"start_date"`
-	Timezone       string `json:"timezone"`
-	TestClock      string `json:"test_clock"`
+	SubscriptionID string  `json:"subscription_id"`
+	SKU            string  `json:"sku"`
+	Email          string  `json:"email"`
+	PaymentDay     int     `json:"payment_day"`
+	BillingWeek    int     `json:"billing_week"`
+	Amount         int64   `json:"amount"`
+	Currency       string  `json:"currency"`
+	Term           *string `json:"term"` // absent: MONTHLY
+	Customer       string  `json:"customer"`
+	PaymentMethod  string  `json:"payment_method"`
+	StripeAccount  string  `json:"stripe_account"`
+	StartDate      string  `json:"start_date"`
+	Timezone       string  `json:"timezone"`
+	TestClock      string  `json:"test_clock"`
 }
 
 func (h billingRoutes) create(c echo.Context) error {
@@ -148,12 +164,19 @@ func (h billingRoutes) create(c echo.Context) error {
 		return err
 	}
 	var req createRequest
-	if err := decodeBody(c, &req); err != nil {
+	if err := decodeJSONBody(c, &req); err != nil {
 		return err
 	}
-	term := dates.Term(strings.ToUpper(req.Term))
-	if req.Term == "" {
-		term = dates.Monthly
+	// Exactly MONTHLY or YEARLY ("" and "monthly" are refused); absent,
+	// MONTHLY (DESIGN §4 names no default; the API always had this one).
+	term := dates.Monthly
+	if req.Term != nil {
+		if term = dates.Term(*req.Term); !term.Valid() {
+			return apperr.New(apperr.CodeInvalidParameter, "term: exactly MONTHLY or YEARLY")
+		}
+	}
+	if !billing.SupportedCurrency(req.Currency) {
+		return apperr.New(apperr.CodeInvalidParameter, "currency: one of Stripe's supported currencies, as a lowercase ISO 4217 code (usd, eur, ...)")
 	}
 	start, err := dates.ParseOptional(req.StartDate)
 	if err != nil {
@@ -194,7 +217,7 @@ func (h billingRoutes) update(c echo.Context) error {
 		return err
 	}
 	var req updateRequest
-	if err := decodeBody(c, &req); err != nil {
+	if err := decodeJSONBody(c, &req); err != nil {
 		return err
 	}
 	ch, err := req.change()
@@ -236,9 +259,9 @@ func (r updateRequest) change() (billing.Change, error) {
 		return bad("payment_day and billing_week are exclusive")
 	}
 	if r.Term != nil {
-		term := dates.Term(strings.ToUpper(*r.Term))
+		term := dates.Term(*r.Term)
 		if !term.Valid() {
-			return bad("term: MONTHLY or YEARLY")
+			return bad("term: exactly MONTHLY or YEARLY")
 		}
 		ch.Term = &term
 	}

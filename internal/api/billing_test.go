@@ -73,7 +73,7 @@ func newAPI(t *testing.T) (client, *billingtest.Env) {
 
 func validCreate() map[string]any {
 	return map[string]any{"sku": "gold", "email": "a@example.com", "payment_day": 31, "amount": 1999,
-		"currency": "USD", "term": "MONTHLY", "customer": "cus_1", "payment_method": "pm_1"}
+		"currency": "usd", "term": "MONTHLY", "customer": "cus_1", "payment_method": "pm_1"}
 }
 
 func errCode(body map[string]any) string {
@@ -335,7 +335,10 @@ func TestPatchTerm(t *testing.T) {
 	require.NoError(t, err)
 	e.Clock.SetDate(dates.MustParse("2024-02-05"))
 
+	// Exactly YEARLY: "yearly" is a 400 since issue 24 (TestBillingAPIInputIsStrict).
 	status, got := c.do(http.MethodPatch, path, map[string]any{"term": "yearly"})
+	require.Equal(t, http.StatusBadRequest, status, got)
+	status, got = c.do(http.MethodPatch, path, map[string]any{"term": "YEARLY"})
 	require.Equal(t, http.StatusOK, status, got)
 	assert.Equal(t, "YEARLY", got["term"])
 	assert.Equal(t, float64(31), got["payment_day"])

@@ -94,6 +94,21 @@ func (s *Service) claimAndCharge(ctx context.Context, l *lock.Lock, sub Subscrip
 	_ Period, res ChargeResult, skipped bool, err error) {
 	resent := p.InFlightKey != ""
 	if !resent {
+		// One successful charge per period (payable.go): the period's
+		// earlier PaymentIntent the customer could still pay is cancelled
+		// first; when the customer has just paid it, that payment is
+		// applied and nothing is charged.
+		paid, err := s.cancelPayable(ctx, p)
+		if err != nil {
+			return p, res, false, fmt.Errorf("before attempt %d on %s %s: %w", attemptNo, p.SubscriptionID, p.BillingDate, err)
+		}
+		if paid != nil {
+			if err := s.applyPaid(ctx, p, paid); err != nil {
+				return p, res, false, fmt.Errorf("apply %s, paid by the customer: %w", paid.ID, err)
+			}
+			rep.add(func(r *Report) { r.PaidByCustomer++ })
+			return p, res, true, nil
+		}
 		// Claim: re-check on the table that the subscription is still
 		// ACTIVE and unchanged, and record the attempt's idempotency key
 		// before charging.
@@ -273,8 +288,7 @@ func (s *Service) record(ctx context.Context, tx *Tx, sub *Subscription, p *Peri
 	p.Process = proc
 	if res.PaymentIntent != "" {
 		p.TransactionID = res.PaymentIntent
-		tx.PutPaymentRef(PaymentRef{PaymentIntent: res.PaymentIntent, AccountID: p.AccountID,
-			SubscriptionID: p.SubscriptionID, BillingDate: p.BillingDate})
+		tx.PutPaymentRef(attemptRef(*p, res.PaymentIntent))
 	}
 	switch res.Outcome {
 	case Succeeded:

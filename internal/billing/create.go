@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/mail"
-	"regexp"
 	"strings"
 	"time"
 
@@ -33,8 +32,6 @@ type CreateInput struct {
 	// TestClock puts the subscription on a test clock (test mode only).
 	TestClock string
 }
-
-var currencyRE = regexp.MustCompile(`^[a-z]{3}$`)
 
 func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
@@ -65,8 +62,8 @@ func (in CreateInput) Validate(account string) error {
 	if in.Amount < 1 || in.Amount > 99_999_999 {
 		add("amount: 1 to 99999999 minor units")
 	}
-	if !currencyRE.MatchString(in.Currency) {
-		add("currency: a lowercase ISO 4217 code")
+	if !SupportedCurrency(in.Currency) {
+		add("currency: one of Stripe's supported currencies, as a lowercase ISO 4217 code (usd, eur, ...)")
 	}
 	if !stripeid.Valid(in.Customer, "cus_") {
 		add("customer: a Stripe customer id (cus_...)")
@@ -106,7 +103,6 @@ func MaxStartDate(today dates.Date) dates.Date { return dates.AddMonthsClamped(t
 func (s *Service) CreateSubscription(ctx context.Context, account string, in CreateInput) (Subscription, error) {
 	// No stripe_account: the platform charges its own customer on its own
 	// account, with no Stripe-Account header (DESIGN §4), whatever account_id.
-	in.Currency = strings.ToLower(in.Currency)
 	if err := in.Validate(account); err != nil {
 		return Subscription{}, err
 	}

@@ -134,4 +134,12 @@ type Charger interface {
 	FindAttempt(ctx context.Context, q AttemptQuery) (Lookup, error)
 	// Retrieve reads one PaymentIntent on an account ("": the platform).
 	Retrieve(ctx context.Context, account, id string) (*stripe.PaymentIntent, error)
+	// Cancel cancels a PaymentIntent that can still be paid; when its
+	// state forbids it (paid meanwhile, cancelled already) it returns the
+	// PaymentIntent as read. The error is non-nil when Stripe could not be
+	// asked.
+	Cancel(ctx context.Context, account, id, idempotencyKey string) (*stripe.PaymentIntent, error)
+	// Refund refunds a succeeded PaymentIntent in full and returns the
+	// refund's id.
+	Refund(ctx context.Context, account, paymentIntent, idempotencyKey string) (string, error)
 }

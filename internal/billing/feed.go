@@ -108,9 +108,12 @@ func FeedFromEvent(ev *stripe.Event) (FeedMessage, bool, error) {
 }
 
 // ApplyFeed applies one Stripe event to its billing period, under the
-// account's lock (ErrLocked: the outbox retries it later). Applying is
-// idempotent: every transition is conditional on the state it leaves, and
-// the history entry's key is derived from the event id.
+// account's lock (ErrLocked: the outbox retries it later). The trust checks
+// (feedtrust.go) come first and take no lock: the account is named by
+// merchant-writable metadata, so a message that fails them never takes (or
+// waits for) that account's lock. Applying is idempotent: every transition
+// is conditional on the state it leaves, and the history entry's key is
+// derived from the event id.
 func (s *Service) ApplyFeed(ctx context.Context, msg FeedMessage) error {
 	if msg.Account == "" {
 		ref, err := s.store.GetPaymentRef(ctx, msg.PaymentIntent)
@@ -127,14 +130,7 @@ func (s *Service) ApplyFeed(ctx context.Context, msg FeedMessage) error {
 		s.log.Error("billing feed: bad billing metadata; ignored", "event_id", msg.EventID, "payment_intent", msg.PaymentIntent)
 		return nil
 	}
-	return s.withLock(ctx, msg.Account, func(ctx context.Context, _ *lock.Lock) error {
-		return s.applyFeed(ctx, msg, date)
-	})
-}
-
-func (s *Service) applyFeed(ctx context.Context, msg FeedMessage, date dates.Date) error {
-	log := s.log.With("event_id", msg.EventID, "event_type", msg.Type, "payment_intent", msg.PaymentIntent,
-		"account", msg.Account, "subscription_id", msg.Subscription, "billing_date", date.String())
+	log := s.feedLog(msg, date)
 	p, err := s.store.GetPeriod(ctx, msg.Account, msg.Subscription, date)
 	if errors.Is(err, ErrNotFound) {
 		s.refuse(log, msg, "period")
@@ -143,10 +139,39 @@ func (s *Service) applyFeed(ctx context.Context, msg FeedMessage, date dates.Dat
 	if err != nil {
 		return err
 	}
-	if reason, err := s.feedRefusal(ctx, msg, p); err != nil {
+	if v, err := s.feedRefusal(ctx, &msg, p); err != nil {
 		return err
-	} else if reason != "" {
-		s.refuse(log, msg, reason)
+	} else if v.reason != "" {
+		s.refuse(log, msg, v.reason)
+		return nil
+	}
+	return s.withLock(ctx, msg.Account, func(ctx context.Context, _ *lock.Lock) error {
+		return s.applyFeed(ctx, msg, date)
+	})
+}
+
+func (s *Service) feedLog(msg FeedMessage, date dates.Date) *slog.Logger {
+	return s.log.With("event_id", msg.EventID, "event_type", msg.Type, "payment_intent", msg.PaymentIntent,
+		"account", msg.Account, "subscription_id", msg.Subscription, "billing_date", date.String())
+}
+
+// applyFeed applies msg under the account's lock: the period is read again
+// and the trust checks made again on it as it is now.
+func (s *Service) applyFeed(ctx context.Context, msg FeedMessage, date dates.Date) error {
+	log := s.feedLog(msg, date)
+	p, err := s.store.GetPeriod(ctx, msg.Account, msg.Subscription, date)
+	if errors.Is(err, ErrNotFound) {
+		s.refuse(log, msg, "period")
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	v, err := s.feedRefusal(ctx, &msg, p)
+	if err != nil {
+		return err
+	} else if v.reason != "" {
+		s.refuse(log, msg, v.reason)
 		return nil
 	}
 	sub, err := s.store.GetSubscription(ctx, msg.Account, msg.Subscription)
@@ -164,8 +189,8 @@ func (s *Service) applyFeed(ctx context.Context, msg FeedMessage, date dates.Dat
 		// date, whatever Stripe's real time of the event.
 		evDate = today
 	}
-	inFlight := p.InFlightKey != "" && p.TransactionID != msg.PaymentIntent
-	c := &feedChange{msg: msg, log: log, sub: sub, p: p, pi: msg.PaymentIntent, inFlight: inFlight,
+	inFlight := p.InFlightKey != "" && !v.known
+	c := &feedChange{msg: msg, log: log, sub: sub, p: p, pi: msg.PaymentIntent, inFlight: inFlight, known: v.known, ref: v.ref,
 		now: now, today: today, evDate: evDate, tx: NewTx("evt:"+msg.EventID, now)}
 	var (
 		action *actions.Action
@@ -192,7 +217,12 @@ func (s *Service) applyFeed(ctx context.Context, msg FeedMessage, date dates.Dat
 	if err := s.store.Commit(ctx, c.tx); err != nil {
 		return fmt.Errorf("apply %s: %w", msg.Type, err)
 	}
-	log.Info("billing feed applied", "status", string(c.p.Status))
+	if c.refunded {
+		if o, ok := s.obs.(DuplicateObserver); ok {
+			o.DuplicateRefunded()
+		}
+	}
+	log.Info("billing feed applied", "status", string(c.p.Status), "updated_event", c.p.UpdatedEvent)
 	return nil
 }
 
@@ -205,6 +235,9 @@ type feedChange struct {
 	p             Period
 	pi            string
 	inFlight      bool // the period's attempt in flight is not recorded with pi
+	known         bool // pi is recorded for the period (an attempt's)
+	ref           *PaymentRef
+	refunded      bool // the change refunds a duplicate success
 	now           time.Time
 	today, evDate dates.Date
 	tx            *Tx
@@ -221,38 +254,67 @@ func (s *Service) feedProcessing(ctx context.Context, c *feedChange) (apply bool
 			return false, err
 		}
 		return true, nil
+	case c.known && p.InFlightKey == "" && p.Status == Error && s.charger != nil:
+		// The customer paid an earlier PaymentIntent of the period with a
+		// bank debit: it settles later; no attempt is made meanwhile. A
+		// redelivered event of a debit that failed since is not that:
+		// Stripe says what the PaymentIntent is now.
+		pi, err := s.charger.Retrieve(ctx, p.PaymentDetails.StripeAccount, c.pi)
+		if err != nil {
+			return false, err
+		}
+		if pi.Status != stripe.PaymentIntentStatusProcessing {
+			return false, nil
+		}
+		p.Status, p.Process, p.UpdatedEvent, p.Error, p.NextAttemptDate = ACHSent, ProcWebhook, "ach-sent", "", dates.Date{}
+		p.TransactionID = c.pi
+		c.tx.PutPeriod(p, false)
+		return true, nil
 	default:
 		return false, nil // recorded already, or an older event
 	}
 }
 
-// feedSucceeded: money moved; the period is collected, whatever its state.
+// feedSucceeded: money moved. A customer may pay any payable
+// PaymentIntent of a period at any time (DESIGN §8): the success collects
+// the period, or is refunded when the period already has one or ended
+// WAIVED or CANCELLED (payable.go).
 func (s *Service) feedSucceeded(ctx context.Context, c *feedChange) (*actions.Action, bool, error) {
 	p, pi := &c.p, c.pi
 	a := paymentAction(ActionPaymentCompleted, *p, pi, 0, "", c.now)
 	switch {
 	case (p.Status == Completed || p.Status == Refunded) && p.TransactionID == pi:
 		return nil, false, nil // the job recorded it
-	case p.Status == Completed || p.Status == Refunded:
-		c.log.Error("billing feed: a second successful charge for one period; refund it", "recorded_payment_intent", p.TransactionID)
-		p.UpdatedEvent, p.Error, p.Process = "duplicate-charge", "second successful charge "+pi+": refund it", ProcWebhook
-		c.tx.PutPeriod(p, false)
-		c.tx.PutPaymentRef(PaymentRef{PaymentIntent: pi, AccountID: p.AccountID, SubscriptionID: p.SubscriptionID, BillingDate: p.BillingDate})
+	case p.InFlightKey != "" && c.known:
+		// An earlier attempt's PaymentIntent succeeded while another is in
+		// flight: once that one's outcome is recorded, this one completes
+		// the period or is refunded.
+		return nil, false, fmt.Errorf("success of %s while an attempt is in flight: %w", pi, ErrRetryLater)
+	case p.Status == Completed || p.Status == Refunded || p.Status == Waived || p.Status == Cancelled || p.Status == PausedSkipped:
+		apply, err := s.refundDuplicate(ctx, c)
+		return nil, apply, err
 	case c.inFlight:
 		res := ChargeResult{Outcome: Succeeded, PaymentIntent: pi}
 		if err := s.record(ctx, c.tx, &c.sub, p, res, ProcWebhook, c.today, c.evDate, c.now); err != nil {
 			return nil, false, err
 		}
 	default:
-		// Money moved: whatever the period's state, it is now collected.
+		// Money moved: the period (SCHEDULED, ERROR, ACHSENT, or STALE: a
+		// late payment) is collected, at the amount of the attempt that
+		// was paid.
 		if p.Status != ACHSent && p.Status != Error && p.Status != Scheduled {
 			c.log.Warn("billing feed: payment succeeded on a period that had ended", "status", string(p.Status))
 			p.UpdatedEvent = "late-success-after-" + string(p.Status)
 		}
+		lateAmount(p, c.msg.Amount, c.msg.Currency)
 		p.TransactionID, p.Process = pi, ProcWebhook
 		s.complete(c.tx, p, pi, c.evDate, c.now)
 		c.tx.PutPeriod(p, false)
-		c.tx.PutPaymentRef(PaymentRef{PaymentIntent: pi, AccountID: p.AccountID, SubscriptionID: p.SubscriptionID, BillingDate: p.BillingDate})
+		ref := attemptRef(*p, pi)
+		if c.ref != nil && c.ref.Currency != "" {
+			ref.Amount, ref.Currency = c.ref.Amount, c.ref.Currency
+		}
+		c.tx.PutPaymentRef(ref)
 		if err := s.movedOn(ctx, c.tx, &c.sub, *p, c.today, ProcWebhook, c.now); err != nil {
 			return nil, false, err
 		}
@@ -297,6 +359,8 @@ func (s *Service) feedRefunded(c *feedChange) (bool, error) {
 		return true, nil
 	case p.Status == Refunded:
 		return false, nil
+	case c.ref != nil && c.ref.RefundID != "":
+		return false, nil // the refund of a duplicate success (payable.go)
 	case p.Status == Scheduled || p.Status == ACHSent || p.Status == Error:
 		// The success has not been applied yet (events arrive out of
 		// order): the outbox delivers this again later.

@@ -17,7 +17,10 @@ import (
 // period an event claims to be about. It may move it when
 //   - the event's account is the period's stripe_account (the platform for
 //     a period charged on the platform's own account),
-//   - the object's amount and currency are the period's, and
+//   - the object's amount and currency are those of the attempt that
+//     created it, as recorded with it (its PaymentRef; the period's for a
+//     reference written before they were recorded, and for the attempt in
+//     flight), not the period's amount today, and
 //   - its id is one the service recorded for the period (the latest
 //     attempt's TransactionID, or a PaymentIntent reference the service
 //     wrote for this period), or the period has an attempt in flight, no
@@ -25,61 +28,91 @@ import (
 //     included) names exactly that attempt: the webhook of a charge whose
 //     answer was lost.
 // A refused event moves nothing, is logged (WARN, ids only) and counted
-// (stripe_payments_billing_feed_refused_total{reason}).
+// (stripe_payments_billing_feed_refused_total{reason}). The checks take no
+// lock: the metadata names the account whose lock applying the event takes,
+// so only a message that passed them may take it (they are made again under
+// the lock, on the period as it is then).
 
-// feedRefusal says why msg may not move p ("" when it may). An error means
-// the check could not be made (Stripe or DynamoDB unavailable): retried.
-func (s *Service) feedRefusal(ctx context.Context, msg FeedMessage, p Period) (string, error) {
+// verdict is what the trust checks concluded about one message.
+type verdict struct {
+	// reason the message may not move the period ("" when it may).
+	reason string
+	// known: the PaymentIntent is one the service recorded for the period
+	// (an attempt's, the latest or an earlier one); false for the attempt
+	// in flight matched by its metadata.
+	known bool
+	// ref is the PaymentIntent's reference, when it has one.
+	ref *PaymentRef
+}
+
+// feedRefusal checks whether msg may move p. An error means the check
+// could not be made (Stripe or DynamoDB unavailable): retried. msg is
+// completed with the facts read from Stripe for an old message (V < 2), so
+// a second check (under the lock) needs no Stripe call.
+func (s *Service) feedRefusal(ctx context.Context, msg *FeedMessage, p Period) (verdict, error) {
 	if msg.V < 2 {
 		// Enqueued before messages carried the facts to check: read them
 		// from Stripe, on the period's account (another account's
 		// PaymentIntent does not exist there).
 		if s.charger == nil {
-			return "payment_intent", nil
+			return verdict{reason: "payment_intent"}, nil
 		}
 		pi, err := s.charger.Retrieve(ctx, p.PaymentDetails.StripeAccount, msg.PaymentIntent)
 		var se *stripe.Error
 		if errors.As(err, &se) && se.HTTPStatusCode == 404 {
-			return "account", nil
+			return verdict{reason: "account"}, nil
 		}
 		if err != nil {
-			return "", err
+			return verdict{}, err
 		}
 		msg.StripeAccount, msg.Amount, msg.Currency = p.PaymentDetails.StripeAccount, pi.Amount, string(pi.Currency)
 		msg.Attempt = pi.Metadata[MetaAttempt]
 		if msg.Type == "charge.refunded" && pi.LatestCharge != nil && pi.LatestCharge.Amount != 0 {
 			msg.Amount = pi.LatestCharge.Amount
 		}
+		msg.V = 2
 	}
 	if s.platform(msg.StripeAccount) != s.platform(p.PaymentDetails.StripeAccount) {
-		return "account", nil
+		return verdict{reason: "account"}, nil
 	}
-	if msg.Amount != p.Amount {
-		return "amount", nil
-	}
-	if !strings.EqualFold(msg.Currency, p.Currency) {
-		return "currency", nil
-	}
-	if msg.PaymentIntent != "" && msg.PaymentIntent == p.TransactionID {
-		return "", nil
-	}
-	ref, err := s.store.GetPaymentRef(ctx, msg.PaymentIntent)
-	switch {
-	case err == nil:
-		if ref.AccountID == p.AccountID && ref.SubscriptionID == p.SubscriptionID && ref.BillingDate.Equal(p.BillingDate) {
-			return "", nil // an earlier attempt of this period
+	var ref *PaymentRef
+	if msg.PaymentIntent != "" {
+		r, err := s.store.GetPaymentRef(ctx, msg.PaymentIntent)
+		switch {
+		case err == nil:
+			ref = &r
+		case !errors.Is(err, ErrNotFound):
+			return verdict{}, err
 		}
-		return "payment_intent", nil
-	case !errors.Is(err, ErrNotFound):
-		return "", err
+	}
+	// The amount and currency the PaymentIntent was created with: those of
+	// the attempt that created it as recorded with it, not the period's
+	// today (an amount change since then applies to later attempts only).
+	amount, currency := p.Amount, p.Currency
+	if ref != nil && ref.of(p) && ref.Currency != "" {
+		amount, currency = ref.Amount, ref.Currency
+	}
+	if msg.Amount != amount {
+		return verdict{reason: "amount"}, nil
+	}
+	if !strings.EqualFold(msg.Currency, currency) {
+		return verdict{reason: "currency"}, nil
+	}
+	switch {
+	case ref != nil && ref.of(p):
+		return verdict{known: true, ref: ref}, nil // an attempt of this period
+	case ref != nil:
+		return verdict{reason: "payment_intent"}, nil
+	case msg.PaymentIntent != "" && msg.PaymentIntent == p.TransactionID:
+		return verdict{known: true}, nil
 	}
 	inFlight := p.InFlightKey != "" && p.TransactionID == ""
 	attemptOK := msg.Attempt == "" || msg.Attempt == strconv.Itoa(p.Attempts+1)
 	if inFlight && attemptOK && msg.Account == p.AccountID && msg.Subscription == p.SubscriptionID &&
 		msg.BillingDate == p.BillingDate.String() {
-		return "", nil
+		return verdict{}, nil
 	}
-	return "payment_intent", nil
+	return verdict{reason: "payment_intent"}, nil
 }
 
 // platform maps the platform's own account id to "" (events about the

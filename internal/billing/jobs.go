@@ -31,6 +31,9 @@ type Report struct {
 	Resumed       int `json:"resumed"`
 	// Skipped: entries with nothing to do (stale index reads, not due).
 	Skipped int `json:"skipped"`
+	// PaidByCustomer: periods not charged because the cancel before the
+	// attempt found their earlier PaymentIntent paid by the customer.
+	PaidByCustomer int `json:"paid_by_customer,omitempty"`
 	// Locked: accounts whose lock another holder kept for the whole run.
 	Locked int `json:"locked"`
 	// Unknown: charges of this run that got no trustworthy answer.

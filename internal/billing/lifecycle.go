@@ -45,8 +45,9 @@ func (s *Service) UpdateSubscription(ctx context.Context, account, subID string,
 		if err != nil {
 			return err
 		}
+		var before []Period
 		if sub.Status != SubCancelled {
-			if _, err := s.noAttemptInFlight(ctx, sub); err != nil {
+			if before, err = s.noAttemptInFlight(ctx, sub); err != nil {
 				return err
 			}
 		}
@@ -64,7 +65,24 @@ func (s *Service) UpdateSubscription(ctx context.Context, account, subID string,
 		default:
 			err = invalid("unknown action %q", ch.Action)
 		}
-		return err
+		if err != nil || len(before) == 0 {
+			return err
+		}
+		// The periods this change waived, cancelled, or gave a new amount
+		// or payment method: their PaymentIntents the customer could still
+		// pay are cancelled at Stripe (payable.go).
+		after, lerr := s.store.ListPeriods(ctx, account, subID)
+		if lerr != nil {
+			s.log.Warn("billing: could not read the changed periods to cancel their payable PaymentIntents", "account", account,
+				"subscription_id", subID, "error", lerr)
+			return nil
+		}
+		if s.cancelChanged(ctx, before, after) {
+			if fresh, gerr := s.store.GetSubscription(ctx, account, subID); gerr == nil {
+				out = fresh
+			}
+		}
+		return nil
 	})
 	return out, err
 }

@@ -301,12 +301,36 @@ type HistoryEntry struct {
 }
 
 // PaymentRef maps a PaymentIntent back to its billing period, for Stripe
-// events that do not carry the billing metadata (a refund's charge).
+// events that do not carry the billing metadata (a refund's charge), and
+// records what the attempt that created it asked for: the webhook feed
+// compares a PaymentIntent with that, not with the period's amount today
+// (DESIGN §8 "Webhook feed trust").
 type PaymentRef struct {
 	PaymentIntent  string
 	AccountID      string
 	SubscriptionID string
 	BillingDate    dates.Date
+	// Amount and Currency of the attempt (zero on references written
+	// before they were recorded: the period's are used then).
+	Amount   int64
+	Currency string
+	// RefundID: the refund of a success that arrived for a period that
+	// already had one, or had ended WAIVED or CANCELLED (one per
+	// PaymentIntent).
+	RefundID string
+}
+
+// of reports whether ref belongs to period p.
+func (ref PaymentRef) of(p Period) bool {
+	return ref.AccountID == p.AccountID && ref.SubscriptionID == p.SubscriptionID && ref.BillingDate.Equal(p.BillingDate)
+}
+
+// attemptRef is the reference of PaymentIntent pi made by an attempt on p,
+// with p's amount and currency (the attempt's: no change is accepted while
+// an attempt is in flight).
+func attemptRef(p Period, pi string) PaymentRef {
+	return PaymentRef{PaymentIntent: pi, AccountID: p.AccountID, SubscriptionID: p.SubscriptionID,
+		BillingDate: p.BillingDate, Amount: p.Amount, Currency: p.Currency}
 }
 
 // ValidID reports whether s can be an account, subscription or SKU id: ids

@@ -67,7 +67,8 @@ var oracleKinds = []string{"pause", "resume", "amount", "rule", "move", "cancel"
 // which the rules refuse, or on a day), waive-failed and waive-next (an ERROR period,
 // the next scheduled one), move-announced (moving a period whose reminder
 // went out). Faults: unknown (unknown outcomes at all), unknown-declined
-// (an unknown outcome of a charge Stripe declined).
+// (an unknown outcome of a charge Stripe declined). customer-pays: the
+// customer paying a declined PaymentIntent (customerPays).
 var oracleRefined = []string{"pause-yearly", "amount-while-failing", "rule-after-waiver", "rule-term", "waive-failed", "waive-next",
 	"move-announced", "unknown-declined"}
 
@@ -98,7 +99,7 @@ func TestBillingOracle(t *testing.T) {
 		}
 	}
 	for k := range oracleExcluded {
-		if !slices.Contains(oracleKinds, k) && !slices.Contains(oracleRefined, k) && k != "unknown" {
+		if !slices.Contains(oracleKinds, k) && !slices.Contains(oracleRefined, k) && k != "unknown" && k != "customer-pays" {
 			t.Fatalf("oracleExcluded: unknown kind %q", k)
 		}
 	}
@@ -249,7 +250,7 @@ type oracleWorld struct {
 	handler  *handler.Handler
 	worker   *outbox.Worker
 	stats    map[string]int
-	pending  map[dates.Date][]string // "settle:<pi>:<ok>", "refund:<pi>", "dup:<pi>"
+	pending  map[dates.Date][]string // "settle:<pi>:<ok>", "refund:<pi>", "dup:<pi>", "paid:<pi>"
 	seenPIs  int
 	seenActs int
 
@@ -483,6 +484,11 @@ func (w *oracleWorld) run() {
 			}
 		}
 		w.attribute(day, "operations")
+		for _, q := range w.seqs {
+			if q.model != nil && q.failed == "" && day.After(q.created) {
+				w.customerPays(q, day)
+			}
+		}
 		_, err := w.e.Service.Remind(ctx, day)
 		w.must(err)
 		w.reminders(day)
@@ -1103,6 +1109,11 @@ func (w *oracleWorld) webhooks(day dates.Date) {
 			if q.failed == "" {
 				q.logf(day, "webhook payment_intent.succeeded %s (again)", pi.ID)
 			}
+		case "paid":
+			payload = w.e.Stripe.Event(pi, "payment_intent.succeeded", w.e.Clock.Now())
+			if q.failed == "" {
+				q.logf(day, "webhook payment_intent.succeeded %s (paid by the customer)", pi.ID)
+			}
 		}
 		q.touched = true
 		ev, err := stripeevent.Parse(payload)
@@ -1146,8 +1157,20 @@ func (w *oracleWorld) check(q *oracleSeq, day dates.Date) {
 	m := q.model
 	// Successful charges, per period, at Stripe.
 	paid := map[string][]string{}
+	dupRefunded := map[string]bool{} // refunded by the service (DESIGN §8), not by the harness
+	var gotDup []string
+	for _, r := range w.e.Stripe.Refunds() {
+		dupRefunded[r.PaymentIntent] = true
+		if slices.Contains(q.pis, r.PaymentIntent) {
+			gotDup = append(gotDup, r.PaymentIntent)
+		}
+	}
+	if wantDup := m.DuplicateRefunds(); !slices.Equal(gotDup, wantDup) {
+		w.fail(q, day, "the service refunded %v as duplicates, the rules want %v (§8 One successful charge per period)", gotDup, wantDup)
+		return
+	}
 	for _, id := range q.pis {
-		if pi, _ := w.e.Stripe.Get(id); pi.Status == "succeeded" {
+		if pi, _ := w.e.Stripe.Get(id); pi.Status == "succeeded" && !dupRefunded[id] {
 			per := pi.Metadata[billing.MetaDate]
 			if d, err := oracle.Parse(per); err == nil && m.Period(d) != nil {
 				per = m.Period(d).Scheduled.String() // a moved period's charges, whatever date they carry
@@ -1295,4 +1318,56 @@ func outcomes(trail []string) []string {
 		}
 	}
 	return out
+}
+
+// customerPays: now and then the customer pays one of the sequence's
+// declined PaymentIntents on-session, at the fake Stripe, as DESIGN §8 lets
+// a customer do at any time ("One successful charge per period, also when
+// the customer pays an old PaymentIntent"). Stripe must accept exactly the
+// payments the rules leave payable (the service cancelled the others), and
+// the webhook of an accepted one follows the same day. Drawn from the seed
+// by account and day, so the other draws of a sequence stay as they were.
+func (w *oracleWorld) customerPays(q *oracleSeq, day dates.Date) {
+	if _, out := oracleExcluded["customer-pays"]; out || unit(w.seed, q.account, day.String(), "customer-pays") >= 0.04 {
+		return
+	}
+	unresolved := map[string]bool{}
+	for _, p := range q.model.Periods() {
+		for _, a := range p.Attempts {
+			if a.Unresolved {
+				unresolved[a.PI] = true
+			}
+		}
+	}
+	var declined []stripetest.PI
+	for _, id := range q.pis {
+		if pi, _ := w.e.Stripe.Get(id); (pi.Status == "requires_payment_method" || pi.Status == "canceled") && !unresolved[id] {
+			declined = append(declined, pi)
+		}
+	}
+	w.downMu.Lock()
+	down := w.down[q.in.StripeAccount] == day
+	w.downMu.Unlock()
+	if len(declined) == 0 || down {
+		return
+	}
+	pi := declined[int(unit(w.seed, q.account, day.String(), "customer-pick")*float64(len(declined)))]
+	status, body, err := w.e.Stripe.ConfirmAsCustomer(pi.Account, pi.ID)
+	w.must(err)
+	res, refused := q.model.CustomerPays(oracle.MustParse(day.String()), pi.ID)
+	q.touched = true
+	q.logf(day, "the customer pays %s (%s): Stripe answers %d", pi.ID, pi.Metadata[billing.MetaDate], status)
+	switch {
+	case (status == http.StatusOK) != (refused == nil):
+		w.fail(q, day, "the customer's payment of %s: Stripe answered %d %s, the rules say %v (§8 One successful charge per period)",
+			pi.ID, status, body, refused)
+	case status == http.StatusOK:
+		w.stat("customer:paid")
+		if res == oracle.PayRefunded {
+			w.stat("customer:refunded")
+		}
+		w.later(day, "paid:"+pi.ID)
+	default:
+		w.stat("customer:refused")
+	}
 }

@@ -20,6 +20,13 @@ type countingObserver struct {
 	unknown    int
 	resolved   map[string]int
 	unresolved []int
+	duplicates int
+}
+
+func (o *countingObserver) DuplicateRefunded() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.duplicates++
 }
 
 func newObserver() *countingObserver {
@@ -180,7 +187,8 @@ func TestScenario3UnknownOutcomeIsResolvedNotStuck(t *testing.T) {
 		assert.Equal(t, 1, rep.Succeeded, "then the day-1 retry, due on the day it was resolved (oracle F12)")
 		pis := e.Stripe.PIs()
 		require.Len(t, pis, 2)
-		assert.Equal(t, "requires_payment_method", pis[0].Status)
+		assert.Equal(t, "canceled", pis[0].Status, "declined, then cancelled before the retry (DESIGN §8 one successful charge per period)")
+		assert.Equal(t, []string{pis[0].ID}, e.Stripe.Cancels())
 		assert.Equal(t, "2", pis[1].Metadata[billing.MetaAttempt])
 		p := period(t, e, sub, "2024-01-10")
 		assert.Equal(t, billing.Completed, p.Status)

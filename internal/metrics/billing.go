@@ -8,6 +8,7 @@ type Billing struct {
 	UnknownOutcomesTotal  prometheus.Counter
 	ResolvedOutcomesTotal *prometheus.CounterVec
 	Unresolved            prometheus.Gauge
+	DuplicateRefunds      prometheus.Counter
 }
 
 // NewBilling registers the billing collectors on reg.
@@ -29,8 +30,12 @@ func NewBilling(reg prometheus.Registerer) *Billing {
 			Name: "stripe_payments_billing_unresolved_periods",
 			Help: "Billing periods the last collection run left with an attempt whose outcome is unknown: alert when > 0.",
 		}),
+		DuplicateRefunds: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "stripe_payments_billing_duplicate_refunds_total",
+			Help: "Successes refunded automatically because their period already had one, or had ended WAIVED or CANCELLED (history cause duplicate-refunded).",
+		}),
 	}
-	reg.MustRegister(b.FeedRefusedTotal, b.UnknownOutcomesTotal, b.ResolvedOutcomesTotal, b.Unresolved)
+	reg.MustRegister(b.FeedRefusedTotal, b.UnknownOutcomesTotal, b.ResolvedOutcomesTotal, b.Unresolved, b.DuplicateRefunds)
 	return b
 }
 
@@ -47,3 +52,6 @@ func (b *Billing) OutcomeResolved(result string) {
 
 // UnresolvedPeriods implements billing.Observer.
 func (b *Billing) UnresolvedPeriods(n int) { b.Unresolved.Set(float64(n)) }
+
+// DuplicateRefunded implements billing.DuplicateObserver.
+func (b *Billing) DuplicateRefunded() { b.DuplicateRefunds.Inc() }

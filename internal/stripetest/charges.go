@@ -65,6 +65,8 @@ type charges struct {
 	order    []string
 	byKey    map[string]string // idempotency key → PI id
 	saved500 map[string]bool   // idempotency keys whose saved answer is a 500
+	cancels  []string          // payable.go
+	refunds  []Refunded
 }
 
 func (c *charges) init() {

@@ -106,6 +106,9 @@ func (f *Stripe) route(req Request) reply {
 	if len(parts) < 2 || parts[0] != "v1" {
 		return notFound(req.Path)
 	}
+	if rep, ok := f.payableRoute(req); ok { // a billing charge's cancel, customer confirm, refund (payable.go)
+		return rep
+	}
 	if rep, ok := f.localRoute(req); ok { // local.go
 		return rep
 	}

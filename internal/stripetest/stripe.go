@@ -315,10 +315,11 @@ func (f *Stripe) scriptedFailure(req Request) (reply, bool) {
 }
 
 // remember keeps the first answer to an idempotent POST (errors below 500
-// included, as Stripe does); f.mu is held. Charges keep their own keys
+// included, as Stripe does, but a 429: Stripe did not execute it); f.mu is
+// held. Charges keep their own keys
 // (charges.go): their replays show the PaymentIntent as it is now.
 func (f *Stripe) remember(req Request, rep reply) {
-	if req.IdempotencyKey != "" && req.Method == http.MethodPost && rep.status < 500 && !isCharge(req) {
+	if req.IdempotencyKey != "" && req.Method == http.MethodPost && rep.status < 500 && rep.status != http.StatusTooManyRequests && !isCharge(req) {
 		f.replies[replyKey(req)] = rep
 	}
 }

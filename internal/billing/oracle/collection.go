@@ -76,6 +76,7 @@ func (s *Sub) Attempted(today, period Date, amount int64, pi string, o Outcome, 
 	if p == nil {
 		return fmt.Errorf("oracle: no period %s", period)
 	}
+	p.cancelPayable() // before a new attempt (customer.go)
 	a := Attempt{Day: today, Amount: amount, Outcome: o, PI: pi, Unresolved: unknown}
 	p.Attempts = append(p.Attempts, a)
 	if !unknown {

@@ -70,6 +70,9 @@ type Attempt struct {
 	// Unresolved: Stripe acted but the service did not learn the outcome;
 	// the next collection resolves it before anything else.
 	Unresolved bool
+	// Cancelled: a declined attempt's PaymentIntent the rules cancelled
+	// (customer.go); Paid: the customer paid it.
+	Cancelled, Paid bool
 }
 
 // Period is one scheduled date of the rule and its fate.
@@ -142,6 +145,7 @@ type Sub struct {
 	periods   []*Period // by scheduled date
 	reminders []Reminder
 	receipts  []Receipt
+	refunds   []string // customer.go
 	// Dropped are the scheduled dates of periods a rule change removed.
 	Dropped []Date
 }

@@ -60,7 +60,15 @@ func (s *Sub) ChangeAmount(_ Date, amount int64) error {
 	if s.cancelled || amount < 1 {
 		return ErrRefused
 	}
+	if amount == s.amount {
+		return nil // no change
+	}
 	s.amount = amount
+	for _, p := range s.periods {
+		if p.Status == Scheduled || p.Status == Paused || p.Status == Error {
+			p.cancelPayable() // its amount changes (customer.go)
+		}
+	}
 	return nil
 }
 
@@ -160,6 +168,7 @@ func (s *Sub) Cancel(today Date) error {
 		switch p.Status {
 		case Scheduled, Paused, Error:
 			p.set(Cancelled)
+			p.cancelPayable()
 			s.unremind(p, today)
 		}
 	}
@@ -173,6 +182,7 @@ func (s *Sub) Waive(today, period Date) error {
 		return ErrRefused
 	}
 	p.set(Waived)
+	p.cancelPayable()
 	s.unremind(p, today)
 	s.extend(today)
 	return nil

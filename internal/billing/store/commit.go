@@ -92,7 +92,7 @@ func (tx *writes) add(w billing.Write) {
 		ref := w.PaymentRef
 		tx.put(piItem{PK: piKey(ref.PaymentIntent), SK: piKey(ref.PaymentIntent), Type: "PI",
 			PaymentIntent: ref.PaymentIntent, AccountID: ref.AccountID, SubscriptionID: ref.SubscriptionID,
-			BillingDate: ref.BillingDate.String()}, nil)
+			BillingDate: ref.BillingDate.String(), Amount: ref.Amount, Currency: ref.Currency, RefundID: ref.RefundID}, nil)
 	case billing.OpPutClockMember:
 		sub := w.Subscription
 		tx.put(memberItem{PK: clockPK(sub.TestClock), SK: prefixMember + sub.AccountID + "#" + sub.SubscriptionID,

@@ -326,6 +326,12 @@ type piItem struct {
 	AccountID      string `dynamodbav:"AccountId"`
 	SubscriptionID string `dynamodbav:"SubscriptionId"`
 	BillingDate    string `dynamodbav:"BillingDate"`
+	// The attempt that created the PaymentIntent: its amount and currency
+	// (absent on references written before they were recorded), and the
+	// refund of a duplicate success.
+	Amount   int64  `dynamodbav:"Amount,omitempty"`
+	Currency string `dynamodbav:"Currency,omitempty"`
+	RefundID string `dynamodbav:"RefundId,omitempty"`
 }
 
 // idItem claims a subscription id in its account (written once, by the

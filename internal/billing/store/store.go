@@ -111,7 +111,8 @@ func (s *Store) GetPaymentRef(ctx context.Context, pi string) (billing.PaymentRe
 		return billing.PaymentRef{}, err
 	}
 	return billing.PaymentRef{PaymentIntent: it.PaymentIntent, AccountID: it.AccountID,
-		SubscriptionID: it.SubscriptionID, BillingDate: parseDate(it.BillingDate)}, nil
+		SubscriptionID: it.SubscriptionID, BillingDate: parseDate(it.BillingDate), Amount: it.Amount, Currency: it.Currency,
+		RefundID: it.RefundID}, nil
 }
 
 // ListPeriods reads every billing period of a subscription, oldest first.
