@@ -281,6 +281,12 @@ func (s *server) kill() {
 func (s *server) stop(timeout time.Duration) error {
 	s.t.Helper()
 	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		if errors.Is(err, os.ErrProcessDone) {
+			// It ended on its own before it was asked to: say how, and why.
+			exit := <-s.exited
+			s.cmd = nil
+			return fmt.Errorf("serve exited before SIGTERM (%v); its last log lines:\n%s", exit, tail(s.logs[len(s.logs)-1], 40))
+		}
 		return err
 	}
 	select {
