@@ -72,6 +72,27 @@ func (s *Sub) ChangeAmount(_ Date, amount int64) error {
 	return nil
 }
 
+// ChangePaymentMethod (§8 "Amount or payment method change") applies to
+// every later attempt and makes each ERROR period not in flight due again
+// at the next collection run (today's, operations coming before the day's
+// jobs), hard-declined ones included; its earlier PaymentIntents can no
+// longer be paid (customer.go).
+func (s *Sub) ChangePaymentMethod(_ Date) error {
+	if s.cancelled {
+		return ErrRefused
+	}
+	for _, p := range s.periods {
+		switch {
+		case p.Status == Error && p.unresolved() == nil:
+			p.cancelPayable()
+			p.DueAgain = true
+		case p.Status == Scheduled || p.Status == Paused:
+			p.cancelPayable()
+		}
+	}
+	return nil
+}
+
 // ChangeRule changes the payment day (or Friday week) at today, keeping
 // the term: ChangeRuleTo with the current term.
 func (s *Sub) ChangeRule(today Date, day, week int) error {
