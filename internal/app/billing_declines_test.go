@@ -36,7 +36,7 @@ type declineEnv struct {
 func startDeclines(t *testing.T) *declineEnv {
 	t.Helper()
 	e := &declineEnv{t: t, a: startApp(t, nil, nil), code: map[string]string{}, fixed: map[string]bool{}, subs: map[string]string{}}
-	e.base = e.a.Server.URL() + "/internal/v1"
+	e.base = e.a.Admin.URL() + "/internal/v1"
 	e.a.Fake.Decide = func(p stripetest.PI) stripetest.Behavior {
 		e.mu.Lock()
 		defer e.mu.Unlock()

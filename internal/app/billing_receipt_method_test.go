@@ -22,7 +22,7 @@ import (
 // Fails without the change: the receipts carry neither.
 func TestReceiptsSayHowTheyWerePaid(t *testing.T) {
 	a := startApp(t, nil, nil)
-	base := a.Server.URL() + "/internal/v1"
+	base := a.Admin.URL() + "/internal/v1"
 	a.Fake.Decide = func(p stripetest.PI) stripetest.Behavior {
 		if strings.Contains(p.PaymentMethod, "Bank") {
 			return stripetest.Process
