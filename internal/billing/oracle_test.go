@@ -505,6 +505,14 @@ func (w *oracleWorld) run() {
 				w.customerPays(q, day)
 			}
 		}
+		// The model applies a customer's payment before the day's jobs, so
+		// its webhook reaches the service before them too: delivered after
+		// the collection, the day's stale mark came first, and a period the
+		// customer paid on its stale date went ERROR, STALE, COMPLETED (a
+		// late payment) where the rules have it ERROR, COMPLETED (seed 3,
+		// 36 months, once hard declines left periods payable to their stale
+		// date).
+		w.webhooksNow(day, "paid:")
 		_, err := w.e.Service.Remind(ctx, day)
 		w.must(err)
 		w.reminders(day)
@@ -1122,6 +1130,25 @@ func pending(m *oracle.Sub) []string {
 
 // webhooks delivers what Stripe sends today (settlements, refunds,
 // duplicates) through the real handler and drains the billing feed.
+// webhooksNow delivers at once the day's pending webhooks whose item
+// starts with prefix; the others stay for webhooks.
+func (w *oracleWorld) webhooksNow(day dates.Date, prefix string) {
+	var now, rest []string
+	for _, it := range w.pending[day] {
+		if strings.HasPrefix(it, prefix) {
+			now = append(now, it)
+		} else {
+			rest = append(rest, it)
+		}
+	}
+	if len(now) == 0 {
+		return
+	}
+	w.pending[day] = now
+	w.webhooks(day)
+	w.pending[day] = append(rest, w.pending[day]...)
+}
+
 func (w *oracleWorld) webhooks(day dates.Date) {
 	items := w.pending[day]
 	delete(w.pending, day)

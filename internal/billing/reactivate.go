@@ -95,13 +95,18 @@ func (s *Service) reactivate(ctx context.Context, sub Subscription, r Reactivati
 	rule := sub.Rule()
 	lower := dates.Max(today, sub.StartDate)
 	byDate := make(map[dates.Date]Period, len(periods))
+	seen := false
 	for _, p := range periods {
 		byDate[p.BillingDate] = p
 		if p.Attempts > 0 || p.InFlightKey != "" || p.Status == Completed || p.Status == Refunded || p.Status == ACHSent {
+			// One term of the rule the period was scheduled under (a
+			// MONTHLY period charged before a change to YEARLY: a month).
 			lower = dates.Max(lower, p.oneTermAfter(rule))
+			seen = seen || p.BillingDate.Equal(sub.LastChargedPeriod)
 		}
 	}
-	if !sub.LastChargedPeriod.IsZero() {
+	if !seen && !sub.LastChargedPeriod.IsZero() {
+		// Charged, but its record was not read: the rule's term.
 		lower = dates.Max(lower, rule.OneTermAfter(sub.LastChargedPeriod))
 	}
 	// Periods that ended ahead of their dates (waived ahead) stay: the new
@@ -129,6 +134,19 @@ func (s *Service) reactivate(ctx context.Context, sub Subscription, r Reactivati
 	s.point(&sub, p, today, true)
 	tx := NewTx(r.Cause, now)
 	tx.PutPeriod(&p, false)
+	// Later periods of the new schedule the cancel ended ahead of their
+	// dates (their records exist: a paused or moved cursor) are scheduled
+	// again too: they will be charged, and must not read CANCELLED.
+	var last dates.Date
+	for _, q := range periods {
+		last = dates.Max(last, q.BillingDate)
+	}
+	for d := rule.Next(first); !d.After(last); d = rule.Next(d) {
+		if q, ok := byDate[d]; ok && reusable(q) {
+			s.reopen(&q, sub, ProcAdmin, "rescheduled")
+			tx.PutPeriod(&q, false)
+		}
+	}
 	tx.PutSubscription(&sub)
 	if err := s.store.Commit(ctx, tx); err != nil {
 		return sub, fmt.Errorf("reactivate: %w", err)
