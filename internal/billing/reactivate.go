@@ -134,19 +134,6 @@ func (s *Service) reactivate(ctx context.Context, sub Subscription, r Reactivati
 	s.point(&sub, p, today, true)
 	tx := NewTx(r.Cause, now)
 	tx.PutPeriod(&p, false)
-	// Later periods of the new schedule the cancel ended ahead of their
-	// dates (their records exist: a paused or moved cursor) are scheduled
-	// again too: they will be charged, and must not read CANCELLED.
-	var last dates.Date
-	for _, q := range periods {
-		last = dates.Max(last, q.BillingDate)
-	}
-	for d := rule.Next(first); !d.After(last); d = rule.Next(d) {
-		if q, ok := byDate[d]; ok && reusable(q) {
-			s.reopen(&q, sub, ProcAdmin, "rescheduled")
-			tx.PutPeriod(&q, false)
-		}
-	}
 	tx.PutSubscription(&sub)
 	if err := s.store.Commit(ctx, tx); err != nil {
 		return sub, fmt.Errorf("reactivate: %w", err)
