@@ -1042,7 +1042,11 @@ func (w *oracleWorld) attributeSeq(q *oracleSeq, day dates.Date, phase string, w
 			switch pi.Status {
 			case "requires_payment_method":
 				o = oracle.Declined
-				if slices.Contains(config.DefaultBillingHardDeclineCodes(), pi.DeclineCode) {
+				code := pi.DeclineCode // Stripe's decline_code, else its error code (expired_card, …)
+				if code == "" {
+					code = pi.ErrorCode
+				}
+				if slices.Contains(config.DefaultBillingHardDeclineCodes(), code) {
 					o = oracle.HardDeclined
 				}
 			case "processing":
