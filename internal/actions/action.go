@@ -62,6 +62,14 @@ type BillingDetails struct {
 	PaymentIntent string `json:"payment_intent,omitempty"`
 	Attempt       int    `json:"attempt,omitempty"`
 	Error         string `json:"error,omitempty"`
+	// DeclineCode is Stripe's code of a failed payment; NotRetried: it is
+	// one retrying cannot fix (DESIGN §8), so no automatic retry follows.
+	DeclineCode string `json:"decline_code,omitempty"`
+	NotRetried  bool   `json:"not_retried,omitempty"`
+	// PaymentMethodType and PaymentMethodLast4: how a completed payment
+	// was paid (card, us_bank_account, …), when Stripe said.
+	PaymentMethodType  string `json:"payment_method_type,omitempty"`
+	PaymentMethodLast4 string `json:"payment_method_last4,omitempty"`
 	// Period is the scheduled date of the period a reminder announces when
 	// it differs from BillingDate, its charge date (a moved period): two
 	// periods charged on one date each get their reminder (DESIGN §8,

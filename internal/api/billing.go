@@ -27,6 +27,7 @@ type BillingService interface {
 	ListHistory(ctx context.Context, account, sub string, limit int32, cursor string) (billing.Page[billing.HistoryEntry], error)
 	Pay(ctx context.Context, account, sub string) (billing.Subscription, billing.Period, error)
 	ErasePersonalData(ctx context.Context, account, sub string) (billing.Erasure, error)
+	Reactivate(ctx context.Context, account, sub string, r billing.Reactivation) (billing.Subscription, error)
 	TestClocks
 }
 
@@ -38,6 +39,7 @@ func registerBilling(g router, svc BillingService) {
 	g.GET("/accounts/:account_id/subscriptions/:subscription_id", h.getSubscription)
 	g.PATCH("/accounts/:account_id/subscriptions/:subscription_id", h.update)
 	g.POST("/accounts/:account_id/subscriptions/:subscription_id/pay", h.pay)
+	g.POST("/accounts/:account_id/subscriptions/:subscription_id/reactivate", h.reactivate)
 	g.GET("/accounts/:account_id/subscriptions/:subscription_id/history", h.history)
 	g.GET("/accounts/:account_id/receipts", h.receipts)
 	g.DELETE("/accounts/:account_id/subscriptions/:subscription_id/personal-data", h.erase)
@@ -68,6 +70,8 @@ func billingError(err error) error {
 		return apperr.New(apperr.CodeConflict, "no unpaid ERROR period to pay")
 	case errors.Is(err, billing.ErrAttemptInFlight):
 		return apperr.New(apperr.CodeConflict, "a payment attempt is in flight; retry after the next collection run")
+	case errors.Is(err, billing.ErrNotCancelled):
+		return apperr.New(apperr.CodeConflict, "the subscription is not cancelled: only a CANCELLED subscription is reactivated")
 	case errors.Is(err, billing.ErrLocked):
 		return apperr.New(apperr.CodeConflict, "the account is being billed right now; retry shortly")
 	case errors.Is(err, billing.ErrConflict):

@@ -46,8 +46,12 @@ type Receipt struct {
 	ProcessedAmount int64  `json:"processed_amount"`
 	Currency        string `json:"currency"`
 	PaymentIntent   string `json:"payment_intent"`
-	BillingDate     string `json:"billing_date"`
-	ExpiresAt       string `json:"expires_at"`
+	// PaymentMethodType (card, us_bank_account, …) and PaymentMethodLast4:
+	// from the charge Stripe made; null when it did not say.
+	PaymentMethodType  *string `json:"payment_method_type"`
+	PaymentMethodLast4 *string `json:"payment_method_last4"`
+	BillingDate        string  `json:"billing_date"`
+	ExpiresAt          string  `json:"expires_at"`
 }
 
 // HistoryEntry is the JSON shape of a history entry (DESIGN §4, Contract),
@@ -102,6 +106,7 @@ func ReceiptJSON(r billing.Receipt) Receipt {
 	return Receipt{
 		AccountID: r.AccountID, SubscriptionID: r.SubscriptionID, SKU: r.SKU, ProcessedDate: r.ProcessedDate.String(),
 		ProcessedAmount: r.Amount, Currency: r.Currency, PaymentIntent: r.PaymentIntent,
+		PaymentMethodType: optString(r.PaymentMethodType), PaymentMethodLast4: optString(r.PaymentMethodLast4),
 		BillingDate: r.BillingDate.String(), ExpiresAt: r.ExpiresAt.UTC().Format(time.RFC3339),
 	}
 }

@@ -33,6 +33,7 @@ func (a *App) newBilling() error {
 	cfg := billing.DefaultConfig()
 	cfg.Shards, cfg.WorkersPerShard, cfg.ReminderDays = c.Shards, c.WorkersPerShard, c.ReminderDays
 	cfg.Retry = dates.RetryPolicy{Days: c.RetryDays, StaleDays: c.StaleDays}
+	cfg.HardDeclineCodes = c.HardDeclineCodes
 	cfg.ReceiptTTL, cfg.LookbackDays, cfg.LockedRetryWait = c.ReceiptTTL, c.LookbackDays, c.LockLease+c.LockHeartbeat
 	cfg.PlatformAccount, cfg.Livemode = a.Config.PlatformAccount, a.Config.Livemode()
 	cfg.MaxClocks = c.TestClocksMax

@@ -179,9 +179,13 @@ func (s *Service) recordOutcome(ctx context.Context, sub Subscription, p Period,
 	var err error
 	switch res.Outcome {
 	case Succeeded:
-		err = s.notifier.Notify(ctx, paymentAction(ActionPaymentCompleted, p, res.PaymentIntent, attemptNo, "", now))
+		a := paymentAction(ActionPaymentCompleted, p, res.PaymentIntent, attemptNo, "", now)
+		a.BillingDetails.PaymentMethodType, a.BillingDetails.PaymentMethodLast4 = res.Method.Type, res.Method.Last4
+		err = s.notifier.Notify(ctx, a)
 	case Declined:
-		err = s.notifier.Notify(ctx, paymentAction(ActionPaymentFailed, p, res.PaymentIntent, attemptNo, res.Error, now))
+		a := paymentAction(ActionPaymentFailed, p, res.PaymentIntent, attemptNo, res.Error, now)
+		a.BillingDetails.DeclineCode, a.BillingDetails.NotRetried = res.DeclineCode, s.HardDecline(res.DeclineCode)
+		err = s.notifier.Notify(ctx, a)
 	}
 	if err != nil {
 		return sub, p, err
@@ -218,7 +222,7 @@ func (s *Service) recordOutcome(ctx context.Context, sub Subscription, p Period,
 // stale date has come. It returns the subscription as written.
 func (s *Service) afterDecline(ctx context.Context, l *lock.Lock, sub Subscription, p Period, res ChargeResult, attemptDay, today dates.Date, rep *Report) (
 	Subscription, bool, error) {
-	if res.Outcome == Declined && !attemptDay.IsZero() && attemptDay.Before(today) && sub.Status != SubCancelled {
+	if res.Outcome == Declined && !p.NotRetried && !attemptDay.IsZero() && attemptDay.Before(today) && sub.Status != SubCancelled {
 		// The declined attempt was made on attemptDay and its answer came
 		// only now (resent within the idempotency window, or looked up): a
 		// retry due since then (its day-1 retry) is due now (finding F14).
@@ -292,12 +296,12 @@ func (s *Service) record(ctx context.Context, tx *Tx, sub *Subscription, p *Peri
 	}
 	switch res.Outcome {
 	case Succeeded:
-		s.complete(tx, p, res.PaymentIntent, processed, now)
+		s.complete(tx, p, res.PaymentIntent, res.Method, processed, now)
 	case Processing:
 		p.Status, p.UpdatedEvent, p.Error, p.NextAttemptDate = ACHSent, "ach-sent", "", dates.Date{}
+		p.DeclineCode, p.NotRetried = "", false
 	default:
-		next, _ := s.cfg.Retry.NextAttempt(p.Due(), retryFrom)
-		p.Status, p.UpdatedEvent, p.Error, p.NextAttemptDate = Error, "attempt-failed", res.Error, next
+		s.declined(p, res, "attempt-failed", retryFrom)
 	}
 	tx.PutPeriod(p, false)
 	return s.movedOn(ctx, tx, sub, *p, today, proc, now)
@@ -329,13 +333,15 @@ func (s *Service) movedOn(ctx context.Context, tx *Tx, sub *Subscription, p Peri
 }
 
 // complete marks p COMPLETED and writes its receipt.
-func (s *Service) complete(tx *Tx, p *Period, pi string, processed dates.Date, now time.Time) {
+func (s *Service) complete(tx *Tx, p *Period, pi string, m PaymentMethodUsed, processed dates.Date, now time.Time) {
 	tx.PutReceipt(Receipt{
 		AccountID: p.AccountID, SubscriptionID: p.SubscriptionID, SKU: p.SKU, ProcessedDate: processed,
 		BillingDate: p.BillingDate, Amount: p.Amount, Currency: p.Currency, PaymentIntent: pi,
+		PaymentMethodType: m.Type, PaymentMethodLast4: m.Last4,
 		ExpiresAt: s.wall().Add(s.cfg.ReceiptTTL), // kept for real time, whatever a test clock says
 	})
 	p.Status, p.Error, p.NextAttemptDate, p.CompletionDate = Completed, "", dates.Date{}, now
+	p.DeclineCode, p.NotRetried = "", false
 	if !strings.HasPrefix(p.UpdatedEvent, "late-success") {
 		p.UpdatedEvent = "completed"
 	}

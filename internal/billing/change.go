@@ -76,7 +76,7 @@ func (s *Service) change(ctx context.Context, sub Subscription, ch Change) (Subs
 		cur = ed.touch(p)
 	}
 	if ch.Amount != nil || ch.PaymentMethod != nil {
-		changeAmounts(&sub, ch, periods, cur, ed)
+		changeAmounts(&sub, ch, periods, cur, ed, today)
 	}
 	switch {
 	case ch.PaymentDay != nil || ch.BillingWeek != nil || ch.Term != nil:
@@ -144,8 +144,11 @@ func (e *edits) touch(p Period) *Period {
 }
 
 // changeAmounts applies a new amount or payment method to sub and every
-// period not yet charged.
-func changeAmounts(sub *Subscription, ch Change, periods []Period, cur *Period, ed *edits) {
+// period not yet charged. A new payment method also makes every ERROR
+// period due at the next collection run (its index entry moves to today;
+// the job retries it, process RETRY), hard-declined ones included (DESIGN
+// §8 "Amount or payment method change").
+func changeAmounts(sub *Subscription, ch Change, periods []Period, cur *Period, ed *edits, today dates.Date) {
 	if ch.Amount != nil {
 		sub.Amount = *ch.Amount
 	}
@@ -163,6 +166,9 @@ func changeAmounts(sub *Subscription, ch Change, periods []Period, cur *Period, 
 		}
 		if ch.PaymentMethod != nil && q.PaymentDetails.PaymentMethod != *ch.PaymentMethod {
 			q.PaymentDetails.PaymentMethod, q.UpdatedEvent = *ch.PaymentMethod, "payment-method-changed"
+			if q.Status == Error && !q.NextAttemptDate.IsZero() && q.NextAttemptDate.After(today) {
+				q.NextAttemptDate = today
+			}
 		}
 		q.Process = ProcAdmin
 	}

@@ -3,6 +3,8 @@ package billing
 import (
 	"strconv"
 	"time"
+
+	"github.com/stripe/stripe-go/v76"
 )
 
 // The model of a charge: what the service asks of Stripe and what it
@@ -51,6 +53,45 @@ type ChargeResult struct {
 	Outcome       Outcome
 	PaymentIntent string
 	Error         string
+	// DeclineCode is Stripe's code of a decline: the decline_code, else the
+	// error's code (expired_card, authentication_required, …).
+	DeclineCode string
+	// Method is how a success was paid, from its charge (zero when Stripe
+	// did not say).
+	Method PaymentMethodUsed
+}
+
+// PaymentMethodUsed is how a charge was paid, from the Charge's
+// payment_method_details: its type (card, us_bank_account, …) and the last
+// four digits of the card or account.
+type PaymentMethodUsed struct {
+	Type  string
+	Last4 string
+}
+
+// MethodOf is how pi's latest charge was paid, when pi carries its charge
+// (retrieved with expand latest_charge); zero otherwise.
+func MethodOf(pi *stripe.PaymentIntent) PaymentMethodUsed {
+	if pi == nil || pi.LatestCharge == nil || pi.LatestCharge.PaymentMethodDetails == nil {
+		return PaymentMethodUsed{}
+	}
+	d := pi.LatestCharge.PaymentMethodDetails
+	m := PaymentMethodUsed{Type: string(d.Type)}
+	switch {
+	case d.Card != nil:
+		m.Last4 = d.Card.Last4
+	case d.USBankAccount != nil:
+		m.Last4 = d.USBankAccount.Last4
+	case d.SEPADebit != nil:
+		m.Last4 = d.SEPADebit.Last4
+	case d.BACSDebit != nil:
+		m.Last4 = d.BACSDebit.Last4
+	case d.AUBECSDebit != nil:
+		m.Last4 = d.AUBECSDebit.Last4
+	case d.ACSSDebit != nil:
+		m.Last4 = d.ACSSDebit.Last4
+	}
+	return m
 }
 
 // MetaAttempt is the attempt number a billing PaymentIntent was created by;

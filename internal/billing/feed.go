@@ -37,6 +37,8 @@ type FeedMessage struct {
 	Subscription  string `json:"subscription,omitempty"`
 	BillingDate   string `json:"billing_date,omitempty"`
 	Error         string `json:"error,omitempty"`
+	// DeclineCode is the failure's Stripe code (decline_code, else code).
+	DeclineCode string `json:"decline_code,omitempty"`
 	// What the feed checks before the event may move a period (feed trust):
 	// the event's Stripe account ("" for the platform), the object's amount
 	// and currency, and the attempt number of its metadata. V is 2 on
@@ -58,8 +60,9 @@ type feedObject struct {
 	Amount           int64             `json:"amount"`
 	Currency         string            `json:"currency"`
 	LastPaymentError *struct {
-		Code    string `json:"code"`
-		Message string `json:"message"`
+		Code        string `json:"code"`
+		DeclineCode string `json:"decline_code"`
+		Message     string `json:"message"`
 	} `json:"last_payment_error"`
 }
 
@@ -95,6 +98,10 @@ func FeedFromEvent(ev *stripe.Event) (FeedMessage, bool, error) {
 		V: 2, StripeAccount: ev.Account, Amount: obj.Amount, Currency: obj.Currency, Attempt: obj.Metadata[MetaAttempt]}
 	if obj.LastPaymentError != nil {
 		msg.Error = DeclineText(obj.LastPaymentError.Code, obj.LastPaymentError.Message)
+		msg.DeclineCode = obj.LastPaymentError.DeclineCode
+		if msg.DeclineCode == "" {
+			msg.DeclineCode = obj.LastPaymentError.Code
+		}
 	}
 	marked := msg.Account != "" && msg.Subscription != "" && msg.BillingDate != ""
 	switch string(ev.Type) {
@@ -282,6 +289,13 @@ func (s *Service) feedProcessing(ctx context.Context, c *feedChange) (apply bool
 func (s *Service) feedSucceeded(ctx context.Context, c *feedChange) (*actions.Action, bool, error) {
 	p, pi := &c.p, c.pi
 	a := paymentAction(ActionPaymentCompleted, *p, pi, 0, "", c.now)
+	var m PaymentMethodUsed
+	if p.Status != Completed && p.Status != Refunded && p.Status != Waived && p.Status != Cancelled && p.Status != PausedSkipped &&
+		!(p.InFlightKey != "" && c.known) {
+		// It collects the period: its receipt says how it was paid.
+		m = s.chargeMethod(ctx, p.PaymentDetails.StripeAccount, pi, c.log)
+		a.BillingDetails.PaymentMethodType, a.BillingDetails.PaymentMethodLast4 = m.Type, m.Last4
+	}
 	switch {
 	case (p.Status == Completed || p.Status == Refunded) && p.TransactionID == pi:
 		return nil, false, nil // the job recorded it
@@ -294,7 +308,7 @@ func (s *Service) feedSucceeded(ctx context.Context, c *feedChange) (*actions.Ac
 		apply, err := s.refundDuplicate(ctx, c)
 		return nil, apply, err
 	case c.inFlight:
-		res := ChargeResult{Outcome: Succeeded, PaymentIntent: pi}
+		res := ChargeResult{Outcome: Succeeded, PaymentIntent: pi, Method: m}
 		if err := s.record(ctx, c.tx, &c.sub, p, res, ProcWebhook, c.today, c.evDate, c.now); err != nil {
 			return nil, false, err
 		}
@@ -308,7 +322,7 @@ func (s *Service) feedSucceeded(ctx context.Context, c *feedChange) (*actions.Ac
 		}
 		lateAmount(p, c.msg.Amount, c.msg.Currency)
 		p.TransactionID, p.Process = pi, ProcWebhook
-		s.complete(c.tx, p, pi, c.evDate, c.now)
+		s.complete(c.tx, p, pi, m, c.evDate, c.now)
 		c.tx.PutPeriod(p, false)
 		ref := attemptRef(*p, pi)
 		if c.ref != nil && c.ref.Currency != "" {
@@ -326,15 +340,16 @@ func (s *Service) feedSucceeded(ctx context.Context, c *feedChange) (*actions.Ac
 func (s *Service) feedFailed(ctx context.Context, c *feedChange) (*actions.Action, bool, error) {
 	p, pi, msg := &c.p, c.pi, c.msg
 	a := paymentAction(ActionPaymentFailed, *p, pi, 0, msg.Error, c.now)
+	a.BillingDetails.DeclineCode, a.BillingDetails.NotRetried = msg.DeclineCode, s.HardDecline(msg.DeclineCode)
 	switch {
 	case c.inFlight && (p.Status == Scheduled || p.Status == Error):
-		res := ChargeResult{Outcome: Declined, PaymentIntent: pi, Error: msg.Error}
+		res := ChargeResult{Outcome: Declined, PaymentIntent: pi, Error: msg.Error, DeclineCode: msg.DeclineCode}
 		if err := s.record(ctx, c.tx, &c.sub, p, res, ProcWebhook, c.today, c.evDate, c.now); err != nil {
 			return nil, false, err
 		}
 	case p.Status == ACHSent && p.TransactionID == pi:
-		next, _ := s.cfg.Retry.NextAttempt(p.Due(), c.today)
-		p.Status, p.Process, p.UpdatedEvent, p.Error, p.NextAttemptDate = Error, ProcWebhook, "ach-failed", msg.Error, next
+		s.declined(p, ChargeResult{Outcome: Declined, PaymentIntent: pi, Error: msg.Error, DeclineCode: msg.DeclineCode}, "ach-failed", c.today)
+		p.Process = ProcWebhook
 		// The debit was in flight, so an amount or payment method change
 		// made meanwhile passed it by; its retries are new charges of a
 		// period not charged: they take the subscription's (DESIGN §8).

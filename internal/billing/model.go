@@ -218,7 +218,12 @@ type Period struct {
 	// TransactionID is the PaymentIntent of the latest attempt.
 	TransactionID string
 	Error         string
-	Attempts      int
+	// DeclineCode is Stripe's code of the latest decline ("" after any
+	// other outcome); NotRetried: it is one retrying cannot fix, so the
+	// period has no retry days (decline.go).
+	DeclineCode string
+	NotRetried  bool
+	Attempts    int
 	// InFlightKey is the idempotency key of an attempt whose outcome is not
 	// recorded yet (a crash between the charge and the write). A rerun
 	// reuses it, so Stripe answers with the same PaymentIntent.
@@ -277,7 +282,11 @@ type Receipt struct {
 	Amount         int64
 	Currency       string
 	PaymentIntent  string
-	ExpiresAt      time.Time
+	// PaymentMethodType and PaymentMethodLast4: how it was paid, from the
+	// charge Stripe made (empty when Stripe did not say).
+	PaymentMethodType  string
+	PaymentMethodLast4 string
+	ExpiresAt          time.Time
 }
 
 // HistoryEntry is one change of a billing period, as appended to the

@@ -28,6 +28,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
 	"github.com/stripe-payments/stripe-payments/internal/billing/feedqueue"
 	"github.com/stripe-payments/stripe-payments/internal/billing/oracle"
+	"github.com/stripe-payments/stripe-payments/internal/config"
 	"github.com/stripe-payments/stripe-payments/internal/dynamo"
 	"github.com/stripe-payments/stripe-payments/internal/events"
 	"github.com/stripe-payments/stripe-payments/internal/handler"
@@ -57,7 +58,7 @@ var oracleExcluded = map[string]string{}
 
 // oracleKinds are the operations the generator draws from; refineKind
 // names the cases of each that a finding may single out.
-var oracleKinds = []string{"pause", "resume", "amount", "rule", "move", "cancel", "waive", "paynow"}
+var oracleKinds = []string{"pause", "resume", "amount", "rule", "move", "cancel", "waive", "paynow", "payment-method"}
 
 // oracleRefined are the refined kinds: pause-yearly (a YEARLY pause),
 // amount-while-failing (an amount change while a period is ERROR),
@@ -70,7 +71,7 @@ var oracleKinds = []string{"pause", "resume", "amount", "rule", "move", "cancel"
 // (an unknown outcome of a charge Stripe declined). customer-pays: the
 // customer paying a declined PaymentIntent (customerPays).
 var oracleRefined = []string{"pause-yearly", "amount-while-failing", "rule-after-waiver", "rule-term", "waive-failed", "waive-next",
-	"move-announced", "unknown-declined"}
+	"move-announced", "unknown-declined", "reactivate"}
 
 // TestBillingOracle drives the real billing Service (DynamoDB Local tables,
 // lease lock, history, fake Stripe at the HTTP level, webhooks through the
@@ -154,7 +155,7 @@ func TestBillingOracle(t *testing.T) {
 			seed, n, months, universes)
 	}
 	// The run exercised what it claims to.
-	for _, k := range []string{"charge:succeeded", "charge:declined", "charge:processing", "ach:settled",
+	for _, k := range []string{"charge:succeeded", "charge:declined", "charge:declined-hard", "charge:processing", "ach:settled",
 		"ach:failed", "refund", "status:STALE", "status:PAUSED_SKIPPED", "status:WAIVED", "status:CANCELLED", "crash", "reminder"} {
 		if stats[k] == 0 && n >= 24 && months >= 12 {
 			t.Errorf("never happened in %d sequences: %s", n, k)
@@ -163,7 +164,7 @@ func TestBillingOracle(t *testing.T) {
 	if _, out := oracleExcluded["unknown"]; !out && stats["charge:unknown"] == 0 && n >= 24 && months >= 12 {
 		t.Errorf("never happened in %d sequences: charge:unknown", n)
 	}
-	for _, k := range oracleKinds {
+	for _, k := range append(slices.Clone(oracleKinds), "reactivate") {
 		if _, out := oracleExcluded[k]; !out && stats["op:"+k] == 0 && n >= 24 && months >= 12 {
 			t.Errorf("operation never accepted in %d sequences: %s", n, k)
 		}
@@ -296,6 +297,7 @@ func newOracleWorld(t *testing.T, seed uint64, u, lo, hi, months int) *oracleWor
 	w.e = billingtest.NewEnv(t, billingtest.Options{Config: cfg, Start: start, DynamoHTTP: &http.Client{Transport: w.counter}, Lease: oracleLease,
 		Heartbeat: oracleHeartbeat, LockNow: w.lease.Now, Crash: w.hook, Log: quiet})
 	w.e.Stripe.Decide = w.decide
+	w.e.Stripe.DeclineAs = w.declineAs
 	w.e.Stripe.Wrap(func(inner http.Handler) http.Handler {
 		return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) { w.outage(rw, r, inner) })
 	})
@@ -422,6 +424,20 @@ func (w *oracleWorld) decide(p stripetest.PI) stripetest.Behavior {
 	return stripetest.Succeed
 }
 
+// declineAs is the code of a declined PaymentIntent, drawn from the seed
+// and its attempt: a third of declines are ones retrying cannot fix
+// (DESIGN §8, config.DefaultBillingHardDeclineCodes), the rest soft.
+func (w *oracleWorld) declineAs(p stripetest.PI) string {
+	name := attemptName(p.IdempotencyKey, p.Metadata)
+	pick := func(what string, codes []string) string {
+		return codes[int(unit(w.seed, name, what)*float64(len(codes)))]
+	}
+	if unit(w.seed, name, "hard") < 0.33 {
+		return pick("hard-code", config.DefaultBillingHardDeclineCodes())
+	}
+	return pick("soft-code", []string{"insufficient_funds", "generic_decline", "do_not_honor", "processing_error"})
+}
+
 // outage makes some charges' outcomes unknown: Stripe acts, but answers 500,
 // and answers 500 to everything about that account for the rest of the day.
 func (w *oracleWorld) outage(rw http.ResponseWriter, r *http.Request, inner http.Handler) {
@@ -489,6 +505,14 @@ func (w *oracleWorld) run() {
 				w.customerPays(q, day)
 			}
 		}
+		// The model applies a customer's payment before the day's jobs, so
+		// its webhook reaches the service before them too: delivered after
+		// the collection, the day's stale mark came first, and a period the
+		// customer paid on its stale date went ERROR, STALE, COMPLETED (a
+		// late payment) where the rules have it ERROR, COMPLETED (seed 3,
+		// 36 months, once hard declines left periods payable to their stale
+		// date).
+		w.webhooksNow(day, "paid:")
 		_, err := w.e.Service.Remind(ctx, day)
 		w.must(err)
 		w.reminders(day)
@@ -570,7 +594,14 @@ func (w *oracleWorld) create(q *oracleSeq, day dates.Date) {
 // the service alike.
 func (w *oracleWorld) operate(q *oracleSeq, day dates.Date) {
 	m, od := q.model, oracle.MustParse(day.String())
-	if m.Cancelled() || q.rng.IntN(100) >= 5 || m.Busy(od) {
+	if m.Cancelled() {
+		// reactivate: a cancelled customer comes back (§8 "Reactivation").
+		if _, out := oracleExcluded["reactivate"]; !out && q.rng.IntN(100) < 4 && !m.Busy(od) {
+			w.reactivate(q, day)
+		}
+		return
+	}
+	if q.rng.IntN(100) >= 5 || m.Busy(od) {
 		return
 	}
 	base := oracleKinds[q.rng.IntN(len(oracleKinds))]
@@ -733,6 +764,15 @@ func (w *oracleWorld) operate(q *oracleSeq, day dates.Date) {
 		}
 		w.payNow(q, day)
 		return
+	case "payment-method":
+		// §8: every period not yet charged uses it, and the ERROR ones
+		// (hard-declined included) are due at the next collection run.
+		pm := fmt.Sprintf("pm_oracle%04d", q.rng.IntN(10000))
+		ch.PaymentMethod, desc = &pm, "payment_method "+pm
+		if len(failing) > 0 {
+			desc += fmt.Sprintf(" (%d ERROR)", len(failing))
+		}
+		apply = func() error { return m.ChangePaymentMethod(od) }
 	}
 	refused := apply()
 	q.logf(day, "%s%s", desc, map[bool]string{true: " (refused by the rules)"}[refused != nil])
@@ -757,6 +797,34 @@ func (w *oracleWorld) operate(q *oracleSeq, day dates.Date) {
 	if kind != base {
 		w.stat("op:" + kind)
 	}
+}
+
+// reactivate starts a cancelled subscription again, with a new amount half
+// the time; the operation on an active one is refused (409), changing
+// nothing.
+func (w *oracleWorld) reactivate(q *oracleSeq, day dates.Date) {
+	od := oracle.MustParse(day.String())
+	var r billing.Reactivation
+	var amount int64
+	if q.rng.IntN(2) == 0 {
+		amount = int64(100 + q.rng.IntN(9900))
+		r.Amount = &amount
+	}
+	if err := q.model.Reactivate(od, amount); err != nil {
+		w.fail(q, day, "reactivate: the model refused a cancelled subscription: %v", err)
+		return
+	}
+	q.logf(day, "reactivate (amount %d)", amount)
+	q.touched = true
+	if _, err := w.e.Service.Reactivate(context.Background(), q.account, q.subID, r); err != nil {
+		w.fail(q, day, "reactivate refused, though DESIGN §8 allows it: %v", err)
+		return
+	}
+	if _, err := w.e.Service.Reactivate(context.Background(), q.account, q.subID, r); !errors.Is(err, billing.ErrNotCancelled) {
+		w.fail(q, day, "a second reactivate: want ErrNotCancelled, got %v", err)
+		return
+	}
+	w.stat("op:reactivate")
 }
 
 // payNow charges the oldest ERROR period at once (DESIGN §4 "pay now").
@@ -974,6 +1042,13 @@ func (w *oracleWorld) attributeSeq(q *oracleSeq, day dates.Date, phase string, w
 			switch pi.Status {
 			case "requires_payment_method":
 				o = oracle.Declined
+				code := pi.DeclineCode // Stripe's decline_code, else its error code (expired_card, …)
+				if code == "" {
+					code = pi.ErrorCode
+				}
+				if slices.Contains(config.DefaultBillingHardDeclineCodes(), code) {
+					o = oracle.HardDeclined
+				}
 			case "processing":
 				o = oracle.Processing
 			}
@@ -987,7 +1062,8 @@ func (w *oracleWorld) attributeSeq(q *oracleSeq, day dates.Date, phase string, w
 			if unknown {
 				w.stat("charge:unknown")
 			} else {
-				w.stat("charge:" + map[oracle.Outcome]string{oracle.Succeeded: "succeeded", oracle.Declined: "declined", oracle.Processing: "processing"}[o])
+				w.stat("charge:" + map[oracle.Outcome]string{oracle.Succeeded: "succeeded", oracle.Declined: "declined", oracle.Processing: "processing",
+					oracle.HardDeclined: "declined-hard"}[o])
 			}
 			q.logf(day, "%s: charged %s %d → %s%s", phase, per, pi.Amount, pi.Status, map[bool]string{true: " (answer lost: 500)"}[unknown])
 			// What Stripe does later with this PaymentIntent is drawn from
@@ -1058,6 +1134,25 @@ func pending(m *oracle.Sub) []string {
 
 // webhooks delivers what Stripe sends today (settlements, refunds,
 // duplicates) through the real handler and drains the billing feed.
+// webhooksNow delivers at once the day's pending webhooks whose item
+// starts with prefix; the others stay for webhooks.
+func (w *oracleWorld) webhooksNow(day dates.Date, prefix string) {
+	var now, rest []string
+	for _, it := range w.pending[day] {
+		if strings.HasPrefix(it, prefix) {
+			now = append(now, it)
+		} else {
+			rest = append(rest, it)
+		}
+	}
+	if len(now) == 0 {
+		return
+	}
+	w.pending[day] = now
+	w.webhooks(day)
+	w.pending[day] = append(rest, w.pending[day]...)
+}
+
 func (w *oracleWorld) webhooks(day dates.Date) {
 	items := w.pending[day]
 	delete(w.pending, day)
@@ -1241,6 +1336,14 @@ func (w *oracleWorld) check(q *oracleSeq, day dates.Date) {
 			continue
 		}
 		status[p.Scheduled] = r.Status
+		if r.Status == billing.Cancelled && r.Attempts == 0 && p.Status == oracle.Scheduled && len(p.Attempts) == 0 &&
+			p.Charge > od && slices.Contains(m.Dropped, p.Scheduled) {
+			// A period a change (a reactivation, a rule change) ended
+			// ahead of its date and the new schedule has again: the
+			// service schedules its record again when its cursor reaches
+			// it (advance), before its charge date.
+			continue
+		}
 		if string(r.Status) != string(p.Status) {
 			w.fail(q, day, "period %s (charge date %s) is %s, the rules want %s", p.Scheduled, p.Charge, r.Status, p.Status)
 			return

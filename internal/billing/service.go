@@ -27,6 +27,9 @@ type Config struct {
 	ReminderDays int
 	// Retry is BILLING_RETRY_DAYS and BILLING_STALE_DAYS.
 	Retry dates.RetryPolicy
+	// HardDeclineCodes is BILLING_HARD_DECLINE_CODES: a period declined
+	// with one of these Stripe codes is not retried (decline.go).
+	HardDeclineCodes []string
 	// ReceiptTTL is BILLING_RECEIPT_TTL: how long receipts are kept.
 	ReceiptTTL time.Duration
 	// LookbackDays is BILLING_LOOKBACK_DAYS: a job for date D also reads the
@@ -69,6 +72,7 @@ func DefaultConfig() Config {
 		WorkersPerShard:   config.DefaultBillingWorkers,
 		ReminderDays:      config.DefaultBillingReminderDays,
 		Retry:             dates.RetryPolicy{Days: config.DefaultBillingRetryDays(), StaleDays: config.DefaultBillingStaleDays},
+		HardDeclineCodes:  config.DefaultBillingHardDeclineCodes(),
 		ReceiptTTL:        config.DefaultBillingReceiptTTL,
 		LookbackDays:      config.DefaultBillingLookbackDays,
 		IdempotencyWindow: 23 * time.Hour,
@@ -126,6 +130,8 @@ type Service struct {
 	advances  *sync.WaitGroup
 	advancing chan struct{}
 	safe      *safego.Starter
+	// hard is the set of Config.HardDeclineCodes.
+	hard map[string]bool
 }
 
 // New returns the service.
@@ -151,6 +157,9 @@ func New(cfg Config, d Deps) (*Service, error) {
 	}
 	if cfg.IdempotencyWindow <= 0 {
 		cfg.IdempotencyWindow = def.IdempotencyWindow
+	}
+	if cfg.HardDeclineCodes == nil {
+		cfg.HardDeclineCodes = def.HardDeclineCodes
 	}
 	if cfg.MaxPauseMonths <= 0 {
 		cfg.MaxPauseMonths = def.MaxPauseMonths
@@ -181,7 +190,8 @@ func New(cfg Config, d Deps) (*Service, error) {
 	}
 	return &Service{cfg: cfg, store: d.Store, locks: d.Locks, charger: d.Charger, notifier: d.Notifier,
 		now: d.Now, wall: d.Now, log: d.Log, obs: d.Observer, advances: &sync.WaitGroup{},
-		advancing: make(chan struct{}, cfg.MaxAdvancing), safe: d.Safe.OrDefault(d.Log)}, nil
+		advancing: make(chan struct{}, cfg.MaxAdvancing), safe: d.Safe.OrDefault(d.Log),
+		hard: hardCodes(cfg.HardDeclineCodes)}, nil
 }
 
 // Store is the service's store.

@@ -31,21 +31,33 @@ const (
 // cannot be a constant.
 func DefaultBillingRetryDays() []int { return []int{1, 3, 5, 7} }
 
+// DefaultBillingHardDeclineCodes are the Stripe decline codes retrying
+// cannot fix (DESIGN §8 "Declines that retrying cannot fix are not
+// retried"; BILLING_HARD_DECLINE_CODES): a period declined with one is not
+// retried on the retry days.
+func DefaultBillingHardDeclineCodes() []string {
+	return []string{"lost_card", "stolen_card", "pickup_card", "restricted_card", "fraudulent",
+		"invalid_account", "card_not_supported", "currency_not_supported", "expired_card",
+		"incorrect_number", "invalid_number", "authentication_required"}
+}
+
 // BillingConfig is the recurring billing core's part of the configuration
 // (README "Configuration").
 type BillingConfig struct {
-	Shards          int           // BILLING_SHARDS
-	WorkersPerShard int           // BILLING_WORKERS
-	ReminderDays    int           // BILLING_REMINDER_DAYS
-	RetryDays       []int         // BILLING_RETRY_DAYS
-	StaleDays       int           // BILLING_STALE_DAYS
-	ReceiptTTL      time.Duration // BILLING_RECEIPT_TTL
-	LookbackDays    int           // BILLING_LOOKBACK_DAYS
-	LockLease       time.Duration // BILLING_LOCK_LEASE
-	LockHeartbeat   time.Duration // BILLING_LOCK_HEARTBEAT
-	Every           time.Duration // BILLING_EVERY: in-process jobs in serve; 0 = off
-	StripeRateLimit float64       // STRIPE_RATE_LIMIT, requests per second
-	TestClocksMax   int           // TEST_CLOCKS_MAX: test clocks that may exist at once
+	Shards          int   // BILLING_SHARDS
+	WorkersPerShard int   // BILLING_WORKERS
+	ReminderDays    int   // BILLING_REMINDER_DAYS
+	RetryDays       []int // BILLING_RETRY_DAYS
+	StaleDays       int   // BILLING_STALE_DAYS
+	// HardDeclineCodes is BILLING_HARD_DECLINE_CODES (comma-separated).
+	HardDeclineCodes []string
+	ReceiptTTL       time.Duration // BILLING_RECEIPT_TTL
+	LookbackDays     int           // BILLING_LOOKBACK_DAYS
+	LockLease        time.Duration // BILLING_LOCK_LEASE
+	LockHeartbeat    time.Duration // BILLING_LOCK_HEARTBEAT
+	Every            time.Duration // BILLING_EVERY: in-process jobs in serve; 0 = off
+	StripeRateLimit  float64       // STRIPE_RATE_LIMIT, requests per second
+	TestClocksMax    int           // TEST_CLOCKS_MAX: test clocks that may exist at once
 	// StripeExpectedReplicas (STRIPE_EXPECTED_REPLICAS, default 1): a
 	// replica that cannot reach the shared Stripe budget's store spends
 	// StripeRateLimit / StripeExpectedReplicas alone (docs/stripe-budget.md).
@@ -97,6 +109,14 @@ func loadBilling(get func(key, def string) string) (BillingConfig, error) {
 		}
 		b.RetryDays, prev = append(b.RetryDays, n), n
 	}
+	for _, f := range strings.Split(get("BILLING_HARD_DECLINE_CODES", strings.Join(DefaultBillingHardDeclineCodes(), ",")), ",") {
+		code := strings.TrimSpace(f)
+		if code == "" || strings.Trim(code, "abcdefghijklmnopqrstuvwxyz0123456789_") != "" {
+			errs = append(errs, errors.New("BILLING_HARD_DECLINE_CODES: comma-separated Stripe decline codes such as lost_card,stolen_card"))
+			break
+		}
+		b.HardDeclineCodes = append(b.HardDeclineCodes, code)
+	}
 	rate, err := strconv.ParseFloat(get("STRIPE_RATE_LIMIT", strconv.FormatFloat(DefaultStripeRateLimit, 'f', -1, 64)), 64)
 	if err != nil || rate <= 0 || rate > 10000 {
 		errs = append(errs, errors.New("STRIPE_RATE_LIMIT: requests per second, above 0"))
@@ -114,7 +134,7 @@ func (b BillingConfig) LogValue() slog.Value {
 	return slog.GroupValue(
 		slog.Int("shards", b.Shards), slog.Int("workers_per_shard", b.WorkersPerShard),
 		slog.Int("reminder_days", b.ReminderDays), slog.Any("retry_days", b.RetryDays),
-		slog.Int("stale_days", b.StaleDays), slog.Duration("receipt_ttl", b.ReceiptTTL),
+		slog.Int("stale_days", b.StaleDays), slog.Any("hard_decline_codes", b.HardDeclineCodes), slog.Duration("receipt_ttl", b.ReceiptTTL),
 		slog.Int("lookback_days", b.LookbackDays), slog.Duration("lock_lease", b.LockLease),
 		slog.Duration("lock_heartbeat", b.LockHeartbeat), slog.Duration("every", b.Every),
 		slog.Float64("stripe_rate_limit", b.StripeRateLimit), slog.Int("test_clocks_max", b.TestClocksMax),

@@ -9,6 +9,7 @@ type Billing struct {
 	ResolvedOutcomesTotal *prometheus.CounterVec
 	Unresolved            prometheus.Gauge
 	DuplicateRefunds      prometheus.Counter
+	DeclinesTotal         *prometheus.CounterVec
 }
 
 // NewBilling registers the billing collectors on reg.
@@ -35,7 +36,11 @@ func NewBilling(reg prometheus.Registerer) *Billing {
 			Help: "Successes refunded automatically because their period already had one, or had ended WAIVED or CANCELLED (history cause duplicate-refunded).",
 		}),
 	}
-	reg.MustRegister(b.FeedRefusedTotal, b.UnknownOutcomesTotal, b.ResolvedOutcomesTotal, b.Unresolved, b.DuplicateRefunds)
+	b.DeclinesTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "stripe_payments_billing_declines_total",
+		Help: "Billing charges declined, by class: hard (a code retrying cannot fix, BILLING_HARD_DECLINE_CODES: not retried) or soft (retried on the retry days).",
+	}, []string{"class"})
+	reg.MustRegister(b.FeedRefusedTotal, b.UnknownOutcomesTotal, b.ResolvedOutcomesTotal, b.Unresolved, b.DuplicateRefunds, b.DeclinesTotal)
 	return b
 }
 
@@ -55,3 +60,6 @@ func (b *Billing) UnresolvedPeriods(n int) { b.Unresolved.Set(float64(n)) }
 
 // DuplicateRefunded implements billing.DuplicateObserver.
 func (b *Billing) DuplicateRefunded() { b.DuplicateRefunds.Inc() }
+
+// Declined implements billing.DeclineObserver.
+func (b *Billing) Declined(class string) { b.DeclinesTotal.WithLabelValues(class).Inc() }

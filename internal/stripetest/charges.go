@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"regexp"
 	"sort"
 	"strconv"
@@ -92,7 +93,7 @@ func (f *Stripe) createCharge(w http.ResponseWriter, r *http.Request) {
 		p := f.charges.pis[id]
 		f.mu.Unlock()
 		w.Header().Set("Idempotent-Replayed", "true")
-		f.respond(w, p, false)
+		f.respond(w, r.PostForm, p, false)
 		return
 	}
 	f.mu.Unlock()
@@ -133,6 +134,7 @@ func (f *Stripe) createCharge(w http.ResponseWriter, r *http.Request) {
 	case Decline:
 		p.Status = "requires_payment_method"
 		f.declined(p)
+		f.declinedAs(p)
 	case Process:
 		p.Status = "processing"
 	default:
@@ -144,7 +146,7 @@ func (f *Stripe) createCharge(w http.ResponseWriter, r *http.Request) {
 	if id, ok := f.charges.byKey[key]; ok && key != "" {
 		existing := f.charges.pis[id]
 		f.mu.Unlock()
-		f.respond(w, existing, false)
+		f.respond(w, r.PostForm, existing, false)
 		return
 	}
 	f.charges.pis[p.ID] = p
@@ -156,14 +158,14 @@ func (f *Stripe) createCharge(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	f.mu.Unlock()
-	f.respond(w, p, lost || acted)
+	f.respond(w, r.PostForm, p, lost || acted)
 }
 
 // respond answers a charge as it is now: a decline is a 402 card error
 // carrying the PaymentIntent, as Stripe's is.
-func (f *Stripe) respond(w http.ResponseWriter, p *PI, lost bool) {
+func (f *Stripe) respond(w http.ResponseWriter, form url.Values, p *PI, lost bool) {
 	f.mu.Lock()
-	body := p.JSON()
+	body := f.expand(form, "", p, p.JSON())
 	status := p.Status
 	f.mu.Unlock()
 	switch {
@@ -179,12 +181,12 @@ func (f *Stripe) respond(w http.ResponseWriter, p *PI, lost bool) {
 }
 
 // charge returns the JSON of a charge visible to account; f.mu is held.
-func (f *Stripe) charge(account, id string) (map[string]any, bool) {
+func (f *Stripe) charge(account, id string, form url.Values) (map[string]any, bool) {
 	p, ok := f.charges.pis[id]
 	if !ok || p.Account != account { // another account's objects do not exist
 		return nil, false
 	}
-	return p.JSON(), true
+	return f.expand(form, "", p, p.JSON()), true
 }
 
 // JSON is the PaymentIntent as Stripe renders it (the fields the service
@@ -333,7 +335,7 @@ func (f *Stripe) searchCharges(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		if match {
-			data = append(data, p.JSON())
+			data = append(data, f.expand(r.URL.Query(), "data.", p, p.JSON()))
 		}
 	}
 	f.mu.Unlock()
@@ -358,7 +360,7 @@ func (f *Stripe) listCharges(w http.ResponseWriter, r *http.Request) {
 		if p.Account != account || (customer != "" && p.Customer != customer) || p.Created.Unix() < since {
 			continue
 		}
-		data = append(data, p.JSON())
+		data = append(data, f.expand(q, "data.", p, p.JSON()))
 	}
 	f.mu.Unlock()
 	writeJSON(w, map[string]any{"object": "list", "url": "/v1/payment_intents", "has_more": false, "data": data})

@@ -152,7 +152,7 @@ func (f *Stripe) route(req Request) reply {
 		return f.store("invoiceitem", acct, item)
 	case len(parts) == 3 && parts[1] == "invoices" && req.Method == http.MethodGet,
 		len(parts) == 3 && parts[1] == "payment_intents" && req.Method == http.MethodGet:
-		if pi, ok := f.charge(acct, parts[2]); ok {
+		if pi, ok := f.charge(acct, parts[2], req.Form); ok {
 			return f.json(pi)
 		}
 		obj, ok := f.get(acct, parts[2])

@@ -43,6 +43,14 @@ type Stripe struct {
 	// Decide picks the behavior of a new confirmed PaymentIntent (default
 	// Succeed). It runs outside the fake's lock: it may block.
 	Decide func(p PI) Behavior
+	// DeclineAs is the Stripe code of a Decline (lost_card, expired_card,
+	// …; "" or unset: insufficient_funds), rendered as Stripe does
+	// (declines.go).
+	DeclineAs func(p PI) string
+	// MethodAs is the payment_method_details of a PaymentIntent's charge
+	// (nil or unset: MethodCard, or MethodBank for a bank account's
+	// payment method id; chargeobject.go).
+	MethodAs func(p PI) map[string]any
 	// ActedAs is the real outcome of an Acted500 PaymentIntent: Succeed
 	// (default), Decline or Process.
 	ActedAs func(p PI) Behavior

@@ -52,7 +52,9 @@ func (s *Sub) Collect(today Date) []Due {
 			due = append(due, Due{Period: p.Scheduled, Charge: p.Charge, Amount: s.amount})
 		case p.Status == Error && int(today-p.Charge) >= s.cfg.StaleDays:
 			p.set(Stale)
-		case p.Status == Error && slices.Contains(s.cfg.RetryDays, int(today-p.Charge)) && !s.attemptedOn(p, today):
+		case p.Status == Error && p.DueAgain && !s.attemptedOn(p, today):
+			due = append(due, Due{Period: p.Scheduled, Charge: p.Charge, Amount: s.amount})
+		case p.Status == Error && !p.NotRetried && slices.Contains(s.cfg.RetryDays, int(today-p.Charge)) && !s.attemptedOn(p, today):
 			due = append(due, Due{Period: p.Scheduled, Charge: p.Charge, Amount: s.amount})
 		}
 	}
@@ -77,6 +79,7 @@ func (s *Sub) Attempted(today, period Date, amount int64, pi string, o Outcome, 
 		return fmt.Errorf("oracle: no period %s", period)
 	}
 	p.cancelPayable() // before a new attempt (customer.go)
+	p.DueAgain = false
 	a := Attempt{Day: today, Amount: amount, Outcome: o, PI: pi, Unresolved: unknown}
 	p.Attempts = append(p.Attempts, a)
 	if !unknown {
@@ -92,6 +95,10 @@ func (s *Sub) apply(p *Period, a Attempt, day Date) {
 		s.succeed(p, a, day)
 	case Declined:
 		p.set(Error)
+		p.NotRetried = false
+	case HardDeclined:
+		p.set(Error)
+		p.NotRetried = true
 	case Processing:
 		p.set(ACHSent)
 	}
@@ -154,7 +161,7 @@ func (s *Sub) Busy(today Date) bool {
 			return true
 		case (p.Status == Scheduled || p.Status == Paused) && p.Charge == today:
 			return true
-		case p.Status == Error && (slices.Contains(s.cfg.RetryDays, int(today-p.Charge)) || int(today-p.Charge) >= s.cfg.StaleDays):
+		case p.Status == Error && (slices.Contains(s.cfg.RetryDays, int(today-p.Charge)) || int(today-p.Charge) >= s.cfg.StaleDays || p.DueAgain):
 			return true
 		}
 	}

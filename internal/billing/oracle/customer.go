@@ -32,7 +32,7 @@ const (
 
 // payable reports whether the customer can still pay attempt a.
 func (a *Attempt) payable() bool {
-	return a.Outcome == Declined && !a.Unresolved && !a.Cancelled && !a.Paid
+	return (a.Outcome == Declined || a.Outcome == HardDeclined) && !a.Unresolved && !a.Cancelled && !a.Paid
 }
 
 // cancelPayable cancels p's PaymentIntents that can still be paid.

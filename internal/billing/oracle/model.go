@@ -49,6 +49,11 @@ const (
 	Succeeded  Outcome = iota
 	Declined           // a decline: the period is ERROR
 	Processing         // a bank debit: ACHSENT until its webhook
+	// HardDeclined: a decline §8 says retrying cannot fix (lost or stolen
+	// card, closed account, …): the period is ERROR with no automatic
+	// retries; a pay now or a payment method change may still collect it,
+	// and it is STALE on time as any unpaid period.
+	HardDeclined
 )
 
 // Config is the part of the billing configuration the rules name.
@@ -87,6 +92,11 @@ type Period struct {
 	// repeats.
 	Trail    []Status
 	Attempts []Attempt
+	// NotRetried: its latest decline was a hard one (no retry days).
+	NotRetried bool
+	// DueAgain: a payment method change made this ERROR period due at the
+	// next collection run (process RETRY), hard-declined or not.
+	DueAgain bool
 }
 
 // Charged reports a period with a successful charge or one in flight: what

@@ -72,6 +72,27 @@ func (s *Sub) ChangeAmount(_ Date, amount int64) error {
 	return nil
 }
 
+// ChangePaymentMethod (§8 "Amount or payment method change") applies to
+// every later attempt and makes each ERROR period not in flight due again
+// at the next collection run (today's, operations coming before the day's
+// jobs), hard-declined ones included; its earlier PaymentIntents can no
+// longer be paid (customer.go).
+func (s *Sub) ChangePaymentMethod(_ Date) error {
+	if s.cancelled {
+		return ErrRefused
+	}
+	for _, p := range s.periods {
+		switch {
+		case p.Status == Error && p.unresolved() == nil:
+			p.cancelPayable()
+			p.DueAgain = true
+		case p.Status == Scheduled || p.Status == Paused:
+			p.cancelPayable()
+		}
+	}
+	return nil
+}
+
 // ChangeRule changes the payment day (or Friday week) at today, keeping
 // the term: ChangeRuleTo with the current term.
 func (s *Sub) ChangeRule(today Date, day, week int) error {
@@ -203,4 +224,53 @@ func (s *Sub) PayNow(today Date) (Due, error) {
 		}
 	}
 	return Due{}, ErrRefused
+}
+
+// Reactivate (§8 "Reactivation") starts a cancelled subscription again on
+// today, with a new amount when amount > 0: it is scheduled by its rule from
+// today as a create would — its first period is the rule's first date on or
+// after today (and start), at least one term after the last charged period
+// (any attempt made), and after every period that ended ahead of its date
+// (waived ahead): periods that ended stay as they were. The periods the
+// cancel ended ahead of their dates, never attempted, from that date on are
+// replaced by the new schedule (Dropped: their records, when the service
+// has any, are scheduled again). ErrRefused when it is not cancelled.
+func (s *Sub) Reactivate(today Date, amount int64) error {
+	if !s.cancelled || amount < 0 {
+		return ErrRefused
+	}
+	if amount > 0 {
+		s.amount = amount
+	}
+	lower := max(today, s.start)
+	for _, p := range s.periods {
+		if p.Charged() || len(p.Attempts) > 0 {
+			lower = max(lower, termAfter(p))
+		}
+	}
+	first, _ := s.rule.OnOrAfter(lower)
+	for {
+		var ended bool
+		for _, p := range s.periods {
+			if p.Scheduled >= first && !(p.Status == Cancelled && len(p.Attempts) == 0) {
+				ended = true
+				lower = max(lower, p.Scheduled+1)
+			}
+		}
+		if !ended {
+			break
+		}
+		first, _ = s.rule.OnOrAfter(lower)
+	}
+	var kept []*Period
+	for _, p := range s.periods {
+		if p.Scheduled >= first && p.Status == Cancelled && len(p.Attempts) == 0 {
+			s.Dropped = append(s.Dropped, p.Scheduled)
+			continue
+		}
+		kept = append(kept, p)
+	}
+	s.periods, s.cancelled = kept, false
+	s.scheduleFrom(first, today)
+	return nil
 }

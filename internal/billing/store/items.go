@@ -236,6 +236,8 @@ type periodItem struct {
 	UpdatedEvent        string                 `dynamodbav:"UpdatedEvent,omitempty"`
 	TransactionID       string                 `dynamodbav:"TransactionId,omitempty"`
 	Error               string                 `dynamodbav:"Error,omitempty"`
+	DeclineCode         string                 `dynamodbav:"DeclineCode,omitempty"`
+	NotRetried          bool                   `dynamodbav:"NotRetried,omitempty"`
 	Attempts            int                    `dynamodbav:"Attempts"`
 	InFlightKey         string                 `dynamodbav:"InFlightKey,omitempty"`
 	InFlightAt          string                 `dynamodbav:"InFlightAt,omitempty"`
@@ -259,7 +261,7 @@ func toPeriodItem(p billing.Period, shards int) periodItem {
 		AccountID: p.AccountID, SubscriptionID: p.SubscriptionID, SKU: p.SKU, BillingDate: p.BillingDate.String(),
 		ChargeDate: p.ChargeDate.String(), Term: string(p.Term), BillingWeek: p.BillingWeek, PaymentAmount: p.Amount, Currency: p.Currency, PaymentDetails: p.PaymentDetails, Email: p.Email,
 		TestClock: p.TestClock, BillingStatus: string(p.Status), Process: string(p.Process), UpdatedEvent: p.UpdatedEvent,
-		TransactionID: p.TransactionID, Error: p.Error, Attempts: p.Attempts,
+		TransactionID: p.TransactionID, Error: p.Error, DeclineCode: p.DeclineCode, NotRetried: p.NotRetried, Attempts: p.Attempts,
 		InFlightKey: p.InFlightKey, InFlightAt: formatTime(p.InFlightAt), InFlightSent: formatTime(p.InFlightSent),
 		NextAttemptDate: p.NextAttemptDate.String(), PauseDurationMonths: p.PauseDurationMonths,
 		CreatedDate: formatTime(p.CreatedDate), InitialRunDate: formatTime(p.InitialRunDate), LastRunDate: formatTime(p.LastRunDate),
@@ -276,7 +278,7 @@ func (it periodItem) period() billing.Period {
 		AccountID: it.AccountID, SubscriptionID: it.SubscriptionID, SKU: it.SKU, BillingDate: parseDate(it.BillingDate),
 		ChargeDate: parseDate(it.ChargeDate), Term: dates.Term(it.Term), BillingWeek: it.BillingWeek, Amount: it.PaymentAmount, Currency: it.Currency, PaymentDetails: it.PaymentDetails, Email: it.Email,
 		TestClock: it.TestClock, Status: billing.Status(it.BillingStatus), Process: billing.Process(it.Process), UpdatedEvent: it.UpdatedEvent,
-		TransactionID: it.TransactionID, Error: it.Error, Attempts: it.Attempts,
+		TransactionID: it.TransactionID, Error: it.Error, DeclineCode: it.DeclineCode, NotRetried: it.NotRetried, Attempts: it.Attempts,
 		InFlightKey: it.InFlightKey, InFlightAt: parseTime(it.InFlightAt), InFlightSent: parseTime(it.InFlightSent),
 		NextAttemptDate: parseDate(it.NextAttemptDate), PauseDurationMonths: it.PauseDurationMonths,
 		CreatedDate: parseTime(it.CreatedDate), InitialRunDate: parseTime(it.InitialRunDate), LastRunDate: parseTime(it.LastRunDate),
@@ -297,7 +299,10 @@ type receiptItem struct {
 	ProcessedAmount int64  `dynamodbav:"ProcessedAmount"`
 	Currency        string `dynamodbav:"Currency"`
 	PaymentIntent   string `dynamodbav:"PaymentIntent"`
-	TTL             int64  `dynamodbav:"TTL"`
+	// The receipt_payment_type and receipt_account_mask of reference 003.
+	PaymentMethodType  string `dynamodbav:"PaymentMethodType,omitempty"`
+	PaymentMethodLast4 string `dynamodbav:"PaymentMethodLast4,omitempty"`
+	TTL                int64  `dynamodbav:"TTL"`
 }
 
 func toReceiptItem(r billing.Receipt) receiptItem {
@@ -305,7 +310,8 @@ func toReceiptItem(r billing.Receipt) receiptItem {
 		PK: accountPK(r.AccountID), SK: receiptSK(r), Type: "REC", AccountID: r.AccountID,
 		SubscriptionID: r.SubscriptionID, SKU: r.SKU, ProcessedDate: r.ProcessedDate.String(),
 		BillingDate: r.BillingDate.String(), ProcessedAmount: r.Amount, Currency: r.Currency,
-		PaymentIntent: r.PaymentIntent, TTL: r.ExpiresAt.Unix(),
+		PaymentIntent: r.PaymentIntent, PaymentMethodType: r.PaymentMethodType, PaymentMethodLast4: r.PaymentMethodLast4,
+		TTL: r.ExpiresAt.Unix(),
 	}
 }
 
@@ -314,6 +320,7 @@ func (it receiptItem) receipt() billing.Receipt {
 		AccountID: it.AccountID, SubscriptionID: it.SubscriptionID, SKU: it.SKU,
 		ProcessedDate: parseDate(it.ProcessedDate), BillingDate: parseDate(it.BillingDate),
 		Amount: it.ProcessedAmount, Currency: it.Currency, PaymentIntent: it.PaymentIntent,
+		PaymentMethodType: it.PaymentMethodType, PaymentMethodLast4: it.PaymentMethodLast4,
 		ExpiresAt: time.Unix(it.TTL, 0).UTC(),
 	}
 }

@@ -129,6 +129,9 @@ func (c *Charger) params(ctx context.Context, req billing.ChargeRequest) *stripe
 	if req.Description != "" {
 		p.Description = stripe.String(req.Description)
 	}
+	// The charge's payment_method_details: how a success was paid, for
+	// its receipt.
+	p.AddExpand("latest_charge")
 	p.Context = ctx
 	p.SetIdempotencyKey(req.IdempotencyKey)
 	if req.StripeAccount != "" {
@@ -147,7 +150,7 @@ func classify(se *stripe.Error, err error) (billing.ChargeResult, error) {
 	if se.DeclineCode != "" {
 		msg += " (" + string(se.DeclineCode) + ")"
 	}
-	res := billing.ChargeResult{Outcome: billing.Declined, Error: msg}
+	res := billing.ChargeResult{Outcome: billing.Declined, Error: msg, DeclineCode: declineCode(string(se.DeclineCode), string(se.Code))}
 	if se.PaymentIntent != nil {
 		res.PaymentIntent = se.PaymentIntent.ID
 		if se.PaymentIntent.Status == stripe.PaymentIntentStatusSucceeded {
@@ -169,15 +172,27 @@ func fromPaymentIntent(pi *stripe.PaymentIntent) billing.ChargeResult {
 	res := billing.ChargeResult{PaymentIntent: pi.ID}
 	switch pi.Status {
 	case stripe.PaymentIntentStatusSucceeded:
-		res.Outcome = billing.Succeeded
+		res.Outcome, res.Method = billing.Succeeded, billing.MethodOf(pi)
 	case stripe.PaymentIntentStatusProcessing:
 		res.Outcome = billing.Processing
 	default:
 		res.Outcome = billing.Declined
 		res.Error = "payment intent " + string(pi.Status)
-		if pi.LastPaymentError != nil {
-			res.Error = billing.DeclineText(string(pi.LastPaymentError.Code), pi.LastPaymentError.Msg)
+		if e := pi.LastPaymentError; e != nil {
+			res.Error = billing.DeclineText(string(e.Code), e.Msg)
+			res.DeclineCode = declineCode(string(e.DeclineCode), string(e.Code))
 		}
 	}
 	return res
+}
+
+// declineCode is the code a decline is classed by (DESIGN §8 "Declines
+// that retrying cannot fix"): Stripe's decline_code, else the error's code
+// (expired_card, incorrect_number and authentication_required come as
+// codes).
+func declineCode(decline, code string) string {
+	if decline != "" {
+		return decline
+	}
+	return code
 }

@@ -33,6 +33,7 @@ func (c *Charger) FindAttempt(ctx context.Context, q billing.AttemptQuery) (bill
 	}
 	sp := &stripe.PaymentIntentSearchParams{SearchParams: stripe.SearchParams{Query: strings.Join(clauses, " AND "), Context: ctx}}
 	sp.Limit = stripe.Int64(20)
+	sp.AddExpand("data.latest_charge")
 	if q.StripeAccount != "" {
 		sp.SetStripeAccount(q.StripeAccount)
 	}
@@ -56,6 +57,7 @@ func (c *Charger) FindAttempt(ctx context.Context, q billing.AttemptQuery) (bill
 			CreatedRange: &stripe.RangeQueryParams{GreaterThanOrEqual: q.Since.Add(-5 * time.Minute).Unix()}}
 		lp.Context = ctx
 		lp.Limit = stripe.Int64(100)
+		lp.AddExpand("data.latest_charge")
 		if q.StripeAccount != "" {
 			lp.SetStripeAccount(q.StripeAccount)
 		}
@@ -141,6 +143,7 @@ func searchUnavailable(err error) bool {
 func (c *Charger) Retrieve(ctx context.Context, account, id string) (*stripe.PaymentIntent, error) {
 	p := &stripe.PaymentIntentParams{}
 	p.Context = ctx
+	p.AddExpand("latest_charge") // how it was paid, for a receipt
 	if account != "" {
 		p.SetStripeAccount(account)
 	}

@@ -1,0 +1,148 @@
+package billing
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/google/uuid"
+
+	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
+	"github.com/stripe-payments/stripe-payments/internal/lock"
+	"github.com/stripe-payments/stripe-payments/internal/stripeid"
+)
+
+// ProcReactivation is the process of the first period a reactivation
+// schedules (reference 003: REACTIVATION).
+const ProcReactivation Process = "REACTIVATION"
+
+// UpdatedEventReactivated is the history cause of a reactivation
+// (reference 003: user-reactivated).
+const UpdatedEventReactivated = "user-reactivated"
+
+// ErrNotCancelled: a reactivation of a subscription that is not CANCELLED.
+var ErrNotCancelled = errors.New("the subscription is not cancelled")
+
+// Reactivation is a reactivate request: what changes with it (nil: as it
+// was).
+type Reactivation struct {
+	PaymentMethod *string
+	Amount        *int64
+	// Cause identifies the request in history entries.
+	Cause string
+}
+
+// Validate reports every problem of r at once.
+func (r Reactivation) Validate() error {
+	var errs []error
+	if r.PaymentMethod != nil && !stripeid.Valid(*r.PaymentMethod, "pm_") {
+		errs = append(errs, invalid("payment_method: a Stripe payment method id (pm_...)"))
+	}
+	if r.Amount != nil && (*r.Amount < 1 || *r.Amount > 99_999_999) {
+		errs = append(errs, invalid("amount: 1 to 99999999 minor units"))
+	}
+	return errors.Join(errs...)
+}
+
+// Reactivate starts a CANCELLED subscription again (DESIGN §8
+// "Reactivation"), under the account's lock: it is scheduled by its rule
+// from today as a create would — the rule's first date on or after today
+// (and start_date), at least one term after the last charged period, and
+// after every period that ended ahead of its date (periods that ended stay
+// as they were). The period the cancel ended ahead of its date, never
+// attempted, is scheduled again when its date is that one. The first new
+// period has process REACTIVATION, and its history entry the cause
+// user-reactivated; its reminder goes out as for any period.
+// ErrNotCancelled (409) when it is not CANCELLED.
+func (s *Service) Reactivate(ctx context.Context, account, subID string, r Reactivation) (Subscription, error) {
+	if err := r.Validate(); err != nil {
+		return Subscription{}, err
+	}
+	if r.Cause == "" {
+		r.Cause = "api:reactivate:" + uuid.NewString()[:8]
+	}
+	var out Subscription
+	err := s.withLock(ctx, account, func(ctx context.Context, _ *lock.Lock) error {
+		sub, err := s.store.GetSubscription(ctx, account, subID)
+		if err != nil {
+			return err
+		}
+		if sub.Status != SubCancelled {
+			return fmt.Errorf("subscription %s is %s: %w", subID, sub.Status, ErrNotCancelled)
+		}
+		s, err := s.forSub(ctx, sub) // its test clock's "today", if it has one
+		if err != nil {
+			return err
+		}
+		out, err = s.reactivate(ctx, sub, r)
+		return err
+	})
+	return out, err
+}
+
+func (s *Service) reactivate(ctx context.Context, sub Subscription, r Reactivation) (Subscription, error) {
+	now, today := s.now(), s.today(sub)
+	periods, err := s.store.ListPeriods(ctx, sub.AccountID, sub.SubscriptionID)
+	if err != nil {
+		return sub, err
+	}
+	if r.Amount != nil {
+		sub.Amount = *r.Amount
+	}
+	if r.PaymentMethod != nil {
+		sub.PaymentDetails.PaymentMethod = *r.PaymentMethod
+	}
+	rule := sub.Rule()
+	lower := dates.Max(today, sub.StartDate)
+	byDate := make(map[dates.Date]Period, len(periods))
+	seen := false
+	for _, p := range periods {
+		byDate[p.BillingDate] = p
+		if p.Attempts > 0 || p.InFlightKey != "" || p.Status == Completed || p.Status == Refunded || p.Status == ACHSent {
+			// One term of the rule the period was scheduled under (a
+			// MONTHLY period charged before a change to YEARLY: a month).
+			lower = dates.Max(lower, p.oneTermAfter(rule))
+			seen = seen || p.BillingDate.Equal(sub.LastChargedPeriod)
+		}
+	}
+	if !seen && !sub.LastChargedPeriod.IsZero() {
+		// Charged, but its record was not read: the rule's term.
+		lower = dates.Max(lower, rule.OneTermAfter(sub.LastChargedPeriod))
+	}
+	// Periods that ended ahead of their dates (waived ahead) stay: the new
+	// schedule starts after them.
+	for _, p := range periods {
+		if !p.BillingDate.Before(lower) && !reusable(p) {
+			lower = p.BillingDate.AddDays(1)
+		}
+	}
+	first := rule.FirstOnOrAfter(sub.NextPeriodDate, lower)
+	for range 120 {
+		if p, ok := byDate[first]; !ok || reusable(p) {
+			break
+		}
+		first = rule.Next(first)
+	}
+	p, ok := byDate[first]
+	if ok {
+		s.reopen(&p, sub, ProcReactivation, UpdatedEventReactivated)
+	} else {
+		p = newPeriod(sub, first, Scheduled, ProcReactivation, UpdatedEventReactivated, now)
+	}
+	sub.Status = SubActive
+	sub.PausedFrom, sub.PausedUntil, sub.PauseMonths = dates.Date{}, dates.Date{}, 0
+	s.point(&sub, p, today, true)
+	tx := NewTx(r.Cause, now)
+	tx.PutPeriod(&p, false)
+	tx.PutSubscription(&sub)
+	if err := s.store.Commit(ctx, tx); err != nil {
+		return sub, fmt.Errorf("reactivate: %w", err)
+	}
+	return sub, nil
+}
+
+// reusable reports a period a reactivation may schedule again: one the
+// cancel ended ahead of its date, never attempted.
+func reusable(p Period) bool {
+	return p.Status == Cancelled && p.Attempts == 0 && p.InFlightKey == ""
+}
