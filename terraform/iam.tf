@@ -67,6 +67,22 @@ data "aws_iam_policy_document" "service" {
     resources = [aws_dynamodb_table.billing_history.arn]
   }
 
+  # The one exception to append-only: erasing a subscriber's personal data
+  # (DELETE .../personal-data) rewrites the text attributes of history
+  # entries that quote the address, and nothing else: the update may name
+  # only the key and those attributes (the code also conditions it on the
+  # entry existing, so it never creates one).
+  statement {
+    sid       = "BillingHistoryErasure"
+    actions   = ["dynamodb:UpdateItem"]
+    resources = [aws_dynamodb_table.billing_history.arn]
+    condition {
+      test     = "ForAllValues:StringEquals"
+      variable = "dynamodb:Attributes"
+      values   = ["PK", "SK", "Error", "Cause", "UpdatedEvent"]
+    }
+  }
+
   # Lease locks: acquire, heartbeat, release, inspect.
   statement {
     sid       = "Locks"

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -666,6 +667,11 @@ func TestIAMHistoryIsAppendOnly(t *testing.T) {
 			case "PutItem":
 				puts++
 				assert.True(t, c.cond, "%s: a history put without a condition could replace an entry", c.pos)
+			case "UpdateItem":
+				// The erasure of personal data, and only it (docs/retention.md).
+				assert.True(t, strings.Contains(filepath.ToSlash(c.pos), "internal/billing/store/erase.go:"),
+					"%s: UpdateItem on the append-only history table outside the erasure", c.pos)
+				assert.True(t, c.cond, "%s: the erasure's update must be conditioned on the entry existing", c.pos)
 			case "GetItem", "BatchGetItem", "Query", "ConditionCheckItem":
 			default:
 				t.Errorf("%s: %s on the append-only history table", c.pos, c.op)
@@ -676,11 +682,41 @@ func TestIAMHistoryIsAppendOnly(t *testing.T) {
 	tf, _ := tfPolicies(t, terraformDir, tfVars(true, true))
 	for g := range tf["service"] {
 		if strings.Contains(string(g), "table/billing_history") {
-			for _, bad := range []string{"BatchWriteItem", "UpdateItem", "DeleteItem", "PartiQL"} {
+			for _, bad := range []string{"BatchWriteItem", "DeleteItem", "PartiQL"} {
 				assert.NotContains(t, string(g), bad)
 			}
 		}
 	}
+	// UpdateItem on history only in statements that restrict the attributes
+	// to the key and the text the erasure rewrites.
+	allowed := map[string]bool{"PK": true, "SK": true, "Error": true, "Cause": true, "UpdatedEvent": true}
+	updates := 0
+	ctx, bodies := tfEvalContext(t, terraformDir, tfVars(true, true))
+	forPolicyDocs(t, ctx, bodies, func(doc string, ctx *hcl.EvalContext, body *hclsyntax.Body) {
+		actions := evalStrings(t, ctx, body.Attributes["actions"].Expr)
+		resources := evalStrings(t, ctx, body.Attributes["resources"].Expr)
+		if !slices.ContainsFunc(actions, func(a string) bool { return strings.HasPrefix(a, "dynamodb:UpdateItem") || a == "dynamodb:*" }) ||
+			!slices.ContainsFunc(resources, func(r string) bool { return strings.Contains(r, "table/billing_history") }) {
+			return
+		}
+		updates++
+		var attrs []string
+		for _, cb := range body.Blocks {
+			if cb.Type != "condition" {
+				continue
+			}
+			test, _ := cb.Body.Attributes["test"].Expr.Value(ctx)
+			variable, _ := cb.Body.Attributes["variable"].Expr.Value(ctx)
+			if test.AsString() == "ForAllValues:StringEquals" && variable.AsString() == "dynamodb:Attributes" {
+				attrs = evalStrings(t, ctx, cb.Body.Attributes["values"].Expr)
+			}
+		}
+		require.NotEmpty(t, attrs, "%s: UpdateItem on the history table without a dynamodb:Attributes condition could rewrite any entry", doc)
+		for _, a := range attrs {
+			assert.True(t, allowed[a], "%s: the history erasure may change %s", doc, a)
+		}
+	})
+	assert.Equal(t, 1, updates, "one statement grants the history erasure's UpdateItem")
 }
 
 // TestIAMParityDetectsDrift: the comparison fails when either side moves: a

@@ -132,13 +132,17 @@ func (s *Store) redactHistory(ctx context.Context, account, sub, addr string) (i
 			if !changed {
 				continue
 			}
-			upd, err := expression.NewBuilder().WithUpdate(set).Build()
+			// The one write that changes a history entry (docs/retention.md):
+			// only an entry that exists, only these three text attributes
+			// (terraform/iam.tf grants nothing more: BillingHistoryErasure).
+			upd, err := expression.NewBuilder().WithUpdate(set).
+				WithCondition(expression.AttributeExists(expression.Name("PK"))).Build()
 			if err != nil {
 				return n, err
 			}
 			if _, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: aws.String(s.history),
-				Key: key(it.PK, it.SK), UpdateExpression: upd.Update(), ExpressionAttributeNames: upd.Names(),
-				ExpressionAttributeValues: upd.Values()}); err != nil {
+				Key: key(it.PK, it.SK), UpdateExpression: upd.Update(), ConditionExpression: upd.Condition(),
+				ExpressionAttributeNames: upd.Names(), ExpressionAttributeValues: upd.Values()}); err != nil {
 				return n, fmt.Errorf("erase the email from a history entry of %s: %w", sub, err)
 			}
 			n++
