@@ -1,10 +1,10 @@
 package billing_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
@@ -60,6 +60,7 @@ type sim struct {
 	// violations seen at charge time.
 	mu         sync.Mutex
 	violations []string
+	warnings   logTail
 	crash      struct {
 		sync.Mutex
 		step      string
@@ -272,7 +273,7 @@ func (s *sim) collect(day dates.Date) {
 			return
 		}
 		if run > 4 {
-			s.t.Fatalf("collect %s still incomplete after %d reruns: %v %+v", day, run, err, rep)
+			s.t.Fatalf("collect %s still incomplete after %d reruns: %v %+v\nlast warnings and errors:\n%s", day, run, err, rep, s.warnings.tail(30))
 		}
 		s.stat("reruns", 1)
 		s.crash.Lock()
@@ -332,11 +333,18 @@ func simulate(t *testing.T, nSubs, months int, seed uint64) (map[billing.Status]
 	s := &sim{t: t, rng: rand.New(rand.NewPCG(seed, seed)), pending: map[dates.Date][][]byte{}, stats: map[string]int{}}
 	cfg := billingtest.TestConfig()
 	cfg.Shards = 2
-	cfg.LockedRetryWait = 160 * time.Millisecond
+	// A short lease lets a crashed run's lock be taken over quickly, but a
+	// heartbeat must fit in it: at 150 ms a loaded 2-core machine (a
+	// DynamoDB Local UpdateItem of 100 ms and more) lost locks on most days
+	// and the run failed safe, charging nothing, until the reruns ran out.
+	// A locked account waits just over one lease.
+	const lease = 500 * time.Millisecond
+	cfg.LockedRetryWait = lease + 10*time.Millisecond
 	cfg.LookbackDays = 0
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	// Warnings and errors are kept, so that a failed run says why.
+	quiet := slog.New(slog.NewTextHandler(&s.warnings, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	counter := &billingtest.CountingTransport{}
-	s.e = billingtest.NewEnv(t, billingtest.Options{Config: cfg, DynamoHTTP: &http.Client{Transport: counter}, Lease: 150 * time.Millisecond, Heartbeat: 40 * time.Millisecond,
+	s.e = billingtest.NewEnv(t, billingtest.Options{Config: cfg, DynamoHTTP: &http.Client{Transport: counter}, Lease: lease, Heartbeat: lease / 4,
 		Crash: s.hook, Log: quiet})
 	e := s.e
 	e.Stripe.Decide = s.decide
@@ -610,4 +618,24 @@ func allowed(from, to billing.Status) bool {
 		}
 	}
 	return false
+}
+
+// logTail keeps what a logger wrote, for a failure message.
+type logTail struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *logTail) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+// tail is the last n lines written.
+func (l *logTail) tail(n int) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	lines := strings.Split(strings.TrimRight(l.buf.String(), "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
