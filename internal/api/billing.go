@@ -80,6 +80,18 @@ func billingError(err error) error {
 	return apperr.Wrap(err, apperr.CodeUnavailable, "billing is unavailable")
 }
 
+// subscriptionPath reads the account and subscription ids of a
+// .../accounts/{account_id}/subscriptions/{subscription_id} route.
+func subscriptionPath(c echo.Context) (account, subscription string, err error) {
+	if account, err = pathID(c, "account_id"); err != nil {
+		return "", "", err
+	}
+	if subscription, err = pathID(c, "subscription_id"); err != nil {
+		return "", "", err
+	}
+	return account, subscription, nil
+}
+
 func pathID(c echo.Context, name string) (string, error) {
 	v := c.Param(name)
 	if !billing.ValidID(v) {
@@ -212,11 +224,7 @@ type updateRequest struct {
 }
 
 func (h billingRoutes) update(c echo.Context) error {
-	account, err := pathID(c, "account_id")
-	if err != nil {
-		return err
-	}
-	subID, err := pathID(c, "subscription_id")
+	account, subID, err := subscriptionPath(c)
 	if err != nil {
 		return err
 	}
@@ -283,11 +291,7 @@ func (r updateRequest) change() (billing.Change, error) {
 }
 
 func (h billingRoutes) getSubscription(c echo.Context) error {
-	account, err := pathID(c, "account_id")
-	if err != nil {
-		return err
-	}
-	subID, err := pathID(c, "subscription_id")
+	account, subID, err := subscriptionPath(c)
 	if err != nil {
 		return err
 	}
@@ -334,11 +338,7 @@ func (h billingRoutes) receipts(c echo.Context) error {
 }
 
 func (h billingRoutes) history(c echo.Context) error {
-	account, err := pathID(c, "account_id")
-	if err != nil {
-		return err
-	}
-	subID, err := pathID(c, "subscription_id")
+	account, subID, err := subscriptionPath(c)
 	if err != nil {
 		return err
 	}
@@ -371,11 +371,7 @@ type PayResult struct {
 // ACHSENT, or ERROR when declined); 409 when there is nothing to pay, an
 // attempt is in flight, or a job holds the account.
 func (h billingRoutes) pay(c echo.Context) error {
-	account, err := pathID(c, "account_id")
-	if err != nil {
-		return err
-	}
-	subID, err := pathID(c, "subscription_id")
+	account, subID, err := subscriptionPath(c)
 	if err != nil {
 		return err
 	}

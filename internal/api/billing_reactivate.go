@@ -22,11 +22,7 @@ type reactivateRequest struct {
 // "Reactivation"): 200 with the subscription, 409 when it is not
 // cancelled, 400 for bad input (nothing changes).
 func (h billingRoutes) reactivate(c echo.Context) error {
-	account, err := pathID(c, "account_id")
-	if err != nil {
-		return err
-	}
-	subID, err := pathID(c, "subscription_id")
+	account, subID, err := subscriptionPath(c)
 	if err != nil {
 		return err
 	}

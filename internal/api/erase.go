@@ -22,11 +22,7 @@ type ErasureResult struct {
 // subscription, its periods and its history entries, and appends one
 // history entry recording the erasure (docs/retention.md).
 func (h billingRoutes) erase(c echo.Context) error {
-	account, err := pathID(c, "account_id")
-	if err != nil {
-		return err
-	}
-	subID, err := pathID(c, "subscription_id")
+	account, subID, err := subscriptionPath(c)
 	if err != nil {
 		return err
 	}
