@@ -119,7 +119,7 @@ func (a *App) startPolling(ctx context.Context) (stop func(), err error) {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
-	a.Log.Info("poller running inside serve", "every", a.Config.PollEvery)
+	a.Log.Info("poller running inside serve", "every", a.Config.PollEvery.String())
 	run := func(ctx context.Context) {
 		rep, err := p.Run(ctx, poller.Window{})
 		switch {
