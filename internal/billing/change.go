@@ -16,6 +16,17 @@ func replacedByRule(p Period) bool {
 	return p.Status == Cancelled && strings.HasPrefix(p.UpdatedEvent, "rule-changed")
 }
 
+// endedAheadBeforeReactivation reports a period a cancel ended ahead of
+// its date, never attempted, that lies on or after the subscription's next
+// period: only a reactivation leaves one there (DESIGN §8 "Reactivation":
+// the new schedule replaces it, and it is scheduled again when its date
+// comes), so like a period a rule change replaced it is no period to keep
+// a distance from.
+func endedAheadBeforeReactivation(sub Subscription, p Period) bool {
+	return p.Status == Cancelled && p.Attempts == 0 && !sub.NextPeriodDate.IsZero() &&
+		!p.BillingDate.Before(sub.NextPeriodDate)
+}
+
 // nextAfterKept is the earliest date a rule change may schedule the next
 // period on: one term after the latest period it must keep its distance
 // from, one charged (whatever came of it) or ended (waived, skipped,
@@ -28,7 +39,8 @@ func nextAfterKept(sub Subscription, old dates.Rule, periods []Period) dates.Dat
 	var after dates.Date
 	seen := false
 	for _, p := range periods {
-		if p.Status == Scheduled && p.Attempts == 0 && p.InFlightKey == "" || p.Status == Paused || replacedByRule(p) {
+		if p.Status == Scheduled && p.Attempts == 0 && p.InFlightKey == "" || p.Status == Paused || replacedByRule(p) ||
+			endedAheadBeforeReactivation(sub, p) {
 			continue
 		}
 		after = dates.Max(after, p.oneTermAfter(old))
