@@ -82,7 +82,17 @@ func TestFirstHourAndRestart(t *testing.T) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", script)
 	cmd.Dir = work
-	cmd.Env = stack.environ(map[string]string{"ADMIN_LISTEN_ADDR": stack.admin})
+	// make run writes what it uses to .dev/run.env and the walk-through
+	// reads it there first: the shell's own values (wrong here) lose.
+	require.NoError(t, os.MkdirAll(filepath.Join(work, ".dev"), 0o755))
+	var runEnv strings.Builder
+	runEnv.WriteString("# make run (test)\n")
+	for _, k := range []string{"LISTEN_ADDR", "ADMIN_LISTEN_ADDR", "LOCAL_STRIPE_ADDR", "INTERNAL_API_TOKEN", "STRIPE_WEBHOOK_SECRET"} {
+		fmt.Fprintf(&runEnv, "export %s=%s\n", k, stack.env[k])
+	}
+	require.NoError(t, os.WriteFile(filepath.Join(work, ".dev", "run.env"), []byte(runEnv.String()), 0o600))
+	cmd.Env = stack.environ(map[string]string{"LISTEN_ADDR": "127.0.0.1:9", "ADMIN_LISTEN_ADDR": "127.0.0.1:9",
+		"LOCAL_STRIPE_ADDR": "127.0.0.1:9", "INTERNAL_API_TOKEN": "not-the-token"})
 	out, err := cmd.CombinedOutput()
 	t.Logf("walk-through output:\n%s", out)
 	require.NoError(t, err, "the README walk-through failed\n%s", stack.logs())
