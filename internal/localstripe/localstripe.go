@@ -300,6 +300,19 @@ func (s *Server) observe(account, path string, status int, body []byte) {
 		}
 	case len(parts) == 2 && parts[1] == "subscriptions":
 		s.emit(account, "customer.subscription.created", doc)
+	case len(parts) == 4 && parts[1] == "payment_intents" && parts[3] == "cancel":
+		s.emit(account, "payment_intent.canceled", doc)
+	case len(parts) == 2 && parts[1] == "refunds":
+		if p, ok := s.fake.Get(str(doc["payment_intent"])); ok { // the charge, as Stripe's charge.refunded carries it
+			var ev struct {
+				Data struct {
+					Object map[string]any `json:"object"`
+				} `json:"data"`
+			}
+			if json.Unmarshal(s.fake.Event(p, "charge.refunded", s.cfg.Now()), &ev) == nil {
+				s.emit(account, "charge.refunded", ev.Data.Object)
+			}
+		}
 	}
 }
 
