@@ -15,7 +15,7 @@ import (
 // Stripe keeps an account: the fake's objects, charges, idempotency keys
 // and events (v1 and v2), each event's delivery, the bank debits still
 // settling and the actions received. It is written after every change (at
-// most one write at a time, the latest state wins) and on Close, to a
+// most one write per saveGap, the latest state wins) and on Close, to a
 // temporary file renamed over the old one, so a crash leaves the last
 // complete state. Open reads it and resumes what was under way: deliveries
 // still pending are sent again (the receiver dedupes by event id, as with
@@ -24,6 +24,9 @@ import (
 // stateVersion changes when the file's shape does; another version is
 // refused rather than misread.
 const stateVersion = 1
+
+// saveGap is the least time between two writes of the state file.
+const saveGap = 50 * time.Millisecond
 
 type fileState struct {
 	Version     int                        `json:"version"`
@@ -94,6 +97,13 @@ func (s *Server) saveLoop() {
 		case <-s.saver.dirty:
 			if err := s.save(); err != nil {
 				s.cfg.Log.Error("local Stripe state not saved", "path", s.saver.path, "error", err)
+			}
+			// The changes of the next moment make one write, not one each
+			// (a test clock's run charges many periods at once).
+			select {
+			case <-s.saver.stop:
+				return
+			case <-time.After(saveGap):
 			}
 		}
 	}
