@@ -229,6 +229,10 @@ func (s *Server) resume() {
 	}
 	s.mu.Unlock()
 	for _, r := range pending {
+		if s.webhookURL() == "" { // deliveries are off now
+			s.setStatus(r.d.EventID, "none", 0, "")
+			continue
+		}
 		id, payload, next := r.d.EventID, r.payload, r.d.Attempts+1
 		wait := time.Duration(0)
 		if r.d.Attempts > 0 {
