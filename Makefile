@@ -32,7 +32,7 @@ test:
 run:
 	scripts/run.sh
 
-## reset: stop the local stack and wipe both stores (.dev/dynamodb, .dev/pg/data): the next make run starts empty
+## reset: stop the local stack and wipe both stores and the local Stripe (.dev/dynamodb, .dev/pg/data, .dev/stripe-local): the next make run starts empty
 reset:
 	scripts/devstack.sh reset
 

@@ -24,7 +24,8 @@
 #            SQS_ENDPOINT and AWS_* (values already in the environment win).
 #   status   tell what answers where; exit 0 only when all answer.
 #   reset    stop the stack and wipe DynamoDB Local's and Postgres' data
-#            (.dev/dynamodb, .dev/pg/data): the next `up` starts empty.
+#            (.dev/dynamodb, .dev/pg/data) and the local Stripe's state
+#            (.dev/stripe-local): the next `up` starts empty.
 #            `make reset`.
 #
 # Environment:
@@ -667,8 +668,8 @@ cmd_reset() {
 	if [ -f "$PG_DATA/postmaster.pid" ] || ddb_pid >/dev/null; then
 		die "the stack still runs after 'down': not wiping its data"
 	fi
-	log "wiping $DDB_DATA and $PG_DATA"
-	rm -rf "$DDB_DATA" "$DDB_MODEFILE"
+	log "wiping $DDB_DATA, $PG_DATA and the local Stripe's state ($ROOT/.dev/stripe-local)"
+	rm -rf "$DDB_DATA" "$DDB_MODEFILE" "$ROOT/.dev/stripe-local"
 	if [ -d "$PG_DATA" ]; then
 		rm -rf "$PG_DATA" 2>/dev/null || as_pg rm -rf "$PG_DATA"
 	fi

@@ -20,6 +20,9 @@ mkdir -p .dev
 export DEVSTACK_STARTED_FILE="$ROOT/.dev/started.run.$$"
 serve_pid=""
 stripe_pid=""
+# What this run uses, for the README's walk-through in another terminal
+# (it sources the file); removed when the run ends.
+RUN_ENV="$ROOT/.dev/run.env"
 
 cleanup() {
 	local rc=$?
@@ -33,6 +36,9 @@ cleanup() {
 		wait "$stripe_pid" 2>/dev/null || true
 	fi
 	scripts/devstack.sh down --started-only || true
+	if [ -f "$RUN_ENV" ] && grep -qx "# make run $$" "$RUN_ENV"; then
+		rm -f "$RUN_ENV"
+	fi
 	exit "$rc"
 }
 trap cleanup EXIT
@@ -66,6 +72,9 @@ else
 	# Poll the local Stripe's Events API every 30 s, so that what a dropped
 	# delivery (LOCAL_STRIPE_DROP_RATE) missed can be seen arriving.
 	export POLL_EVERY="${POLL_EVERY:-30s}"
+	# The local Stripe keeps its state beside the stores' (make reset wipes
+	# all three), so a restart finds Stripe and the service agreeing.
+	export LOCAL_STRIPE_STATE="${LOCAL_STRIPE_STATE:-$ROOT/.dev/stripe-local/state.json}"
 fi
 
 echo "== go build"
@@ -79,10 +88,17 @@ if [ "$local_stripe" = 1 ]; then
 	stripe_pid=$!
 fi
 
+{
+	echo "# make run $$"
+	for v in LISTEN_ADDR ADMIN_LISTEN_ADDR LOCAL_STRIPE_ADDR INTERNAL_API_TOKEN STRIPE_WEBHOOK_SECRET LOCAL_STRIPE_ACCOUNT; do
+		if [ -n "${!v:-}" ]; then printf 'export %s=%q\n' "$v" "${!v}"; fi
+	done
+} >"$RUN_ENV"
+
 version="$(bin/stripe-payments version 2>/dev/null || echo unknown)"
 if [ "$local_stripe" = 1 ]; then
 	stripe_line="local Stripe     http://$LOCAL_STRIPE_ADDR   SIMULATED, test mode only (any sk_test_ key); connected account ${LOCAL_STRIPE_ACCOUNT:-acct_local_demo}
-                   it sends signed webhooks to the service; docs/local-stripe.md
+                   it sends signed webhooks to the service; state kept in ${LOCAL_STRIPE_STATE#"$ROOT/"}; docs/local-stripe.md
                    a real test key instead: STRIPE_API_KEY=sk_test_… STRIPE_API_BASE=https://api.stripe.com make run"
 else
 	stripe_line="Stripe           $STRIPE_API_BASE   (STRIPE_API_BASE set: no local Stripe)"
@@ -97,7 +113,7 @@ cat <<EOF
   actions          ${ACTIONS_URL:-(ACTIONS_URL not set: actions stay in the outbox)}
   DynamoDB Local   $DYNAMODB_ENDPOINT   (tables kept under .dev/dynamodb)
   PostgreSQL 15    $DATABASE_URL   (data under .dev/pg)
-  walk-through     README.md "First hour"; make reset wipes both stores
+  walk-through     README.md "First hour" (it reads .dev/run.env); make reset wipes both stores and the local Stripe
 Ctrl-C (SIGINT) or SIGTERM stops the service, the local Stripe and the local components this run started.
 EOF
 

@@ -32,7 +32,9 @@ import (
 // -dbPath, Postgres) through the README's "First hour" walk-through, run
 // as written by bash, then checks every state, receipt and action from the
 // outside; then stops the whole stack, starts it again and finds the
-// events, billing and clocks as they were. Nothing leaves loopback: the
+// events, billing and clocks as they were, and the local Stripe too (its
+// objects, events, deliveries and actions; a purchase started before the
+// restart is confirmed on it and fulfilled after). Nothing leaves loopback: the
 // service's only Stripe is the local one.
 func TestFirstHourAndRestart(t *testing.T) {
 	root, err := filepath.Abs("../..")
@@ -65,6 +67,8 @@ func TestFirstHourAndRestart(t *testing.T) {
 		"NO_PROXY":    "127.0.0.1,localhost",
 	}}
 	stack.env["ACTIONS_URL"] = "http://" + stack.env["LOCAL_STRIPE_ADDR"] + "/_local/actions"
+	// As run.sh keeps it under .dev/stripe-local beside the stores.
+	stack.env["LOCAL_STRIPE_STATE"] = filepath.Join(t.TempDir(), "stripe-local", "state.json")
 	stack.start()
 
 	// The walk-through, exactly as README.md has it, from a directory that
@@ -78,7 +82,17 @@ func TestFirstHourAndRestart(t *testing.T) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", script)
 	cmd.Dir = work
-	cmd.Env = stack.environ(map[string]string{"ADMIN_LISTEN_ADDR": stack.admin})
+	// make run writes what it uses to .dev/run.env and the walk-through
+	// reads it there first: the shell's own values (wrong here) lose.
+	require.NoError(t, os.MkdirAll(filepath.Join(work, ".dev"), 0o755))
+	var runEnv strings.Builder
+	runEnv.WriteString("# make run (test)\n")
+	for _, k := range []string{"LISTEN_ADDR", "ADMIN_LISTEN_ADDR", "LOCAL_STRIPE_ADDR", "INTERNAL_API_TOKEN", "STRIPE_WEBHOOK_SECRET"} {
+		fmt.Fprintf(&runEnv, "export %s=%s\n", k, stack.env[k])
+	}
+	require.NoError(t, os.WriteFile(filepath.Join(work, ".dev", "run.env"), []byte(runEnv.String()), 0o600))
+	cmd.Env = stack.environ(map[string]string{"LISTEN_ADDR": "127.0.0.1:9", "ADMIN_LISTEN_ADDR": "127.0.0.1:9",
+		"LOCAL_STRIPE_ADDR": "127.0.0.1:9", "INTERNAL_API_TOKEN": "not-the-token"})
 	out, err := cmd.CombinedOutput()
 	t.Logf("walk-through output:\n%s", out)
 	require.NoError(t, err, "the README walk-through failed\n%s", stack.logs())
@@ -146,11 +160,7 @@ func TestFirstHourAndRestart(t *testing.T) {
 
 	// Every event of the local Stripe reached the webhook.
 	var deliveries struct {
-		Data []struct {
-			EventID string `json:"event_id"`
-			Type    string `json:"type"`
-			Status  string `json:"status"`
-		} `json:"data"`
+		Data []localDelivery `json:"data"`
 	}
 	getJSON(t, local+"/_local/webhooks", &deliveries)
 	require.NotEmpty(t, deliveries.Data)
@@ -160,8 +170,16 @@ func TestFirstHourAndRestart(t *testing.T) {
 		assert.Equal(t, http.StatusOK, status, "the service recorded %s %s", d.EventID, d.Type)
 	}
 
+	// A legacy purchase left unconfirmed when the stack stops: confirmed
+	// on the local Stripe after the restart, it is fulfilled (the local
+	// Stripe, DynamoDB and Postgres all kept their part of it).
+	pending := api.post("/v1/purchases", map[string]any{"account": "11111111-2222-4333-8444-555555555555",
+		"stripe_account": "acct_local_demo", "mode": "legacy", "amount": 1500, "currency": "usd"})
+	require.NotEmpty(t, pending["payment_intent"], "%v", pending)
+	stripeObjects := localObjects(t, local, deliveries.Data)
+
 	// Restart: the whole stack stops and starts (make run twice); both
-	// stores kept what they had.
+	// stores and the local Stripe kept what they had.
 	status, clocks := api.get("/internal/v1/test_clocks")
 	require.Equal(t, http.StatusOK, status)
 	stack.stop()
@@ -180,7 +198,81 @@ func TestFirstHourAndRestart(t *testing.T) {
 		require.Equal(t, http.StatusOK, status)
 		assert.Equal(t, "fulfilled", p["status"], "Postgres kept the purchase")
 	}
+	// The local Stripe: every event, its delivery and the object it is
+	// about, as they were; the actions received.
+	var again struct {
+		Data []localDelivery `json:"data"`
+	}
+	getJSON(t, local+"/_local/webhooks", &again)
+	assert.Equal(t, deliveries.Data, again.Data[:min(len(again.Data), len(deliveries.Data))], "the local Stripe's events and deliveries")
+	assert.Equal(t, stripeObjects, localObjects(t, local, deliveries.Data), "the local Stripe's objects and events")
+	getJSON(t, local+"/_local/actions?type=purchase.fulfilled", &actions)
+	assert.Len(t, actions.Data, 2, "the actions received before the restart")
+
+	code, body := localPost(t, local+"/v1/payment_intents/"+pending["payment_intent"].(string)+"/confirm", "acct_local_demo", "payment_method=pm_card_visa")
+	require.Equal(t, http.StatusOK, code, "a PaymentIntent made before the restart is confirmed after it: %s", body)
+	require.Eventually(t, func() bool {
+		_, p := api.get("/v1/purchases/" + pending["id"].(string))
+		return p["status"] == "fulfilled" && p["payment_status"] == "paid"
+	}, time.Minute, 200*time.Millisecond, "the purchase made before the restart is fulfilled after it")
 	stack.stop()
+}
+
+// localDelivery is one line of the local Stripe's /_local/webhooks.
+type localDelivery struct {
+	EventID string `json:"event_id"`
+	Type    string `json:"type"`
+	Account string `json:"account"`
+	Status  string `json:"status"`
+}
+
+// localObjects reads, from the local Stripe, every event of deliveries and
+// the object each is about, as JSON text by id.
+func localObjects(t *testing.T, local string, deliveries []localDelivery) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, d := range deliveries {
+		code, ev := localCall(t, http.MethodGet, local+"/v1/events/"+d.EventID, d.Account, "")
+		require.Equal(t, http.StatusOK, code, "event %s: %s", d.EventID, ev)
+		out[d.EventID] = ev
+		var head struct {
+			Data struct {
+				Object struct{ ID, Object string }
+			}
+		}
+		require.NoError(t, json.Unmarshal([]byte(ev), &head))
+		o := head.Data.Object
+		path := map[string]string{"payment_intent": "payment_intents", "invoice": "invoices", "customer": "customers"}[o.Object]
+		if path == "" {
+			continue
+		}
+		code, obj := localCall(t, http.MethodGet, local+"/v1/"+path+"/"+o.ID, d.Account, "")
+		require.Equal(t, http.StatusOK, code, "%s %s: %s", o.Object, o.ID, obj)
+		out[o.ID] = obj
+	}
+	return out
+}
+
+func localPost(t *testing.T, url, account, form string) (int, string) {
+	t.Helper()
+	return localCall(t, http.MethodPost, url, account, form)
+}
+
+// localCall is a request to the local Stripe with a test key.
+func localCall(t *testing.T, method, url, account, form string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(form))
+	require.NoError(t, err)
+	req.SetBasicAuth("sk_test_any", "")
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	if account != "" {
+		req.Header.Set("Stripe-Account", account)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
 }
 
 // firstHourScript is the README's walk-through (between the first-hour
@@ -426,6 +518,22 @@ func (a adminAPI) get(path string) (int, map[string]any) {
 	var out map[string]any
 	_ = json.Unmarshal(body, &out)
 	return resp.StatusCode, out
+}
+
+func (a adminAPI) post(path string, body any) map[string]any {
+	a.t.Helper()
+	b, err := json.Marshal(body)
+	require.NoError(a.t, err)
+	req, err := http.NewRequest(http.MethodPost, a.base+path, bytes.NewReader(b))
+	require.NoError(a.t, err)
+	req.Header.Set("Authorization", "Bearer "+a.token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(a.t, err)
+	defer resp.Body.Close()
+	var out map[string]any
+	require.NoError(a.t, json.NewDecoder(resp.Body).Decode(&out))
+	return out
 }
 
 // subscriptions maps sku → subscription id of an account.

@@ -35,6 +35,11 @@ Environment (all optional):
   LOCAL_STRIPE_DROP_RATE     fraction of events never delivered      (0)
   LOCAL_STRIPE_RETRY_BASE    first retry pause, doubling per attempt (2s)
   LOCAL_STRIPE_MAX_ATTEMPTS  delivery attempts per event             (6)
+  LOCAL_STRIPE_THIN_EVENTS   types a thin event destination asks for (none)
+                             (v1.payment_intent.succeeded,…; v1.* all)
+  LOCAL_STRIPE_THIN_AND_SNAPSHOT  true: deliver those types both ways (false)
+  LOCAL_STRIPE_STATE         file keeping the state across restarts  (none: memory;
+                             make run: .dev/stripe-local/state.json)
   ACTIONS_SECRET             verifies deliveries to /_local/actions  (the service's dev secret)
 
 Besides Stripe's API it serves GET /_local/webhooks (each event's delivery)
@@ -92,6 +97,19 @@ func readSettings(getenv func(string) string) (Settings, error) {
 		ACHDelay:      dur("LOCAL_STRIPE_ACH_DELAY", "10s"),
 		RetryBase:     dur("LOCAL_STRIPE_RETRY_BASE", "2s"),
 	}}
+	s.StatePath = get("LOCAL_STRIPE_STATE", "")
+	thin, bad := localstripe.NormalizeThinTypes(strings.Split(get("LOCAL_STRIPE_THIN_EVENTS", ""), ","))
+	if bad != "" {
+		errs = append(errs, fmt.Errorf("LOCAL_STRIPE_THIN_EVENTS: %q is not a v1 event type (v1.payment_intent.succeeded, v1.*)", bad))
+	}
+	s.ThinTypes = thin
+	switch v := get("LOCAL_STRIPE_THIN_AND_SNAPSHOT", "false"); v {
+	case "true", "1":
+		s.SnapshotToo = true
+	case "false", "0":
+	default:
+		errs = append(errs, errors.New("LOCAL_STRIPE_THIN_AND_SNAPSHOT: true or false"))
+	}
 	if s.WebhookURL == "off" {
 		s.WebhookURL = ""
 	}
@@ -114,16 +132,22 @@ func run(ctx context.Context, getenv func(string) string, log *slog.Logger) erro
 		return fmt.Errorf("configuration: %w", err)
 	}
 	s.Log = log
-	srv := localstripe.New(s.Config)
-	defer srv.Close()
+	actions := localstripe.NewActions(s.ActionsSecret)
+	s.Actions = actions
+	srv, err := localstripe.Open(s.Config)
+	if err != nil {
+		return err
+	}
+	defer srv.Close() // after the listener stopped: the last state is saved
 	ln, err := net.Listen("tcp", s.Addr)
 	if err != nil {
 		return fmt.Errorf("listen on LOCAL_STRIPE_ADDR %s: %w", s.Addr, err)
 	}
-	hs := &http.Server{Handler: srv.LocalHandler(localstripe.NewActions(s.ActionsSecret)), ReadHeaderTimeout: 10 * time.Second}
+	hs := &http.Server{Handler: srv.LocalHandler(actions), ReadHeaderTimeout: 10 * time.Second}
 	log.Info("local Stripe listening (test mode only, simulated)", "addr", ln.Addr().String(), "webhook_url", s.WebhookURL,
 		"account", s.Account, "ach_delay", s.ACHDelay.String(), "drop_rate", s.DropRate,
-		"retry_base", s.RetryBase.String(), "max_attempts", s.MaxAttempts)
+		"retry_base", s.RetryBase.String(), "max_attempts", s.MaxAttempts, "thin_events", strings.Join(s.ThinTypes, ","),
+		"thin_and_snapshot", s.SnapshotToo, "state", s.StatePath)
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	select {

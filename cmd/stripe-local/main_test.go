@@ -19,6 +19,16 @@ func TestSettings(t *testing.T) {
 	assert.Equal(t, 10*time.Second, s.ACHDelay)
 	assert.Equal(t, 6, s.MaxAttempts)
 	assert.Zero(t, s.DropRate)
+	assert.Empty(t, s.ThinTypes, "snapshot events only")
+	assert.False(t, s.SnapshotToo)
+	assert.Empty(t, s.StatePath, "in memory unless asked (make run asks)")
+
+	s, err = readSettings(env(map[string]string{"LOCAL_STRIPE_THIN_EVENTS": "v1.payment_intent.succeeded, invoice.paid",
+		"LOCAL_STRIPE_THIN_AND_SNAPSHOT": "true", "LOCAL_STRIPE_STATE": "/tmp/x/state.json"}))
+	require.NoError(t, err)
+	assert.Equal(t, []string{"v1.payment_intent.succeeded", "v1.invoice.paid"}, s.ThinTypes)
+	assert.True(t, s.SnapshotToo)
+	assert.Equal(t, "/tmp/x/state.json", s.StatePath)
 
 	s, err = readSettings(env(map[string]string{"LISTEN_ADDR": "127.0.0.1:9000", "STRIPE_WEBHOOK_SECRET": "whsec_new, whsec_old",
 		"LOCAL_STRIPE_DROP_RATE": "0.25", "LOCAL_STRIPE_ACH_DELAY": "2s"}))
@@ -33,7 +43,8 @@ func TestSettings(t *testing.T) {
 	assert.Empty(t, s.WebhookURL)
 
 	for k, v := range map[string]string{"LOCAL_STRIPE_DROP_RATE": "1.5", "LOCAL_STRIPE_ACH_DELAY": "soon",
-		"LOCAL_STRIPE_MAX_ATTEMPTS": "0", "LOCAL_STRIPE_ACCOUNT": "cus_1", "LOCAL_STRIPE_RETRY_BASE": "-1s"} {
+		"LOCAL_STRIPE_MAX_ATTEMPTS": "0", "LOCAL_STRIPE_ACCOUNT": "cus_1", "LOCAL_STRIPE_RETRY_BASE": "-1s",
+		"LOCAL_STRIPE_THIN_EVENTS": "v2.core.account.updated", "LOCAL_STRIPE_THIN_AND_SNAPSHOT": "maybe"} {
 		_, err := readSettings(env(map[string]string{k: v}))
 		assert.ErrorContains(t, err, k, "%s=%s is refused", k, v)
 	}

@@ -168,3 +168,84 @@ func TestDroppedWebhooksAreFoundByThePoller(t *testing.T) {
 	}
 	assert.Equal(t, len(ls.Deliveries()), dropped, "nothing was delivered")
 }
+
+// With a thin event destination on the local Stripe (LOCAL_STRIPE_THIN_EVENTS),
+// the purchase is fulfilled from thin events: the service records each
+// notification, hydrates it through the local Stripe's /v2/core/events and
+// /v1/events, and applies the snapshot event it names. With both
+// destinations (migrating) the same change arrives twice and applies once.
+func TestThinEventsFromTheLocalStripe(t *testing.T) {
+	t.Parallel()
+	for _, snapshotToo := range []bool{false, true} {
+		name := map[bool]string{false: "thin only", true: "thin and snapshot"}[snapshotToo]
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ls := localstripe.New(localstripe.Config{WebhookSecret: apptest.Secret, Account: "acct_local_demo",
+				RetryBase: 50 * time.Millisecond, MaxAttempts: 5, ThinTypes: []string{"v1.*"}, SnapshotToo: snapshotToo})
+			srv := httptest.NewServer(ls.LocalHandler(nil))
+			t.Cleanup(func() { srv.Close(); ls.Close() })
+			ls.Fake().URL = srv.URL
+			sink := httptest.NewServer(localstripe.NewActions("thin-actions-secret"))
+			t.Cleanup(sink.Close)
+			a := apptest.Start(t, apptest.Options{Stripe: ls.Fake(), Env: map[string]string{"STRIPE_API_KEY": "sk_test_local",
+				"ACTIONS_URL": sink.URL, "ACTIONS_SECRET": "thin-actions-secret"}})
+			ls.SetWebhookURL(a.URL + "/webhooks/stripe")
+			call := func(method, path string, body any) map[string]any {
+				t.Helper()
+				b, _ := json.Marshal(body)
+				req, err := http.NewRequest(method, a.AdminURL+path, bytes.NewReader(b))
+				require.NoError(t, err)
+				req.Header.Set("Authorization", "Bearer "+apptest.Token)
+				req.Header.Set("Content-Type", "application/json")
+				resp, err := http.DefaultClient.Do(req)
+				require.NoError(t, err)
+				defer resp.Body.Close()
+				var out map[string]any
+				require.NoError(t, json.NewDecoder(resp.Body).Decode(&out))
+				return out
+			}
+			p := call(http.MethodPost, "/v1/purchases", map[string]any{"account": uuid.NewString(), "stripe_account": "acct_local_demo",
+				"mode": "product", "customer": "cus_local_1", "payment_method": "pm_card_visa",
+				"items": []map[string]any{{"price": "price_basic", "quantity": 1}}})
+			require.NotEmpty(t, p["id"], "%v", p)
+			require.Eventually(t, func() bool {
+				got := call(http.MethodGet, "/v1/purchases/"+p["id"].(string), nil)
+				return got["status"] == "fulfilled" && got["payment_status"] == "paid"
+			}, 30*time.Second, 100*time.Millisecond, "fulfilled from the local Stripe's thin events")
+
+			thin, snapshots := 0, 0
+			for _, d := range ls.Deliveries() {
+				switch {
+				case d.Kind == "thin":
+					thin++
+					require.Eventually(t, func() bool {
+						rec := call(http.MethodGet, "/internal/v1/events/"+d.EventID, nil)
+						return rec["payload_kind"] == "thin" && rec["hydration"] == "hydrated" && rec["status"] == "processed" &&
+							rec["snapshot_event"] == d.Snapshot
+					}, 30*time.Second, 100*time.Millisecond, "thin event %s %s recorded and hydrated", d.EventID, d.Type)
+				case snapshotToo:
+					snapshots++
+					assert.Equal(t, "delivered", d.Status, "%s %s", d.EventID, d.Type)
+				default:
+					assert.Equal(t, "thin_only", d.Status, "%s %s: no destination asks for the snapshot", d.EventID, d.Type)
+				}
+			}
+			assert.Positive(t, thin)
+			if snapshotToo {
+				assert.Equal(t, thin, snapshots, "each change both ways")
+			}
+			// One fulfil action, however many times the change arrived.
+			fulfils := func() int {
+				resp, err := http.Get(sink.URL + "?type=purchase.fulfilled")
+				require.NoError(t, err)
+				defer resp.Body.Close()
+				var page struct{ Data []any }
+				require.NoError(t, json.NewDecoder(resp.Body).Decode(&page))
+				return len(page.Data)
+			}
+			require.Eventually(t, func() bool { return fulfils() > 0 }, 30*time.Second, 100*time.Millisecond)
+			time.Sleep(time.Second) // a second one would be on its way
+			assert.Equal(t, 1, fulfils(), "the change applied once")
+		})
+	}
+}

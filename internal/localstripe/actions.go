@@ -18,6 +18,9 @@ type Actions struct {
 	secret string
 	mu     sync.Mutex
 	got    []ReceivedAction
+	// changed is told of each action kept (the state file, when the
+	// local Stripe keeps Actions in it).
+	changed func()
 }
 
 // ReceivedAction is one delivery to Actions.
@@ -53,22 +56,42 @@ func (a *Actions) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		a.mu.Lock()
 		a.got = append(a.got, ReceivedAction{Received: time.Now().UTC(), Idempotency: r.Header.Get("Idempotency-Key"),
 			Type: head.Type, Action: body})
+		changed := a.changed
 		a.mu.Unlock()
+		if changed != nil {
+			changed()
+		}
 		w.WriteHeader(http.StatusOK)
 	case http.MethodGet:
-		typ := r.URL.Query().Get("type")
-		a.mu.Lock()
-		out := []ReceivedAction{}
-		for _, x := range a.got {
-			if typ == "" || x.Type == typ {
-				out = append(out, x)
-			}
-		}
-		a.mu.Unlock()
-		writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": out})
+		writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": a.list(r.URL.Query().Get("type"))})
 	default:
 		w.WriteHeader(http.StatusMethodNotAllowed)
 	}
+}
+
+// list returns the actions of type typ ("" all), oldest first.
+func (a *Actions) list(typ string) []ReceivedAction {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := []ReceivedAction{}
+	for _, x := range a.got {
+		if typ == "" || x.Type == typ {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+func (a *Actions) restore(got []ReceivedAction) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.got = append([]ReceivedAction(nil), got...)
+}
+
+func (a *Actions) notify(changed func()) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.changed = changed
 }
 
 // LocalHandler serves the local Stripe's own routes, beside Stripe's API:

@@ -54,6 +54,19 @@ type Config struct {
 	Log    *slog.Logger
 	// Now is the clock of events and created times (default time.Now).
 	Now func() time.Time
+	// ThinTypes are the event types a thin event destination asks for
+	// (Stripe's names: v1.payment_intent.succeeded, …; "v1.*" every v1
+	// type): each such change is also a thin event (GET /v2/core/events),
+	// delivered signed to WebhookURL in place of the snapshot event.
+	ThinTypes []string
+	// SnapshotToo keeps delivering the snapshot events of ThinTypes beside
+	// the thin ones (two destinations side by side, as while migrating).
+	SnapshotToo bool
+	// StatePath, read by Open, is the file the state is kept in across a
+	// restart ("" in memory only).
+	StatePath string
+	// Actions, when set, is kept in the state file too.
+	Actions *Actions
 }
 
 // Server is one local Stripe.
@@ -61,20 +74,40 @@ type Server struct {
 	cfg  Config
 	fake *stripetest.Stripe
 
-	mu         sync.Mutex
-	deliveries map[string]*Delivery
-	order      []string
-	wg         sync.WaitGroup
-	closed     bool
-	timers     map[*time.Timer]struct{}
+	mu          sync.Mutex
+	deliveries  map[string]*Delivery
+	order       []string
+	payloads    map[string][]byte // event id -> the body delivered
+	settlements map[string]settlement
+	wg          sync.WaitGroup
+	closed      bool
+	timers      map[*time.Timer]struct{}
+
+	saver *saver // state.go; nil in memory only
+}
+
+// settlement is a bank debit waiting to settle.
+type settlement struct {
+	ID  string    `json:"id"`
+	PM  string    `json:"payment_method"`
+	Due time.Time `json:"due"`
 }
 
 // Delivery is the webhook delivery state of one event.
 type Delivery struct {
-	EventID    string    `json:"event_id"`
-	Type       string    `json:"type"`
-	Account    string    `json:"account,omitempty"`
-	Status     string    `json:"status"` // pending, delivered, failed, dropped, none
+	EventID string `json:"event_id"`
+	Type    string `json:"type"`
+	// Kind is snapshot (an Event, /v1/events) or thin (a v2.core.event,
+	// /v2/core/events).
+	Kind string `json:"kind"`
+	// Thin is the thin event sent for a snapshot event; Snapshot the
+	// snapshot event a thin one stands for.
+	Thin     string `json:"thin_event,omitempty"`
+	Snapshot string `json:"snapshot_event,omitempty"`
+	Account  string `json:"account,omitempty"`
+	// pending, delivered, failed, dropped, none (no webhook URL), thin_only
+	// (no destination asks for the snapshot: see Thin).
+	Status     string    `json:"status"`
 	Attempts   int       `json:"attempts"`
 	LastStatus int       `json:"last_http_status,omitempty"`
 	LastError  string    `json:"last_error,omitempty"`
@@ -102,11 +135,15 @@ func New(cfg Config) *Server {
 		return stripetest.TestPaymentMethod(p.PaymentMethod).Behavior
 	}
 	fake.DeclineWith = func(p stripetest.PI) stripetest.CardError { return stripetest.TestPaymentMethod(p.PaymentMethod).Error }
-	s := &Server{cfg: cfg, fake: fake, deliveries: map[string]*Delivery{}, timers: map[*time.Timer]struct{}{}}
+	s := &Server{cfg: cfg, fake: fake, deliveries: map[string]*Delivery{}, payloads: map[string][]byte{},
+		settlements: map[string]settlement{}, timers: map[*time.Timer]struct{}{}}
 	if cfg.Account != "" {
 		fake.Put("", stripetest.Account(cfg.Account, "custom", "", cfg.Now().Unix()))
 	}
 	fake.Wrap(s.middleware)
+	if cfg.Actions != nil {
+		cfg.Actions.notify(s.changed)
+	}
 	return s
 }
 
@@ -131,8 +168,10 @@ func (s *Server) Handler() http.Handler { return s.fake }
 func (s *Server) Fake() *stripetest.Stripe { return s.fake }
 
 // Close stops pending retries and settlements and waits for deliveries in
-// flight.
+// flight; with a state file, it saves the state last (the retries and
+// settlements it stopped are in it, and run again after Open).
 func (s *Server) Close() {
+	defer s.stopSaving()
 	s.mu.Lock()
 	s.closed = true
 	for t := range s.timers {
@@ -202,6 +241,9 @@ func (s *Server) middleware(next http.Handler) http.Handler {
 		if r.Method == http.MethodPost && rec.Header().Get("Idempotent-Replayed") == "" && rec.Code < 500 {
 			s.observe(r.Header.Get("Stripe-Account"), r.URL.Path, rec.Code, body)
 		}
+		if r.Method != http.MethodGet {
+			s.changed()
+		}
 	})
 }
 
@@ -258,6 +300,19 @@ func (s *Server) observe(account, path string, status int, body []byte) {
 		}
 	case len(parts) == 2 && parts[1] == "subscriptions":
 		s.emit(account, "customer.subscription.created", doc)
+	case len(parts) == 4 && parts[1] == "payment_intents" && parts[3] == "cancel":
+		s.emit(account, "payment_intent.canceled", doc)
+	case len(parts) == 2 && parts[1] == "refunds":
+		if p, ok := s.fake.Get(str(doc["payment_intent"])); ok { // the charge, as Stripe's charge.refunded carries it
+			var ev struct {
+				Data struct {
+					Object map[string]any `json:"object"`
+				} `json:"data"`
+			}
+			if json.Unmarshal(s.fake.Event(p, "charge.refunded", s.cfg.Now()), &ev) == nil {
+				s.emit(account, "charge.refunded", ev.Data.Object)
+			}
+		}
 	}
 }
 
@@ -269,8 +324,11 @@ func (s *Server) paymentIntentChanged(account string, pi map[string]any) {
 		s.emit(account, "payment_intent.succeeded", pi)
 	case "processing":
 		s.emit(account, "payment_intent.processing", pi)
-		id, pm := str(pi["id"]), str(pi["payment_method"])
-		s.after(s.cfg.ACHDelay, func() { s.settle(id, pm) })
+		st := settlement{ID: str(pi["id"]), PM: str(pi["payment_method"]), Due: time.Now().Add(s.cfg.ACHDelay)}
+		s.mu.Lock()
+		s.settlements[st.ID] = st
+		s.mu.Unlock()
+		s.scheduleSettlement(st)
 	case "requires_payment_method":
 		if pi["last_payment_error"] != nil {
 			s.emit(account, "payment_intent.payment_failed", pi)
@@ -278,8 +336,19 @@ func (s *Server) paymentIntentChanged(account string, pi map[string]any) {
 	}
 }
 
+// scheduleSettlement settles st when it is due.
+func (s *Server) scheduleSettlement(st settlement) {
+	s.after(max(0, time.Until(st.Due)), func() { s.settle(st.ID, st.PM) })
+}
+
 // settle ends a processing bank debit as its payment method says.
 func (s *Server) settle(id, pm string) {
+	defer func() { // only once settled: a state saved before still has it due
+		s.mu.Lock()
+		delete(s.settlements, id)
+		s.mu.Unlock()
+		s.changed()
+	}()
 	o := stripetest.TestPaymentMethod(pm)
 	if _, ok := s.fake.Get(id); ok { // an off-session charge
 		p, err := s.fake.Settle(id, o.SettlesOK)
@@ -318,7 +387,8 @@ func newEventID() string {
 }
 
 // emit makes an event about obj on account ("" the platform): listed by
-// the Events API, then delivered.
+// the Events API, then delivered, as a snapshot event, as a thin event
+// when ThinTypes asks for its type, or both (SnapshotToo).
 func (s *Server) emit(account, typ string, obj map[string]any) {
 	now := s.cfg.Now()
 	ev := map[string]any{
@@ -335,20 +405,55 @@ func (s *Server) emit(account, typ string, obj map[string]any) {
 		s.cfg.Log.Error("event", "type", typ, "error", err)
 		return
 	}
-	s.fake.Add(account, payload)
-	d := &Delivery{EventID: ev["id"].(string), Type: typ, Account: account, Status: "pending", Created: now}
+	snap := &Delivery{EventID: ev["id"].(string), Type: typ, Kind: "snapshot", Account: account, Status: "pending", Created: now}
+	var thin *Delivery
+	var thinPayload []byte
+	if s.wantsThin(typ) {
+		thinPayload = thinEvent(account, typ, obj, now)
+		var head struct{ ID string }
+		_ = json.Unmarshal(thinPayload, &head)
+		thin = &Delivery{EventID: head.ID, Type: "v1." + typ, Kind: "thin", Snapshot: snap.EventID, Account: account, Status: "pending", Created: now}
+		snap.Thin = thin.EventID
+	}
+	// One step under s.mu: a saved state never has an event without its
+	// delivery.
 	s.mu.Lock()
-	s.deliveries[d.EventID] = d
-	s.order = append(s.order, d.EventID)
+	s.fake.Add(account, payload)
+	s.record(snap, payload)
+	if thin != nil {
+		s.fake.AddV2(thinPayload, snap.EventID)
+		s.record(thin, thinPayload)
+	}
 	s.mu.Unlock()
+	if thin == nil || s.cfg.SnapshotToo {
+		s.send(snap, payload)
+	} else {
+		s.setStatus(snap.EventID, "thin_only", 0, "")
+	}
+	if thin != nil {
+		s.send(thin, thinPayload)
+	}
+	s.changed()
+}
+
+// record keeps a new delivery; s.mu is held.
+func (s *Server) record(d *Delivery, payload []byte) {
+	s.deliveries[d.EventID] = d
+	s.payloads[d.EventID] = payload
+	s.order = append(s.order, d.EventID)
+}
+
+// send delivers payload, drops it (DropRate), or marks it undeliverable.
+func (s *Server) send(d *Delivery, payload []byte) {
 	switch {
 	case s.webhookURL() == "":
 		s.setStatus(d.EventID, "none", 0, "")
 	case s.cfg.DropRate > 0 && chance(s.cfg.DropRate):
 		s.setStatus(d.EventID, "dropped", 0, "dropped on purpose (LOCAL_STRIPE_DROP_RATE): the poller finds it")
-		s.cfg.Log.Info("webhook dropped", "event", d.EventID, "type", typ)
+		s.cfg.Log.Info("webhook dropped", "event", d.EventID, "type", d.Type)
 	default:
-		s.after(0, func() { s.deliver(d.EventID, payload, 1) })
+		id := d.EventID
+		s.after(0, func() { s.deliver(id, payload, 1) })
 	}
 }
 
@@ -397,10 +502,11 @@ func (s *Server) deliver(id string, payload []byte, attempt int) {
 
 func (s *Server) setStatus(id, status string, code int, errText string) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if d := s.deliveries[id]; d != nil {
 		d.Status, d.LastStatus, d.LastError = status, code, errText
 	}
+	s.mu.Unlock()
+	s.changed()
 }
 
 // Deliveries returns every event's delivery state, oldest first.
@@ -412,6 +518,16 @@ func (s *Server) Deliveries() []Delivery {
 		out = append(out, *s.deliveries[id])
 	}
 	return out
+}
+
+// delivered: the event reached the webhook, itself or as its thin event;
+// s.mu is held.
+func (s *Server) delivered(id string) bool {
+	d := s.deliveries[id]
+	if d != nil && d.Status != "delivered" && d.Thin != "" {
+		d = s.deliveries[d.Thin]
+	}
+	return d != nil && d.Status == "delivered"
 }
 
 // listByDelivery is GET /v1/events?delivery_success=true|false: the page
@@ -445,8 +561,7 @@ func (s *Server) listByDelivery(w http.ResponseWriter, r *http.Request, next htt
 			ID string `json:"id"`
 		}
 		_ = json.Unmarshal(raw, &head)
-		d := s.deliveries[head.ID]
-		if (d != nil && d.Status == "delivered") == want {
+		if s.delivered(head.ID) == want {
 			kept = append(kept, raw)
 		}
 	}

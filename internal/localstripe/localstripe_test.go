@@ -340,3 +340,27 @@ func delivery(s *localstripe.Server, typ string) localstripe.Delivery {
 	}
 	return localstripe.Delivery{}
 }
+
+// A billing charge's refund and a declined charge's cancel are events too.
+func TestRefundAndCancelEvents(t *testing.T) {
+	s, c := start(t, localstripe.Config{})
+	_, _, ok := c.call(http.MethodPost, "/v1/payment_intents", charge("pm_card_visa"), "Stripe-Account", "acct_1")
+	status, _, refund := c.call(http.MethodPost, "/v1/refunds", form("payment_intent", ok["id"].(string)), "Stripe-Account", "acct_1")
+	require.Equal(t, http.StatusOK, status, "%v", refund)
+	_, _, declined := c.call(http.MethodPost, "/v1/payment_intents", charge("pm_card_chargeDeclined"), "Stripe-Account", "acct_1")
+	id := declined["error"].(map[string]any)["payment_intent"].(map[string]any)["id"].(string)
+	status, _, canceled := c.call(http.MethodPost, "/v1/payment_intents/"+id+"/cancel", nil, "Stripe-Account", "acct_1")
+	require.Equal(t, http.StatusOK, status, "%v", canceled)
+	_, _, page := c.call(http.MethodGet, "/v1/events?limit=100", nil, "Stripe-Account", "acct_1")
+	byType := map[string]map[string]any{}
+	for _, e := range page["data"].([]any) {
+		e := e.(map[string]any)
+		byType[e["type"].(string)] = e["data"].(map[string]any)["object"].(map[string]any)
+	}
+	require.Contains(t, byType, "charge.refunded")
+	assert.Equal(t, ok["id"], byType["charge.refunded"]["payment_intent"])
+	assert.Equal(t, true, byType["charge.refunded"]["refunded"])
+	require.Contains(t, byType, "payment_intent.canceled")
+	assert.Equal(t, "canceled", byType["payment_intent.canceled"]["status"])
+	assert.Len(t, s.Deliveries(), 6, "created+succeeded, refunded, created+failed, canceled")
+}
