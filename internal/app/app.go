@@ -211,6 +211,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 		PlatformAccount: cfg.PlatformAccount,
 		EventTTL:        cfg.EventTTL,
 		Livemode:        cfg.Livemode(),
+		APIVersion:      cfg.StripeAPIVersion,
 		MaxBatch:        cfg.IngestMaxBatch,
 		Flushers:        cfg.IngestFlushers,
 		DeliveryTimeout: cfg.Limits.IngestTimeout,

@@ -23,6 +23,7 @@ type Metrics struct {
 	HTTPPanics     *prometheus.CounterVec
 	DynamoRequests *prometheus.CounterVec
 	ingest         ingest
+	deliveries     deliveries
 }
 
 // New registers the collectors on a fresh registry.
@@ -62,6 +63,7 @@ func New() *Metrics {
 		m.EventsHandled, m.HandleSeconds, m.HTTPRequests, m.HTTPSeconds, m.HTTPPanics,
 	)
 	m.ingest = newIngest(m.Registry)
+	m.deliveries = newDeliveries(m.Registry)
 	return m
 }
 
