@@ -21,6 +21,7 @@ type ReplayService interface {
 	DryRun(ctx context.Context, f replay.Filter) (replay.Preview, error)
 	Start(ctx context.Context, f replay.Filter, actor string) (replay.Replay, error)
 	Get(ctx context.Context, id string) (replay.Replay, error)
+	Cancel(ctx context.Context, id, actor string) (replay.Replay, error)
 }
 
 // Replays are the bulk replay routes' dependencies.
@@ -69,6 +70,9 @@ type ReplayJSON struct {
 	CreatedBy  string        `json:"created_by"`
 	CreatedAt  string        `json:"created_at"`
 	FinishedAt *string       `json:"finished_at"`
+	// CancelledBy: who cancelled it (null unless status is cancelled);
+	// finished_at says when.
+	CancelledBy *string `json:"cancelled_by"`
 }
 
 // ReplayToJSON renders a replay.
@@ -78,6 +82,9 @@ func ReplayToJSON(r replay.Replay) ReplayJSON {
 	if !r.FinishedAt.IsZero() {
 		s := r.FinishedAt.UTC().Format(time.RFC3339Nano)
 		out.FinishedAt = &s
+	}
+	if r.CancelledBy != "" {
+		out.CancelledBy = &r.CancelledBy
 	}
 	return out
 }
@@ -96,6 +103,7 @@ func registerReplays(g router, r *Replays) {
 	rr := replayRoutes{r: *r}
 	g.POST("/replays", rr.create)
 	g.GET("/replays/:id", rr.get)
+	g.POST("/replays/:id/cancel", rr.cancel)
 }
 
 // ParseReplayFilter validates a filter as the API and the console take it.
@@ -180,6 +188,26 @@ func (h replayRoutes) get(c echo.Context) error {
 		return apperr.New(apperr.CodeInvalidParameter, "id: a replay id (rpl_ and 24 hex digits)")
 	}
 	r, err := h.r.Service.Get(c.Request().Context(), id)
+	if err != nil {
+		return replayError(err)
+	}
+	return c.JSON(http.StatusOK, ReplayToJSON(r))
+}
+
+// cancel stops a running replay (200 with it, status cancelled); 409 when
+// it is done or cancelled already, and nothing changes.
+func (h replayRoutes) cancel(c echo.Context) error {
+	if _, err := requestParams(c); err != nil {
+		return err
+	}
+	id := c.Param("id")
+	if !replayIDPattern.MatchString(id) {
+		return apperr.New(apperr.CodeInvalidParameter, "id: a replay id (rpl_ and 24 hex digits)")
+	}
+	r, err := h.r.Service.Cancel(c.Request().Context(), id, APIActor)
+	if errors.Is(err, replay.ErrNotRunning) {
+		return apperr.New(apperr.CodeConflict, "replay %s is %s: only a running replay can be cancelled", id, r.Status)
+	}
 	if err != nil {
 		return replayError(err)
 	}

@@ -32,6 +32,7 @@ func (c *Console) registerIncidents(g *echo.Group) {
 	if c.d.Replays != nil {
 		g.POST("/incidents/:id/replay", c.incidentReplay, c.auth)
 		g.GET("/replays/:id", c.replayPage, c.auth)
+		g.POST("/replays/:id/cancel", c.replayCancel, c.auth)
 	}
 }
 
@@ -166,4 +167,23 @@ func (c *Console) replayPage(ec echo.Context) error {
 		ec.Response().Header().Set("Refresh", "2")
 	}
 	return c.render(ec, http.StatusOK, "replay", view{Title: "Replay " + id, Nav: "incidents", Data: r})
+}
+
+// replayCancel stops a running replay; the page then shows it cancelled,
+// with who and when.
+func (c *Console) replayCancel(ec echo.Context) error {
+	id := ec.Param("id")
+	if !replayIDRe.MatchString(id) {
+		return c.fail(ec, http.StatusBadRequest, "That is not a replay id.")
+	}
+	r, err := c.d.Replays.Cancel(ctxOf(ec), id, ConsoleActor)
+	switch {
+	case errors.Is(err, replay.ErrNotFound):
+		return c.fail(ec, http.StatusNotFound, "No replay "+id+"; nothing was changed.")
+	case errors.Is(err, replay.ErrNotRunning):
+		return c.fail(ec, http.StatusConflict, "Replay "+id+" is "+r.Status+": only a running replay can be cancelled. Nothing was changed.")
+	case err != nil:
+		return c.unavailable(ec, "cancel the replay", err)
+	}
+	return ec.Redirect(http.StatusSeeOther, Prefix+"/replays/"+id)
 }

@@ -29,14 +29,17 @@ const SampleSize = 10
 
 // Status of a replay.
 const (
-	StatusRunning = "running"
-	StatusDone    = "done"
+	StatusRunning   = "running"
+	StatusDone      = "done"
+	StatusCancelled = "cancelled"
 )
 
 var (
 	ErrNotFound = errors.New("replay not found")
 	// ErrFilter wraps every refusal of a filter; its message says why.
 	ErrFilter = errors.New("invalid filter")
+	// ErrNotRunning: only a running replay can be cancelled.
+	ErrNotRunning = errors.New("replay is not running")
 )
 
 // Filter selects the failed and rejected events to replay. At least one
@@ -85,7 +88,8 @@ type Replay struct {
 	Matched, Done, Applied, Failed int
 	CreatedBy                      string
 	CreatedAt                      time.Time
-	FinishedAt                     time.Time
+	FinishedAt                     time.Time // done or cancelled
+	CancelledBy                    string    // "" unless cancelled
 }
 
 // IncidentReader finds an incident for an incident filter.
@@ -253,12 +257,13 @@ func (s *Store) Start(ctx context.Context, f Filter, actor string) (Replay, erro
 // Get returns replay id.
 func (s *Store) Get(ctx context.Context, id string) (Replay, error) {
 	var (
-		r        Replay
-		raw      []byte
-		finished *time.Time
+		r         Replay
+		raw       []byte
+		finished  *time.Time
+		cancelled *string
 	)
-	err := s.pool.QueryRow(ctx, `SELECT id, status, filter, matched, done, applied, failed, created_by, created_at, finished_at
-		FROM replays WHERE id = $1`, id).Scan(&r.ID, &r.Status, &raw, &r.Matched, &r.Done, &r.Applied, &r.Failed, &r.CreatedBy, &r.CreatedAt, &finished)
+	err := s.pool.QueryRow(ctx, `SELECT id, status, filter, matched, done, applied, failed, created_by, created_at, finished_at, cancelled_by
+		FROM replays WHERE id = $1`, id).Scan(&r.ID, &r.Status, &raw, &r.Matched, &r.Done, &r.Applied, &r.Failed, &r.CreatedBy, &r.CreatedAt, &finished, &cancelled)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Replay{}, ErrNotFound
 	}
@@ -270,6 +275,31 @@ func (s *Store) Get(ctx context.Context, id string) (Replay, error) {
 	}
 	if finished != nil {
 		r.FinishedAt = *finished
+	}
+	if cancelled != nil {
+		r.CancelledBy = *cancelled
+	}
+	return r, nil
+}
+
+// Cancel stops running replay id on behalf of actor, who is recorded with
+// the time on the replay (its audit row). The runner re-drives no item
+// after it records the one in hand; the items not re-driven stay failed,
+// for a later replay (the ledger makes anything applied a duplicate).
+// ErrNotRunning: the replay is done or cancelled already; nothing changed.
+func (s *Store) Cancel(ctx context.Context, id, actor string) (Replay, error) {
+	tag, err := s.pool.Exec(ctx, `UPDATE replays SET status = 'cancelled', cancelled_by = $2, finished_at = $3,
+			lease_owner = NULL, leased_until = NULL
+		WHERE id = $1 AND status = 'running'`, id, actor, s.now().UTC())
+	if err != nil {
+		return Replay{}, fmt.Errorf("cancel replay %s: %w", id, err)
+	}
+	r, err := s.Get(ctx, id)
+	if err != nil {
+		return Replay{}, err
+	}
+	if tag.RowsAffected() == 0 {
+		return r, ErrNotRunning
 	}
 	return r, nil
 }
