@@ -37,4 +37,3 @@ func (m *Metrics) Delivered(account string, source stripeevent.Source, apiVersio
 		m.deliveries.unexpected.WithLabelValues(apiVersion, string(source)).Inc()
 	}
 }
-
