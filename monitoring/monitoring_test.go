@@ -162,3 +162,20 @@ func TestPromtool(t *testing.T) {
 		require.NoError(t, err, "promtool %s:\n%s", strings.Join(args, " "), out)
 	}
 }
+
+var runbookURL = regexp.MustCompile(`(?m)^\s*runbook_url:\s*"?([^"\s]+)"?`)
+
+// Every runbook_url names a page that exists in the repository.
+func TestRunbookURLsExist(t *testing.T) {
+	rules, err := os.ReadFile(rulesFile)
+	require.NoError(t, err)
+	urls := runbookURL.FindAllStringSubmatch(string(rules), -1)
+	require.NotEmpty(t, urls)
+	for _, m := range urls {
+		_, err := os.Stat("../" + m[1])
+		assert.NoError(t, err, "runbook_url %s", m[1])
+	}
+	// The probe works: a page that does not exist is reported.
+	_, err = os.Stat("../docs/runbooks/NoSuchAlert.md")
+	assert.True(t, os.IsNotExist(err))
+}

@@ -1,8 +1,8 @@
 // Package incidents groups what is broken into incidents (DESIGN §4): failed
-// and rejected events, thin events not yet hydrated, outbox dead letters and
-// failed billing runs, by kind, normalised cause, event type and
-// stripe_account, each with a state an operator moves from open to
-// acknowledged to resolved.
+// and rejected events, thin events not yet hydrated, outbox dead letters,
+// unresolved charges and failed billing runs, by kind, normalised cause,
+// event type and stripe_account, each with a state an operator moves from
+// open to acknowledged to resolved.
 package incidents
 
 import (
@@ -25,8 +25,14 @@ type Kind string
 const (
 	KindEvent    Kind = "event"    // failed or rejected events, thin events not hydrated
 	KindDelivery Kind = "delivery" // outbox dead letters
-	KindBilling  Kind = "billing"  // failed billing runs
+	KindBilling  Kind = "billing"  // unresolved charges, failed billing runs
 )
+
+// CauseChargeOutcomeUnknown is the cause of a billing incident of charges
+// whose outcome is unknown (unresolved: the next collection asks Stripe
+// first).
+const CauseChargeOutcomeUnknown = "charge_outcome_unknown"
+
 
 // State is an incident's state.
 type State string
@@ -382,6 +388,31 @@ func (s *Store) derive(ctx context.Context) (map[string]*Incident, error) {
 		GROUP BY r.job, r.error`, nil,
 		func(msg, typ, _ string) part {
 			return part{kind: KindBilling, cause: Classify(msg), eventType: typ}
+		})
+	if err != nil {
+		return nil, err
+	}
+	// Unresolved charges: attempts whose outcome is unknown (in flight
+	// with no trustworthy answer from Stripe). The billing core keeps them
+	// on the period in DynamoDB and every run that meets one counts it in
+	// its report (unknown: new this run; unresolved: left so), until a run
+	// settles it by asking Stripe. So a job's runs since its last run that
+	// left none (and did not fail) are the occurrences; the count is what
+	// the newest of them left; the samples are those runs (the console's
+	// runs page shows their reports).
+	err = read("unresolved charges", `SELECT r.job, '', '', (array_agg(r.left_open ORDER BY r.started_at DESC, r.id DESC))[1]::bigint,
+			min(r.started_at), max(r.started_at),
+			(array_agg(r.id::text ORDER BY r.started_at DESC, r.id DESC))[1:`+samples+`]
+		FROM (SELECT id, job, started_at, greatest(coalesce((report->>'unknown')::int, 0), coalesce((report->>'unresolved')::int, 0)) AS left_open
+		      FROM ops_billing_runs) r
+		WHERE r.left_open > 0
+		  AND r.started_at > coalesce((SELECT max(ok.started_at) FROM ops_billing_runs ok
+		                               WHERE ok.job = r.job AND coalesce(ok.error, '') = ''
+		                                 AND coalesce((ok.report->>'unknown')::int, 0) = 0
+		                                 AND coalesce((ok.report->>'unresolved')::int, 0) = 0), '-infinity')
+		GROUP BY r.job`, nil,
+		func(_, typ, _ string) part {
+			return part{kind: KindBilling, cause: CauseChargeOutcomeUnknown, eventType: typ}
 		})
 	if err != nil {
 		return nil, err
