@@ -33,7 +33,6 @@ const (
 // first).
 const CauseChargeOutcomeUnknown = "charge_outcome_unknown"
 
-
 // State is an incident's state.
 type State string
 
