@@ -146,3 +146,22 @@ func TestResolvedIncidentReopensWhenItsCauseComesBack(t *testing.T) {
 		})
 	}
 }
+
+// Counts groups the incidents by kind and state with their occurrences.
+func TestCounts(t *testing.T) {
+	s, pool, _ := newStore(t)
+	ctx := context.Background()
+	problem(t, pool, "evt_count00001", "failed", "invoice.paid", "acct_A0000001", "context deadline exceeded", t0.Add(-time.Hour))
+	problem(t, pool, "evt_count00002", "failed", "invoice.paid", "acct_A0000001", "context deadline exceeded", t0.Add(-time.Minute))
+	problem(t, pool, "evt_count00003", "failed", "invoice.paid", "acct_B0000001", "context deadline exceeded", t0.Add(-time.Minute))
+	run(t, pool, "collect", t0.Add(-time.Hour), `{"unresolved": 3}`, "")
+	_, err := s.SetState(ctx, incidents.ID(incidents.KindEvent, "timeout", "invoice.paid", "acct_B0000001"), incidents.Acknowledged, "api")
+	require.NoError(t, err)
+	counts, err := s.Counts(ctx)
+	require.NoError(t, err)
+	got := map[string][2]int64{}
+	for _, c := range counts {
+		got[c.Kind+"|"+c.State] = [2]int64{int64(c.Incidents), c.Occurrences}
+	}
+	assert.Equal(t, map[string][2]int64{"event|open": {1, 2}, "event|acknowledged": {1, 1}, "billing|open": {1, 3}}, got)
+}

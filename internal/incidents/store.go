@@ -17,6 +17,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/stripe-payments/stripe-payments/internal/metrics"
 )
 
 // Kind says where an incident's occurrences come from.
@@ -459,4 +461,27 @@ func EventCause(outcome, msg string) string {
 		return "rejected." + Classify(msg)
 	}
 	return Classify(msg)
+}
+
+// Counts groups the incidents by kind and state: how many, and how many
+// occurrences they hold (the metrics' view).
+func (s *Store) Counts(ctx context.Context) ([]metrics.IncidentCount, error) {
+	list, err := s.List(ctx, "")
+	if err != nil {
+		return nil, err
+	}
+	by := map[[2]string]*metrics.IncidentCount{}
+	var out []metrics.IncidentCount
+	for _, inc := range list {
+		k := [2]string{string(inc.Kind), string(inc.State)}
+		if by[k] == nil {
+			by[k] = &metrics.IncidentCount{Kind: k[0], State: k[1]}
+		}
+		by[k].Incidents++
+		by[k].Occurrences += inc.Count
+	}
+	for _, c := range by {
+		out = append(out, *c)
+	}
+	return out, nil
 }
