@@ -46,7 +46,10 @@ type incidentCollector struct {
 	counts map[[2]string]IncidentCount
 }
 
-func (c *incidentCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.incidents; ch <- c.occurrences }
+func (c *incidentCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.incidents
+	ch <- c.occurrences
+}
 
 func (c *incidentCollector) Collect(ch chan<- prometheus.Metric) {
 	c.mu.Lock()
