@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"regexp"
@@ -43,7 +44,23 @@ type replayFilterJSON struct {
 
 type replayRequest struct {
 	Filter *replayFilterJSON `json:"filter"`
-	DryRun bool              `json:"dry_run"`
+	DryRun strictBool        `json:"dry_run"`
+}
+
+// strictBool is a bool that refuses JSON null: "dry_run": null must not
+// quietly mean "start the replay".
+type strictBool bool
+
+func (b *strictBool) UnmarshalJSON(raw []byte) error {
+	if string(raw) == "null" {
+		return errors.New("dry_run must be true or false, not null")
+	}
+	var v bool
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return errors.New("dry_run must be true or false")
+	}
+	*b = strictBool(v)
+	return nil
 }
 
 // ReplaySampleJSON is one matched event of a dry run.

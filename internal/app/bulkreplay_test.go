@@ -173,6 +173,11 @@ func TestBulkReplayAPIBadInput(t *testing.T) {
 	a := startApp(t, nil, nil)
 	ctx := context.Background()
 	url := a.Admin.URL() + "/internal/v1/replays"
+	// A billing incident (charges with an unknown outcome) is not replayed:
+	// a rerun of the job settles it.
+	_, err := a.Pool.Exec(ctx, `INSERT INTO ops_billing_runs (job, date, started_at, finished_at, report) VALUES ('collect', now(), now(), now(), '{"unknown": 1, "unresolved": 1}')`)
+	require.NoError(t, err)
+	billingIncident := incidents.ID(incidents.KindBilling, incidents.CauseChargeOutcomeUnknown, "collect", "")
 	cases := []struct {
 		name string
 		body any
@@ -187,15 +192,29 @@ func TestBulkReplayAPIBadInput(t *testing.T) {
 		{"unknown incident", map[string]any{"filter": map[string]any{"incident": "inc_00000000000000000000"}, "dry_run": true}, "no incident"},
 		{"unknown field", map[string]any{"filter": map[string]any{"type": "invoice.paid"}, "force": true}, "invalid JSON body"},
 		{"matches nothing", map[string]any{"filter": map[string]any{"type": "invoice.paid"}}, "matches no failed or rejected event"},
+		{"empty filter, dry run", map[string]any{"filter": map[string]any{}, "dry_run": true}, "an empty filter without a time range"},
+		{"empty strings only", map[string]any{"filter": map[string]any{"incident": "", "status": "", "type": ""}, "dry_run": true}, "an empty filter without a time range"},
+		{"null filter", map[string]any{"filter": nil, "dry_run": true}, "filter: required"},
+		{"filter not an object", map[string]any{"filter": []any{"invoice.paid"}, "dry_run": true}, "invalid JSON body"},
+		{"dry run of 0", map[string]any{"filter": map[string]any{"type": "invoice.paid"}, "dry_run": 0}, "dry_run must be true or false"},
+		{"dry run as a string", map[string]any{"filter": map[string]any{"type": "invoice.paid"}, "dry_run": "true"}, "dry_run must be true or false"},
+		{"dry run null", map[string]any{"filter": map[string]any{"type": "invoice.paid"}, "dry_run": nil}, "not null"},
+		{"bad type", map[string]any{"filter": map[string]any{"type": "Invoice Paid"}, "dry_run": true}, "a Stripe event type"},
+		{"malformed incident", map[string]any{"filter": map[string]any{"incident": "inc_1"}, "dry_run": true}, "an incident id"},
+		{"until only, bad", map[string]any{"filter": map[string]any{"until": "2026-13-01T00:00:00Z"}, "dry_run": true}, "RFC 3339"},
+		{"billing incident", map[string]any{"filter": map[string]any{"incident": billingIncident}, "dry_run": true}, "only failed and rejected events and dead letters are replayed"},
+		{"billing incident, start", map[string]any{"filter": map[string]any{"incident": billingIncident}}, "only failed and rejected events and dead letters are replayed"},
 	}
 	for _, tc := range cases {
 		status, body := replayCall(t, http.MethodPost, url, tc.body)
 		assert.Equal(t, http.StatusBadRequest, status, tc.name)
 		assert.Contains(t, body["error"].(map[string]any)["message"], tc.want, tc.name)
 	}
-	var replays int
-	require.NoError(t, a.Pool.QueryRow(ctx, `SELECT count(*) FROM replays`).Scan(&replays))
-	assert.Zero(t, replays)
+	var replays, items, states int
+	require.NoError(t, a.Pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM replays), (SELECT count(*) FROM replay_items), (SELECT count(*) FROM incidents)`).Scan(&replays, &items, &states))
+	assert.Zero(t, replays, "nothing started")
+	assert.Zero(t, items)
+	assert.Zero(t, states, "no incident state written")
 
 	// A dry run matching nothing is a clear answer.
 	status, body := replayCall(t, http.MethodPost, url, map[string]any{"filter": map[string]any{"type": "invoice.paid"}, "dry_run": true})
