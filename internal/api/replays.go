@@ -109,6 +109,7 @@ func ReplayToJSON(r replay.Replay) ReplayJSON {
 var (
 	replayIDPattern  = regexp.MustCompile(`^rpl_[0-9a-f]{24}$`)
 	eventTypePattern = regexp.MustCompile(`^[a-z0-9_]+(\.[a-z0-9_]+)+$`)
+	deadTypePattern  = regexp.MustCompile(`^[a-z0-9_]+/[a-z0-9_.-]+$`)
 )
 
 type replayRoutes struct{ r Replays }
@@ -129,11 +130,18 @@ func ParseReplayFilter(in replayFilterJSON) (replay.Filter, error) {
 	if f.Incident != "" && !incidentIDPattern.MatchString(f.Incident) {
 		return f, apperr.New(apperr.CodeInvalidParameter, "filter.incident: an incident id (inc_ and 20 hex digits)")
 	}
-	if f.Status != "" && f.Status != "failed" && f.Status != "rejected" {
-		return f, apperr.New(apperr.CodeInvalidParameter, "filter.status must be failed or rejected")
+	if f.Status != "" && f.Status != "failed" && f.Status != "rejected" && f.Status != replay.StatusDead {
+		return f, apperr.New(apperr.CodeInvalidParameter, "filter.status must be failed, rejected or dead (outbox dead letters)")
 	}
-	if f.Type != "" && (len(f.Type) > 100 || !eventTypePattern.MatchString(f.Type)) {
+	switch {
+	case f.Type == "":
+	case f.Status == replay.StatusDead && (len(f.Type) > 200 || !deadTypePattern.MatchString(f.Type)):
+		return f, apperr.New(apperr.CodeInvalidParameter, "filter.type of dead letters: an outbox topic/type such as actions/purchase.completed")
+	case f.Status != replay.StatusDead && (len(f.Type) > 100 || !eventTypePattern.MatchString(f.Type)):
 		return f, apperr.New(apperr.CodeInvalidParameter, "filter.type: a Stripe event type such as invoice.paid")
+	}
+	if f.Status == replay.StatusDead && f.StripeAccount != "" {
+		return f, apperr.New(apperr.CodeInvalidParameter, "filter.stripe_account: dead letters have no stripe_account")
 	}
 	if f.StripeAccount != "" && !stripeid.Valid(f.StripeAccount, "acct_") {
 		return f, apperr.New(apperr.CodeInvalidParameter, "filter.stripe_account must be an acct_ id")

@@ -185,7 +185,7 @@ func TestBulkReplayAPIBadInput(t *testing.T) {
 	}{
 		{"no filter", map[string]any{"dry_run": true}, "filter: required"},
 		{"empty filter", map[string]any{"filter": map[string]any{}}, "an empty filter without a time range"},
-		{"unknown status", map[string]any{"filter": map[string]any{"status": "processed"}}, "status must be failed or rejected"},
+		{"unknown status", map[string]any{"filter": map[string]any{"status": "processed"}}, "status must be failed, rejected or dead"},
 		{"bad account", map[string]any{"filter": map[string]any{"stripe_account": "cus_1"}}, "acct_"},
 		{"bad since", map[string]any{"filter": map[string]any{"since": "yesterday"}}, "RFC 3339"},
 		{"since after until", map[string]any{"filter": map[string]any{"since": "2026-01-02T00:00:00Z", "until": "2026-01-01T00:00:00Z"}}, "before"},
@@ -202,6 +202,8 @@ func TestBulkReplayAPIBadInput(t *testing.T) {
 		{"bad type", map[string]any{"filter": map[string]any{"type": "Invoice Paid"}, "dry_run": true}, "a Stripe event type"},
 		{"malformed incident", map[string]any{"filter": map[string]any{"incident": "inc_1"}, "dry_run": true}, "an incident id"},
 		{"until only, bad", map[string]any{"filter": map[string]any{"until": "2026-13-01T00:00:00Z"}, "dry_run": true}, "RFC 3339"},
+		{"dead letters of an account", map[string]any{"filter": map[string]any{"status": "dead", "stripe_account": "acct_A0000001"}, "dry_run": true}, "dead letters have no stripe_account"},
+		{"dead letters of an event type", map[string]any{"filter": map[string]any{"status": "dead", "type": "invoice.paid"}, "dry_run": true}, "topic/type"},
 		{"billing incident", map[string]any{"filter": map[string]any{"incident": billingIncident}, "dry_run": true}, "only failed and rejected events and dead letters are replayed"},
 		{"billing incident, start", map[string]any{"filter": map[string]any{"incident": billingIncident}}, "only failed and rejected events and dead letters are replayed"},
 	}

@@ -42,11 +42,15 @@ var (
 	ErrNotRunning = errors.New("replay is not running")
 )
 
-// Filter selects the failed and rejected events to replay. At least one
-// field must be set.
+// StatusDead in a filter selects outbox dead letters instead of events
+// (Type then is topic/type).
+const StatusDead = "dead"
+
+// Filter selects the failed and rejected events, or the dead letters, to
+// replay. At least one field must be set.
 type Filter struct {
 	Incident      string     `json:"incident,omitempty"`
-	Status        string     `json:"status,omitempty"` // failed or rejected
+	Status        string     `json:"status,omitempty"` // failed, rejected, or dead (outbox dead letters)
 	Type          string     `json:"type,omitempty"`
 	StripeAccount string     `json:"stripe_account,omitempty"`
 	Since         *time.Time `json:"since,omitempty"`
@@ -119,8 +123,11 @@ func (s *Store) match(ctx context.Context, f Filter) ([]Item, error) {
 	if f.Empty() {
 		return nil, filterError("an empty filter without a time range would replay everything; name an incident, status, type, stripe_account, since or until")
 	}
-	if f.Status != "" && f.Status != "failed" && f.Status != "rejected" {
-		return nil, filterError("status must be failed or rejected")
+	if f.Status != "" && f.Status != "failed" && f.Status != "rejected" && f.Status != StatusDead {
+		return nil, filterError("status must be failed, rejected or dead")
+	}
+	if f.Status == StatusDead && f.StripeAccount != "" {
+		return nil, filterError("dead letters have no stripe_account: filter them by type (topic/type), since and until")
 	}
 	if f.Since != nil && f.Until != nil && !f.Since.Before(*f.Until) {
 		return nil, filterError("since must be before until")
@@ -136,10 +143,13 @@ func (s *Store) match(ctx context.Context, f Filter) ([]Item, error) {
 			return nil, fmt.Errorf("read incident %s: %w", f.Incident, err)
 		}
 		if inc.Kind == incidents.KindDelivery {
-			if f.Status != "" || f.Type != "" || f.StripeAccount != "" {
+			if (f.Status != "" && f.Status != StatusDead) || f.Type != "" || f.StripeAccount != "" {
 				return nil, filterError("incident %s is of dead letters: name it alone, or with since and until", f.Incident)
 			}
-			return s.matchDead(ctx, inc, f)
+			return s.matchDead(ctx, inc.EventType, inc.Cause, f)
+		}
+		if f.Status == StatusDead {
+			return nil, filterError("incident %s is not of dead letters: status dead selects outbox dead letters", f.Incident)
 		}
 		if inc.Kind != incidents.KindEvent || strings.HasPrefix(inc.Cause, "hydration.") {
 			return nil, filterError("incident %s is a %s incident (%s): only failed and rejected events and dead letters are replayed; thin events are retried by the hydrator", f.Incident, inc.Kind, inc.Cause)
@@ -148,6 +158,9 @@ func (s *Store) match(ctx context.Context, f Filter) ([]Item, error) {
 			return []Item{}, nil
 		}
 		cause, typ, account = inc.Cause, inc.EventType, inc.StripeAccount
+	}
+	if f.Status == StatusDead {
+		return s.matchDead(ctx, f.Type, "", f)
 	}
 	rows, err := s.pool.Query(ctx, `SELECT event_id, event_type, stripe_account, outcome, error, at FROM ops_event_problems
 		WHERE ($1 = '' OR outcome = $1) AND ($2 = '' OR event_type = $2) AND ($3 = '' OR stripe_account = $3)
@@ -304,13 +317,14 @@ func (s *Store) Cancel(ctx context.Context, id, actor string) (Replay, error) {
 	return r, nil
 }
 
-// matchDead returns the dead letters of delivery incident inc (within f's
-// time range on dead_at), oldest first.
-func (s *Store) matchDead(ctx context.Context, inc incidents.Incident, f Filter) ([]Item, error) {
+// matchDead returns the outbox dead letters of topic/type typ ("" any) and
+// cause class ("" any: a delivery incident's cause selects its own), within
+// f's time range on dead_at, oldest first.
+func (s *Store) matchDead(ctx context.Context, typ, cause string, f Filter) ([]Item, error) {
 	rows, err := s.pool.Query(ctx, `SELECT id::text, topic || '/' || type, coalesce(last_error, ''), dead_at FROM outbox
-		WHERE dead_at IS NOT NULL AND delivered_at IS NULL AND topic || '/' || type = $1
+		WHERE dead_at IS NOT NULL AND delivered_at IS NULL AND ($1 = '' OR topic || '/' || type = $1)
 		  AND ($2::timestamptz IS NULL OR dead_at >= $2) AND ($3::timestamptz IS NULL OR dead_at < $3)
-		ORDER BY dead_at, id`, inc.EventType, f.Since, f.Until)
+		ORDER BY dead_at, id`, typ, f.Since, f.Until)
 	if err != nil {
 		return nil, fmt.Errorf("match dead letters: %w", err)
 	}
@@ -321,7 +335,7 @@ func (s *Store) matchDead(ctx context.Context, inc incidents.Incident, f Filter)
 		if err := rows.Scan(&it.EventID, &it.EventType, &it.Error, &it.At); err != nil {
 			return nil, fmt.Errorf("match dead letters: %w", err)
 		}
-		if incidents.Classify(it.Error) == inc.Cause {
+		if cause == "" || incidents.Classify(it.Error) == cause {
 			out = append(out, it)
 		}
 	}
