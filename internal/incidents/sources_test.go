@@ -69,6 +69,38 @@ func TestUnresolvedChargesAreABillingIncident(t *testing.T) {
 	assert.Empty(t, list)
 }
 
+// A run that ended without an error yet left entries failed, or accounts
+// untouched under another holder's lock, is a billing incident of its job
+// until a run leaves none; each counter is its own cause.
+func TestIncompleteRunsAreBillingIncidents(t *testing.T) {
+	s, pool, _ := newStore(t)
+	ctx := context.Background()
+	run(t, pool, "collect", t0.Add(-4*time.Hour), `{"errors": 3, "locked": 1}`, "")
+	second := run(t, pool, "collect", t0.Add(-3*time.Hour), `{"errors": 2}`, "")
+	run(t, pool, "remind", t0.Add(-2*time.Hour), `{"locked": 2}`, "")
+	run(t, pool, "remind", t0.Add(-time.Hour), `{"reminded": 5}`, "") // settles remind's
+	run(t, pool, "collect", t0.Add(-30*time.Minute), `{}`, "dynamodb: throttled")
+
+	list, err := s.List(ctx, "")
+	require.NoError(t, err)
+	got := byKey(list)
+	errs := got["billing|"+incidents.CauseRunEntriesFailed+"|collect|"]
+	assert.EqualValues(t, 2, errs.Count, "what the newest such run left")
+	assert.Equal(t, second, errs.SampleIDs[0])
+	assert.Equal(t, t0.Add(-4*time.Hour), errs.FirstSeen.UTC())
+	assert.NotContains(t, got, "billing|"+incidents.CauseRunAccountsLocked+"|collect|",
+		"collect's second run got every lock: each counter has its own streak")
+	assert.NotContains(t, got, "billing|"+incidents.CauseRunAccountsLocked+"|remind|", "settled by a later clean run")
+	assert.Contains(t, got, "billing|dynamodb_unavailable|collect|", "a failed run settles nothing and is its own incident")
+	require.Len(t, got, 2, "%+v", list)
+
+	// A lock held again later: a new incident of locked accounts.
+	run(t, pool, "remind", t0.Add(-10*time.Minute), `{"locked": 1}`, "")
+	list, err = s.List(ctx, "")
+	require.NoError(t, err)
+	assert.EqualValues(t, 1, byKey(list)["billing|"+incidents.CauseRunAccountsLocked+"|remind|"].Count)
+}
+
 // Every source: a resolved incident reopens (audited as the system) when
 // its cause comes back after the resolution, and only then.
 func TestResolvedIncidentReopensWhenItsCauseComesBack(t *testing.T) {

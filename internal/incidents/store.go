@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -34,6 +35,14 @@ const (
 // whose outcome is unknown (unresolved: the next collection asks Stripe
 // first).
 const CauseChargeOutcomeUnknown = "charge_outcome_unknown"
+
+// CauseRunEntriesFailed and CauseRunAccountsLocked are the causes of a
+// billing job's runs that ended without an error yet left entries failed,
+// or accounts untouched because another holder kept their lock.
+const (
+	CauseRunEntriesFailed  = "run_entries_failed"
+	CauseRunAccountsLocked = "run_accounts_locked"
+)
 
 // State is an incident's state.
 type State string
@@ -393,30 +402,15 @@ func (s *Store) derive(ctx context.Context) (map[string]*Incident, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Unresolved charges: attempts whose outcome is unknown (in flight
-	// with no trustworthy answer from Stripe). The billing core keeps them
-	// on the period in DynamoDB and every run that meets one counts it in
-	// its report (unknown: new this run; unresolved: left so), until a run
-	// settles it by asking Stripe. So a job's runs since its last run that
-	// left none (and did not fail) are the occurrences; the count is what
-	// the newest of them left; the samples are those runs (the console's
-	// runs page shows their reports).
-	err = read("unresolved charges", `SELECT r.job, '', '', (array_agg(r.left_open ORDER BY r.started_at DESC, r.id DESC))[1]::bigint,
-			min(r.started_at), max(r.started_at),
-			(array_agg(r.id::text ORDER BY r.started_at DESC, r.id DESC))[1:`+samples+`]
-		FROM (SELECT id, job, started_at, greatest(coalesce((report->>'unknown')::int, 0), coalesce((report->>'unresolved')::int, 0)) AS left_open
-		      FROM ops_billing_runs) r
-		WHERE r.left_open > 0
-		  AND r.started_at > coalesce((SELECT max(ok.started_at) FROM ops_billing_runs ok
-		                               WHERE ok.job = r.job AND coalesce(ok.error, '') = ''
-		                                 AND coalesce((ok.report->>'unknown')::int, 0) = 0
-		                                 AND coalesce((ok.report->>'unresolved')::int, 0) = 0), '-infinity')
-		GROUP BY r.job`, nil,
-		func(_, typ, _ string) part {
-			return part{kind: KindBilling, cause: CauseChargeOutcomeUnknown, eventType: typ}
-		})
-	if err != nil {
-		return nil, err
+	// Runs that ended without an error yet left work behind (runReportSources).
+	for _, src := range runReportSources {
+		err = read(src.cause, runReportQuery(src.fields, samples), nil,
+			func(_, typ, _ string) part {
+				return part{kind: KindBilling, cause: src.cause, eventType: typ}
+			})
+		if err != nil {
+			return nil, err
+		}
 	}
 	// Newest parts first, so the samples merged below are the newest.
 	sort.Slice(parts, func(i, j int) bool { return parts[i].last.After(parts[j].last) })
@@ -443,6 +437,50 @@ func (s *Store) derive(ctx context.Context) (map[string]*Incident, error) {
 		}
 	}
 	return groups, nil
+}
+
+// runReportSources are the billing incidents read from the counters of the
+// runs' reports (a run that ended without an error, yet left work behind):
+//   - unresolved charges: attempts whose outcome is unknown (in flight with
+//     no trustworthy answer from Stripe). The billing core keeps them on the
+//     period in DynamoDB and every run that meets one counts it (unknown:
+//     new this run; unresolved: left so), until a run settles it by asking
+//     Stripe;
+//   - entries that failed (errors: see the run's log lines);
+//   - accounts whose lock another holder kept for the whole run (locked).
+var runReportSources = []struct {
+	cause  string
+	fields []string
+}{
+	{CauseChargeOutcomeUnknown, []string{"unknown", "unresolved"}},
+	{CauseRunEntriesFailed, []string{"errors"}},
+	{CauseRunAccountsLocked, []string{"locked"}},
+}
+
+// runReportQuery groups, per job, the runs since the job's last run that
+// ended without an error and left none of fields: count is what the newest
+// of them left (the greatest of fields), the samples are those runs (the
+// console's runs page shows their reports). Field names are the code's
+// constants, never input.
+func runReportQuery(fields []string, samples string) string {
+	left := func(alias string) string {
+		parts := make([]string, len(fields))
+		for i, f := range fields {
+			parts[i] = "coalesce((" + alias + ".report->>'" + f + "')::int, 0)"
+		}
+		if len(parts) == 1 {
+			return parts[0]
+		}
+		return "greatest(" + strings.Join(parts, ", ") + ")"
+	}
+	return `SELECT r.job, '', '', (array_agg(r.left_open ORDER BY r.started_at DESC, r.id DESC))[1]::bigint,
+			min(r.started_at), max(r.started_at),
+			(array_agg(r.id::text ORDER BY r.started_at DESC, r.id DESC))[1:` + samples + `]
+		FROM (SELECT x.id, x.job, x.started_at, ` + left("x") + ` AS left_open FROM ops_billing_runs x) r
+		WHERE r.left_open > 0
+		  AND r.started_at > coalesce((SELECT max(ok.started_at) FROM ops_billing_runs ok
+		                               WHERE ok.job = r.job AND coalesce(ok.error, '') = '' AND ` + left("ok") + ` = 0), '-infinity')
+		GROUP BY r.job`
 }
 
 func splitOutcome(s string) (outcome, msg string) {
