@@ -351,6 +351,7 @@ func (c Config) LogValue() slog.Value {
 		slog.Int("webhook_secrets", len(c.WebhookSecrets)),
 		slog.String("stripe_api_key", Mask(c.StripeAPIKey)),
 		slog.String("stripe_api_base", c.StripeAPIBase),
+		slog.String("stripe_api_version", c.StripeAPIVersion),
 		slog.String("platform_account", c.PlatformAccount),
 		slog.String("database_url", MaskURL(c.DatabaseURL)),
 		slog.String("dynamodb_endpoint", c.DynamoEndpoint),
