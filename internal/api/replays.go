@@ -204,13 +204,22 @@ func (h replayRoutes) create(c echo.Context) error {
 	return c.JSON(http.StatusAccepted, map[string]any{"id": r.ID, "status": r.Status, "matched": r.Matched})
 }
 
-func (h replayRoutes) get(c echo.Context) error {
+// replayPath reads a replay route's id (no query parameter is taken).
+func replayPath(c echo.Context) (string, error) {
 	if _, err := requestParams(c); err != nil {
-		return err
+		return "", err
 	}
 	id := c.Param("id")
 	if !replayIDPattern.MatchString(id) {
-		return apperr.New(apperr.CodeInvalidParameter, "id: a replay id (rpl_ and 24 hex digits)")
+		return "", apperr.New(apperr.CodeInvalidParameter, "id: a replay id (rpl_ and 24 hex digits)")
+	}
+	return id, nil
+}
+
+func (h replayRoutes) get(c echo.Context) error {
+	id, err := replayPath(c)
+	if err != nil {
+		return err
 	}
 	r, err := h.r.Service.Get(c.Request().Context(), id)
 	if err != nil {
@@ -222,12 +231,9 @@ func (h replayRoutes) get(c echo.Context) error {
 // cancel stops a running replay (200 with it, status cancelled); 409 when
 // it is done or cancelled already, and nothing changes.
 func (h replayRoutes) cancel(c echo.Context) error {
-	if _, err := requestParams(c); err != nil {
+	id, err := replayPath(c)
+	if err != nil {
 		return err
-	}
-	id := c.Param("id")
-	if !replayIDPattern.MatchString(id) {
-		return apperr.New(apperr.CodeInvalidParameter, "id: a replay id (rpl_ and 24 hex digits)")
 	}
 	r, err := h.r.Service.Cancel(c.Request().Context(), id, APIActor)
 	if errors.Is(err, replay.ErrNotRunning) {

@@ -68,16 +68,9 @@ func TestBulkReplayResumesAfterRestartAndAppliesOnce(t *testing.T) {
 	const n, crashAt = 30, 12
 	first := apptest.New(t, apptest.Options{Env: map[string]string{"INTERNAL_API_TOKEN": token}})
 	ctx := context.Background()
-	failing := first.OpsProblems.Track(first.Events)
-	ids := make([]string, n)
-	for i := range ids {
-		payload := stripetest.Event{Fixture: "customer.created", Created: time.Now().Add(-time.Hour)}.Build(t)
-		ev, err := stripeevent.Parse(payload)
-		require.NoError(t, err)
-		ids[i] = ev.ID
-		rec := events.NewRecord(ev, payload, first.Config.PlatformAccount, first.Config.EventTTL, stripeevent.SourceWebhook, time.Now())
-		require.NoError(t, failing.RecordFailure(ctx, rec, errors.New("Stripe unreachable: Get \"https://api.stripe.com/v1/customers/cus_"+ev.ID[4:]+"\": EOF")))
-	}
+	ids := failEvents(t, first, n, func(id string) error {
+		return errors.New("Stripe unreachable: Get \"https://api.stripe.com/v1/customers/cus_" + id[4:] + "\": EOF")
+	})
 	list, err := first.Incidents.List(ctx, incidents.Open)
 	require.NoError(t, err)
 	require.Len(t, list, 1)
@@ -145,24 +138,7 @@ func TestBulkReplayResumesAfterRestartAndAppliesOnce(t *testing.T) {
 	}
 	// Each event's effects applied once: one ledger row each, the record
 	// processed, and the incident gone (nothing fails any more).
-	var rowsPerEvent []int
-	prow, err := second.Pool.Query(ctx, `SELECT count(*) FROM processed_events WHERE event_id = ANY($1) GROUP BY event_id`, ids)
-	require.NoError(t, err)
-	for prow.Next() {
-		var c int
-		require.NoError(t, prow.Scan(&c))
-		rowsPerEvent = append(rowsPerEvent, c)
-	}
-	require.NoError(t, prow.Err())
-	assert.Len(t, rowsPerEvent, n)
-	for _, c := range rowsPerEvent {
-		assert.Equal(t, 1, c)
-	}
-	for _, id := range ids {
-		rec, err := second.Events.Get(ctx, id)
-		require.NoError(t, err)
-		assert.Equal(t, events.StatusProcessed, rec.Status, id)
-	}
+	appliedOnce(t, second, ids)
 	open, err := second.Incidents.List(ctx, incidents.Open)
 	require.NoError(t, err)
 	assert.Empty(t, open)
@@ -228,4 +204,47 @@ func TestBulkReplayAPIBadInput(t *testing.T) {
 	assert.Equal(t, http.StatusNotFound, status)
 	status, _ = replayCall(t, http.MethodGet, url+"/nope", nil)
 	assert.Equal(t, http.StatusBadRequest, status)
+}
+
+// failEvents records n customer.created events as failed with cause(id)
+// (their effects never applied) and returns their ids.
+func failEvents(t *testing.T, a *apptest.App, n int, cause func(id string) error) []string {
+	t.Helper()
+	ctx := context.Background()
+	failing := a.OpsProblems.Track(a.Events)
+	ids := make([]string, n)
+	for i := range ids {
+		payload := stripetest.Event{Fixture: "customer.created", Created: time.Now().Add(-time.Hour)}.Build(t)
+		ev, err := stripeevent.Parse(payload)
+		require.NoError(t, err)
+		ids[i] = ev.ID
+		rec := events.NewRecord(ev, payload, a.Config.PlatformAccount, a.Config.EventTTL, stripeevent.SourceWebhook, time.Now())
+		require.NoError(t, failing.RecordFailure(ctx, rec, cause(ev.ID)))
+	}
+	return ids
+}
+
+// appliedOnce checks that every event of ids was applied exactly once (one
+// ledger row each) and is recorded processed.
+func appliedOnce(t *testing.T, a *apptest.App, ids []string) {
+	t.Helper()
+	ctx := context.Background()
+	var perEvent []int
+	rows, err := a.Pool.Query(ctx, `SELECT count(*) FROM processed_events WHERE event_id = ANY($1) GROUP BY event_id`, ids)
+	require.NoError(t, err)
+	for rows.Next() {
+		var c int
+		require.NoError(t, rows.Scan(&c))
+		perEvent = append(perEvent, c)
+	}
+	require.NoError(t, rows.Err())
+	assert.Len(t, perEvent, len(ids), "every event applied")
+	for _, c := range perEvent {
+		assert.Equal(t, 1, c, "no event applied twice")
+	}
+	for _, id := range ids {
+		rec, err := a.Events.Get(ctx, id)
+		require.NoError(t, err)
+		assert.Equal(t, events.StatusProcessed, rec.Status, id)
+	}
 }

@@ -14,11 +14,8 @@ import (
 
 	"github.com/stripe-payments/stripe-payments/internal/api"
 	"github.com/stripe-payments/stripe-payments/internal/apptest"
-	"github.com/stripe-payments/stripe-payments/internal/events"
 	"github.com/stripe-payments/stripe-payments/internal/incidents"
 	"github.com/stripe-payments/stripe-payments/internal/replay"
-	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
-	"github.com/stripe-payments/stripe-payments/internal/stripetest"
 )
 
 // cancelAfter replays through the real path and, right after the n-th
@@ -56,16 +53,7 @@ func TestBulkReplayCancelMidRunThenNewReplayAppliesOnce(t *testing.T) {
 	base := srv.URL + "/internal/v1/replays"
 	ctx := context.Background()
 
-	failing := a.OpsProblems.Track(a.Events)
-	ids := make([]string, n)
-	for i := range ids {
-		payload := stripetest.Event{Fixture: "customer.created", Created: time.Now().Add(-time.Hour)}.Build(t)
-		ev, err := stripeevent.Parse(payload)
-		require.NoError(t, err)
-		ids[i] = ev.ID
-		rec := events.NewRecord(ev, payload, a.Config.PlatformAccount, a.Config.EventTTL, stripeevent.SourceWebhook, time.Now())
-		require.NoError(t, failing.RecordFailure(ctx, rec, errors.New("Stripe unreachable: EOF")))
-	}
+	ids := failEvents(t, a, n, func(string) error { return errors.New("Stripe unreachable: EOF") })
 	list, err := a.Incidents.List(ctx, incidents.Open)
 	require.NoError(t, err)
 	require.Len(t, list, 1)
@@ -137,24 +125,7 @@ func TestBulkReplayCancelMidRunThenNewReplayAppliesOnce(t *testing.T) {
 	assert.EqualValues(t, 0, body["failed"])
 	assert.Equal(t, []string{"clean"}, finished)
 
-	var perEvent []int
-	rows, err := a.Pool.Query(ctx, `SELECT count(*) FROM processed_events WHERE event_id = ANY($1) GROUP BY event_id`, ids)
-	require.NoError(t, err)
-	for rows.Next() {
-		var c int
-		require.NoError(t, rows.Scan(&c))
-		perEvent = append(perEvent, c)
-	}
-	require.NoError(t, rows.Err())
-	require.Len(t, perEvent, n, "every event applied")
-	for _, c := range perEvent {
-		assert.Equal(t, 1, c, "no event applied twice")
-	}
-	for _, eid := range ids {
-		rec, err := a.Events.Get(ctx, eid)
-		require.NoError(t, err)
-		assert.Equal(t, events.StatusProcessed, rec.Status, eid)
-	}
+	appliedOnce(t, a, ids)
 	status, _ = replayCall(t, http.MethodGet, base+"/"+id, nil)
 	assert.Equal(t, http.StatusOK, status)
 }
