@@ -54,6 +54,14 @@ func TestUnresolvedChargesAreABillingIncident(t *testing.T) {
 	assert.Equal(t, []string{second, first}, inc.SampleIDs)
 	assert.Equal(t, "", inc.StripeAccount)
 
+	// A run whose report names the subscriptions: they are the samples.
+	run(t, pool, "collect", t0.Add(-100*time.Minute), `{"unresolved": 2, "unresolved_samples": ["acc-1/sub_A", "acc-2/sub_B"]}`, "")
+	list, err = s.List(ctx, "")
+	require.NoError(t, err)
+	inc = byKey(list)[key]
+	assert.EqualValues(t, 2, inc.Count)
+	assert.Equal(t, []string{"acc-1/sub_A", "acc-2/sub_B"}, inc.SampleIDs)
+
 	// A failed run settles nothing: still open, and a failed-run incident beside it.
 	run(t, pool, "collect", t0.Add(-90*time.Minute), `{}`, "dynamodb: throttled")
 	list, err = s.List(ctx, incidents.Open)

@@ -404,7 +404,7 @@ func (s *Store) derive(ctx context.Context) (map[string]*Incident, error) {
 	}
 	// Runs that ended without an error yet left work behind (runReportSources).
 	for _, src := range runReportSources {
-		err = read(src.cause, runReportQuery(src.fields, samples), nil,
+		err = read(src.cause, runReportQuery(src.fields, src.named, samples), nil,
 			func(_, typ, _ string) part {
 				return part{kind: KindBilling, cause: src.cause, eventType: typ}
 			})
@@ -451,18 +451,23 @@ func (s *Store) derive(ctx context.Context) (map[string]*Incident, error) {
 var runReportSources = []struct {
 	cause  string
 	fields []string
+	// named is the report's list naming what was left
+	// ("<account>/<subscription_id>"): the newest run's are the samples
+	// ("" or an empty list: the runs' ids are).
+	named string
 }{
-	{CauseChargeOutcomeUnknown, []string{"unknown", "unresolved"}},
-	{CauseRunEntriesFailed, []string{"errors"}},
-	{CauseRunAccountsLocked, []string{"locked"}},
+	{CauseChargeOutcomeUnknown, []string{"unknown", "unresolved"}, "unresolved_samples"},
+	{CauseRunEntriesFailed, []string{"errors"}, ""},
+	{CauseRunAccountsLocked, []string{"locked"}, ""},
 }
 
 // runReportQuery groups, per job, the runs since the job's last run that
 // ended without an error and left none of fields: count is what the newest
-// of them left (the greatest of fields), the samples are those runs (the
-// console's runs page shows their reports). Field names are the code's
-// constants, never input.
-func runReportQuery(fields []string, samples string) string {
+// of them left (the greatest of fields); the samples are what the newest
+// run's report list named names, else those runs' ids (the console's runs
+// page shows their reports). Field and list names are the code's constants,
+// never input.
+func runReportQuery(fields []string, named, samples string) string {
 	left := func(alias string) string {
 		parts := make([]string, len(fields))
 		for i, f := range fields {
@@ -473,14 +478,25 @@ func runReportQuery(fields []string, samples string) string {
 		}
 		return "greatest(" + strings.Join(parts, ", ") + ")"
 	}
-	return `SELECT r.job, '', '', (array_agg(r.left_open ORDER BY r.started_at DESC, r.id DESC))[1]::bigint,
-			min(r.started_at), max(r.started_at),
-			(array_agg(r.id::text ORDER BY r.started_at DESC, r.id DESC))[1:` + samples + `]
-		FROM (SELECT x.id, x.job, x.started_at, ` + left("x") + ` AS left_open FROM ops_billing_runs x) r
-		WHERE r.left_open > 0
-		  AND r.started_at > coalesce((SELECT max(ok.started_at) FROM ops_billing_runs ok
-		                               WHERE ok.job = r.job AND coalesce(ok.error, '') = '' AND ` + left("ok") + ` = 0), '-infinity')
-		GROUP BY r.job`
+	namedSQL := "NULL::text[]"
+	if named != "" {
+		// The newest run's names, when it has any.
+		namedSQL = `(SELECT nullif(array_agg(e), '{}') FROM ops_billing_runs x,
+				LATERAL (SELECT jsonb_array_elements_text(CASE WHEN jsonb_typeof(x.report->'` + named + `') = 'array'
+					THEN x.report->'` + named + `' ELSE '[]' END) AS e LIMIT ` + samples + `) n
+			WHERE x.id = g.newest)`
+	}
+	return `WITH r AS (SELECT x.id, x.job, x.started_at, ` + left("x") + ` AS left_open FROM ops_billing_runs x),
+		g AS (SELECT r.job, (array_agg(r.left_open ORDER BY r.started_at DESC, r.id DESC))[1] AS left_open,
+		             min(r.started_at) AS first, max(r.started_at) AS last,
+		             (array_agg(r.id ORDER BY r.started_at DESC, r.id DESC))[1] AS newest,
+		             (array_agg(r.id::text ORDER BY r.started_at DESC, r.id DESC))[1:` + samples + `] AS runs
+		      FROM r
+		      WHERE r.left_open > 0
+		        AND r.started_at > coalesce((SELECT max(ok.started_at) FROM ops_billing_runs ok
+		                                     WHERE ok.job = r.job AND coalesce(ok.error, '') = '' AND ` + left("ok") + ` = 0), '-infinity')
+		      GROUP BY r.job)
+		SELECT g.job, '', '', g.left_open::bigint, g.first, g.last, coalesce(` + namedSQL + `, g.runs) FROM g`
 }
 
 func splitOutcome(s string) (outcome, msg string) {

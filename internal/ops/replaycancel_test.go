@@ -81,11 +81,20 @@ func TestConsoleCancelsAReplayAndShowsUnknownOutcomes(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, got, after, "the refused presses changed nothing")
 
-	_, err = a.Pool.Exec(ctx, `INSERT INTO ops_billing_runs (job, date, started_at, finished_at, report) VALUES ('collect', now(), now(), now(), '{"unknown": 2, "unresolved": 2}')`)
+	// An older report names no subscription: the sample is the run.
+	_, err = a.Pool.Exec(ctx, `INSERT INTO ops_billing_runs (job, date, started_at, finished_at, report) VALUES ('collect', now(), now() - interval '1 hour', now(), '{"unknown": 2, "unresolved": 2}')`)
 	require.NoError(t, err)
-	inc := c.get("/incidents/" + incidents.ID(incidents.KindBilling, incidents.CauseChargeOutcomeUnknown, "collect", ""))
+	incPath := "/incidents/" + incidents.ID(incidents.KindBilling, incidents.CauseChargeOutcomeUnknown, "collect", "")
+	inc := c.get(incPath)
 	require.Equal(t, http.StatusOK, inc.status, inc.body)
 	assert.Contains(t, inc.body, `id="unknown-outcome-hint"`)
 	assert.Contains(t, inc.body, `href="/ops/runs"`)
 	assert.NotContains(t, inc.body, `id="replay-dry-run"`, "a billing incident is not replayed")
+	// A newer one names them: each links its subscription's page.
+	_, err = a.Pool.Exec(ctx, `INSERT INTO ops_billing_runs (job, date, started_at, finished_at, report) VALUES ('collect', now(), now(), now(),
+		'{"unresolved": 1, "unresolved_samples": ["acc-1/sub_0123456789"]}')`)
+	require.NoError(t, err)
+	inc = c.get(incPath)
+	require.Equal(t, http.StatusOK, inc.status, inc.body)
+	assert.Contains(t, inc.body, `href="/ops/billing/acc-1/sub_0123456789"`)
 }
