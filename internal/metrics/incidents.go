@@ -59,8 +59,17 @@ func (c *incidentCollector) Collect(ch chan<- prometheus.Metric) {
 		list, err := c.read(ctx)
 		cancel()
 		if err != nil {
-			ch <- prometheus.NewInvalidMetric(c.incidents, err)
-			return
+			// Not an invalid metric: that would fail the whole scrape (the
+			// instance would look down). The last counts are served until a
+			// read succeeds; before any, the families are absent.
+			c.at = time.Now()
+			if c.counts == nil {
+				return
+			}
+			list = nil
+			for _, x := range c.counts {
+				list = append(list, x)
+			}
 		}
 		c.counts, c.at = map[[2]string]IncidentCount{}, time.Now()
 		for _, x := range list {
