@@ -162,3 +162,64 @@ func TestPromtool(t *testing.T) {
 		require.NoError(t, err, "promtool %s:\n%s", strings.Join(args, " "), out)
 	}
 }
+
+var runbookURL = regexp.MustCompile(`(?m)^\s*runbook_url:\s*"?([^"\s]+)"?`)
+
+// Every runbook_url names a page that exists in the repository.
+func TestRunbookURLsExist(t *testing.T) {
+	rules, err := os.ReadFile(rulesFile)
+	require.NoError(t, err)
+	urls := runbookURL.FindAllStringSubmatch(string(rules), -1)
+	require.NotEmpty(t, urls)
+	for _, m := range urls {
+		_, err := os.Stat("../" + m[1])
+		assert.NoError(t, err, "runbook_url %s", m[1])
+	}
+	// The probe works: a page that does not exist is reported.
+	_, err = os.Stat("../docs/runbooks/NoSuchAlert.md")
+	assert.True(t, os.IsNotExist(err))
+}
+
+// The dashboard's panels have unique ids, fit the 24-column grid, do not
+// overlap, and include the incidents and Stripe budget panels.
+func TestDashboardLayout(t *testing.T) {
+	raw, err := os.ReadFile(dashboardFile)
+	require.NoError(t, err)
+	var dash struct {
+		Panels []struct {
+			ID      int
+			Type    string
+			Title   string
+			GridPos struct{ X, Y, W, H int }
+			Targets []struct{ Expr string }
+		}
+	}
+	require.NoError(t, json.Unmarshal(raw, &dash))
+	ids := map[int]string{}
+	exprs := ""
+	for i, p := range dash.Panels {
+		if prev, dup := ids[p.ID]; dup {
+			t.Errorf("panel id %d used by %q and %q", p.ID, prev, p.Title)
+		}
+		ids[p.ID] = p.Title
+		g := p.GridPos
+		assert.True(t, g.X >= 0 && g.W > 0 && g.H > 0 && g.X+g.W <= 24, "panel %q: gridPos %+v", p.Title, g)
+		for _, q := range dash.Panels[:i] {
+			h := q.GridPos
+			if g.X < h.X+h.W && h.X < g.X+g.W && g.Y < h.Y+h.H && h.Y < g.Y+g.H {
+				t.Errorf("panels %q and %q overlap", q.Title, p.Title)
+			}
+		}
+		if p.Type != "row" {
+			assert.NotEmpty(t, p.Targets, "panel %q has no query", p.Title)
+		}
+		for _, tg := range p.Targets {
+			exprs += tg.Expr + "\n"
+		}
+	}
+	for _, name := range []string{"stripe_payments_incidents", "stripe_payments_incident_occurrences",
+		"stripe_payments_stripe_budget_granted_total", "stripe_payments_stripe_budget_wait_seconds_bucket",
+		"stripe_payments_stripe_budget_rate_limited_total", "stripe_payments_stripe_budget_fallback"} {
+		assert.Regexp(t, regexp.MustCompile(`\b`+name+`\b`), exprs, "a panel shows %s", name)
+	}
+}

@@ -83,6 +83,14 @@ func TestIncidentRoutes(t *testing.T) {
 		want               string
 	}{
 		{"unknown state filter", http.MethodGet, "/incidents?state=closed", nil, 400, "state must be open, acknowledged or resolved"},
+		{"empty state filter", http.MethodGet, "/incidents?state=", nil, 400, "state must be open, acknowledged or resolved"},
+		{"state filter in capitals", http.MethodGet, "/incidents?state=OPEN", nil, 400, "state must be open, acknowledged or resolved"},
+		{"limit 0", http.MethodGet, "/incidents?limit=0", nil, 400, "limit"},
+		{"state null", http.MethodPatch, "/incidents/" + id, map[string]any{"state": nil}, 400, "state: required"},
+		{"state not a string", http.MethodPatch, "/incidents/" + id, map[string]any{"state": 2}, 400, "invalid JSON body"},
+		{"state in capitals", http.MethodPatch, "/incidents/" + id, map[string]any{"state": "RESOLVED"}, 400, "acknowledged or resolved"},
+		{"query parameter on a change", http.MethodPatch, "/incidents/" + id + "?state=resolved", map[string]any{"state": "resolved"}, 400, "no query parameters"},
+		{"empty body", http.MethodPatch, "/incidents/" + id, nil, 400, "invalid JSON body"},
 		{"unknown parameter", http.MethodGet, "/incidents?status=open", nil, 400, "status"},
 		{"bad cursor", http.MethodGet, "/incidents?cursor=zzz", nil, 400, "invalid cursor"},
 		{"limit too big", http.MethodGet, "/incidents?limit=1001", nil, 400, "limit"},

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"regexp"
@@ -21,6 +22,7 @@ type ReplayService interface {
 	DryRun(ctx context.Context, f replay.Filter) (replay.Preview, error)
 	Start(ctx context.Context, f replay.Filter, actor string) (replay.Replay, error)
 	Get(ctx context.Context, id string) (replay.Replay, error)
+	Cancel(ctx context.Context, id, actor string) (replay.Replay, error)
 }
 
 // Replays are the bulk replay routes' dependencies.
@@ -42,7 +44,23 @@ type replayFilterJSON struct {
 
 type replayRequest struct {
 	Filter *replayFilterJSON `json:"filter"`
-	DryRun bool              `json:"dry_run"`
+	DryRun strictBool        `json:"dry_run"`
+}
+
+// strictBool is a bool that refuses JSON null: "dry_run": null must not
+// quietly mean "start the replay".
+type strictBool bool
+
+func (b *strictBool) UnmarshalJSON(raw []byte) error {
+	if string(raw) == "null" {
+		return errors.New("dry_run must be true or false, not null")
+	}
+	var v bool
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return errors.New("dry_run must be true or false")
+	}
+	*b = strictBool(v)
+	return nil
 }
 
 // ReplaySampleJSON is one matched event of a dry run.
@@ -69,6 +87,9 @@ type ReplayJSON struct {
 	CreatedBy  string        `json:"created_by"`
 	CreatedAt  string        `json:"created_at"`
 	FinishedAt *string       `json:"finished_at"`
+	// CancelledBy: who cancelled it (null unless status is cancelled);
+	// finished_at says when.
+	CancelledBy *string `json:"cancelled_by"`
 }
 
 // ReplayToJSON renders a replay.
@@ -79,12 +100,16 @@ func ReplayToJSON(r replay.Replay) ReplayJSON {
 		s := r.FinishedAt.UTC().Format(time.RFC3339Nano)
 		out.FinishedAt = &s
 	}
+	if r.CancelledBy != "" {
+		out.CancelledBy = &r.CancelledBy
+	}
 	return out
 }
 
 var (
 	replayIDPattern  = regexp.MustCompile(`^rpl_[0-9a-f]{24}$`)
 	eventTypePattern = regexp.MustCompile(`^[a-z0-9_]+(\.[a-z0-9_]+)+$`)
+	deadTypePattern  = regexp.MustCompile(`^[a-z0-9_]+/[a-z0-9_.-]+$`)
 )
 
 type replayRoutes struct{ r Replays }
@@ -96,6 +121,7 @@ func registerReplays(g router, r *Replays) {
 	rr := replayRoutes{r: *r}
 	g.POST("/replays", rr.create)
 	g.GET("/replays/:id", rr.get)
+	g.POST("/replays/:id/cancel", rr.cancel)
 }
 
 // ParseReplayFilter validates a filter as the API and the console take it.
@@ -104,11 +130,18 @@ func ParseReplayFilter(in replayFilterJSON) (replay.Filter, error) {
 	if f.Incident != "" && !incidentIDPattern.MatchString(f.Incident) {
 		return f, apperr.New(apperr.CodeInvalidParameter, "filter.incident: an incident id (inc_ and 20 hex digits)")
 	}
-	if f.Status != "" && f.Status != "failed" && f.Status != "rejected" {
-		return f, apperr.New(apperr.CodeInvalidParameter, "filter.status must be failed or rejected")
+	if f.Status != "" && f.Status != "failed" && f.Status != "rejected" && f.Status != replay.StatusDead {
+		return f, apperr.New(apperr.CodeInvalidParameter, "filter.status must be failed, rejected or dead (outbox dead letters)")
 	}
-	if f.Type != "" && (len(f.Type) > 100 || !eventTypePattern.MatchString(f.Type)) {
+	switch {
+	case f.Type == "":
+	case f.Status == replay.StatusDead && (len(f.Type) > 200 || !deadTypePattern.MatchString(f.Type)):
+		return f, apperr.New(apperr.CodeInvalidParameter, "filter.type of dead letters: an outbox topic/type such as actions/purchase.completed")
+	case f.Status != replay.StatusDead && (len(f.Type) > 100 || !eventTypePattern.MatchString(f.Type)):
 		return f, apperr.New(apperr.CodeInvalidParameter, "filter.type: a Stripe event type such as invoice.paid")
+	}
+	if f.Status == replay.StatusDead && f.StripeAccount != "" {
+		return f, apperr.New(apperr.CodeInvalidParameter, "filter.stripe_account: dead letters have no stripe_account")
 	}
 	if f.StripeAccount != "" && !stripeid.Valid(f.StripeAccount, "acct_") {
 		return f, apperr.New(apperr.CodeInvalidParameter, "filter.stripe_account must be an acct_ id")
@@ -171,15 +204,41 @@ func (h replayRoutes) create(c echo.Context) error {
 	return c.JSON(http.StatusAccepted, map[string]any{"id": r.ID, "status": r.Status, "matched": r.Matched})
 }
 
-func (h replayRoutes) get(c echo.Context) error {
+// replayPath reads a replay route's id (no query parameter is taken).
+func replayPath(c echo.Context) (string, error) {
 	if _, err := requestParams(c); err != nil {
-		return err
+		return "", err
 	}
 	id := c.Param("id")
 	if !replayIDPattern.MatchString(id) {
-		return apperr.New(apperr.CodeInvalidParameter, "id: a replay id (rpl_ and 24 hex digits)")
+		return "", apperr.New(apperr.CodeInvalidParameter, "id: a replay id (rpl_ and 24 hex digits)")
+	}
+	return id, nil
+}
+
+func (h replayRoutes) get(c echo.Context) error {
+	id, err := replayPath(c)
+	if err != nil {
+		return err
 	}
 	r, err := h.r.Service.Get(c.Request().Context(), id)
+	if err != nil {
+		return replayError(err)
+	}
+	return c.JSON(http.StatusOK, ReplayToJSON(r))
+}
+
+// cancel stops a running replay (200 with it, status cancelled); 409 when
+// it is done or cancelled already, and nothing changes.
+func (h replayRoutes) cancel(c echo.Context) error {
+	id, err := replayPath(c)
+	if err != nil {
+		return err
+	}
+	r, err := h.r.Service.Cancel(c.Request().Context(), id, APIActor)
+	if errors.Is(err, replay.ErrNotRunning) {
+		return apperr.New(apperr.CodeConflict, "replay %s is %s: only a running replay can be cancelled", id, r.Status)
+	}
 	if err != nil {
 		return replayError(err)
 	}

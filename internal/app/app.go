@@ -156,6 +156,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 	a.newOutbox()
 	a.OpsProblems = ops.NewProblems(pool, log.With("component", "ops"))
 	a.Incidents = incidents.New(pool, incidents.Config{PlatformAccount: cfg.PlatformAccount})
+	a.Metrics.WatchIncidents(a.Incidents.Counts)
 	table := events.NewStore(ddb, cfg.EventsTable, cfg.EventTTL, nil)
 	recordMetrics := m.NewRecords()
 	// The write-behind writes through the console's problem tracking, as
@@ -211,6 +212,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 		PlatformAccount: cfg.PlatformAccount,
 		EventTTL:        cfg.EventTTL,
 		Livemode:        cfg.Livemode(),
+		APIVersion:      cfg.StripeAPIVersion,
 		MaxBatch:        cfg.IngestMaxBatch,
 		Flushers:        cfg.IngestFlushers,
 		DeliveryTimeout: cfg.Limits.IngestTimeout,

@@ -68,16 +68,9 @@ func TestBulkReplayResumesAfterRestartAndAppliesOnce(t *testing.T) {
 	const n, crashAt = 30, 12
 	first := apptest.New(t, apptest.Options{Env: map[string]string{"INTERNAL_API_TOKEN": token}})
 	ctx := context.Background()
-	failing := first.OpsProblems.Track(first.Events)
-	ids := make([]string, n)
-	for i := range ids {
-		payload := stripetest.Event{Fixture: "customer.created", Created: time.Now().Add(-time.Hour)}.Build(t)
-		ev, err := stripeevent.Parse(payload)
-		require.NoError(t, err)
-		ids[i] = ev.ID
-		rec := events.NewRecord(ev, payload, first.Config.PlatformAccount, first.Config.EventTTL, stripeevent.SourceWebhook, time.Now())
-		require.NoError(t, failing.RecordFailure(ctx, rec, errors.New("Stripe unreachable: Get \"https://api.stripe.com/v1/customers/cus_"+ev.ID[4:]+"\": EOF")))
-	}
+	ids := failEvents(t, first, n, func(id string) error {
+		return errors.New("Stripe unreachable: Get \"https://api.stripe.com/v1/customers/cus_" + id[4:] + "\": EOF")
+	})
 	list, err := first.Incidents.List(ctx, incidents.Open)
 	require.NoError(t, err)
 	require.Len(t, list, 1)
@@ -145,24 +138,7 @@ func TestBulkReplayResumesAfterRestartAndAppliesOnce(t *testing.T) {
 	}
 	// Each event's effects applied once: one ledger row each, the record
 	// processed, and the incident gone (nothing fails any more).
-	var rowsPerEvent []int
-	prow, err := second.Pool.Query(ctx, `SELECT count(*) FROM processed_events WHERE event_id = ANY($1) GROUP BY event_id`, ids)
-	require.NoError(t, err)
-	for prow.Next() {
-		var c int
-		require.NoError(t, prow.Scan(&c))
-		rowsPerEvent = append(rowsPerEvent, c)
-	}
-	require.NoError(t, prow.Err())
-	assert.Len(t, rowsPerEvent, n)
-	for _, c := range rowsPerEvent {
-		assert.Equal(t, 1, c)
-	}
-	for _, id := range ids {
-		rec, err := second.Events.Get(ctx, id)
-		require.NoError(t, err)
-		assert.Equal(t, events.StatusProcessed, rec.Status, id)
-	}
+	appliedOnce(t, second, ids)
 	open, err := second.Incidents.List(ctx, incidents.Open)
 	require.NoError(t, err)
 	assert.Empty(t, open)
@@ -173,6 +149,11 @@ func TestBulkReplayAPIBadInput(t *testing.T) {
 	a := startApp(t, nil, nil)
 	ctx := context.Background()
 	url := a.Admin.URL() + "/internal/v1/replays"
+	// A billing incident (charges with an unknown outcome) is not replayed:
+	// a rerun of the job settles it.
+	_, err := a.Pool.Exec(ctx, `INSERT INTO ops_billing_runs (job, date, started_at, finished_at, report) VALUES ('collect', now(), now(), now(), '{"unknown": 1, "unresolved": 1}')`)
+	require.NoError(t, err)
+	billingIncident := incidents.ID(incidents.KindBilling, incidents.CauseChargeOutcomeUnknown, "collect", "")
 	cases := []struct {
 		name string
 		body any
@@ -180,22 +161,38 @@ func TestBulkReplayAPIBadInput(t *testing.T) {
 	}{
 		{"no filter", map[string]any{"dry_run": true}, "filter: required"},
 		{"empty filter", map[string]any{"filter": map[string]any{}}, "an empty filter without a time range"},
-		{"unknown status", map[string]any{"filter": map[string]any{"status": "processed"}}, "status must be failed or rejected"},
+		{"unknown status", map[string]any{"filter": map[string]any{"status": "processed"}}, "status must be failed, rejected or dead"},
 		{"bad account", map[string]any{"filter": map[string]any{"stripe_account": "cus_1"}}, "acct_"},
 		{"bad since", map[string]any{"filter": map[string]any{"since": "yesterday"}}, "RFC 3339"},
 		{"since after until", map[string]any{"filter": map[string]any{"since": "2026-01-02T00:00:00Z", "until": "2026-01-01T00:00:00Z"}}, "before"},
 		{"unknown incident", map[string]any{"filter": map[string]any{"incident": "inc_00000000000000000000"}, "dry_run": true}, "no incident"},
 		{"unknown field", map[string]any{"filter": map[string]any{"type": "invoice.paid"}, "force": true}, "invalid JSON body"},
 		{"matches nothing", map[string]any{"filter": map[string]any{"type": "invoice.paid"}}, "matches no failed or rejected event"},
+		{"empty filter, dry run", map[string]any{"filter": map[string]any{}, "dry_run": true}, "an empty filter without a time range"},
+		{"empty strings only", map[string]any{"filter": map[string]any{"incident": "", "status": "", "type": ""}, "dry_run": true}, "an empty filter without a time range"},
+		{"null filter", map[string]any{"filter": nil, "dry_run": true}, "filter: required"},
+		{"filter not an object", map[string]any{"filter": []any{"invoice.paid"}, "dry_run": true}, "invalid JSON body"},
+		{"dry run of 0", map[string]any{"filter": map[string]any{"type": "invoice.paid"}, "dry_run": 0}, "dry_run must be true or false"},
+		{"dry run as a string", map[string]any{"filter": map[string]any{"type": "invoice.paid"}, "dry_run": "true"}, "dry_run must be true or false"},
+		{"dry run null", map[string]any{"filter": map[string]any{"type": "invoice.paid"}, "dry_run": nil}, "not null"},
+		{"bad type", map[string]any{"filter": map[string]any{"type": "Invoice Paid"}, "dry_run": true}, "a Stripe event type"},
+		{"malformed incident", map[string]any{"filter": map[string]any{"incident": "inc_1"}, "dry_run": true}, "an incident id"},
+		{"until only, bad", map[string]any{"filter": map[string]any{"until": "2026-13-01T00:00:00Z"}, "dry_run": true}, "RFC 3339"},
+		{"dead letters of an account", map[string]any{"filter": map[string]any{"status": "dead", "stripe_account": "acct_A0000001"}, "dry_run": true}, "dead letters have no stripe_account"},
+		{"dead letters of an event type", map[string]any{"filter": map[string]any{"status": "dead", "type": "invoice.paid"}, "dry_run": true}, "topic/type"},
+		{"billing incident", map[string]any{"filter": map[string]any{"incident": billingIncident}, "dry_run": true}, "only failed and rejected events and dead letters are replayed"},
+		{"billing incident, start", map[string]any{"filter": map[string]any{"incident": billingIncident}}, "only failed and rejected events and dead letters are replayed"},
 	}
 	for _, tc := range cases {
 		status, body := replayCall(t, http.MethodPost, url, tc.body)
 		assert.Equal(t, http.StatusBadRequest, status, tc.name)
 		assert.Contains(t, body["error"].(map[string]any)["message"], tc.want, tc.name)
 	}
-	var replays int
-	require.NoError(t, a.Pool.QueryRow(ctx, `SELECT count(*) FROM replays`).Scan(&replays))
-	assert.Zero(t, replays)
+	var replays, items, states int
+	require.NoError(t, a.Pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM replays), (SELECT count(*) FROM replay_items), (SELECT count(*) FROM incidents)`).Scan(&replays, &items, &states))
+	assert.Zero(t, replays, "nothing started")
+	assert.Zero(t, items)
+	assert.Zero(t, states, "no incident state written")
 
 	// A dry run matching nothing is a clear answer.
 	status, body := replayCall(t, http.MethodPost, url, map[string]any{"filter": map[string]any{"type": "invoice.paid"}, "dry_run": true})
@@ -207,4 +204,47 @@ func TestBulkReplayAPIBadInput(t *testing.T) {
 	assert.Equal(t, http.StatusNotFound, status)
 	status, _ = replayCall(t, http.MethodGet, url+"/nope", nil)
 	assert.Equal(t, http.StatusBadRequest, status)
+}
+
+// failEvents records n customer.created events as failed with cause(id)
+// (their effects never applied) and returns their ids.
+func failEvents(t *testing.T, a *apptest.App, n int, cause func(id string) error) []string {
+	t.Helper()
+	ctx := context.Background()
+	failing := a.OpsProblems.Track(a.Events)
+	ids := make([]string, n)
+	for i := range ids {
+		payload := stripetest.Event{Fixture: "customer.created", Created: time.Now().Add(-time.Hour)}.Build(t)
+		ev, err := stripeevent.Parse(payload)
+		require.NoError(t, err)
+		ids[i] = ev.ID
+		rec := events.NewRecord(ev, payload, a.Config.PlatformAccount, a.Config.EventTTL, stripeevent.SourceWebhook, time.Now())
+		require.NoError(t, failing.RecordFailure(ctx, rec, cause(ev.ID)))
+	}
+	return ids
+}
+
+// appliedOnce checks that every event of ids was applied exactly once (one
+// ledger row each) and is recorded processed.
+func appliedOnce(t *testing.T, a *apptest.App, ids []string) {
+	t.Helper()
+	ctx := context.Background()
+	var perEvent []int
+	rows, err := a.Pool.Query(ctx, `SELECT count(*) FROM processed_events WHERE event_id = ANY($1) GROUP BY event_id`, ids)
+	require.NoError(t, err)
+	for rows.Next() {
+		var c int
+		require.NoError(t, rows.Scan(&c))
+		perEvent = append(perEvent, c)
+	}
+	require.NoError(t, rows.Err())
+	assert.Len(t, perEvent, len(ids), "every event applied")
+	for _, c := range perEvent {
+		assert.Equal(t, 1, c, "no event applied twice")
+	}
+	for _, id := range ids {
+		rec, err := a.Events.Get(ctx, id)
+		require.NoError(t, err)
+		assert.Equal(t, events.StatusProcessed, rec.Status, id)
+	}
 }

@@ -33,7 +33,7 @@ func (a *App) newReplays(r api.Replayer) *api.Replays {
 	a.Replays = &Replays{Store: store, Runner: replay.NewRunner(store, outcomeReplayer{r},
 		replay.RunnerConfig{Log: a.Log.With("component", "replay"), Redriver: a.Outbox, NotDead: func(err error) bool {
 			return errors.Is(err, outbox.ErrNotDead) || errors.Is(err, outbox.ErrNotFound)
-		}})}
+		}, Finished: a.Metrics.ReplayFinished})}
 	return &api.Replays{Service: store, Nudge: a.Replays.Runner.Nudge}
 }
 

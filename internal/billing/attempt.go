@@ -48,7 +48,7 @@ func (s *Service) attempt(ctx context.Context, l *lock.Lock, sub Subscription, p
 		// Cannot happen: changes are refused while an attempt is in flight.
 		s.log.Error("billing job: attempt in flight on a CANCELLED subscription; not charging",
 			"account", p.AccountID, "subscription_id", p.SubscriptionID, "billing_date", p.BillingDate.String())
-		s.leftUnresolved(rep)
+		s.leftUnresolved(rep, p)
 		return sub, false, nil
 	}
 	if p.InFlightKey != "" && s.wall().Sub(p.sentAt()) > s.cfg.IdempotencyWindow { // Stripe's time, not a test clock's
@@ -162,7 +162,7 @@ func (s *Service) claimAndCharge(ctx context.Context, l *lock.Lock, sub Subscrip
 	if err != nil {
 		s.obs.OutcomeUnknown()
 		rep.add(func(r *Report) { r.Unknown++ })
-		s.leftUnresolved(rep)
+		s.leftUnresolved(rep, p)
 		return p, res, false, fmt.Errorf("charge %s %s: %w", p.SubscriptionID, p.BillingDate, err)
 	}
 	return p, res, false, nil

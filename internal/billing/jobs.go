@@ -44,6 +44,10 @@ type Report struct {
 	// Unresolved: periods this run left with an attempt whose outcome is
 	// still unknown (resolve.go); the next run settles them. Not OK.
 	Unresolved int `json:"unresolved"`
+	// UnresolvedSamples names up to MaxUnresolvedSamples of those periods,
+	// "<account>/<subscription_id>", for the operator (the incident of
+	// unknown outcomes shows them).
+	UnresolvedSamples []string `json:"unresolved_samples,omitempty"`
 	// SweptFrom: the oldest index partition this run read (collect: the
 	// sweep watermark reaches back past the lookback after an outage).
 	SweptFrom string `json:"swept_from,omitempty"`

@@ -3,6 +3,7 @@ package billing
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
@@ -56,9 +57,18 @@ func outcomeName(o Outcome) string {
 	return "unknown"
 }
 
-// leftUnresolved counts a period left with its outcome unknown.
-func (s *Service) leftUnresolved(rep *Report) {
-	rep.add(func(r *Report) { r.Unresolved++ })
+// MaxUnresolvedSamples bounds Report.UnresolvedSamples.
+const MaxUnresolvedSamples = 5
+
+// leftUnresolved counts period p left with its outcome unknown.
+func (s *Service) leftUnresolved(rep *Report, p Period) {
+	rep.add(func(r *Report) {
+		r.Unresolved++
+		ref := p.AccountID + "/" + p.SubscriptionID
+		if len(r.UnresolvedSamples) < MaxUnresolvedSamples && !slices.Contains(r.UnresolvedSamples, ref) {
+			r.UnresolvedSamples = append(r.UnresolvedSamples, ref)
+		}
+	})
 }
 
 // resolveLost settles an attempt in flight for longer than the idempotency
@@ -77,7 +87,7 @@ func (s *Service) resolveLost(ctx context.Context, sub Subscription, p Period, p
 	lk, err := s.charger.FindAttempt(ctx, attemptQuery(p))
 	if err != nil {
 		log.Error("billing job: outcome of an attempt unknown past the idempotency window, and Stripe could not be asked; rerun the job (README runbook: unknown outcomes)", "error", err)
-		s.leftUnresolved(rep)
+		s.leftUnresolved(rep, p)
 		return sub, p, res, false, false, nil
 	}
 	if lk.Found {

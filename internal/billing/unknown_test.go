@@ -110,17 +110,21 @@ func TestScenario3UnknownOutcomeIsResolvedNotStuck(t *testing.T) {
 		assert.False(t, rep.OK(), "a run that leaves an unknown outcome is not OK (the CLI exits 1)")
 		assert.Equal(t, 1, obs.lastUnresolved())
 		assert.NotEmpty(t, period(t, e, sub, "2024-01-10").InFlightKey)
+		// The report names the subscription (the incident's sample), once.
+		assert.Equal(t, []string{"acc-1/" + sub.SubscriptionID}, rep.UnresolvedSamples)
 
 		// Stripe is down for the rest of the day: a rerun cannot resolve it.
 		e.Stripe.SetDown(true)
 		rep = collect(t, e, "2024-01-10")
 		assert.False(t, rep.OK())
 		assert.Equal(t, 1, rep.Unresolved)
+		assert.Equal(t, []string{"acc-1/" + sub.SubscriptionID}, rep.UnresolvedSamples)
 		e.Stripe.SetDown(false)
 
 		// Next day, past the 23 h window: asked, found, recorded.
 		rep = collect(t, e, "2024-01-11")
 		assert.True(t, rep.OK(), "%+v", rep)
+		assert.Empty(t, rep.UnresolvedSamples)
 		assert.Equal(t, 1, rep.Resolved)
 		assert.Equal(t, 0, obs.lastUnresolved())
 		p := period(t, e, sub, "2024-01-10")

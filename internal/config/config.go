@@ -14,6 +14,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/stripe/stripe-go/v76"
+
 	"github.com/stripe-payments/stripe-payments/internal/stripeid"
 )
 
@@ -85,6 +87,7 @@ type Config struct {
 	PollEvery             time.Duration // POLL_EVERY: run the poller inside serve; 0 = off
 	EventBridgeQueueURL   string        // EVENTBRIDGE_QUEUE_URL: the EventBridge intake's SQS queue; empty = off
 	SQSEndpoint           string        // SQS_ENDPOINT: SQS API endpoint override (the local SQS server); empty = AWS
+	StripeAPIVersion      string        // STRIPE_API_VERSION: the api_version events are expected to carry (default: the version stripe-go pins)
 	UsingDevWebhookSecret bool
 	UsingDevAPIToken      bool
 	Billing               BillingConfig
@@ -93,6 +96,10 @@ type Config struct {
 	Limits                LimitsConfig
 	Admin                 AdminConfig // ADMIN_LISTEN_ADDR, TRUSTED_PROXIES, console sessions (admin.go)
 }
+
+// apiVersionPattern is a Stripe API version: a date, and a release name
+// since 2024-09-30 (acacia, basil, clover...).
+var apiVersionPattern = regexp.MustCompile(`^\d{4}-\d{2}-\d{2}(\.[a-z]+)?$`)
 
 // Uses names the required settings a subcommand uses. Only those are
 // required (outside development mode) and given dev defaults (inside it);
@@ -175,6 +182,7 @@ func LoadFor(lookup Lookup, uses Uses) (Config, error) {
 		SESConfigurationSet: get("SES_CONFIGURATION_SET", ""),
 		EventBridgeQueueURL: get("EVENTBRIDGE_QUEUE_URL", ""),
 		SQSEndpoint:         get("SQS_ENDPOINT", ""),
+		StripeAPIVersion:    get("STRIPE_API_VERSION", stripe.APIVersion),
 		InternalAPIToken:    get("INTERNAL_API_TOKEN", devDefault(uses.InternalAPI, DevInternalAPIToken)),
 		WebhookTolerance:    300 * time.Second,
 		WebhookMaxBody:      1 << 20,
@@ -310,6 +318,9 @@ func (c Config) Validate() error {
 	if c.PlatformAccount != "" && !stripeid.Valid(c.PlatformAccount, "acct_") {
 		errs = append(errs, errors.New("STRIPE_PLATFORM_ACCOUNT: must be a Stripe account id (acct_ then letters, digits or _)"))
 	}
+	if !apiVersionPattern.MatchString(c.StripeAPIVersion) {
+		errs = append(errs, errors.New("STRIPE_API_VERSION: a Stripe API version such as 2023-10-16 or 2025-09-30.clover"))
+	}
 	if c.EventTTL <= 0 {
 		errs = append(errs, errors.New("EVENT_TTL: must be positive"))
 	}
@@ -340,6 +351,7 @@ func (c Config) LogValue() slog.Value {
 		slog.Int("webhook_secrets", len(c.WebhookSecrets)),
 		slog.String("stripe_api_key", Mask(c.StripeAPIKey)),
 		slog.String("stripe_api_base", c.StripeAPIBase),
+		slog.String("stripe_api_version", c.StripeAPIVersion),
 		slog.String("platform_account", c.PlatformAccount),
 		slog.String("database_url", MaskURL(c.DatabaseURL)),
 		slog.String("dynamodb_endpoint", c.DynamoEndpoint),

@@ -17,7 +17,7 @@ const (
 // pruner (PRUNE_EVERY) deletes them after it (package retention).
 type RetentionConfig struct {
 	DeadLetters time.Duration // DEAD_LETTER_RETENTION: outbox dead letters and quarantined event records, from when they died
-	Ops         time.Duration // OPS_RETENTION: the console's ops_* rows (failed events, billing runs, hourly counts)
+	Ops         time.Duration // OPS_RETENTION: the console's ops_* rows (failed events, billing runs, hourly counts), finished replays, incident audit rows
 }
 
 func loadRetention(get func(key, def string) string) (RetentionConfig, error) {

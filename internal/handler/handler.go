@@ -54,6 +54,15 @@ type Observer interface {
 	Handled(eventType string, outcome stripeevent.Outcome, elapsed time.Duration)
 }
 
+// DeliveryObserver, when the Observer also implements it, is told of every
+// event given to the handler: the account it is about, where it came from,
+// its api_version and whether that is the expected one (Config.APIVersion).
+// An event with another version may lack fields the handler reads (the
+// silent field loss of an unpinned version change), so it is counted.
+type DeliveryObserver interface {
+	Delivered(account string, source stripeevent.Source, apiVersion string, expected bool)
+}
+
 // IngestObserver is told about the ingest path's protections at work
 // (metrics); see WithIngestObserver.
 type IngestObserver interface {
@@ -72,6 +81,10 @@ type Config struct {
 	PlatformAccount string
 	EventTTL        time.Duration
 	Livemode        bool
+	// APIVersion is the api_version events are expected to carry
+	// (STRIPE_API_VERSION); empty: not checked. An event without one (a
+	// thin event's re-drive) is not counted as unexpected.
+	APIVersion string
 	// MaxBatch bounds a group commit (DynamoDB's BatchWriteItem limit);
 	// 1 processes every event on its own.
 	MaxBatch int
@@ -214,6 +227,10 @@ func (h *Handler) Handle(ctx context.Context, ev *stripe.Event, payload []byte, 
 
 func (h *Handler) handle(ctx context.Context, ev *stripe.Event, payload []byte, source stripeevent.Source) (stripeevent.Outcome, error) {
 	rec := events.NewRecord(ev, payload, h.cfg.PlatformAccount, h.cfg.EventTTL, source, h.now())
+	if d, ok := h.observer.(DeliveryObserver); ok {
+		d.Delivered(rec.StripeAccount, source, rec.APIVersion,
+			h.cfg.APIVersion == "" || rec.APIVersion == "" || rec.APIVersion == h.cfg.APIVersion)
+	}
 	if ev.Livemode != h.cfg.Livemode {
 		h.logger(rec).Warn("ignoring event whose livemode does not match the configured key", "livemode", ev.Livemode)
 		return stripeevent.Ignored, nil

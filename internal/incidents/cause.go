@@ -10,17 +10,17 @@ import (
 // broke) before Stripe's own answers, before the generic network failures.
 var classes = []struct {
 	class string
-	re    *regexp.Regexp
+	re    *regexp.Regexp // matched against the lower-cased message
 }{
-	{"stripe_rate_limited", regexp.MustCompile(`(?i)rate.?limit|too many requests|\b429\b|budget`)},
-	{"dynamodb_unavailable", regexp.MustCompile(`(?i)dynamodb|ProvisionedThroughputExceeded|ThrottlingException`)},
-	{"postgres_unavailable", regexp.MustCompile(`(?i)postgres|pgx|pgconn|SQLSTATE|database`)},
-	{"stripe_auth", regexp.MustCompile(`(?i)invalid api key|api key provided|\b401\b|\b403\b|permission`)},
-	{"stripe_resource_missing", regexp.MustCompile(`(?i)resource_missing|no such [a-z_ ]+:`)},
-	{"stripe_unreachable", regexp.MustCompile(`(?i)stripe.*(unreachable|connection|timeout|timed out|eof|\b5\d\d\b)|api\.stripe\.com`)},
-	{"timeout", regexp.MustCompile(`(?i)deadline exceeded|timeout|timed out`)},
-	{"network", regexp.MustCompile(`(?i)connection refused|connection reset|broken pipe|no such host|unexpected eof|\beof\b`)},
-	{"invalid_payload", regexp.MustCompile(`(?i)invalid character|unmarshal|cannot parse|not an event|malformed`)},
+	{"stripe_rate_limited", regexp.MustCompile(`rate.?limit|too many requests|\b429\b|budget`)},
+	{"dynamodb_unavailable", regexp.MustCompile(`dynamodb|provisionedthroughputexceeded|throttlingexception`)},
+	{"postgres_unavailable", regexp.MustCompile(`postgres|pgx|pgconn|sqlstate|database`)},
+	{"stripe_auth", regexp.MustCompile(`invalid api key|api key provided|\b401\b|\b403\b|permission`)},
+	{"stripe_resource_missing", regexp.MustCompile(`resource_missing|no such [a-z_ ]+:`)},
+	{"stripe_unreachable", regexp.MustCompile(`stripe.*(unreachable|connection|timeout|timed out|eof|\b5\d\d\b)|api\.stripe\.com`)},
+	{"timeout", regexp.MustCompile(`deadline exceeded|timeout|timed out`)},
+	{"network", regexp.MustCompile(`connection refused|connection reset|broken pipe|no such host|unexpected eof|\beof\b`)},
+	{"invalid_payload", regexp.MustCompile(`invalid character|unmarshal|cannot parse|not an event|malformed`)},
 }
 
 var (
@@ -49,8 +49,12 @@ func Classify(msg string) string {
 	if m := stripeErrorType.FindStringSubmatch(msg); m != nil {
 		return "stripe_" + m[1]
 	}
+	// Lower-cased once rather than matched case-insensitively: (?i)
+	// folding made classification the bulk of an incidents read (10,000
+	// distinct messages: ~230 ms).
+	low := strings.ToLower(msg)
 	for _, c := range classes {
-		if c.re.MatchString(msg) {
+		if c.re.MatchString(low) {
 			return c.class
 		}
 	}

@@ -1,8 +1,8 @@
 // Package incidents groups what is broken into incidents (DESIGN §4): failed
-// and rejected events, thin events not yet hydrated, outbox dead letters and
-// failed billing runs, by kind, normalised cause, event type and
-// stripe_account, each with a state an operator moves from open to
-// acknowledged to resolved.
+// and rejected events, thin events not yet hydrated, outbox dead letters,
+// unresolved charges and failed billing runs, by kind, normalised cause,
+// event type and stripe_account, each with a state an operator moves from
+// open to acknowledged to resolved.
 package incidents
 
 import (
@@ -13,10 +13,14 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/stripe-payments/stripe-payments/internal/metrics"
 )
 
 // Kind says where an incident's occurrences come from.
@@ -25,7 +29,20 @@ type Kind string
 const (
 	KindEvent    Kind = "event"    // failed or rejected events, thin events not hydrated
 	KindDelivery Kind = "delivery" // outbox dead letters
-	KindBilling  Kind = "billing"  // failed billing runs
+	KindBilling  Kind = "billing"  // unresolved charges, failed billing runs
+)
+
+// CauseChargeOutcomeUnknown is the cause of a billing incident of charges
+// whose outcome is unknown (unresolved: the next collection asks Stripe
+// first).
+const CauseChargeOutcomeUnknown = "charge_outcome_unknown"
+
+// CauseRunEntriesFailed and CauseRunAccountsLocked are the causes of a
+// billing job's runs that ended without an error yet left entries failed,
+// or accounts untouched because another holder kept their lock.
+const (
+	CauseRunEntriesFailed  = "run_entries_failed"
+	CauseRunAccountsLocked = "run_accounts_locked"
 )
 
 // State is an incident's state.
@@ -95,6 +112,33 @@ type Config struct {
 type Store struct {
 	pool *pgxpool.Pool
 	cfg  Config
+
+	// classes caches Classify by message: the failures stay listed between
+	// reads, and classifying 10,000 distinct messages costs ~200 ms of CPU
+	// a read (BenchmarkList).
+	classMu sync.Mutex
+	classes map[string]string
+}
+
+// maxCachedClasses bounds the cache; past it, it starts afresh.
+const maxCachedClasses = 100_000
+
+// classify is Classify, cached.
+func (s *Store) classify(msg string) string {
+	s.classMu.Lock()
+	c, ok := s.classes[msg]
+	s.classMu.Unlock()
+	if ok {
+		return c
+	}
+	c = Classify(msg)
+	s.classMu.Lock()
+	if s.classes == nil || len(s.classes) >= maxCachedClasses {
+		s.classes = map[string]string{}
+	}
+	s.classes[msg] = c
+	s.classMu.Unlock()
+	return c
 }
 
 // New returns a Store on pool.
@@ -341,7 +385,11 @@ func (s *Store) derive(ctx context.Context) (map[string]*Incident, error) {
 		FROM ops_event_problems GROUP BY 1, 2, 3`, nil,
 		func(msg, typ, account string) part {
 			outcome, text := splitOutcome(msg)
-			return part{kind: KindEvent, cause: EventCause(outcome, text), eventType: typ, account: account}
+			cause := s.classify(text)
+			if outcome == "rejected" {
+				cause = "rejected." + cause // as EventCause
+			}
+			return part{kind: KindEvent, cause: cause, eventType: typ, account: account}
 		})
 	if err != nil {
 		return nil, err
@@ -356,7 +404,7 @@ func (s *Store) derive(ctx context.Context) (map[string]*Incident, error) {
 			}
 			cause := "hydration.pending"
 			if msg != "" {
-				cause = "hydration." + Classify(msg)
+				cause = "hydration." + s.classify(msg)
 			}
 			return part{kind: KindEvent, cause: cause, eventType: typ, account: account}
 		})
@@ -367,7 +415,7 @@ func (s *Store) derive(ctx context.Context) (map[string]*Incident, error) {
 			(array_agg(id::text ORDER BY dead_at DESC, id))[1:`+samples+`]
 		FROM outbox WHERE dead_at IS NOT NULL AND delivered_at IS NULL GROUP BY topic, type, 3`, nil,
 		func(msg, typ, _ string) part {
-			return part{kind: KindDelivery, cause: Classify(msg), eventType: typ}
+			return part{kind: KindDelivery, cause: s.classify(msg), eventType: typ}
 		})
 	if err != nil {
 		return nil, err
@@ -381,10 +429,20 @@ func (s *Store) derive(ctx context.Context) (map[string]*Incident, error) {
 		                               WHERE ok.job = r.job AND coalesce(ok.error, '') = ''), '-infinity')
 		GROUP BY r.job, r.error`, nil,
 		func(msg, typ, _ string) part {
-			return part{kind: KindBilling, cause: Classify(msg), eventType: typ}
+			return part{kind: KindBilling, cause: s.classify(msg), eventType: typ}
 		})
 	if err != nil {
 		return nil, err
+	}
+	// Runs that ended without an error yet left work behind (runReportSources).
+	for _, src := range runReportSources {
+		err = read(src.cause, runReportQuery(src.fields, src.named, samples), nil,
+			func(_, typ, _ string) part {
+				return part{kind: KindBilling, cause: src.cause, eventType: typ}
+			})
+		if err != nil {
+			return nil, err
+		}
 	}
 	// Newest parts first, so the samples merged below are the newest.
 	sort.Slice(parts, func(i, j int) bool { return parts[i].last.After(parts[j].last) })
@@ -413,6 +471,68 @@ func (s *Store) derive(ctx context.Context) (map[string]*Incident, error) {
 	return groups, nil
 }
 
+// runReportSources are the billing incidents read from the counters of the
+// runs' reports (a run that ended without an error, yet left work behind):
+//   - unresolved charges: attempts whose outcome is unknown (in flight with
+//     no trustworthy answer from Stripe). The billing core keeps them on the
+//     period in DynamoDB and every run that meets one counts it (unknown:
+//     new this run; unresolved: left so), until a run settles it by asking
+//     Stripe;
+//   - entries that failed (errors: see the run's log lines);
+//   - accounts whose lock another holder kept for the whole run (locked).
+var runReportSources = []struct {
+	cause  string
+	fields []string
+	// named is the report's list naming what was left
+	// ("<account>/<subscription_id>"): the newest run's are the samples
+	// ("" or an empty list: the runs' ids are).
+	named string
+}{
+	{CauseChargeOutcomeUnknown, []string{"unknown", "unresolved"}, "unresolved_samples"},
+	{CauseRunEntriesFailed, []string{"errors"}, ""},
+	{CauseRunAccountsLocked, []string{"locked"}, ""},
+}
+
+// runReportQuery groups, per job, the runs since the job's last run that
+// ended without an error and left none of fields: count is what the newest
+// of them left (the greatest of fields); the samples are what the newest
+// run's report list named names, else those runs' ids (the console's runs
+// page shows their reports). Field and list names are the code's constants,
+// never input.
+func runReportQuery(fields []string, named, samples string) string {
+	left := func(alias string) string {
+		parts := make([]string, len(fields))
+		for i, f := range fields {
+			parts[i] = "coalesce((" + alias + ".report->>'" + f + "')::int, 0)"
+		}
+		if len(parts) == 1 {
+			return parts[0]
+		}
+		return "greatest(" + strings.Join(parts, ", ") + ")"
+	}
+	namedSQL := "NULL::text[]"
+	if named != "" {
+		// The newest run's names, when it has any.
+		namedSQL = `(SELECT nullif(array_agg(e), '{}') FROM ops_billing_runs x,
+				LATERAL (SELECT jsonb_array_elements_text(CASE WHEN jsonb_typeof(x.report->'` + named + `') = 'array'
+					THEN x.report->'` + named + `' ELSE '[]' END) AS e LIMIT ` + samples + `) n
+			WHERE x.id = g.newest)`
+	}
+	// One pass over the runs: each job's last clean run, then the runs
+	// after it that left some.
+	return `WITH r AS (SELECT x.id, x.job, x.started_at, coalesce(x.error, '') <> '' AS failed, ` + left("x") + ` AS left_open
+		           FROM ops_billing_runs x),
+		c AS (SELECT job, max(started_at) FILTER (WHERE NOT failed AND left_open = 0) AS clean FROM r GROUP BY job),
+		g AS (SELECT r.job, (array_agg(r.left_open ORDER BY r.started_at DESC, r.id DESC))[1] AS left_open,
+		             min(r.started_at) AS first, max(r.started_at) AS last,
+		             (array_agg(r.id ORDER BY r.started_at DESC, r.id DESC))[1] AS newest,
+		             (array_agg(r.id::text ORDER BY r.started_at DESC, r.id DESC))[1:` + samples + `] AS runs
+		      FROM r JOIN c USING (job)
+		      WHERE r.left_open > 0 AND r.started_at > coalesce(c.clean, '-infinity')
+		      GROUP BY r.job)
+		SELECT g.job, '', '', g.left_open::bigint, g.first, g.last, coalesce(` + namedSQL + `, g.runs) FROM g`
+}
+
 func splitOutcome(s string) (outcome, msg string) {
 	for i := 0; i < len(s); i++ {
 		if s[i] == 0x1f {
@@ -429,4 +549,27 @@ func EventCause(outcome, msg string) string {
 		return "rejected." + Classify(msg)
 	}
 	return Classify(msg)
+}
+
+// Counts groups the incidents by kind and state: how many, and how many
+// occurrences they hold (the metrics' view).
+func (s *Store) Counts(ctx context.Context) ([]metrics.IncidentCount, error) {
+	list, err := s.List(ctx, "")
+	if err != nil {
+		return nil, err
+	}
+	by := map[[2]string]*metrics.IncidentCount{}
+	var out []metrics.IncidentCount
+	for _, inc := range list {
+		k := [2]string{string(inc.Kind), string(inc.State)}
+		if by[k] == nil {
+			by[k] = &metrics.IncidentCount{Kind: k[0], State: k[1]}
+		}
+		by[k].Incidents++
+		by[k].Occurrences += inc.Count
+	}
+	for _, c := range by {
+		out = append(out, *c)
+	}
+	return out, nil
 }

@@ -15,14 +15,16 @@ import (
 
 // Metrics is the set of collectors of one service instance.
 type Metrics struct {
-	Registry       *prometheus.Registry
-	EventsHandled  *prometheus.CounterVec
-	HandleSeconds  *prometheus.HistogramVec
-	HTTPRequests   *prometheus.CounterVec
-	HTTPSeconds    *prometheus.HistogramVec
-	HTTPPanics     *prometheus.CounterVec
-	DynamoRequests *prometheus.CounterVec
-	ingest         ingest
+	Registry        *prometheus.Registry
+	EventsHandled   *prometheus.CounterVec
+	HandleSeconds   *prometheus.HistogramVec
+	HTTPRequests    *prometheus.CounterVec
+	HTTPSeconds     *prometheus.HistogramVec
+	HTTPPanics      *prometheus.CounterVec
+	DynamoRequests  *prometheus.CounterVec
+	ingest          ingest
+	deliveries      deliveries
+	replaysFinished *prometheus.CounterVec
 }
 
 // New registers the collectors on a fresh registry.
@@ -62,6 +64,8 @@ func New() *Metrics {
 		m.EventsHandled, m.HandleSeconds, m.HTTPRequests, m.HTTPSeconds, m.HTTPPanics,
 	)
 	m.ingest = newIngest(m.Registry)
+	m.deliveries = newDeliveries(m.Registry)
+	m.replaysFinished = newReplaysFinished(m.Registry)
 	return m
 }
 

@@ -32,6 +32,7 @@ func (c *Console) registerIncidents(g *echo.Group) {
 	if c.d.Replays != nil {
 		g.POST("/incidents/:id/replay", c.incidentReplay, c.auth)
 		g.GET("/replays/:id", c.replayPage, c.auth)
+		g.POST("/replays/:id/cancel", c.replayCancel, c.auth)
 	}
 }
 
@@ -61,6 +62,32 @@ type incidentData struct {
 	Replayable bool
 	// Preview is the dry run shown before the replay is confirmed.
 	Preview *replay.Preview
+	// Samples are the incident's sample ids with the page each opens
+	// ("" none).
+	Samples []sampleLink
+}
+
+type sampleLink struct{ ID, Href string }
+
+// sampleLinks links each sample to its page: an event's, the subscription
+// of a charge whose outcome is unknown ("<account>/<subscription_id>"), the
+// runs page for a billing run.
+func sampleLinks(inc incidents.Incident) []sampleLink {
+	out := make([]sampleLink, 0, len(inc.SampleIDs))
+	for _, id := range inc.SampleIDs {
+		l := sampleLink{ID: id}
+		switch {
+		case inc.Kind == incidents.KindEvent:
+			l.Href = Prefix + "/events/" + url.PathEscape(id)
+		case inc.Kind == incidents.KindBilling && strings.Count(id, "/") == 1:
+			account, sub, _ := strings.Cut(id, "/")
+			l.Href = Prefix + "/billing/" + url.PathEscape(account) + "/" + url.PathEscape(sub)
+		case inc.Kind == incidents.KindBilling:
+			l.Href = Prefix + "/runs"
+		}
+		out = append(out, l)
+	}
+	return out
 }
 
 func (c *Console) incidentPage(ec echo.Context) error {
@@ -87,7 +114,7 @@ func (c *Console) showIncident(ec echo.Context, status int, preview *replay.Prev
 	if notice == "" {
 		notice = ec.QueryParam("notice")
 	}
-	d := incidentData{Incident: inc, Audit: audit, Preview: preview,
+	d := incidentData{Incident: inc, Audit: audit, Preview: preview, Samples: sampleLinks(inc),
 		Replayable: c.d.Replays != nil && inc.Count > 0 &&
 			(inc.Kind == incidents.KindDelivery || (inc.Kind == incidents.KindEvent && !strings.HasPrefix(inc.Cause, "hydration.")))}
 	return c.render(ec, status, "incident", view{Title: "Incident " + inc.Cause, Nav: "incidents", Notice: notice, Error: errMsg, Data: d})
@@ -166,4 +193,23 @@ func (c *Console) replayPage(ec echo.Context) error {
 		ec.Response().Header().Set("Refresh", "2")
 	}
 	return c.render(ec, http.StatusOK, "replay", view{Title: "Replay " + id, Nav: "incidents", Data: r})
+}
+
+// replayCancel stops a running replay; the page then shows it cancelled,
+// with who and when.
+func (c *Console) replayCancel(ec echo.Context) error {
+	id := ec.Param("id")
+	if !replayIDRe.MatchString(id) {
+		return c.fail(ec, http.StatusBadRequest, "That is not a replay id.")
+	}
+	r, err := c.d.Replays.Cancel(ctxOf(ec), id, ConsoleActor)
+	switch {
+	case errors.Is(err, replay.ErrNotFound):
+		return c.fail(ec, http.StatusNotFound, "No replay "+id+"; nothing was changed.")
+	case errors.Is(err, replay.ErrNotRunning):
+		return c.fail(ec, http.StatusConflict, "Replay "+id+" is "+r.Status+": only a running replay can be cancelled. Nothing was changed.")
+	case err != nil:
+		return c.unavailable(ec, "cancel the replay", err)
+	}
+	return ec.Redirect(http.StatusSeeOther, Prefix+"/replays/"+id)
 }

@@ -25,6 +25,15 @@ func (o Observers) Handled(eventType string, outcome stripeevent.Outcome, elapse
 	}
 }
 
+// Delivered implements handler.DeliveryObserver for the observers that do.
+func (o Observers) Delivered(account string, source stripeevent.Source, apiVersion string, expected bool) {
+	for _, x := range o {
+		if d, ok := x.(handler.DeliveryObserver); ok {
+			d.Delivered(account, source, apiVersion, expected)
+		}
+	}
+}
+
 // Problems is the dead-letter list of the console: events whose last
 // handling failed or was rejected, in ops_event_problems. The events table
 // has no index on status, so listing them from it would read whole days;

@@ -29,21 +29,28 @@ const SampleSize = 10
 
 // Status of a replay.
 const (
-	StatusRunning = "running"
-	StatusDone    = "done"
+	StatusRunning   = "running"
+	StatusDone      = "done"
+	StatusCancelled = "cancelled"
 )
 
 var (
 	ErrNotFound = errors.New("replay not found")
 	// ErrFilter wraps every refusal of a filter; its message says why.
 	ErrFilter = errors.New("invalid filter")
+	// ErrNotRunning: only a running replay can be cancelled.
+	ErrNotRunning = errors.New("replay is not running")
 )
 
-// Filter selects the failed and rejected events to replay. At least one
-// field must be set.
+// StatusDead in a filter selects outbox dead letters instead of events
+// (Type then is topic/type).
+const StatusDead = "dead"
+
+// Filter selects the failed and rejected events, or the dead letters, to
+// replay. At least one field must be set.
 type Filter struct {
 	Incident      string     `json:"incident,omitempty"`
-	Status        string     `json:"status,omitempty"` // failed or rejected
+	Status        string     `json:"status,omitempty"` // failed, rejected, or dead (outbox dead letters)
 	Type          string     `json:"type,omitempty"`
 	StripeAccount string     `json:"stripe_account,omitempty"`
 	Since         *time.Time `json:"since,omitempty"`
@@ -85,7 +92,8 @@ type Replay struct {
 	Matched, Done, Applied, Failed int
 	CreatedBy                      string
 	CreatedAt                      time.Time
-	FinishedAt                     time.Time
+	FinishedAt                     time.Time // done or cancelled
+	CancelledBy                    string    // "" unless cancelled
 }
 
 // IncidentReader finds an incident for an incident filter.
@@ -115,8 +123,11 @@ func (s *Store) match(ctx context.Context, f Filter) ([]Item, error) {
 	if f.Empty() {
 		return nil, filterError("an empty filter without a time range would replay everything; name an incident, status, type, stripe_account, since or until")
 	}
-	if f.Status != "" && f.Status != "failed" && f.Status != "rejected" {
-		return nil, filterError("status must be failed or rejected")
+	if f.Status != "" && f.Status != "failed" && f.Status != "rejected" && f.Status != StatusDead {
+		return nil, filterError("status must be failed, rejected or dead")
+	}
+	if f.Status == StatusDead && f.StripeAccount != "" {
+		return nil, filterError("dead letters have no stripe_account: filter them by type (topic/type), since and until")
 	}
 	if f.Since != nil && f.Until != nil && !f.Since.Before(*f.Until) {
 		return nil, filterError("since must be before until")
@@ -132,10 +143,13 @@ func (s *Store) match(ctx context.Context, f Filter) ([]Item, error) {
 			return nil, fmt.Errorf("read incident %s: %w", f.Incident, err)
 		}
 		if inc.Kind == incidents.KindDelivery {
-			if f.Status != "" || f.Type != "" || f.StripeAccount != "" {
+			if (f.Status != "" && f.Status != StatusDead) || f.Type != "" || f.StripeAccount != "" {
 				return nil, filterError("incident %s is of dead letters: name it alone, or with since and until", f.Incident)
 			}
-			return s.matchDead(ctx, inc, f)
+			return s.matchDead(ctx, inc.EventType, inc.Cause, f)
+		}
+		if f.Status == StatusDead {
+			return nil, filterError("incident %s is not of dead letters: status dead selects outbox dead letters", f.Incident)
 		}
 		if inc.Kind != incidents.KindEvent || strings.HasPrefix(inc.Cause, "hydration.") {
 			return nil, filterError("incident %s is a %s incident (%s): only failed and rejected events and dead letters are replayed; thin events are retried by the hydrator", f.Incident, inc.Kind, inc.Cause)
@@ -144,6 +158,9 @@ func (s *Store) match(ctx context.Context, f Filter) ([]Item, error) {
 			return []Item{}, nil
 		}
 		cause, typ, account = inc.Cause, inc.EventType, inc.StripeAccount
+	}
+	if f.Status == StatusDead {
+		return s.matchDead(ctx, f.Type, "", f)
 	}
 	rows, err := s.pool.Query(ctx, `SELECT event_id, event_type, stripe_account, outcome, error, at FROM ops_event_problems
 		WHERE ($1 = '' OR outcome = $1) AND ($2 = '' OR event_type = $2) AND ($3 = '' OR stripe_account = $3)
@@ -253,12 +270,13 @@ func (s *Store) Start(ctx context.Context, f Filter, actor string) (Replay, erro
 // Get returns replay id.
 func (s *Store) Get(ctx context.Context, id string) (Replay, error) {
 	var (
-		r        Replay
-		raw      []byte
-		finished *time.Time
+		r         Replay
+		raw       []byte
+		finished  *time.Time
+		cancelled *string
 	)
-	err := s.pool.QueryRow(ctx, `SELECT id, status, filter, matched, done, applied, failed, created_by, created_at, finished_at
-		FROM replays WHERE id = $1`, id).Scan(&r.ID, &r.Status, &raw, &r.Matched, &r.Done, &r.Applied, &r.Failed, &r.CreatedBy, &r.CreatedAt, &finished)
+	err := s.pool.QueryRow(ctx, `SELECT id, status, filter, matched, done, applied, failed, created_by, created_at, finished_at, cancelled_by
+		FROM replays WHERE id = $1`, id).Scan(&r.ID, &r.Status, &raw, &r.Matched, &r.Done, &r.Applied, &r.Failed, &r.CreatedBy, &r.CreatedAt, &finished, &cancelled)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Replay{}, ErrNotFound
 	}
@@ -271,16 +289,42 @@ func (s *Store) Get(ctx context.Context, id string) (Replay, error) {
 	if finished != nil {
 		r.FinishedAt = *finished
 	}
+	if cancelled != nil {
+		r.CancelledBy = *cancelled
+	}
 	return r, nil
 }
 
-// matchDead returns the dead letters of delivery incident inc (within f's
-// time range on dead_at), oldest first.
-func (s *Store) matchDead(ctx context.Context, inc incidents.Incident, f Filter) ([]Item, error) {
+// Cancel stops running replay id on behalf of actor, who is recorded with
+// the time on the replay (its audit row). The runner re-drives no item
+// after it records the one in hand; the items not re-driven stay failed,
+// for a later replay (the ledger makes anything applied a duplicate).
+// ErrNotRunning: the replay is done or cancelled already; nothing changed.
+func (s *Store) Cancel(ctx context.Context, id, actor string) (Replay, error) {
+	tag, err := s.pool.Exec(ctx, `UPDATE replays SET status = 'cancelled', cancelled_by = $2, finished_at = $3,
+			lease_owner = NULL, leased_until = NULL
+		WHERE id = $1 AND status = 'running'`, id, actor, s.now().UTC())
+	if err != nil {
+		return Replay{}, fmt.Errorf("cancel replay %s: %w", id, err)
+	}
+	r, err := s.Get(ctx, id)
+	if err != nil {
+		return Replay{}, err
+	}
+	if tag.RowsAffected() == 0 {
+		return r, ErrNotRunning
+	}
+	return r, nil
+}
+
+// matchDead returns the outbox dead letters of topic/type typ ("" any) and
+// cause class ("" any: a delivery incident's cause selects its own), within
+// f's time range on dead_at, oldest first.
+func (s *Store) matchDead(ctx context.Context, typ, cause string, f Filter) ([]Item, error) {
 	rows, err := s.pool.Query(ctx, `SELECT id::text, topic || '/' || type, coalesce(last_error, ''), dead_at FROM outbox
-		WHERE dead_at IS NOT NULL AND delivered_at IS NULL AND topic || '/' || type = $1
+		WHERE dead_at IS NOT NULL AND delivered_at IS NULL AND ($1 = '' OR topic || '/' || type = $1)
 		  AND ($2::timestamptz IS NULL OR dead_at >= $2) AND ($3::timestamptz IS NULL OR dead_at < $3)
-		ORDER BY dead_at, id`, inc.EventType, f.Since, f.Until)
+		ORDER BY dead_at, id`, typ, f.Since, f.Until)
 	if err != nil {
 		return nil, fmt.Errorf("match dead letters: %w", err)
 	}
@@ -291,7 +335,7 @@ func (s *Store) matchDead(ctx context.Context, inc incidents.Incident, f Filter)
 		if err := rows.Scan(&it.EventID, &it.EventType, &it.Error, &it.At); err != nil {
 			return nil, fmt.Errorf("match dead letters: %w", err)
 		}
-		if incidents.Classify(it.Error) == inc.Cause {
+		if cause == "" || incidents.Classify(it.Error) == cause {
 			out = append(out, it)
 		}
 	}

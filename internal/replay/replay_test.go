@@ -204,3 +204,67 @@ func TestDeadLettersOfAnIncidentAreRedriven(t *testing.T) {
 		assert.Equal(t, want.redrives, redrives, "message %d", i)
 	}
 }
+
+// Dead letters selected by a filter (status dead, topic/type, dead_at
+// range) rather than an incident: the dry run forecasts a re-drive and
+// changes nothing; the replay re-drives exactly those; a filter mixing dead
+// letters with what only events have is refused.
+func TestDeadLettersByFilter(t *testing.T) {
+	pool := testenv.Postgres(t)
+	ctx := context.Background()
+	s := replay.NewStore(pool, incidents.New(pool, incidents.Config{}))
+	type msg struct {
+		topic, typ string
+		deadAt     time.Time
+		want       bool
+	}
+	msgs := []msg{
+		{"action", "purchase.fulfilled", t0, true},
+		{"action", "purchase.fulfilled", t0.Add(time.Minute), true},
+		{"action", "purchase.fulfilled", t0.Add(-time.Hour), false}, // before since
+		{"action", "refund.issued", t0, false},                      // another type
+		{"email", "purchase.fulfilled", t0, false},                  // another topic
+	}
+	ids := make([]uuid.UUID, len(msgs))
+	for i, m := range msgs {
+		ids[i] = uuid.New()
+		_, err := pool.Exec(ctx, `INSERT INTO outbox (id, topic, type, dedupe_key, payload, attempts, last_error, dead_at)
+			VALUES ($1, $2, $3, $4, '{}', 8, 'receiver answered 500', $5)`, ids[i], m.topic, m.typ, ids[i].String(), m.deadAt)
+		require.NoError(t, err)
+	}
+	f := replay.Filter{Status: replay.StatusDead, Type: "action/purchase.fulfilled", Since: ptr(t0.Add(-time.Minute))}
+	p, err := s.DryRun(ctx, f)
+	require.NoError(t, err)
+	require.Equal(t, 2, p.Matched)
+	assert.Equal(t, ids[0].String(), p.Sample[0].EventID)
+	assert.Equal(t, "redrive", p.Sample[0].Would)
+	var redrives int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT coalesce(sum(redrives), 0) FROM outbox`).Scan(&redrives))
+	assert.Zero(t, redrives, "a dry run changes nothing")
+
+	for _, bad := range []replay.Filter{
+		{Status: replay.StatusDead, StripeAccount: "acct_A0000001"},
+		{Status: "delivered"},
+	} {
+		_, err := s.DryRun(ctx, bad)
+		assert.ErrorIs(t, err, replay.ErrFilter, "%+v", bad)
+	}
+
+	r, err := s.Start(ctx, f, "t")
+	require.NoError(t, err)
+	assert.Equal(t, 2, r.Matched)
+	runner := replay.NewRunner(s, &countingReplayer{calls: map[string]int{}, classes: map[stripebudget.Class]int{}},
+		replay.RunnerConfig{Redriver: outbox.NewStore(pool, nil, nil), NotDead: func(err error) bool { return errors.Is(err, outbox.ErrNotDead) }})
+	worked, err := runner.RunOnce(ctx)
+	require.NoError(t, err)
+	require.True(t, worked)
+	got, err := s.Get(ctx, r.ID)
+	require.NoError(t, err)
+	assert.Equal(t, replay.StatusDone, got.Status)
+	assert.Equal(t, 2, got.Applied)
+	for i, m := range msgs {
+		var dead bool
+		require.NoError(t, pool.QueryRow(ctx, `SELECT dead_at IS NOT NULL FROM outbox WHERE id = $1`, ids[i]).Scan(&dead))
+		assert.Equal(t, !m.want, dead, "message %d", i)
+	}
+}

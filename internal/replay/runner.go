@@ -42,6 +42,10 @@ type RunnerConfig struct {
 	// dead letter (delivered or pending since: nothing to do).
 	Redriver Redriver
 	NotDead  func(error) bool
+	// Finished is told how each replay this runner carried to its end
+	// finished: "clean", or "with_failures" when items failed again (a
+	// run that is done yet left work behind; nil: not told).
+	Finished func(result string)
 }
 
 // Runner carries out running replays, one item at a time; their Stripe
@@ -137,6 +141,12 @@ func (r *Runner) RunOnce(ctx context.Context) (worked bool, err error) {
 				return true, err
 			}
 			if !held {
+				// Cancelled (the item in hand stays unrecorded: a later
+				// replay finds it processed, or re-drives it, the ledger
+				// answering duplicate), or taken over by another runner.
+				if cancelled, err := r.cancelled(ctx, id); err != nil || cancelled {
+					return true, err
+				}
 				return true, fmt.Errorf("replay %s: lease lost to another runner", id)
 			}
 		}
@@ -243,9 +253,30 @@ func (r *Runner) record(ctx context.Context, id string, seq int, outcome, msg st
 }
 
 func (r *Runner) finish(ctx context.Context, id string) error {
-	if _, err := r.store.pool.Exec(ctx, `UPDATE replays SET status = 'done', finished_at = now(), lease_owner = NULL, leased_until = NULL
-		WHERE id = $1 AND lease_owner = $2`, id, r.owner); err != nil {
+	var failed int
+	err := r.store.pool.QueryRow(ctx, `UPDATE replays SET status = 'done', finished_at = now(), lease_owner = NULL, leased_until = NULL
+		WHERE id = $1 AND lease_owner = $2 AND status = 'running' RETURNING failed`, id, r.owner).Scan(&failed)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil // cancelled, or taken over
+	}
+	if err != nil {
 		return fmt.Errorf("replay %s: finish: %w", id, err)
 	}
+	if r.cfg.Finished != nil {
+		result := "clean"
+		if failed > 0 {
+			result = "with_failures"
+		}
+		r.cfg.Finished(result)
+	}
 	return nil
+}
+
+// cancelled reports whether replay id was cancelled.
+func (r *Runner) cancelled(ctx context.Context, id string) (bool, error) {
+	var status string
+	if err := r.store.pool.QueryRow(ctx, `SELECT status FROM replays WHERE id = $1`, id).Scan(&status); err != nil {
+		return false, fmt.Errorf("replay %s: read status: %w", id, err)
+	}
+	return status == StatusCancelled, nil
 }

@@ -1,7 +1,8 @@
 // Package retention deletes the rows kept for operators once they are past
 // their retention (issue 26 finding 7): outbox dead letters (a reminder
-// email's carries its recipient), the console's ops_* tables, and event
-// records quarantined by the write-behind. Delivered outbox rows and the
+// email's carries its recipient), the console's ops_* tables, finished bulk
+// replays and incident audit rows, and event records quarantined by the
+// write-behind. Delivered outbox rows and the
 // ledger have their own pruners (outbox.PruneDelivered,
 // tracking.PruneLedger). docs/retention.md lists the defaults.
 package retention
@@ -35,6 +36,13 @@ func Rules(deadLetters, ops time.Duration) []Rule {
 		{Name: "ops_event_problems", Table: "ops_event_problems", Column: "at", Keep: ops},
 		{Name: "ops_billing_runs", Table: "ops_billing_runs", Column: "started_at", Keep: ops},
 		{Name: "ops_event_hours", Table: "ops_event_hours", Column: "hour", Keep: ops},
+		// Bulk replays once finished (done or cancelled), their items with
+		// them (ON DELETE CASCADE); a running one is never pruned.
+		{Name: "replays", Table: "replays", Column: "finished_at", Filter: "status <> 'running'", Keep: ops},
+		// Incident state changes. The incidents rows themselves stay (one
+		// per group): without its row a group still failing would read as
+		// open again.
+		{Name: "incident_audit", Table: "incident_audit", Column: "at", Keep: ops},
 	}
 }
 

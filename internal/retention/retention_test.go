@@ -43,11 +43,37 @@ func TestPruneDeletesOnlyRowsPastTheirRetention(t *testing.T) {
 			VALUES ($1, '{}', '{}', $2, $2, 5, 'ValidationException')`, id, at)
 	}
 
+	// Replays: finished long ago (done, cancelled) go with their items; a
+	// young one and a running one (however old) stay.
+	for _, r := range []struct {
+		id, status string
+		created    time.Time
+		finished   any
+	}{
+		{"rpl_old_done", "done", old, old},
+		{"rpl_old_cancelled", "cancelled", old, old},
+		{"rpl_young_done", "done", old, young},
+		{"rpl_old_running", "running", old, nil},
+	} {
+		var by any
+		if r.status == "cancelled" {
+			by = "console"
+		}
+		exec(`INSERT INTO replays (id, filter, status, matched, created_by, created_at, finished_at, cancelled_by)
+			VALUES ($1, '{"type":"invoice.paid"}', $2, 2, 'api', $3, $4, $5)`, r.id, r.status, r.created, r.finished, by)
+		exec(`INSERT INTO replay_items (replay_id, seq, event_id, stripe_account) VALUES ($1, 0, 'evt_1', 'acct'), ($1, 1, 'evt_2', 'acct')`, r.id)
+	}
+	for _, at := range []time.Time{old, young} {
+		exec(`INSERT INTO incident_audit (incident_id, from_state, to_state, actor, at) VALUES ('inc_00000000000000000001', 'open', 'resolved', 'api', $1)`, at)
+	}
+	exec(`INSERT INTO incidents (id, kind, cause, event_type, stripe_account, state, state_at, state_by)
+		VALUES ('inc_00000000000000000001', 'event', 'timeout', 'invoice.paid', 'acct', 'resolved', $1, 'api')`, old)
+
 	got := map[string]int64{}
 	rules := retention.Rules(30*24*time.Hour, 60*24*time.Hour)
 	require.NoError(t, retention.Prune(ctx, pool, now, rules, 2, func(name string, n int64) { got[name] += n }))
 	assert.Equal(t, map[string]int64{"outbox_dead": 3, "event_records_quarantined": 1, "ops_event_problems": 1,
-		"ops_billing_runs": 1, "ops_event_hours": 1}, got)
+		"ops_billing_runs": 1, "ops_event_hours": 1, "replays": 2, "incident_audit": 1}, got)
 	count := func(q string) int {
 		var n int
 		require.NoError(t, pool.QueryRow(ctx, q).Scan(&n))
@@ -59,6 +85,12 @@ func TestPruneDeletesOnlyRowsPastTheirRetention(t *testing.T) {
 	for _, table := range []string{"ops_event_problems", "ops_billing_runs", "ops_event_hours", "event_records_quarantined"} {
 		assert.Equal(t, 1, count(`SELECT count(*) FROM `+table), table)
 	}
+
+	assert.Equal(t, 2, count(`SELECT count(*) FROM replays WHERE id IN ('rpl_young_done', 'rpl_old_running')`), "young and running replays stay")
+	assert.Equal(t, 2, count(`SELECT count(*) FROM replays`))
+	assert.Equal(t, 4, count(`SELECT count(*) FROM replay_items`), "the pruned replays' items went with them")
+	assert.Equal(t, 1, count(`SELECT count(*) FROM incident_audit`), "the young audit row stays")
+	assert.Equal(t, 1, count(`SELECT count(*) FROM incidents`), "incident states are not pruned")
 
 	// Nothing left to prune: a second pass deletes nothing.
 	got = map[string]int64{}

@@ -1,0 +1,100 @@
+package handler_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/stripe-payments/stripe-payments/internal/handler"
+	"github.com/stripe-payments/stripe-payments/internal/metrics"
+	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
+	"github.com/stripe-payments/stripe-payments/internal/stripetest"
+	"github.com/stripe-payments/stripe-payments/internal/tracking"
+)
+
+// withAPIVersion returns payload with its api_version set to v ("" removes it).
+func withAPIVersion(t *testing.T, payload []byte, v string) []byte {
+	t.Helper()
+	var m map[string]any
+	require.NoError(t, json.Unmarshal(payload, &m))
+	if v == "" {
+		delete(m, "api_version")
+	} else {
+		m["api_version"] = v
+	}
+	out, err := json.Marshal(m)
+	require.NoError(t, err)
+	return out
+}
+
+// Every event given to the handler is counted by account and source; one
+// whose api_version differs from the configured STRIPE_API_VERSION is
+// counted as unexpected (the version-drift alert), one without a version
+// (a thin event's re-drive) is not.
+func TestDeliveriesCountedByAccountAndUnexpectedAPIVersion(t *testing.T) {
+	e := newEnv(t)
+	m := metrics.New()
+	h := handler.New(handler.Config{PlatformAccount: "acct_platform_test", EventTTL: 720 * time.Hour, APIVersion: "2023-10-16"},
+		e.store, tracking.NewLedger(e.pool), slog.New(slog.NewTextHandler(io.Discard, nil)), handler.WithObserver(m))
+	acct := "acct_delivered01"
+	cases := []struct {
+		name    string
+		version string
+		source  stripeevent.Source
+	}{
+		{"expected version", "2023-10-16", stripeevent.SourceWebhook},
+		{"newer version", "2025-09-30.clover", stripeevent.SourceWebhook},
+		{"older version, eventbridge", "2022-11-15", stripeevent.SourceEventBridge},
+		{"no version", "", stripeevent.SourceWebhook},
+	}
+	for _, tc := range cases {
+		payload := withAPIVersion(t, stripetest.Event{Fixture: "payment_intent.succeeded", Account: &acct}.Build(t), tc.version)
+		_, err := h.Handle(context.Background(), parse(t, payload), payload, tc.source)
+		require.NoError(t, err, tc.name)
+	}
+	assert.Equal(t, map[string]float64{acct + "|webhook": 3, acct + "|eventbridge": 1},
+		counters(t, m.Registry, "stripe_payments_events_received_total", "stripe_account", "source"))
+	assert.Equal(t, map[string]float64{"2025-09-30.clover|webhook": 1, "2022-11-15|eventbridge": 1},
+		counters(t, m.Registry, "stripe_payments_events_unexpected_api_version_total", "api_version", "source"),
+		"the expected version and a missing one are not unexpected")
+}
+
+// counters gathers a counter family as label values joined by | -> value.
+func counters(t *testing.T, g prometheus.Gatherer, name string, labels ...string) map[string]float64 {
+	t.Helper()
+	families, err := g.Gather()
+	require.NoError(t, err)
+	out := map[string]float64{}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, mt := range f.GetMetric() {
+			out[labelKey(mt, labels)] = mt.GetCounter().GetValue()
+		}
+	}
+	return out
+}
+
+func labelKey(mt *dto.Metric, labels []string) string {
+	key := ""
+	for i, l := range labels {
+		if i > 0 {
+			key += "|"
+		}
+		for _, lp := range mt.GetLabel() {
+			if lp.GetName() == l {
+				key += lp.GetValue()
+			}
+		}
+	}
+	return key
+}

@@ -1,0 +1,39 @@
+package metrics
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
+)
+
+// deliveries counts the events the handler is given, by the account they
+// are about and where they came from, and those whose api_version is not
+// the one the service expects (STRIPE_API_VERSION): the silence and
+// version-drift alerts read them (monitoring/prometheus/alerts.yml).
+type deliveries struct {
+	received   *prometheus.CounterVec
+	unexpected *prometheus.CounterVec
+}
+
+func newDeliveries(reg prometheus.Registerer) deliveries {
+	d := deliveries{
+		received: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "stripe_payments_events_received_total",
+			Help: "Events given to the handler, by stripe_account and source (webhook, eventbridge, poller, replay).",
+		}, []string{"stripe_account", "source"}),
+		unexpected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "stripe_payments_events_unexpected_api_version_total",
+			Help: "Events whose api_version is not the configured STRIPE_API_VERSION, by api_version and source.",
+		}, []string{"api_version", "source"}),
+	}
+	reg.MustRegister(d.received, d.unexpected)
+	return d
+}
+
+// Delivered implements handler.DeliveryObserver.
+func (m *Metrics) Delivered(account string, source stripeevent.Source, apiVersion string, expected bool) {
+	m.deliveries.received.WithLabelValues(account, string(source)).Inc()
+	if !expected {
+		m.deliveries.unexpected.WithLabelValues(apiVersion, string(source)).Inc()
+	}
+}

@@ -1,0 +1,80 @@
+package metrics_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/stripe-payments/stripe-payments/internal/metrics"
+)
+
+// gauges gathers a gauge family as "kind|state" -> value.
+func gauges(t *testing.T, m *metrics.Metrics, name string) (map[string]float64, error) {
+	t.Helper()
+	families, err := m.Registry.Gather()
+	out := map[string]float64{}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, mt := range f.GetMetric() {
+			key := ""
+			for _, l := range mt.GetLabel() {
+				if key != "" {
+					key += "|"
+				}
+				key += l.GetValue()
+			}
+			out[key] = mt.GetGauge().GetValue()
+		}
+	}
+	return out, err
+}
+
+// Every kind and state is exported (0 when none), the counts are read at
+// most every 30 s, and a failed read serves the last counts, never zeros
+// and never a failed scrape.
+func TestIncidentGauges(t *testing.T) {
+	m := metrics.New()
+	reads := 0
+	var fail error
+	m.WatchIncidents(func(context.Context) ([]metrics.IncidentCount, error) {
+		reads++
+		if fail != nil {
+			return nil, fail
+		}
+		return []metrics.IncidentCount{
+			{Kind: "event", State: "open", Incidents: 2, Occurrences: 51},
+			{Kind: "billing", State: "acknowledged", Incidents: 1, Occurrences: 3},
+		}, nil
+	})
+	got, err := gauges(t, m, "stripe_payments_incidents")
+	require.NoError(t, err)
+	assert.Len(t, got, 9, "3 kinds x 3 states")
+	assert.Equal(t, 2.0, got["event|open"])
+	assert.Equal(t, 1.0, got["billing|acknowledged"])
+	assert.Equal(t, 0.0, got["delivery|open"])
+	occ, err := gauges(t, m, "stripe_payments_incident_occurrences")
+	require.NoError(t, err)
+	assert.Equal(t, 51.0, occ["event|open"])
+	assert.Equal(t, 1, reads, "one read for both families")
+
+	fail = errors.New("postgres down")
+	_, err = gauges(t, m, "stripe_payments_incidents")
+	require.NoError(t, err, "within 30 s the last counts are served")
+	assert.Equal(t, 1, reads)
+
+	// A read that fails never fails the scrape (the instance would look
+	// down): before any success the families are absent.
+	fresh := metrics.New()
+	fresh.WatchIncidents(func(context.Context) ([]metrics.IncidentCount, error) { return nil, errors.New("postgres down") })
+	none, err := gauges(t, fresh, "stripe_payments_incidents")
+	require.NoError(t, err)
+	assert.Empty(t, none)
+	handled, err := fresh.Registry.Gather()
+	require.NoError(t, err)
+	assert.NotEmpty(t, handled, "the other metrics are still served")
+}
