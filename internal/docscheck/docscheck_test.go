@@ -1,0 +1,215 @@
+// Package docscheck holds no code: its tests keep the documentation a
+// newcomer walks through honest. The README stays short and its map of
+// docs/ names exactly the pages there; every relative link in the README and
+// docs/ reaches a file; every Prometheus alert has a runbook page that names
+// it (issue 31).
+package docscheck
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"go.yaml.in/yaml/v3"
+)
+
+const (
+	readmeMaxLines = 250
+	mapHeading     = "## Documentation" // the README section that maps docs/
+	alertsFile     = "monitoring/prometheus/alerts.yml"
+	runbooksDir    = "docs/runbooks"
+)
+
+// repoRoot is the module root: tests run in their package's directory.
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	dir, err := os.Getwd()
+	require.NoError(t, err)
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		require.NotEqual(t, dir, parent, "go.mod not found above the test's directory")
+		dir = parent
+	}
+}
+
+// mdLink matches an inline Markdown link or image target.
+var mdLink = regexp.MustCompile(`\]\(([^)\s]+)\)`)
+
+// links returns the targets of the relative links in text, anchors cut off.
+func links(text string) []string {
+	var out []string
+	for _, m := range mdLink.FindAllStringSubmatch(text, -1) {
+		target := m[1]
+		if strings.Contains(target, "://") || strings.HasPrefix(target, "#") || strings.HasPrefix(target, "mailto:") {
+			continue
+		}
+		if i := strings.IndexByte(target, '#'); i >= 0 {
+			target = target[:i]
+		}
+		out = append(out, target)
+	}
+	return out
+}
+
+// section returns the lines of text under heading, up to the next heading
+// of the same or a higher level.
+func section(text, heading string) (string, bool) {
+	level := strings.IndexByte(heading, ' ')
+	var b strings.Builder
+	in := false
+	for _, line := range strings.Split(text, "\n") {
+		if in && strings.HasPrefix(line, "#") {
+			if n := len(line) - len(strings.TrimLeft(line, "#")); n <= level {
+				break
+			}
+		}
+		if line == heading {
+			in = true
+			continue
+		}
+		if in {
+			b.WriteString(line + "\n")
+		}
+	}
+	return b.String(), in
+}
+
+// README holds what the front door needs and no more (issue 31: ≤ 250 lines).
+func TestREADMEIsShort(t *testing.T) {
+	readme, err := os.ReadFile(filepath.Join(repoRoot(t), "README.md"))
+	require.NoError(t, err)
+	lines := strings.Count(string(readme), "\n")
+	require.LessOrEqual(t, lines, readmeMaxLines,
+		"README.md has %d lines; keep it at most %d and move the rest into docs/", lines, readmeMaxLines)
+}
+
+// The README's map of docs/ and the pages there agree both ways.
+func TestREADMEMapsEveryDocsPage(t *testing.T) {
+	root := repoRoot(t)
+	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+	require.NoError(t, err)
+	docsMap, ok := section(string(readme), mapHeading)
+	require.True(t, ok, "README.md has no %q section (the map of docs/)", mapHeading)
+
+	mapped := map[string]bool{}
+	for _, target := range links(docsMap) {
+		mapped[filepath.Clean(target)] = true
+	}
+	pages, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	require.NoError(t, err)
+	require.NotEmpty(t, pages, "docs/ has no pages")
+	var want []string
+	for _, p := range pages {
+		want = append(want, filepath.ToSlash(filepath.Join("docs", filepath.Base(p))))
+	}
+	want = append(want, runbooksDir)
+
+	var missing, extra []string
+	for _, w := range want {
+		if !mapped[w] {
+			missing = append(missing, w)
+		}
+	}
+	for m := range mapped {
+		if !strings.HasPrefix(m, "docs") {
+			continue // the map may also point at RELIABILITY.md and BENCHMARKS.md
+		}
+		if _, err := os.Stat(filepath.Join(root, m)); err != nil {
+			extra = append(extra, m)
+		}
+	}
+	sort.Strings(extra)
+	require.Empty(t, missing, "pages in docs/ the README's %q map does not name", mapHeading)
+	require.Empty(t, extra, "the README's %q map names pages that do not exist", mapHeading)
+}
+
+// Every relative link in the README and docs/ reaches a file, so a page
+// that moves cannot leave a dead link behind.
+func TestRelativeLinksReachAFile(t *testing.T) {
+	root := repoRoot(t)
+	files := []string{filepath.Join(root, "README.md"), filepath.Join(root, "RELIABILITY.md"), filepath.Join(root, "BENCHMARKS.md")}
+	for _, pattern := range []string{"docs/*.md", "docs/runbooks/*.md"} {
+		found, err := filepath.Glob(filepath.Join(root, pattern))
+		require.NoError(t, err)
+		files = append(files, found...)
+	}
+	var dead []string
+	for _, f := range files {
+		text, err := os.ReadFile(f)
+		require.NoError(t, err)
+		for _, target := range links(string(text)) {
+			if _, err := os.Stat(filepath.Join(filepath.Dir(f), target)); err != nil {
+				rel, _ := filepath.Rel(root, f)
+				dead = append(dead, fmt.Sprintf("%s → %s", rel, target))
+			}
+		}
+	}
+	require.Empty(t, dead, "relative links that reach no file")
+}
+
+type rules struct {
+	Groups []struct {
+		Name  string `yaml:"name"`
+		Rules []struct {
+			Alert       string            `yaml:"alert"`
+			Annotations map[string]string `yaml:"annotations"`
+		} `yaml:"rules"`
+	} `yaml:"groups"`
+}
+
+// Every alert carries a runbook_url that is its own page in docs/runbooks,
+// that page names the alert, and no page is left without its alert.
+func TestEveryAlertHasItsRunbook(t *testing.T) {
+	root := repoRoot(t)
+	raw, err := os.ReadFile(filepath.Join(root, alertsFile))
+	require.NoError(t, err)
+	var r rules
+	require.NoError(t, yaml.Unmarshal(raw, &r), alertsFile)
+
+	alerts := map[string]bool{}
+	var problems []string
+	for _, g := range r.Groups {
+		for _, rule := range g.Rules {
+			if rule.Alert == "" {
+				continue // a recording rule
+			}
+			alerts[rule.Alert] = true
+			url := rule.Annotations["runbook_url"]
+			want := runbooksDir + "/" + rule.Alert + ".md"
+			switch {
+			case url == "":
+				problems = append(problems, fmt.Sprintf("%s: no runbook_url annotation (want %q)", rule.Alert, want))
+				continue
+			case url != want:
+				problems = append(problems, fmt.Sprintf("%s: runbook_url %q, want its own page %q", rule.Alert, url, want))
+				continue
+			}
+			page, err := os.ReadFile(filepath.Join(root, url))
+			if err != nil {
+				problems = append(problems, fmt.Sprintf("%s: runbook_url %q: %v", rule.Alert, url, err))
+				continue
+			}
+			if !strings.Contains(string(page), rule.Alert) {
+				problems = append(problems, fmt.Sprintf("%s: its runbook %s never names it", rule.Alert, url))
+			}
+		}
+	}
+	require.NotEmpty(t, alerts, "%s holds no alert", alertsFile)
+
+	pages, err := filepath.Glob(filepath.Join(root, runbooksDir, "*.md"))
+	require.NoError(t, err)
+	for _, p := range pages {
+		if name := strings.TrimSuffix(filepath.Base(p), ".md"); !alerts[name] {
+			problems = append(problems, fmt.Sprintf("%s/%s.md: no alert of that name in %s", runbooksDir, name, alertsFile))
+		}
+	}
+	require.Empty(t, problems)
+}
