@@ -43,20 +43,84 @@ func repoRoot(t *testing.T) string {
 // mdLink matches an inline Markdown link or image target.
 var mdLink = regexp.MustCompile(`\]\(([^)\s]+)\)`)
 
-// links returns the targets of the relative links in text, anchors cut off.
-func links(text string) []string {
-	var out []string
-	for _, m := range mdLink.FindAllStringSubmatch(text, -1) {
+// link is a relative link: a path (empty: the same page) and an anchor.
+type link struct{ path, anchor string }
+
+// links returns the relative links in text (not URLs); fenced code is
+// skipped, since a link there is only text.
+func links(text string) []link {
+	var out []link
+	for _, m := range mdLink.FindAllStringSubmatch(withoutCode(text), -1) {
 		target := m[1]
-		if strings.Contains(target, "://") || strings.HasPrefix(target, "#") || strings.HasPrefix(target, "mailto:") {
+		if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
 			continue
 		}
-		if i := strings.IndexByte(target, '#'); i >= 0 {
-			target = target[:i]
-		}
-		out = append(out, target)
+		path, anchor, _ := strings.Cut(target, "#")
+		out = append(out, link{path: path, anchor: anchor})
 	}
 	return out
+}
+
+// withoutCode blanks fenced code blocks and inline code spans.
+func withoutCode(text string) string {
+	var b strings.Builder
+	fenced := false
+	for _, line := range strings.Split(text, "\n") {
+		if strings.HasPrefix(strings.TrimSpace(line), "```") {
+			fenced = !fenced
+			b.WriteString("\n")
+			continue
+		}
+		if fenced {
+			b.WriteString("\n")
+			continue
+		}
+		b.WriteString(inlineCode.ReplaceAllString(line, "``") + "\n")
+	}
+	return b.String()
+}
+
+var (
+	inlineCode = regexp.MustCompile("`[^`]*`")
+	// GitHub drops from a heading's anchor every character that is not a
+	// letter, a digit, a space, '-' or '_', and turns spaces into '-'.
+	notInSlug = regexp.MustCompile(`[^\p{L}\p{N} _-]`)
+)
+
+// anchors returns the anchors GitHub gives the headings of a Markdown page.
+func anchors(text string) map[string]bool {
+	out := map[string]bool{}
+	seen := map[string]int{}
+	for _, line := range strings.Split(withoutFences(text), "\n") {
+		if !strings.HasPrefix(line, "#") {
+			continue
+		}
+		title := strings.TrimSpace(strings.TrimLeft(line, "#"))
+		slug := strings.ReplaceAll(notInSlug.ReplaceAllString(strings.ToLower(title), ""), " ", "-")
+		if n := seen[slug]; n > 0 {
+			out[fmt.Sprintf("%s-%d", slug, n)] = true
+		} else {
+			out[slug] = true
+		}
+		seen[slug]++
+	}
+	return out
+}
+
+// withoutFences blanks fenced code blocks only (a '#' line there is a comment).
+func withoutFences(text string) string {
+	var b strings.Builder
+	fenced := false
+	for _, line := range strings.Split(text, "\n") {
+		if strings.HasPrefix(strings.TrimSpace(line), "```") {
+			fenced = !fenced
+		}
+		if fenced {
+			line = ""
+		}
+		b.WriteString(line + "\n")
+	}
+	return b.String()
 }
 
 // section returns the lines of text under heading, up to the next heading
@@ -100,8 +164,10 @@ func TestREADMEMapsEveryDocsPage(t *testing.T) {
 	require.True(t, ok, "README.md has no %q section (the map of docs/)", mapHeading)
 
 	mapped := map[string]bool{}
-	for _, target := range links(docsMap) {
-		mapped[filepath.Clean(target)] = true
+	for _, l := range links(docsMap) {
+		if l.path != "" {
+			mapped[filepath.Clean(l.path)] = true
+		}
 	}
 	pages, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
 	require.NoError(t, err)
@@ -131,7 +197,8 @@ func TestREADMEMapsEveryDocsPage(t *testing.T) {
 	require.Empty(t, extra, "the README's %q map names pages that do not exist", mapHeading)
 }
 
-// Every relative link in the README and docs/ reaches a file, so a page
+// Every relative link in the README and docs/ reaches a file, and a link to
+// a heading of a Markdown page reaches that heading, so a page or a section
 // that moves cannot leave a dead link behind.
 func TestRelativeLinksReachAFile(t *testing.T) {
 	root := repoRoot(t)
@@ -145,10 +212,24 @@ func TestRelativeLinksReachAFile(t *testing.T) {
 	for _, f := range files {
 		text, err := os.ReadFile(f)
 		require.NoError(t, err)
-		for _, target := range links(string(text)) {
-			if _, err := os.Stat(filepath.Join(filepath.Dir(f), target)); err != nil {
-				rel, _ := filepath.Rel(root, f)
-				dead = append(dead, fmt.Sprintf("%s → %s", rel, target))
+		rel, _ := filepath.Rel(root, f)
+		for _, l := range links(string(text)) {
+			target := f
+			if l.path != "" {
+				target = filepath.Join(filepath.Dir(f), l.path)
+			}
+			info, err := os.Stat(target)
+			if err != nil {
+				dead = append(dead, fmt.Sprintf("%s → %s", rel, l.path))
+				continue
+			}
+			if l.anchor == "" || info.IsDir() || !strings.HasSuffix(target, ".md") {
+				continue
+			}
+			page, err := os.ReadFile(target)
+			require.NoError(t, err)
+			if !anchors(string(page))[l.anchor] {
+				dead = append(dead, fmt.Sprintf("%s → %s#%s (no such heading)", rel, l.path, l.anchor))
 			}
 		}
 	}
