@@ -28,7 +28,7 @@ build:
 test:
 	scripts/test.sh test
 
-## check: the edit loop: gofmt check, go vet, go test -short without -race and without the long runs (≈ 3 min; make test is the gate)
+## check: the edit loop: gofmt check, go vet, go test without -race, without internal/app's end-to-end tests and the long runs (make test is the gate)
 check:
 	scripts/test.sh check
 
