@@ -236,6 +236,64 @@ func TestRelativeLinksReachAFile(t *testing.T) {
 	require.Empty(t, dead, "relative links that reach no file")
 }
 
+// directRequires returns the modules go.mod requires directly.
+func directRequires(gomod string) []string {
+	var out []string
+	block := false
+	for _, line := range strings.Split(gomod, "\n") {
+		line = strings.TrimSpace(line)
+		switch {
+		case line == "require (":
+			block = true
+			continue
+		case block && line == ")":
+			block = false
+			continue
+		case strings.HasPrefix(line, "require "):
+			line = strings.TrimPrefix(line, "require ")
+		case !block:
+			continue
+		}
+		if line == "" || strings.HasPrefix(line, "//") || strings.Contains(line, "// indirect") {
+			continue
+		}
+		out = append(out, strings.Fields(line)[0])
+	}
+	return out
+}
+
+// The project's rule: every direct dependency has its line in the README's
+// "## Dependencies" section saying why (a line may name a module's parent,
+// e.g. the AWS SDK for its service modules, or the package used, e.g.
+// golang.org/x/time/rate).
+func TestEveryDirectDependencyHasItsLine(t *testing.T) {
+	root := repoRoot(t)
+	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+	require.NoError(t, err)
+	deps, ok := section(string(readme), "## Dependencies")
+	require.True(t, ok, "README.md has no \"## Dependencies\" section")
+	named := regexp.MustCompile("`([a-z0-9.-]+\\.[a-z]+/[^`\\s]+)`").FindAllStringSubmatch(deps, -1)
+	gomod, err := os.ReadFile(filepath.Join(root, "go.mod"))
+	require.NoError(t, err)
+	mods := directRequires(string(gomod))
+	require.NotEmpty(t, mods, "go.mod requires nothing directly?")
+
+	var missing []string
+	for _, mod := range mods {
+		found := false
+		for _, n := range named {
+			if mod == n[1] || strings.HasPrefix(mod, n[1]+"/") || strings.HasPrefix(n[1], mod+"/") {
+				found = true
+				break
+			}
+		}
+		if !found {
+			missing = append(missing, mod)
+		}
+	}
+	require.Empty(t, missing, "direct dependencies of go.mod without their line in the README's Dependencies table")
+}
+
 type rules struct {
 	Groups []struct {
 		Name  string `yaml:"name"`
