@@ -1,4 +1,4 @@
-# stripe-payments — see DESIGN.md §3 ("Running it") and scripts/devstack.sh.
+# stripe-payments — see docs/design.md §3 ("Running it"), docs/development.md and scripts/devstack.sh.
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := build
@@ -13,7 +13,7 @@ BIN       := bin/stripe-payments
 TESTFLAGS ?=
 export TESTFLAGS
 
-.PHONY: help build test run reset lint bench bench-peer fuzz clean stack-up stack-down stack-status stack-env
+.PHONY: help build test check run reset lint bench bench-peer fuzz clean stack-up stack-down stack-status stack-env
 
 ## help: list the targets
 help:
@@ -27,6 +27,10 @@ build:
 ## test: start the local stack if needed, go vet, gofmt check, go test -race; stop what it started
 test:
 	scripts/test.sh test
+
+## check: the edit loop: gofmt check, go vet, go test without -race, without internal/app's end-to-end tests and the long runs (make test is the gate)
+check:
+	scripts/test.sh check
 
 ## run: local stack + migrate + the local Stripe + serve in the foreground (Ctrl-C stops all it started); README "First hour"
 run:
