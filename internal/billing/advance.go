@@ -170,7 +170,7 @@ func (s *Service) clockDay(ctx context.Context, at time.Time) (ClockRun, error) 
 		case err != nil:
 			errs = append(errs, err)
 		case !rep.OK():
-			errs = append(errs, fmt.Errorf("%s %s did not finish cleanly: %s", rep.Job, date, rep.summary()))
+			errs = append(errs, fmt.Errorf("%s %s did not finish cleanly: %s (%s)", rep.Job, date, rep.causes(), rep.summary()))
 		}
 		if ctx.Err() != nil {
 			break
