@@ -63,6 +63,8 @@ type Report struct {
 	// chargedOn: the Stripe accounts this run charged on, registered for
 	// the poller at the end (subscriptions created before the registry).
 	chargedOn map[string]bool
+	// causeRoots: the innermost errors of Causes (because).
+	causeRoots map[string]bool
 
 	mu sync.Mutex
 }
@@ -79,10 +81,20 @@ func (r *Report) because(what string, err error) {
 	if stripeUnreachable(err) {
 		c = "Stripe unreachable: " + err.Error()
 	}
+	// One cause once: the same failure seen by the attempt and then by
+	// its entry is one cause.
+	root := err
+	for u := errors.Unwrap(root); u != nil; u = errors.Unwrap(root) {
+		root = u
+	}
 	r.add(func(r *Report) {
-		if len(r.Causes) >= maxCauses || slices.Contains(r.Causes, c) {
+		if len(r.Causes) >= maxCauses || slices.Contains(r.Causes, c) || r.causeRoots[root.Error()] {
 			return
 		}
+		if r.causeRoots == nil {
+			r.causeRoots = map[string]bool{}
+		}
+		r.causeRoots[root.Error()] = true
 		r.Causes = append(r.Causes, c)
 	})
 }
