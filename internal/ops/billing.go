@@ -306,6 +306,10 @@ func describeChange(e billing.HistoryEntry, currency string) string {
 	case billing.ACHSent:
 		return "submitted (bank debit processing)"
 	case billing.Error:
+		if strings.HasPrefix(e.Error, "not retried: ") {
+			code, _, _ := strings.Cut(strings.TrimPrefix(e.Error, "not retried: "), " ")
+			return "declined, not retried: " + code
+		}
 		if e.Attempts > 0 {
 			return "declined (attempt " + strconv.Itoa(e.Attempts) + ")"
 		}

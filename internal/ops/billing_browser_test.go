@@ -14,6 +14,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/stripe-payments/stripe-payments/internal/stripetest"
 )
 
 // TestConsoleBillingDangerousStatesInARealBrowser (issue 30): a charge
@@ -168,6 +170,26 @@ func TestConsoleBillingDangerousStatesInARealBrowser(t *testing.T) {
 		assert.Zero(t, count("#account-unknown"))
 	})
 
+	t.Run("a decline retrying cannot fix is tagged not retried", func(t *testing.T) {
+		hardSub := create("merchant-hard", "cus_hard", "hard@example.com")
+		status, moved := apiJSON(t, a, http.MethodPatch, "/internal/v1/accounts/merchant-hard/subscriptions/"+hardSub, map[string]any{"next_payment_date": today})
+		require.Equal(t, http.StatusOK, status, moved)
+		stripe.DeclineAs = func(stripetest.PI) string { return "lost_card" }
+		stripe.decline.Store(true)
+		rep, err := a.Billing.CollectNow(context.Background())
+		stripe.decline.Store(false)
+		require.NoError(t, err)
+		require.Equal(t, 1, rep.Declined)
+		step("subscription", chromedp.Navigate(base+"/billing/merchant-hard/"+hardSub), chromedp.WaitVisible(chromedp.ID("per-h")))
+		assert.Contains(t, text("table.periods"), "not retried: lost_card")
+		assert.Contains(t, strings.Join(func() []string {
+			out, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll("#history .change")].map(e => e.textContent)`))
+			require.NoError(t, err)
+			return out
+		}(), "|"), "declined, not retried: lost_card")
+		shot("02b-subscription-hard-decline")
+	})
+
 	t.Run("history newest first, what changed, pager labels that match", func(t *testing.T) {
 		step("subscription", chromedp.Navigate(base+"/billing/merchant-history/"+histSub), chromedp.WaitVisible(chromedp.ID("history")))
 		times := func() []string {
@@ -250,6 +272,26 @@ func TestConsoleBillingDangerousStatesInARealBrowser(t *testing.T) {
 		assert.Equal(t, 1, redrives)
 		assert.False(t, isDead)
 		shot("07-dead-letter-redriven")
+	})
+
+	t.Run("a rejected event is not tagged processed; a failed replay says why", func(t *testing.T) {
+		rejectedID := "evt_" + strings.ReplaceAll(uuid.NewString(), "-", "")[:24]
+		require.Equal(t, http.StatusOK, deliver(t, a, stripetest.Event{Fixture: "payment_intent.succeeded", ID: rejectedID,
+			Object: map[string]any{"invoice": "not-an-invoice"}}.Build(t)))
+		step("rejected event", chromedp.Navigate(base+"/events/"+rejectedID), chromedp.WaitVisible(chromedp.ID("event-status")))
+		assert.Equal(t, "rejected", text("#event-status"))
+		assert.Zero(t, count(".tag.ok"), "no green tag on a rejected event")
+		shot("13-rejected-event")
+		stripe.setDown(true)
+		failedID := "evt_" + strings.ReplaceAll(uuid.NewString(), "-", "")[:24]
+		require.GreaterOrEqual(t, deliver(t, a, stripetest.Event{Fixture: "payment_intent.succeeded", ID: failedID,
+			Object: map[string]any{"invoice": consoleInvoice}}.Build(t)), 500)
+		step("failed event", chromedp.Navigate(base+"/events/"+failedID), chromedp.WaitVisible(chromedp.ID("replay")),
+			chromedp.Click(chromedp.ID("replay")), chromedp.WaitVisible(chromedp.ID("replay-results")))
+		assert.Contains(t, text("#replay-results"), "could not be processed")
+		assert.Contains(t, text("#replay-results .replay-cause"), "test Stripe is down", "the cause, not only that it failed")
+		shot("14-replay-failed-why")
+		stripe.setDown(false)
 	})
 
 	t.Run("the other pages at both widths", func(t *testing.T) {
