@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/labstack/echo/v4"
 
 	"github.com/stripe-payments/stripe-payments/internal/apperr"
@@ -215,21 +214,11 @@ func (c *Console) replaySelection(ec echo.Context) error {
 	return c.render(ec, http.StatusOK, "replayed", view{Title: "Replay", Nav: "problems", Data: results})
 }
 
-type outboxMessage struct {
-	ID          string
-	Topic       string
-	Type        string
-	Attempts    int
-	LastError   string
-	CreatedAt   time.Time
-	AvailableAt time.Time
-}
-
 type outboxData struct {
 	Topic    string
 	Dead     bool
 	Stats    []outbox.TopicStats
-	Messages []outboxMessage
+	Messages []outbox.Undelivered
 	Letters  []outbox.DeadLetter
 	Next     string
 }
@@ -272,34 +261,23 @@ func (c *Console) outbox(ec echo.Context) error {
 		return c.render(ec, http.StatusOK, "outbox", view{Title: "Outbox dead letters", Nav: "outbox", Notice: outboxNotice(ec), Data: d})
 	}
 	// Keyset paging on (available_at, id): ties never skip a message.
-	after, afterID := time.Time{}, ""
+	var after outbox.PendingCursor
 	if cur := ec.QueryParam("after"); cur != "" {
 		at, id, ok := strings.Cut(cur, "|")
 		t, terr := time.Parse(time.RFC3339Nano, at)
-		if !ok || terr != nil || uuid.Validate(id) != nil {
+		u, uerr := uuid.Parse(id)
+		if !ok || terr != nil || uerr != nil {
 			return c.fail(ec, http.StatusBadRequest, "That page link is not valid; open the list again.")
 		}
-		after, afterID = t, id
+		after = outbox.PendingCursor{AvailableAt: t, ID: u}
 	}
-	rows, err := c.d.Pool.Query(ctx, `SELECT id::text, topic, type, attempts, coalesce(last_error, ''), created_at, available_at
-		FROM outbox WHERE delivered_at IS NULL AND dead_at IS NULL AND ($1 = '' OR topic = $1)
-		AND ($2 = '' OR (available_at, id) > ($3, $2::uuid))
-		ORDER BY available_at, id LIMIT $4`, d.Topic, afterID, after, PageSize+1)
+	msgs, cur, err := c.d.Outbox.ListPending(ctx, d.Topic, after, PageSize)
 	if err != nil {
 		return c.unavailable(ec, "read the outbox", err)
 	}
-	d.Messages, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (outboxMessage, error) {
-		var m outboxMessage
-		err := row.Scan(&m.ID, &m.Topic, &m.Type, &m.Attempts, &m.LastError, &m.CreatedAt, &m.AvailableAt)
-		return m, err
-	})
-	if err != nil {
-		return c.unavailable(ec, "read the outbox", err)
-	}
-	if len(d.Messages) > PageSize {
-		d.Messages = d.Messages[:PageSize]
-		last := d.Messages[PageSize-1]
-		next.Set("after", last.AvailableAt.UTC().Format(time.RFC3339Nano)+"|"+last.ID)
+	d.Messages = msgs
+	if cur != nil {
+		next.Set("after", cur.AvailableAt.UTC().Format(time.RFC3339Nano)+"|"+cur.ID.String())
 		d.Next = Prefix + "/outbox?" + next.Encode()
 	}
 	return c.render(ec, http.StatusOK, "outbox", view{Title: "Outbox", Nav: "outbox", Data: d})
