@@ -3,13 +3,16 @@ package ops_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/assert"
@@ -156,6 +159,28 @@ func TestConsoleBillingDangerousStatesInARealBrowser(t *testing.T) {
 		assert.Contains(t, text(".alert.bad"), "unknown outcome")
 		assert.Contains(t, text(".alert.bad"), key)
 		assert.Zero(t, count("#confirm"))
+		// A form posted from a page loaded before the attempt (a stale
+		// page) is refused with the same reason, and changes nothing.
+		csrf, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector("input[name=csrf]").value`))
+		require.NoError(t, err)
+		cookies, err := chromedp.Call(ctx, network.GetCookies, network.GetCookiesParams{URLs: []string{base + "/"}})
+		require.NoError(t, err)
+		for _, action := range []url.Values{{"action": {"cancel"}}, {"action": {"pause"}, "months": {"1"}}, {"action": {"pay"}}} {
+			action.Set("csrf", csrf)
+			req, err := http.NewRequest(http.MethodPost, base+"/billing/merchant-unknown/"+unknownSub+"/action", strings.NewReader(action.Encode()))
+			require.NoError(t, err)
+			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+			req.Header.Set("Origin", a.Admin.URL())
+			for _, c := range cookies.Cookies {
+				req.AddCookie(&http.Cookie{Name: c.Name, Value: c.Value})
+			}
+			resp, err := http.DefaultClient.Do(req)
+			require.NoError(t, err)
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			assert.Equal(t, http.StatusConflict, resp.StatusCode, action.Get("action"))
+			assert.Contains(t, string(body), "unknown outcome", action.Get("action"))
+		}
 		_, got := apiJSON(t, a, http.MethodGet, "/internal/v1/accounts/merchant-unknown/subscriptions/"+unknownSub, nil)
 		assert.Equal(t, "ACTIVE", got["status"], "nothing changed")
 	})
