@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -170,7 +171,7 @@ func (s *Service) clockDay(ctx context.Context, at time.Time) (ClockRun, error) 
 		case err != nil:
 			errs = append(errs, err)
 		case !rep.OK():
-			errs = append(errs, fmt.Errorf("%s %s did not finish cleanly: %s", rep.Job, date, rep.summary()))
+			errs = append(errs, fmt.Errorf("%s %s did not finish cleanly: %s (%s)", rep.Job, date, rep.causes(), rep.summary()))
 		}
 		if ctx.Err() != nil {
 			break
@@ -212,6 +213,11 @@ func (s *Service) untilUnlocked(ctx context.Context, job func(context.Context, d
 		total.Unknown += rep.Unknown
 		total.Resolved += rep.Resolved
 		total.Unresolved, total.Errors, total.Locked = rep.Unresolved, rep.Errors, rep.Locked
+		for _, c := range rep.Causes {
+			if len(total.Causes) < maxCauses && !slices.Contains(total.Causes, c) {
+				total.Causes = append(total.Causes, c)
+			}
+		}
 		if err != nil || rep.Locked == 0 || rep.Errors > 0 || rep.Unresolved > 0 || s.wall().After(deadline) {
 			return total, err
 		}

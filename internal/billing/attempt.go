@@ -163,6 +163,7 @@ func (s *Service) claimAndCharge(ctx context.Context, l *lock.Lock, sub Subscrip
 		s.obs.OutcomeUnknown()
 		rep.add(func(r *Report) { r.Unknown++ })
 		s.leftUnresolved(rep, p)
+		rep.because(fmt.Sprintf("charge of %s %s: outcome unknown", p.SubscriptionID, p.BillingDate), err)
 		return p, res, false, fmt.Errorf("charge %s %s: %w", p.SubscriptionID, p.BillingDate, err)
 	}
 	return p, res, false, nil

@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -53,12 +56,55 @@ type Report struct {
 	SweptFrom string `json:"swept_from,omitempty"`
 	// Errors: entries that failed otherwise (see the logs).
 	Errors int `json:"errors"`
+	// Causes: why the run was not OK, in words (the first few distinct
+	// ones: "Stripe unreachable: …"), for a test clock's page and the logs.
+	Causes []string `json:"causes,omitempty"`
 
 	// chargedOn: the Stripe accounts this run charged on, registered for
 	// the poller at the end (subscriptions created before the registry).
 	chargedOn map[string]bool
+	// causeRoots: the innermost errors of Causes (because).
+	causeRoots map[string]bool
 
 	mu sync.Mutex
+}
+
+// maxCauses bounds Report.Causes.
+const maxCauses = 3
+
+// because records why an entry left the run not OK (a new cause only).
+func (r *Report) because(what string, err error) {
+	if err == nil {
+		return
+	}
+	c := what + ": " + err.Error()
+	if stripeUnreachable(err) {
+		c = "Stripe unreachable: " + err.Error()
+	}
+	// One cause once: the same failure seen by the attempt and then by
+	// its entry is one cause.
+	root := err
+	for u := errors.Unwrap(root); u != nil; u = errors.Unwrap(root) {
+		root = u
+	}
+	r.add(func(r *Report) {
+		if len(r.Causes) >= maxCauses || slices.Contains(r.Causes, c) || r.causeRoots[root.Error()] {
+			return
+		}
+		if r.causeRoots == nil {
+			r.causeRoots = map[string]bool{}
+		}
+		r.causeRoots[root.Error()] = true
+		r.Causes = append(r.Causes, c)
+	})
+}
+
+// stripeUnreachable: no answer came back (connection refused, a timeout,
+// a DNS failure), as opposed to an answer that was an error.
+func stripeUnreachable(err error) bool {
+	var ne net.Error
+	var oe *net.OpError
+	return errors.As(err, &oe) || (errors.As(err, &ne) && ne.Timeout()) || errors.Is(err, context.DeadlineExceeded)
 }
 
 func (r *Report) add(f func(r *Report)) {
@@ -128,6 +174,7 @@ func (s *Service) run(ctx context.Context, job string, date dates.Date, index In
 		case err != nil && ctx.Err() == nil:
 			log.Error("billing job: account failed", "account", w.account, "error", err)
 			rep.add(func(r *Report) { r.Errors++ })
+			rep.because("account "+w.account, err)
 		}
 	}
 	readErr := s.eachShard(ctx, index, from, date, rep, work)
@@ -258,6 +305,21 @@ func (s *Service) endSweep(ctx context.Context, log *slog.Logger, job string, da
 	}
 }
 
+// causes says why the run was not OK, in words, as far as it knows.
+func (r *Report) causes() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case len(r.Causes) > 0:
+		return strings.Join(r.Causes, "; ")
+	case r.Locked > 0:
+		return fmt.Sprintf("%d account(s) stayed locked by another holder", r.Locked)
+	case r.Unresolved > 0:
+		return fmt.Sprintf("%d period(s) left with an unknown outcome", r.Unresolved)
+	}
+	return "see the service logs"
+}
+
 func (r *Report) summary() string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -310,6 +372,7 @@ func (s *Service) account(ctx context.Context, w accountWork, date dates.Date, l
 				}
 				s.log.Error("billing job: entry failed", "account", w.account, "sk", e.SK, "error", err)
 				rep.add(func(r *Report) { r.Errors++ })
+				rep.because("account "+w.account, err)
 			}
 		}
 		return nil

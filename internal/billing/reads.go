@@ -2,6 +2,7 @@ package billing
 
 import (
 	"context"
+	"sort"
 )
 
 // GetSubscription reads one subscription.
@@ -26,4 +27,57 @@ func (s *Service) ListHistory(ctx context.Context, account, sub string, limit in
 		return Page[HistoryEntry]{}, err
 	}
 	return s.store.ListHistory(ctx, account, sub, limit, cursor)
+}
+
+// ListPeriods reads every billing period of a subscription, oldest first
+// (the console's subscription page).
+func (s *Service) ListPeriods(ctx context.Context, account, sub string) ([]Period, error) {
+	return s.store.ListPeriods(ctx, account, sub)
+}
+
+// AttemptsInFlight reads the periods of an account whose collection attempt
+// has no recorded outcome (DESIGN §8 "Failures"): every change of their
+// subscription is refused until the next collection asks Stripe.
+func (s *Service) AttemptsInFlight(ctx context.Context, account string) ([]Period, error) {
+	return s.store.ListPeriodsInFlight(ctx, account)
+}
+
+// FindSubscriptions finds subscriptions by id, Stripe customer or email, in
+// any account (subscriptions created before lookups existed: by account).
+func (s *Service) FindSubscriptions(ctx context.Context, by LookupBy, value string, limit int32) ([]Subscription, error) {
+	return s.store.FindSubscriptions(ctx, by, value, limit)
+}
+
+// HistoryNewestFirst reads the whole history of a subscription, the most
+// recent change first (the store keeps it by billing date, so every entry is
+// read: a subscription has a few per period).
+func (s *Service) HistoryNewestFirst(ctx context.Context, account, sub string) ([]HistoryEntry, error) {
+	var all []HistoryEntry
+	cursor := ""
+	for {
+		page, err := s.ListHistory(ctx, account, sub, 1000, cursor)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, page.Items...)
+		if page.NextCursor == "" {
+			sortNewestFirst(all)
+			return all, nil
+		}
+		cursor = page.NextCursor
+	}
+}
+
+// sortNewestFirst orders entries by the time of their change, latest
+// first; within one instant, the later version first.
+func sortNewestFirst(h []HistoryEntry) {
+	sort.SliceStable(h, func(i, j int) bool {
+		if !h[i].LastRunDate.Equal(h[j].LastRunDate) {
+			return h[i].LastRunDate.After(h[j].LastRunDate)
+		}
+		if !h[i].BillingDate.Equal(h[j].BillingDate) {
+			return h[i].BillingDate.After(h[j].BillingDate)
+		}
+		return h[i].Version > h[j].Version
+	})
 }

@@ -88,6 +88,7 @@ func (s *Service) resolveLost(ctx context.Context, sub Subscription, p Period, p
 	if err != nil {
 		log.Error("billing job: outcome of an attempt unknown past the idempotency window, and Stripe could not be asked; rerun the job (README runbook: unknown outcomes)", "error", err)
 		s.leftUnresolved(rep, p)
+		rep.because(fmt.Sprintf("asking Stripe about the attempt on %s %s", p.SubscriptionID, p.BillingDate), err)
 		return sub, p, res, false, false, nil
 	}
 	if lk.Found {

@@ -314,3 +314,22 @@ func TestTestClockUnknownOutcomeIsResolvedOnStripesTime(t *testing.T) {
 	assert.Equal(t, e.Stripe.PIs()[0].ID, p.TransactionID, "the PaymentIntent Stripe made")
 	assert.Len(t, e.Stripe.PIs(), 1, "no second charge")
 }
+
+// Issue 30: a test clock whose advance stopped says why, not only its
+// counters: a charge Stripe answered with a 500 leaves its outcome unknown
+// and the clock's error names that charge and Stripe's answer.
+func TestTestClockErrorSaysWhy(t *testing.T) {
+	t.Parallel()
+	e := billingtest.NewEnv(t, billingtest.Options{})
+	e.Stripe.Decide = func(stripetest.PI) stripetest.Behavior { return stripetest.Fail500 }
+	clock, err := e.Service.CreateClock(ctx, utc("2027-01-01T00:00:00Z"), "")
+	require.NoError(t, err)
+	in := billingtest.Input("gold", 15)
+	in.TestClock = clock.ID
+	sub, err := e.Service.CreateSubscription(ctx, "acc-clock-why", in)
+	require.NoError(t, err)
+	c := advance(t, e, clock.ID, "2027-01-20T00:00:00Z")
+	assert.NotEqual(t, billing.ClockReady, c.Status)
+	assert.Contains(t, c.Error, "charge of "+sub.SubscriptionID+" 2027-01-15: outcome unknown: create payment intent", "the cause")
+	assert.Contains(t, c.Error, "unknown=1", "and the counters")
+}

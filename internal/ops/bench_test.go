@@ -122,7 +122,7 @@ func TestOutboxListPagesThroughTies(t *testing.T) {
 	c := login(t, base)
 	ids := map[string]bool{}
 	path := "/outbox?topic=ops-test"
-	idCell := regexp.MustCompile(`<tr><td><code>([0-9a-f-]{36})</code></td><td>ops-test</td>`)
+	idCell := regexp.MustCompile(`<tr><td data-label="Message"><code>([0-9a-f-]{36})</code></td><td data-label="Topic">ops-test</td>`)
 	next := regexp.MustCompile(`href="(/ops/outbox\?[^"]+)" rel="next"`)
 	for pages := 0; path != ""; pages++ {
 		require.Less(t, pages, 5)

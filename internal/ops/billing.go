@@ -2,12 +2,14 @@ package ops
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"regexp"
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -19,18 +21,84 @@ import (
 // subscriptions the billing core's.
 var billingIDPattern = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,128}$`)
 
+// searchBy are the ways the billing page finds subscriptions.
+var searchBy = []struct{ Value, Label string }{
+	{"account", "Account id"}, {"subscription", "Subscription id"}, {"customer", "Stripe customer"}, {"email", "Email"},
+}
+
+var (
+	customerPattern = regexp.MustCompile(`^[A-Za-z0-9_]{1,255}$`)
+	emailPattern    = regexp.MustCompile(`^[^\s@]{1,64}@[^\s@]{1,190}$`)
+)
+
+type billingData struct {
+	By, Q    string
+	SearchBy []struct{ Value, Label string }
+	Runs     []Run
+	// Found: the subscriptions the search found (Searched: it ran).
+	Found    []billing.Subscription
+	Searched bool
+}
+
+// billingSearch opens an account, or finds subscriptions by id, Stripe
+// customer or email in any account (through the billing core's lookups).
 func (c *Console) billingSearch(ec echo.Context) error {
-	if acct := strings.TrimSpace(ec.QueryParam("account")); acct != "" {
-		if !billingIDPattern.MatchString(acct) {
-			return c.render(ec, http.StatusBadRequest, "billing", view{Title: "Billing", Nav: "billing", Error: "An account id is letters, digits and _ . : - (at most 128)."})
-		}
-		return ec.Redirect(http.StatusSeeOther, Prefix+"/billing/"+url.PathEscape(acct))
+	ctx := ctxOf(ec)
+	d := billingData{SearchBy: searchBy, By: ec.QueryParam("by"), Q: strings.TrimSpace(ec.QueryParam("q"))}
+	if acct := strings.TrimSpace(ec.QueryParam("account")); acct != "" { // the older form's field
+		d.By, d.Q = "account", acct
 	}
-	runs, err := c.d.Runs.Last(ctxOf(ec), 5)
+	if d.By == "" {
+		d.By = "account"
+	}
+	runs, err := c.d.Runs.Last(ctx, 5)
 	if err != nil {
 		return c.unavailable(ec, "read the billing runs", err)
 	}
-	return c.render(ec, http.StatusOK, "billing", view{Title: "Billing", Nav: "billing", Data: runs})
+	d.Runs = runs
+	v := view{Title: "Billing", Nav: "billing", Data: &d}
+	if d.Q == "" {
+		return c.render(ec, http.StatusOK, "billing", v)
+	}
+	var by billing.LookupBy
+	switch d.By {
+	case "account":
+		if !billingIDPattern.MatchString(d.Q) {
+			v.Error = "An account id is letters, digits and _ . : - (at most 128)."
+			return c.render(ec, http.StatusBadRequest, "billing", v)
+		}
+		return ec.Redirect(http.StatusSeeOther, Prefix+"/billing/"+url.PathEscape(d.Q))
+	case "subscription":
+		if !billingIDPattern.MatchString(d.Q) {
+			v.Error = "A subscription id is letters, digits and _ . : - (at most 128)."
+			return c.render(ec, http.StatusBadRequest, "billing", v)
+		}
+		by = billing.BySubscription
+	case "customer":
+		if !customerPattern.MatchString(d.Q) {
+			v.Error = "A Stripe customer id looks like cus_… (letters, digits and _)."
+			return c.render(ec, http.StatusBadRequest, "billing", v)
+		}
+		by = billing.ByCustomer
+	case "email":
+		if !emailPattern.MatchString(d.Q) {
+			v.Error = "That is not an email address."
+			return c.render(ec, http.StatusBadRequest, "billing", v)
+		}
+		by = billing.ByEmail
+	default:
+		v.Error = "Search by account, subscription, customer or email."
+		return c.render(ec, http.StatusBadRequest, "billing", v)
+	}
+	found, err := c.d.Billing.FindSubscriptions(ctx, by, d.Q, PageSize)
+	if err != nil {
+		return c.unavailable(ec, "search the subscriptions", err)
+	}
+	if by == billing.BySubscription && len(found) == 1 {
+		return ec.Redirect(http.StatusSeeOther, subPath(found[0]))
+	}
+	d.Found, d.Searched = found, true
+	return c.render(ec, http.StatusOK, "billing", v)
 }
 
 func (c *Console) billingIDs(ec echo.Context, names ...string) ([]string, bool) {
@@ -51,6 +119,28 @@ type accountData struct {
 	Receipts      []billing.Receipt
 	NextSubs      string
 	NextReceipts  string
+	// InFlight: the account's attempts whose outcome is unknown, by
+	// subscription id.
+	InFlight map[string]inFlight
+	Unknown  []inFlight
+}
+
+// inFlight is a collection attempt without a recorded outcome, as the
+// console shows it: every change of its subscription is refused (409)
+// until the next collection asks Stripe what became of it.
+type inFlight struct {
+	SubscriptionID string
+	BillingDate    string
+	Attempt        int
+	Since          time.Time
+	Key            string
+	Href           string
+}
+
+func inFlightOf(p billing.Period) inFlight {
+	return inFlight{SubscriptionID: p.SubscriptionID, BillingDate: p.BillingDate.String(), Attempt: p.Attempts + 1,
+		Since: p.InFlightAt, Key: p.InFlightKey,
+		Href: Prefix + "/billing/" + url.PathEscape(p.AccountID) + "/" + url.PathEscape(p.SubscriptionID)}
 }
 
 func (c *Console) billingAccount(ec echo.Context) error {
@@ -76,6 +166,16 @@ func (c *Console) billingAccount(ec echo.Context) error {
 		return c.unavailable(ec, "read the account's billing", err)
 	}
 	d.Subscriptions = subs.Items
+	flying, err := c.d.Billing.AttemptsInFlight(ctx, d.Account)
+	if err != nil {
+		return c.unavailable(ec, "read the account's attempts in flight", err)
+	}
+	d.InFlight = map[string]inFlight{}
+	for _, p := range flying {
+		f := inFlightOf(p)
+		d.InFlight[p.SubscriptionID] = f
+		d.Unknown = append(d.Unknown, f)
+	}
 	if subs.NextCursor != "" {
 		d.NextSubs = Prefix + "/billing/" + url.PathEscape(d.Account) + "?" + url.Values{"subs": {subs.NextCursor}}.Encode()
 	}
@@ -85,17 +185,35 @@ func (c *Console) billingAccount(ec echo.Context) error {
 type subscriptionData struct {
 	Sub      billing.Subscription
 	Periods  []billing.Period
-	History  []billing.HistoryEntry
-	Next     string
+	History  []historyEntry
+	Newer    string // link to the page of newer history ("": this is the newest)
+	Older    string // link to the page of older history
 	Waivable []billing.Period
 	// Unpaid: a period is in ERROR, so pay now has something to charge.
 	Unpaid bool
+	// InFlight: attempts whose outcome is unknown; while there is one,
+	// every action is refused, so none is offered.
+	InFlight []inFlight
+}
+
+// historyEntry is a history entry with what changed, in words.
+type historyEntry struct {
+	billing.HistoryEntry
+	Change string
 }
 
 func (c *Console) billingSubscription(ec echo.Context) error {
 	ids, ok := c.billingIDs(ec, "account", "sub")
 	if !ok {
 		return c.fail(ec, http.StatusBadRequest, "Not an account or subscription id.")
+	}
+	page := 0
+	if p := ec.QueryParam("page"); p != "" {
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 0 {
+			return c.fail(ec, http.StatusBadRequest, "That page link is not valid; open the subscription again.")
+		}
+		page = n
 	}
 	ctx := ctxOf(ec)
 	sub, err := c.d.Billing.GetSubscription(ctx, ids[0], ids[1])
@@ -106,30 +224,105 @@ func (c *Console) billingSubscription(ec echo.Context) error {
 		return c.unavailable(ec, "read the subscription", err)
 	}
 	d := subscriptionData{Sub: sub}
-	if d.Periods, err = c.d.Billing.Store().ListPeriods(ctx, ids[0], ids[1]); err != nil {
+	if d.Periods, err = c.d.Billing.ListPeriods(ctx, ids[0], ids[1]); err != nil {
 		return c.unavailable(ec, "read the periods", err)
 	}
 	sort.Slice(d.Periods, func(i, j int) bool { return d.Periods[i].BillingDate.After(d.Periods[j].BillingDate) })
 	for _, p := range d.Periods {
+		if p.InFlightKey != "" {
+			d.InFlight = append(d.InFlight, inFlightOf(p))
+		}
 		if p.Status == billing.Scheduled || p.Status == billing.Error {
 			d.Waivable = append(d.Waivable, p)
 		}
 		d.Unpaid = d.Unpaid || p.Status == billing.Error
 	}
-	hist, err := c.d.Billing.ListHistory(ctx, ids[0], ids[1], PageSize, ec.QueryParam("cursor"))
-	if errors.Is(err, billing.ErrInvalidCursor) {
-		return c.fail(ec, http.StatusBadRequest, "That page link is not valid; open the subscription again.")
-	}
+	hist, err := c.d.Billing.HistoryNewestFirst(ctx, ids[0], ids[1])
 	if err != nil {
 		return c.unavailable(ec, "read the history", err)
 	}
-	d.History = hist.Items
-	// The store pages history by period; the timeline reads in time order.
-	sort.SliceStable(d.History, func(i, j int) bool { return d.History[i].LastRunDate.Before(d.History[j].LastRunDate) })
-	if hist.NextCursor != "" {
-		d.Next = subPath(sub) + "?" + url.Values{"cursor": {hist.NextCursor}}.Encode()
+	// Newest first, a page at a time: "Older history" leads to older
+	// entries, "Newer history" back.
+	from := page * PageSize
+	if from > len(hist) {
+		from = len(hist)
+	}
+	to := min(from+PageSize, len(hist))
+	for _, e := range hist[from:to] {
+		d.History = append(d.History, historyEntry{HistoryEntry: e, Change: describeChange(e, sub.Currency)})
+	}
+	if to < len(hist) {
+		d.Older = subPath(sub) + "?" + url.Values{"page": {strconv.Itoa(page + 1)}}.Encode() + "#hist-h"
+	}
+	if page > 0 {
+		d.Newer = subPath(sub) + "?" + url.Values{"page": {strconv.Itoa(page - 1)}}.Encode() + "#hist-h"
 	}
 	return c.render(ec, http.StatusOK, "subscription", view{Title: "Subscription " + sub.SubscriptionID, Nav: "billing", Notice: noticeOf(ec), Data: d})
+}
+
+// describeChange says in words what a history entry changed, from the
+// cause the billing core records (updated_event) and the period's status.
+func describeChange(e billing.HistoryEntry, currency string) string {
+	ev := e.UpdatedEvent
+	switch {
+	case ev == "created":
+		return "scheduled (subscription created)"
+	case ev == "paused":
+		return "paused"
+	case ev == "resumed":
+		return "resumed"
+	case ev == "pause-skipped":
+		return "skipped (paused)"
+	case ev == "cancelled":
+		return "cancelled"
+	case ev == "waived":
+		return "waived"
+	case ev == "amount-changed":
+		return "amount changed to " + money(e.Amount, currency)
+	case ev == "payment-method-changed":
+		return "payment method changed"
+	case strings.HasPrefix(ev, "rule-changed-to-"):
+		return "rule changed: period moved to " + strings.TrimPrefix(ev, "rule-changed-to-")
+	case strings.HasPrefix(ev, "rule-changed"):
+		return "rule changed"
+	case strings.HasPrefix(ev, "charge-date-moved-to-"):
+		return "charge date moved to " + strings.TrimPrefix(ev, "charge-date-moved-to-")
+	case strings.HasPrefix(ev, "plan-changed") || strings.HasPrefix(ev, "sku-changed"):
+		return "plan changed"
+	case ev == billing.UpdatedEventReactivated:
+		return "reactivated"
+	case ev == billing.UpdatedEventDuplicateRefunded:
+		return "duplicate charge refunded"
+	case ev == "attempt-lost":
+		return "attempt lost (Stripe never made it)"
+	case ev == billing.ErasureEvent:
+		return "personal data erased"
+	case strings.HasPrefix(ev, "late-success"):
+		return "paid (late success)"
+	}
+	switch e.Status {
+	case billing.Completed:
+		return "paid"
+	case billing.ACHSent:
+		return "submitted (bank debit processing)"
+	case billing.Error:
+		if strings.HasPrefix(e.Error, "not retried: ") {
+			code, _, _ := strings.Cut(strings.TrimPrefix(e.Error, "not retried: "), " ")
+			return "declined, not retried: " + code
+		}
+		if e.Attempts > 0 {
+			return "declined (attempt " + strconv.Itoa(e.Attempts) + ")"
+		}
+		return "failed"
+	case billing.Refunded:
+		return "refunded"
+	case billing.Stale:
+		return "stale: no longer collected"
+	}
+	if ev != "" {
+		return strings.ReplaceAll(ev, "-", " ")
+	}
+	return strings.ToLower(string(e.Status))
 }
 
 func subPath(s billing.Subscription) string {
@@ -204,6 +397,11 @@ func (c *Console) billingConfirm(ec echo.Context) error {
 	if err != nil {
 		return c.unavailable(ec, "read the subscription", err)
 	}
+	if f, err := c.firstInFlight(ec, sub); err != nil {
+		return c.unavailable(ec, "read the periods", err)
+	} else if f != nil {
+		return c.fail(ec, http.StatusConflict, refusedInFlight(*f))
+	}
 	return c.render(ec, http.StatusOK, "confirm", view{Title: "Confirm " + a.Name, Nav: "billing", Data: confirmData{Sub: sub, Action: a}})
 }
 
@@ -238,6 +436,9 @@ func (c *Console) billingAction(ec echo.Context) error {
 	case errors.Is(err, billing.ErrNothingToPay):
 		return c.fail(ec, http.StatusConflict, "Nothing to pay: no period of this subscription is in ERROR. Nothing was charged.")
 	case errors.Is(err, billing.ErrAttemptInFlight):
+		if f := c.inFlightNow(ec, ids[0], ids[1]); f != nil {
+			return c.fail(ec, http.StatusConflict, refusedInFlight(*f))
+		}
 		return c.fail(ec, http.StatusConflict, "A payment attempt of this subscription has no recorded outcome yet; the collection job settles it first. Nothing was charged.")
 	case err == nil:
 		c.d.Log.Info("console billing change", "account_id", ids[0], "subscription_id", ids[1], "action", a.Name)
@@ -246,9 +447,48 @@ func (c *Console) billingAction(ec echo.Context) error {
 		return c.fail(ec, http.StatusNotFound, "No such subscription or period; nothing was changed.")
 	case errors.Is(err, billing.ErrInvalid):
 		return c.fail(ec, http.StatusConflict, "Refused: "+strings.TrimPrefix(err.Error(), billing.ErrInvalid.Error()+": ")+". Nothing was changed.")
+	case errors.Is(err, billing.ErrConflict) && c.inFlightNow(ec, ids[0], ids[1]) != nil:
+		return c.fail(ec, http.StatusConflict, refusedInFlight(*c.inFlightNow(ec, ids[0], ids[1])))
 	case errors.Is(err, billing.ErrLocked), errors.Is(err, billing.ErrConflict):
 		return c.fail(ec, http.StatusConflict, "The account is being billed right now, or changed meanwhile; nothing was changed. Try again in a minute.")
 	default:
 		return c.unavailable(ec, "change the subscription", err)
 	}
+}
+
+func money(amount int64, currency string) string {
+	return strings.TrimSpace(fmt.Sprintf("%d.%02d %s", amount/100, amount%100, strings.ToUpper(currency)))
+}
+
+// firstInFlight is sub's attempt whose outcome is unknown, if any.
+func (c *Console) firstInFlight(ec echo.Context, sub billing.Subscription) (*inFlight, error) {
+	periods, err := c.d.Billing.ListPeriods(ctxOf(ec), sub.AccountID, sub.SubscriptionID)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range periods {
+		if p.InFlightKey != "" {
+			f := inFlightOf(p)
+			return &f, nil
+		}
+	}
+	return nil, nil
+}
+
+// inFlightNow is firstInFlight for a refused change (nil when it cannot be
+// read: the generic message stands).
+func (c *Console) inFlightNow(ec echo.Context, account, subID string) *inFlight {
+	f, err := c.firstInFlight(ec, billing.Subscription{AccountID: account, SubscriptionID: subID})
+	if err != nil {
+		return nil
+	}
+	return f
+}
+
+// refusedInFlight says why a change is refused while an attempt is in
+// flight.
+func refusedInFlight(f inFlight) string {
+	return fmt.Sprintf("Refused: attempt %d on the period of %s has an unknown outcome (since %s, idempotency key %s). "+
+		"The next collection asks Stripe first; until then no change is made. Nothing was changed.",
+		f.Attempt, f.BillingDate, f.Since.UTC().Format("2006-01-02 15:04:05 UTC"), f.Key)
 }

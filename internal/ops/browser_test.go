@@ -40,6 +40,9 @@ const (
 type fakeStripe struct {
 	*stripetest.Stripe
 	decline atomic.Bool
+	// unknown: new charges get a 500 before Stripe acts (no answer to
+	// trust: the attempt's outcome is unknown).
+	unknown atomic.Bool
 	// gate, while set, holds every new PaymentIntent until it is closed.
 	gate atomic.Pointer[chan struct{}]
 }
@@ -52,6 +55,9 @@ func newFakeStripe(t *testing.T) *fakeStripe {
 	f.Decide = func(stripetest.PI) stripetest.Behavior {
 		if g := f.gate.Load(); g != nil {
 			<-*g
+		}
+		if f.unknown.Load() {
+			return stripetest.Fail500
 		}
 		if f.decline.Load() {
 			return stripetest.Decline

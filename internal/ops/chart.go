@@ -148,6 +148,7 @@ var funcs = template.FuncMap{
 		}
 		return ""
 	},
+	"inc": func(n int) int { return n + 1 },
 	"seq": func(n int) []int {
 		out := make([]int, n)
 		for i := range out {

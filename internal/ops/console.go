@@ -130,6 +130,7 @@ func Register(e *echo.Echo, d Deps) error {
 	g.GET("/problems", c.problems, c.auth)
 	g.POST("/problems/replay", c.replaySelection, c.auth)
 	g.GET("/outbox", c.outbox, c.auth)
+	g.POST("/outbox/:id/redrive", c.redriveDead, c.auth)
 	g.GET("/runs", c.runs, c.auth)
 	c.registerIncidents(g)
 	if d.Billing != nil {

@@ -29,10 +29,10 @@ func TestSubscriptionPageShowsDuplicateRefunds(t *testing.T) {
 		UpdatedEvent: "completed", Amount: 700, Currency: "usd"}
 	d := subscriptionData{Sub: billing.Subscription{AccountID: "acc-1", SubscriptionID: "sub-1", Status: billing.SubActive},
 		Periods: []billing.Period{refunded, plain},
-		History: []billing.HistoryEntry{
-			{BillingDate: day, Status: billing.Completed, UpdatedEvent: "completed", LastRunDate: at, TransactionID: "pi_b"},
-			{BillingDate: day, Status: billing.Completed, UpdatedEvent: billing.UpdatedEventDuplicateRefunded, LastRunDate: at,
-				TransactionID: "pi_b", Error: refunded.Error},
+		History: []historyEntry{
+			{HistoryEntry: billing.HistoryEntry{BillingDate: day, Status: billing.Completed, UpdatedEvent: "completed", LastRunDate: at, TransactionID: "pi_b"}},
+			{HistoryEntry: billing.HistoryEntry{BillingDate: day, Status: billing.Completed, UpdatedEvent: billing.UpdatedEventDuplicateRefunded, LastRunDate: at,
+				TransactionID: "pi_b", Error: refunded.Error}},
 		}}
 	var buf bytes.Buffer
 	require.NoError(t, c.pages["subscription"].ExecuteTemplate(&buf, "layout", view{Title: "Subscription", Data: d}))

@@ -192,7 +192,24 @@ func (c *Console) replayPage(ec echo.Context) error {
 	if r.Status == replay.StatusRunning {
 		ec.Response().Header().Set("Refresh", "2")
 	}
-	return c.render(ec, http.StatusOK, "replay", view{Title: "Replay " + id, Nav: "incidents", Data: r})
+	d := replayData{Replay: r}
+	// Why items failed again: the cause their incident still groups them
+	// under (each event's own error is on its page).
+	if r.Failed > 0 && r.Filter.Incident != "" {
+		if inc, err := c.d.Incidents.Get(ctxOf(ec), r.Filter.Incident); err == nil && inc.Count > 0 {
+			d.FailedCause, d.FailedSamples = inc.Cause, inc.SampleIDs
+			d.FailedKind = string(inc.Kind)
+		}
+	}
+	return c.render(ec, http.StatusOK, "replay", view{Title: "Replay " + id, Nav: "incidents", Data: d})
+}
+
+// replayData is a bulk replay's progress and, when items failed again, why.
+type replayData struct {
+	replay.Replay
+	FailedCause   string
+	FailedKind    string
+	FailedSamples []string
 }
 
 // replayCancel stops a running replay; the page then shows it cancelled,

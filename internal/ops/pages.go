@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/labstack/echo/v4"
 
 	"github.com/stripe-payments/stripe-payments/internal/apperr"
@@ -102,6 +101,8 @@ type replayResult struct {
 	// Still is the error the record keeps (a rejected event that is still
 	// unprocessable: the handler answers duplicate and keeps the reason).
 	Still string
+	// Cause is why a replay that failed failed (the record's last error).
+	Cause string
 }
 
 // replay re-drives one event through the API's replay logic and takes it
@@ -116,6 +117,11 @@ func (c *Console) replay(ec echo.Context, id, account string) replayResult {
 			out.Error = ae.Message
 		} else {
 			out.Error = "replay failed (see the service logs)"
+		}
+		// Why: the handler's error, as the event's record keeps it (the
+		// same text as the event page's last error).
+		if rec, gerr := c.d.Events.Get(ctx, id); gerr == nil && rec.LastError != "" {
+			out.Cause = rec.LastError
 		}
 		c.d.Log.Warn("console replay failed", "event_id", id, "error", err)
 		return out
@@ -208,21 +214,11 @@ func (c *Console) replaySelection(ec echo.Context) error {
 	return c.render(ec, http.StatusOK, "replayed", view{Title: "Replay", Nav: "problems", Data: results})
 }
 
-type outboxMessage struct {
-	ID          string
-	Topic       string
-	Type        string
-	Attempts    int
-	LastError   string
-	CreatedAt   time.Time
-	AvailableAt time.Time
-}
-
 type outboxData struct {
 	Topic    string
 	Dead     bool
 	Stats    []outbox.TopicStats
-	Messages []outboxMessage
+	Messages []outbox.Undelivered
 	Letters  []outbox.DeadLetter
 	Next     string
 }
@@ -262,41 +258,60 @@ func (c *Console) outbox(ec echo.Context) error {
 			next.Set("after", cur.DeadAt.UTC().Format(time.RFC3339Nano)+"|"+cur.ID.String())
 			d.Next = Prefix + "/outbox?" + next.Encode()
 		}
-		return c.render(ec, http.StatusOK, "outbox", view{Title: "Outbox dead letters", Nav: "outbox", Data: d})
+		return c.render(ec, http.StatusOK, "outbox", view{Title: "Outbox dead letters", Nav: "outbox", Notice: outboxNotice(ec), Data: d})
 	}
 	// Keyset paging on (available_at, id): ties never skip a message.
-	after, afterID := time.Time{}, ""
+	var after outbox.PendingCursor
 	if cur := ec.QueryParam("after"); cur != "" {
 		at, id, ok := strings.Cut(cur, "|")
 		t, terr := time.Parse(time.RFC3339Nano, at)
-		if !ok || terr != nil || uuid.Validate(id) != nil {
+		u, uerr := uuid.Parse(id)
+		if !ok || terr != nil || uerr != nil {
 			return c.fail(ec, http.StatusBadRequest, "That page link is not valid; open the list again.")
 		}
-		after, afterID = t, id
+		after = outbox.PendingCursor{AvailableAt: t, ID: u}
 	}
-	rows, err := c.d.Pool.Query(ctx, `SELECT id::text, topic, type, attempts, coalesce(last_error, ''), created_at, available_at
-		FROM outbox WHERE delivered_at IS NULL AND dead_at IS NULL AND ($1 = '' OR topic = $1)
-		AND ($2 = '' OR (available_at, id) > ($3, $2::uuid))
-		ORDER BY available_at, id LIMIT $4`, d.Topic, afterID, after, PageSize+1)
+	msgs, cur, err := c.d.Outbox.ListPending(ctx, d.Topic, after, PageSize)
 	if err != nil {
 		return c.unavailable(ec, "read the outbox", err)
 	}
-	d.Messages, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (outboxMessage, error) {
-		var m outboxMessage
-		err := row.Scan(&m.ID, &m.Topic, &m.Type, &m.Attempts, &m.LastError, &m.CreatedAt, &m.AvailableAt)
-		return m, err
-	})
-	if err != nil {
-		return c.unavailable(ec, "read the outbox", err)
-	}
-	if len(d.Messages) > PageSize {
-		d.Messages = d.Messages[:PageSize]
-		last := d.Messages[PageSize-1]
-		next.Set("after", last.AvailableAt.UTC().Format(time.RFC3339Nano)+"|"+last.ID)
+	d.Messages = msgs
+	if cur != nil {
+		next.Set("after", cur.AvailableAt.UTC().Format(time.RFC3339Nano)+"|"+cur.ID.String())
 		d.Next = Prefix + "/outbox?" + next.Encode()
 	}
 	return c.render(ec, http.StatusOK, "outbox", view{Title: "Outbox", Nav: "outbox", Data: d})
 }
+
+// redriveDead re-drives one dead letter from its button: it is due again
+// at once, with its attempts starting afresh, and keeps its id (the
+// receiver deduplicates it).
+func (c *Console) redriveDead(ec echo.Context) error {
+	id, err := uuid.Parse(ec.Param("id"))
+	if err != nil {
+		return c.fail(ec, http.StatusBadRequest, "That is not an outbox message id; nothing was re-driven.")
+	}
+	back := url.Values{"dead": {"1"}}
+	if t := ec.FormValue("topic"); t != "" && topicPattern.MatchString(t) {
+		back.Set("topic", t)
+	}
+	switch err := c.d.Outbox.Redrive(ctxOf(ec), id); {
+	case errors.Is(err, outbox.ErrNotFound):
+		return c.fail(ec, http.StatusNotFound, "No outbox message "+id.String()+"; nothing was re-driven.")
+	case errors.Is(err, outbox.ErrNotDead):
+		back.Set("redriven", id.String())
+		back.Set("result", "not-dead")
+	case err != nil:
+		return c.unavailable(ec, "re-drive the dead letter", err)
+	default:
+		c.d.Log.Info("console re-drove a dead letter", "outbox_id", id.String())
+		back.Set("redriven", id.String())
+		back.Set("result", "ok")
+	}
+	return ec.Redirect(http.StatusSeeOther, Prefix+"/outbox?"+back.Encode())
+}
+
+var topicPattern = regexp.MustCompile(`^[a-z0-9_.-]{1,64}$`)
 
 func (c *Console) runs(ec echo.Context) error {
 	runs, err := c.d.Runs.Last(ctxOf(ec), 100)
@@ -325,6 +340,21 @@ func noticeOf(ec echo.Context) string {
 			return "Submitted: the bank debit is processing (ACHSENT)."
 		}
 		return "The charge was declined; the period stays in ERROR (see its error below)."
+	}
+	return ""
+}
+
+// outboxNotice is the result a re-drive redirect carries.
+func outboxNotice(ec echo.Context) string {
+	id, err := uuid.Parse(ec.QueryParam("redriven"))
+	if err != nil {
+		return ""
+	}
+	switch ec.QueryParam("result") {
+	case "ok":
+		return "Re-driven: message " + id.String() + " is due again; the outbox worker delivers it (it keeps its id, so the receiver deduplicates it)."
+	case "not-dead":
+		return "Message " + id.String() + " is not a dead letter (re-driven or delivered already); nothing was changed."
 	}
 	return ""
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/google/uuid"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -85,6 +86,8 @@ type RunReport struct {
 	Entries, Reminded, Succeeded, Processing, Declined, Stale, Resumed, Skipped int
 	PausedSkipped                                                               int `json:"paused_skipped"`
 	Locked, Unknown, Resolved, Unresolved, Errors                               int
+	// Causes: why the run was not OK ("Stripe unreachable: …").
+	Causes []string
 }
 
 // Unresolved counts what the run left for an operator or a rerun. Every
@@ -191,4 +194,8 @@ func gathered(g prometheus.Gatherer, name, label string) map[string]float64 {
 type OutboxReader interface {
 	Stats(ctx context.Context) ([]outbox.TopicStats, error)
 	ListDead(ctx context.Context, topic string, after outbox.DeadCursor, limit int) ([]outbox.DeadLetter, *outbox.DeadCursor, error)
+	ListPending(ctx context.Context, topic string, after outbox.PendingCursor, limit int) ([]outbox.Undelivered, *outbox.PendingCursor, error)
+	// Redrive makes a dead letter due again (outbox.ErrNotFound,
+	// outbox.ErrNotDead when there is nothing to do).
+	Redrive(ctx context.Context, id uuid.UUID) error
 }

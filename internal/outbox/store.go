@@ -60,6 +60,56 @@ var ErrNotFound = errors.New("outbox message not found")
 // delivered), so there is nothing to re-drive.
 var ErrNotDead = errors.New("outbox message is not a dead letter")
 
+// Undelivered is an undelivered message that is not a dead letter.
+type Undelivered struct {
+	ID          uuid.UUID
+	Topic       string
+	Type        string
+	Attempts    int
+	LastError   string
+	CreatedAt   time.Time
+	AvailableAt time.Time
+}
+
+// PendingCursor is the position after the last message of a page (zero:
+// the first page). Pages run oldest due first; (available_at, id) orders
+// ties, so none is skipped or repeated.
+type PendingCursor struct {
+	AvailableAt time.Time
+	ID          uuid.UUID
+}
+
+// ListPending returns up to limit undelivered messages after cursor, of one
+// topic or (topic "") of all, oldest due first, and the cursor of the next
+// page (nil on the last page): the console's outbox page.
+func (s *Store) ListPending(ctx context.Context, topic string, after PendingCursor, limit int) ([]Undelivered, *PendingCursor, error) {
+	if limit <= 0 {
+		return nil, nil, errors.New("list pending messages: limit must be positive")
+	}
+	first := after.AvailableAt.IsZero()
+	rows, err := s.pool.Query(ctx, `SELECT id, topic, type, attempts, coalesce(last_error, ''), created_at, available_at
+		FROM outbox WHERE delivered_at IS NULL AND dead_at IS NULL AND ($1 = '' OR topic = $1)
+		AND ($2 OR (available_at, id) > ($3, $4))
+		ORDER BY available_at, id LIMIT $5`, topic, first, after.AvailableAt, after.ID, limit+1)
+	if err != nil {
+		return nil, nil, fmt.Errorf("list pending messages: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Undelivered, error) {
+		var m Undelivered
+		err := row.Scan(&m.ID, &m.Topic, &m.Type, &m.Attempts, &m.LastError, &m.CreatedAt, &m.AvailableAt)
+		return m, err
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("list pending messages: %w", err)
+	}
+	if len(out) <= limit {
+		return out, nil, nil
+	}
+	out = out[:limit]
+	last := out[limit-1]
+	return out, &PendingCursor{AvailableAt: last.AvailableAt, ID: last.ID}, nil
+}
+
 // ListDead returns up to limit dead letters after cursor, of one topic or
 // (topic "") of all, newest first, and the cursor of the next page (nil on
 // the last page).

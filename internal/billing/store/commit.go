@@ -102,6 +102,10 @@ func (tx *writes) add(w billing.Write) {
 		cond := expression.AttributeNotExists(expression.Name("PK"))
 		tx.put(idItem{PK: accountPK(sub.AccountID), SK: idSK(sub.SubscriptionID), Type: "SID",
 			SubscriptionID: sub.SubscriptionID, SKU: sub.SKU}, &cond)
+		// The create's lookup items (lookup.go): found by id, customer, email.
+		for _, it := range lookupItems(sub) {
+			tx.put(it, nil)
+		}
 	default:
 		tx.fail(fmt.Errorf("billing transaction: unknown write %d", w.Op))
 	}

@@ -50,6 +50,11 @@ func (s *Store) ErasePersonalData(ctx context.Context, account, sub string, entr
 		})
 		return err
 	}
+	// The lookup by email first: a rerun after a failure in between still
+	// knows the address.
+	if err := s.deleteEmailLookup(ctx, account, sub, addr); err != nil {
+		return out, err
+	}
 	if err := update(key(accountPK(account), subSK(sub, current.SKU))); err != nil {
 		return out, fmt.Errorf("erase the email of subscription %s: %w", sub, err)
 	}

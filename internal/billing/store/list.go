@@ -142,3 +142,37 @@ func (s *Store) listPage(ctx context.Context, table string, kc expression.KeyCon
 		in.Limit = aws.Int32(limit - int32(len(items)))
 	}
 }
+
+// ListPeriodsInFlight reads the periods of an account that have a
+// collection attempt whose outcome is not recorded (InFlightKey set): one
+// query over the account's period items, filtered, for the console's
+// account page (every period is read, only those come back).
+func (s *Store) ListPeriodsInFlight(ctx context.Context, account string) ([]billing.Period, error) {
+	kc := expression.Key("PK").Equal(expression.Value(accountPK(account))).And(expression.Key("SK").BeginsWith(prefixPeriod))
+	filter := expression.AttributeExists(expression.Name("InFlightKey"))
+	expr, err := expression.NewBuilder().WithKeyCondition(kc).WithFilter(filter).Build()
+	if err != nil {
+		return nil, err
+	}
+	p := dynamodb.NewQueryPaginator(s.db, &dynamodb.QueryInput{
+		TableName: aws.String(s.table), KeyConditionExpression: expr.KeyCondition(), FilterExpression: expr.Filter(),
+		ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(), ConsistentRead: aws.Bool(true),
+	})
+	var out []billing.Period
+	for p.HasMorePages() {
+		page, err := p.NextPage(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("list the periods in flight of %s: %w", account, err)
+		}
+		for _, raw := range page.Items {
+			var it periodItem
+			if err := attributevalue.UnmarshalMap(raw, &it); err != nil {
+				return nil, fmt.Errorf("decode period: %w", err)
+			}
+			if it.InFlightKey != "" {
+				out = append(out, it.period())
+			}
+		}
+	}
+	return out, nil
+}
