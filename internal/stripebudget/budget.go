@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -468,10 +469,13 @@ func (b *Shared) leaseShared(c Class, n int, due time.Time) time.Time {
 		b.mu.Unlock()
 	}
 	// The first slot is no earlier than the answer can be here (the recent
-	// answers' way back): a slot granted at the store's now would arrive
-	// late, be dropped, and cost the request another lease.
+	// answers' usual way back): a slot granted at the store's now would
+	// arrive late, be dropped, and cost the request another lease. The
+	// median, not the high mark: a lead also leaves the schedule's time
+	// before it unused when the schedule is less than a lead ahead, so one
+	// slow answer must not widen every lease's.
 	req := LeaseRequest{Class: c, Want: want, Interval: b.interval, Ahead: b.interval,
-		DemandTTL: 2*b.cfg.Ahead + 100*time.Millisecond, Lead: b.back.high()}
+		DemandTTL: 2*b.cfg.Ahead + 100*time.Millisecond, Lead: b.back.median()}
 	if c == Charges {
 		req.Ahead = min(max(b.cfg.Ahead, 2*(b.lag.high()+b.cfg.Late)), b.cfg.MaxAhead)
 	}
@@ -627,7 +631,7 @@ func (c *clockOffset) offset(sent, received, storeNow time.Time) time.Duration {
 // request) to its answer, that is the leaser's late wake-up plus the round
 // trip to the store (plus a request's worth, how long before the leased
 // slots run out the next lease must start); and from the store's decision
-// to the answer's arrival (the lead a first slot needs).
+// to the answer's arrival (its median is the lead a first slot needs).
 type leaseLag struct {
 	d [16]time.Duration
 	n int
@@ -636,6 +640,15 @@ type leaseLag struct {
 func (l *leaseLag) add(d time.Duration) {
 	l.d[l.n%len(l.d)] = max(d, 0)
 	l.n++
+}
+
+func (l *leaseLag) median() time.Duration {
+	d := append([]time.Duration(nil), l.d[:min(l.n, len(l.d))]...)
+	if len(d) == 0 {
+		return 0
+	}
+	slices.Sort(d)
+	return d[len(d)/2]
 }
 
 func (l *leaseLag) high() time.Duration {

@@ -105,7 +105,8 @@ type Request struct {
 	StripeContext  string // API v2's account header
 	IdempotencyKey string
 	Form           url.Values
-	Replayed       bool // answered from the idempotency cache
+	Replayed       bool      // answered from the idempotency cache
+	At             time.Time // when it arrived (the machine's clock, not Now): rates at Stripe
 }
 
 // objectCall: everything but the Events API and the billing core's charges
@@ -230,7 +231,7 @@ func (f *Stripe) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req := Request{Method: r.Method, Path: r.URL.Path, StripeAccount: r.Header.Get("Stripe-Account"), StripeContext: r.Header.Get("Stripe-Context"),
-		IdempotencyKey: r.Header.Get("Idempotency-Key"), Form: r.PostForm}
+		IdempotencyKey: r.Header.Get("Idempotency-Key"), Form: r.PostForm, At: time.Now()}
 	if r.Method == http.MethodGet {
 		req.Form = r.URL.Query()
 	}
