@@ -91,6 +91,9 @@ type Options struct {
 	// RateLimit > 0 allows that many requests per second (429 rate_limit
 	// beyond it, as Stripe does).
 	RateLimit float64
+	// RateBurst is how many requests above the rate the limit lets through
+	// at once (default a tenth of a second's worth, at least 1).
+	RateBurst int
 	// Now is the fake's clock (created times, search lag); default time.Now.
 	Now func() time.Time
 	// Key: see Stripe.Key.
@@ -155,7 +158,11 @@ func NewHandler(o Options) *Stripe {
 		f.now = time.Now
 	}
 	if o.RateLimit > 0 {
-		f.limiter = rate.NewLimiter(rate.Limit(o.RateLimit), max(1, int(o.RateLimit/10)))
+		burst := o.RateBurst
+		if burst <= 0 {
+			burst = max(1, int(o.RateLimit/10))
+		}
+		f.limiter = rate.NewLimiter(rate.Limit(o.RateLimit), burst)
 	}
 	f.charges.init()
 	f.events.init()
