@@ -626,7 +626,7 @@ func (c *clockOffset) offset(sent, received, storeNow time.Time) time.Duration {
 	return lo + (hi-lo)/2
 }
 
-// leaseLag keeps the high mark of the recent leases' lags. Two are kept:
+// leaseLag keeps the recent leases' lags (the last 16). Two are kept:
 // from when a lease was due (the store's next_try, or the arrival of a
 // request) to its answer, that is the leaser's late wake-up plus the round
 // trip to the store (plus a request's worth, how long before the leased
