@@ -230,13 +230,70 @@ func BenchmarkChargeRateSharedBudget(b *testing.B) {
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			for range b.N {
-				chargeShared(b, n, limit, tc.replicas, tc.others)
+				r := chargeShared(b, n, limit, tc.replicas, tc.others, false)
+				b.ReportMetric(r.charged/limit, "charge-rate/limit")
+				b.ReportMetric(100*float64(r.refused)/float64(r.all), "%refused")
+				b.ReportMetric(r.hydration, "hydration-req/s")
+				b.ReportMetric(r.backfill, "backfill-req/s")
+				b.Logf("%d charges on %d replicas: %s", n, tc.replicas, r)
 			}
 		})
 	}
 }
 
-func chargeShared(b *testing.B, n int, limit float64, replicas int, others bool) {
+// BenchmarkChargeRateRounds is BenchmarkChargeRateSharedBudget in
+// BUDGET_BENCH_ROUNDS (default 3) interleaved rounds, each in a rotated
+// order, with the lease as first built (stripebudget.Config.FixedLease: a
+// fixed 100 ms batch, slots from the store's now) beside the adaptive one:
+// ratios of one run, on a machine whose load moves between runs. Not run
+// by make test; the command is in BENCHMARKS.md.
+func BenchmarkChargeRateRounds(b *testing.B) {
+	const limit = 100.0
+	n := envInt("BILLING_BENCH_CHARGES", 2000)
+	rounds := envInt("BUDGET_BENCH_ROUNDS", 3)
+	type variant struct {
+		name     string
+		replicas int
+		others   bool
+		fixed    bool
+	}
+	variants := []variant{
+		{"replicas=1", 1, false, false},
+		{"replicas=3", 3, false, false},
+		{"replicas=3,fixed-lease", 3, false, true},
+		{"replicas=3+hydration+backfill", 3, true, false},
+	}
+	sums := map[string]float64{}
+	for range b.N {
+		for r := range rounds {
+			for i := range variants {
+				v := variants[(i+r)%len(variants)]
+				res := chargeShared(b, n, limit, v.replicas, v.others, v.fixed)
+				sums[v.name] += res.charged / limit
+				b.Logf("round %d %-30s %s", r+1, v.name, res)
+			}
+		}
+	}
+	for _, v := range variants {
+		b.ReportMetric(sums[v.name]/float64(rounds*b.N), strings.NewReplacer("=", "", "+", "-", ",", "-").Replace(v.name)+"-charge/limit")
+	}
+}
+
+type chargeResult struct {
+	secs                         float64
+	charged, hydration, backfill float64 // per second, at the fake
+	refused, all, maxPerSecond   int
+	p50, p90                     time.Duration
+	late                         int
+}
+
+func (r chargeResult) String() string {
+	return fmt.Sprintf("%5.1f s  charges %5.1f/s (%.3f of the limit)  hydration %4.1f/s  backfill %4.1f/s  refused %d of %d (%.2f %%)  at most %d in one second  charge wait p50 %v p90 %v  late slots %d",
+		r.secs, r.charged, r.charged/100, r.hydration, r.backfill, r.refused, r.all, 100*float64(r.refused)/float64(max(r.all, 1)),
+		r.maxPerSecond, r.p50.Round(time.Millisecond), r.p90.Round(time.Millisecond), r.late)
+}
+
+func chargeShared(b *testing.B, n int, limit float64, replicas int, others, fixed bool) chargeResult {
 	b.StopTimer()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	e := billingtest.NewEnv(b, billingtest.Options{StripeLimit: limit, Log: log})
@@ -245,7 +302,7 @@ func chargeShared(b *testing.B, n int, limit float64, replicas int, others bool)
 	waits := &chargeWaits{}
 	for i := range reps {
 		reps[i] = newBudgetReplica(b, e, dbURL, "stripe", billing.DefaultConfig(),
-			stripebudget.Config{Rate: limit, Replicas: replicas, Observer: waits}, log)
+			stripebudget.Config{Rate: limit, Replicas: replicas, Observer: waits, FixedLease: fixed}, log)
 	}
 	ctx, stopOthers := context.WithCancel(context.Background())
 	var bg sync.WaitGroup
@@ -278,31 +335,43 @@ func chargeShared(b *testing.B, n int, limit float64, replicas int, others bool)
 	b.StopTimer()
 	stopOthers()
 	bg.Wait()
-	var charges, hydration, backfill, all int
+	var res chargeResult
+	var at []time.Time
 	for _, r := range e.Stripe.Requests() {
-		all++
+		res.all++
+		at = append(at, r.At)
 		switch {
-		case r.Method == http.MethodPost && r.Path == "/v1/payment_intents":
-			charges++
 		case r.Path == "/v1/events":
-			backfill++
+			res.backfill++
 		case strings.HasPrefix(r.Path, "/v1/events/"):
-			hydration++
+			res.hydration++
 		}
 	}
-	refused := e.Stripe.RateLimited()
-	secs := elapsed.Seconds()
+	res.secs = elapsed.Seconds()
+	res.refused = int(e.Stripe.RateLimited())
 	created := float64(e.Stripe.Created("payment_intent"))
 	if created == 0 {
 		created = float64(len(e.Stripe.PIs()))
 	}
-	p50, p90 := waits.percentiles()
-	b.ReportMetric(created/secs/limit, "charge-rate/limit")
-	b.ReportMetric(100*float64(refused)/float64(all), "%refused")
-	b.ReportMetric(float64(hydration)/secs, "hydration-req/s")
-	b.ReportMetric(float64(backfill)/secs, "backfill-req/s")
-	b.Logf("%d charges on %d replicas in %s: %.1f/s (%.3f of %v), hydration %.1f/s, backfill %.1f/s, %d of %d requests refused (%.3f %%); a charge waited %v (median), %v (p90); %d late slots dropped",
-		n, replicas, elapsed.Round(time.Millisecond), created/secs, created/secs/limit, limit, float64(hydration)/secs, float64(backfill)/secs,
-		refused, all, 100*float64(refused)/float64(all), p50.Round(time.Millisecond), p90.Round(time.Millisecond), waits.late)
-	_ = charges
+	res.charged = created / res.secs
+	res.hydration /= res.secs
+	res.backfill /= res.secs
+	res.maxPerSecond = mostInOneSecond(at)
+	res.p50, res.p90 = waits.percentiles()
+	res.late = waits.late
+	return res
+}
+
+// mostInOneSecond is the most arrivals in any window [t, t+1s).
+func mostInOneSecond(ts []time.Time) int {
+	ts = append([]time.Time(nil), ts...)
+	sort.Slice(ts, func(i, j int) bool { return ts[i].Before(ts[j]) })
+	most, j := 0, 0
+	for i := range ts {
+		for j < len(ts) && ts[j].Sub(ts[i]) < time.Second {
+			j++
+		}
+		most = max(most, j-i)
+	}
+	return most
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,9 +20,19 @@ type Config struct {
 	// Replicas is how many replicas are expected (STRIPE_EXPECTED_REPLICAS,
 	// default 1): without its store, a replica spends Rate/Replicas alone.
 	Replicas int
-	// Ahead is how far ahead the charges class reserves slots (default
-	// 100 ms, at least two requests' worth): a batch per lease.
-	Ahead time.Duration
+	// Ahead is how far ahead the charges class reserves slots at least
+	// (default 100 ms, at least two requests' worth): a batch per lease.
+	// The store answers "lease again half a horizon before your slots run
+	// out", so the leaser widens the horizon to twice its recent lease lag
+	// (the lease's round trip plus its own late wake-ups), up to MaxAhead
+	// (default 250 ms): the batch is the rate times that lag, and the next
+	// lease lands before the last slot of this one, as a token-bucket
+	// client prefetches before its tokens run out.
+	Ahead, MaxAhead time.Duration
+	// FixedLease turns the lease's adaptation off (no widening to the
+	// lag, no lead): the budget as first built, for benchmarks and tests
+	// that compare.
+	FixedLease bool
 	// Shares are the floors of the lower classes: the part of Rate each
 	// keeps while a higher class is waiting (defaults: hydration 0.04,
 	// background 0.02; the charges' entry is ignored).
@@ -119,6 +130,8 @@ type Shared struct {
 	probing   atomic.Bool
 	nextProbe time.Time   // leaser goroutine only
 	clock     clockOffset // leaser goroutine only
+	lag       leaseLag    // leaser goroutine only
+	back      leaseLag    // leaser goroutine only: the answers' way back
 }
 
 type waiter struct {
@@ -140,6 +153,10 @@ func New(store Store, cfg Config) (*Shared, error) {
 		cfg.Ahead = 100 * time.Millisecond
 	}
 	cfg.Ahead = max(cfg.Ahead, 2*interval)
+	if cfg.MaxAhead == 0 {
+		cfg.MaxAhead = 250 * time.Millisecond
+	}
+	cfg.MaxAhead = max(cfg.MaxAhead, cfg.Ahead)
 	if cfg.Late == 0 {
 		cfg.Late = interval
 	}
@@ -206,6 +223,12 @@ func (b *Shared) Wait(ctx context.Context, c Class) error {
 				front = true
 				continue
 			}
+			// Stripe answered 429 since the slot was handed out: this
+			// replica pauses too, slots in hand included.
+			if b.isPaused() {
+				front = true
+				continue
+			}
 			b.obs.Granted(c, time.Since(start))
 			return nil
 		case <-ctx.Done():
@@ -213,6 +236,12 @@ func (b *Shared) Wait(ctx context.Context, c Class) error {
 			return fmt.Errorf("stripe budget: %w", ctx.Err())
 		}
 	}
+}
+
+func (b *Shared) isPaused() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return time.Now().Before(b.paused)
 }
 
 // enqueue adds w to its class's queue (at its front: a request whose slot
@@ -390,6 +419,7 @@ func (b *Shared) pop(c Class, at time.Time) bool {
 
 // lease runs while requests wait.
 func (b *Shared) lease() {
+	var next time.Time // when the store said to lease again (zero: now)
 	for {
 		b.mu.Lock()
 		c, n := b.top()
@@ -402,6 +432,7 @@ func (b *Shared) lease() {
 		b.mu.Unlock()
 		if time.Now().Before(paused) {
 			b.sleep(c, paused)
+			next = time.Time{}
 			continue
 		}
 		if b.fallback.Load() {
@@ -410,6 +441,7 @@ func (b *Shared) lease() {
 				go b.probe()
 			}
 			b.serveLocally(c)
+			next = time.Time{}
 			continue
 		}
 		// A lower class waiting behind this replica's own higher classes
@@ -417,26 +449,41 @@ func (b *Shared) lease() {
 		if l, m := b.floorDue(c); m > 0 {
 			c, n = l, m
 		}
-		next := b.leaseShared(c, n)
+		due := time.Now()
 		if !next.IsZero() {
 			b.sleep(c, next)
+			due = next
 		}
+		next = b.leaseShared(c, n, due)
 	}
 }
 
-// leaseShared leases up to n slots for class c and hands them out. It
+// leaseShared leases up to n slots for class c and hands them out; due is
+// when the lease was meant to start (its lag is measured from there). It
 // returns when to lease again (zero: at once).
-func (b *Shared) leaseShared(c Class, n int) time.Time {
+func (b *Shared) leaseShared(c Class, n int, due time.Time) time.Time {
 	want := n
 	if c == Charges {
 		b.mu.Lock()
 		want += max(b.cfg.Spare-len(b.spare), 0)
 		b.mu.Unlock()
 	}
+	// The first slot is no earlier than the answer can be here (the recent
+	// answers' usual way back): a slot granted at the store's now would
+	// arrive late, be dropped, and cost the request another lease. The
+	// median, not the high mark: a lead also leaves the schedule's time
+	// before it unused when the schedule is less than a lead ahead, so one
+	// slow answer must not widen every lease's.
 	req := LeaseRequest{Class: c, Want: want, Interval: b.interval, Ahead: b.interval,
-		DemandTTL: 2*b.cfg.Ahead + 100*time.Millisecond}
+		DemandTTL: 2*b.cfg.Ahead + 100*time.Millisecond, Lead: b.back.median()}
 	if c == Charges {
-		req.Ahead = b.cfg.Ahead
+		req.Ahead = min(max(b.cfg.Ahead, 2*(b.lag.high()+b.cfg.Late)), b.cfg.MaxAhead)
+	}
+	if b.cfg.FixedLease {
+		req.Lead = 0
+		if c == Charges {
+			req.Ahead = b.cfg.Ahead
+		}
 	}
 	if s := b.cfg.Shares[c]; c != Charges && s > 0 {
 		req.Floor = time.Duration(float64(time.Second) / (s * b.cfg.Rate))
@@ -446,6 +493,10 @@ func (b *Shared) leaseShared(c Class, n int) time.Time {
 	l, err := b.store.Lease(ctx, req)
 	received := time.Now()
 	cancel()
+	if due.After(sent) {
+		due = sent
+	}
+	b.lag.add(received.Sub(due))
 	if err != nil {
 		b.obs.StoreError()
 		b.nextProbe = time.Now().Add(b.cfg.Probe)
@@ -457,6 +508,7 @@ func (b *Shared) leaseShared(c Class, n int) time.Time {
 		return time.Time{}
 	}
 	offset := b.clock.offset(sent, received, l.Now)
+	b.back.add(received.Sub(l.Now.Add(offset)))
 	for i := 0; i < l.Granted; i++ {
 		at := l.First.Add(time.Duration(i) * b.interval).Add(offset)
 		if !b.give(at, c) {
@@ -572,4 +624,37 @@ func (c *clockOffset) offset(sent, received, storeNow time.Time) time.Duration {
 		lo, hi = c.lo[0], c.hi[0]
 	}
 	return lo + (hi-lo)/2
+}
+
+// leaseLag keeps the recent leases' lags (the last 16). Two are kept:
+// from when a lease was due (the store's next_try, or the arrival of a
+// request) to its answer, that is the leaser's late wake-up plus the round
+// trip to the store (plus a request's worth, how long before the leased
+// slots run out the next lease must start); and from the store's decision
+// to the answer's arrival (its median is the lead a first slot needs).
+type leaseLag struct {
+	d [16]time.Duration
+	n int
+}
+
+func (l *leaseLag) add(d time.Duration) {
+	l.d[l.n%len(l.d)] = max(d, 0)
+	l.n++
+}
+
+func (l *leaseLag) median() time.Duration {
+	d := append([]time.Duration(nil), l.d[:min(l.n, len(l.d))]...)
+	if len(d) == 0 {
+		return 0
+	}
+	slices.Sort(d)
+	return d[len(d)/2]
+}
+
+func (l *leaseLag) high() time.Duration {
+	var h time.Duration
+	for _, d := range l.d[:min(l.n, len(l.d))] {
+		h = max(h, d)
+	}
+	return h
 }

@@ -2,6 +2,7 @@ package stripebudget_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -209,4 +210,65 @@ func hostOf(t *testing.T, dbURL string) string {
 	u, err := url.Parse(dbURL)
 	require.NoError(t, err)
 	return u.Host
+}
+
+// slowStore answers every lease delay later: half before the store decides,
+// half after (a distant or loaded Postgres).
+type slowStore struct {
+	stripebudget.Store
+	delay time.Duration
+}
+
+func (s slowStore) Lease(ctx context.Context, req stripebudget.LeaseRequest) (stripebudget.Lease, error) {
+	time.Sleep(s.delay / 2)
+	l, err := s.Store.Lease(ctx, req)
+	time.Sleep(s.delay / 2)
+	return l, err
+}
+
+// TestSlowStoreStillUsesTheRate: with leases taking 100 ms (five requests'
+// worth at 50/s), a replica still sends nearly the whole rate, and never
+// more: its first slot is no earlier than the answer can arrive (the
+// lead), it leases a batch covering its lease's lag and asks for the next
+// one that long before its slots run out. The control is the lease as
+// first built (a fixed 100 ms batch, leased again 50 ms before its end,
+// slots from the store's now): slots arrive after their time and are
+// dropped as late.
+func TestSlowStoreStillUsesTheRate(t *testing.T) {
+	t.Parallel()
+	const rate, seconds = 50.0, 4
+	dbURL := testenv.DatabaseURL(t)
+	for _, tc := range []struct {
+		name     string
+		adaptive bool
+	}{
+		{"batch and lead sized to the lease's lag", true},
+		{"control: a fixed 100 ms batch, no lead", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pool, err := tracking.Connect(context.Background(), dbURL)
+			require.NoError(t, err)
+			t.Cleanup(pool.Close)
+			b, err := stripebudget.New(slowStore{Store: stripebudget.PGStore{Pool: pool, Name: "slow-" + fmt.Sprint(tc.adaptive)}, delay: 100 * time.Millisecond},
+				stripebudget.Config{Rate: rate, FixedLease: !tc.adaptive, Log: quietLog()})
+			require.NoError(t, err)
+			tr := http.DefaultTransport.(*http.Transport).Clone()
+			tr.MaxIdleConnsPerHost = 64
+			r := replica{budget: b, client: b.Client(&http.Client{Timeout: 10 * time.Second, Transport: tr}, stripebudget.Charges)}
+			fake := newFakeStripe(t)
+			ctx, cancel := context.WithTimeout(context.Background(), warmUp+seconds*time.Second)
+			defer cancel()
+			r.send(ctx, t, fake.URL, stripebudget.Charges, 8)
+			fake.warmedUp()
+			<-ctx.Done()
+			ts := fake.times("")
+			t.Logf("%d requests in %d s (%.2f of the rate), at most %d in one second", len(ts), seconds, float64(len(ts))/(rate*seconds), maxPerSecond(ts))
+			assert.LessOrEqual(t, maxPerSecond(ts), int(rate)+windowSlack, "more than the rate in one second at Stripe")
+			if tc.adaptive {
+				assert.GreaterOrEqual(t, float64(len(ts)), 0.9*rate*seconds, "the slow store's leases leave the budget unused")
+			} else {
+				assert.Less(t, float64(len(ts)), 0.9*rate*seconds, "the control should lose slots to the slow store (else the test proves nothing)")
+			}
+		})
+	}
 }

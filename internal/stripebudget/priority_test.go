@@ -158,6 +158,47 @@ func TestFallbackWhenTheStoreIsBlackHoled(t *testing.T) {
 	assert.Contains(t, logs.String(), "reachable again")
 }
 
+// TestFallbackOfThreeReplicasStaysUnderTheRate: with the store
+// black-holed for all three replicas, each spends STRIPE_RATE_LIMIT /
+// expected replicas on its own: together they still never exceed the rate
+// over any one-second window at the fake Stripe, and use most of it.
+func TestFallbackOfThreeReplicasStaysUnderTheRate(t *testing.T) {
+	t.Parallel()
+	const rate, replicas = 60.0, 3
+	dbURL := testenv.DatabaseURL(t)
+	proxy := testenv.NewFaultProxy(t, hostOf(t, dbURL))
+	fake := newFakeStripe(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	obs := make([]*recorder, replicas)
+	for i, c := range []stripebudget.Class{stripebudget.Charges, stripebudget.Hydration, stripebudget.Background} {
+		pool, err := tracking.Connect(context.Background(), strings.Replace(dbURL, hostOf(t, dbURL), proxy.Addr(), 1))
+		require.NoError(t, err)
+		t.Cleanup(pool.Close)
+		obs[i] = &recorder{}
+		newReplicaOn(t, pool, "stripe", stripebudget.Config{Rate: rate, Replicas: replicas,
+			StoreTimeout: 200 * time.Millisecond, Probe: time.Hour, Log: quietLog(), Observer: obs[i]}).send(ctx, t, fake.URL, c, 8)
+	}
+	time.Sleep(time.Second)
+	proxy.BlackHole()
+	holed := time.Now()
+	time.Sleep(4 * time.Second)
+	var in []time.Time
+	for _, at := range fake.times("") {
+		if at.After(holed.Add(time.Second)) && at.Before(holed.Add(4*time.Second)) {
+			in = append(in, at)
+		}
+	}
+	t.Logf("black-holed: %d requests in 3 s, at most %d in one second (rate %.0f)", len(in), maxPerSecond(in), rate)
+	assert.LessOrEqual(t, maxPerSecond(in), int(rate)+windowSlack, "three replicas in fallback send more than the rate")
+	assert.GreaterOrEqual(t, len(in), int(0.8*3*rate), "the replicas stopped instead of falling back")
+	for i, o := range obs {
+		o.mu.Lock()
+		assert.Equal(t, []bool{true}, o.fallback, "replica %d says it falls back", i)
+		o.mu.Unlock()
+	}
+}
+
 // Test429PausesEveryReplica: one 429 with Retry-After: 1 stops all three
 // replicas for a second; nobody retries in a tight loop.
 func Test429PausesEveryReplica(t *testing.T) {

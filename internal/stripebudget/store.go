@@ -9,7 +9,8 @@ import (
 )
 
 // LeaseRequest asks the store for request slots (stripe_budget_lease in
-// sql/00029_stripe_budget.sql says what each field does).
+// sql/00029_stripe_budget.sql and sql/00034_stripe_budget_lead.sql says
+// what each field does).
 type LeaseRequest struct {
 	Class     Class
 	Want      int
@@ -17,6 +18,7 @@ type LeaseRequest struct {
 	Ahead     time.Duration // how far past now an unopposed class may reserve
 	Floor     time.Duration // an opposed class's slot every Floor (0: none)
 	DemandTTL time.Duration // how long this lease marks the class as waiting
+	Lead      time.Duration // no slot earlier than this after the store's now: the answer's way back
 }
 
 // Lease is the store's answer, in the store's clock.
@@ -52,8 +54,8 @@ func (s PGStore) name() string {
 func (s PGStore) Lease(ctx context.Context, req LeaseRequest) (Lease, error) {
 	var l Lease
 	err := s.Pool.QueryRow(ctx,
-		`SELECT granted, first_slot, now_at, next_try FROM stripe_budget_lease($1, $2, $3, $4, $5, $6, $7)`,
-		s.name(), int(req.Class)+1, req.Want, req.Interval, req.Ahead, req.Floor, req.DemandTTL,
+		`SELECT granted, first_slot, now_at, next_try FROM stripe_budget_lease($1, $2, $3, $4, $5, $6, $7, $8)`,
+		s.name(), int(req.Class)+1, req.Want, req.Interval, req.Ahead, req.Floor, req.DemandTTL, req.Lead,
 	).Scan(&l.Granted, &l.First, &l.Now, &l.NextTry)
 	if err != nil {
 		return Lease{}, fmt.Errorf("lease stripe budget: %w", err)

@@ -91,6 +91,9 @@ type Options struct {
 	// RateLimit > 0 allows that many requests per second (429 rate_limit
 	// beyond it, as Stripe does).
 	RateLimit float64
+	// RateBurst is how many requests above the rate the limit lets through
+	// at once (default a tenth of a second's worth, at least 1).
+	RateBurst int
 	// Now is the fake's clock (created times, search lag); default time.Now.
 	Now func() time.Time
 	// Key: see Stripe.Key.
@@ -105,7 +108,8 @@ type Request struct {
 	StripeContext  string // API v2's account header
 	IdempotencyKey string
 	Form           url.Values
-	Replayed       bool // answered from the idempotency cache
+	Replayed       bool      // answered from the idempotency cache
+	At             time.Time // when it arrived (the machine's clock, not Now): rates at Stripe
 }
 
 // objectCall: everything but the Events API and the billing core's charges
@@ -154,7 +158,11 @@ func NewHandler(o Options) *Stripe {
 		f.now = time.Now
 	}
 	if o.RateLimit > 0 {
-		f.limiter = rate.NewLimiter(rate.Limit(o.RateLimit), max(1, int(o.RateLimit/10)))
+		burst := o.RateBurst
+		if burst <= 0 {
+			burst = max(1, int(o.RateLimit/10))
+		}
+		f.limiter = rate.NewLimiter(rate.Limit(o.RateLimit), burst)
 	}
 	f.charges.init()
 	f.events.init()
@@ -230,7 +238,7 @@ func (f *Stripe) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req := Request{Method: r.Method, Path: r.URL.Path, StripeAccount: r.Header.Get("Stripe-Account"), StripeContext: r.Header.Get("Stripe-Context"),
-		IdempotencyKey: r.Header.Get("Idempotency-Key"), Form: r.PostForm}
+		IdempotencyKey: r.Header.Get("Idempotency-Key"), Form: r.PostForm, At: time.Now()}
 	if r.Method == http.MethodGet {
 		req.Form = r.URL.Query()
 	}

@@ -99,6 +99,7 @@ func (n *Notifier) Actions() []actions.Action {
 type Options struct {
 	Config      billing.Config
 	StripeLimit float64 // requests per second the fake enforces (0: none)
+	StripeBurst int     // the fake's burst above StripeLimit (0: a tenth of a second's worth)
 	ChargerRate float64 // the service's token bucket (default 1000/s)
 	Lease       time.Duration
 	Heartbeat   time.Duration
@@ -169,7 +170,7 @@ func NewEnv(t testing.TB, o Options) *Env {
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	e.Stripe = stripetest.New(t, stripetest.Options{RateLimit: o.StripeLimit, Now: e.Clock.Now})
+	e.Stripe = stripetest.New(t, stripetest.Options{RateLimit: o.StripeLimit, RateBurst: o.StripeBurst, Now: e.Clock.Now})
 	rateLimit := o.ChargerRate
 	if rateLimit == 0 {
 		rateLimit = 1000
