@@ -221,6 +221,8 @@ type updateRequest struct {
 	BillingWeek     *int    `json:"billing_week"`
 	Term            *string `json:"term"`
 	NextPaymentDate string  `json:"next_payment_date"`
+	// SKU with Amount: a plan change (DESIGN §8 "Plan change").
+	SKU *string `json:"sku"`
 }
 
 func (h billingRoutes) update(c echo.Context) error {
@@ -247,12 +249,12 @@ func (r updateRequest) change() (billing.Change, error) {
 	bad := func(format string, args ...any) (billing.Change, error) {
 		return billing.Change{}, apperr.New(apperr.CodeInvalidParameter, format, args...)
 	}
-	fields := r.Amount != nil || r.PaymentMethod != nil || r.PaymentDay != nil || r.BillingWeek != nil || r.Term != nil || r.NextPaymentDate != ""
-	ch := billing.Change{Action: r.Action, Amount: r.Amount, PaymentMethod: r.PaymentMethod, PaymentDay: r.PaymentDay, BillingWeek: r.BillingWeek}
+	fields := r.Amount != nil || r.PaymentMethod != nil || r.PaymentDay != nil || r.BillingWeek != nil || r.Term != nil || r.NextPaymentDate != "" || r.SKU != nil
+	ch := billing.Change{Action: r.Action, Amount: r.Amount, PaymentMethod: r.PaymentMethod, PaymentDay: r.PaymentDay, BillingWeek: r.BillingWeek, SKU: r.SKU}
 	switch r.Action {
 	case "":
 		if !fields {
-			return bad("give an action (pause, resume, cancel, waive) or fields to change (amount, payment_method, payment_day, billing_week, term, next_payment_date)")
+			return bad("give an action (pause, resume, cancel, waive) or fields to change (amount, payment_method, payment_day, billing_week, term, next_payment_date, sku with amount)")
 		}
 	case "pause", "resume", "cancel", "waive":
 		if fields {
@@ -269,6 +271,9 @@ func (r updateRequest) change() (billing.Change, error) {
 	}
 	if r.PaymentDay != nil && r.BillingWeek != nil {
 		return bad("payment_day and billing_week are exclusive")
+	}
+	if r.SKU != nil && r.Amount == nil {
+		return bad("sku: a plan change gives the new plan's amount too (sku with amount)")
 	}
 	if r.Term != nil {
 		term := dates.Term(*r.Term)

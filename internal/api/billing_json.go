@@ -34,6 +34,9 @@ type Subscription struct {
 	PausedUntil *string `json:"paused_until,omitempty"`
 	// TestClock: the test clock the subscription lives on.
 	TestClock string `json:"test_clock,omitempty"`
+	// PendingDowngrade: a plan change to a lower amount waits for its
+	// first period to be charged (DESIGN §4; false while CANCELLED).
+	PendingDowngrade bool `json:"pending_downgrade"`
 }
 
 // Receipt is the JSON shape of a receipt (DESIGN §4, Contract), plus the
@@ -94,6 +97,7 @@ func SubscriptionJSON(s billing.Subscription) Subscription {
 		BillingWeek: s.BillingWeek, Timezone: s.Timezone, StripeAccount: s.PaymentDetails.StripeAccount,
 		Customer: s.PaymentDetails.Customer, PaymentMethod: s.PaymentDetails.PaymentMethod,
 		PausedUntil: optDate(s.PausedUntil), TestClock: s.TestClock,
+		PendingDowngrade: s.PendingDowngrade && s.Status != billing.SubCancelled,
 	}
 	if s.Status == billing.SubCancelled {
 		out.NextPaymentDate, out.NextReminderDate = nil, nil

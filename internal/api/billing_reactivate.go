@@ -39,13 +39,8 @@ func (h billingRoutes) reactivate(c echo.Context) error {
 	} else if len(c.QueryParams()) > 0 {
 		return apperr.New(apperr.CodeInvalidParameter, "no query parameters are accepted")
 	}
-	if req.SKU != nil {
-		// A plan change on reactivation comes with plan changes (PATCH
-		// sku), not built yet: refused rather than ignored.
-		return apperr.New(apperr.CodeInvalidParameter, "sku: a plan change on reactivation is not supported yet; reactivate with the current plan")
-	}
 	sub, err := h.svc.Reactivate(c.Request().Context(), account, subID,
-		billing.Reactivation{PaymentMethod: req.PaymentMethod, Amount: req.Amount})
+		billing.Reactivation{PaymentMethod: req.PaymentMethod, Amount: req.Amount, SKU: req.SKU})
 	if err != nil {
 		return billingError(err)
 	}

@@ -327,6 +327,9 @@ func (s *Service) movedOn(ctx context.Context, tx *Tx, sub *Subscription, p Peri
 		sub.LastPaymentDate = p.Due()
 		changed = true
 	}
+	if downgradeApplied(*sub, p) { // the first period at the new, lower plan is paid (plan.go)
+		sub.PendingDowngrade, changed = false, true
+	}
 	if changed {
 		tx.PutSubscription(sub)
 	}

@@ -87,7 +87,9 @@ func (s *Service) change(ctx context.Context, sub Subscription, ch Change) (Subs
 		p := newPeriod(sub, sub.NextPeriodDate, Scheduled, ProcAdmin, "recreated", now)
 		cur = ed.touch(p)
 	}
-	if ch.Amount != nil || ch.PaymentMethod != nil {
+	storedSKU := sub.SKU
+	planDir := changePlan(&sub, ch)
+	if ch.Amount != nil || ch.PaymentMethod != nil || ch.SKU != nil {
 		changeAmounts(&sub, ch, periods, cur, ed, today)
 	}
 	switch {
@@ -105,18 +107,22 @@ func (s *Service) change(ctx context.Context, sub Subscription, ch Change) (Subs
 	for _, d := range ed.order {
 		tx.PutPeriod(ed.byDate[d], false)
 	}
-	tx.PutSubscription(&sub)
+	putSubscription(tx, &sub, storedSKU) // a plan change moves it to its new key
 	if err := s.store.Commit(ctx, tx); err != nil {
 		return sub, fmt.Errorf("change subscription: %w", err)
 	}
+	s.observePlan(planDir)
 	return sub, nil
 }
 
 // validateChange refuses field changes that break a rule whatever the
 // periods are.
 func validateChange(sub Subscription, ch Change) error {
-	if ch.Amount == nil && ch.PaymentMethod == nil && ch.PaymentDay == nil && ch.BillingWeek == nil && ch.Term == nil && ch.NextPaymentDate.IsZero() {
+	if ch.Amount == nil && ch.PaymentMethod == nil && ch.PaymentDay == nil && ch.BillingWeek == nil && ch.Term == nil && ch.NextPaymentDate.IsZero() && ch.SKU == nil {
 		return invalid("nothing to change")
+	}
+	if err := validatePlan(ch); err != nil {
+		return err
 	}
 	if ch.PaymentMethod != nil && !stripeid.Valid(*ch.PaymentMethod, "pm_") {
 		return invalid("payment_method: a Stripe payment method id (pm_...)")
@@ -182,6 +188,7 @@ func changeAmounts(sub *Subscription, ch Change, periods []Period, cur *Period, 
 				q.NextAttemptDate = today
 			}
 		}
+		planPeriod(*sub, q) // a plan change: charged at the new plan, and records it
 		q.Process = ProcAdmin
 	}
 }

@@ -25,6 +25,8 @@ type Change struct {
 	BillingWeek     *int
 	Term            *dates.Term // MONTHLY or YEARLY: a rule change, like PaymentDay
 	NextPaymentDate dates.Date  // admin move of the next period's billing date
+	// SKU with Amount: a plan change (plan.go).
+	SKU *string
 	// Cause identifies the request in history entries.
 	Cause string
 }

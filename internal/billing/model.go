@@ -166,6 +166,11 @@ type Subscription struct {
 	PausedUntil dates.Date
 	PauseMonths int
 
+	// PendingDowngrade: a plan change lowered the amount and no period has
+	// been charged at the new plan yet (plan.go; reference 003's
+	// is_pending_downgrade).
+	PendingDowngrade bool
+
 	CreatedAt time.Time
 	UpdatedAt time.Time
 	Version   int64

@@ -58,7 +58,7 @@ var oracleExcluded = map[string]string{}
 
 // oracleKinds are the operations the generator draws from; refineKind
 // names the cases of each that a finding may single out.
-var oracleKinds = []string{"pause", "resume", "amount", "rule", "move", "cancel", "waive", "paynow", "payment-method"}
+var oracleKinds = []string{"pause", "resume", "amount", "rule", "move", "cancel", "waive", "paynow", "payment-method", "plan"}
 
 // oracleRefined are the refined kinds: pause-yearly (a YEARLY pause),
 // amount-while-failing (an amount change while a period is ERROR),
@@ -69,9 +69,15 @@ var oracleKinds = []string{"pause", "resume", "amount", "rule", "move", "cancel"
 // the next scheduled one), move-announced (moving a period whose reminder
 // went out). Faults: unknown (unknown outcomes at all), unknown-declined
 // (an unknown outcome of a charge Stripe declined). customer-pays: the
-// customer paying a declined PaymentIntent (customerPays).
+// customer paying a declined PaymentIntent (customerPays). Plan changes
+// (operatePlan): plan-up, plan-down, plan-same (a new name at the same
+// amount), plan-while-paused (across a paused period), plan-while-failing
+// (an ERROR period retried at the new plan), plan-racing (on a day a
+// period is due, retried or marked: the change comes before the day's
+// collection), plan-bad (bad input, refused), reactivate-plan.
 var oracleRefined = []string{"pause-yearly", "amount-while-failing", "rule-after-waiver", "rule-term", "waive-failed", "waive-next",
-	"move-announced", "unknown-declined", "reactivate"}
+	"move-announced", "unknown-declined", "reactivate", "plan-up", "plan-down", "plan-same", "plan-while-paused", "plan-while-failing",
+	"plan-racing", "plan-bad", "reactivate-plan"}
 
 // TestBillingOracle drives the real billing Service (DynamoDB Local tables,
 // lease lock, history, fake Stripe at the HTTP level, webhooks through the
@@ -164,7 +170,7 @@ func TestBillingOracle(t *testing.T) {
 	if _, out := oracleExcluded["unknown"]; !out && stats["charge:unknown"] == 0 && n >= 24 && months >= 12 {
 		t.Errorf("never happened in %d sequences: charge:unknown", n)
 	}
-	for _, k := range append(slices.Clone(oracleKinds), "reactivate") {
+	for _, k := range append(slices.Clone(oracleKinds), "reactivate", "plan-down", "plan-up", "plan-while-paused", "plan-racing") {
 		if _, out := oracleExcluded[k]; !out && stats["op:"+k] == 0 && n >= 24 && months >= 12 {
 			t.Errorf("operation never accepted in %d sequences: %s", n, k)
 		}
@@ -577,8 +583,8 @@ func (w *oracleWorld) create(q *oracleSeq, day dates.Date) {
 	if !q.in.StartDate.IsZero() {
 		start = oracle.MustParse(q.in.StartDate.String())
 	}
-	m, err := oracle.New(oracle.Config{ReminderDays: w.cfg.ReminderDays, RetryDays: w.cfg.Retry.Days, StaleDays: w.cfg.Retry.StaleDays},
-		rule, q.in.Amount, start, oracle.MustParse(day.String()))
+	m, err := oracle.NewPlan(oracle.Config{ReminderDays: w.cfg.ReminderDays, RetryDays: w.cfg.Retry.Days, StaleDays: w.cfg.Retry.StaleDays},
+		rule, q.in.SKU, q.in.Amount, start, oracle.MustParse(day.String()))
 	w.must(err)
 	sub, err := w.e.Service.CreateSubscription(context.Background(), q.account, q.in)
 	q.logf(day, "create %s day %d week %d amount %d start %s", q.in.Term, q.in.PaymentDay, q.in.BillingWeek, q.in.Amount, q.in.StartDate)
@@ -601,7 +607,15 @@ func (w *oracleWorld) operate(q *oracleSeq, day dates.Date) {
 		}
 		return
 	}
-	if q.rng.IntN(100) >= 5 || m.Busy(od) {
+	if q.rng.IntN(100) >= 5 {
+		return
+	}
+	if m.Busy(od) {
+		// A plan change on a day a period is due, retried or marked: it
+		// comes before the day's collection (operatePlan).
+		if _, out := oracleExcluded["plan"]; !out && q.rng.IntN(4) == 0 {
+			w.operatePlan(q, day, true)
+		}
 		return
 	}
 	base := oracleKinds[q.rng.IntN(len(oracleKinds))]
@@ -764,6 +778,9 @@ func (w *oracleWorld) operate(q *oracleSeq, day dates.Date) {
 		}
 		w.payNow(q, day)
 		return
+	case "plan":
+		w.operatePlan(q, day, false)
+		return
 	case "payment-method":
 		// §8: every period not yet charged uses it, and the ERROR ones
 		// (hard-declined included) are due at the next collection run.
@@ -810,11 +827,22 @@ func (w *oracleWorld) reactivate(q *oracleSeq, day dates.Date) {
 		amount = int64(100 + q.rng.IntN(9900))
 		r.Amount = &amount
 	}
-	if err := q.model.Reactivate(od, amount); err != nil {
+	var sku string
+	if _, out := oracleExcluded["reactivate-plan"]; !out && amount > 0 && q.rng.IntN(2) == 0 {
+		// A plan change made with the reactivation: the reactivation, then
+		// the plan change, at once (§4 reactivate's sku with its amount).
+		sku = oraclePlans[q.rng.IntN(len(oraclePlans))]
+		r.SKU, r.Amount = &sku, &amount
+		if err := q.model.Reactivate(od, 0); err != nil {
+			w.fail(q, day, "reactivate: the model refused a cancelled subscription: %v", err)
+			return
+		}
+		w.must(q.model.ChangePlan(od, sku, amount))
+	} else if err := q.model.Reactivate(od, amount); err != nil {
 		w.fail(q, day, "reactivate: the model refused a cancelled subscription: %v", err)
 		return
 	}
-	q.logf(day, "reactivate (amount %d)", amount)
+	q.logf(day, "reactivate (amount %d, sku %q)", amount, sku)
 	q.touched = true
 	if _, err := w.e.Service.Reactivate(context.Background(), q.account, q.subID, r); err != nil {
 		w.fail(q, day, "reactivate refused, though DESIGN §8 allows it: %v", err)
@@ -825,6 +853,9 @@ func (w *oracleWorld) reactivate(q *oracleSeq, day dates.Date) {
 		return
 	}
 	w.stat("op:reactivate")
+	if sku != "" {
+		w.stat("op:reactivate-plan")
+	}
 }
 
 // payNow charges the oldest ERROR period at once (DESIGN §4 "pay now").
@@ -1017,7 +1048,7 @@ func (w *oracleWorld) attributeSeq(q *oracleSeq, day dates.Date, phase string, w
 	{
 		var gotDesc, wantDesc []string
 		for _, due := range want {
-			wantDesc = append(wantDesc, fmt.Sprintf("%s:%d", due.Period, due.Amount))
+			wantDesc = append(wantDesc, fmt.Sprintf("%s:%d:%s", due.Period, due.Amount, due.Plan))
 		}
 		for _, pi := range got {
 			per, err := oracle.Parse(pi.Metadata[billing.MetaDate])
@@ -1026,12 +1057,12 @@ func (w *oracleWorld) attributeSeq(q *oracleSeq, day dates.Date, phase string, w
 				w.fail(q, day, "%s: PaymentIntent %s for %q, not a period of the model (%v)", phase, pi.ID, pi.Metadata[billing.MetaDate], err)
 				return
 			}
-			gotDesc = append(gotDesc, fmt.Sprintf("%s:%d", p.Scheduled, pi.Amount))
+			gotDesc = append(gotDesc, fmt.Sprintf("%s:%d:%s", p.Scheduled, pi.Amount, pi.Metadata[billing.MetaSKU]))
 		}
 		sort.Strings(gotDesc)
 		sort.Strings(wantDesc)
 		if !slices.Equal(gotDesc, wantDesc) {
-			w.fail(q, day, "%s charged %v (period:amount), the rules want %v", phase, gotDesc, wantDesc)
+			w.fail(q, day, "%s charged %v (period:amount:plan), the rules want %v", phase, gotDesc, wantDesc)
 			return
 		}
 		for _, pi := range got {
@@ -1298,19 +1329,27 @@ func (w *oracleWorld) check(q *oracleSeq, day dates.Date) {
 			if p := m.Period(oracle.MustParse(per)); p != nil {
 				per = p.Scheduled.String()
 			}
-			gotR = append(gotR, fmt.Sprintf("%s %s %d processed %s", per, r.PaymentIntent, r.Amount, r.ProcessedDate))
+			gotR = append(gotR, fmt.Sprintf("%s %s %d %s processed %s", per, r.PaymentIntent, r.Amount, r.SKU, r.ProcessedDate))
 		}
 		if cursor = page.NextCursor; cursor == "" {
 			break
 		}
 	}
 	for _, r := range m.Receipts() {
-		wantR = append(wantR, fmt.Sprintf("%s %s %d processed %s", r.Period, r.PI, r.Amount, r.Processed))
+		wantR = append(wantR, fmt.Sprintf("%s %s %d %s processed %s", r.Period, r.PI, r.Amount, r.Plan, r.Processed))
 	}
 	sort.Strings(gotR)
 	sort.Strings(wantR)
 	if !slices.Equal(gotR, wantR) {
 		w.fail(q, day, "receipts %v, the rules want %v", gotR, wantR)
+		return
+	}
+
+	// The plan and pending_downgrade (§4, §8 "Plan change").
+	sub, err := w.e.Service.GetSubscription(ctx, q.account, q.subID)
+	w.must(err)
+	if pending := sub.PendingDowngrade && sub.Status != billing.SubCancelled; sub.SKU != m.Plan() || pending != m.PendingDowngrade() {
+		w.fail(q, day, "subscription sells %q (pending_downgrade %v), the rules want %q (%v)", sub.SKU, pending, m.Plan(), m.PendingDowngrade())
 		return
 	}
 

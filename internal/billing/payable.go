@@ -122,7 +122,7 @@ func (s *Service) cancelChanged(ctx context.Context, before, after []Period) (ch
 		if !ok || !payable(q) {
 			continue
 		}
-		if b.Status == q.Status && b.Amount == q.Amount && b.Currency == q.Currency &&
+		if b.Status == q.Status && b.Amount == q.Amount && b.Currency == q.Currency && b.SKU == q.SKU &&
 			b.PaymentDetails.PaymentMethod == q.PaymentDetails.PaymentMethod {
 			continue
 		}

@@ -28,6 +28,8 @@ var ErrNotCancelled = errors.New("the subscription is not cancelled")
 type Reactivation struct {
 	PaymentMethod *string
 	Amount        *int64
+	// SKU with Amount: a plan change made with the reactivation (plan.go).
+	SKU *string
 	// Cause identifies the request in history entries.
 	Cause string
 }
@@ -40,6 +42,9 @@ func (r Reactivation) Validate() error {
 	}
 	if r.Amount != nil && (*r.Amount < 1 || *r.Amount > 99_999_999) {
 		errs = append(errs, invalid("amount: 1 to 99999999 minor units"))
+	}
+	if err := validatePlan(Change{SKU: r.SKU, Amount: r.Amount}); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
@@ -86,6 +91,8 @@ func (s *Service) reactivate(ctx context.Context, sub Subscription, r Reactivati
 	if err != nil {
 		return sub, err
 	}
+	storedSKU := sub.SKU
+	planDir := changePlan(&sub, Change{SKU: r.SKU, Amount: r.Amount})
 	if r.Amount != nil {
 		sub.Amount = *r.Amount
 	}
@@ -134,10 +141,11 @@ func (s *Service) reactivate(ctx context.Context, sub Subscription, r Reactivati
 	s.point(&sub, p, today, true)
 	tx := NewTx(r.Cause, now)
 	tx.PutPeriod(&p, false)
-	tx.PutSubscription(&sub)
+	putSubscription(tx, &sub, storedSKU) // a new plan: its new key
 	if err := s.store.Commit(ctx, tx); err != nil {
 		return sub, fmt.Errorf("reactivate: %w", err)
 	}
+	s.observePlan(planDir)
 	return sub, nil
 }
 

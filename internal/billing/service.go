@@ -318,5 +318,6 @@ func (s *Service) reopen(p *Period, sub Subscription, proc Process, event string
 	p.Status, p.Process, p.UpdatedEvent = Scheduled, proc, event
 	p.Term, p.BillingWeek = sub.Term, sub.BillingWeek // a period of the current rule now
 	p.Amount, p.Currency, p.PaymentDetails, p.Email = sub.Amount, sub.Currency, sub.PaymentDetails, sub.Email
+	p.SKU = sub.SKU // and of its plan (a plan change since it ended)
 	p.ChargeDate, p.CompletionDate, p.NextAttemptDate, p.Error, p.PauseDurationMonths = dates.Date{}, time.Time{}, dates.Date{}, "", 0
 }

@@ -199,9 +199,13 @@ func (s *sim) apiOp(day dates.Date) {
 		}
 	case r < 55:
 		ch.Action = "resume"
-	case r < 70:
+	case r < 62:
 		amount := int64(500 + s.intn(5000))
 		ch.Amount = &amount
+	case r < 70:
+		// A plan change (DESIGN §8): the item moves to its SKU's key.
+		amount, sku := int64(500+s.intn(5000)), fmt.Sprintf("plan-%d", s.intn(4))
+		ch.Amount, ch.SKU = &amount, &sku
 	case r < 85:
 		day := 1 + s.intn(31)
 		if cur.BillingWeek != 0 {
@@ -224,7 +228,10 @@ func (s *sim) apiOp(day dates.Date) {
 	}
 	_, err = s.e.Service.UpdateSubscription(ctx, cur.AccountID, cur.SubscriptionID, ch)
 	key := "api:" + ch.Action
-	if ch.Action == "" {
+	switch {
+	case ch.SKU != nil:
+		key = "api:plan"
+	case ch.Action == "":
 		key = "api:change"
 	}
 	switch {
@@ -493,16 +500,20 @@ func (s *sim) check() map[billing.Status]int {
 
 	var periods []billing.Period
 	receipts := map[string][]string{} // period → payment intents
+	receiptSKU := map[string]string{} // payment intent → the plan its receipt names
+	subItems := map[string]int{}      // account/subscription → its items (one key, whatever plan changes moved it)
 	p := dynamodb.NewScanPaginator(e.DB, &dynamodb.ScanInput{TableName: aws.String(e.Billing), ConsistentRead: aws.Bool(true)})
 	for p.HasMorePages() {
 		out, err := p.NextPage(ctx)
 		require.NoError(t, err)
 		for _, raw := range out.Items {
 			var it struct {
-				Type, AccountId, SubscriptionId, BillingDate, PaymentIntent string
+				Type, AccountId, SubscriptionId, BillingDate, PaymentIntent, SKU string
 			}
 			require.NoError(t, attributevalue.UnmarshalMap(raw, &it))
 			switch it.Type {
+			case "SUB":
+				subItems[it.AccountId+"/"+it.SubscriptionId]++
 			case "PER":
 				per, err := e.Store.GetPeriod(ctx, it.AccountId, it.SubscriptionId, dates.MustParse(it.BillingDate))
 				require.NoError(t, err)
@@ -510,6 +521,7 @@ func (s *sim) check() map[billing.Status]int {
 			case "REC":
 				k := stripetest.PeriodKey(it.AccountId, it.SubscriptionId, it.BillingDate)
 				receipts[k] = append(receipts[k], it.PaymentIntent)
+				receiptSKU[it.PaymentIntent] = it.SKU
 			}
 		}
 	}
@@ -518,6 +530,12 @@ func (s *sim) check() map[billing.Status]int {
 	for _, pi := range e.Stripe.PIs() {
 		k := stripetest.PeriodKey(pi.Metadata[billing.MetaAccount], pi.Metadata[billing.MetaSubscription], pi.Metadata[billing.MetaDate])
 		attempts[k] = append(attempts[k], pi)
+		if sku, ok := receiptSKU[pi.ID]; ok {
+			assert.Equal(t, pi.Metadata[billing.MetaSKU], sku, "%s: the receipt names the plan the charge was for", k)
+		}
+	}
+	for _, sub := range s.subs {
+		assert.Equal(t, 1, subItems[sub.AccountID+"/"+sub.SubscriptionID], "%s: one subscription item (plan changes move it)", sub.SubscriptionID)
 	}
 	histories := map[string][]billing.HistoryEntry{}
 	for _, sub := range s.subs {

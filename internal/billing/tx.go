@@ -54,6 +54,9 @@ type Write struct {
 	Period       Period
 	Receipt      Receipt
 	PaymentRef   PaymentRef
+	// FromSKU: the SKU the subscription was stored under
+	// (OpMoveSubscription, plan.go).
+	FromSKU string
 }
 
 // NewTx starts a change made by cause at now.

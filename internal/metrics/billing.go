@@ -10,6 +10,7 @@ type Billing struct {
 	Unresolved            prometheus.Gauge
 	DuplicateRefunds      prometheus.Counter
 	DeclinesTotal         *prometheus.CounterVec
+	PlanChangesTotal      *prometheus.CounterVec // billing_plan.go
 }
 
 // NewBilling registers the billing collectors on reg.
@@ -41,6 +42,7 @@ func NewBilling(reg prometheus.Registerer) *Billing {
 		Help: "Billing charges declined, by class: hard (a code retrying cannot fix, BILLING_HARD_DECLINE_CODES: not retried) or soft (retried on the retry days).",
 	}, []string{"class"})
 	reg.MustRegister(b.FeedRefusedTotal, b.UnknownOutcomesTotal, b.ResolvedOutcomesTotal, b.Unresolved, b.DuplicateRefunds, b.DeclinesTotal)
+	b.PlanChangesTotal = newPlanChanges(reg)
 	return b
 }
 

@@ -49,13 +49,13 @@ func (s *Sub) Collect(today Date) []Due {
 		case p.Status == Paused && p.Charge <= today:
 			p.set(PausedSkipped)
 		case p.Status == Scheduled && p.Charge <= today:
-			due = append(due, Due{Period: p.Scheduled, Charge: p.Charge, Amount: s.amount})
+			due = append(due, Due{Period: p.Scheduled, Charge: p.Charge, Amount: s.amount, Plan: s.plan})
 		case p.Status == Error && int(today-p.Charge) >= s.cfg.StaleDays:
 			p.set(Stale)
 		case p.Status == Error && p.DueAgain && !s.attemptedOn(p, today):
-			due = append(due, Due{Period: p.Scheduled, Charge: p.Charge, Amount: s.amount})
+			due = append(due, Due{Period: p.Scheduled, Charge: p.Charge, Amount: s.amount, Plan: s.plan})
 		case p.Status == Error && !p.NotRetried && slices.Contains(s.cfg.RetryDays, int(today-p.Charge)) && !s.attemptedOn(p, today):
-			due = append(due, Due{Period: p.Scheduled, Charge: p.Charge, Amount: s.amount})
+			due = append(due, Due{Period: p.Scheduled, Charge: p.Charge, Amount: s.amount, Plan: s.plan})
 		}
 	}
 	s.extend(today)
@@ -80,7 +80,7 @@ func (s *Sub) Attempted(today, period Date, amount int64, pi string, o Outcome, 
 	}
 	p.cancelPayable() // before a new attempt (customer.go)
 	p.DueAgain = false
-	a := Attempt{Day: today, Amount: amount, Outcome: o, PI: pi, Unresolved: unknown}
+	a := Attempt{Day: today, Amount: amount, Outcome: o, PI: pi, Unresolved: unknown, Plan: s.plan}
 	p.Attempts = append(p.Attempts, a)
 	if !unknown {
 		s.apply(p, a, today)
@@ -106,7 +106,8 @@ func (s *Sub) apply(p *Period, a Attempt, day Date) {
 
 func (s *Sub) succeed(p *Period, a Attempt, day Date) {
 	p.set(Completed)
-	s.receipts = append(s.receipts, Receipt{Period: p.Scheduled, PI: a.PI, Amount: a.Amount, Processed: day})
+	s.receipts = append(s.receipts, Receipt{Period: p.Scheduled, PI: a.PI, Amount: a.Amount, Processed: day, Plan: a.Plan})
+	s.charged(a)
 }
 
 func (s *Sub) attempt(pi string) (*Period, *Attempt) {

@@ -78,6 +78,8 @@ type Attempt struct {
 	// Cancelled: a declined attempt's PaymentIntent the rules cancelled
 	// (customer.go); Paid: the customer paid it.
 	Cancelled, Paid bool
+	// Plan is the plan (SKU) the attempt charged for (plan.go).
+	Plan string
 }
 
 // Period is one scheduled date of the rule and its fate.
@@ -127,6 +129,9 @@ type Receipt struct {
 	PI        string
 	Amount    int64
 	Processed Date
+	// Plan is the plan the charge paid for (§8 "Plan change": receipts
+	// name the plan they paid for).
+	Plan string
 }
 
 // Reminder is one reminder the rules require: for the charge on PayDate, sent
@@ -143,6 +148,7 @@ type Due struct {
 	Period Date // scheduled date
 	Charge Date
 	Amount int64
+	Plan   string // the plan the charge is for
 }
 
 // Sub is the model of one subscription.
@@ -156,6 +162,10 @@ type Sub struct {
 	reminders []Reminder
 	receipts  []Receipt
 	refunds   []string // customer.go
+	// plan is the SKU sold; pendingDowngrade: a plan change lowered the
+	// amount and no period has been charged at the new plan yet (plan.go).
+	plan             string
+	pendingDowngrade bool
 	// Dropped are the scheduled dates of periods a rule change removed.
 	Dropped []Date
 }

@@ -220,7 +220,7 @@ func (s *Sub) PayNow(today Date) (Due, error) {
 	}
 	for _, p := range s.periods {
 		if p.Status == Error {
-			return Due{Period: p.Scheduled, Charge: p.Charge, Amount: s.amount}, nil
+			return Due{Period: p.Scheduled, Charge: p.Charge, Amount: s.amount, Plan: s.plan}, nil
 		}
 	}
 	return Due{}, ErrRefused

@@ -97,6 +97,8 @@ func (tx *writes) add(w billing.Write) {
 		sub := w.Subscription
 		tx.put(memberItem{PK: clockPK(sub.TestClock), SK: prefixMember + sub.AccountID + "#" + sub.SubscriptionID,
 			Type: "MEM", AccountID: sub.AccountID, SubscriptionID: sub.SubscriptionID}, nil)
+	case billing.OpMoveSubscription:
+		tx.move(w) // a plan change (plan.go)
 	case billing.OpClaimSubscriptionID:
 		sub := w.Subscription
 		cond := expression.AttributeNotExists(expression.Name("PK"))

@@ -73,7 +73,9 @@ func indexEntry(pk, sk string, date dates.Date) billing.IndexEntry {
 // GetSubscriptionAt reads the subscription item at an index entry's keys.
 func (s *Store) GetSubscriptionAt(ctx context.Context, e billing.IndexEntry) (billing.Subscription, error) {
 	var it subItem
-	if err := s.getItem(ctx, e.PK, e.SK, &it); err != nil {
+	if err := s.getItem(ctx, e.PK, e.SK, &it); isNotFound(err) {
+		return s.movedSubscription(ctx, e) // a plan change moved it (plan.go)
+	} else if err != nil {
 		return billing.Subscription{}, err
 	}
 	return it.subscription(), nil
@@ -138,7 +140,11 @@ func (s *Store) GetSubscriptionWithPeriod(ctx context.Context, e billing.IndexEn
 		}
 	}
 	if !subFound {
-		return sub, p, false, billing.ErrNotFound
+		// A plan change moved it to its new key since the index was read
+		// (plan.go): the subscription where it is now, with the period.
+		if sub, err = s.movedSubscription(ctx, e); err != nil {
+			return sub, p, false, err
+		}
 	}
 	return sub, p, found, nil
 }

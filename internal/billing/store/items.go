@@ -151,6 +151,7 @@ type subItem struct {
 	PausedFrom       string                 `dynamodbav:"PausedFrom,omitempty"`
 	PausedUntil      string                 `dynamodbav:"PausedUntil,omitempty"`
 	PauseMonths      int                    `dynamodbav:"PauseMonths,omitempty"`
+	PendingDowngrade bool                   `dynamodbav:"PendingDowngrade,omitempty"`
 	CreatedAt        string                 `dynamodbav:"CreatedAt"`
 	UpdatedAt        string                 `dynamodbav:"UpdatedAt"`
 	Version          int64                  `dynamodbav:"Version"`
@@ -176,7 +177,8 @@ func toSubItem(s billing.Subscription, shards int) subItem {
 		LastReminderDate: s.LastReminderDate.String(), LastCharged: s.LastChargedPeriod.String(),
 		ReminderPending: s.ReminderPending.String(),
 		PausedFrom:      s.PausedFrom.String(), PausedUntil: s.PausedUntil.String(), PauseMonths: s.PauseMonths,
-		CreatedAt: formatTime(s.CreatedAt), UpdatedAt: formatTime(s.UpdatedAt), Version: s.Version,
+		PendingDowngrade: s.PendingDowngrade,
+		CreatedAt:        formatTime(s.CreatedAt), UpdatedAt: formatTime(s.UpdatedAt), Version: s.Version,
 	}
 	if s.Status == billing.SubActive || s.Status == billing.SubPaused {
 		shard := Shard(s.AccountID, shards)
@@ -201,7 +203,8 @@ func (it subItem) subscription() billing.Subscription {
 		LastReminderDate: parseDate(it.LastReminderDate), LastChargedPeriod: parseDate(it.LastCharged),
 		ReminderPending: parseDate(it.ReminderPending),
 		PausedFrom:      parseDate(it.PausedFrom), PausedUntil: parseDate(it.PausedUntil), PauseMonths: it.PauseMonths,
-		CreatedAt: parseTime(it.CreatedAt), UpdatedAt: parseTime(it.UpdatedAt), Version: it.Version,
+		PendingDowngrade: it.PendingDowngrade,
+		CreatedAt:        parseTime(it.CreatedAt), UpdatedAt: parseTime(it.UpdatedAt), Version: it.Version,
 	}
 	// Items written before the cursor existed: the next payment was the
 	// next period, unmoved.

@@ -1,0 +1,116 @@
+package billing
+
+// Plan change (DESIGN §8 "Plan change"; issue 27): PATCH with a new `sku`
+// and its `amount`. It is an amount change that also renames what is sold:
+//
+//   - every period not yet charged (SCHEDULED, PAUSED, ERROR awaiting a
+//     retry or a pay now) takes the new SKU and amount, so its charge,
+//     receipt and billing.payment_completed action name the plan it paid
+//     for; a charge in flight or settling (ACHSENT) keeps the plan it was
+//     made for (UpdateSubscription refuses while an attempt is in flight,
+//     and holds the account's lock, so it never races a collection);
+//   - the schedule does not move: no period is charged twice or skipped
+//     because of it (the idempotency keys name account, subscription and
+//     billing date, never the SKU);
+//   - the subscription's key names its SKU (SUB#<id>#SKU#<sku>, DESIGN §8),
+//     so the subscription moves to its new key in the change's one
+//     transaction: a delete of the old key conditioned on the version it
+//     was read at, a put of the new one that must not exist, and its id
+//     claim rewritten with the new SKU (still one id, one subscription).
+//     Periods (PER#<id>#<date>), receipts and history are keyed by the id,
+//     not the SKU: they stay where they are, with their history;
+//   - pending_downgrade: a change to a lower amount shows it until the
+//     first successful charge at the new plan and amount; a change to a
+//     higher amount ends it (superseded); one to the same amount keeps it.
+
+// OpMoveSubscription writes Subscription at its key (its SKU's) after
+// deleting the item at its old key (Write.FromSKU) if that is still at
+// Expect; the new key must not exist. Its value is apart from the iota list
+// of tx.go so that other writes can be added there.
+const OpMoveSubscription WriteOp = 64
+
+// MoveSubscription moves sub from the key of fromSKU to the key of its
+// SKU, if the old item is still at sub.Version, and advances sub.Version.
+func (tx *Tx) MoveSubscription(sub *Subscription, fromSKU string) {
+	expect := sub.Version
+	sub.Version++
+	sub.UpdatedAt = tx.now
+	tx.writes = append(tx.writes, Write{Op: OpMoveSubscription, Expect: expect, Subscription: *sub, FromSKU: fromSKU})
+}
+
+// UpdatedEventPlanChanged is the history cause of a period a plan change
+// moved to its new plan (updated_event "plan-changed-to-<sku>").
+const UpdatedEventPlanChanged = "plan-changed-to-"
+
+// PlanObserver is an Observer that also counts plan changes by direction
+// (up, down, same: the amount compared with the one before).
+type PlanObserver interface {
+	PlanChanged(direction string)
+}
+
+// validatePlan refuses a plan change that breaks a rule whatever the
+// periods are: the SKU must be able to be part of a key, and it comes with
+// its amount (DESIGN §4: "plan: sku with its amount").
+func validatePlan(ch Change) error {
+	if ch.SKU == nil {
+		return nil
+	}
+	if !validID(*ch.SKU) {
+		return invalid("sku: 1 to 128 characters, without '#', '/' or whitespace")
+	}
+	if ch.Amount == nil {
+		return invalid("sku: a plan change gives the new plan's amount too (sku with amount)")
+	}
+	return nil
+}
+
+// changePlan applies a plan change to sub (the periods follow in
+// changeAmounts, which gives them sub's SKU): the pending downgrade, and
+// the direction for the metric ("" when the plan does not change).
+func changePlan(sub *Subscription, ch Change) string {
+	if ch.SKU == nil || ch.Amount == nil || (*ch.SKU == sub.SKU && *ch.Amount == sub.Amount) {
+		return ""
+	}
+	dir := "same"
+	switch {
+	case *ch.Amount < sub.Amount:
+		sub.PendingDowngrade, dir = true, "down"
+	case *ch.Amount > sub.Amount:
+		sub.PendingDowngrade, dir = false, "up"
+	}
+	sub.SKU = *ch.SKU
+	return dir
+}
+
+// planPeriod gives period q, not yet charged, sub's plan; false when it has
+// it already.
+func planPeriod(sub Subscription, q *Period) bool {
+	if q.SKU == sub.SKU {
+		return false
+	}
+	q.SKU, q.UpdatedEvent = sub.SKU, UpdatedEventPlanChanged+sub.SKU
+	return true
+}
+
+// putSubscription writes sub in tx: moved to its new key when its SKU is
+// no longer the one it was stored under.
+func putSubscription(tx *Tx, sub *Subscription, storedSKU string) {
+	if sub.SKU != storedSKU {
+		tx.MoveSubscription(sub, storedSKU)
+		return
+	}
+	tx.PutSubscription(sub)
+}
+
+// observePlan counts a committed plan change.
+func (s *Service) observePlan(dir string) {
+	if o, ok := s.obs.(PlanObserver); ok && dir != "" {
+		o.PlanChanged(dir)
+	}
+}
+
+// downgradeApplied reports that p's success ends sub's pending downgrade:
+// p was charged at the plan and amount sub has now.
+func downgradeApplied(sub Subscription, p Period) bool {
+	return sub.PendingDowngrade && p.Status == Completed && p.SKU == sub.SKU && p.Amount == sub.Amount
+}
