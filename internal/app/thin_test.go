@@ -516,3 +516,114 @@ func TestEventBridgeThinDetailIsRecordedAndHydrated(t *testing.T) {
 	require.Eventually(t, func() bool { return queueEmpty(t, client, q.URL) }, 10*time.Second, 50*time.Millisecond, "the message is deleted")
 	sink.wait(t, 1)
 }
+
+// TestOneChangeAcrossWebhookAndEventBridgeAppliesOnce: an operator runs a
+// webhook destination and an EventBridge destination side by side (or moves
+// from one to the other), so one change reaches the service through both
+// intakes: the same snapshot event twice, or its snapshot through one and
+// its thin event through the other. Replica a takes the webhook, replica b
+// consumes the queue; in either order and at once: one ledger entry under
+// the snapshot's id, one fulfilment, one action id.
+func TestOneChangeAcrossWebhookAndEventBridgeAppliesOnce(t *testing.T) {
+	client := testenv.SQS(t)
+	q := testenv.CreateQueue(t, client, 2*time.Second, 5)
+	fake, sink := stripetest.New(t, stripetest.Options{}), newActionSink(t)
+	a := startThinApp(t, fake, sink, nil)
+	env := map[string]string{"EVENTBRIDGE_QUEUE_URL": q.URL, "SQS_ENDPOINT": testenv.SQSEndpoint(t)}
+	for k, v := range a.app.Env {
+		env[k] = v
+	}
+	startThinApp(t, fake, sink, env) // replica b: its consumer takes the queue
+
+	type via struct {
+		thin bool // the thin event, else the snapshot
+	}
+	var ids []string
+	n := 0
+	for _, pair := range []struct {
+		name             string
+		webhook, bridged via
+	}{
+		{"snapshot by both", via{}, via{}},
+		{"snapshot by webhook, thin by EventBridge", via{}, via{thin: true}},
+		{"thin by webhook, snapshot by EventBridge", via{thin: true}, via{}},
+	} {
+		for _, order := range []string{"webhook first", "EventBridge first", "at once"} {
+			name := pair.name + ", " + order
+			id, account, pi := a.legacyPurchase(t)
+			ids = append(ids, id)
+			c := newPaidChange(t, fake, pi, id, account)
+			body := func(v via) []byte {
+				if v.thin {
+					return c.thin
+				}
+				return c.snapshot
+			}
+			// done waits until what one delivery brings is processed.
+			done := func(v via) {
+				if v.thin {
+					a.waitHydrated(t, c.thinID)
+					return
+				}
+				waitFor(t, name+": snapshot processed", func() bool {
+					rec := a.event(t, c.snapshotID)
+					return rec != nil && rec["status"] == "processed"
+				})
+			}
+			webhook := func() {
+				status, ans := a.deliver(t, body(pair.webhook))
+				assert.Equal(t, http.StatusOK, status, "%s: %v", name, ans)
+			}
+			bridged := func() {
+				sendMessage(t, client, q.URL, testenv.EventBridgeEvent(t, testenv.StripeSource, body(pair.bridged)))
+			}
+			switch order {
+			case "webhook first":
+				webhook()
+				done(pair.webhook)
+				bridged()
+			case "EventBridge first":
+				bridged()
+				done(pair.bridged)
+				webhook()
+			default:
+				var wg sync.WaitGroup
+				wg.Go(webhook)
+				wg.Go(bridged)
+				wg.Wait()
+			}
+			done(pair.webhook)
+			done(pair.bridged)
+			require.Eventually(t, func() bool { return queueEmpty(t, client, q.URL) }, 20*time.Second, 50*time.Millisecond,
+				"%s: the message is deleted", name)
+			var claims, thinClaims int
+			require.NoError(t, a.app.Pool.QueryRow(t.Context(),
+				`SELECT count(*) FILTER (WHERE event_id = $1), count(*) FILTER (WHERE event_id = $2) FROM processed_events`,
+				c.snapshotID, c.thinID).Scan(&claims, &thinClaims))
+			assert.Equal(t, 1, claims, "%s: one ledger entry under the snapshot's id", name)
+			assert.Zero(t, thinClaims, name)
+			if pair.webhook.thin || pair.bridged.thin {
+				assert.Equal(t, c.snapshotID, a.event(t, c.thinID)["snapshot_event"], name)
+			}
+			src := a.event(t, c.snapshotID)["source"]
+			assert.Contains(t, []any{"webhook", "eventbridge", "replay"}, src, name)
+			assert.Equal(t, "fulfilled", a.get(t, "/v1/purchases/"+id)["status"], name)
+			n++
+			sink.wait(t, n)
+		}
+	}
+	time.Sleep(500 * time.Millisecond) // a second action would be on its way
+	acts := sink.snapshot()
+	require.Len(t, acts, len(ids), "one action per change")
+	seen := map[string]bool{}
+	actionIDs := map[string]bool{}
+	for _, act := range acts {
+		assert.False(t, seen[*act.PurchaseID], "purchase %s fulfilled twice", *act.PurchaseID)
+		seen[*act.PurchaseID] = true
+		assert.False(t, actionIDs[act.ID.String()], "action id %s sent twice", act.ID)
+		actionIDs[act.ID.String()] = true
+	}
+	for _, id := range ids {
+		assert.True(t, seen[id], "purchase %s fulfilled", id)
+	}
+}
