@@ -61,11 +61,12 @@ type Hydrator struct {
 	budget   stripebudget.Budget
 	handler  stripeevent.Handler
 	registry *Registry
+	recorder *Recorder
 	wake     chan struct{}
 }
 
 // NewHydrator returns a hydrator.
-func NewHydrator(cfg HydratorConfig, q *Queue, store Store, api StripeAPI, budget stripebudget.Budget, h stripeevent.Handler, reg *Registry) *Hydrator {
+func NewHydrator(cfg HydratorConfig, q *Queue, rec *Recorder, store Store, api StripeAPI, budget stripebudget.Budget, h stripeevent.Handler, reg *Registry) *Hydrator {
 	if cfg.Batch <= 0 {
 		cfg.Batch = 16
 	}
@@ -93,7 +94,7 @@ func NewHydrator(cfg HydratorConfig, q *Queue, store Store, api StripeAPI, budge
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Hydrator{cfg: cfg, queue: q, store: store, api: api, budget: budget, handler: h, registry: reg,
+	return &Hydrator{cfg: cfg, queue: q, recorder: rec, store: store, api: api, budget: budget, handler: h, registry: reg,
 		wake: make(chan struct{}, 1)}
 }
 
@@ -109,7 +110,19 @@ func (h *Hydrator) Nudge() {
 func (h *Hydrator) Run(ctx context.Context) error {
 	t := time.NewTicker(h.cfg.Idle)
 	defer t.Stop()
+	purged := time.Time{}
 	for {
+		// Records first: they are what lists show, whatever the budget
+		// lets hydration do.
+		if _, err := h.recorder.RecordPending(ctx, 100); err != nil && ctx.Err() == nil {
+			h.cfg.Log.Warn("thin events: writing queued records failed; they stay readable from the queue", "error", err)
+		}
+		if time.Since(purged) > time.Hour {
+			if err := h.queue.Purge(ctx); err != nil && ctx.Err() == nil {
+				h.cfg.Log.Warn("thin events: purge of hydrated ids failed", "error", err)
+			}
+			purged = time.Now()
+		}
 		n, err := h.RunOnce(ctx)
 		if err != nil && ctx.Err() == nil {
 			h.cfg.Log.Warn("thin hydration: claim failed", "error", err)
@@ -176,6 +189,15 @@ func (h *Hydrator) RunOnce(ctx context.Context) (int, error) {
 // job is left to its lease.
 func (h *Hydrator) hydrate(ctx, parent context.Context, j Job) {
 	log := h.cfg.Log.With("event_id", j.EventID, "event_type", j.Type, "stripe_account", j.Context, "attempt", j.Attempts)
+	if !j.Recorded {
+		// ThinDone and ThinRetry update the record: it must be there.
+		if err := h.recorder.write(ctx, []Job{j}); err != nil {
+			if parent.Err() == nil {
+				h.retry(ctx, log, j, fmt.Errorf("record thin event: %w", err))
+			}
+			return
+		}
+	}
 	result, snapshot, err := h.process(ctx, j)
 	if err != nil && parent.Err() != nil {
 		log.Info("thin event hydration abandoned at shutdown; its lease brings it back", "error", err)
