@@ -2,6 +2,8 @@ package app_test
 
 import (
 	"context"
+	"encoding/json"
+	"net/http"
 	"testing"
 	"time"
 
@@ -88,4 +90,42 @@ func TestThinIntakeIsOneCommitFindableAtOnce(t *testing.T) {
 	rec, err = a.Events.Get(ctx, id)
 	require.NoError(t, err)
 	assert.Equal(t, events.StatusProcessed, rec.Status, "never written back to received")
+}
+
+// TestEveryThinFixtureIsAcceptedSigned: each thin fixture under
+// internal/stripetest/testdata/thin (v1 payment intent, subscription and
+// invoice; v2.core.account.*; the health event), signed as Stripe signs, is
+// answered 200 received at /webhooks/stripe and findable at once as a thin
+// record of its type and account.
+func TestEveryThinFixtureIsAcceptedSigned(t *testing.T) {
+	fake, sink := stripetest.New(t, stripetest.Options{}), newActionSink(t)
+	fake.DelayV2(time.Minute) // keep them received: this is about the intake
+	e := startThinApp(t, fake, sink, nil)
+	names := stripetest.ThinFixtureNames()
+	for _, want := range []string{"v1.payment_intent.succeeded", "v1.customer.subscription.updated", "v1.invoice.paid",
+		"v2.core.account.created", "v2.core.account.closed", "v2.core.health.event_generation_failure.resolved"} {
+		require.Contains(t, names, want)
+	}
+	for _, name := range names {
+		t.Run(name, func(t *testing.T) {
+			id := stripetest.NewThinID()
+			body := stripetest.Thin{Fixture: name, ID: id}.Build(t)
+			var doc struct {
+				Context string `json:"context"`
+			}
+			require.NoError(t, json.Unmarshal(body, &doc))
+			status, ans := e.deliver(t, body)
+			require.Equal(t, http.StatusOK, status, ans)
+			assert.Equal(t, "received", ans["outcome"])
+			assert.Equal(t, "thin", ans["payload_kind"])
+			rec := e.event(t, id)
+			require.NotNil(t, rec, "findable at once")
+			assert.Equal(t, name, rec["type"])
+			assert.Equal(t, "thin", rec["payload_kind"])
+			assert.Equal(t, "received", rec["status"])
+			if doc.Context != "" {
+				assert.Equal(t, doc.Context, rec["stripe_account"])
+			}
+		})
+	}
 }

@@ -248,15 +248,21 @@ func TestSnapshotAndThinOfOneChangeApplyOnce(t *testing.T) {
 	}
 }
 
+// TestThinHydrationFailsThenSucceeds: the fake Stripe fails a hydration's
+// first call once (404, 403, 429, or no answer until the client's 20 s
+// timeout): the record stays received with the error, another
+// notification is hydrated meanwhile, and the retry hydrates it.
 func TestThinHydrationFailsThenSucceeds(t *testing.T) {
 	for _, tc := range []struct {
-		name   string
-		status int
-		code   string
+		name    string
+		status  int // 0: Stripe never answers (a timeout)
+		code    string
+		wantErr string
 	}{
-		{"not found", http.StatusNotFound, "resource_missing"},
-		{"forbidden", http.StatusForbidden, ""},
-		{"rate limited", http.StatusTooManyRequests, "rate_limit"},
+		{"not found", http.StatusNotFound, "resource_missing", "stripe answered"},
+		{"forbidden", http.StatusForbidden, "", "stripe answered"},
+		{"rate limited", http.StatusTooManyRequests, "rate_limit", "stripe answered"},
+		{"timeout", 0, "", "Timeout"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			fake, sink := stripetest.New(t, stripetest.Options{}), newActionSink(t)
@@ -266,7 +272,11 @@ func TestThinHydrationFailsThenSucceeds(t *testing.T) {
 			// Another notification, which must not wait behind the failing one.
 			id2, account2, pi2 := e.legacyPurchase(t)
 			c2 := newPaidChange(t, fake, pi2, id2, account2)
-			fake.Fail(http.MethodGet, "/v2/core/events/"+c.thinID, tc.status, "invalid_request_error", tc.code, "scripted failure", 1)
+			if tc.status == 0 {
+				fake.Hang(http.MethodGet, "/v2/core/events/"+c.thinID, 1)
+			} else {
+				fake.Fail(http.MethodGet, "/v2/core/events/"+c.thinID, tc.status, "invalid_request_error", tc.code, "scripted failure", 1)
+			}
 
 			status, ans := e.deliver(t, c.thin)
 			require.Equal(t, http.StatusOK, status, ans)
@@ -277,7 +287,7 @@ func TestThinHydrationFailsThenSucceeds(t *testing.T) {
 			})
 			assert.Equal(t, "received", rec["status"])
 			assert.Equal(t, "retrying", rec["hydration"])
-			assert.Contains(t, rec["last_error"], "stripe answered")
+			assert.Contains(t, rec["last_error"], tc.wantErr)
 			m := scrape(t, e.app)
 			assert.True(t, strings.Contains(m, `stripe_payments_thin_events_hydrated_total{result="retry"}`), "a failed try is counted")
 			assert.False(t, strings.Contains(m, "stripe_payments_thin_hydration_backlog 0\n"), "the failed notification waits")
