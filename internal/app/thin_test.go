@@ -637,3 +637,35 @@ func TestOneChangeAcrossWebhookAndEventBridgeAppliesOnce(t *testing.T) {
 		assert.True(t, seen[id], "purchase %s fulfilled", id)
 	}
 }
+
+// TestAHangingHydrationHoldsNoOtherNotification: Stripe does not answer one
+// hydration (it will time out after 20 s); a notification delivered while
+// it hangs is hydrated at once, not after it.
+func TestAHangingHydrationHoldsNoOtherNotification(t *testing.T) {
+	fake, sink := stripetest.New(t, stripetest.Options{}), newActionSink(t)
+	e := startThinApp(t, fake, sink, nil)
+	id, account, pi := e.legacyPurchase(t)
+	c := newPaidChange(t, fake, pi, id, account)
+	id2, account2, pi2 := e.legacyPurchase(t)
+	c2 := newPaidChange(t, fake, pi2, id2, account2)
+	path := "/v2/core/events/" + c.thinID
+	fake.Hang(http.MethodGet, path, 1)
+
+	status, ans := e.deliver(t, c.thin)
+	require.Equal(t, http.StatusOK, status, ans)
+	waitFor(t, "the hanging hydration in flight", func() bool {
+		for _, r := range fake.Requests() {
+			if r.Path == path {
+				return true
+			}
+		}
+		return false
+	})
+	start := time.Now()
+	status, ans = e.deliver(t, c2.thin)
+	require.Equal(t, http.StatusOK, status, ans)
+	e.waitHydrated(t, c2.thinID)
+	assert.Less(t, time.Since(start), 15*time.Second, "hydrated beside the hanging one, not after its timeout")
+	assert.Equal(t, "received", e.event(t, c.thinID)["status"], "the first still hangs")
+	assert.Equal(t, "fulfilled", e.get(t, "/v1/purchases/"+id2)["status"])
+}
