@@ -130,11 +130,24 @@ func BenchmarkThinHydrationAgainstBudget(b *testing.B) {
 		b.StartTimer()
 		start := time.Now()
 		a.Listen(b)
+		seen := map[string]int{} // hydration errors seen while it ran
 		for {
 			var left int
 			if err := a.Pool.QueryRow(b.Context(), `SELECT count(*) FROM thin_hydrations`).Scan(&left); err != nil {
 				b.Fatal(err)
 			}
+			rows, err := a.Pool.Query(b.Context(), `SELECT regexp_replace(last_error, 'evt_test[0-9a-f]+', 'evt_…', 'g') FROM thin_hydrations WHERE last_error IS NOT NULL`)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for rows.Next() {
+				var e string
+				if err := rows.Scan(&e); err != nil {
+					b.Fatal(err)
+				}
+				seen[e]++
+			}
+			rows.Close()
 			if left == 0 {
 				break
 			}
@@ -154,5 +167,8 @@ func BenchmarkThinHydrationAgainstBudget(b *testing.B) {
 		b.ReportMetric(float64(fake.RateLimited()-limited0), "429s")
 		b.Logf("%d hydrations in %s: %.1f/s, %.0f Stripe requests (%.1f/s, %.2f of the %.0f/s limit), %d answered 429",
 			n, elapsed.Round(time.Millisecond), float64(n)/elapsed.Seconds(), reqs, rps, rps/limit, limit, fake.RateLimited()-limited0)
+		for e, k := range seen {
+			b.Logf("seen %d× (polls): %s", k, e)
+		}
 	}
 }

@@ -124,11 +124,16 @@ func (h *Hydrator) Run(ctx context.Context) error {
 	defer wg.Wait()
 	freed := make(chan struct{}, 1)
 	purged := time.Time{}
+	recordEvery := time.Time{}
 	for {
-		// Records first: they are what lists show, whatever the budget
-		// lets hydration do.
-		if _, err := h.recorder.RecordPending(ctx, 100); err != nil && ctx.Err() == nil {
-			h.cfg.Log.Warn("thin events: writing queued records failed; they stay readable from the queue", "error", err)
+		// Records of notifications not yet claimed, at most every Idle: a
+		// claimed job writes its own, reads find them in the queue, and an
+		// index listing writes them first; this only keeps the table close.
+		if time.Since(recordEvery) >= h.cfg.Idle {
+			if _, err := h.recorder.RecordPending(ctx, 100); err != nil && ctx.Err() == nil {
+				h.cfg.Log.Warn("thin events: writing queued records failed; they stay readable from the queue", "error", err)
+			}
+			recordEvery = time.Now()
 		}
 		if time.Since(purged) > time.Hour {
 			if err := h.queue.Purge(ctx); err != nil && ctx.Err() == nil {

@@ -47,7 +47,7 @@ func (r *Recorder) write(ctx context.Context, jobs []Job) error {
 		errs []error
 		wg   sync.WaitGroup
 	)
-	sem := make(chan struct{}, 8)
+	sem := make(chan struct{}, 4) // a few at a time: the table also serves the answers
 	for _, j := range jobs {
 		wg.Go(func() {
 			sem <- struct{}{}
