@@ -99,6 +99,12 @@ func formatOps(ops map[string]int) string {
 // every tenth as processed, and returns the ids left missing.
 func seed(b *testing.B, e *env, store *events.Store, account string, n int) []string {
 	b.Helper()
+	return seedMissing(b, e, store, account, n, 10)
+}
+
+// seedMissing is seed leaving every `every`-th event missing.
+func seedMissing(b *testing.B, e *env, store *events.Store, account string, n, every int) []string {
+	b.Helper()
 	now := e.clock()
 	payloads := make([][]byte, n)
 	ids := make([]string, n)
@@ -129,7 +135,7 @@ func seed(b *testing.B, e *env, store *events.Store, account string, n int) []st
 		})
 	}
 	for i := range n {
-		if i%10 == 0 {
+		if i%every == 0 {
 			missing = append(missing, ids[i])
 			continue
 		}

@@ -15,6 +15,7 @@ const (
 	DefaultSlice       = 24 * time.Hour
 	DefaultPageSize    = 100 // Stripe's maximum
 	DefaultConcurrency = 4
+	DefaultFullEvery   = 30 * time.Minute
 )
 
 // Config of a poller.
@@ -38,6 +39,13 @@ type Config struct {
 	// Slice cuts long windows into pieces that are listed, diffed and
 	// replayed one after the other, oldest first.
 	Slice time.Duration
+	// FullEvery is the longest a checkpointed account goes without a full
+	// listing (default 30 min, inside the stale-checkpoint alert's hour).
+	// Between full listings a run lists only the events Stripe has not
+	// delivered (GET /v1/events?delivery_success=false) when that is
+	// expected to take fewer calls (see Poller.listingFor). Negative: every
+	// run lists everything.
+	FullEvery time.Duration
 	// PageSize is the listing's `limit` (1..100).
 	PageSize int64
 	// Concurrency is how many replays are in flight at once.
@@ -64,6 +72,7 @@ func (c Config) withDefaults() Config {
 	def(&c.Lookback, DefaultLookback)
 	def(&c.Retention, DefaultRetention)
 	def(&c.Slice, DefaultSlice)
+	def(&c.FullEvery, DefaultFullEvery)
 	def(&c.ReplayTimeout, 30*time.Second)
 	def(&c.RetryBackoff, 200*time.Millisecond)
 	if c.PageSize == 0 {

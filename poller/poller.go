@@ -19,8 +19,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/stripe-payments/stripe-payments/internal/events"
@@ -32,6 +34,33 @@ type Poller struct {
 	d   Deps
 	log *slog.Logger
 	now func() time.Time
+
+	mu    sync.Mutex
+	rates map[string]listRates // by account: what its last listings held
+}
+
+// Listing is which Events API listing a run used for an account.
+type Listing string
+
+// Listings.
+const (
+	// ListFull lists every event of the window (GET /v1/events): it sees
+	// everything, and only it moves the checkpoint.
+	ListFull Listing = "full"
+	// ListUndelivered lists only the events whose webhook delivery has
+	// not succeeded (GET /v1/events?delivery_success=false): pending, or
+	// failed to an endpoint. An event Stripe delivered with a 2xx is
+	// recorded (the webhook answers 2xx only after the durable commit), so
+	// between full listings this finds the webhook gap for fewer calls.
+	ListUndelivered Listing = "undelivered"
+)
+
+// listRates are an account's events per second of window, as its last full
+// and undelivered listings found them (this process's memory: a restart
+// starts with full listings).
+type listRates struct {
+	full, undelivered         float64
+	knowFull, knowUndelivered bool
 }
 
 // ErrBusy is returned when another checkpointed run holds the lock.
@@ -53,7 +82,7 @@ func New(cfg Config, d Deps) (*Poller, error) {
 	if now == nil {
 		now = time.Now
 	}
-	return &Poller{cfg: cfg, d: d, log: d.Log.With("component", "poller"), now: now}, nil
+	return &Poller{cfg: cfg, d: d, log: d.Log.With("component", "poller"), now: now, rates: map[string]listRates{}}, nil
 }
 
 type account struct {
@@ -148,6 +177,10 @@ func (p *Poller) reconcile(ctx context.Context, a account, w Window, checkpointe
 		s, clamped = p.cfg.accountSpan(now, old, hasCheckpoint)
 	}
 	ar.From, ar.Until, ar.Checkpoint = s.from, s.until, old
+	ar.Listing = ListFull
+	if checkpointed {
+		ar.Listing = p.listingFor(a.id, s, now, old, hasCheckpoint)
+	}
 	if clamped {
 		log.Warn("window starts before Stripe's event retention: older events can no longer be listed; "+
 			"check the events table for the gap (poll --stuck) if the checkpoint is this old",
@@ -157,7 +190,8 @@ func (p *Poller) reconcile(ctx context.Context, a account, w Window, checkpointe
 	// Everything created before `reached` has been handled.
 	reached, held := s.from, false
 	save := func() {
-		if !checkpointed || hasCheckpoint && !reached.After(old) {
+		// Only a full listing saw every event before `reached`.
+		if !checkpointed || ar.Listing != ListFull || hasCheckpoint && !reached.After(old) {
 			// Never move back: whatever held this run back (a failed replay
 			// at T >= old - overlap) lies inside the next window anyway.
 			return
@@ -174,7 +208,7 @@ func (p *Poller) reconcile(ctx context.Context, a account, w Window, checkpointe
 	}
 
 	for _, sl := range s.slices(p.cfg.Slice) {
-		todo, err := p.listAndDiff(ctx, a, sl, &ar)
+		todo, err := p.listAndDiff(ctx, a, sl, ar.Listing, &ar)
 		if err != nil {
 			ar.Err = errors.Join(ar.Err, err)
 			log.Error("listing events failed", "error", err, "from", sl.from, "until", sl.until)
@@ -200,6 +234,9 @@ func (p *Poller) reconcile(ctx context.Context, a account, w Window, checkpointe
 		}
 	}
 	save()
+	if !held && ar.Err == nil {
+		p.learn(a.id, ar.Listing, ar.Listed, s)
+	}
 	if !p.cfg.DryRun {
 		if p.d.Observer != nil {
 			p.d.Observer.Listed(a.id, ar.Listed)
@@ -211,7 +248,7 @@ func (p *Poller) reconcile(ctx context.Context, a account, w Window, checkpointe
 			}
 		}
 	}
-	log.Info("account reconciled", "from", ar.From, "until", ar.Until, "listed", ar.Listed,
+	log.Info("account reconciled", "listing", string(ar.Listing), "from", ar.From, "until", ar.Until, "listed", ar.Listed,
 		"already_processed", ar.AlreadyProcessed, "missing", ar.Missing, "unprocessed", ar.Unprocessed,
 		"replayed", ar.Replayed, "failed", ar.Failed, "checkpoint", ar.Checkpoint, "dry_run", p.cfg.DryRun)
 	return ar
@@ -232,10 +269,10 @@ func (p *Poller) reconcile(ctx context.Context, a account, w Window, checkpointe
 // only ever moves over a prefix that was fully handled. Slices bound how
 // much is listed before the first replay and how far a crash sets a
 // backfill back.
-func (p *Poller) listAndDiff(ctx context.Context, a account, sl span, ar *AccountReport) ([]Candidate, error) {
+func (p *Poller) listAndDiff(ctx context.Context, a account, sl span, listing Listing, ar *AccountReport) ([]Candidate, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	pages := p.listPages(ctx, a, sl)
+	pages := p.listPages(ctx, a, sl, listing)
 	var todo []Candidate
 	for pg := range pages {
 		if pg.err != nil {
@@ -285,14 +322,18 @@ type listedPage struct {
 // the diff, so that the Stripe API and DynamoDB round trips overlap. The
 // channel closes after the last page or after an error; cancelling ctx
 // stops the listing.
-func (p *Poller) listPages(ctx context.Context, a account, sl span) <-chan listedPage {
+func (p *Poller) listPages(ctx context.Context, a account, sl span, listing Listing) <-chan listedPage {
 	out := make(chan listedPage, 1)
 	gte, lte := sl.createdFilter()
+	list := p.d.API.ListPage
+	if listing == ListUndelivered {
+		list = p.d.API.ListUndeliveredPage
+	}
 	go func() {
 		defer close(out)
 		after := ""
 		for {
-			page, err := p.d.API.ListPage(ctx, a.id, a.connected, gte, lte, after, p.cfg.PageSize)
+			page, err := list(ctx, a.id, a.connected, gte, lte, after, p.cfg.PageSize)
 			if err == nil && len(page.Events) == 0 {
 				return
 			}
@@ -308,4 +349,58 @@ func (p *Poller) listPages(ctx context.Context, a account, sl span) <-chan liste
 		}
 	}()
 	return out
+}
+
+// listingFor picks the listing of a checkpointed run of account over s:
+//
+//   - full when the account has no checkpoint, its checkpoint (which only a
+//     full listing moves) is FullEvery old, FullEvery is negative, or this
+//     process has not listed it in full yet: a full listing also catches
+//     what delivery_success cannot (an event Stripe never tried to deliver:
+//     no endpoint for its type, EventBridge only, a record lost after a
+//     2xx), and it is what the estimates start from;
+//   - otherwise the one expected to take fewer calls: each listing's pages
+//     are estimated from the events per second its last run found (an
+//     unknown undelivered rate counts as one page). Both cost at least one
+//     call, so the undelivered listing wins only when the window holds more
+//     than a page of events: a busy account, or a window that grew since
+//     the last full listing. Ties go to the full listing.
+func (p *Poller) listingFor(account string, s span, now, checkpoint time.Time, hasCheckpoint bool) Listing {
+	if p.cfg.FullEvery < 0 || !hasCheckpoint || now.Sub(checkpoint) >= p.cfg.FullEvery {
+		return ListFull
+	}
+	p.mu.Lock()
+	r := p.rates[account]
+	p.mu.Unlock()
+	if !r.knowFull {
+		return ListFull
+	}
+	secs := s.until.Sub(s.from).Seconds()
+	if expectedPages(r.undelivered*secs, p.cfg.PageSize) < expectedPages(r.full*secs, p.cfg.PageSize) {
+		return ListUndelivered
+	}
+	return ListFull
+}
+
+// expectedPages is the calls a listing of n events takes (at least one).
+func expectedPages(n float64, pageSize int64) int {
+	return max(1, int(math.Ceil(n/float64(pageSize))))
+}
+
+// learn keeps what a complete listing of s found for the next choice.
+func (p *Poller) learn(account string, listing Listing, listed int, s span) {
+	secs := s.until.Sub(s.from).Seconds()
+	if secs <= 0 {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	r := p.rates[account]
+	rate := float64(listed) / secs
+	if listing == ListUndelivered {
+		r.undelivered, r.knowUndelivered = rate, true
+	} else {
+		r.full, r.knowFull = rate, true
+	}
+	p.rates[account] = r
 }

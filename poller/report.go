@@ -44,6 +44,8 @@ type AccountReport struct {
 	Platform bool
 	// From and Until are the window listed, [From, Until).
 	From, Until time.Time
+	// Listing is the Events API listing used (Poller.listingFor).
+	Listing Listing
 	Counts
 	// Checkpoint is the account's checkpoint after the run (zero: none).
 	Checkpoint time.Time
@@ -60,7 +62,11 @@ func (r AccountReport) Summary() string {
 	if r.Platform {
 		b.WriteString(" (platform)")
 	}
-	fmt.Fprintf(&b, " %s..%s: listed %d, already processed %d, ", r.From.UTC().Format(time.RFC3339), r.Until.UTC().Format(time.RFC3339), r.Listed, r.AlreadyProcessed)
+	fmt.Fprintf(&b, " %s..%s: listed %d", r.From.UTC().Format(time.RFC3339), r.Until.UTC().Format(time.RFC3339), r.Listed)
+	if r.Listing == ListUndelivered {
+		b.WriteString(" undelivered")
+	}
+	fmt.Fprintf(&b, ", already processed %d, ", r.AlreadyProcessed)
 	if r.DryRun {
 		fmt.Fprintf(&b, "would replay %d", len(r.WouldReplay))
 	} else {

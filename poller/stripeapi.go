@@ -137,8 +137,19 @@ type rawEventList struct {
 // account is a connected account (sent as Stripe-Account) or the platform
 // (no header).
 func (a *EventsAPI) ListPage(ctx context.Context, account string, connected bool, from, until int64, startingAfter string, limit int64) (Page, error) {
+	return a.listPage(ctx, account, connected, from, until, startingAfter, limit, false)
+}
+
+// ListUndeliveredPage is ListPage of the events whose webhook delivery has
+// not succeeded (delivery_success=false: pending, or failed to an
+// endpoint); Stripe filters before paging, so its pages are full.
+func (a *EventsAPI) ListUndeliveredPage(ctx context.Context, account string, connected bool, from, until int64, startingAfter string, limit int64) (Page, error) {
+	return a.listPage(ctx, account, connected, from, until, startingAfter, limit, true)
+}
+
+func (a *EventsAPI) listPage(ctx context.Context, account string, connected bool, from, until int64, startingAfter string, limit int64, undelivered bool) (Page, error) {
 	for attempt := 0; ; attempt++ {
-		page, err := a.listOnce(ctx, account, connected, from, until, startingAfter, limit)
+		page, err := a.listOnce(ctx, account, connected, from, until, startingAfter, limit, undelivered)
 		if err == nil {
 			a.speedUp()
 			return page, nil
@@ -162,10 +173,13 @@ func (a *EventsAPI) ListPage(ctx context.Context, account string, connected bool
 	}
 }
 
-func (a *EventsAPI) listOnce(ctx context.Context, account string, connected bool, from, until int64, startingAfter string, limit int64) (Page, error) {
+func (a *EventsAPI) listOnce(ctx context.Context, account string, connected bool, from, until int64, startingAfter string, limit int64, undelivered bool) (Page, error) {
 	params := &stripe.EventListParams{CreatedRange: &stripe.RangeQueryParams{
 		GreaterThanOrEqual: from, LesserThanOrEqual: until,
 	}}
+	if undelivered {
+		params.DeliverySuccess = stripe.Bool(false)
+	}
 	params.Context = ctx
 	params.Limit = stripe.Int64(limit)
 	if startingAfter != "" {

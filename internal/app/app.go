@@ -37,6 +37,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/safego"
 	"github.com/stripe-payments/stripe-payments/internal/stripebudget"
 	"github.com/stripe-payments/stripe-payments/internal/stripeclient"
+	"github.com/stripe-payments/stripe-payments/internal/thin"
 	"github.com/stripe-payments/stripe-payments/internal/tracking"
 	"github.com/stripe-payments/stripe-payments/webhook"
 )
@@ -100,8 +101,11 @@ type App struct {
 
 	// Thin events (intake, hydrator, account registry) and Ingest, the one
 	// entry point for a verified event body of either shape (thin.go).
-	Thin   *ThinEvents
-	Ingest *ingest.Intake
+	Thin *ThinEvents
+	// ThinRecords writes queued thin notifications' records behind the
+	// answer and reads them until then (part of Events' read-through).
+	ThinRecords *thin.Recorder
+	Ingest      *ingest.Intake
 
 	// clocks bounds the test clocks' advances, which outlive the requests
 	// that start them; stopClocks ends them at shutdown (an advance stops
@@ -167,7 +171,10 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 		MaxBacklogBytes: cfg.IngestRecords.BacklogBytes, QuarantineAfter: cfg.IngestRecords.QuarantineAfter,
 		Log: log.With("component", "records"), Observer: recordMetrics, Safe: a.Safe,
 	})
-	a.Events = table.WithPending(a.Records)
+	// Queued thin notifications are read from their queue until their
+	// records are written behind the answer (thin.Recorder).
+	a.ThinRecords = &thin.Recorder{Queue: thin.NewQueue(pool), Table: table, PlatformAccount: cfg.PlatformAccount, EventTTL: cfg.EventTTL}
+	a.Events = table.WithPending(events.JoinPending(a.Records, a.ThinRecords))
 	a.Ledger = tracking.NewLedger(pool)
 	// Every Stripe request of this replica draws on the one shared budget
 	// (DESIGN §9); a request names its class in its context, else it is

@@ -35,11 +35,9 @@ func (a *App) newThin() {
 		b, err := t.Queue.Backlog(ctx)
 		return b.Count, b.Oldest, err
 	})
-	// The events table itself, not the write-behind: a thin record is
-	// written once, conditionally, before the answer.
 	store := a.Events
 	t.Hydrator = thin.NewHydrator(thin.HydratorConfig{Livemode: cfg.Livemode(), Log: log, Observer: obs},
-		t.Queue, store, thin.StripeAPI{BaseURL: cfg.StripeAPIBase, Key: cfg.StripeAPIKey}, t.Budget, a.Handler, t.Registry)
+		t.Queue, a.ThinRecords, store, thin.StripeAPI{BaseURL: cfg.StripeAPIBase, Key: cfg.StripeAPIKey}, t.Budget, a.Handler, t.Registry)
 	t.Intake = thin.NewIntake(thin.IntakeConfig{PlatformAccount: cfg.PlatformAccount, EventTTL: cfg.EventTTL,
 		Livemode: cfg.Livemode(), Log: log, Observer: obs}, store, t.Queue, t.Hydrator.Nudge)
 	t.Sweeper = &thin.Sweeper{API: thin.StripeAPI{BaseURL: cfg.StripeAPIBase, Key: cfg.StripeAPIKey}, Budget: t.Budget,

@@ -248,15 +248,21 @@ func TestSnapshotAndThinOfOneChangeApplyOnce(t *testing.T) {
 	}
 }
 
+// TestThinHydrationFailsThenSucceeds: the fake Stripe fails a hydration's
+// first call once (404, 403, 429, or no answer until the client's 20 s
+// timeout): the record stays received with the error, another
+// notification is hydrated meanwhile, and the retry hydrates it.
 func TestThinHydrationFailsThenSucceeds(t *testing.T) {
 	for _, tc := range []struct {
-		name   string
-		status int
-		code   string
+		name    string
+		status  int // 0: Stripe never answers (a timeout)
+		code    string
+		wantErr string
 	}{
-		{"not found", http.StatusNotFound, "resource_missing"},
-		{"forbidden", http.StatusForbidden, ""},
-		{"rate limited", http.StatusTooManyRequests, "rate_limit"},
+		{"not found", http.StatusNotFound, "resource_missing", "stripe answered"},
+		{"forbidden", http.StatusForbidden, "", "stripe answered"},
+		{"rate limited", http.StatusTooManyRequests, "rate_limit", "stripe answered"},
+		{"timeout", 0, "", "Timeout"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			fake, sink := stripetest.New(t, stripetest.Options{}), newActionSink(t)
@@ -266,7 +272,11 @@ func TestThinHydrationFailsThenSucceeds(t *testing.T) {
 			// Another notification, which must not wait behind the failing one.
 			id2, account2, pi2 := e.legacyPurchase(t)
 			c2 := newPaidChange(t, fake, pi2, id2, account2)
-			fake.Fail(http.MethodGet, "/v2/core/events/"+c.thinID, tc.status, "invalid_request_error", tc.code, "scripted failure", 1)
+			if tc.status == 0 {
+				fake.Hang(http.MethodGet, "/v2/core/events/"+c.thinID, 1)
+			} else {
+				fake.Fail(http.MethodGet, "/v2/core/events/"+c.thinID, tc.status, "invalid_request_error", tc.code, "scripted failure", 1)
+			}
 
 			status, ans := e.deliver(t, c.thin)
 			require.Equal(t, http.StatusOK, status, ans)
@@ -277,7 +287,7 @@ func TestThinHydrationFailsThenSucceeds(t *testing.T) {
 			})
 			assert.Equal(t, "received", rec["status"])
 			assert.Equal(t, "retrying", rec["hydration"])
-			assert.Contains(t, rec["last_error"], "stripe answered")
+			assert.Contains(t, rec["last_error"], tc.wantErr)
 			m := scrape(t, e.app)
 			assert.True(t, strings.Contains(m, `stripe_payments_thin_events_hydrated_total{result="retry"}`), "a failed try is counted")
 			assert.False(t, strings.Contains(m, "stripe_payments_thin_hydration_backlog 0\n"), "the failed notification waits")
@@ -515,4 +525,147 @@ func TestEventBridgeThinDetailIsRecordedAndHydrated(t *testing.T) {
 	assert.Equal(t, "fulfilled", e.get(t, "/v1/purchases/"+id)["status"])
 	require.Eventually(t, func() bool { return queueEmpty(t, client, q.URL) }, 10*time.Second, 50*time.Millisecond, "the message is deleted")
 	sink.wait(t, 1)
+}
+
+// TestOneChangeAcrossWebhookAndEventBridgeAppliesOnce: an operator runs a
+// webhook destination and an EventBridge destination side by side (or moves
+// from one to the other), so one change reaches the service through both
+// intakes: the same snapshot event twice, or its snapshot through one and
+// its thin event through the other. Replica a takes the webhook, replica b
+// consumes the queue; in either order and at once: one ledger entry under
+// the snapshot's id, one fulfilment, one action id.
+func TestOneChangeAcrossWebhookAndEventBridgeAppliesOnce(t *testing.T) {
+	client := testenv.SQS(t)
+	q := testenv.CreateQueue(t, client, 2*time.Second, 5)
+	fake, sink := stripetest.New(t, stripetest.Options{}), newActionSink(t)
+	a := startThinApp(t, fake, sink, nil)
+	env := map[string]string{"EVENTBRIDGE_QUEUE_URL": q.URL, "SQS_ENDPOINT": testenv.SQSEndpoint(t)}
+	for k, v := range a.app.Env {
+		env[k] = v
+	}
+	startThinApp(t, fake, sink, env) // replica b: its consumer takes the queue
+
+	type via struct {
+		thin bool // the thin event, else the snapshot
+	}
+	var ids []string
+	n := 0
+	for _, pair := range []struct {
+		name             string
+		webhook, bridged via
+	}{
+		{"snapshot by both", via{}, via{}},
+		{"snapshot by webhook, thin by EventBridge", via{}, via{thin: true}},
+		{"thin by webhook, snapshot by EventBridge", via{thin: true}, via{}},
+	} {
+		for _, order := range []string{"webhook first", "EventBridge first", "at once"} {
+			name := pair.name + ", " + order
+			id, account, pi := a.legacyPurchase(t)
+			ids = append(ids, id)
+			c := newPaidChange(t, fake, pi, id, account)
+			body := func(v via) []byte {
+				if v.thin {
+					return c.thin
+				}
+				return c.snapshot
+			}
+			// done waits until what one delivery brings is processed.
+			done := func(v via) {
+				if v.thin {
+					a.waitHydrated(t, c.thinID)
+					return
+				}
+				waitFor(t, name+": snapshot processed", func() bool {
+					rec := a.event(t, c.snapshotID)
+					return rec != nil && rec["status"] == "processed"
+				})
+			}
+			webhook := func() {
+				status, ans := a.deliver(t, body(pair.webhook))
+				assert.Equal(t, http.StatusOK, status, "%s: %v", name, ans)
+			}
+			bridged := func() {
+				sendMessage(t, client, q.URL, testenv.EventBridgeEvent(t, testenv.StripeSource, body(pair.bridged)))
+			}
+			switch order {
+			case "webhook first":
+				webhook()
+				done(pair.webhook)
+				bridged()
+			case "EventBridge first":
+				bridged()
+				done(pair.bridged)
+				webhook()
+			default:
+				var wg sync.WaitGroup
+				wg.Go(webhook)
+				wg.Go(bridged)
+				wg.Wait()
+			}
+			done(pair.webhook)
+			done(pair.bridged)
+			require.Eventually(t, func() bool { return queueEmpty(t, client, q.URL) }, 20*time.Second, 50*time.Millisecond,
+				"%s: the message is deleted", name)
+			var claims, thinClaims int
+			require.NoError(t, a.app.Pool.QueryRow(t.Context(),
+				`SELECT count(*) FILTER (WHERE event_id = $1), count(*) FILTER (WHERE event_id = $2) FROM processed_events`,
+				c.snapshotID, c.thinID).Scan(&claims, &thinClaims))
+			assert.Equal(t, 1, claims, "%s: one ledger entry under the snapshot's id", name)
+			assert.Zero(t, thinClaims, name)
+			if pair.webhook.thin || pair.bridged.thin {
+				assert.Equal(t, c.snapshotID, a.event(t, c.thinID)["snapshot_event"], name)
+			}
+			src := a.event(t, c.snapshotID)["source"]
+			assert.Contains(t, []any{"webhook", "eventbridge", "replay"}, src, name)
+			assert.Equal(t, "fulfilled", a.get(t, "/v1/purchases/"+id)["status"], name)
+			n++
+			sink.wait(t, n)
+		}
+	}
+	time.Sleep(500 * time.Millisecond) // a second action would be on its way
+	acts := sink.snapshot()
+	require.Len(t, acts, len(ids), "one action per change")
+	seen := map[string]bool{}
+	actionIDs := map[string]bool{}
+	for _, act := range acts {
+		assert.False(t, seen[*act.PurchaseID], "purchase %s fulfilled twice", *act.PurchaseID)
+		seen[*act.PurchaseID] = true
+		assert.False(t, actionIDs[act.ID.String()], "action id %s sent twice", act.ID)
+		actionIDs[act.ID.String()] = true
+	}
+	for _, id := range ids {
+		assert.True(t, seen[id], "purchase %s fulfilled", id)
+	}
+}
+
+// TestAHangingHydrationHoldsNoOtherNotification: Stripe does not answer one
+// hydration (it will time out after 20 s); a notification delivered while
+// it hangs is hydrated at once, not after it.
+func TestAHangingHydrationHoldsNoOtherNotification(t *testing.T) {
+	fake, sink := stripetest.New(t, stripetest.Options{}), newActionSink(t)
+	e := startThinApp(t, fake, sink, nil)
+	id, account, pi := e.legacyPurchase(t)
+	c := newPaidChange(t, fake, pi, id, account)
+	id2, account2, pi2 := e.legacyPurchase(t)
+	c2 := newPaidChange(t, fake, pi2, id2, account2)
+	path := "/v2/core/events/" + c.thinID
+	fake.Hang(http.MethodGet, path, 1)
+
+	status, ans := e.deliver(t, c.thin)
+	require.Equal(t, http.StatusOK, status, ans)
+	waitFor(t, "the hanging hydration in flight", func() bool {
+		for _, r := range fake.Requests() {
+			if r.Path == path {
+				return true
+			}
+		}
+		return false
+	})
+	start := time.Now()
+	status, ans = e.deliver(t, c2.thin)
+	require.Equal(t, http.StatusOK, status, ans)
+	e.waitHydrated(t, c2.thinID)
+	assert.Less(t, time.Since(start), 15*time.Second, "hydrated beside the hanging one, not after its timeout")
+	assert.Equal(t, "received", e.event(t, c.thinID)["status"], "the first still hangs")
+	assert.Equal(t, "fulfilled", e.get(t, "/v1/purchases/"+id2)["status"])
 }

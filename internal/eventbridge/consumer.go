@@ -381,17 +381,3 @@ func (nopObserver) Received(int)   {}
 func (nopObserver) Refused(string) {}
 func (nopObserver) Failed()        {}
 func (nopObserver) Deleted(int)    {}
-
-// HandlerIngester is today's snapshot path: what the webhook does after the
-// signature check (stripeevent.Parse, then the one handler). The thin-aware
-// ingest entry point replaces it where `serve` wires the consumer.
-type HandlerIngester struct{ Handler stripeevent.Handler }
-
-// Ingest parses body as a snapshot event and hands it to the handler.
-func (h HandlerIngester) Ingest(ctx context.Context, body []byte, source stripeevent.Source) (stripeevent.Outcome, error) {
-	ev, err := stripeevent.Parse(body)
-	if err != nil {
-		return stripeevent.Failed, err
-	}
-	return h.Handler.Handle(ctx, ev, body, source)
-}

@@ -17,7 +17,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"github.com/stripe/stripe-go/v76"
 
 	"github.com/stripe-payments/stripe-payments/internal/eventbridge"
 	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
@@ -488,34 +487,4 @@ func TestShutdownReturnsMessagesNotStarted(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, out.Messages, 1, "back on the queue at once")
 	assert.Equal(t, body, aws.ToString(out.Messages[0].Body))
-}
-
-// TestHandlerIngester: today's snapshot path
-// answers ErrMalformed (the consumer's refusal) for a body that is not a
-// snapshot event, and hands a snapshot event to the handler with its source.
-func TestHandlerIngester(t *testing.T) {
-	h := &handlerSpy{}
-	ing := eventbridge.HandlerIngester{Handler: h}
-	_, err := ing.Ingest(context.Background(), []byte(`{"id":"ch_1","object":"charge"}`), stripeevent.SourceEventBridge)
-	require.ErrorIs(t, err, stripeevent.ErrMalformed)
-	assert.Zero(t, h.n)
-	payload := stripetest.Event{Fixture: "customer.created"}.Build(t)
-	outcome, err := ing.Ingest(context.Background(), payload, stripeevent.SourceEventBridge)
-	require.NoError(t, err)
-	assert.Equal(t, stripeevent.Applied, outcome)
-	assert.Equal(t, 1, h.n)
-	assert.Equal(t, stripeevent.SourceEventBridge, h.source)
-	assert.Equal(t, payload, h.payload)
-}
-
-type handlerSpy struct {
-	n       int
-	source  stripeevent.Source
-	payload []byte
-}
-
-func (h *handlerSpy) Handle(_ context.Context, _ *stripe.Event, payload []byte, source stripeevent.Source) (stripeevent.Outcome, error) {
-	h.n++
-	h.source, h.payload = source, payload
-	return stripeevent.Applied, nil
 }

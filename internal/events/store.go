@@ -372,3 +372,34 @@ func sleep(ctx context.Context, d time.Duration) error {
 		return nil
 	}
 }
+
+// JoinPending reads through several Pending in turn (the write-behind's
+// records, the queued thin notifications'); the first that has a record wins.
+func JoinPending(ps ...Pending) Pending { return pendings(ps) }
+
+type pendings []Pending
+
+func (ps pendings) Lookup(ctx context.Context, ids []string) (map[string]Record, error) {
+	found := map[string]Record{}
+	for _, p := range ps {
+		m, err := p.Lookup(ctx, ids)
+		if err != nil {
+			return nil, err
+		}
+		for id, r := range m {
+			if _, ok := found[id]; !ok {
+				found[id] = r
+			}
+		}
+	}
+	return found, nil
+}
+
+func (ps pendings) Settled(ctx context.Context) error {
+	for _, p := range ps {
+		if err := p.Settled(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}

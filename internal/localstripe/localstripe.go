@@ -226,10 +226,6 @@ func (s *Server) middleware(next http.Handler) http.Handler {
 		if ctx := r.Header.Get("Stripe-Context"); ctx != "" && r.Header.Get("Stripe-Account") == "" {
 			r.Header.Set("Stripe-Account", ctx)
 		}
-		if r.Method == http.MethodGet && r.URL.Path == "/v1/events" && r.URL.Query().Has("delivery_success") {
-			s.listByDelivery(w, r, next)
-			return
-		}
 		rec := httptest.NewRecorder()
 		next.ServeHTTP(rec, r)
 		for k, v := range rec.Header() {
@@ -487,6 +483,7 @@ func (s *Server) deliver(id string, payload []byte, attempt int) {
 	s.mu.Unlock()
 	if err == nil && code >= 200 && code < 300 {
 		s.setStatus(id, "delivered", code, "")
+		s.markDelivered(id)
 		return
 	}
 	if attempt >= s.cfg.MaxAttempts {
@@ -530,42 +527,18 @@ func (s *Server) delivered(id string) bool {
 	return d != nil && d.Status == "delivered"
 }
 
-// listByDelivery is GET /v1/events?delivery_success=true|false: the page
-// the fake lists, keeping the events whose delivery succeeded (or not).
-// A filtered page may hold fewer than limit events; has_more and the
-// cursors are the unfiltered list's.
-func (s *Server) listByDelivery(w http.ResponseWriter, r *http.Request, next http.Handler) {
-	want := r.URL.Query().Get("delivery_success") == "true"
-	q := r.URL.Query()
-	q.Del("delivery_success")
-	r2 := r.Clone(r.Context())
-	r2.URL.RawQuery = q.Encode()
-	rec := httptest.NewRecorder()
-	next.ServeHTTP(rec, r2)
-	var page struct {
-		Object  string            `json:"object"`
-		URL     string            `json:"url"`
-		HasMore bool              `json:"has_more"`
-		Data    []json.RawMessage `json:"data"`
-	}
-	if rec.Code != http.StatusOK || json.Unmarshal(rec.Body.Bytes(), &page) != nil {
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(rec.Code)
-		_, _ = w.Write(rec.Body.Bytes())
+// markDelivered tells the fake's Events API that the delivery of id
+// succeeded (and, for a thin event, that of the snapshot event it stands
+// for), so GET /v1/events?delivery_success=false stops listing it.
+func (s *Server) markDelivered(id string) {
+	s.mu.Lock()
+	d := s.deliveries[id]
+	s.mu.Unlock()
+	if d == nil {
 		return
 	}
-	kept := page.Data[:0]
-	s.mu.Lock()
-	for _, raw := range page.Data {
-		var head struct {
-			ID string `json:"id"`
-		}
-		_ = json.Unmarshal(raw, &head)
-		if s.delivered(head.ID) == want {
-			kept = append(kept, raw)
-		}
+	s.fake.Delivered(d.Account, true, id)
+	if d.Snapshot != "" {
+		s.fake.Delivered(d.Account, true, d.Snapshot)
 	}
-	s.mu.Unlock()
-	page.Data = kept
-	writeJSON(w, http.StatusOK, page)
 }

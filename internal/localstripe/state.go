@@ -199,6 +199,13 @@ func (s *Server) restore(b []byte) error {
 	for id, p := range st.Payloads {
 		s.payloads[id] = p
 	}
+	// The fake's Events API learns again which deliveries succeeded
+	// (delivery_success).
+	for _, id := range s.order {
+		if d := s.deliveries[id]; d.Kind != "thin" && s.delivered(id) {
+			s.fake.Delivered(d.Account, true, id)
+		}
+	}
 	s.settlements = map[string]settlement{}
 	for _, x := range st.Settlements {
 		s.settlements[x.ID] = x

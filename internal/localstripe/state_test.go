@@ -136,3 +136,26 @@ func ids(page map[string]any) []string {
 	}
 	return out
 }
+
+// Which deliveries succeeded survives a restart: the Events API's
+// delivery_success filter lists the same events after it.
+func TestDeliverySuccessSurvivesARestart(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "stripe-local", "state.json")
+	_, upURL := newReceiver(t, nil)
+	cfg := localstripe.Config{StatePath: path, WebhookURL: upURL, Account: "acct_local_demo", RetryBase: time.Hour, MaxAttempts: 5}
+	s1, c, stop := open(t, cfg)
+	demo := []string{"Stripe-Account", "acct_local_demo"}
+	c.call(http.MethodPost, "/v1/customers", form("email", "a@b.c"), demo...)
+	require.Eventually(t, func() bool { return delivery(s1, "customer.created").Status == "delivered" }, 5*time.Second, 10*time.Millisecond)
+	_, _, ok := c.call(http.MethodGet, "/v1/events?delivery_success=true", nil, demo...)
+	require.Len(t, ok["data"], 1)
+	stop()
+
+	_, downURL := newReceiver(t, func(string, int) int { return http.StatusServiceUnavailable })
+	cfg.WebhookURL = downURL
+	_, c, _ = open(t, cfg)
+	_, _, failed := c.call(http.MethodGet, "/v1/events?delivery_success=false", nil, demo...)
+	assert.Empty(t, failed["data"], "delivered before the restart")
+	_, _, ok2 := c.call(http.MethodGet, "/v1/events?delivery_success=true", nil, demo...)
+	assert.Equal(t, ids(ok), ids(ok2))
+}

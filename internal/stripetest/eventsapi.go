@@ -15,7 +15,11 @@ import (
 // default 10); starting_after / ending_before cursors; the Stripe-Account
 // header selecting a connected account (none: the platform). Events are
 // listed newest first, as Stripe does. It can answer 429 rate_limit errors
-// to test backoff.
+// to test backoff. delivery_success=true|false keeps the events whose
+// webhook delivery succeeded (or not: pending or failed), filtered before
+// paging as Stripe does, so a page holds up to limit matching events and the
+// cursors are matching events' ids. An event is undelivered until Delivered
+// says otherwise (Stripe counts a pending delivery as not successful).
 
 // APIStats counts what the Events API (/v1/events…) served.
 type APIStats struct {
@@ -47,10 +51,11 @@ func (l *eventList) arrived(at time.Time) int {
 }
 
 type apiEvent struct {
-	id      string
-	created int64
-	seq     int
-	raw     []byte
+	id        string
+	created   int64
+	seq       int
+	delivered bool // its webhook delivery succeeded (delivery_success)
+	raw       []byte
 }
 
 // Add makes events listable on account ("" for the platform). Each event's
@@ -100,6 +105,19 @@ func (f *Stripe) positions(account string) map[string]int {
 	}
 	f.events.pos[account] = pos
 	return pos
+}
+
+// Delivered records whether the webhook delivery of account's events ids
+// succeeded, as delivery_success lists them.
+func (f *Stripe) Delivered(account string, ok bool, ids ...string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	pos := f.positions(account)
+	for _, id := range ids {
+		if i, found := pos[id]; found {
+			f.events.byAcct[account][i].delivered = ok
+		}
+	}
 }
 
 // OmitAccount makes connected-account listings drop the events' `account`
@@ -191,6 +209,29 @@ func (f *Stripe) listEvents(w http.ResponseWriter, r *http.Request, n int) {
 			return i - lo
 		}
 		return -1
+	}
+	if v := q.Get("delivery_success"); v != "" {
+		if v != "true" && v != "false" {
+			writeError(w, http.StatusBadRequest, "invalid_request_error", "", "Invalid boolean: "+v, map[string]any{"param": "delivery_success"})
+			return
+		}
+		// Stripe filters before paging: the cursors are matching events.
+		want := v == "true"
+		kept := make([]apiEvent, 0, len(matching)/8)
+		for _, ev := range matching {
+			if ev.delivered == want {
+				kept = append(kept, ev)
+			}
+		}
+		matching = kept
+		index = func(id string) int {
+			for i, ev := range matching {
+				if ev.id == id {
+					return i
+				}
+			}
+			return -1
+		}
 	}
 	var page []apiEvent
 	hasMore := false

@@ -157,7 +157,19 @@ func (f *Stripe) DelayV2(d time.Duration) {
 	f.v2.delay = d
 }
 
-// serveV2 answers /v2/…; Fail and Answer apply to it as to any path.
+// Hang makes the next `times` requests to method+path under /v2/ (times <
+// 0: all) never answer: the client's timeout (a hydration timing out)
+// ends them.
+func (f *Stripe) Hang(method, path string, times int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.fails = append(f.fails, &failure{method: method, path: path, status: hangStatus, times: times})
+}
+
+// hangStatus marks a scripted failure that never answers (Hang).
+const hangStatus = 0
+
+// serveV2 answers /v2/…; Fail, Answer and Hang apply to it.
 func (f *Stripe) serveV2(w http.ResponseWriter, r *http.Request, req Request) {
 	f.mu.Lock()
 	rep, failed := f.scriptedFailure(req)
@@ -169,6 +181,10 @@ func (f *Stripe) serveV2(w http.ResponseWriter, r *http.Request, req Request) {
 		case <-r.Context().Done():
 			return
 		}
+	}
+	if failed && rep.status == hangStatus {
+		<-r.Context().Done()
+		return
 	}
 	if failed {
 		f.write(w, rep)

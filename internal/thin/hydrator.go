@@ -31,8 +31,8 @@ const (
 
 // HydratorConfig configures the hydrator; zero values take the defaults.
 type HydratorConfig struct {
-	// Batch is how many jobs one claim takes (default 16); they are
-	// hydrated concurrently.
+	// Batch is how many jobs are hydrated at once (default 16); a claim
+	// takes as many as there are free slots.
 	Batch int
 	// Lease is how long a claimed job is another hydrator's to skip
 	// (default 15 s): a crashed hydrator's jobs come back after it. A live
@@ -61,11 +61,12 @@ type Hydrator struct {
 	budget   stripebudget.Budget
 	handler  stripeevent.Handler
 	registry *Registry
+	recorder *Recorder
 	wake     chan struct{}
 }
 
 // NewHydrator returns a hydrator.
-func NewHydrator(cfg HydratorConfig, q *Queue, store Store, api StripeAPI, budget stripebudget.Budget, h stripeevent.Handler, reg *Registry) *Hydrator {
+func NewHydrator(cfg HydratorConfig, q *Queue, rec *Recorder, store Store, api StripeAPI, budget stripebudget.Budget, h stripeevent.Handler, reg *Registry) *Hydrator {
 	if cfg.Batch <= 0 {
 		cfg.Batch = 16
 	}
@@ -93,7 +94,7 @@ func NewHydrator(cfg HydratorConfig, q *Queue, store Store, api StripeAPI, budge
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Hydrator{cfg: cfg, queue: q, store: store, api: api, budget: budget, handler: h, registry: reg,
+	return &Hydrator{cfg: cfg, queue: q, recorder: rec, store: store, api: api, budget: budget, handler: h, registry: reg,
 		wake: make(chan struct{}, 1)}
 }
 
@@ -105,67 +106,91 @@ func (h *Hydrator) Nudge() {
 	}
 }
 
-// Run hydrates due jobs until ctx ends; the jobs in flight finish first.
+// Run hydrates due jobs until ctx ends, up to Batch at once. A slot is
+// refilled as soon as its job ends, so a slow or hanging hydration (a
+// Stripe timeout) holds only its own slot, never the jobs queued behind
+// it. At shutdown the jobs in flight are abandoned to their leases (the
+// ledger keeps a half-done one from applying twice) and Run waits for them.
 func (h *Hydrator) Run(ctx context.Context) error {
-	t := time.NewTicker(h.cfg.Idle)
-	defer t.Stop()
+	idle := time.NewTicker(h.cfg.Idle)
+	defer idle.Stop()
+	beat := time.NewTicker(h.cfg.Lease / 3)
+	defer beat.Stop()
+	var (
+		mu      sync.Mutex
+		running = map[string]bool{} // event ids in flight
+		wg      sync.WaitGroup
+	)
+	defer wg.Wait()
+	freed := make(chan struct{}, 1)
+	purged := time.Time{}
+	recordEvery := time.Time{}
 	for {
-		n, err := h.RunOnce(ctx)
-		if err != nil && ctx.Err() == nil {
-			h.cfg.Log.Warn("thin hydration: claim failed", "error", err)
+		// Records of notifications not yet claimed, at most every Idle: a
+		// claimed job writes its own, reads find them in the queue, and an
+		// index listing writes them first; this only keeps the table close.
+		if time.Since(recordEvery) >= h.cfg.Idle {
+			if _, err := h.recorder.RecordPending(ctx, 100); err != nil && ctx.Err() == nil {
+				h.cfg.Log.Warn("thin events: writing queued records failed; they stay readable from the queue", "error", err)
+			}
+			recordEvery = time.Now()
 		}
-		if n == h.cfg.Batch && err == nil {
-			continue // more may be due
+		if time.Since(purged) > time.Hour {
+			if err := h.queue.Purge(ctx); err != nil && ctx.Err() == nil {
+				h.cfg.Log.Warn("thin events: purge of hydrated ids failed", "error", err)
+			}
+			purged = time.Now()
+		}
+		mu.Lock()
+		free := h.cfg.Batch - len(running)
+		mu.Unlock()
+		if free > 0 {
+			jobs, err := h.queue.Claim(ctx, free, h.cfg.Lease)
+			if err != nil && ctx.Err() == nil {
+				h.cfg.Log.Warn("thin hydration: claim failed", "error", err)
+			}
+			for _, j := range jobs {
+				mu.Lock()
+				running[j.EventID] = true
+				mu.Unlock()
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					jctx, cancel := context.WithTimeout(ctx, h.cfg.JobTimeout)
+					defer cancel()
+					h.hydrate(jctx, ctx, j)
+					mu.Lock()
+					delete(running, j.EventID)
+					mu.Unlock()
+					select {
+					case freed <- struct{}{}:
+					default:
+					}
+				}()
+			}
+			if err == nil && len(jobs) == free {
+				continue // more may be due
+			}
 		}
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-h.wake:
-		case <-t.C:
-		}
-	}
-}
-
-// RunOnce claims one batch of due jobs and hydrates them; it returns how
-// many it claimed.
-func (h *Hydrator) RunOnce(ctx context.Context) (int, error) {
-	jobs, err := h.queue.Claim(ctx, h.cfg.Batch, h.cfg.Lease)
-	if err != nil {
-		return 0, err
-	}
-	if len(jobs) == 0 {
-		return 0, nil
-	}
-	var wg sync.WaitGroup
-	for _, j := range jobs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			// Shutdown (ctx ending) abandons the jobs in flight: their
-			// leases run out and any replica (or the next start) takes them
-			// again; the ledger keeps a half-done one from applying twice.
-			jctx, cancel := context.WithTimeout(ctx, h.cfg.JobTimeout)
-			defer cancel()
-			h.hydrate(jctx, ctx, j)
-		}()
-	}
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	ids := make([]string, len(jobs))
-	for i, j := range jobs {
-		ids[i] = j.EventID
-	}
-	beat := time.NewTicker(h.cfg.Lease / 3)
-	defer beat.Stop()
-	for {
-		select {
-		case <-done:
-			return len(jobs), nil
+		case <-freed:
+		case <-idle.C:
 		case <-beat.C:
 			// Finished jobs have no lease (deleted or released): only the
 			// running ones are renewed.
-			if err := h.queue.Extend(context.WithoutCancel(ctx), ids, h.cfg.Lease); err != nil {
-				h.cfg.Log.Warn("thin hydration: lease renewal failed", "error", err)
+			mu.Lock()
+			ids := make([]string, 0, len(running))
+			for id := range running {
+				ids = append(ids, id)
+			}
+			mu.Unlock()
+			if len(ids) > 0 {
+				if err := h.queue.Extend(context.WithoutCancel(ctx), ids, h.cfg.Lease); err != nil {
+					h.cfg.Log.Warn("thin hydration: lease renewal failed", "error", err)
+				}
 			}
 		}
 	}
@@ -176,6 +201,15 @@ func (h *Hydrator) RunOnce(ctx context.Context) (int, error) {
 // job is left to its lease.
 func (h *Hydrator) hydrate(ctx, parent context.Context, j Job) {
 	log := h.cfg.Log.With("event_id", j.EventID, "event_type", j.Type, "stripe_account", j.Context, "attempt", j.Attempts)
+	if !j.Recorded {
+		// ThinDone and ThinRetry update the record: it must be there.
+		if err := h.recorder.write(ctx, []Job{j}); err != nil {
+			if parent.Err() == nil {
+				h.retry(ctx, log, j, fmt.Errorf("record thin event: %w", err))
+			}
+			return
+		}
+	}
 	result, snapshot, err := h.process(ctx, j)
 	if err != nil && parent.Err() != nil {
 		log.Info("thin event hydration abandoned at shutdown; its lease brings it back", "error", err)

@@ -18,8 +18,6 @@ package thin
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
 	"time"
 
@@ -78,9 +76,9 @@ func NewIntake(cfg IntakeConfig, store Store, queue *Queue, nudge func()) *Intak
 	return &Intake{cfg: cfg, store: store, queue: queue, nudge: nudge}
 }
 
-// Accept records a verified thin notification: the events table's record
-// (status received, so the internal API finds it at once), then its
-// hydration job. It answers stripeevent.Received (or Duplicate for one
+// Accept records a verified thin notification: its hydration job, in one
+// Postgres commit; the internal API finds it at once (status received,
+// through the Recorder) and the events table gets its record right behind. It answers stripeevent.Received (or Duplicate for one
 // already processed, Ignored for a livemode mismatch). An error means the
 // notification may not be recorded: the sender must deliver it again (5xx).
 func (in *Intake) Accept(ctx context.Context, t stripeevent.Thin, payload []byte, source stripeevent.Source) (stripeevent.Outcome, error) {
@@ -95,27 +93,17 @@ func (in *Intake) accept(ctx context.Context, t stripeevent.Thin, payload []byte
 		log.Warn("ignoring thin event whose livemode does not match the configured key", "livemode", t.Livemode)
 		return stripeevent.Ignored, nil
 	}
-	rec := events.NewThinRecord(t, payload, in.cfg.PlatformAccount, in.cfg.EventTTL, source, in.cfg.Now())
-	// The record first: a redelivery finds it, and a crash before the job
-	// is queued answers no 200, so Stripe delivers again and the job is
-	// queued then.
-	err := in.store.PutReceived(ctx, rec)
-	switch {
-	case errors.Is(err, events.ErrDuplicate):
-		prev, gerr := in.store.Get(ctx, t.ID)
-		if gerr != nil {
-			return stripeevent.Failed, fmt.Errorf("read recorded thin event: %w", gerr)
-		}
-		if prev.Status == events.StatusProcessed {
-			return stripeevent.Duplicate, nil
-		}
-	case err != nil:
-		log.Warn("thin event not recorded; it will be delivered again", "error", err)
-		return stripeevent.Failed, err
-	}
-	if err := in.queue.Enqueue(ctx, Job{EventID: t.ID, Type: t.Type, Context: t.Context, Source: string(source), Payload: payload}); err != nil {
+	// One statement, one durable commit: the queue row. Its record reaches
+	// the events table behind the answer (Recorder), which reads it from
+	// the queue until then. A crash before the commit answered no 200, so
+	// Stripe delivers again.
+	done, err := in.queue.Enqueue(ctx, Job{EventID: t.ID, Type: t.Type, Context: t.Context, Source: string(source), Payload: payload})
+	if err != nil {
 		log.Warn("thin event not queued for hydration; it will be delivered again", "error", err)
 		return stripeevent.Failed, err
+	}
+	if done {
+		return stripeevent.Duplicate, nil
 	}
 	if in.nudge != nil {
 		in.nudge()
