@@ -409,3 +409,29 @@ func TestScenario3UnknownOutcomeIsResolvedNotStuck(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// The unresolved-periods gauge is what the newest-date run left: a clean
+// rerun for an older date (it never reads the later date's charges in
+// flight) does not clear it.
+func TestOlderDateRunKeepsTheUnresolvedGauge(t *testing.T) {
+	t.Parallel()
+	obs := newObserver()
+	e := billingtest.NewEnv(t, billingtest.Options{Observer: obs})
+	e.Stripe.Decide = firstThen(stripetest.Acted500)
+	sub, err := e.Service.CreateSubscription(ctx, "acc-1", billingtest.Input("gold", 10))
+	require.NoError(t, err)
+
+	rep := collect(t, e, "2024-01-10")
+	require.Equal(t, 1, rep.Unresolved)
+	require.Equal(t, 1, obs.lastUnresolved())
+
+	rep = collect(t, e, "2024-01-09")
+	assert.True(t, rep.OK(), "%+v", rep)
+	assert.Equal(t, 1, obs.lastUnresolved(), "the 2024-01-10 charge is still in flight")
+	assert.NotEmpty(t, period(t, e, sub, "2024-01-10").InFlightKey)
+
+	// A run for the same date that settles it clears it.
+	rep = collect(t, e, "2024-01-11")
+	assert.True(t, rep.OK(), "%+v", rep)
+	assert.Equal(t, 0, obs.lastUnresolved())
+}
