@@ -296,14 +296,16 @@ func (s *Store) Get(ctx context.Context, id string) (Replay, error) {
 }
 
 // Cancel stops running replay id on behalf of actor, who is recorded with
-// the time on the replay (its audit row). The runner re-drives no item
-// after it records the one in hand; the items not re-driven stay failed,
-// for a later replay (the ledger makes anything applied a duplicate).
-// ErrNotRunning: the replay is done or cancelled already; nothing changed.
+// the time on the replay (its audit row; the database's clock, as a
+// finish's). The runner re-drives no item after the one in hand, which it
+// leaves unrecorded (runner.go): a later replay finds it processed, or
+// re-drives it and the ledger answers duplicate. The items not re-driven
+// stay failed, for a later replay. ErrNotRunning: the replay is done or cancelled already;
+// nothing changed.
 func (s *Store) Cancel(ctx context.Context, id, actor string) (Replay, error) {
-	tag, err := s.pool.Exec(ctx, `UPDATE replays SET status = 'cancelled', cancelled_by = $2, finished_at = $3,
+	tag, err := s.pool.Exec(ctx, `UPDATE replays SET status = 'cancelled', cancelled_by = $2, finished_at = now(),
 			lease_owner = NULL, leased_until = NULL
-		WHERE id = $1 AND status = 'running'`, id, actor, s.now().UTC())
+		WHERE id = $1 AND status = 'running'`, id, actor)
 	if err != nil {
 		return Replay{}, fmt.Errorf("cancel replay %s: %w", id, err)
 	}
