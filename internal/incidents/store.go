@@ -385,11 +385,7 @@ func (s *Store) derive(ctx context.Context) (map[string]*Incident, error) {
 		FROM ops_event_problems GROUP BY 1, 2, 3`, nil,
 		func(msg, typ, account string) part {
 			outcome, text := splitOutcome(msg)
-			cause := s.classify(text)
-			if outcome == "rejected" {
-				cause = "rejected." + cause // as EventCause
-			}
-			return part{kind: KindEvent, cause: cause, eventType: typ, account: account}
+			return part{kind: KindEvent, cause: eventCause(outcome, text, s.classify), eventType: typ, account: account}
 		})
 	if err != nil {
 		return nil, err
@@ -550,11 +546,14 @@ func splitOutcome(s string) (outcome, msg string) {
 
 // EventCause is the cause of an event listed as failed or rejected with
 // error msg: its class, prefixed "rejected." for a rejection.
-func EventCause(outcome, msg string) string {
+func EventCause(outcome, msg string) string { return eventCause(outcome, msg, Classify) }
+
+// eventCause is EventCause with classify (the store's is cached).
+func eventCause(outcome, msg string, classify func(string) string) string {
 	if outcome == "rejected" {
-		return "rejected." + Classify(msg)
+		return "rejected." + classify(msg)
 	}
-	return Classify(msg)
+	return classify(msg)
 }
 
 // Counts groups the incidents by kind and state: how many, and how many

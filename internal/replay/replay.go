@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -41,6 +42,15 @@ var (
 	// ErrNotRunning: only a running replay can be cancelled.
 	ErrNotRunning = errors.New("replay is not running")
 )
+
+// filterStatuses are the statuses a filter may select ("" selects any):
+// events listed as failed or rejected, outbox dead letters.
+var filterStatuses = []string{"failed", "rejected", StatusDead}
+
+// ValidFilterStatus reports whether a filter may select status ("" any).
+func ValidFilterStatus(status string) bool {
+	return status == "" || slices.Contains(filterStatuses, status)
+}
 
 // StatusDead in a filter selects outbox dead letters instead of events
 // (Type then is topic/type).
@@ -123,7 +133,7 @@ func (s *Store) match(ctx context.Context, f Filter) ([]Item, error) {
 	if f.Empty() {
 		return nil, filterError("an empty filter without a time range would replay everything; name an incident, status, type, stripe_account, since or until")
 	}
-	if f.Status != "" && f.Status != "failed" && f.Status != "rejected" && f.Status != StatusDead {
+	if !ValidFilterStatus(f.Status) {
 		return nil, filterError("status must be failed, rejected or dead")
 	}
 	if f.Status == StatusDead && f.StripeAccount != "" {
