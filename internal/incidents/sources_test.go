@@ -244,3 +244,23 @@ func TestOlderDateCleanRunKeepsTheIncidentOpen(t *testing.T) {
 		})
 	}
 }
+
+// The same for a failed run: a later run for an earlier date that ends
+// without an error never read the failed run's date, so it settles nothing.
+func TestOlderDateSuccessfulRunKeepsTheFailedRunIncident(t *testing.T) {
+	s, pool, _ := newStore(t)
+	ctx := context.Background()
+	key := "billing|dynamodb_unavailable|collect|"
+	_, err := pool.Exec(ctx, `INSERT INTO ops_billing_runs (job, date, started_at, finished_at, report, error)
+		VALUES ('collect', '2026-11-25', $1, $1, '{}', 'dynamodb: throttled')`, t0.Add(-2*time.Hour))
+	require.NoError(t, err)
+	runOn(t, pool, "collect", "2026-11-24", t0.Add(-time.Hour), `{"succeeded": 1}`)
+	list, err := s.List(ctx, "")
+	require.NoError(t, err)
+	assert.Contains(t, byKey(list), key, "an older date's run settles nothing")
+
+	runOn(t, pool, "collect", "2026-11-25", t0.Add(-30*time.Minute), `{"succeeded": 1}`)
+	list, err = s.List(ctx, "")
+	require.NoError(t, err)
+	assert.NotContains(t, byKey(list), key, "a run for the same date settles it")
+}

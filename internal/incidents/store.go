@@ -416,13 +416,14 @@ func (s *Store) derive(ctx context.Context) (map[string]*Incident, error) {
 	if err != nil {
 		return nil, err
 	}
-	// A job's failed runs since its last successful one.
+	// A job's failed runs that no later successful run of the same date or
+	// a later one settled (an older date's run never read theirs).
 	err = read("billing runs", `SELECT r.job, '', r.error, count(*), min(r.started_at), max(r.started_at),
 			(array_agg(r.id::text ORDER BY r.started_at DESC, r.id))[1:`+samples+`]
 		FROM ops_billing_runs r
 		WHERE coalesce(r.error, '') <> ''
-		  AND r.started_at > coalesce((SELECT max(ok.started_at) FROM ops_billing_runs ok
-		                               WHERE ok.job = r.job AND coalesce(ok.error, '') = ''), '-infinity')
+		  AND NOT EXISTS (SELECT 1 FROM ops_billing_runs ok
+		                  WHERE ok.job = r.job AND coalesce(ok.error, '') = '' AND ok.started_at > r.started_at AND ok.date >= r.date)
 		GROUP BY r.job, r.error`, nil,
 		func(msg, typ, _ string) part {
 			return part{kind: KindBilling, cause: s.classify(msg), eventType: typ}
