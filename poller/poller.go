@@ -140,6 +140,13 @@ func (p *Poller) Run(ctx context.Context, w Window) (Report, error) {
 	if err != nil {
 		return rep, err
 	}
+	if !p.cfg.DryRun && p.d.Observer != nil {
+		// Every listed account's gap series exists (at 0) before its first
+		// gap, so the silence alert's increase() sees that gap.
+		for _, a := range accounts {
+			p.d.Observer.WebhookGap(a.id, 0)
+		}
+	}
 	for _, a := range accounts {
 		if ctx.Err() != nil {
 			break

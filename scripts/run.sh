@@ -88,12 +88,18 @@ if [ "$local_stripe" = 1 ]; then
 	stripe_pid=$!
 fi
 
-{
-	echo "# make run $$"
-	for v in LISTEN_ADDR ADMIN_LISTEN_ADDR LOCAL_STRIPE_ADDR INTERNAL_API_TOKEN STRIPE_WEBHOOK_SECRET LOCAL_STRIPE_ACCOUNT; do
-		if [ -n "${!v:-}" ]; then printf 'export %s=%q\n' "$v" "${!v}"; fi
-	done
-} >"$RUN_ENV"
+# It holds the token and the webhook secret: readable by the user only
+# (rm first: an existing file keeps its mode).
+rm -f "$RUN_ENV"
+(
+	umask 077
+	{
+		echo "# make run $$"
+		for v in LISTEN_ADDR ADMIN_LISTEN_ADDR LOCAL_STRIPE_ADDR INTERNAL_API_TOKEN STRIPE_WEBHOOK_SECRET LOCAL_STRIPE_ACCOUNT; do
+			if [ -n "${!v:-}" ]; then printf 'export %s=%q\n' "$v" "${!v}"; fi
+		done
+	} >"$RUN_ENV"
+)
 
 version="$(bin/stripe-payments version 2>/dev/null || echo unknown)"
 if [ "$local_stripe" = 1 ]; then

@@ -8,8 +8,9 @@ ALTER TABLE replays ADD COLUMN cancelled_by text;
 ALTER TABLE replays ADD CONSTRAINT replays_cancelled_by_check CHECK ((status = 'cancelled') = (cancelled_by IS NOT NULL));
 
 -- +goose Down
-DELETE FROM replays WHERE status = 'cancelled';
+-- A cancelled replay is an audit row: kept, as finished ('done').
 ALTER TABLE replays DROP CONSTRAINT replays_cancelled_by_check;
+UPDATE replays SET status = 'done' WHERE status = 'cancelled';
 ALTER TABLE replays DROP COLUMN cancelled_by;
 ALTER TABLE replays DROP CONSTRAINT replays_status_check;
 ALTER TABLE replays ADD CONSTRAINT replays_status_check CHECK (status IN ('running', 'done'));

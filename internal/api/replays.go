@@ -130,7 +130,7 @@ func ParseReplayFilter(in replayFilterJSON) (replay.Filter, error) {
 	if f.Incident != "" && !incidentIDPattern.MatchString(f.Incident) {
 		return f, apperr.New(apperr.CodeInvalidParameter, "filter.incident: an incident id (inc_ and 20 hex digits)")
 	}
-	if f.Status != "" && f.Status != "failed" && f.Status != "rejected" && f.Status != replay.StatusDead {
+	if !replay.ValidFilterStatus(f.Status) {
 		return f, apperr.New(apperr.CodeInvalidParameter, "filter.status must be failed, rejected or dead (outbox dead letters)")
 	}
 	switch {

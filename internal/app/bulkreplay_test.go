@@ -6,16 +6,21 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/stripe/stripe-go/v76"
 
 	"github.com/stripe-payments/stripe-payments/internal/api"
+	"github.com/stripe-payments/stripe-payments/internal/app"
 	"github.com/stripe-payments/stripe-payments/internal/apptest"
 	"github.com/stripe-payments/stripe-payments/internal/events"
+	"github.com/stripe-payments/stripe-payments/internal/handler"
 	"github.com/stripe-payments/stripe-payments/internal/incidents"
 	"github.com/stripe-payments/stripe-payments/internal/replay"
 	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
@@ -30,11 +35,14 @@ type crashAfter struct {
 	n      int32
 	calls  atomic.Int32
 	cancel context.CancelFunc
+	// inHand is the event re-driven when the process died.
+	inHand string
 }
 
 func (c *crashAfter) Replay(ctx context.Context, id, account string) (string, error) {
 	res, err := c.inner.Replay(ctx, id, account)
 	if c.calls.Add(1) == c.n {
+		c.inHand = id
 		c.cancel()
 	}
 	return res.Outcome, err
@@ -66,7 +74,7 @@ func replayCall(t *testing.T, method, url string, body any) (int, map[string]any
 // ledger once, the re-driven-but-unrecorded one answered duplicate.
 func TestBulkReplayResumesAfterRestartAndAppliesOnce(t *testing.T) {
 	const n, crashAt = 30, 12
-	first := apptest.New(t, apptest.Options{Env: map[string]string{"INTERNAL_API_TOKEN": token}})
+	first := apptest.New(t, apptest.Options{Env: map[string]string{"INTERNAL_API_TOKEN": token}, App: countedEffects()})
 	ctx := context.Background()
 	ids := failEvents(t, first, n, func(id string) error {
 		return errors.New("Stripe unreachable: Get \"https://api.stripe.com/v1/customers/cus_" + id[4:] + "\": EOF")
@@ -99,6 +107,8 @@ func TestBulkReplayResumesAfterRestartAndAppliesOnce(t *testing.T) {
 	worked, err := runner.RunOnce(runCtx)
 	assert.True(t, worked)
 	assert.ErrorIs(t, err, context.Canceled)
+	require.NotEmpty(t, crash.inHand)
+	assert.Equal(t, 1, effectsOf(t, first, crash.inHand), "the event re-driven at the crash was applied, once")
 	mid, err := first.Replays.Store.Get(ctx, r.ID)
 	require.NoError(t, err)
 	assert.Equal(t, replay.StatusRunning, mid.Status)
@@ -106,7 +116,7 @@ func TestBulkReplayResumesAfterRestartAndAppliesOnce(t *testing.T) {
 	first.Close()
 
 	// The restarted process resumes the replay on its own.
-	second := apptest.Start(t, apptest.Options{Env: first.Env, Stripe: first.Fake})
+	second := apptest.Start(t, apptest.Options{Env: first.Env, Stripe: first.Fake, App: countedEffects()})
 	var progress map[string]any
 	require.Eventually(t, func() bool {
 		status, body := replayCall(t, http.MethodGet, second.AdminURL+"/internal/v1/replays/"+r.ID, nil)
@@ -206,15 +216,40 @@ func TestBulkReplayAPIBadInput(t *testing.T) {
 	assert.Equal(t, http.StatusBadRequest, status)
 }
 
-// failEvents records n customer.created events as failed with cause(id)
-// (their effects never applied) and returns their ids.
+// replayMerchant is the connected account of the events failEvents records.
+const replayMerchant = "acct_1ReplayMerchant01"
+
+// countedEffects adds to payment_intent.succeeded's route an applier that
+// writes one replay_effects row per application, in the ledger's
+// transaction: an event applied twice has two.
+func countedEffects() []app.Option {
+	return []app.Option{app.WithRoutes(func(r handler.Routes) handler.Routes {
+		return r.With("payment_intent.succeeded", func(ctx context.Context, tx handler.Tx, ev *stripe.Event) error {
+			_, err := tx.Exec(ctx, `INSERT INTO replay_effects (event_id) VALUES ($1)`, ev.ID)
+			return err
+		})
+	})}
+}
+
+// failEvents records n payment_intent.succeeded events as failed with
+// cause(id), each paying a legacy purchase of its own not yet fulfilled
+// (their effect, the purchase's fulfilment and its one purchase.fulfilled
+// action, never applied), and returns their ids.
 func failEvents(t *testing.T, a *apptest.App, n int, cause func(id string) error) []string {
 	t.Helper()
 	ctx := context.Background()
 	failing := a.OpsProblems.Track(a.Events)
+	_, err := a.Pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS replay_effects (event_id text NOT NULL)`) // countedEffects'
+	require.NoError(t, err)
 	ids := make([]string, n)
 	for i := range ids {
-		payload := stripetest.Event{Fixture: "customer.created", Created: time.Now().Add(-time.Hour)}.Build(t)
+		purchase, account := uuid.New(), uuid.New()
+		_, err := a.Pool.Exec(ctx, `INSERT INTO purchases (id, account, stripe_account, kind) VALUES ($1, $2, $3, 'legacy')`,
+			purchase, account, replayMerchant)
+		require.NoError(t, err)
+		pi := "pi_3Replay" + strings.ReplaceAll(uuid.NewString(), "-", "")[:16]
+		payload := stripetest.Event{Fixture: "payment_intent.succeeded", Account: stripetest.Ptr(replayMerchant), Created: time.Now().Add(-time.Hour),
+			Object: map[string]any{"id": pi, "metadata": map[string]any{"purchase_id": purchase.String(), "account": account.String()}}}.Build(t)
 		ev, err := stripeevent.Parse(payload)
 		require.NoError(t, err)
 		ids[i] = ev.ID
@@ -224,27 +259,36 @@ func failEvents(t *testing.T, a *apptest.App, n int, cause func(id string) error
 	return ids
 }
 
-// appliedOnce checks that every event of ids was applied exactly once (one
-// ledger row each) and is recorded processed.
+// appliedOnce checks that every event of ids was applied exactly once
+// (one counted application, its purchase fulfilled with exactly one
+// purchase.fulfilled action in the outbox) and is recorded processed.
 func appliedOnce(t *testing.T, a *apptest.App, ids []string) {
 	t.Helper()
 	ctx := context.Background()
-	var perEvent []int
-	rows, err := a.Pool.Query(ctx, `SELECT count(*) FROM processed_events WHERE event_id = ANY($1) GROUP BY event_id`, ids)
-	require.NoError(t, err)
-	for rows.Next() {
-		var c int
-		require.NoError(t, rows.Scan(&c))
-		perEvent = append(perEvent, c)
-	}
-	require.NoError(t, rows.Err())
-	assert.Len(t, perEvent, len(ids), "every event applied")
-	for _, c := range perEvent {
-		assert.Equal(t, 1, c, "no event applied twice")
-	}
 	for _, id := range ids {
+		assert.Equal(t, 1, effectsOf(t, a, id), "event %s applied exactly once", id)
+		assert.Equal(t, 1, actionsOf(t, a, id), "event %s's purchase.fulfilled action, once", id)
 		rec, err := a.Events.Get(ctx, id)
 		require.NoError(t, err)
 		assert.Equal(t, events.StatusProcessed, rec.Status, id)
 	}
+}
+
+// effectsOf counts event id's applications (countedEffects).
+func effectsOf(t *testing.T, a *apptest.App, id string) int {
+	t.Helper()
+	var n int
+	require.NoError(t, a.Pool.QueryRow(context.Background(), `SELECT count(*) FROM replay_effects WHERE event_id = $1`, id).Scan(&n))
+	return n
+}
+
+// actionsOf counts the purchase.fulfilled actions of the purchase event id
+// fulfilled (0 when it fulfilled none).
+func actionsOf(t *testing.T, a *apptest.App, id string) int {
+	t.Helper()
+	var n int
+	require.NoError(t, a.Pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox o
+		WHERE o.topic = 'action' AND o.type = 'purchase.fulfilled'
+		  AND o.payload->>'purchase_id' IN (SELECT p.id::text FROM purchases p WHERE p.last_event_id = $1)`, id).Scan(&n))
+	return n
 }

@@ -27,11 +27,14 @@ type cancelAfter struct {
 	n      int32
 	calls  atomic.Int32
 	cancel func() (int, map[string]any)
+	// inHand is the event re-driven when the cancel came.
+	inHand string
 }
 
 func (c *cancelAfter) Replay(ctx context.Context, id, account string) (string, error) {
 	res, err := c.inner.Replay(ctx, id, account)
 	if c.calls.Add(1) == c.n {
+		c.inHand = id
 		status, body := c.cancel()
 		require.Equal(c.t, http.StatusOK, status, body)
 	}
@@ -47,7 +50,7 @@ func (c *cancelAfter) Replay(ctx context.Context, id, account string) (string, e
 // them: every event's effects applied exactly once.
 func TestBulkReplayCancelMidRunThenNewReplayAppliesOnce(t *testing.T) {
 	const n, cancelAt = 20, 8
-	a := apptest.New(t, apptest.Options{Env: map[string]string{"INTERNAL_API_TOKEN": token}})
+	a := apptest.New(t, apptest.Options{Env: map[string]string{"INTERNAL_API_TOKEN": token}, App: countedEffects()})
 	srv := httptest.NewServer(a.Admin.Echo)
 	t.Cleanup(srv.Close)
 	base := srv.URL + "/internal/v1/replays"
@@ -72,6 +75,8 @@ func TestBulkReplayCancelMidRunThenNewReplayAppliesOnce(t *testing.T) {
 	require.NoError(t, err, "a cancel stops the runner quietly")
 	assert.True(t, worked)
 	assert.EqualValues(t, cancelAt, replayer.calls.Load(), "nothing is re-driven after the cancel")
+	require.NotEmpty(t, replayer.inHand)
+	assert.Equal(t, 1, effectsOf(t, a, replayer.inHand), "the event in hand at the cancel was applied, once")
 
 	status, body = replayCall(t, http.MethodGet, base+"/"+id, nil)
 	require.Equal(t, http.StatusOK, status, body)
@@ -126,6 +131,7 @@ func TestBulkReplayCancelMidRunThenNewReplayAppliesOnce(t *testing.T) {
 	assert.Equal(t, []string{"clean"}, finished)
 
 	appliedOnce(t, a, ids)
+	assert.Equal(t, 1, effectsOf(t, a, replayer.inHand), "the event in hand at the cancel, left unrecorded, is not applied again")
 	status, _ = replayCall(t, http.MethodGet, base+"/"+id, nil)
 	assert.Equal(t, http.StatusOK, status)
 }

@@ -113,8 +113,9 @@ func (s *Service) claimAndCharge(ctx context.Context, l *lock.Lock, sub Subscrip
 		// ACTIVE and unchanged, and record the attempt's idempotency key
 		// before charging.
 		p.InFlightKey, p.InFlightAt, p.InFlightSent = IdempotencyKey(p, attemptNo), now, s.wall()
-		if p.Status == Error && p.NextAttemptDate.After(today) {
-			// A pay now ahead of the retry days: should its outcome be
+		if p.Status == Error && (p.NextAttemptDate.IsZero() || p.NextAttemptDate.After(today)) {
+			// A pay now ahead of the retry days (or on a period with no
+			// next look, hence no index entry): should its outcome be
 			// unknown, the next job run must find the period (the index
 			// entry is on NextAttemptDate) and resolve it (finding F17).
 			p.NextAttemptDate = today

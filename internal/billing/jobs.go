@@ -290,7 +290,7 @@ func (s *Service) registerChargedOn(ctx context.Context, log *slog.Logger, rep *
 // sweep watermark moved on when the run left nothing behind.
 func (s *Service) endSweep(ctx context.Context, log *slog.Logger, job string, date dates.Date, rep *Report, readErr error) {
 	if s.clock == "" { // the gauge is about real time; a clock reports its own runs
-		s.obs.UnresolvedPeriods(rep.Unresolved)
+		s.gauge.set(date, func() { s.obs.UnresolvedPeriods(rep.Unresolved) })
 	}
 	if readErr == nil && context.Cause(ctx) == nil && rep.OK() {
 		// Everything due by date was handled: later runs need not read
@@ -303,6 +303,25 @@ func (s *Service) endSweep(ctx context.Context, log *slog.Logger, job string, da
 	} else if rep.Unresolved > 0 {
 		log.Error("billing job: periods with an unknown outcome are unresolved; rerun the job (README runbook: unknown outcomes)", "unresolved", rep.Unresolved)
 	}
+}
+
+// gaugeDate keeps the unresolved gauge to the newest date's run: a run
+// for an older date never reads a later date's charges in flight, so its
+// count must not replace that run's.
+type gaugeDate struct {
+	mu   sync.Mutex
+	date dates.Date // zero: never set
+}
+
+// set calls update when date is on or after the date that last set it.
+func (g *gaugeDate) set(date dates.Date, update func()) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.date.IsZero() && date.Before(g.date) {
+		return
+	}
+	g.date = date
+	update()
 }
 
 // causes says why the run was not OK, in words, as far as it knows.

@@ -132,6 +132,8 @@ type Service struct {
 	safe      *safego.Starter
 	// hard is the set of Config.HardDeclineCodes.
 	hard map[string]bool
+	// gauge: the date of the run that last set the unresolved gauge.
+	gauge *gaugeDate
 }
 
 // New returns the service.
@@ -191,7 +193,7 @@ func New(cfg Config, d Deps) (*Service, error) {
 	return &Service{cfg: cfg, store: d.Store, locks: d.Locks, charger: d.Charger, notifier: d.Notifier,
 		now: d.Now, wall: d.Now, log: d.Log, obs: d.Observer, advances: &sync.WaitGroup{},
 		advancing: make(chan struct{}, cfg.MaxAdvancing), safe: d.Safe.OrDefault(d.Log),
-		hard: hardCodes(cfg.HardDeclineCodes)}, nil
+		hard: hardCodes(cfg.HardDeclineCodes), gauge: &gaugeDate{}}, nil
 }
 
 // Store is the service's store.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stripe-payments/stripe-payments/internal/billing"
 	"github.com/stripe-payments/stripe-payments/internal/billing/billingtest"
+	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
 	"github.com/stripe-payments/stripe-payments/internal/stripetest"
 )
 
@@ -409,3 +410,74 @@ func TestScenario3UnknownOutcomeIsResolvedNotStuck(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// The unresolved-periods gauge is what the newest-date run left: a clean
+// rerun for an older date (it never reads the later date's charges in
+// flight) does not clear it.
+func TestOlderDateRunKeepsTheUnresolvedGauge(t *testing.T) {
+	t.Parallel()
+	obs := newObserver()
+	e := billingtest.NewEnv(t, billingtest.Options{Observer: obs})
+	e.Stripe.Decide = firstThen(stripetest.Acted500)
+	sub, err := e.Service.CreateSubscription(ctx, "acc-1", billingtest.Input("gold", 10))
+	require.NoError(t, err)
+
+	rep := collect(t, e, "2024-01-10")
+	require.Equal(t, 1, rep.Unresolved)
+	require.Equal(t, 1, obs.lastUnresolved())
+
+	rep = collect(t, e, "2024-01-09")
+	assert.True(t, rep.OK(), "%+v", rep)
+	assert.Equal(t, 1, obs.lastUnresolved(), "the 2024-01-10 charge is still in flight")
+	assert.NotEmpty(t, period(t, e, sub, "2024-01-10").InFlightKey)
+
+	// A run for the same date that settles it clears it.
+	rep = collect(t, e, "2024-01-11")
+	assert.True(t, rep.OK(), "%+v", rep)
+	assert.Equal(t, 0, obs.lastUnresolved())
+}
+
+// DESIGN §8: an attempt whose outcome is unknown is settled by the next
+// collection, which asks Stripe first. A pay now on an ERROR period that
+// has no next look recorded (no index entry) must leave the attempt where
+// the next collection finds it.
+func TestPayNowUnknownOnErrorPeriodWithoutNextLookIsSettled(t *testing.T) {
+	t.Parallel()
+	e := billingtest.NewEnv(t, billingtest.Options{})
+	var mu sync.Mutex
+	n := 0
+	e.Stripe.Decide = func(stripetest.PI) stripetest.Behavior {
+		mu.Lock()
+		defer mu.Unlock()
+		n++
+		switch n {
+		case 1:
+			return stripetest.Decline
+		case 2:
+			return stripetest.Acted500 // the pay now: charged, answer lost
+		}
+		return stripetest.Succeed
+	}
+	sub, err := e.Service.CreateSubscription(ctx, "acc-1", billingtest.Input("gold", 10))
+	require.NoError(t, err)
+	collect(t, e, "2024-01-10") // declined: ERROR
+	p := period(t, e, sub, "2024-01-10")
+	require.Equal(t, billing.Error, p.Status)
+	// A stored ERROR period without a next look (older data).
+	p.NextAttemptDate = dates.Date{}
+	tx := billing.NewTx("test:no-next-look", time.Now())
+	tx.PutPeriod(&p, true)
+	require.NoError(t, e.Service.Store().Commit(ctx, tx))
+
+	e.Clock.SetDate(d("2024-01-10"))
+	_, _, err = e.Service.Pay(ctx, "acc-1", sub.SubscriptionID)
+	require.Error(t, err, "the pay now's answer was lost")
+	require.NotEmpty(t, period(t, e, sub, "2024-01-10").InFlightKey)
+
+	rep := collect(t, e, "2024-01-11")
+	assert.Equal(t, 1, rep.Resolved, "the next collection asked Stripe: %+v", rep)
+	got := period(t, e, sub, "2024-01-10")
+	assert.Equal(t, billing.Completed, got.Status)
+	assert.Empty(t, got.InFlightKey)
+	require.Len(t, e.Stripe.PIs(), 2, "no third charge")
+}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/stripe-payments/stripe-payments/internal/handler"
 	"github.com/stripe-payments/stripe-payments/internal/metrics"
+	"github.com/stripe-payments/stripe-payments/internal/recordq"
 	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
 	"github.com/stripe-payments/stripe-payments/internal/stripetest"
 	"github.com/stripe-payments/stripe-payments/internal/tracking"
@@ -97,4 +98,51 @@ func labelKey(mt *dto.Metric, labels []string) string {
 		}
 	}
 	return key
+}
+
+// A delivery is counted as received only once it is taken in: one ignored
+// for its livemode, or refused (503) while the events table cannot take
+// it, is not (the silence alerts would read the refusals as traffic).
+func TestIgnoredAndRefusedDeliveriesAreNotCounted(t *testing.T) {
+	e := newEnv(t)
+	m := metrics.New()
+	table := &flakyTable{Store: e.store}
+	q := recordq.New(e.pool, table, recordq.Config{})
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan struct{})
+	go func() { defer close(stopped); _ = q.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-stopped })
+	for !q.Running() {
+		time.Sleep(time.Millisecond)
+	}
+	h := handler.New(handler.Config{PlatformAccount: "acct_platform_test", EventTTL: 720 * time.Hour},
+		e.store.WithPending(q), tracking.NewLedger(e.pool), slog.New(slog.NewTextHandler(io.Discard, nil)),
+		handler.WithObserver(m), handler.WithRecordQueue(q))
+	acct := "acct_counted0001"
+	received := func() float64 {
+		return counters(t, m.Registry, "stripe_payments_events_received_total", "stripe_account", "source")[acct+"|webhook"]
+	}
+	bg := context.Background()
+
+	live := stripetest.Event{Fixture: "customer.created", Account: &acct, Livemode: stripetest.Ptr(true)}.Build(t)
+	outcome, err := h.Handle(bg, parse(t, live), live, stripeevent.SourceWebhook)
+	require.NoError(t, err)
+	require.Equal(t, stripeevent.Ignored, outcome)
+	assert.Zero(t, received(), "a livemode mismatch is ignored, not received")
+
+	table.down.Store(true)
+	accepted := 0.0
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		require.True(t, time.Now().Before(deadline), "deliveries still accepted while the table is down")
+		payload := stripetest.Event{Fixture: "customer.created", Account: &acct}.Build(t)
+		if _, err := h.Handle(bg, parse(t, payload), payload, stripeevent.SourceWebhook); err != nil {
+			require.ErrorIs(t, err, recordq.ErrUnavailable)
+			break
+		}
+		accepted++
+		time.Sleep(5 * time.Millisecond)
+	}
+	assert.Equal(t, accepted, received(), "the refused delivery is not counted")
+	table.down.Store(false)
 }

@@ -227,9 +227,13 @@ func (h *Handler) Handle(ctx context.Context, ev *stripe.Event, payload []byte, 
 
 func (h *Handler) handle(ctx context.Context, ev *stripe.Event, payload []byte, source stripeevent.Source) (stripeevent.Outcome, error) {
 	rec := events.NewRecord(ev, payload, h.cfg.PlatformAccount, h.cfg.EventTTL, source, h.now())
-	if d, ok := h.observer.(DeliveryObserver); ok {
-		d.Delivered(rec.StripeAccount, source, rec.APIVersion,
-			h.cfg.APIVersion == "" || rec.APIVersion == "" || rec.APIVersion == h.cfg.APIVersion)
+	// Counted once taken in (past the livemode check and admission): an
+	// ignored or refused delivery is not traffic to the silence alerts.
+	delivered := func() {
+		if d, ok := h.observer.(DeliveryObserver); ok {
+			d.Delivered(rec.StripeAccount, source, rec.APIVersion,
+				h.cfg.APIVersion == "" || rec.APIVersion == "" || rec.APIVersion == h.cfg.APIVersion)
+		}
 	}
 	if ev.Livemode != h.cfg.Livemode {
 		h.logger(rec).Warn("ignoring event whose livemode does not match the configured key", "livemode", ev.Livemode)
@@ -255,13 +259,16 @@ func (h *Handler) handle(ctx context.Context, ev *stripe.Event, payload []byte, 
 	p := &pending{ev: ev, rec: rec, done: make(chan struct{}), size: int64(len(payload))}
 	if err := h.runPreparer(ctx, ev); err != nil {
 		if !errors.Is(err, stripeevent.ErrUnprocessable) {
+			delivered()
 			h.recordFailure(ctx, rec, err)
 			return stripeevent.Failed, err
 		}
 		p.unprocessable = err // rejected in its batch, its appliers skipped
 	}
 	outcome, err := h.group.submit(ctx, p)
-	if errors.Is(err, stripeevent.ErrOverloaded) {
+	if !errors.Is(err, stripeevent.ErrOverloaded) {
+		delivered()
+	} else {
 		if h.ingestObs != nil {
 			h.ingestObs.QueueFull(1)
 		}

@@ -205,3 +205,62 @@ func TestCounts(t *testing.T) {
 	}
 	assert.Equal(t, map[string][2]int64{"event|open": {1, 2}, "event|acknowledged": {1, 1}, "billing|open": {1, 3}}, got)
 }
+
+// runOn records a run of job for date started at at.
+func runOn(t *testing.T, pool *pgxpool.Pool, job, date string, at time.Time, report string) {
+	t.Helper()
+	_, err := pool.Exec(context.Background(), `INSERT INTO ops_billing_runs (job, date, started_at, finished_at, report)
+		VALUES ($1, $2::date, $3, $3, $4)`, job, date, at, report)
+	require.NoError(t, err)
+}
+
+// A clean run settles what a run left only if it covered that run's date:
+// `collect --date D` never reads the charges in flight of a later date, so
+// an older-date rerun that leaves nothing does not end the incident.
+func TestOlderDateCleanRunKeepsTheIncidentOpen(t *testing.T) {
+	tests := []struct {
+		name      string
+		cleanDate string
+		open      bool
+	}{
+		{"clean run for an earlier date", "2026-11-24", true},
+		{"clean run for the same date", "2026-11-25", false},
+		{"clean run for a later date", "2026-11-26", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, pool, _ := newStore(t)
+			key := "billing|" + incidents.CauseChargeOutcomeUnknown + "|collect|"
+			runOn(t, pool, "collect", "2026-11-25", t0.Add(-2*time.Hour), `{"unknown": 1, "unresolved": 1}`)
+			runOn(t, pool, "collect", tt.cleanDate, t0.Add(-time.Hour), `{"succeeded": 2}`)
+			list, err := s.List(context.Background(), "")
+			require.NoError(t, err)
+			if tt.open {
+				require.Contains(t, byKey(list), key)
+				assert.EqualValues(t, 1, byKey(list)[key].Count)
+			} else {
+				assert.NotContains(t, byKey(list), key)
+			}
+		})
+	}
+}
+
+// The same for a failed run: a later run for an earlier date that ends
+// without an error never read the failed run's date, so it settles nothing.
+func TestOlderDateSuccessfulRunKeepsTheFailedRunIncident(t *testing.T) {
+	s, pool, _ := newStore(t)
+	ctx := context.Background()
+	key := "billing|dynamodb_unavailable|collect|"
+	_, err := pool.Exec(ctx, `INSERT INTO ops_billing_runs (job, date, started_at, finished_at, report, error)
+		VALUES ('collect', '2026-11-25', $1, $1, '{}', 'dynamodb: throttled')`, t0.Add(-2*time.Hour))
+	require.NoError(t, err)
+	runOn(t, pool, "collect", "2026-11-24", t0.Add(-time.Hour), `{"succeeded": 1}`)
+	list, err := s.List(ctx, "")
+	require.NoError(t, err)
+	assert.Contains(t, byKey(list), key, "an older date's run settles nothing")
+
+	runOn(t, pool, "collect", "2026-11-25", t0.Add(-30*time.Minute), `{"succeeded": 1}`)
+	list, err = s.List(ctx, "")
+	require.NoError(t, err)
+	assert.NotContains(t, byKey(list), key, "a run for the same date settles it")
+}

@@ -385,11 +385,7 @@ func (s *Store) derive(ctx context.Context) (map[string]*Incident, error) {
 		FROM ops_event_problems GROUP BY 1, 2, 3`, nil,
 		func(msg, typ, account string) part {
 			outcome, text := splitOutcome(msg)
-			cause := s.classify(text)
-			if outcome == "rejected" {
-				cause = "rejected." + cause // as EventCause
-			}
-			return part{kind: KindEvent, cause: cause, eventType: typ, account: account}
+			return part{kind: KindEvent, cause: eventCause(outcome, text, s.classify), eventType: typ, account: account}
 		})
 	if err != nil {
 		return nil, err
@@ -420,13 +416,14 @@ func (s *Store) derive(ctx context.Context) (map[string]*Incident, error) {
 	if err != nil {
 		return nil, err
 	}
-	// A job's failed runs since its last successful one.
+	// A job's failed runs that no later successful run of the same date or
+	// a later one settled (an older date's run never read theirs).
 	err = read("billing runs", `SELECT r.job, '', r.error, count(*), min(r.started_at), max(r.started_at),
 			(array_agg(r.id::text ORDER BY r.started_at DESC, r.id))[1:`+samples+`]
 		FROM ops_billing_runs r
 		WHERE coalesce(r.error, '') <> ''
-		  AND r.started_at > coalesce((SELECT max(ok.started_at) FROM ops_billing_runs ok
-		                               WHERE ok.job = r.job AND coalesce(ok.error, '') = ''), '-infinity')
+		  AND NOT EXISTS (SELECT 1 FROM ops_billing_runs ok
+		                  WHERE ok.job = r.job AND coalesce(ok.error, '') = '' AND ok.started_at > r.started_at AND ok.date >= r.date)
 		GROUP BY r.job, r.error`, nil,
 		func(msg, typ, _ string) part {
 			return part{kind: KindBilling, cause: s.classify(msg), eventType: typ}
@@ -493,8 +490,9 @@ var runReportSources = []struct {
 	{CauseRunAccountsLocked, []string{"locked"}, ""},
 }
 
-// runReportQuery groups, per job, the runs since the job's last run that
-// ended without an error and left none of fields: count is what the newest
+// runReportQuery groups, per job, the runs that left some of fields and
+// that no later run of the job ended without an error, leaving none, for
+// the same date or a later one: count is what the newest
 // of them left (the greatest of fields); the samples are what the newest
 // run's report list named names, else those runs' ids (the console's runs
 // page shows their reports). Field and list names are the code's constants,
@@ -518,17 +516,22 @@ func runReportQuery(fields []string, named, samples string) string {
 					THEN x.report->'` + named + `' ELSE '[]' END) AS e LIMIT ` + samples + `) n
 			WHERE x.id = g.newest)`
 	}
-	// One pass over the runs: each job's last clean run, then the runs
-	// after it that left some.
-	return `WITH r AS (SELECT x.id, x.job, x.started_at, coalesce(x.error, '') <> '' AS failed, ` + left("x") + ` AS left_open
+	// The runs that left some and no later clean run of their job covered:
+	// a clean run settles a run only if its date is on or after that run's
+	// (collect --date D never reads a later date's charges in flight).
+	// covered: the latest date of the job's clean runs started after this one.
+	return `WITH x AS (SELECT x.id, x.job, x.date, x.started_at, coalesce(x.error, '') = '' AND ` + left("x") + ` = 0 AS clean,
+		           ` + left("x") + ` AS left_open
 		           FROM ops_billing_runs x),
-		c AS (SELECT job, max(started_at) FILTER (WHERE NOT failed AND left_open = 0) AS clean FROM r GROUP BY job),
+		r AS (SELECT x.*, max(x.date) FILTER (WHERE x.clean) OVER (PARTITION BY x.job ORDER BY x.started_at DESC, x.id DESC
+		                  ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS covered
+		      FROM x),
 		g AS (SELECT r.job, (array_agg(r.left_open ORDER BY r.started_at DESC, r.id DESC))[1] AS left_open,
 		             min(r.started_at) AS first, max(r.started_at) AS last,
 		             (array_agg(r.id ORDER BY r.started_at DESC, r.id DESC))[1] AS newest,
 		             (array_agg(r.id::text ORDER BY r.started_at DESC, r.id DESC))[1:` + samples + `] AS runs
-		      FROM r JOIN c USING (job)
-		      WHERE r.left_open > 0 AND r.started_at > coalesce(c.clean, '-infinity')
+		      FROM r
+		      WHERE r.left_open > 0 AND (r.covered IS NULL OR r.covered < r.date)
 		      GROUP BY r.job)
 		SELECT g.job, '', '', g.left_open::bigint, g.first, g.last, coalesce(` + namedSQL + `, g.runs) FROM g`
 }
@@ -544,11 +547,14 @@ func splitOutcome(s string) (outcome, msg string) {
 
 // EventCause is the cause of an event listed as failed or rejected with
 // error msg: its class, prefixed "rejected." for a rejection.
-func EventCause(outcome, msg string) string {
+func EventCause(outcome, msg string) string { return eventCause(outcome, msg, Classify) }
+
+// eventCause is EventCause with classify (the store's is cached).
+func eventCause(outcome, msg string, classify func(string) string) string {
 	if outcome == "rejected" {
-		return "rejected." + Classify(msg)
+		return "rejected." + classify(msg)
 	}
-	return Classify(msg)
+	return classify(msg)
 }
 
 // Counts groups the incidents by kind and state: how many, and how many

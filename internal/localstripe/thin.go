@@ -14,10 +14,11 @@ import (
 // with Stripe-Context for a connected account) and, for a v1 type, the
 // snapshot event it names (snapshot_event, GET /v1/events/{id}).
 
-// wantsThin: a thin destination asks for the v1 event type typ.
+// wantsThin: a thin destination asks for the v1 event type typ (ThinTypes
+// as NormalizeThinTypes writes them: "*" is "v1.*").
 func (s *Server) wantsThin(typ string) bool {
 	for _, t := range s.cfg.ThinTypes {
-		if t == "v1."+typ || t == "v1.*" || t == "*" {
+		if t == "v1."+typ || t == "v1.*" {
 			return true
 		}
 	}
@@ -53,8 +54,8 @@ func thinEvent(account, typ string, obj map[string]any, at time.Time) []byte {
 
 // NormalizeThinTypes reads a destination's event types as Stripe names
 // them (v1.payment_intent.succeeded, v1.*); a bare v1 name
-// (payment_intent.succeeded) means its v1 type. ok is false for a name
-// that is neither.
+// (payment_intent.succeeded) means its v1 type, "*" is "v1.*". bad is the
+// first name that is neither (out is then nil), "" when all are good.
 func NormalizeThinTypes(list []string) (out []string, bad string) {
 	for _, t := range list {
 		t = strings.TrimSpace(t)

@@ -13,6 +13,10 @@ import (
 type deliveries struct {
 	received   *prometheus.CounterVec
 	unexpected *prometheus.CounterVec
+	// unexpectedBySource is unexpected without the version, its delivery
+	// sources' series created at 0: a version's series is born at its first
+	// event, which increase() cannot see; this one's first event it can.
+	unexpectedBySource *prometheus.CounterVec
 }
 
 func newDeliveries(reg prometheus.Registerer) deliveries {
@@ -26,7 +30,14 @@ func newDeliveries(reg prometheus.Registerer) deliveries {
 			Help: "Events whose api_version is not the configured STRIPE_API_VERSION, by api_version and source.",
 		}, []string{"api_version", "source"}),
 	}
-	reg.MustRegister(d.received, d.unexpected)
+	d.unexpectedBySource = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "stripe_payments_events_unexpected_api_version_deliveries_total",
+		Help: "Events whose api_version is not the configured STRIPE_API_VERSION, by source (every source's series from 0).",
+	}, []string{"source"})
+	for _, src := range []stripeevent.Source{stripeevent.SourceWebhook, stripeevent.SourceEventBridge} {
+		d.unexpectedBySource.WithLabelValues(string(src))
+	}
+	reg.MustRegister(d.received, d.unexpected, d.unexpectedBySource)
 	return d
 }
 
@@ -35,5 +46,6 @@ func (m *Metrics) Delivered(account string, source stripeevent.Source, apiVersio
 	m.deliveries.received.WithLabelValues(account, string(source)).Inc()
 	if !expected {
 		m.deliveries.unexpected.WithLabelValues(apiVersion, string(source)).Inc()
+		m.deliveries.unexpectedBySource.WithLabelValues(string(source)).Inc()
 	}
 }

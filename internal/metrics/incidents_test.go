@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -77,4 +78,67 @@ func TestIncidentGauges(t *testing.T) {
 	handled, err := fresh.Registry.Gather()
 	require.NoError(t, err)
 	assert.NotEmpty(t, handled, "the other metrics are still served")
+}
+
+// Reads that keep failing: each is counted, the last successful read's
+// time is exported, and counts older than 5 min are no longer served
+// (absent, not yesterday's numbers as now's); a read that succeeds again
+// brings them back.
+func TestIncidentCountsStopWhenStale(t *testing.T) {
+	m := metrics.New()
+	now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	var fail error
+	m.WatchIncidentsAt(func(context.Context) ([]metrics.IncidentCount, error) {
+		if fail != nil {
+			return nil, fail
+		}
+		return []metrics.IncidentCount{{Kind: "event", State: "open", Incidents: 2, Occurrences: 51}}, nil
+	}, func() time.Time { return now })
+	scalar := func(name string) (float64, bool) {
+		families, err := m.Registry.Gather()
+		require.NoError(t, err)
+		for _, f := range families {
+			if f.GetName() == name {
+				mt := f.GetMetric()[0]
+				if mt.GetCounter() != nil {
+					return mt.GetCounter().GetValue(), true
+				}
+				return mt.GetGauge().GetValue(), true
+			}
+		}
+		return 0, false
+	}
+	got, err := gauges(t, m, "stripe_payments_incidents")
+	require.NoError(t, err)
+	assert.Equal(t, 2.0, got["event|open"])
+	last, ok := scalar("stripe_payments_incidents_last_read_timestamp_seconds")
+	require.True(t, ok)
+	assert.Equal(t, float64(now.Unix()), last)
+
+	fail = errors.New("postgres down")
+	read := now
+	for _, tt := range []struct {
+		after  time.Duration
+		served bool
+	}{{time.Minute, true}, {4 * time.Minute, true}, {6 * time.Minute, false}} {
+		now = read.Add(tt.after)
+		got, err := gauges(t, m, "stripe_payments_incidents")
+		require.NoError(t, err)
+		if tt.served {
+			assert.Equal(t, 2.0, got["event|open"], tt.after)
+		} else {
+			assert.Empty(t, got, "counts %s old are not served", tt.after)
+		}
+	}
+	failed, ok := scalar("stripe_payments_incident_reads_failed_total")
+	require.True(t, ok)
+	assert.Equal(t, 3.0, failed)
+	last, _ = scalar("stripe_payments_incidents_last_read_timestamp_seconds")
+	assert.Equal(t, float64(read.Unix()), last, "the last successful read")
+
+	fail = nil
+	now = now.Add(time.Minute)
+	got, err = gauges(t, m, "stripe_payments_incidents")
+	require.NoError(t, err)
+	assert.Equal(t, 2.0, got["event|open"])
 }

@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -41,6 +42,15 @@ var (
 	// ErrNotRunning: only a running replay can be cancelled.
 	ErrNotRunning = errors.New("replay is not running")
 )
+
+// filterStatuses are the statuses a filter may select ("" selects any):
+// events listed as failed or rejected, outbox dead letters.
+var filterStatuses = []string{"failed", "rejected", StatusDead}
+
+// ValidFilterStatus reports whether a filter may select status ("" any).
+func ValidFilterStatus(status string) bool {
+	return status == "" || slices.Contains(filterStatuses, status)
+}
 
 // StatusDead in a filter selects outbox dead letters instead of events
 // (Type then is topic/type).
@@ -123,7 +133,7 @@ func (s *Store) match(ctx context.Context, f Filter) ([]Item, error) {
 	if f.Empty() {
 		return nil, filterError("an empty filter without a time range would replay everything; name an incident, status, type, stripe_account, since or until")
 	}
-	if f.Status != "" && f.Status != "failed" && f.Status != "rejected" && f.Status != StatusDead {
+	if !ValidFilterStatus(f.Status) {
 		return nil, filterError("status must be failed, rejected or dead")
 	}
 	if f.Status == StatusDead && f.StripeAccount != "" {
@@ -296,14 +306,16 @@ func (s *Store) Get(ctx context.Context, id string) (Replay, error) {
 }
 
 // Cancel stops running replay id on behalf of actor, who is recorded with
-// the time on the replay (its audit row). The runner re-drives no item
-// after it records the one in hand; the items not re-driven stay failed,
-// for a later replay (the ledger makes anything applied a duplicate).
-// ErrNotRunning: the replay is done or cancelled already; nothing changed.
+// the time on the replay (its audit row; the database's clock, as a
+// finish's). The runner re-drives no item after the one in hand, which it
+// leaves unrecorded (runner.go): a later replay finds it processed, or
+// re-drives it and the ledger answers duplicate. The items not re-driven
+// stay failed, for a later replay. ErrNotRunning: the replay is done or cancelled already;
+// nothing changed.
 func (s *Store) Cancel(ctx context.Context, id, actor string) (Replay, error) {
-	tag, err := s.pool.Exec(ctx, `UPDATE replays SET status = 'cancelled', cancelled_by = $2, finished_at = $3,
+	tag, err := s.pool.Exec(ctx, `UPDATE replays SET status = 'cancelled', cancelled_by = $2, finished_at = now(),
 			lease_owner = NULL, leased_until = NULL
-		WHERE id = $1 AND status = 'running'`, id, actor, s.now().UTC())
+		WHERE id = $1 AND status = 'running'`, id, actor)
 	if err != nil {
 		return Replay{}, fmt.Errorf("cancel replay %s: %w", id, err)
 	}

@@ -39,10 +39,12 @@ func Rules(deadLetters, ops time.Duration) []Rule {
 		// Bulk replays once finished (done or cancelled), their items with
 		// them (ON DELETE CASCADE); a running one is never pruned.
 		{Name: "replays", Table: "replays", Column: "finished_at", Filter: "status <> 'running'", Keep: ops},
-		// Incident state changes. The incidents rows themselves stay (one
-		// per group): without its row a group still failing would read as
-		// open again.
-		{Name: "incident_audit", Table: "incident_audit", Column: "at", Keep: ops},
+		// Incident state changes, of resolved incidents only: one not
+		// resolved keeps its whole trail (who acknowledged it, when). The
+		// incidents rows themselves stay (one per group): without its row
+		// a group still failing would read as open again.
+		{Name: "incident_audit", Table: "incident_audit", Column: "at",
+			Filter: "incident_id IN (SELECT id FROM incidents WHERE state = 'resolved')", Keep: ops},
 	}
 }
 

@@ -100,3 +100,39 @@ func TestPruneDeletesOnlyRowsPastTheirRetention(t *testing.T) {
 	}
 	assert.Error(t, retention.Prune(ctx, pool, now, []retention.Rule{{Name: "x", Table: "outbox", Column: "dead_at"}}, 2, nil))
 }
+
+// An incident not resolved keeps its whole audit trail, however old: who
+// acknowledged it and when is what the operator on call reads.
+func TestPruneKeepsTheAuditOfIncidentsNotResolved(t *testing.T) {
+	pool := testenv.Postgres(t)
+	ctx := context.Background()
+	now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	old := now.Add(-100 * 24 * time.Hour)
+	tests := []struct {
+		id, state string
+		kept      bool
+	}{
+		{"inc_00000000000000000001", "open", true},
+		{"inc_00000000000000000002", "acknowledged", true},
+		{"inc_00000000000000000003", "resolved", false},
+	}
+	for _, tt := range tests {
+		_, err := pool.Exec(ctx, `INSERT INTO incidents (id, kind, cause, event_type, stripe_account, state, state_at, state_by)
+			VALUES ($1, 'event', 'timeout', 'invoice.paid', 'acct', $2, $3, 'api')`, tt.id, tt.state, old)
+		require.NoError(t, err)
+		_, err = pool.Exec(ctx, `INSERT INTO incident_audit (incident_id, from_state, to_state, actor, at) VALUES ($1, 'open', $2, 'api', $3)`, tt.id, tt.state, old)
+		require.NoError(t, err)
+	}
+	require.NoError(t, retention.Prune(ctx, pool, now, retention.Rules(30*24*time.Hour, 60*24*time.Hour), 10, nil))
+	for _, tt := range tests {
+		t.Run(tt.state, func(t *testing.T) {
+			var n int
+			require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM incident_audit WHERE incident_id = $1`, tt.id).Scan(&n))
+			if tt.kept {
+				assert.Equal(t, 1, n, "the audit of an incident not resolved stays")
+			} else {
+				assert.Zero(t, n, "a resolved incident's old audit goes")
+			}
+		})
+	}
+}
