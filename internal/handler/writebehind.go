@@ -21,8 +21,12 @@ type RecordQueue interface {
 	// Admit fails while the events table cannot be written, and waits
 	// while the backlog is full.
 	Admit(ctx context.Context) error
-	// Enqueue inserts the records of claimed events in tx.
-	Enqueue(ctx context.Context, tx Tx, recs []events.Record) error
+	// EnqueueClaimed inserts the records of events tx claimed, in tx.
+	EnqueueClaimed(ctx context.Context, tx Tx, recs []events.Record) error
+	// Mark notes durably that the records of ids are about to be written
+	// to the table outside the queue (a failure, a rejection); it commits
+	// before that write, so the queue reads them before writing over them.
+	Mark(ctx context.Context, ids []string) error
 	// ClaimAndEnqueue claims events that have no effects and inserts their
 	// records, in one statement (one round trip, one commit).
 	ClaimAndEnqueue(ctx context.Context, refs []tracking.EventRef, recs []events.Record) (map[string]bool, error)
@@ -147,7 +151,7 @@ func (h *Handler) applyRecorded(ctx context.Context, wb RecordQueue, todo []*pen
 				return h.applyEffects(ctx, tx, todo[byID[ref.ID]].ev)
 			},
 			func(ctx context.Context, tx Tx, claimed []string) error {
-				return wb.Enqueue(ctx, tx, pick(claimed))
+				return wb.EnqueueClaimed(ctx, tx, pick(claimed))
 			})
 	}
 	if err == nil {
@@ -179,7 +183,7 @@ func (h *Handler) applyRecordedOneByOne(ctx context.Context, wb RecordQueue, tod
 				if err := h.applyEffects(ctx, tx, p.ev); err != nil {
 					return err
 				}
-				return wb.Enqueue(ctx, tx, recs[i:i+1])
+				return wb.EnqueueClaimed(ctx, tx, recs[i:i+1])
 			})
 		}
 		if err != nil {
