@@ -86,6 +86,23 @@ type Pending interface {
 	Settled(ctx context.Context) error
 }
 
+// Marker is a Pending that must be told, before a record is written to the
+// table outside it (a failure, a rejection, a tool's Put), which events it
+// is about to write: its writer then reads those records before writing a
+// processed one over them (issue 32). Mark commits before it returns.
+type Marker interface {
+	Mark(ctx context.Context, ids []string) error
+}
+
+// mark tells the pending records' Marker, if any, about ids.
+func (s *Store) mark(ctx context.Context, ids []string) error {
+	m, ok := s.pending.(Marker)
+	if !ok || len(ids) == 0 {
+		return nil
+	}
+	return m.Mark(ctx, ids)
+}
+
 // WithPending returns a store whose Get and BatchGet also find the records
 // still pending in p: an acknowledged event is never absent. Reads check
 // the table, then p for what the table lacks, then the table again for what
@@ -115,6 +132,9 @@ func (s *Store) Put(ctx context.Context, r Record) error {
 	av, err := attributes(r)
 	if err != nil {
 		return err
+	}
+	if err := s.mark(ctx, []string{r.ID}); err != nil {
+		return fmt.Errorf("put event %s: %w", r.ID, err)
 	}
 	if _, err := s.client.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(s.table), Item: av}); err != nil {
 		return fmt.Errorf("put event %s: %w", r.ID, err)

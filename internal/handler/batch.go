@@ -190,13 +190,6 @@ func (h *Handler) recordProcessed(ctx context.Context, s settled, finish func(*p
 	if len(s.done) == 0 {
 		return
 	}
-	if err := h.markRejected(ctx, s); err != nil {
-		for _, p := range s.deliveries {
-			h.logger(p.rec).Error("could not record processed event", "error", err)
-			finish(p, stripeevent.Failed, fmt.Errorf("record processed event: %w", err))
-		}
-		return
-	}
 	if err := h.store.PutProcessed(ctx, s.done); err != nil {
 		for _, p := range s.deliveries {
 			// The effects are committed; a redelivery finds the ledger
@@ -220,20 +213,6 @@ func (h *Handler) recordProcessed(ctx context.Context, s settled, finish func(*p
 			finish(p, stripeevent.Completed, nil)
 		}
 	}
-}
-
-// markRejected marks the rejected records of s with the record queue before
-// they are written: unclaimed, a replay may claim their events later, and
-// the queue must then read them (their bookkeeping) before writing.
-func (h *Handler) markRejected(ctx context.Context, s settled) error {
-	if h.records == nil || len(s.rejected) == 0 {
-		return nil
-	}
-	ids := make([]string, 0, len(s.rejected))
-	for id := range s.rejected {
-		ids = append(ids, id)
-	}
-	return h.records.Mark(ctx, ids)
 }
 
 // applyEffects runs the appliers of ev's route, if it has one.
@@ -338,16 +317,6 @@ func (h *Handler) recordFailure(ctx context.Context, rec events.Record, cause er
 	log.Error("event processing failed", "error", cause)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordFailureTimeout)
 	defer cancel()
-	if h.records != nil {
-		// Before the table write: a replica that claims the event next
-		// then reads the failed record (its bookkeeping) before writing
-		// over it. Without the mark (Postgres failing too) the failure is
-		// still recorded, for the API and the console; only its attempt
-		// may go uncounted if the event is processed later.
-		if err := h.records.Mark(ctx, []string{rec.ID}); err != nil {
-			log.Warn("could not mark the failed record for the write-behind", "error", err)
-		}
-	}
 	if err := h.store.RecordFailure(ctx, rec, cause); err != nil {
 		log.Error("could not record the failure", "error", err)
 	}

@@ -58,34 +58,22 @@ func (g *gate) wait(t *testing.T, what string) {
 	}
 }
 
-// lateStore is the events table as a replica sees it whose failure record
-// is held at the gate: the replica is slow between its failed transaction
-// and its record of the failure.
-type lateStore struct {
-	*events.Store
-	g *gate
-}
-
-func (s lateStore) RecordFailure(ctx context.Context, r events.Record, cause error) error {
-	if err := s.g.pass(ctx); err != nil {
-		return err
-	}
-	return s.Store.RecordFailure(ctx, r, cause)
-}
-
-// lateQueue is a replica's write-behind whose bookkeeping in Postgres of a
-// failure is held at the gate too: the failure's whole trace comes after
-// another replica's claim.
-type lateQueue struct {
+// lateMarker is a replica's write-behind as its events store sees it, slow
+// around its record of a failure: held at before (before it marks the
+// event in Postgres) or at after (marked, before the table write).
+type lateMarker struct {
 	*recordq.Queue
-	g *gate
+	before, after *gate
 }
 
-func (q lateQueue) Mark(ctx context.Context, ids []string) error {
-	if err := q.g.pass(ctx); err != nil {
+func (m lateMarker) Mark(ctx context.Context, ids []string) error {
+	if err := m.before.pass(ctx); err != nil {
 		return err
 	}
-	return q.Queue.Mark(ctx, ids)
+	if err := m.Queue.Mark(ctx, ids); err != nil {
+		return err
+	}
+	return m.after.pass(ctx)
 }
 
 // heldTable is the events table whose write of the record of event id
@@ -114,7 +102,7 @@ type replica struct {
 	store *events.Store // the table read through this replica's pending rows
 }
 
-func (e *env) replica(t *testing.T, table recordq.Table, writers int, handlerStore func(*events.Store) handler.EventStore, queue func(*recordq.Queue) handler.RecordQueue) replica {
+func (e *env) replica(t *testing.T, table recordq.Table, writers int, pending func(*recordq.Queue) events.Pending) replica {
 	t.Helper()
 	q := recordq.New(e.pool, table, recordq.Config{Writers: writers})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -127,15 +115,11 @@ func (e *env) replica(t *testing.T, table recordq.Table, writers int, handlerSto
 	for !q.Running() {
 		time.Sleep(time.Millisecond)
 	}
-	store := e.store.WithPending(q)
-	var hs handler.EventStore = store
-	if handlerStore != nil {
-		hs = handlerStore(store)
+	var p events.Pending = q
+	if pending != nil {
+		p = pending(q)
 	}
-	var rq handler.RecordQueue = q
-	if queue != nil {
-		rq = queue(q)
-	}
+	store := e.store.WithPending(p)
 	effect := func(ctx context.Context, tx handler.Tx, ev *stripe.Event) error {
 		if fail := e.failNext.Swap(nil); fail != nil {
 			if err := (*fail)(ctx, tx); err != nil {
@@ -146,8 +130,8 @@ func (e *env) replica(t *testing.T, table recordq.Table, writers int, handlerSto
 		return err
 	}
 	h := handler.New(handler.Config{PlatformAccount: "acct_platform_test", EventTTL: 720 * time.Hour},
-		hs, tracking.NewLedger(e.pool), slog.New(slog.NewTextHandler(io.Discard, nil)),
-		handler.WithRoutes(handler.Routes{{Type: "payment_intent.succeeded", Apply: []handler.Applier{effect}}}), handler.WithRecordQueue(rq))
+		store, tracking.NewLedger(e.pool), slog.New(slog.NewTextHandler(io.Discard, nil)),
+		handler.WithRoutes(handler.Routes{{Type: "payment_intent.succeeded", Apply: []handler.Applier{effect}}}), handler.WithRecordQueue(q))
 	return replica{h: h, q: q, store: store}
 }
 
@@ -166,14 +150,14 @@ func (e *env) replica(t *testing.T, table recordq.Table, writers int, handlerSto
 func TestWriteBehindKeepsTheBookkeepingOfAFailureRacingASuccessOnAnotherReplica(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		// where A is held after its failed transaction: in Postgres before
-		// its record of the failure, or just before the table write.
+		// where A is held after its failed transaction: before its record
+		// of the failure (in Postgres, then the table), or between the two.
 		heldAtMark bool
 		// the failure reaches the table only after B's record is written.
 		afterWrite bool
 	}{
 		{name: "failure recorded before the success is claimed"},
-		{name: "failure written to the table while the success is pending", heldAtMark: false},
+		{name: "failure written to the table while the success is pending"},
 		{name: "failure's whole trace while the success is pending", heldAtMark: true},
 		{name: "failure reaches the table after the success is written", afterWrite: true},
 	} {
@@ -185,20 +169,19 @@ func TestWriteBehindKeepsTheBookkeepingOfAFailureRacingASuccessOnAnotherReplica(
 			if held {
 				aGate = newGate()
 			}
-			storeGate, markGate := &gate{}, &gate{}
+			before, after := &gate{}, &gate{}
 			if tc.heldAtMark {
-				markGate = aGate
+				before = aGate
 			} else {
-				storeGate = aGate
+				after = aGate
 			}
 			a := e.replica(t, e.store, 0,
-				func(s *events.Store) handler.EventStore { return lateStore{Store: s, g: storeGate} },
-				func(q *recordq.Queue) handler.RecordQueue { return lateQueue{Queue: q, g: markGate} })
+				func(q *recordq.Queue) events.Pending { return lateMarker{Queue: q, before: before, after: after} })
 			// B's one writer is busy with another event's record (held)
 			// when B answers: B's record waits, unread, in the queue.
 			busy := stripetest.Event{Fixture: "customer.created"}.Build(t)
 			bGate := newGate()
-			b := e.replica(t, heldTable{Store: e.store, id: parse(t, busy).ID, g: bGate}, 1, nil, nil)
+			b := e.replica(t, heldTable{Store: e.store, id: parse(t, busy).ID, g: bGate}, 1, nil)
 			_, err := b.h.Handle(ctx, parse(t, busy), busy, stripeevent.SourceWebhook)
 			require.NoError(t, err)
 			bGate.wait(t, "replica B's table write")
@@ -267,7 +250,7 @@ func TestWriteBehindKeepsTheBookkeepingOfAFailureRacingASuccessOnAnotherReplica(
 			// B's row again (a lost delete): a starting replica's sweep writes it.
 			_, err = e.pool.Exec(ctx, `INSERT INTO event_records_pending SELECT * FROM saved_pending`)
 			require.NoError(t, err)
-			c := e.replica(t, e.store, 0, nil, nil)
+			c := e.replica(t, e.store, 0, nil)
 			deadline := time.Now().Add(20 * time.Second)
 			for e.pending(t, ev.ID) > 0 {
 				require.True(t, time.Now().Before(deadline), "the row written again never left")

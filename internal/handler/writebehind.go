@@ -22,11 +22,10 @@ type RecordQueue interface {
 	// while the backlog is full.
 	Admit(ctx context.Context) error
 	// EnqueueClaimed inserts the records of events tx claimed, in tx.
+	// Their rows are marked fresh: the queue reads the table before
+	// writing them only if a failure or a rejection was recorded for them
+	// (the events store marks those, see events.Marker).
 	EnqueueClaimed(ctx context.Context, tx Tx, recs []events.Record) error
-	// Mark notes durably that the records of ids are about to be written
-	// to the table outside the queue (a failure, a rejection); it commits
-	// before that write, so the queue reads them before writing over them.
-	Mark(ctx context.Context, ids []string) error
 	// ClaimAndEnqueue claims events that have no effects and inserts their
 	// records, in one statement (one round trip, one commit).
 	ClaimAndEnqueue(ctx context.Context, refs []tracking.EventRef, recs []events.Record) (map[string]bool, error)
