@@ -75,6 +75,7 @@ type Store struct {
 	ttl     time.Duration
 	now     func() time.Time
 	pending Pending
+	marker  Marker // see WithMarker; else pending, when it is a Marker
 }
 
 // Pending holds records acknowledged but not yet written to the table (the
@@ -94,10 +95,22 @@ type Marker interface {
 	Mark(ctx context.Context, ids []string) error
 }
 
-// mark tells the pending records' Marker, if any, about ids.
+// WithMarker returns a store that marks with m (see Marker) whatever its
+// Pending is: a Pending that joins several (the write-behind's and
+// another queue's) need not pass Mark on.
+func (s *Store) WithMarker(m Marker) *Store {
+	c := *s
+	c.marker = m
+	return &c
+}
+
+// mark tells the store's Marker, if any, about ids.
 func (s *Store) mark(ctx context.Context, ids []string) error {
-	m, ok := s.pending.(Marker)
-	if !ok || len(ids) == 0 {
+	m := s.marker
+	if m == nil {
+		m, _ = s.pending.(Marker)
+	}
+	if m == nil || len(ids) == 0 {
 		return nil
 	}
 	return m.Mark(ctx, ids)
