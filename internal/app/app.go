@@ -174,7 +174,9 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 	// Queued thin notifications are read from their queue until their
 	// records are written behind the answer (thin.Recorder).
 	a.ThinRecords = &thin.Recorder{Queue: thin.NewQueue(pool), Table: table, PlatformAccount: cfg.PlatformAccount, EventTTL: cfg.EventTTL}
-	a.Events = table.WithPending(events.JoinPending(a.Records, a.ThinRecords))
+	// Failures and rejections written through a.Events are marked for the
+	// write-behind (events.Marker): the joined Pending does not pass Mark on.
+	a.Events = table.WithPending(events.JoinPending(a.Records, a.ThinRecords)).WithMarker(a.Records)
 	a.Ledger = tracking.NewLedger(pool)
 	// Every Stripe request of this replica draws on the one shared budget
 	// (DESIGN §9); a request names its class in its context, else it is

@@ -2,6 +2,7 @@ package events
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"strconv"
@@ -65,6 +66,17 @@ func attributes(r Record) (map[string]types.AttributeValue, error) {
 // pass records whose effects Postgres has committed, and a processed record
 // is the final state, so overwriting one with another is harmless.
 func (s *Store) PutProcessed(ctx context.Context, recs []Record) error {
+	// A rejection is written without a claim: a replay may claim its event
+	// later, and the write-behind must then read it (see Marker).
+	var rejected []string
+	for _, r := range recs {
+		if r.LastError != "" {
+			rejected = append(rejected, r.ID)
+		}
+	}
+	if err := s.mark(ctx, rejected); err != nil {
+		return fmt.Errorf("batch write events: %w", err)
+	}
 	for start := 0; start < len(recs); start += maxBatchWrite {
 		chunk := recs[start:min(start+maxBatchWrite, len(recs))]
 		writes := make([]types.WriteRequest, 0, len(chunk))
@@ -106,6 +118,19 @@ func (s *Store) RecordFailure(ctx context.Context, r Record, cause error) error 
 	if err != nil {
 		return err
 	}
+	// Marked before it is written (see Marker). Without the mark (Postgres
+	// failing too) the failure is still recorded, for the API and the
+	// console; only its attempt may go uncounted if a claim follows.
+	if merr := s.mark(ctx, []string{r.ID}); merr != nil {
+		if err := s.recordFailure(ctx, r, av); err != nil {
+			return errors.Join(err, merr)
+		}
+		return fmt.Errorf("failure of %s recorded, not marked for the write-behind (its attempt may go uncounted): %w", r.ID, merr)
+	}
+	return s.recordFailure(ctx, r, av)
+}
+
+func (s *Store) recordFailure(ctx context.Context, r Record, av map[string]types.AttributeValue) error {
 	cond := expression.AttributeNotExists(expression.Name("id")).
 		Or(expression.Name("expiration").LessThanEqual(expression.Value(s.now().Unix())))
 	expr, err := expression.NewBuilder().WithCondition(cond).Build()

@@ -75,6 +75,7 @@ type Store struct {
 	ttl     time.Duration
 	now     func() time.Time
 	pending Pending
+	marker  Marker // see WithMarker; else pending, when it is a Marker
 }
 
 // Pending holds records acknowledged but not yet written to the table (the
@@ -84,6 +85,35 @@ type Pending interface {
 	// Settled waits until every record pending when it is called is in
 	// the table.
 	Settled(ctx context.Context) error
+}
+
+// Marker is a Pending that must be told, before a record is written to the
+// table outside it (a failure, a rejection, a tool's Put), which events it
+// is about to write: its writer then reads those records before writing a
+// processed one over them (issue 32). Mark commits before it returns.
+type Marker interface {
+	Mark(ctx context.Context, ids []string) error
+}
+
+// WithMarker returns a store that marks with m (see Marker) whatever its
+// Pending is: a Pending that joins several (the write-behind's and
+// another queue's) need not pass Mark on.
+func (s *Store) WithMarker(m Marker) *Store {
+	c := *s
+	c.marker = m
+	return &c
+}
+
+// mark tells the store's Marker, if any, about ids.
+func (s *Store) mark(ctx context.Context, ids []string) error {
+	m := s.marker
+	if m == nil {
+		m, _ = s.pending.(Marker)
+	}
+	if m == nil || len(ids) == 0 {
+		return nil
+	}
+	return m.Mark(ctx, ids)
 }
 
 // WithPending returns a store whose Get and BatchGet also find the records
@@ -115,6 +145,9 @@ func (s *Store) Put(ctx context.Context, r Record) error {
 	av, err := attributes(r)
 	if err != nil {
 		return err
+	}
+	if err := s.mark(ctx, []string{r.ID}); err != nil {
+		return fmt.Errorf("put event %s: %w", r.ID, err)
 	}
 	if _, err := s.client.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(s.table), Item: av}); err != nil {
 		return fmt.Errorf("put event %s: %w", r.ID, err)

@@ -21,8 +21,11 @@ type RecordQueue interface {
 	// Admit fails while the events table cannot be written, and waits
 	// while the backlog is full.
 	Admit(ctx context.Context) error
-	// Enqueue inserts the records of claimed events in tx.
-	Enqueue(ctx context.Context, tx Tx, recs []events.Record) error
+	// EnqueueClaimed inserts the records of events tx claimed, in tx.
+	// Their rows are marked fresh: the queue reads the table before
+	// writing them only if a failure or a rejection was recorded for them
+	// (the events store marks those, see events.Marker).
+	EnqueueClaimed(ctx context.Context, tx Tx, recs []events.Record) error
 	// ClaimAndEnqueue claims events that have no effects and inserts their
 	// records, in one statement (one round trip, one commit).
 	ClaimAndEnqueue(ctx context.Context, refs []tracking.EventRef, recs []events.Record) (map[string]bool, error)
@@ -147,7 +150,7 @@ func (h *Handler) applyRecorded(ctx context.Context, wb RecordQueue, todo []*pen
 				return h.applyEffects(ctx, tx, todo[byID[ref.ID]].ev)
 			},
 			func(ctx context.Context, tx Tx, claimed []string) error {
-				return wb.Enqueue(ctx, tx, pick(claimed))
+				return wb.EnqueueClaimed(ctx, tx, pick(claimed))
 			})
 	}
 	if err == nil {
@@ -179,7 +182,7 @@ func (h *Handler) applyRecordedOneByOne(ctx context.Context, wb RecordQueue, tod
 				if err := h.applyEffects(ctx, tx, p.ev); err != nil {
 					return err
 				}
-				return wb.Enqueue(ctx, tx, recs[i:i+1])
+				return wb.EnqueueClaimed(ctx, tx, recs[i:i+1])
 			})
 		}
 		if err != nil {

@@ -16,7 +16,8 @@ import (
 // insert of their pending records, in one statement and so one round trip
 // and one durable commit. It returns the ids newly claimed; the others were
 // claimed before (their records are, or were, pending already) and get no
-// row. recs must have distinct ids; refs[i] describes recs[i].
+// row. recs must have distinct ids; refs[i] describes recs[i]. The rows are
+// fresh, as with EnqueueClaimed: claimed here, in the same statement.
 func (q *Queue) ClaimAndEnqueue(ctx context.Context, refs []tracking.EventRef, recs []events.Record) (map[string]bool, error) {
 	n := len(recs)
 	ids, types, accounts := make([]string, n), make([]string, n), make([]string, n)
@@ -38,8 +39,8 @@ func (q *Queue) ClaimAndEnqueue(ctx context.Context, refs []tracking.EventRef, r
 			ON CONFLICT (event_id) DO NOTHING
 			RETURNING event_id
 		), pending AS (
-			INSERT INTO event_records_pending (event_id, record, payload)
-			SELECT r.event_id, r.record, r.payload
+			INSERT INTO event_records_pending (event_id, record, payload, fresh)
+			SELECT r.event_id, r.record, r.payload, true
 			FROM unnest($1::text[], $5::bytea[], $6::bytea[]) AS r(event_id, record, payload)
 			JOIN claimed USING (event_id)
 			ON CONFLICT (event_id) DO NOTHING

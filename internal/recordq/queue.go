@@ -157,8 +157,36 @@ func New(pool *pgxpool.Pool, table Table, cfg Config) *Queue {
 }
 
 // Enqueue inserts recs (processed, their effects committed by tx) as pending
-// rows in tx: they become durable with the batch's commit.
+// rows in tx: they become durable with the batch's commit. The writer reads
+// their records in the table first (an earlier version may be there).
 func (q *Queue) Enqueue(ctx context.Context, tx pgtx.Tx, recs []events.Record) error {
+	return q.enqueue(ctx, tx, recs, false)
+}
+
+// EnqueueClaimed is Enqueue for events tx itself claimed in the ledger: an
+// earlier version of their records can be in the table only if a failure
+// or a rejection left it, and those are marked (Mark) before they are
+// written, so the writer reads only the marked ones.
+func (q *Queue) EnqueueClaimed(ctx context.Context, tx pgtx.Tx, recs []events.Record) error {
+	return q.enqueue(ctx, tx, recs, true)
+}
+
+// Mark notes, durably, that the records of ids are about to be written to
+// the events table outside this queue (a failure, a rejection). It must
+// commit before that write: a writer that loads a claimed event's pending
+// row after it reads the table before writing (issue 32).
+func (q *Queue) Mark(ctx context.Context, ids []string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	if _, err := q.pool.Exec(ctx, `INSERT INTO event_records_prior (event_id) SELECT unnest($1::text[])
+		ON CONFLICT (event_id) DO NOTHING`, ids); err != nil {
+		return fmt.Errorf("mark %d event records written outside the write-behind: %w", len(ids), err)
+	}
+	return nil
+}
+
+func (q *Queue) enqueue(ctx context.Context, tx pgtx.Tx, recs []events.Record, fresh bool) error {
 	if len(recs) == 0 {
 		return nil
 	}
@@ -172,9 +200,9 @@ func (q *Queue) Enqueue(ctx context.Context, tx pgtx.Tx, recs []events.Record) e
 		}
 		ids[i], metas[i], payloads[i] = r.ID, m, r.Payload
 	}
-	if _, err := tx.Exec(ctx, `INSERT INTO event_records_pending (event_id, record, payload)
-		SELECT * FROM unnest($1::text[], $2::bytea[], $3::bytea[]) ON CONFLICT (event_id) DO NOTHING`,
-		ids, metas, payloads); err != nil {
+	if _, err := tx.Exec(ctx, `INSERT INTO event_records_pending (event_id, record, payload, fresh)
+		SELECT *, $4::boolean FROM unnest($1::text[], $2::bytea[], $3::bytea[]) ON CONFLICT (event_id) DO NOTHING`,
+		ids, metas, payloads, fresh); err != nil {
 		return fmt.Errorf("enqueue event records: %w", err)
 	}
 	return nil

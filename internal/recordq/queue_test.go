@@ -28,7 +28,7 @@ type env struct {
 	table *events.Store // the events table alone
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t testing.TB) *env {
 	t.Helper()
 	client := testenv.Dynamo(t)
 	name := testenv.TableName("events")
