@@ -272,6 +272,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 		Development: cfg.Development, Failures: a.AuthFailures,
 		SessionIdle: cfg.Admin.SessionIdle, SessionMaxAge: cfg.Admin.SessionMaxAge,
 		Incidents: a.Incidents, Replays: a.Replays.Store, ReplayNudge: a.Replays.Runner.Nudge,
+		Batches: a.Batches.Store, BatchNudge: a.Batches.Runner.Nudge,
 	}); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("operator console: %w", err)
