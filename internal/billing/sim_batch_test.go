@@ -31,6 +31,19 @@ func (s *sim) race(ctx context.Context, day dates.Date) {
 			break
 		}
 	}
+	if s.chance(0.5) {
+		// Half the time the pay now is on another subscription of the
+		// account, so the batch gets to charge the ERROR one first too.
+		var others []string
+		for _, sub := range s.subs {
+			if sub.AccountID == acct && sub.SubscriptionID != payOn {
+				others = append(others, sub.SubscriptionID)
+			}
+		}
+		if len(others) > 0 {
+			payOn = others[s.intn(len(others))]
+		}
+	}
 	s.stat("race", 1)
 	s.racing.Store(true)
 	defer s.racing.Store(false)
@@ -74,6 +87,9 @@ func (s *sim) batch(ctx context.Context, acct string) {
 			}
 			if err == nil {
 				s.stat("race:batch:"+res.Outcome, 1)
+				if res.Outcome == billing.BatchPaid || res.Outcome == billing.BatchDeclined || res.Outcome == billing.BatchProcessing {
+					s.stat("race:batch:charged", 1)
+				}
 			} else {
 				s.stat("race:batch:"+raceOutcome(err), 1)
 			}

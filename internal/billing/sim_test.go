@@ -339,7 +339,7 @@ func TestSimulation(t *testing.T) {
 		assert.NotZero(t, total[st], "no period was %s", st)
 	}
 	for _, k := range []string{"reruns", "crash:claimed", "crash:charged", "crash:committed", "killed:context", "ach:settled", "ach:failed", "refunds",
-		"race", "race:batch:paid", "race:paynow:charged"} {
+		"race", "race:batch:charged", "race:paynow:charged"} {
 		assert.NotZero(t, stats[k], "never happened: %s", k)
 	}
 }
