@@ -13,6 +13,7 @@ import (
 
 	"github.com/stripe-payments/stripe-payments/internal/billing"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
+	"github.com/stripe-payments/stripe-payments/internal/lock"
 	"github.com/stripe-payments/stripe-payments/internal/stripebudget"
 )
 
@@ -206,7 +207,10 @@ func (r *Runner) chargeItem(ctx context.Context, id string, it pendingItem) (bil
 			prev = &a
 			return nil
 		})
-		busy := errors.Is(err, billing.ErrLocked) || errors.Is(err, billing.ErrConflict)
+		// Busy: nothing was sent. The account's lock lost before the
+		// charge (lock.ErrNotOwner) leaves the claim in flight, unsent: the
+		// next try settles it with its own key (prev).
+		busy := errors.Is(err, billing.ErrLocked) || errors.Is(err, billing.ErrConflict) || errors.Is(err, lock.ErrNotOwner)
 		if !busy || try >= r.cfg.BusyTries {
 			return res, err
 		}
