@@ -27,7 +27,7 @@ func (s *Sub) Batch(today, since, until Date) (Due, error) {
 		if (since != NoDate && p.Charge < since) || (until != NoDate && p.Charge > until) {
 			return Due{}, ErrRefused // the oldest is outside: pay now would charge it, not a later one
 		}
-		return Due{Period: p.Scheduled, Charge: p.Charge, Amount: s.amount}, nil
+		return Due{Period: p.Scheduled, Charge: p.Charge, Amount: s.amount, Plan: s.plan}, nil
 	}
 	return Due{}, ErrRefused
 }
