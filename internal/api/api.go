@@ -32,6 +32,7 @@ type Deps struct {
 	Outbox    OutboxAdmin     // nil: no outbox routes
 	Incidents IncidentService // nil: no incident routes
 	Replays   *Replays        // nil: no bulk replay routes
+	Batches   *Batches        // nil: no batch collection routes
 	// Livemode: STRIPE_API_KEY is a live key; the test-clock routes answer
 	// 403 livemode.
 	Livemode bool
@@ -81,6 +82,7 @@ func Register(e *echo.Echo, token string, deps Deps) {
 	registerOutbox(g, deps.Outbox)
 	registerIncidents(g, deps.Incidents)
 	registerReplays(g, deps.Replays)
+	registerBatches(g, deps.Batches)
 }
 
 // router mounts routes with the bearer check as route middleware rather than

@@ -94,6 +94,7 @@ type App struct {
 	// Incidents groups what is broken (DESIGN §4, incidents).
 	Incidents *incidents.Store
 	Replays   *Replays
+	Batches   *Batches
 	OpsRuns   *ops.Runs
 	// AuthFailures limits wrong INTERNAL_API_TOKEN guesses per client
 	// address, on the console's login and the bearer APIs alike.
@@ -262,6 +263,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 		Log:             log.With("component", "api"),
 	}
 	apiDeps.Replays = a.newReplays(api.NewReplayer(apiDeps))
+	apiDeps.Batches = a.newBatches()
 	api.Register(a.Admin.Echo, cfg.InternalAPIToken, apiDeps)
 	if err := ops.Register(a.Admin.Echo, ops.Deps{
 		Token: cfg.InternalAPIToken, Pool: pool, Events: a.Events, Replayer: api.NewReplayer(apiDeps),
@@ -270,6 +272,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 		Development: cfg.Development, Failures: a.AuthFailures,
 		SessionIdle: cfg.Admin.SessionIdle, SessionMaxAge: cfg.Admin.SessionMaxAge,
 		Incidents: a.Incidents, Replays: a.Replays.Store, ReplayNudge: a.Replays.Runner.Nudge,
+		Batches: a.Batches.Store, BatchNudge: a.Batches.Runner.Nudge,
 	}); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("operator console: %w", err)
@@ -325,6 +328,7 @@ func (a *App) startBackground() {
 	a.startOutboxHousekeeping(ctx, &wg)
 	a.startThin(ctx, &wg)
 	a.startReplays(ctx, &wg)
+	a.startBatches(ctx, &wg)
 	if a.Emails != nil {
 		a.Safe.Go(ctx, &wg, "emails", func(ctx context.Context) { _ = a.Emails.Run(ctx) })
 	}

@@ -58,7 +58,7 @@ var oracleExcluded = map[string]string{}
 
 // oracleKinds are the operations the generator draws from; refineKind
 // names the cases of each that a finding may single out.
-var oracleKinds = []string{"pause", "resume", "amount", "rule", "move", "cancel", "waive", "paynow", "payment-method", "plan"}
+var oracleKinds = []string{"pause", "resume", "amount", "rule", "move", "cancel", "waive", "paynow", "payment-method", "plan", "batch"}
 
 // oracleRefined are the refined kinds: pause-yearly (a YEARLY pause),
 // amount-while-failing (an amount change while a period is ERROR),
@@ -780,6 +780,9 @@ func (w *oracleWorld) operate(q *oracleSeq, day dates.Date) {
 		return
 	case "plan":
 		w.operatePlan(q, day, false)
+		return
+	case "batch":
+		w.batch(q, day)
 		return
 	case "payment-method":
 		// §8: every period not yet charged uses it, and the ERROR ones

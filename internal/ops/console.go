@@ -27,6 +27,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/api"
 	"github.com/stripe-payments/stripe-payments/internal/authlimit"
 	"github.com/stripe-payments/stripe-payments/internal/billing"
+	"github.com/stripe-payments/stripe-payments/internal/billing/batchrun"
 	"github.com/stripe-payments/stripe-payments/internal/incidents"
 	"github.com/stripe-payments/stripe-payments/internal/replay"
 )
@@ -49,13 +50,17 @@ type Deps struct {
 	Events   api.EventReader
 	Replayer api.Replayer
 	Billing  *billing.Service // nil: no billing pages
-	Counter  *Counter
-	Problems *Problems
-	Runs     *Runs
-	Outbox   OutboxReader
-	Gatherer prometheus.Gatherer
-	Log      *slog.Logger
-	Now      func() time.Time
+	// Batches: batch collections (nil: no batch pages); BatchNudge wakes
+	// the runner after a start.
+	Batches    *batchrun.Store
+	BatchNudge func()
+	Counter    *Counter
+	Problems   *Problems
+	Runs       *Runs
+	Outbox     OutboxReader
+	Gatherer   prometheus.Gatherer
+	Log        *slog.Logger
+	Now        func() time.Time
 	// Livemode: the Stripe key is live. Test clocks (issue 14) are then
 	// off: no navigation entry, and /ops/clocks answers 403.
 	Livemode bool
@@ -140,6 +145,7 @@ func Register(e *echo.Echo, d Deps) error {
 		g.GET("/billing/:account/:sub/confirm", c.billingConfirm, c.auth)
 		g.POST("/billing/:account/:sub/action", c.billingAction, c.auth)
 		c.registerClocks(g)
+		c.registerBatches(g)
 	}
 	return nil
 }
