@@ -1,5 +1,5 @@
 // Package poller finds the events the service missed or never finished and
-// replays them through the one event handler (DESIGN §7).
+// replays them through the one event handler (docs/design.md §7).
 //
 // For the platform and every connected account it knows, it lists events
 // from the Stripe Events API in a window that overlaps the account's last

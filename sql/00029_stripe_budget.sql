@@ -1,5 +1,5 @@
 -- +goose Up
--- One Stripe API budget for every replica and job (DESIGN §9), kept as a
+-- One Stripe API budget for every replica and job (docs/design.md §9), kept as a
 -- GCRA schedule: `tat` is the theoretical arrival time, the next free
 -- request slot of the whole service. A lease reserves consecutive slots
 -- `interval` apart from max(tat, now) and moves tat past them, so slots

@@ -1,9 +1,9 @@
 -- +goose Up
--- Batch collections (DESIGN §4, §8 "Batch collection", issue 27). A batch's
+-- Batch collections (docs/design.md §4, §8 "Batch collection", issue 27). A batch's
 -- items are the subscriptions its selection matched when it was asked for,
 -- each with the ERROR period it is to charge. The runner records, before any
 -- Stripe request, the attempt it is about to make (billing_date and
--- attempt_no: the idempotency key of DESIGN §8 follows from them), and the
+-- attempt_no: the idempotency key of docs/design.md §8 follows from them), and the
 -- outcome with the counters in one transaction afterwards; a restart resumes
 -- at the first item without an outcome and settles a begun attempt with its
 -- own key, never a new one. The money-safety rules (claim, key) live on the

@@ -9,7 +9,7 @@ locals {
   write_capacity = local.provisioned ? var.write_capacity : null
 }
 
-# Events (DESIGN §5): one item per Stripe event, expiring after EVENT_TTL.
+# Events (docs/design.md §5): one item per Stripe event, expiring after EVENT_TTL.
 resource "aws_dynamodb_table" "events" {
   name                        = "${var.name_prefix}-events"
   billing_mode                = var.billing_mode
@@ -87,7 +87,7 @@ resource "aws_dynamodb_table" "events" {
   }
 }
 
-# Billing single table (DESIGN §8): subscriptions, billing periods, receipts
+# Billing single table (docs/design.md §8): subscriptions, billing periods, receipts
 # (TTL "TTL") and scheduling markers under PK/SK. GSI-1 (reminders) and GSI-2
 # (payments) are sparse and write-sharded: partition "<date>#<shard>".
 resource "aws_dynamodb_table" "billing" {

@@ -1,4 +1,4 @@
-# EventBridge intake (DESIGN §4, docs/eventbridge.md). Stripe's event
+# EventBridge intake (docs/design.md §4, docs/eventbridge.md). Stripe's event
 # destination of type Amazon EventBridge creates a partner event source,
 # aws.partner/stripe.com/<id>, in this account and region; the partner event
 # bus below (same name) associates it. A rule sends every Stripe event on

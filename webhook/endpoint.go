@@ -15,7 +15,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
 )
 
-// Path is where Stripe delivers events (DESIGN §4, Contract).
+// Path is where Stripe delivers events (docs/design.md §4, Contract).
 const Path = "/webhooks/stripe"
 
 // SourceHeader lets a signed replay (the poller) say where it comes from. It

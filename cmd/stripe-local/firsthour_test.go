@@ -320,7 +320,7 @@ type makeRun struct {
 	dynamoDir string
 	env       map[string]string
 	procs     []*proc
-	// admin is ADMIN_LISTEN_ADDR: the console, the APIs (DESIGN §3 "Two
+	// admin is ADMIN_LISTEN_ADDR: the console, the APIs (docs/design.md §3 "Two
 	// listeners").
 	admin string
 }

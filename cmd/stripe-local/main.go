@@ -1,4 +1,4 @@
-// Command stripe-local is the local Stripe of `make run` (DESIGN §3 "The
+// Command stripe-local is the local Stripe of `make run` (docs/design.md §3 "The
 // embedded default for Stripe"; docs/local-stripe.md): a stateful, test-mode
 // only simulation of the parts of Stripe's API the service uses, which sends
 // signed webhooks to the service. It is a development tool: it is not part

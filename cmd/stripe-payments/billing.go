@@ -87,4 +87,4 @@ func billingCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	return nil
 }
 
-var errIncomplete = errors.New("incomplete run: rerun the job for the same date (README, Recurring billing runbooks)")
+var errIncomplete = errors.New("incomplete run: rerun the job for the same date (docs/runbooks/StripePaymentsBillingRunFailed.md)")

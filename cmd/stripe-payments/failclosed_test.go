@@ -19,7 +19,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/testenv"
 )
 
-// The fail-closed tests (DESIGN §3 "Production fails closed") run the real
+// The fail-closed tests (docs/design.md §3 "Production fails closed") run the real
 // binary with a clean environment: only what each case sets, so nothing of
 // the developer's shell (or of `make test`'s APP_ENV=development) leaks in.
 

@@ -13,7 +13,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/stripetest"
 )
 
-// The real binary keeps the operator's door off the public listener (DESIGN
+// The real binary keeps the operator's door off the public listener (docs/design.md
 // §3 "Two listeners", issue 26): serve on two random loopback ports, the
 // public one answers only the webhook and /healthz, and 404 to the console,
 // the internal API, the purchase API, /metrics and /readyz; the admin one

@@ -85,13 +85,13 @@ var commandHelp = map[string]string{
 
 Run the HTTP service: the webhook, the internal API, the purchase API, the
 console, health and metrics, and the background workers. Every setting is an
-environment variable (README "Configuration"); APP_ENV=development applies
+environment variable (docs/configuration.md); APP_ENV=development applies
 the development defaults.
 `,
 	"migrate": `usage: stripe-payments migrate
 
 Create the missing DynamoDB tables and apply the Postgres migrations, then
-exit. Settings come from the environment (README "Configuration").
+exit. Settings come from the environment (docs/configuration.md).
 `,
 }
 

@@ -75,7 +75,7 @@ func (lb *roundRobin) handler() http.Handler {
 				i, _ = strconv.Atoi(v)
 			}
 			pr.Out.Header.Del(replicaHeader)
-			// the two load balancers of DESIGN §3 in one: the webhook to
+			// the two load balancers of docs/design.md §3 in one: the webhook to
 			// the public listener, everything else to the admin one
 			target, _ := url.Parse(lb.replicas[i].urlFor(pr.In.URL.Path))
 			pr.SetURL(target)

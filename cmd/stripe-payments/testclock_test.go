@@ -130,7 +130,7 @@ func (c clockE2E) onDates(sub, status string) []string {
 // QA engineer would (issue 14): a clock at 2027-01-01, a day-31 card, a
 // day-15 declined card and a day-10 bank debit settled later by a signed
 // webhook, advanced month by month to 2028-03-01; a second clock advanced
-// at the same time. Expectations come from DESIGN §8 (payment days clamp
+// at the same time. Expectations come from docs/design.md §8 (payment days clamp
 // to the month's end, reminders BILLING_REMINDER_DAYS=7 before, retries on
 // days 1, 3, 5, 7 after a decline, STALE 30 days after the due date).
 func TestTestClockEndToEnd(t *testing.T) {

@@ -3,7 +3,7 @@
 // are enqueued to the outbox in the transaction that causes them (Enqueue,
 // the one way every side effect leaves, tracking's and billing's alike), on
 // the one topic of actions (Topic), and package dispatch POSTs each one,
-// signed, to ACTIONS_URL until it is acknowledged. The JSON shape is DESIGN
+// signed, to ACTIONS_URL until it is acknowledged. The JSON shape is docs/design.md
 // §6's contract; billing actions add their BillingDetails after it.
 package actions
 
@@ -22,7 +22,7 @@ import (
 // Topic is the outbox topic of every action.
 const Topic = "action"
 
-// Action types of purchases and subscriptions (DESIGN §6); billing's are in
+// Action types of purchases and subscriptions (docs/design.md §6); billing's are in
 // package billing, beside the code that emits them.
 const (
 	TypePurchaseFulfilled      = "purchase.fulfilled"
@@ -43,7 +43,7 @@ type Action struct {
 	Created string `json:"created"`
 	// BillingDetails is set on the billing core's actions only (nil on
 	// the others, which then carry no more than the fields above): its
-	// fields follow the DESIGN §6 ones in the JSON, as if declared here.
+	// fields follow the docs/design.md §6 ones in the JSON, as if declared here.
 	*BillingDetails
 }
 
@@ -63,7 +63,7 @@ type BillingDetails struct {
 	Attempt       int    `json:"attempt,omitempty"`
 	Error         string `json:"error,omitempty"`
 	// DeclineCode is Stripe's code of a failed payment; NotRetried: it is
-	// one retrying cannot fix (DESIGN §8), so no automatic retry follows.
+	// one retrying cannot fix (docs/design.md §8), so no automatic retry follows.
 	DeclineCode string `json:"decline_code,omitempty"`
 	NotRetried  bool   `json:"not_retried,omitempty"`
 	// PaymentMethodType and PaymentMethodLast4: how a completed payment
@@ -72,7 +72,7 @@ type BillingDetails struct {
 	PaymentMethodLast4 string `json:"payment_method_last4,omitempty"`
 	// Period is the scheduled date of the period a reminder announces when
 	// it differs from BillingDate, its charge date (a moved period): two
-	// periods charged on one date each get their reminder (DESIGN §8,
+	// periods charged on one date each get their reminder (docs/design.md §8,
 	// finding F16). It names the effect in billing's dedupe key and is not
 	// sent.
 	Period string `json:"-"`

@@ -11,7 +11,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/actions"
 )
 
-// The body POSTed to ACTIONS_URL (DESIGN §6): the §6 fields in that order,
+// The body POSTed to ACTIONS_URL (docs/design.md §6): the §6 fields in that order,
 // purchase_id and subscription_id null when absent; billing actions add their
 // details after them, and the period that names a moved reminder's effect is
 // not sent.

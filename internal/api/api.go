@@ -40,7 +40,7 @@ type Deps struct {
 	// advance): the process's lifetime. nil: context.Background().
 	Background context.Context
 	// AdvanceWait is how long an advance request waits before answering
-	// 202 (0: AdvanceWait, DESIGN's 10 s).
+	// 202 (0: AdvanceWait, docs/design.md's 10 s).
 	AdvanceWait time.Duration
 	// Failures limits wrong bearer tokens per client address (nil: no
 	// limit); Log receives the refusals (nil: discarded).
@@ -49,7 +49,7 @@ type Deps struct {
 }
 
 // Register mounts the internal API on e behind bearer auth. An empty token
-// disables the routes entirely (DESIGN §3).
+// disables the routes entirely (docs/design.md §3).
 func Register(e *echo.Echo, token string, deps Deps) {
 	e.Use(limitBodies(MaxBody, Prefix, PurchasePrefix))
 

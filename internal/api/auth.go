@@ -1,4 +1,4 @@
-// Package api is the internal, token-protected HTTP API (DESIGN §4).
+// Package api is the internal, token-protected HTTP API (docs/design.md §4).
 package api
 
 import (

@@ -32,7 +32,7 @@ type Batches struct {
 	Nudge func()
 }
 
-// BatchRequest is the body of POST /internal/v1/billing/batches (DESIGN §4).
+// BatchRequest is the body of POST /internal/v1/billing/batches (docs/design.md §4).
 type BatchRequest struct {
 	AccountIDs []string `json:"account_ids"`
 	Since      string   `json:"since"`
@@ -67,7 +67,7 @@ type BatchItemJSON struct {
 	Error          string `json:"error,omitempty"`
 }
 
-// BatchJSON is a batch's progress (DESIGN §4).
+// BatchJSON is a batch's progress (docs/design.md §4).
 type BatchJSON struct {
 	ID         string             `json:"id"`
 	Status     string             `json:"status"`

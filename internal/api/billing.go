@@ -31,7 +31,7 @@ type BillingService interface {
 	TestClocks
 }
 
-// registerBilling mounts the billing routes of DESIGN §4 on g.
+// registerBilling mounts the billing routes of docs/design.md §4 on g.
 func registerBilling(g router, svc BillingService) {
 	h := billingRoutes{svc: svc}
 	g.POST("/accounts/:account_id/subscriptions", h.create)
@@ -184,7 +184,7 @@ func (h billingRoutes) create(c echo.Context) error {
 		return err
 	}
 	// Exactly MONTHLY or YEARLY ("" and "monthly" are refused); absent,
-	// MONTHLY (DESIGN §4 names no default; the API always had this one).
+	// MONTHLY (docs/design.md §4 names no default; the API always had this one).
 	term := dates.Monthly
 	if req.Term != nil {
 		if term = dates.Term(*req.Term); !term.Valid() {
@@ -221,7 +221,7 @@ type updateRequest struct {
 	BillingWeek     *int    `json:"billing_week"`
 	Term            *string `json:"term"`
 	NextPaymentDate string  `json:"next_payment_date"`
-	// SKU with Amount: a plan change (DESIGN §8 "Plan change").
+	// SKU with Amount: a plan change (docs/design.md §8 "Plan change").
 	SKU *string `json:"sku"`
 }
 

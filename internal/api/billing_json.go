@@ -7,7 +7,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
 )
 
-// Subscription is the JSON shape of a subscription (DESIGN §4, Contract),
+// Subscription is the JSON shape of a subscription (docs/design.md §4, Contract),
 // plus how it is charged and paused. Dates are YYYY-MM-DD; a date that
 // never happened is null.
 type Subscription struct {
@@ -35,11 +35,11 @@ type Subscription struct {
 	// TestClock: the test clock the subscription lives on.
 	TestClock string `json:"test_clock,omitempty"`
 	// PendingDowngrade: a plan change to a lower amount waits for its
-	// first period to be charged (DESIGN §4; false while CANCELLED).
+	// first period to be charged (docs/design.md §4; false while CANCELLED).
 	PendingDowngrade bool `json:"pending_downgrade"`
 }
 
-// Receipt is the JSON shape of a receipt (DESIGN §4, Contract), plus the
+// Receipt is the JSON shape of a receipt (docs/design.md §4, Contract), plus the
 // billing date it paid and when it expires.
 type Receipt struct {
 	AccountID       string `json:"account_id"`
@@ -57,7 +57,7 @@ type Receipt struct {
 	ExpiresAt          string  `json:"expires_at"`
 }
 
-// HistoryEntry is the JSON shape of a history entry (DESIGN §4, Contract),
+// HistoryEntry is the JSON shape of a history entry (docs/design.md §4, Contract),
 // plus what an operator needs to read it.
 type HistoryEntry struct {
 	SubscriptionID string  `json:"subscription_id"`

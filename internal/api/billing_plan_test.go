@@ -11,7 +11,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
 )
 
-// PATCH …/subscriptions/{id} with sku and amount (DESIGN §4, §8 "Plan
+// PATCH …/subscriptions/{id} with sku and amount (docs/design.md §4, §8 "Plan
 // change"): bad input is a clear 400 naming the field, a cancelled
 // subscription 400, and nothing changes (history included); a change to a
 // lower amount answers the subscription at its new plan with

@@ -11,14 +11,14 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/billing"
 )
 
-// reactivateRequest is POST …/reactivate's optional body (DESIGN §4).
+// reactivateRequest is POST …/reactivate's optional body (docs/design.md §4).
 type reactivateRequest struct {
 	PaymentMethod *string `json:"payment_method"`
 	Amount        *int64  `json:"amount"`
 	SKU           *string `json:"sku"`
 }
 
-// reactivate starts a CANCELLED subscription again (DESIGN §8
+// reactivate starts a CANCELLED subscription again (docs/design.md §8
 // "Reactivation"): 200 with the subscription, 409 when it is not
 // cancelled, 400 for bad input (nothing changes).
 func (h billingRoutes) reactivate(c echo.Context) error {

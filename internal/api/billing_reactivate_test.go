@@ -10,7 +10,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
 )
 
-// POST …/reactivate (DESIGN §4, §8 "Reactivation"): 409 when the
+// POST …/reactivate (docs/design.md §4, §8 "Reactivation"): 409 when the
 // subscription is not cancelled, a clear 400 for bad input — and nothing
 // changes, history included —; a CANCELLED subscription is scheduled again
 // by its rule from today, the first new period with process REACTIVATION

@@ -141,7 +141,7 @@ func TestBillingRoutes(t *testing.T) {
 		status, got = c.do(http.MethodPatch, "/accounts/acct_1/subscriptions/"+id, map[string]any{"amount": 2500, "payment_day": 15})
 		require.Equal(t, http.StatusOK, status, got)
 		assert.Equal(t, float64(2500), got["amount"])
-		// DESIGN §8: at least one term after the last charged period (Jan 31).
+		// docs/design.md §8: at least one term after the last charged period (Jan 31).
 		assert.Equal(t, "2024-03-15", got["next_payment_date"])
 		status, got = c.do(http.MethodPatch, "/accounts/acct_1/subscriptions/"+id, map[string]any{"action": "cancel"})
 		require.Equal(t, http.StatusOK, status, got)
@@ -246,10 +246,10 @@ func TestBillingRoutesRefuseInvalidParameters(t *testing.T) {
 		{"change to a payment method with a slash", "PATCH", "/accounts/acc-1/subscriptions/" + id, map[string]any{"payment_method": "pm_x/../y"}, 400},
 		{"stripe account not an acct_ id", "POST", "/accounts/acc-1/subscriptions", with("stripe_account", "merchant-1"), 400},
 		{"bad start date", "POST", "/accounts/acc-1/subscriptions", with("start_date", "2024-02-30"), 400},
-		// README "Choices made where the design is silent": at most 24 months after today (2024-01-01 here).
+		// docs/design.md "Choices made where the contract is silent": at most 24 months after today (2024-01-01 here).
 		{"start date 9999-12-31", "POST", "/accounts/acc-1/subscriptions", with("start_date", "9999-12-31"), 400},
 		{"start date past 24 months", "POST", "/accounts/acc-1/subscriptions", with("start_date", "2026-01-02"), 400},
-		// DESIGN §8: Friday billing is monthly.
+		// docs/design.md §8: Friday billing is monthly.
 		{"YEARLY with billing week", "POST", "/accounts/acc-1/subscriptions", func() map[string]any {
 			b := with("payment_day", nil)
 			b["billing_week"], b["term"] = 2, "YEARLY"
@@ -321,7 +321,7 @@ func TestBillingRoutesRefuseInvalidParameters(t *testing.T) {
 	})
 }
 
-// PATCH takes a term (DESIGN §8 "Rule change (new payment day or term)"),
+// PATCH takes a term (docs/design.md §8 "Rule change (new payment day or term)"),
 // beside the fields it had: the next period is the new rule's first date
 // at least one term of the last charged period after it.
 func TestPatchTerm(t *testing.T) {
@@ -359,7 +359,7 @@ func TestPatchTerm(t *testing.T) {
 	assert.Equal(t, "2024-03-10", got["next_payment_date"])
 }
 
-// DESIGN §4: stripe_account is optional for any account_id; absent, the
+// docs/design.md §4: stripe_account is optional for any account_id; absent, the
 // platform charges its own customer on its own account, with no
 // Stripe-Account header. Given, the charge is made on that account.
 func TestCreateWithoutStripeAccountChargesOnThePlatform(t *testing.T) {

@@ -31,7 +31,7 @@ type EventFetcher interface {
 	FetchEvent(ctx context.Context, id, account string) ([]byte, error)
 }
 
-// Event is the JSON shape of an event record (DESIGN §4, Contract): every
+// Event is the JSON shape of an event record (docs/design.md §4, Contract): every
 // key of the contract is always present, null when it has no value, plus
 // api_version and last_error for operators.
 type Event struct {
@@ -50,7 +50,7 @@ type Event struct {
 	Attempts      int     `json:"attempts"`
 	APIVersion    string  `json:"api_version,omitempty"`
 	LastError     string  `json:"last_error,omitempty"`
-	// PayloadKind is "snapshot" or "thin" (DESIGN §4); a thin record also
+	// PayloadKind is "snapshot" or "thin" (docs/design.md §4); a thin record also
 	// has its hydration state, the object it is about and, once hydrated
 	// from a v1 resource, snapshot_event.
 	PayloadKind   string `json:"payload_kind"`
@@ -354,7 +354,7 @@ func (h eventRoutes) replayEvent(ctx context.Context, id, account string) (Repla
 //     answer too: 502, nothing written;
 //   - a connected account's event without `account` (Stripe leaves the field
 //     out of events read with a Stripe-Account header, as the poller sees
-//     in listings) is that account's: DESIGN §5 stores the platform only
+//     in listings) is that account's: docs/design.md §5 stores the platform only
 //     for an event that has no Connect account, and this one does — the
 //     one Stripe served it as. The field is set in the payload, so the
 //     stored payload, the record's stripe_account and every applier agree,

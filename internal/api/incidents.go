@@ -25,7 +25,7 @@ type IncidentService interface {
 // the internal API (the bearer token holder).
 const APIActor = "internal-api"
 
-// IncidentJSON is an incident (DESIGN §4), plus who changed its state last
+// IncidentJSON is an incident (docs/design.md §4), plus who changed its state last
 // and when (null while never changed).
 type IncidentJSON struct {
 	ID            string   `json:"id"`

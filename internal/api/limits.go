@@ -13,7 +13,7 @@ import (
 
 // MaxBody bounds every request body of the internal and purchase APIs
 // (64 KiB: the largest valid request, a purchase of 50 items, is ~5 KiB).
-// The webhook has its own limit (1 MiB, DESIGN §4).
+// The webhook has its own limit (1 MiB, docs/design.md §4).
 const MaxBody = 64 << 10
 
 // limitBodies refuses with 413 a request under one of prefixes whose body is

@@ -9,7 +9,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/apperr"
 )
 
-// Pagination limits of every list endpoint (DESIGN §4).
+// Pagination limits of every list endpoint (docs/design.md §4).
 const (
 	DefaultLimit = 100
 	MaxLimit     = 1000

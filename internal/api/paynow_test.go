@@ -38,7 +38,7 @@ func collectOn(t *testing.T, e *billingtest.Env, day string) *billing.Report {
 	return rep
 }
 
-// DESIGN §4 pay now: POST …/subscriptions/{id}/pay charges the oldest
+// docs/design.md §4 pay now: POST …/subscriptions/{id}/pay charges the oldest
 // unpaid ERROR period at once, process MANUAL_REPAYMENT, with the job's
 // lock, idempotency key, history, receipt and action; 409 when there is
 // none or an attempt is in flight.

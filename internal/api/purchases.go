@@ -17,7 +17,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/tracking"
 )
 
-// PurchasePrefix is the purchase API's prefix (DESIGN §4).
+// PurchasePrefix is the purchase API's prefix (docs/design.md §4).
 const PurchasePrefix = "/v1"
 
 // PurchaseService is what the purchase routes use (purchase.Service).

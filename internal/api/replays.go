@@ -74,7 +74,7 @@ type ReplaySampleJSON struct {
 	Would         string `json:"would"` // apply or duplicate
 }
 
-// ReplayJSON is a bulk replay's progress (DESIGN §4), with its filter and
+// ReplayJSON is a bulk replay's progress (docs/design.md §4), with its filter and
 // who asked for it when.
 type ReplayJSON struct {
 	ID         string        `json:"id"`

@@ -21,13 +21,13 @@ type TestClocks interface {
 }
 
 // AdvanceWait is how long an advance request waits for the advance before
-// answering 202 (DESIGN §4: 10 s).
+// answering 202 (docs/design.md §4: 10 s).
 const AdvanceWait = 10 * time.Second
 
 // clockRuns is how many runs a clock's JSON shows (the latest).
 const clockRuns = 100
 
-// registerTestClocks mounts the test-clock routes of DESIGN §4. With a live
+// registerTestClocks mounts the test-clock routes of docs/design.md §4. With a live
 // Stripe key every one answers 403 livemode before looking at anything.
 func registerTestClocks(g router, svc TestClocks, livemode bool, background context.Context, wait time.Duration) {
 	h := clockRoutes{svc: svc, background: background, wait: wait}
@@ -52,7 +52,7 @@ type clockRoutes struct {
 	wait       time.Duration
 }
 
-// TestClock is the JSON shape of a test clock (DESIGN §4), after Stripe's.
+// TestClock is the JSON shape of a test clock (docs/design.md §4), after Stripe's.
 type TestClock struct {
 	ID         string `json:"id"`
 	Object     string `json:"object"`

@@ -38,7 +38,7 @@ type trackingRoutes struct {
 }
 
 // registerTracking mounts the internal read routes of the tracking tables
-// (DESIGN §4) on the internal group.
+// (docs/design.md §4) on the internal group.
 func registerTracking(g router, store TrackingReader) {
 	if store == nil {
 		return

@@ -55,7 +55,7 @@ type App struct {
 	Metrics *metrics.Metrics
 	// Server is the public listener (LISTEN_ADDR): the webhook and
 	// /healthz only. Admin (ADMIN_LISTEN_ADDR) serves the console, the
-	// internal and purchase APIs, /metrics, /readyz and /healthz (DESIGN §3
+	// internal and purchase APIs, /metrics, /readyz and /healthz (docs/design.md §3
 	// "Two listeners").
 	Server *httpserver.Server
 	Admin  *httpserver.Server
@@ -91,7 +91,7 @@ type App struct {
 	// rejected events, billing runs).
 	OpsCounter  *ops.Counter
 	OpsProblems *ops.Problems
-	// Incidents groups what is broken (DESIGN §4, incidents).
+	// Incidents groups what is broken (docs/design.md §4, incidents).
 	Incidents *incidents.Store
 	Replays   *Replays
 	Batches   *Batches
@@ -180,7 +180,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 	a.Events = table.WithPending(events.JoinPending(a.Records, a.ThinRecords)).WithMarker(a.Records)
 	a.Ledger = tracking.NewLedger(pool)
 	// Every Stripe request of this replica draws on the one shared budget
-	// (DESIGN §9); a request names its class in its context, else it is
+	// (docs/design.md §9); a request names its class in its context, else it is
 	// the client's.
 	a.StripeBudget, err = stripebudget.New(stripebudget.PGStore{Pool: pool}, stripebudget.Config{
 		Rate: cfg.Billing.StripeRateLimit, Replicas: cfg.Billing.StripeExpectedReplicas,

@@ -9,7 +9,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/metrics"
 )
 
-// Batches are the batch collections (DESIGN §4, §8): the store the API
+// Batches are the batch collections (docs/design.md §4, §8): the store the API
 // and the console start them in, and the runner serve carries them out
 // with, through the billing core's BatchCharge at the charges class.
 type Batches struct {

@@ -23,7 +23,7 @@ import (
 // newBilling builds the billing core and the worker of its webhook feed.
 func (a *App) newBilling() error {
 	c := a.Config.Billing
-	// The charges draw on the shared budget first (DESIGN §9); the budget
+	// The charges draw on the shared budget first (docs/design.md §9); the budget
 	// is the only limit, so the charger's own bucket is unlimited.
 	charges := stripeclient.New(stripeclient.Options{APIKey: a.Config.StripeAPIKey, BaseURL: a.Config.StripeAPIBase, Log: a.Log,
 		HTTPClient: a.StripeBudget.Client(nil, stripebudget.Charges)})

@@ -62,7 +62,7 @@ func (b *batchStripe) decide(p stripetest.PI) stripetest.Behavior {
 	return stripetest.Decline
 }
 
-// TestBatchCollectionThroughTestClocksResumesAfterRestart (DESIGN §4, §8
+// TestBatchCollectionThroughTestClocksResumesAfterRestart (docs/design.md §4, §8
 // "Batch collection", "Declines that retrying cannot fix"): subscriptions on
 // a test clock whose period of 2024-01-10 is ERROR (a hard decline, soft
 // declines, one whose retry is in flight) are collected by a batch naming

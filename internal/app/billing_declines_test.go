@@ -136,7 +136,7 @@ func (e *declineEnv) failedActions(account string) []string {
 	return out
 }
 
-// DESIGN §8 "Declines that retrying cannot fix are not retried", end to
+// docs/design.md §8 "Declines that retrying cannot fix are not retried", end to
 // end, for each code of the default list and for soft declines: a hard
 // decline is ERROR with its code and no retry day, its payment_failed
 // action carries the code, and it is STALE after BILLING_STALE_DAYS (30);

@@ -18,7 +18,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/stripetest"
 )
 
-// DESIGN §8 "One successful charge per period, also when the customer pays
+// docs/design.md §8 "One successful charge per period, also when the customer pays
 // an old PaymentIntent" (issue 24), end to end: the real program on
 // DynamoDB Local and Postgres, a subscription on a test clock advanced
 // through the API, the fake Stripe at the HTTP level, the customer

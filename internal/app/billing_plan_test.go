@@ -13,7 +13,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/billing"
 )
 
-// DESIGN §8 "Plan change", end to end through a test clock on DynamoDB
+// docs/design.md §8 "Plan change", end to end through a test clock on DynamoDB
 // Local and Postgres: PATCH sku with amount moves two subscriptions to a
 // lower and a higher plan between their first and second periods; bad
 // input is a 400 with nothing changed; the second period of each is charged

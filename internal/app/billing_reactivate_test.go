@@ -11,7 +11,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/billing"
 )
 
-// DESIGN §8 "Reactivation" end to end on DynamoDB Local and Postgres, on a
+// docs/design.md §8 "Reactivation" end to end on DynamoDB Local and Postgres, on a
 // test clock: a customer paid on the 10th cancels on Feb 5 (the Feb 10
 // period is CANCELLED) and comes back on Feb 7 with a new card: Feb 10 is
 // the rule's first date on or after that day and a term after the last

@@ -14,7 +14,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/stripetest"
 )
 
-// DESIGN §4: a receipt records payment_method_type and payment_method_last4
+// docs/design.md §4: a receipt records payment_method_type and payment_method_last4
 // from the charge Stripe made (payment_method_details): a card charged by
 // the collection job, a US bank account debit that settles later by
 // webhook. End to end on DynamoDB Local and Postgres, a test clock near

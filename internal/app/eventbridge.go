@@ -16,7 +16,7 @@ func (a *App) EventBridgeIngester() eventbridge.Ingester {
 	return ingestOutcome{a.Ingest}
 }
 
-// startEventBridge long-polls EVENTBRIDGE_QUEUE_URL inside serve (DESIGN
+// startEventBridge long-polls EVENTBRIDGE_QUEUE_URL inside serve (docs/design.md
 // §4); off when it is empty. stop ends the receives, lets the messages in
 // hand finish and waits for them.
 func (a *App) startEventBridge(ctx context.Context) (stop func(), err error) {

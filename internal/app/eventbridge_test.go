@@ -27,7 +27,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/testenv"
 )
 
-// The EventBridge intake end to end (DESIGN §4): `serve` with
+// The EventBridge intake end to end (docs/design.md §4): `serve` with
 // EVENTBRIDGE_QUEUE_URL on the real local SQS server, the real handler,
 // DynamoDB Local and Postgres.
 

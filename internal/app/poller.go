@@ -44,7 +44,7 @@ func (a *App) NewPoller(o PollerOptions) (*poller.Poller, error) {
 	if cfg.PlatformAccount == "" {
 		cfg.PlatformAccount = a.Config.PlatformAccount
 	}
-	// The poller and its backfills draw on the shared budget last (DESIGN
+	// The poller and its backfills draw on the shared budget last (docs/design.md
 	// §9); o.Rate is a further cap of this poller alone.
 	apiClient := o.APIClient
 	if apiClient == nil {

@@ -19,7 +19,7 @@ import (
 // fetches it from Stripe as the account the request names. The answer is
 // checked against the request (same id; a connected account's event is that
 // account's) and filed under the account it was fetched from when Stripe
-// leaves `account` out (DESIGN §5: the platform only for events with no
+// leaves `account` out (docs/design.md §5: the platform only for events with no
 // Connect account). A wrong answer is a 502 and records nothing.
 func TestReplayFetchedFromStripe(t *testing.T) {
 	const platform = "acct_1ReplayPlatform"

@@ -29,7 +29,7 @@ type ThinEvents struct {
 // bodies to. The handler must exist.
 func (a *App) newThin() {
 	cfg := a.Config
-	t := &ThinEvents{Queue: thin.NewQueue(a.Pool), Registry: thin.NewRegistry(a.Pool), Budget: a.StripeBudget} // the fleet's budget (DESIGN §9)
+	t := &ThinEvents{Queue: thin.NewQueue(a.Pool), Registry: thin.NewRegistry(a.Pool), Budget: a.StripeBudget} // the fleet's budget (docs/design.md §9)
 	log := a.Log.With("component", "thin")
 	obs := a.Metrics.NewThin(func(ctx context.Context) (int, time.Time, error) {
 		b, err := t.Queue.Backlog(ctx)

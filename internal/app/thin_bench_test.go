@@ -82,7 +82,7 @@ func BenchmarkThinVsSnapshotIntake(b *testing.B) {
 }
 
 // BenchmarkThinHydrationAgainstBudget measures hydration throughput
-// against the Stripe API budget (DESIGN §9): N thin notifications
+// against the Stripe API budget (docs/design.md §9): N thin notifications
 // (BENCH_HYDRATIONS, default 600; v1 types, two Stripe calls each) are
 // queued at once on a running server whose STRIPE_RATE_LIMIT is 100/s
 // (BENCH_STRIPE_LIMIT), in front of a fake Stripe that itself refuses (429)

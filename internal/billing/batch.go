@@ -10,7 +10,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/lock"
 )
 
-// DESIGN §8 "Batch collection": an operator's batch charges each selected
+// docs/design.md §8 "Batch collection": an operator's batch charges each selected
 // subscription's oldest ERROR period once, exactly as pay now would (the
 // same lock, claim and idempotency key rules), process BATCH; a
 // subscription with an attempt in flight is skipped and reported. Hard-

@@ -10,7 +10,7 @@ import (
 )
 
 // batch is an operator's batch collection selecting the sequence's account
-// (DESIGN §8 "Batch collection"), half the time with a time range: the
+// (docs/design.md §8 "Batch collection"), half the time with a time range: the
 // service's selection must be the model's (the oldest ERROR period in the
 // range, or the subscription skipped while an attempt is in flight, or not
 // selected), and its charge the one the model expects.

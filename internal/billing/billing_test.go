@@ -280,7 +280,7 @@ func TestCrashAfterChargeReusesTheIdempotencyKey(t *testing.T) {
 	assert.Equal(t, billing.Completed, period(t, e, sub, "2024-01-10").Status)
 }
 
-// The account lock's key is DESIGN §8's.
+// The account lock's key is docs/design.md §8's.
 func TestLockKey(t *testing.T) {
 	assert.Equal(t, "subscription-billing:user_id:u-42", billing.LockKey("u-42"))
 }

@@ -23,7 +23,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/testenv"
 )
 
-// BenchmarkCollectSharedBudget is issue 29's benchmark (DESIGN §9): N
+// BenchmarkCollectSharedBudget is issue 29's benchmark (docs/design.md §9): N
 // replicas, each a billing service with its own Stripe budget client on
 // its own Postgres pool, all on one stack (the same DynamoDB tables, the
 // same stripe_budget row), collect BILLING_BENCH_SUBS (default 3000)

@@ -18,7 +18,7 @@ func replacedByRule(p Period) bool {
 
 // endedAheadBeforeReactivation reports a period a cancel ended ahead of
 // its date, never attempted, that lies on or after the subscription's next
-// period: only a reactivation leaves one there (DESIGN §8 "Reactivation":
+// period: only a reactivation leaves one there (docs/design.md §8 "Reactivation":
 // the new schedule replaces it, and it is scheduled again when its date
 // comes), so like a period a rule change replaced it is no period to keep
 // a distance from.
@@ -53,7 +53,7 @@ func nextAfterKept(sub Subscription, old dates.Rule, periods []Period) dates.Dat
 	return after
 }
 
-// change applies field changes (DESIGN §8 "Billing schedule semantics"):
+// change applies field changes (docs/design.md §8 "Billing schedule semantics"):
 //   - amount and payment method: the subscription and every period not yet
 //     charged (SCHEDULED, PAUSED, and ERROR for its retries), never a charge
 //     in flight;
@@ -164,7 +164,7 @@ func (e *edits) touch(p Period) *Period {
 // changeAmounts applies a new amount or payment method to sub and every
 // period not yet charged. A new payment method also makes every ERROR
 // period due at the next collection run (its index entry moves to today;
-// the job retries it, process RETRY), hard-declined ones included (DESIGN
+// the job retries it, process RETRY), hard-declined ones included (docs/design.md
 // §8 "Amount or payment method change").
 func changeAmounts(sub *Subscription, ch Change, periods []Period, cur *Period, ed *edits, today dates.Date) {
 	if ch.Amount != nil {

@@ -88,7 +88,7 @@ func (in CreateInput) Validate(account string) error {
 	return nil
 }
 
-// MaxStartMonths bounds start_date: DESIGN §8 names no bound, but a date
+// MaxStartMonths bounds start_date: docs/design.md §8 names no bound, but a date
 // years ahead is a typo (9999-12-31 made a first period in year 10000,
 // which no date field can hold), not a plan.
 const MaxStartMonths = 24
@@ -102,7 +102,7 @@ func MaxStartDate(today dates.Date) dates.Date { return dates.AddMonthsClamped(t
 // today (or on/after start_date when later): today's job may have run.
 func (s *Service) CreateSubscription(ctx context.Context, account string, in CreateInput) (Subscription, error) {
 	// No stripe_account: the platform charges its own customer on its own
-	// account, with no Stripe-Account header (DESIGN §4), whatever account_id.
+	// account, with no Stripe-Account header (docs/design.md §4), whatever account_id.
 	if err := in.Validate(account); err != nil {
 		return Subscription{}, err
 	}

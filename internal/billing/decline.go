@@ -4,7 +4,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
 )
 
-// DESIGN §8 "Declines that retrying cannot fix are not retried": when
+// docs/design.md §8 "Declines that retrying cannot fix are not retried": when
 // Stripe's decline code says the card or account will never be approved as
 // it is (Config.HardDeclineCodes: lost or stolen card, closed account,
 // authentication required, …), the period is ERROR with that code and gets

@@ -283,7 +283,7 @@ func (s *Service) feedProcessing(ctx context.Context, c *feedChange) (apply bool
 }
 
 // feedSucceeded: money moved. A customer may pay any payable
-// PaymentIntent of a period at any time (DESIGN §8): the success collects
+// PaymentIntent of a period at any time (docs/design.md §8): the success collects
 // the period, or is refunded when the period already has one or ended
 // WAIVED or CANCELLED (payable.go).
 func (s *Service) feedSucceeded(ctx context.Context, c *feedChange) (*actions.Action, bool, error) {
@@ -352,7 +352,7 @@ func (s *Service) feedFailed(ctx context.Context, c *feedChange) (*actions.Actio
 		p.Process = ProcWebhook
 		// The debit was in flight, so an amount or payment method change
 		// made meanwhile passed it by; its retries are new charges of a
-		// period not charged: they take the subscription's (DESIGN §8).
+		// period not charged: they take the subscription's (docs/design.md §8).
 		p.Amount, p.PaymentDetails.PaymentMethod = c.sub.Amount, c.sub.PaymentDetails.PaymentMethod
 		if c.sub.Status == SubCancelled {
 			p.Status, p.NextAttemptDate, p.CompletionDate = Cancelled, dates.Date{}, c.now

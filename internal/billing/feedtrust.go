@@ -10,7 +10,7 @@ import (
 	"github.com/stripe/stripe-go/v76"
 )
 
-// Webhook feed trust (DESIGN §8): a billing event moves a period only when
+// Webhook feed trust (docs/design.md §8): a billing event moves a period only when
 // its PaymentIntent is one the service created for that period. Metadata is
 // merchant-writable: any connected account can create a PaymentIntent that
 // carries another period's billing_* keys, so the metadata only says which

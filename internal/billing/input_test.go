@@ -29,8 +29,8 @@ func stored(t *testing.T, e *billingtest.Env, account, subID string) (subs []bil
 	return subs, periods
 }
 
-// README "Choices made where the design is silent": start_date is at most
-// 24 months after today (the test clock's date on a test clock); DESIGN §8
+// docs/design.md "Choices made where the contract is silent": start_date is at most
+// 24 months after today (the test clock's date on a test clock); docs/design.md §8
 // "Periods": Friday billing is the billing_week-th Friday of each month, so
 // YEARLY with billing_week is refused. Bad input: a clear 400 (ErrInvalid)
 // and nothing written.
@@ -82,7 +82,7 @@ func TestCreateRefusesBadInputAndChangesNothing(t *testing.T) {
 	}
 }
 
-// DESIGN §8: Friday billing is monthly. A change that would make a YEARLY
+// docs/design.md §8: Friday billing is monthly. A change that would make a YEARLY
 // subscription bill on a Friday week is refused and changes nothing.
 func TestChangeRefusesFridayBillingOnYearly(t *testing.T) {
 	t.Parallel()

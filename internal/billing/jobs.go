@@ -301,7 +301,7 @@ func (s *Service) endSweep(ctx context.Context, log *slog.Logger, job string, da
 			log.Warn("billing job: could not advance the sweep watermark (the next run reads further back)", "error", err)
 		}
 	} else if rep.Unresolved > 0 {
-		log.Error("billing job: periods with an unknown outcome are unresolved; rerun the job (README runbook: unknown outcomes)", "unresolved", rep.Unresolved)
+		log.Error("billing job: periods with an unknown outcome are unresolved; rerun the job (docs/runbooks/StripePaymentsBillingUnresolvedCharges.md)", "unresolved", rep.Unresolved)
 	}
 }
 

@@ -69,7 +69,7 @@ func TestPauseSkipsPeriodsAndResumesByItself(t *testing.T) {
 		}
 	}
 	// Jan 20 was charged without a reminder run before it: the collection
-	// announced it first (one reminder per charged period, DESIGN §8).
+	// announced it first (one reminder per charged period, docs/design.md §8).
 	assert.Equal(t, []string{"2024-01-20", "2024-04-20"}, reminded, "the first post-pause payment is announced")
 	assert.Equal(t, []billing.Status{billing.Scheduled, billing.Paused, billing.PausedSkipped}, statuses(history(t, e, sub), "2024-02-20"))
 }
@@ -363,7 +363,7 @@ func TestPaymentMethodChangeReachesRetries(t *testing.T) {
 	assert.ErrorIs(t, err, billing.ErrInvalid)
 }
 
-// DESIGN §8: an amount or payment method change "applies to every period
+// docs/design.md §8: an amount or payment method change "applies to every period
 // not yet charged … and never to a charge in flight". A bank debit in
 // flight (ACHSENT) when the change is made keeps its amount; once it fails
 // the period is not charged and nothing is in flight, so its retries are

@@ -8,7 +8,7 @@ import (
 // chargeMethod asks Stripe how PaymentIntent pi on account was paid (its
 // latest charge's payment_method_details), for the receipt of a success a
 // webhook reports (its event carries the charge's id only). Best effort:
-// when Stripe cannot be asked the receipt is written without it (DESIGN §4:
+// when Stripe cannot be asked the receipt is written without it (docs/design.md §4:
 // "when it says"), never held back.
 func (s *Service) chargeMethod(ctx context.Context, account, pi string, log *slog.Logger) PaymentMethodUsed {
 	if s.charger == nil {

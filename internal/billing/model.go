@@ -1,4 +1,4 @@
-// Package billing is the recurring billing core (DESIGN §8): the model
+// Package billing is the recurring billing core (docs/design.md §8): the model
 // (subscriptions with a payment day, billing periods that move through the
 // lifecycle SCHEDULED → COMPLETED …, receipts, the append-only history) and
 // its rules, and the Service that applies them: lifecycle operations
@@ -318,7 +318,7 @@ type HistoryEntry struct {
 // events that do not carry the billing metadata (a refund's charge), and
 // records what the attempt that created it asked for: the webhook feed
 // compares a PaymentIntent with that, not with the period's amount today
-// (DESIGN §8 "Webhook feed trust").
+// (docs/design.md §8 "Webhook feed trust").
 type PaymentRef struct {
 	PaymentIntent  string
 	AccountID      string

@@ -10,7 +10,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
 )
 
-// Action types the billing core emits on the action outbox (DESIGN §6).
+// Action types the billing core emits on the action outbox (docs/design.md §6).
 const (
 	ActionReminderDue      = "billing.reminder_due"
 	ActionPaymentCompleted = "billing.payment_completed"

@@ -103,7 +103,7 @@ func (w *oracleWorld) operatePlan(q *oracleSeq, day dates.Date, racing bool) {
 		return
 	}
 	if err != nil {
-		w.fail(q, day, "%s refused, though DESIGN §8 allows it: %v", desc, err)
+		w.fail(q, day, "%s refused, though docs/design.md §8 allows it: %v", desc, err)
 		return
 	}
 	w.stat("op:plan")

@@ -53,7 +53,7 @@ var (
 // oracleExcluded are the operation kinds (and "unknown", the unknown
 // outcomes) the generator leaves out, each with the finding of
 // /work/coord/billing-findings.md that keeps it out. Empty when every rule
-// of DESIGN §8 holds.
+// of docs/design.md §8 holds.
 var oracleExcluded = map[string]string{}
 
 // oracleKinds are the operations the generator draws from; refineKind
@@ -85,7 +85,7 @@ var oracleRefined = []string{"pause-yearly", "amount-while-failing", "rule-after
 // job runs, declines, unknown outcomes, late ACH settlements, refunds and
 // crashes, and after every simulated day holds charges, receipts,
 // reminders, period statuses and history against the reference model of
-// internal/billing/oracle, written from DESIGN §8 alone.
+// internal/billing/oracle, written from docs/design.md §8 alone.
 //
 // Each sequence is one account with one subscription; sequences are split
 // over universes (own tables, own fake Stripe, own clock) that run in
@@ -333,7 +333,7 @@ func newOracleWorld(t *testing.T, seed uint64, u, lo, hi, months int) *oracleWor
 		in.Customer = fmt.Sprintf("cus_o%d", i)
 		in.StripeAccount = fmt.Sprintf("acct_o%d", i)
 		if q.rng.IntN(100) < 10 {
-			in.StripeAccount = "" // the platform charges on its own account (DESIGN §4)
+			in.StripeAccount = "" // the platform charges on its own account (docs/design.md §4)
 		}
 		in.Amount = int64(100 + q.rng.IntN(9900))
 		switch r := q.rng.IntN(100); {
@@ -432,7 +432,7 @@ func (w *oracleWorld) decide(p stripetest.PI) stripetest.Behavior {
 
 // declineAs is the code of a declined PaymentIntent, drawn from the seed
 // and its attempt: a third of declines are ones retrying cannot fix
-// (DESIGN §8, config.DefaultBillingHardDeclineCodes), the rest soft.
+// (docs/design.md §8, config.DefaultBillingHardDeclineCodes), the rest soft.
 func (w *oracleWorld) declineAs(p stripetest.PI) string {
 	name := attemptName(p.IdempotencyKey, p.Metadata)
 	pick := func(what string, codes []string) string {
@@ -810,7 +810,7 @@ func (w *oracleWorld) operate(q *oracleSeq, day dates.Date) {
 		return
 	}
 	if err != nil {
-		w.fail(q, day, "%s refused, though DESIGN §8 allows it: %v", desc, err)
+		w.fail(q, day, "%s refused, though docs/design.md §8 allows it: %v", desc, err)
 		return
 	}
 	w.stat("op:" + base)
@@ -848,7 +848,7 @@ func (w *oracleWorld) reactivate(q *oracleSeq, day dates.Date) {
 	q.logf(day, "reactivate (amount %d, sku %q)", amount, sku)
 	q.touched = true
 	if _, err := w.e.Service.Reactivate(context.Background(), q.account, q.subID, r); err != nil {
-		w.fail(q, day, "reactivate refused, though DESIGN §8 allows it: %v", err)
+		w.fail(q, day, "reactivate refused, though docs/design.md §8 allows it: %v", err)
 		return
 	}
 	if _, err := w.e.Service.Reactivate(context.Background(), q.account, q.subID, r); !errors.Is(err, billing.ErrNotCancelled) {
@@ -861,7 +861,7 @@ func (w *oracleWorld) reactivate(q *oracleSeq, day dates.Date) {
 	}
 }
 
-// payNow charges the oldest ERROR period at once (DESIGN §4 "pay now").
+// payNow charges the oldest ERROR period at once (docs/design.md §4 "pay now").
 func (w *oracleWorld) payNow(q *oracleSeq, day dates.Date) {
 	due, err := q.model.PayNow(oracle.MustParse(day.String()))
 	if err != nil {
@@ -871,7 +871,7 @@ func (w *oracleWorld) payNow(q *oracleSeq, day dates.Date) {
 		PayNow(ctx context.Context, account, subID string) (billing.Subscription, error)
 	})
 	if !ok {
-		w.fail(q, day, "pay now: the Service has no PayNow(ctx, account, subscription) (DESIGN §4 POST …/pay)")
+		w.fail(q, day, "pay now: the Service has no PayNow(ctx, account, subscription) (docs/design.md §4 POST …/pay)")
 		return
 	}
 	q.logf(day, "pay now (%s)", due.Period)
@@ -1286,7 +1286,7 @@ func (w *oracleWorld) check(q *oracleSeq, day dates.Date) {
 	m := q.model
 	// Successful charges, per period, at Stripe.
 	paid := map[string][]string{}
-	dupRefunded := map[string]bool{} // refunded by the service (DESIGN §8), not by the harness
+	dupRefunded := map[string]bool{} // refunded by the service (docs/design.md §8), not by the harness
 	var gotDup []string
 	for _, r := range w.e.Stripe.Refunds() {
 		dupRefunded[r.PaymentIntent] = true
@@ -1466,7 +1466,7 @@ func outcomes(trail []string) []string {
 }
 
 // customerPays: now and then the customer pays one of the sequence's
-// declined PaymentIntents on-session, at the fake Stripe, as DESIGN §8 lets
+// declined PaymentIntents on-session, at the fake Stripe, as docs/design.md §8 lets
 // a customer do at any time ("One successful charge per period, also when
 // the customer pays an old PaymentIntent"). Stripe must accept exactly the
 // payments the rules leave payable (the service cancelled the others), and

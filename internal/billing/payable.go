@@ -12,7 +12,7 @@ import (
 )
 
 // One successful charge per period, also when the customer pays an old
-// PaymentIntent (DESIGN §8). A declined attempt leaves a PaymentIntent the
+// PaymentIntent (docs/design.md §8). A declined attempt leaves a PaymentIntent the
 // customer may still pay on-session at any time (Stripe's hosted pages,
 // 3-D Secure). So:
 //   - before a new attempt on a period, and when a period is waived or

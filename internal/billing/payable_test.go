@@ -45,7 +45,7 @@ func declinedThenSucceeds(t *testing.T, o billingtest.Options) (*billingtest.Env
 	return e, sub, e.Stripe.PIs()[0]
 }
 
-// The race of DESIGN §8 "One successful charge per period": the customer
+// The race of docs/design.md §8 "One successful charge per period": the customer
 // confirms the declined PaymentIntent A on-session while the day-1 retry
 // cancels it. Stripe serialises the two; in both orders the period has one
 // successful charge. Confirmation first: the cancel is refused, the service
@@ -327,7 +327,7 @@ func TestCancelRateLimitedIsRetried(t *testing.T) {
 }
 
 // A success for a STALE period completes it: a late payment, with its
-// receipt at the paid attempt's amount (DESIGN §8), even after the amount
+// receipt at the paid attempt's amount (docs/design.md §8), even after the amount
 // changed; no refund.
 func TestLatePaymentOfAStalePeriod(t *testing.T) {
 	t.Parallel()

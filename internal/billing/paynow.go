@@ -17,7 +17,7 @@ var (
 	ErrAttemptInFlight = errors.New("a payment attempt is in flight")
 )
 
-// PayNow charges the subscription's oldest ERROR period at once (DESIGN §4
+// PayNow charges the subscription's oldest ERROR period at once (docs/design.md §4
 // "pay now", process MANUAL_REPAYMENT) and returns the subscription as it
 // is afterwards. See Pay.
 func (s *Service) PayNow(ctx context.Context, account, subID string) (Subscription, error) {

@@ -1,6 +1,6 @@
 package billing
 
-// Plan change (DESIGN §8 "Plan change"; issue 27): PATCH with a new `sku`
+// Plan change (docs/design.md §8 "Plan change"; issue 27): PATCH with a new `sku`
 // and its `amount`. It is an amount change that also renames what is sold:
 //
 //   - every period not yet charged (SCHEDULED, PAUSED, ERROR awaiting a
@@ -12,7 +12,7 @@ package billing
 //   - the schedule does not move: no period is charged twice or skipped
 //     because of it (the idempotency keys name account, subscription and
 //     billing date, never the SKU);
-//   - the subscription's key names its SKU (SUB#<id>#SKU#<sku>, DESIGN §8),
+//   - the subscription's key names its SKU (SUB#<id>#SKU#<sku>, docs/design.md §8),
 //     so the subscription moves to its new key in the change's one
 //     transaction: a delete of the old key conditioned on the version it
 //     was read at, a put of the new one that must not exist, and its id
@@ -50,7 +50,7 @@ type PlanObserver interface {
 
 // validatePlan refuses a plan change that breaks a rule whatever the
 // periods are: the SKU must be able to be part of a key, and it comes with
-// its amount (DESIGN §4: "plan: sku with its amount").
+// its amount (docs/design.md §4: "plan: sku with its amount").
 func validatePlan(ch Change) error {
 	if ch.SKU == nil {
 		return nil

@@ -23,7 +23,7 @@ func planChange(sku string, amount int64) billing.Change {
 	return billing.Change{SKU: &sku, Amount: &amount}
 }
 
-// DESIGN §8 "Plan change" and its item-key table: the subscription's key
+// docs/design.md §8 "Plan change" and its item-key table: the subscription's key
 // names its SKU, so a plan change moves the item to its new key in one
 // transaction, keeping its id claim, its periods and its history; every
 // period not yet charged is charged at the new plan and records it

@@ -49,7 +49,7 @@ func (r Reactivation) Validate() error {
 	return errors.Join(errs...)
 }
 
-// Reactivate starts a CANCELLED subscription again (DESIGN §8
+// Reactivate starts a CANCELLED subscription again (docs/design.md §8
 // "Reactivation"), under the account's lock: it is scheduled by its rule
 // from today as a create would — the rule's first date on or after today
 // (and start_date), at least one term after the last charged period, and

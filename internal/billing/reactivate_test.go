@@ -11,7 +11,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
 )
 
-// DESIGN §8 "Reactivation", the cases the oracle found (seed 3, 36
+// docs/design.md §8 "Reactivation", the cases the oracle found (seed 3, 36
 // months): "one term after the last charged period" is a term of the rule
 // that period was charged under (a MONTHLY period charged before a change
 // to YEARLY: a month, not a year); and a later period of the new schedule

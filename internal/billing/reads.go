@@ -36,7 +36,7 @@ func (s *Service) ListPeriods(ctx context.Context, account, sub string) ([]Perio
 }
 
 // AttemptsInFlight reads the periods of an account whose collection attempt
-// has no recorded outcome (DESIGN §8 "Failures"): every change of their
+// has no recorded outcome (docs/design.md §8 "Failures"): every change of their
 // subscription is refused until the next collection asks Stripe.
 func (s *Service) AttemptsInFlight(ctx context.Context, account string) ([]Period, error) {
 	return s.store.ListPeriodsInFlight(ctx, account)

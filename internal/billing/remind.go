@@ -43,7 +43,7 @@ func (s *Service) remindEntry(ctx context.Context, _ *lock.Lock, e IndexEntry, d
 	}
 	if !pay.IsZero() && !target.Equal(sub.NextPeriodDate) {
 		// A period ahead of the cursor may have ended already (waived
-		// after an early resume): none of those is announced (DESIGN §8).
+		// after an early resume): none of those is announced (docs/design.md §8).
 		p, err := s.store.GetPeriod(ctx, sub.AccountID, sub.SubscriptionID, target)
 		switch {
 		case err == nil && p.Status != Scheduled:

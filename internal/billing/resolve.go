@@ -9,7 +9,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
 )
 
-// Unknown outcomes (DESIGN §8 "Failures"). A charge that got no trustworthy
+// Unknown outcomes (docs/design.md §8 "Failures"). A charge that got no trustworthy
 // answer (timeout, 5xx) leaves its period with the attempt in flight
 // (InFlightKey, InFlightAt). Nothing else happens to that period until the
 // outcome is known:
@@ -86,7 +86,7 @@ func (s *Service) resolveLost(ctx context.Context, sub Subscription, p Period, p
 		"attempt", p.Attempts+1, "in_flight_since", p.InFlightAt)
 	lk, err := s.charger.FindAttempt(ctx, attemptQuery(p))
 	if err != nil {
-		log.Error("billing job: outcome of an attempt unknown past the idempotency window, and Stripe could not be asked; rerun the job (README runbook: unknown outcomes)", "error", err)
+		log.Error("billing job: outcome of an attempt unknown past the idempotency window, and Stripe could not be asked; rerun the job (docs/runbooks/StripePaymentsBillingUnresolvedCharges.md)", "error", err)
 		s.leftUnresolved(rep, p)
 		rep.because(fmt.Sprintf("asking Stripe about the attempt on %s %s", p.SubscriptionID, p.BillingDate), err)
 		return sub, p, res, false, false, nil

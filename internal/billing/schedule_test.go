@@ -19,7 +19,7 @@ import (
 )
 
 // Regression tests of issue 12 (bugs 1, 2, 4, 5, 6, 7), one per scenario,
-// written from DESIGN §8 "Billing schedule semantics": each runs the daily
+// written from docs/design.md §8 "Billing schedule semantics": each runs the daily
 // reminder and collection jobs over the scenario's dates against DynamoDB
 // Local and the httptest Stripe, and checks what was charged, when, and
 // what was announced.
@@ -453,7 +453,7 @@ func TestHistoryIsAppendOnly(t *testing.T) {
 
 // Two periods charged on one date each get their reminder: a period moved to
 // Feb 26 and announced, then replaced by a payment-day change whose new
-// period is also on Feb 26 (DESIGN §8 Reminders: one per period that will be
+// period is also on Feb 26 (docs/design.md §8 Reminders: one per period that will be
 // charged, at once when its day has passed; oracle F16).
 func TestNewPeriodOnAMovedPeriodsDateIsAnnouncedToo(t *testing.T) {
 	t.Parallel()
@@ -475,7 +475,7 @@ func TestNewPeriodOnAMovedPeriodsDateIsAnnouncedToo(t *testing.T) {
 		reminders(e, sub.SubscriptionID))
 }
 
-// DESIGN §8 Reminders: "none for a skipped, waived or cancelled period". A
+// docs/design.md §8 Reminders: "none for a skipped, waived or cancelled period". A
 // period waived ahead of the cursor (it exists SCHEDULED again after an
 // early resume) gets no reminder, even when the reminder of the period
 // before it goes out first and the reminder moves on to it before its

@@ -14,7 +14,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/safego"
 )
 
-// Config of the billing core (README "Configuration").
+// Config of the billing core (docs/configuration.md).
 type Config struct {
 	// Shards is BILLING_SHARDS: GSI write shards per date. Only ever
 	// increase it: entries written under a larger count are not found by
@@ -63,7 +63,7 @@ type Config struct {
 	MaxClocks, MaxAdvancing int
 }
 
-// DefaultConfig is the configuration of DESIGN §8 and issue 6. What a
+// DefaultConfig is the configuration of docs/design.md §8 and issue 6. What a
 // BILLING_* variable sets defaults to package config's value, the one
 // source; the rest is billing's own.
 func DefaultConfig() Config {
@@ -205,7 +205,7 @@ func (s *Service) Config() Config { return s.cfg }
 // today is the current date in the subscription's time zone.
 func (s *Service) today(sub Subscription) dates.Date { return dates.In(s.now(), sub.Location()) }
 
-// LockKey is the key of an account's billing lock (DESIGN §8). The lock
+// LockKey is the key of an account's billing lock (docs/design.md §8). The lock
 // package is generic; the key format is billing's.
 func LockKey(accountID string) string { return "subscription-billing:user_id:" + accountID }
 

@@ -12,7 +12,7 @@ import (
 )
 
 // race runs the day's collection while an operator's batch collection and a
-// pay now charge the ERROR periods of one account (DESIGN §8 "Batch
+// pay now charge the ERROR periods of one account (docs/design.md §8 "Batch
 // collection": exactly as pay now, the same claim and idempotency key
 // rules). check() then holds every period to one successful charge.
 func (s *sim) race(ctx context.Context, day dates.Date) {

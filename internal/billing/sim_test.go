@@ -123,7 +123,7 @@ func (s *sim) decide(p stripetest.PI) stripetest.Behavior {
 	sub, per, found, err := s.e.Store.GetSubscriptionWithPeriod(ctx, billing.IndexEntry{PK: "ACC#" + acc,
 		SK: "SUB#" + subID + "#SKU#" + p.Metadata[billing.MetaSKU], Date: dates.MustParse(date)})
 	// A pause is about periods not yet charged: the retries of a failed one
-	// go on while the subscription is PAUSED (DESIGN §8).
+	// go on while the subscription is PAUSED (docs/design.md §8).
 	if err != nil || !(sub.Status == billing.SubActive || (sub.Status == billing.SubPaused && per.Status == billing.Error)) {
 		s.violate("charge %s for %s/%s while the subscription is %s (%v)", p.ID, subID, date, sub.Status, err)
 	}
@@ -209,7 +209,7 @@ func (s *sim) apiOp(day dates.Date) {
 		amount := int64(500 + s.intn(5000))
 		ch.Amount = &amount
 	case r < 70:
-		// A plan change (DESIGN §8): the item moves to its SKU's key.
+		// A plan change (docs/design.md §8): the item moves to its SKU's key.
 		amount, sku := int64(500+s.intn(5000)), fmt.Sprintf("plan-%d", s.intn(4))
 		ch.Amount, ch.SKU = &amount, &sku
 	case r < 85:
@@ -395,7 +395,7 @@ func simulate(t *testing.T, nSubs, months int, seed uint64) (map[billing.Status]
 		default:
 			in.PaymentDay = 1 + s.intn(31)
 		}
-		// Friday billing is monthly (DESIGN §8); the draw is made either way
+		// Friday billing is monthly (docs/design.md §8); the draw is made either way
 		// so the seed's other draws stay the same.
 		if s.chance(0.1) && in.BillingWeek == 0 {
 			in.Term = dates.Yearly
@@ -631,7 +631,7 @@ func hasEntry(h []billing.HistoryEntry, st billing.Status, pi string) bool {
 	return false
 }
 
-// allowed is the lifecycle of a billing period (README).
+// allowed is the lifecycle of a billing period (docs/billing.md).
 func allowed(from, to billing.Status) bool {
 	next := map[billing.Status][]billing.Status{
 		billing.Scheduled: {billing.Scheduled, billing.ACHSent, billing.Completed, billing.Error, billing.Waived,

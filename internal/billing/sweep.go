@@ -8,7 +8,7 @@ import (
 )
 
 // The sweep: a period due while the jobs did not run is still charged or
-// marked, never forgotten (DESIGN §8 "Failures"), without a table scan.
+// marked, never forgotten (docs/design.md §8 "Failures"), without a table scan.
 //
 // The collection job reads the payments index partitions of its date and
 // of the days before it. Every item stays in the partition of the date it

@@ -13,12 +13,12 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/stripetest"
 )
 
-// DESIGN §8 "Rule change (new payment day or term)": periods charged or in
+// docs/design.md §8 "Rule change (new payment day or term)": periods charged or in
 // flight stay; the next period is the first date of the new rule at least
 // one term after the last charged period's scheduled date (none charged:
 // the first one after T and on or after start_date); no two periods are
 // ever less than one term apart because of a change. "One term" is the
-// term of that kept period (README "Choices made where the design is
+// term of that kept period (docs/design.md "Choices made where the contract is
 // silent"): the period paid for one term of its own rule, and the new
 // rule starts when that term ends. So MONTHLY → YEARLY bills the year from
 // the month after the last monthly charge, and YEARLY → MONTHLY keeps the
@@ -189,7 +189,7 @@ func TestTermChange(t *testing.T) {
 	}
 }
 
-// DESIGN §8 "Rule change": the periods of the new rule are its dates; a
+// docs/design.md §8 "Rule change": the periods of the new rule are its dates; a
 // record of the old rule on a date the new rule also has (day 28 → 29
 // meets Feb 28 again) is a period to charge, not CANCELLED, and one an
 // earlier change replaced is scheduled again when a change brings its date

@@ -13,7 +13,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
 )
 
-// Test clocks (DESIGN §4), after Stripe's own: a clock is a frozen time that
+// Test clocks (docs/design.md §4), after Stripe's own: a clock is a frozen time that
 // its subscriptions take as "now" for every decision, and that only moves
 // when advanced. An advance runs, for the clock's subscriptions only, the
 // reminder and collection jobs of every day up to the new time, through the
@@ -37,7 +37,7 @@ const (
 	ClockFailed ClockStatus = "internal_failure"
 )
 
-// MaxClockAdvanceYears bounds one advance (DESIGN §4).
+// MaxClockAdvanceYears bounds one advance (docs/design.md §4).
 const MaxClockAdvanceYears = 3
 
 var (

@@ -16,7 +16,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/stripetest"
 )
 
-// Test clocks (DESIGN §4, issue 14), against DynamoDB Local and the httptest
+// Test clocks (docs/design.md §4, issue 14), against DynamoDB Local and the httptest
 // Stripe. The end-to-end test through the binary is in cmd/stripe-payments.
 
 func utc(s string) time.Time {
@@ -284,7 +284,7 @@ func periodsWith(t *testing.T, e *billingtest.Env, sub billing.Subscription, sta
 	return out
 }
 
-// DESIGN §4: a test clock's subscriptions take "today" from the clock, and
+// docs/design.md §4: a test clock's subscriptions take "today" from the clock, and
 // everything else, Stripe calls included, is exactly as for any
 // subscription; §8: an unknown outcome is resolved by asking Stripe for the
 // PaymentIntent made with its idempotency key or metadata. Stripe keeps keys

@@ -47,7 +47,7 @@ func createAtOnce(e *billingtest.Env, account string, ins []billing.CreateInput)
 }
 
 // A subscription id is one subscription of its account, whatever the SKU
-// (DESIGN §8 keys its periods PER#<subscription>#<date>): of concurrent
+// (docs/design.md §8 keys its periods PER#<subscription>#<date>): of concurrent
 // creates of one id with different SKUs exactly one is created; every
 // other one is refused (ErrDuplicate, 409) and writes nothing, so the
 // periods of the id are the winner's alone.

@@ -192,7 +192,7 @@ func TestScenario3UnknownOutcomeIsResolvedNotStuck(t *testing.T) {
 		assert.Equal(t, 1, rep.Succeeded, "then the day-1 retry, due on the day it was resolved (oracle F12)")
 		pis := e.Stripe.PIs()
 		require.Len(t, pis, 2)
-		assert.Equal(t, "canceled", pis[0].Status, "declined, then cancelled before the retry (DESIGN §8 one successful charge per period)")
+		assert.Equal(t, "canceled", pis[0].Status, "declined, then cancelled before the retry (docs/design.md §8 one successful charge per period)")
 		assert.Equal(t, []string{pis[0].ID}, e.Stripe.Cancels())
 		assert.Equal(t, "2", pis[1].Metadata[billing.MetaAttempt])
 		p := period(t, e, sub, "2024-01-10")
@@ -222,7 +222,7 @@ func TestScenario3UnknownOutcomeIsResolvedNotStuck(t *testing.T) {
 		require.NoError(t, err)
 		assert.True(t, rep.OK(), "%+v", rep)
 		assert.Equal(t, 1, rep.Declined, "attempt 1, its decline replayed")
-		assert.Equal(t, 1, rep.Succeeded, "then the day-1 retry (DESIGN §8 retries; oracle F14)")
+		assert.Equal(t, 1, rep.Succeeded, "then the day-1 retry (docs/design.md §8 retries; oracle F14)")
 		pis := e.Stripe.PIs()
 		require.Len(t, pis, 2)
 		assert.Equal(t, "2", pis[1].Metadata[billing.MetaAttempt])
@@ -437,7 +437,7 @@ func TestOlderDateRunKeepsTheUnresolvedGauge(t *testing.T) {
 	assert.Equal(t, 0, obs.lastUnresolved())
 }
 
-// DESIGN §8: an attempt whose outcome is unknown is settled by the next
+// docs/design.md §8: an attempt whose outcome is unknown is settled by the next
 // collection, which asks Stripe first. A pay now on an ERROR period that
 // has no next look recorded (no index entry) must leave the attempt where
 // the next collection finds it.

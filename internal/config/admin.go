@@ -11,12 +11,12 @@ import (
 )
 
 // MinInternalAPITokenLength is the shortest INTERNAL_API_TOKEN accepted
-// outside development mode (DESIGN §3): the token guards purchases, pay now
+// outside development mode (docs/design.md §3): the token guards purchases, pay now
 // and cancels on every merchant, so it must not be guessable
 // (`openssl rand -hex 32` makes a 64-character one).
 const MinInternalAPITokenLength = 32
 
-// AdminConfig is the operator side (DESIGN §3 "Two listeners"): the admin
+// AdminConfig is the operator side (docs/design.md §3 "Two listeners"): the admin
 // listener, which client addresses to believe behind a proxy, and the
 // console's sessions.
 type AdminConfig struct {

@@ -11,7 +11,7 @@ import (
 )
 
 // Outside development mode INTERNAL_API_TOKEN has at least 32 characters
-// (DESIGN §3); "disabled" still turns the routes off, and development mode
+// (docs/design.md §3); "disabled" still turns the routes off, and development mode
 // keeps its short dev token.
 func TestInternalAPITokenLength(t *testing.T) {
 	tests := []struct {

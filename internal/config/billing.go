@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// Defaults of the billing core (DESIGN §8), the one place they are stated:
+// Defaults of the billing core (docs/design.md §8), the one place they are stated:
 // the BILLING_* variables default to them, and billing.DefaultConfig and
 // billing.NewCharger read them (config is a leaf; billing may import it).
 const (
@@ -22,7 +22,7 @@ const (
 	DefaultBillingLockLease     = 60 * time.Second
 	DefaultBillingLockHeartbeat = time.Second
 	// DefaultStripeRateLimit is the whole service's Stripe requests per
-	// second, every replica and job together (STRIPE_RATE_LIMIT, DESIGN §9).
+	// second, every replica and job together (STRIPE_RATE_LIMIT, docs/design.md §9).
 	DefaultStripeRateLimit = 20.0
 )
 
@@ -32,7 +32,7 @@ const (
 func DefaultBillingRetryDays() []int { return []int{1, 3, 5, 7} }
 
 // DefaultBillingHardDeclineCodes are the Stripe decline codes retrying
-// cannot fix (DESIGN §8 "Declines that retrying cannot fix are not
+// cannot fix (docs/design.md §8 "Declines that retrying cannot fix are not
 // retried"; BILLING_HARD_DECLINE_CODES): a period declined with one is not
 // retried on the retry days.
 func DefaultBillingHardDeclineCodes() []string {
@@ -42,7 +42,7 @@ func DefaultBillingHardDeclineCodes() []string {
 }
 
 // BillingConfig is the recurring billing core's part of the configuration
-// (README "Configuration").
+// (docs/configuration.md).
 type BillingConfig struct {
 	Shards          int   // BILLING_SHARDS
 	WorkersPerShard int   // BILLING_WORKERS

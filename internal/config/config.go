@@ -36,7 +36,7 @@ const (
 // (cmd/stripe-local), LOCAL_STRIPE_ADDR's default.
 const DevLocalStripeAddr = "127.0.0.1:8082"
 
-// stripeAPIBase is STRIPE_API_BASE's default (DESIGN §3 "The embedded
+// stripeAPIBase is STRIPE_API_BASE's default (docs/design.md §3 "The embedded
 // default for Stripe"): the local Stripe in development mode, Stripe itself
 // otherwise.
 func stripeAPIBase(dev bool, get func(key, def string) string) string {
@@ -54,7 +54,7 @@ const DevelopmentEnv = "development"
 const InternalAPIDisabled = "disabled"
 
 // Config is every setting of the service. Fields map one to one onto the
-// environment variables of DESIGN §3.
+// environment variables of docs/design.md §3.
 type Config struct {
 	Development           bool // APP_ENV=development: dev defaults apply
 	ListenAddr            string
@@ -142,7 +142,7 @@ func FromEnvFor(uses Uses) (Config, error) { return LoadFor(os.LookupEnv, uses) 
 func Load(lookup Lookup) (Config, error) { return LoadFor(lookup, UsesServe) }
 
 // LoadFor builds a Config from lookup for a subcommand that uses the given
-// required settings, then validates it. Production fails closed (DESIGN §3):
+// required settings, then validates it. Production fails closed (docs/design.md §3):
 // dev defaults apply only under APP_ENV=development; outside it every
 // missing or blank required setting is named in one error; and a live key
 // together with any dev value is refused in every mode.

@@ -8,8 +8,8 @@ import (
 	"time"
 )
 
-// LimitsConfig bounds the service's use of its dependencies (README
-// "Configuration", DESIGN §6: the webhook answers 200 only when durable, and
+// LimitsConfig bounds the service's use of its dependencies (docs/configuration.md,
+// docs/design.md §6: the webhook answers 200 only when durable, and
 // 5xx within a deadline when a dependency fails).
 type LimitsConfig struct {
 	DatabaseMaxConns         int           // DATABASE_MAX_CONNS
@@ -25,7 +25,7 @@ type LimitsConfig struct {
 
 // loadLimits reads the limits. DATABASE_MAX_CONNS has no minimum tied to
 // INGEST_FLUSHERS: a small pool only makes deliveries wait (each within its
-// deadline); README explains the default.
+// deadline); docs/configuration.md explains the default.
 func loadLimits(get func(key, def string) string) (LimitsConfig, error) {
 	var errs []error
 	atoi := func(key, def string, lo, hi int) int {

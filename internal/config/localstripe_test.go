@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// DESIGN §3 "The embedded default for Stripe": in development mode
+// docs/design.md §3 "The embedded default for Stripe": in development mode
 // STRIPE_API_BASE defaults to the local Stripe (LOCAL_STRIPE_ADDR), never
 // outside it; an explicit STRIPE_API_BASE always wins.
 func TestStripeAPIBaseDefaultsToTheLocalStripeInDevelopment(t *testing.T) {

@@ -14,7 +14,7 @@ import (
 const StripeEventRetention = 30 * 24 * time.Hour
 
 // OutboxConfig is the outbox's and the pruner's part of the configuration
-// (README "Outbox").
+// (docs/tracking.md "Outbox").
 type OutboxConfig struct {
 	MaxAttempts     int           // OUTBOX_MAX_ATTEMPTS: failed deliveries before a message is dead; 0 = no limit
 	MaxAge          time.Duration // OUTBOX_MAX_AGE: a failure after this age makes a message dead; 0 = no limit

@@ -49,7 +49,7 @@ func TestSecretsAndRedactor(t *testing.T) {
 	assert.Empty(t, dev.Secrets(), "the public dev defaults are printed on purpose, never masked")
 }
 
-// DESIGN §3 / RELIABILITY "Secrets never logged": a password in DATABASE_URL
+// docs/design.md §3 / RELIABILITY "Secrets never logged": a password in DATABASE_URL
 // never shows in the configuration logged at start, in any form Postgres'
 // driver takes it (URL user info, the URL's password parameter, a
 // keyword/value string), and the redactor knows it.

@@ -1,5 +1,5 @@
 // Package depcheck holds no code: its test checks the import rules of
-// DESIGN §2 on the real import graph (`go list -deps`), so that `make test`
+// docs/design.md §2 on the real import graph (`go list -deps`), so that `make test`
 // fails when a package reaches what it must not.
 package depcheck
 
@@ -30,7 +30,7 @@ var rules = []struct {
 	pkg, why string
 	never    []string // import path prefixes, reached directly or not
 }{
-	{"webhook", "the endpoint hands events to the handler's interface (stripeevent.Handler), never to a store (DESIGN §2)",
+	{"webhook", "the endpoint hands events to the handler's interface (stripeevent.Handler), never to a store (docs/design.md §2)",
 		append([]string{module + "/internal/handler", module + "/internal/app"}, storage...)},
 	{"internal/eventbridge", "the EventBridge intake hands events to its Ingester interface, as the webhook does, never to a store",
 		append([]string{module + "/internal/handler", module + "/internal/app", module + "/webhook"}, storage...)},
@@ -45,7 +45,7 @@ var rules = []struct {
 		[]string{module + "/internal/dispatch"}},
 	{"internal/config", "settings are a leaf: components (the handler, billing) read their defaults from it",
 		append([]string{module + "/internal/handler", module + "/internal/app"}, storage...)},
-	{"cmd/stripe-payments", "the local Stripe (cmd/stripe-local) and the tests' fake are development tools, never in the service's binary (DESIGN §3)",
+	{"cmd/stripe-payments", "the local Stripe (cmd/stripe-local) and the tests' fake are development tools, never in the service's binary (docs/design.md §3)",
 		[]string{module + "/internal/localstripe", module + "/internal/stripetest"}},
 }
 

@@ -1,6 +1,6 @@
 // Package dispatch delivers the actions of the outbox (package actions) to
 // ACTIONS_URL over HTTP: signed POSTs, retried with backoff until a 2xx
-// (DESIGN §6). It is the only part of the action path that speaks HTTP;
+// (docs/design.md §6). It is the only part of the action path that speaks HTTP;
 // the code that causes an effect only enqueues it (actions.Enqueue).
 package dispatch
 

@@ -2,7 +2,7 @@ package dynamo
 
 import "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-// Names and key attributes of the billing single table's indexes (DESIGN §8).
+// Names and key attributes of the billing single table's indexes (docs/design.md §8).
 //
 // Both are sparse and write-sharded: an item is in an index only while it
 // carries that index's key attributes, and the partition value is

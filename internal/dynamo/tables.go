@@ -35,14 +35,14 @@ type TableSpec struct {
 	Indexes      []Index
 }
 
-// Names of the events table's indexes (DESIGN §5, Contract).
+// Names of the events table's indexes (docs/design.md §5, Contract).
 const (
 	EventsDateTimeIndex     = "date-time-index"
 	EventsAccountIndex      = "stripe_account-timestamp-index"
 	EventsSubscriptionIndex = "subscription-timestamp-index"
 )
 
-// EventsTable is the spec of the events table (DESIGN §5).
+// EventsTable is the spec of the events table (docs/design.md §5).
 func EventsTable(name string) TableSpec {
 	return TableSpec{
 		Name:         name,

@@ -1,4 +1,4 @@
-// Package eventbridge is the EventBridge intake (DESIGN §4): with
+// Package eventbridge is the EventBridge intake (docs/design.md §4): with
 // EVENTBRIDGE_QUEUE_URL set, `serve` long-polls the SQS queue that an
 // EventBridge rule on Stripe's partner event bus targets. Each message is an
 // EventBridge event whose detail is a Stripe event, snapshot or thin; it is

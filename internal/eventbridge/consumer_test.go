@@ -29,7 +29,7 @@ import (
 // about what the consumer does with messages. The end-to-end tests with the
 // real handler, DynamoDB Local and Postgres are in internal/app.
 
-// thinDetail is a thin event as Stripe documents it (DESIGN §4).
+// thinDetail is a thin event as Stripe documents it (docs/design.md §4).
 func thinDetail(id string) []byte {
 	return []byte(fmt.Sprintf(`{"id":%q,"object":"v2.core.event","type":"v1.payment_intent.succeeded",`+
 		`"created":"2026-11-25T15:03:10.123Z","livemode":false,"context":"acct_1Nv0FGQ9RKHgCVdK",`+

@@ -10,7 +10,7 @@ import (
 // SourcePrefix is how the `source` of every event Stripe sends to a partner
 // event bus begins: aws.partner/stripe.com/<event destination's id>. AWS
 // sets it from the partner event source, so no one else can put it on the
-// bus (DESIGN §4: no signature, AWS authenticates the source).
+// bus (docs/design.md §4: no signature, AWS authenticates the source).
 const SourcePrefix = "aws.partner/stripe.com/"
 
 // Refusal reasons (the refused metric's label).

@@ -1,4 +1,4 @@
-// Package events holds the event record of DESIGN §5 and its DynamoDB store.
+// Package events holds the event record of docs/design.md §5 and its DynamoDB store.
 // What an event is and how handling it ends (parsing, sources, outcomes) is
 // the vocabulary of package stripeevent, shared with code that stores nothing.
 package events
@@ -26,7 +26,7 @@ const (
 	StatusFailed    Status = "failed"
 )
 
-// Layouts of the timestamp attributes (DESIGN §5, Contract).
+// Layouts of the timestamp attributes (docs/design.md §5, Contract).
 const (
 	TimestampLayout = "2006-01-02 15:04:05.000"
 	DateLayout      = "2006-01-02"
@@ -57,7 +57,7 @@ type Record struct {
 	LastError     string
 	Payload       []byte // raw event JSON, uncompressed in memory
 
-	// Thin events (DESIGN §4): PayloadKind is "thin" for them ("" or
+	// Thin events (docs/design.md §4): PayloadKind is "thin" for them ("" or
 	// "snapshot" otherwise); SnapshotEvent is the snapshot event a v1 thin
 	// event was hydrated into; Hydration is where its hydration is (see
 	// thin.go); RelatedObject is the id of the object it is about.

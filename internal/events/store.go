@@ -15,7 +15,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
 )
 
-// item is the DynamoDB shape of a Record (DESIGN §5, Contract), for
+// item is the DynamoDB shape of a Record (docs/design.md §5, Contract), for
 // decoding; writes build their attributes by hand (attributes in batch.go).
 type item struct {
 	ID            string `dynamodbav:"id"`

@@ -135,7 +135,7 @@ func (e *env) replica(t *testing.T, table recordq.Table, writers int, pending fu
 	return replica{h: h, q: q, store: store}
 }
 
-// DESIGN §5 (bookkeeping) with the write-behind and two replicas: replica A
+// docs/design.md §5 (bookkeeping) with the write-behind and two replicas: replica A
 // fails to process an event while replica B (Stripe's retry, the poller)
 // processes it. Whatever the order in which A's failure record and B's
 // processed record reach the table:

@@ -36,7 +36,7 @@ type Server struct {
 	done     chan error
 }
 
-// New returns the admin server (DESIGN §3 "Two listeners"): /healthz,
+// New returns the admin server (docs/design.md §3 "Two listeners"): /healthz,
 // /readyz and /metrics are registered; the console and the APIs register
 // themselves on it.
 func New(log *slog.Logger, m *metrics.Metrics, checks []Check) *Server {
@@ -66,7 +66,7 @@ func New(log *slog.Logger, m *metrics.Metrics, checks []Check) *Server {
 	return s
 }
 
-// NewPublic returns the public server (DESIGN §3 "Two listeners"): only
+// NewPublic returns the public server (docs/design.md §3 "Two listeners"): only
 // /healthz here; the webhook registers itself on it, and nothing else may.
 func NewPublic(log *slog.Logger, m *metrics.Metrics) *Server {
 	return newServer(log, m)

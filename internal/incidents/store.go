@@ -1,4 +1,4 @@
-// Package incidents groups what is broken into incidents (DESIGN §4): failed
+// Package incidents groups what is broken into incidents (docs/design.md §4): failed
 // and rejected events, thin events not yet hydrated, outbox dead letters,
 // unresolved charges and failed billing runs, by kind, normalised cause,
 // event type and stripe_account, each with a state an operator moves from

@@ -1,7 +1,7 @@
 // Package ingest is the one entry point for a verified Stripe event body,
 // whatever carried it (the webhook, EventBridge): it tells a snapshot event
 // (`"object":"event"`) from a thin one (`"object":"v2.core.event"`) and
-// hands it to the snapshot handler or the thin intake (DESIGN §4).
+// hands it to the snapshot handler or the thin intake (docs/design.md §4).
 package ingest
 
 import (

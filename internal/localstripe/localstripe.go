@@ -1,4 +1,4 @@
-// Package localstripe is the local Stripe of `make run` (DESIGN §3 "The
+// Package localstripe is the local Stripe of `make run` (docs/design.md §3 "The
 // embedded default for Stripe"): the tests' fake Stripe (stripetest.Stripe,
 // the one fake of this repository) with Stripe's test payment method ids
 // deciding payments, test-mode keys only, and what Stripe does on its own

@@ -2,7 +2,7 @@ package metrics
 
 import "github.com/prometheus/client_golang/prometheus"
 
-// Batches counts the progress of batch collections (DESIGN §8 "Batch
+// Batches counts the progress of batch collections (docs/design.md §8 "Batch
 // collection"; batchrun.Observer).
 type Batches struct {
 	Items   *prometheus.CounterVec

@@ -2,7 +2,7 @@ package metrics
 
 import "github.com/prometheus/client_golang/prometheus"
 
-// newPlanChanges registers the count of plan changes (DESIGN §8 "Plan
+// newPlanChanges registers the count of plan changes (docs/design.md §8 "Plan
 // change") by direction: up, down (a pending downgrade follows) or same
 // (a new name at the same amount).
 func newPlanChanges(reg prometheus.Registerer) *prometheus.CounterVec {

@@ -6,7 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Poller holds the poller's collectors (DESIGN §7). Every series carries the
+// Poller holds the poller's collectors (docs/design.md §7). Every series carries the
 // stripe_account it is about: one series per known account and metric.
 type Poller struct {
 	EventsListed   *prometheus.CounterVec

@@ -31,7 +31,7 @@ func (m *Metrics) NewRecords() *Records {
 		}),
 		quarantined: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "stripe_payments_event_records_quarantined_total",
-			Help: "Event records the events table refused for good, moved to event_records_quarantined (docs/runbook-quarantined-records.md).",
+			Help: "Event records the events table refused for good, moved to event_records_quarantined (docs/runbooks/StripePaymentsEventRecordsQuarantined.md).",
 		}),
 		written: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "stripe_payments_event_records_written_total",

@@ -8,7 +8,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/stripebudget"
 )
 
-// StripeBudget holds the shared Stripe API budget's collectors (DESIGN §9,
+// StripeBudget holds the shared Stripe API budget's collectors (docs/design.md §9,
 // docs/stripe-budget.md); it implements stripebudget.Observer.
 type StripeBudget struct {
 	GrantedTotal     *prometheus.CounterVec

@@ -13,7 +13,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
 )
 
-// Batch collection in the console (DESIGN §8 "Batch collection"): a form
+// Batch collection in the console (docs/design.md §8 "Batch collection"): a form
 // (accounts and/or a time range of the ERROR periods), a dry run shown
 // before the batch is confirmed, the batch's progress, recent batches.
 

@@ -38,7 +38,7 @@ func TestParseClockTime(t *testing.T) {
 }
 
 // The console says why an advance would be refused before asking to
-// confirm it (DESIGN §4: later than the clock, at most 3 years, one at a
+// confirm it (docs/design.md §4: later than the clock, at most 3 years, one at a
 // time); the billing core decides again when it is confirmed.
 func TestAdvanceRefused(t *testing.T) {
 	jan := time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC)

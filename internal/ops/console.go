@@ -1,4 +1,4 @@
-// Package ops is the operator console at /ops/ (DESIGN §4): server-rendered
+// Package ops is the operator console at /ops/ (docs/design.md §4): server-rendered
 // HTML pages over the events store, the dead-letter list, the outbox, the
 // poller's checkpoints and the billing core, behind the internal API token
 // entered once per browser session. Charts are SVG drawn on the server, so

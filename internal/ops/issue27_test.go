@@ -14,8 +14,8 @@ import (
 )
 
 // Issue 27: the subscription page tags a period declined with a code
-// retrying cannot fix "not retried: <code>" (DESIGN §8), and the account
-// page shows how each receipt was paid (DESIGN §4 payment_method_type and
+// retrying cannot fix "not retried: <code>" (docs/design.md §8), and the account
+// page shows how each receipt was paid (docs/design.md §4 payment_method_type and
 // payment_method_last4).
 func TestConsoleShowsHardDeclinesAndHowReceiptsWerePaid(t *testing.T) {
 	c := &Console{pages: map[string]*template.Template{}}

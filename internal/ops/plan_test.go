@@ -14,7 +14,7 @@ import (
 )
 
 // Issue 27 plan change: the subscription page tags a pending downgrade
-// (DESIGN §4 pending_downgrade; none while CANCELLED) and names each
+// (docs/design.md §4 pending_downgrade; none while CANCELLED) and names each
 // period's plan, so an operator sees which periods the change reached.
 func TestConsoleShowsPendingDowngradeAndEachPeriodsPlan(t *testing.T) {
 	c := &Console{pages: map[string]*template.Template{}}

@@ -21,5 +21,5 @@ func QuarantinedRecords(ctx context.Context, pool *pgxpool.Pool) (int64, error) 
 // quarantineWarning is the overview's line about n quarantined records.
 func quarantineWarning(n int64) string {
 	return fmt.Sprintf("%d event record(s) quarantined: the events table refused them for good. They stay readable; "+
-		"see docs/runbook-quarantined-records.md (table event_records_quarantined).", n)
+		"see docs/runbooks/StripePaymentsEventRecordsQuarantined.md (table event_records_quarantined).", n)
 }

@@ -1,4 +1,4 @@
-// Package purchase is the backend side of a purchase (DESIGN §4 and the
+// Package purchase is the backend side of a purchase (docs/design.md §4 and the
 // reference's purchase flows): store the incomplete purchase, then talk to
 // Stripe on the merchant's connected account — a PaymentIntent for a legacy
 // purchase; attach the payment method, invoice, invoice items, finalize and

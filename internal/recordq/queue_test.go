@@ -393,7 +393,7 @@ func TestWritersRecoverAfterTheTableWasBlackHoled(t *testing.T) {
 // by the webhook) can be followed, before the writers copy the record, by a
 // redelivery that fails (a poller replay while Stripe is unreachable), whose
 // failed record reaches the table first. The record keeps the first
-// delivery's bookkeeping (README: first received_at and source, attempts +
+// delivery's bookkeeping (docs/architecture.md: first received_at and source, attempts +
 // 1), read through the store and once written.
 func TestALaterFailedAttemptDoesNotTakeTheFirstDeliverysBookkeeping(t *testing.T) {
 	e := newEnv(t)
@@ -435,7 +435,7 @@ func (w writtenDuringLookup) Lookup(ctx context.Context, ids []string) (map[stri
 
 func (w writtenDuringLookup) Settled(ctx context.Context) error { return w.q.Settled(ctx) }
 
-// DESIGN §4: from the 200 on, the internal API (and the handler's and the
+// docs/design.md §4: from the 200 on, the internal API (and the handler's and the
 // poller's reads) find the event processed. An earlier attempt's failed
 // record in the table must not be answered when the processed record moved
 // from Postgres to the table during the read.
@@ -471,9 +471,9 @@ func TestAReadRacingTheWriterFindsTheProcessedRecord(t *testing.T) {
 }
 
 // A rejected event is recorded processed with the reason in last_error and
-// no effect; once the cause is fixed an operator replay applies it (README,
-// runbook "rejected events"). With the write-behind, the replay's record
-// must then replace the rejection, as the synchronous path does: no stale
+// no effect; once the cause is fixed an operator replay applies it
+// (docs/runbooks/StripePaymentsEventRejected.md). With the write-behind,
+// the replay's record must then replace the rejection, as the synchronous path does: no stale
 // last_error on an event whose effects are now applied, and the attempt
 // counted — read through the store and once written.
 func TestAnAppliedReplayReplacesTheRejectedRecord(t *testing.T) {
@@ -524,7 +524,7 @@ func (s slowTable) PutProcessed(ctx context.Context, recs []events.Record) error
 	return s.Table.PutProcessed(ctx, recs)
 }
 
-// README: a crash leaves rows behind and serve writes them on start (and a
+// docs/architecture.md: a crash leaves rows behind and serve writes them on start (and a
 // sweep takes up rows a dead replica left). More than a sweep page of them
 // must all be written while live traffic keeps the queue busy (here: one
 // live record whose write is stuck), or the listings, which wait for every

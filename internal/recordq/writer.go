@@ -354,7 +354,7 @@ func (q *Queue) quarantine(ctx context.Context, p pend, cause error) {
 	q.forget(p.id)
 	q.broadcast()
 	q.observeBacklog()
-	q.cfg.Log.Error("event record quarantined: the events table refused it for good; see docs/runbook-quarantined-records.md",
+	q.cfg.Log.Error("event record quarantined: the events table refused it for good; see docs/runbooks/StripePaymentsEventRecordsQuarantined.md",
 		"event_id", p.id, "tries", q.cfg.QuarantineAfter, "error", cause)
 	if o, ok := q.cfg.Observer.(QuarantineObserver); ok {
 		o.RecordsQuarantined(1)

@@ -1,4 +1,4 @@
-// Package replay is the bulk replay of DESIGN §4: the events a filter
+// Package replay is the bulk replay of docs/design.md §4: the events a filter
 // matches (an incident, status, type, account, time range) are re-driven in
 // the background through the one replay path, within the Stripe API budget
 // at the bulk class, resuming after a restart.

@@ -122,7 +122,7 @@ func (r *Runner) RunOnce(ctx context.Context) (worked bool, err error) {
 		for _, it := range items {
 			// Every Stripe request the re-drive makes (a fetch of an event
 			// the table no longer holds, an applier's lookups) draws on the
-			// shared budget at the bulk class (DESIGN §9).
+			// shared budget at the bulk class (docs/design.md §9).
 			outcome, rerr := r.redrive(stripebudget.WithClass(ctx, stripebudget.Background), it)
 			if ctx.Err() != nil {
 				// Stopping: the item is left unrecorded and re-driven after

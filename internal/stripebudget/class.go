@@ -1,4 +1,4 @@
-// Package stripebudget is the one Stripe API budget of DESIGN §9: every
+// Package stripebudget is the one Stripe API budget of docs/design.md §9: every
 // request any replica or job sends to Stripe draws on a single rate of
 // STRIPE_RATE_LIMIT requests per second, kept as a GCRA schedule in Postgres
 // (the stripe_budget row), with priorities between classes of requests.
@@ -18,7 +18,7 @@ type Class int
 // Priority is Class under the name the Budget interface's callers use.
 type Priority = Class
 
-// The classes of DESIGN §9, highest first.
+// The classes of docs/design.md §9, highest first.
 const (
 	// Charges: the collections and pay now (the billing core's
 	// PaymentIntents and the lookups that settle them).

@@ -30,7 +30,7 @@ const (
 	SourcePoller  Source = "poller"
 	SourceReplay  Source = "replay"
 	// SourceEventBridge: an SQS message from Stripe's EventBridge partner
-	// event source (package eventbridge, DESIGN §4).
+	// event source (package eventbridge, docs/design.md §4).
 	SourceEventBridge Source = "eventbridge"
 )
 

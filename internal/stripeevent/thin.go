@@ -10,7 +10,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/stripeid"
 )
 
-// PayloadKind is how Stripe delivered an event (DESIGN §4): a snapshot
+// PayloadKind is how Stripe delivered an event (docs/design.md §4): a snapshot
 // event (`"object":"event"`, the object's state in data.object) or a thin
 // one (`"object":"v2.core.event"`, a reference the service hydrates).
 type PayloadKind string

@@ -410,7 +410,7 @@ func TestConcurrentDeliveries(t *testing.T) {
 	})
 }
 
-// TestActionPayload checks the action JSON of DESIGN §6.
+// TestActionPayload checks the action JSON of docs/design.md §6.
 func TestActionPayload(t *testing.T) {
 	e := newFlowEnv(t)
 	x := e.purchase(t, tracking.KindRecurring, false)

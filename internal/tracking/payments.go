@@ -205,7 +205,7 @@ func (f *Flows) settle(ctx context.Context, tx pgtx.Tx, e event, s settlement) e
 			// A PaymentIntent can succeed after a failed attempt (the buyer
 			// retries with another card): the money was collected, so the
 			// payment ends paid. Reference 004's diagram has no failed -> paid
-			// arrow; migration 00011 adds it (README, deviation from 004).
+			// arrow; migration 00011 adds it (docs/tracking.md "State machines", deviation from 004).
 			next = PaymentPaid
 			log.Info("payment succeeded after a failed attempt: failed -> paid")
 		default:

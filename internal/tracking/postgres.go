@@ -35,7 +35,7 @@ type PoolLimits struct {
 	TCPUserTimeout time.Duration
 }
 
-// DefaultPoolLimits are the limits of Connect (README "Configuration").
+// DefaultPoolLimits are the limits of Connect (docs/configuration.md).
 func DefaultPoolLimits() PoolLimits {
 	return PoolLimits{MaxConns: 16, ConnectTimeout: 5 * time.Second, StatementTimeout: 30 * time.Second, TCPUserTimeout: 15 * time.Second}
 }

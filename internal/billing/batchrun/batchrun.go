@@ -1,4 +1,4 @@
-// Package batchrun is the batch collection of DESIGN §4 and §8: an
+// Package batchrun is the batch collection of docs/design.md §4 and §8: an
 // operator's selection of subscriptions with an ERROR period is recorded
 // durably in Postgres and charged in the background, each subscription's
 // oldest ERROR period exactly as pay now (billing.Service.BatchCharge),

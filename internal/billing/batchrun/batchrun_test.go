@@ -80,7 +80,7 @@ func (b *beginThenDie) BatchCharge(ctx context.Context, account, subID string, w
 	})
 }
 
-// TestBatchResumesAfterACrashAtEveryStep (DESIGN §8 "Batch collection":
+// TestBatchResumesAfterACrashAtEveryStep (docs/design.md §8 "Batch collection":
 // exactly as pay now, the same claim and idempotency key rules; issue 27:
 // resumable after a restart): the process running a batch of three dies
 // while charging the second item — after recording the attempt it is about

@@ -31,7 +31,7 @@ type Observer interface {
 
 // OutcomeFailed: the item's charge returned an error. When the attempt was
 // claimed its outcome is unknown: the period stays in flight and the
-// collection job resolves it (DESIGN §8), never the batch with a new key.
+// collection job resolves it (docs/design.md §8), never the batch with a new key.
 const OutcomeFailed = "failed"
 
 // OutcomeSkippedLocked: the account's lock stayed held (a collection run,
@@ -56,7 +56,7 @@ type RunnerConfig struct {
 }
 
 // Runner carries out running batches, one item at a time, its Stripe
-// requests at the charges class of the shared budget (DESIGN §9: a batch
+// requests at the charges class of the shared budget (docs/design.md §9: a batch
 // is a collection).
 type Runner struct {
 	store   *Store
@@ -196,7 +196,7 @@ func (r *Runner) chargeItem(ctx context.Context, id string, it pendingItem) (bil
 		return billing.BatchResult{}, fmt.Errorf("item %d: billing date: %w", it.seq, err)
 	}
 	// Every Stripe request of the charge draws on the shared budget at the
-	// charges class: a batch collection is a collection (DESIGN §9).
+	// charges class: a batch collection is a collection (docs/design.md §9).
 	cctx := stripebudget.WithClass(ctx, stripebudget.Charges)
 	prev := it.begun
 	for try := 1; ; try++ {

@@ -202,7 +202,7 @@ func TestRetryPolicy(t *testing.T) {
 func TestRuleValidate(t *testing.T) {
 	assert.NoError(t, dates.Rule{Day: 31, Term: dates.Monthly}.Validate())
 	assert.NoError(t, dates.Rule{Week: 5, Term: dates.Monthly}.Validate())
-	// DESIGN §8: Friday billing is "the billing_week-th Friday of each month".
+	// docs/design.md §8: Friday billing is "the billing_week-th Friday of each month".
 	assert.Error(t, dates.Rule{Week: 5, Term: dates.Yearly}.Validate())
 	assert.Error(t, dates.Rule{Day: 0, Term: dates.Monthly}.Validate())
 	assert.Error(t, dates.Rule{Day: 32, Term: dates.Monthly}.Validate())

@@ -47,7 +47,7 @@ func (r Rule) Validate() error {
 	if r.Week < 0 || r.Week > 5 {
 		errs = append(errs, fmt.Errorf("billing week %d: want 1-5", r.Week))
 	}
-	// DESIGN §8 defines Friday billing as "the billing_week-th Friday of
+	// docs/design.md §8 defines Friday billing as "the billing_week-th Friday of
 	// each month": there is no yearly form of it.
 	if r.Week != 0 && r.Term == Yearly {
 		errs = append(errs, errors.New("billing_week with term YEARLY: Friday billing is monthly (the billing_week-th Friday of each month); a YEARLY subscription needs a payment_day"))

@@ -16,7 +16,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/testenv"
 )
 
-// Billing actions have the action shape of DESIGN §6 (id, type, account,
+// Billing actions have the action shape of docs/design.md §6 (id, type, account,
 // stripe_account, purchase_id, subscription_id, created), their id is the
 // outbox message id, and one effect enqueues one action.
 func TestBillingActionsHaveTheActionShape(t *testing.T) {

@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// DESIGN §8 "Batch collection", from the rule alone: a batch charges each
+// docs/design.md §8 "Batch collection", from the rule alone: a batch charges each
 // selected subscription's oldest ERROR period once, exactly as pay now
 // (hard-declined ones included); a subscription with an attempt in flight
 // is skipped and reported; §4's time range selects by the ERROR period.

@@ -2,7 +2,7 @@ package oracle
 
 import "fmt"
 
-// DESIGN §8 "One successful charge per period, also when the customer pays
+// docs/design.md §8 "One successful charge per period, also when the customer pays
 // an old PaymentIntent". A declined charge leaves a PaymentIntent the
 // customer may still pay, on-session, at any time; the rules decide what
 // such a payment does:

@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// DESIGN §8 "One successful charge per period, also when the customer pays
+// docs/design.md §8 "One successful charge per period, also when the customer pays
 // an old PaymentIntent": the customer may pay a payable PaymentIntent of a
 // period at any time; the rules cancel the payable ones before a new
 // attempt and when the period is waived or cancelled or its amount changes.

@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// DESIGN §8 "Declines that retrying cannot fix are not retried", from the
+// docs/design.md §8 "Declines that retrying cannot fix are not retried", from the
 // rule alone.
 func TestHardDeclineIsNotRetried(t *testing.T) {
 	tests := []struct {

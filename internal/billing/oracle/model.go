@@ -1,4 +1,4 @@
-// Package oracle is a reference model of DESIGN §8 "Billing schedule
+// Package oracle is a reference model of docs/design.md §8 "Billing schedule
 // semantics", written from those rules alone so that a test can hold the real
 // billing core against it. It shares no code with internal/billing and knows
 // nothing of DynamoDB, Stripe or the jobs' internals: only which period must

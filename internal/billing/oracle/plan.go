@@ -5,7 +5,7 @@ import (
 	"strings"
 )
 
-// DESIGN §8 "Plan change", from the rule alone:
+// docs/design.md §8 "Plan change", from the rule alone:
 //
 //   - a plan change (a new SKU with its amount) is an amount change that
 //     also renames what is sold: every period not yet charged (scheduled,

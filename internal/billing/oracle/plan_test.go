@@ -26,7 +26,7 @@ func receiptsOf(s *Sub) []string {
 	return out
 }
 
-// DESIGN §8 "Plan change", from the rule alone.
+// docs/design.md §8 "Plan change", from the rule alone.
 func TestPlanChange(t *testing.T) {
 	tests := []struct {
 		name string

@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// DESIGN §8 "Reactivation", from the rule alone.
+// docs/design.md §8 "Reactivation", from the rule alone.
 func TestReactivation(t *testing.T) {
 	tests := []struct {
 		name              string

@@ -14,7 +14,7 @@ import (
 
 // The registry of the Stripe accounts the billing table charges on: one item
 // per connected account in one partition (PK=STRIPEACCOUNTS, SK=<acct>),
-// without index attributes. The poller lists it (DESIGN §7: every account
+// without index attributes. The poller lists it (docs/design.md §7: every account
 // the service knows), so a billing account whose webhooks were all missed
 // still has its settlements and refunds replayed. "#" never appears in an
 // account id, so the partition cannot meet an ACC#/PI# key.

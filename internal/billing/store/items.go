@@ -9,7 +9,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
 )
 
-// Key scheme of BILLING_TABLE (DESIGN §8; README "Recurring billing"):
+// Key scheme of BILLING_TABLE (docs/design.md §8; docs/billing.md "Model"):
 //
 //	subscription    PK=ACC#<account>  SK=SUB#<subscription>#SKU#<sku>
 //	billing period  PK=ACC#<account>  SK=PER#<subscription>#<billing date>

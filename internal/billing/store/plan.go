@@ -13,7 +13,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/billing"
 )
 
-// move renders billing.OpMoveSubscription (a plan change, DESIGN §8): the
+// move renders billing.OpMoveSubscription (a plan change, docs/design.md §8): the
 // subscription's key names its SKU and a key cannot change, so, as
 // reference 003's AdminUpdate does, the item is deleted at its old key and
 // put at its new one, here in the change's one transaction: the delete is

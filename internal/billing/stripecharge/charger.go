@@ -186,7 +186,7 @@ func fromPaymentIntent(pi *stripe.PaymentIntent) billing.ChargeResult {
 	return res
 }
 
-// declineCode is the code a decline is classed by (DESIGN §8 "Declines
+// declineCode is the code a decline is classed by (docs/design.md §8 "Declines
 // that retrying cannot fix"): Stripe's decline_code, else the error's code
 // (expired_card, incorrect_number and authentication_required come as
 // codes).

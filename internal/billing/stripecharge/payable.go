@@ -12,7 +12,7 @@ import (
 
 // Cancel cancels a PaymentIntent of a billing period that can still be
 // paid (requires_payment_method, requires_confirmation, requires_action),
-// with the idempotency key the core derives from it (DESIGN §8 "One
+// with the idempotency key the core derives from it (docs/design.md §8 "One
 // successful charge per period"). When Stripe refuses because of the
 // PaymentIntent's state (the customer paid it just now, or it is cancelled
 // already) the PaymentIntent is read and returned as it is: the caller
