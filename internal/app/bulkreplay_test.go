@@ -6,11 +6,13 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -19,6 +21,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/api"
 	"github.com/stripe-payments/stripe-payments/internal/app"
 	"github.com/stripe-payments/stripe-payments/internal/apptest"
+	"github.com/stripe-payments/stripe-payments/internal/browsertest"
 	"github.com/stripe-payments/stripe-payments/internal/events"
 	"github.com/stripe-payments/stripe-payments/internal/handler"
 	"github.com/stripe-payments/stripe-payments/internal/incidents"
@@ -117,6 +120,17 @@ func TestBulkReplayResumesAfterRestartAndAppliesOnce(t *testing.T) {
 
 	// The restarted process resumes the replay on its own.
 	second := apptest.Start(t, apptest.Options{Env: first.Env, Stripe: first.Fake, App: countedEffects()})
+	// An operator watching the console's progress page of the restarted
+	// service sees it reach done (the page refreshes itself while running).
+	ui := browsertest.New(t)
+	browsertest.LogIn(t, ui, second.AdminURL+"/ops", token)
+	uctx, cancelUI := context.WithTimeout(ui, 30*time.Second)
+	require.NoError(t, chromedp.Do(uctx, chromedp.Navigate(second.AdminURL+"/ops/replays/"+r.ID), chromedp.WaitVisible(chromedp.ID("replay-status"))))
+	cancelUI()
+	require.Eventually(t, func() bool { return browsertest.Text(ui, "#replay-status") == replay.StatusDone },
+		60*time.Second, 200*time.Millisecond, "the progress page reaches done after the restart")
+	assert.Equal(t, strconv.Itoa(n), browsertest.Text(ui, "#replay-done"), "the page counts every item done")
+	assert.Equal(t, "0", browsertest.Text(ui, "#replay-failed"))
 	var progress map[string]any
 	require.Eventually(t, func() bool {
 		status, body := replayCall(t, http.MethodGet, second.AdminURL+"/internal/v1/replays/"+r.ID, nil)

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -24,6 +23,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stripe-payments/stripe-payments/internal/apptest"
+	"github.com/stripe-payments/stripe-payments/internal/browsertest"
 	"github.com/stripe-payments/stripe-payments/internal/stripetest"
 	"github.com/stripe-payments/stripe-payments/internal/testenv"
 	"github.com/stripe-payments/stripe-payments/internal/tracking"
@@ -120,33 +120,8 @@ func apiJSON(t *testing.T, a *apptest.App, method, path string, body any) (int, 
 	return resp.StatusCode, out
 }
 
-// browser starts Debian's chromium headless, with everything that would
-// reach the network in the background turned off. It fails, never skips,
-// without chromium.
-func browser(t *testing.T) context.Context {
-	t.Helper()
-	path, err := exec.LookPath("chromium")
-	if err != nil {
-		t.Fatalf("chromium not found on PATH: the console's browser tests need it. Install it: apt-get install -y chromium (scripts/test.sh does)")
-	}
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(path),
-		chromedp.NoSandbox,
-		chromedp.DisableGPU,
-		chromedp.WindowSize(1280, 900),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-domain-reliability", true),
-		chromedp.Flag("no-pings", true),
-		chromedp.Flag("mute-audio", true),
-		chromedp.Flag("disable-features", "Translate,OptimizationHints,MediaRouter,DialMediaRouteProvider,AutofillServerCommunication,CertificateTransparencyComponentUpdater"),
-	)
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	t.Cleanup(cancelAlloc)
-	ctx, cancel := chromedp.NewContext(actx)
-	t.Cleanup(cancel)
-	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate("about:blank")), "start chromium")
-	return ctx
-}
+// browser is chromium for this test (internal/browsertest).
+func browser(t *testing.T) context.Context { return browsertest.New(t) }
 
 // shots is where the screenshots go: OPS_SCREENSHOTS, else .dev/ops-screenshots
 // at the repository root (ignored by git).
