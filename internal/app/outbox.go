@@ -105,7 +105,7 @@ func (a *App) prune(ctx context.Context) {
 		a.Log.Info("pruned rows past retention", "outbox", n, "processed_events", l)
 	}
 	r := a.Config.Retention
-	err = retention.Prune(ctx, a.Pool, time.Now(), retention.Rules(r.DeadLetters, r.Ops), pruneBatch, func(name string, n int64) {
+	err = retention.Prune(ctx, a.Pool, time.Now(), retention.Rules(r.DeadLetters, r.Ops, a.Config.EventTTL), pruneBatch, func(name string, n int64) {
 		a.OutboxMetrics.Pruned.WithLabelValues(name).Add(float64(n))
 		if n > 0 {
 			a.Log.Info("pruned rows past retention", "rows", name, "count", n)

@@ -1,8 +1,8 @@
 // Package retention deletes the rows kept for operators once they are past
 // their retention (issue 26 finding 7): outbox dead letters (a reminder
 // email's carries its recipient), the console's ops_* tables, finished bulk
-// replays and incident audit rows, and event records quarantined by the
-// write-behind. Delivered outbox rows and the
+// replays and incident audit rows, event records quarantined by the
+// write-behind, and its marks of earlier record versions. Delivered outbox rows and the
 // ledger have their own pruners (outbox.PruneDelivered,
 // tracking.PruneLedger). docs/retention.md lists the defaults.
 package retention
@@ -27,9 +27,10 @@ type Rule struct {
 	Keep   time.Duration
 }
 
-// Rules are the operator rows pruned: dead letters and quarantined records
-// after deadLetters, the console's tables after ops.
-func Rules(deadLetters, ops time.Duration) []Rule {
+// Rules are the rows pruned: dead letters and quarantined records after
+// deadLetters, the console's tables after ops, the write-behind's marks of
+// earlier record versions after twice eventTTL.
+func Rules(deadLetters, ops, eventTTL time.Duration) []Rule {
 	return []Rule{
 		{Name: "outbox_dead", Table: "outbox", Column: "dead_at", Filter: "delivered_at IS NULL", Keep: deadLetters},
 		{Name: "event_records_quarantined", Table: "event_records_quarantined", Column: "quarantined_at", Keep: deadLetters},
@@ -45,6 +46,13 @@ func Rules(deadLetters, ops time.Duration) []Rule {
 		// a group still failing would read as open again.
 		{Name: "incident_audit", Table: "incident_audit", Column: "at",
 			Filter: "incident_id IN (SELECT id FROM incidents WHERE state = 'resolved')", Keep: ops},
+		// An event's mark that a failed or rejected version of its record
+		// may be in the events table (docs/architecture.md, issue 32): it
+		// must outlive that record, which the table expires EVENT_TTL after
+		// it is written, so it is kept twice that. Dropped too early, the
+		// write-behind would skip the read and lose the earlier attempts'
+		// bookkeeping (never an effect or a status).
+		{Name: "event_records_prior", Table: "event_records_prior", Column: "at", Keep: 2 * eventTTL},
 	}
 }
 

@@ -41,7 +41,11 @@ func TestPruneDeletesOnlyRowsPastTheirRetention(t *testing.T) {
 		exec(`INSERT INTO ops_event_hours (hour, outcome, n) VALUES (date_trunc('hour', $1::timestamptz), 'applied', 1)`, at)
 		exec(`INSERT INTO event_records_quarantined (event_id, record, payload, enqueued_at, quarantined_at, tries, error)
 			VALUES ($1, '{}', '{}', $2, $2, 5, 'ValidationException')`, id, at)
+		exec(`INSERT INTO event_records_prior (event_id, at) VALUES ($1, $2)`, id, at)
 	}
+	// A mark 30 days old, under twice the 20-day EVENT_TTL: its record may
+	// still be in the table, so it stays.
+	exec(`INSERT INTO event_records_prior (event_id, at) VALUES ('evt_within_ttl', $1)`, now.Add(-30*24*time.Hour))
 
 	// Replays: finished long ago (done, cancelled) go with their items; a
 	// young one and a running one (however old) stay.
@@ -70,10 +74,10 @@ func TestPruneDeletesOnlyRowsPastTheirRetention(t *testing.T) {
 		VALUES ('inc_00000000000000000001', 'event', 'timeout', 'invoice.paid', 'acct', 'resolved', $1, 'api')`, old)
 
 	got := map[string]int64{}
-	rules := retention.Rules(30*24*time.Hour, 60*24*time.Hour)
+	rules := retention.Rules(30*24*time.Hour, 60*24*time.Hour, 20*24*time.Hour)
 	require.NoError(t, retention.Prune(ctx, pool, now, rules, 2, func(name string, n int64) { got[name] += n }))
 	assert.Equal(t, map[string]int64{"outbox_dead": 3, "event_records_quarantined": 1, "ops_event_problems": 1,
-		"ops_billing_runs": 1, "ops_event_hours": 1, "replays": 2, "incident_audit": 1}, got)
+		"ops_billing_runs": 1, "ops_event_hours": 1, "replays": 2, "incident_audit": 1, "event_records_prior": 1}, got)
 	count := func(q string) int {
 		var n int
 		require.NoError(t, pool.QueryRow(ctx, q).Scan(&n))
@@ -91,6 +95,8 @@ func TestPruneDeletesOnlyRowsPastTheirRetention(t *testing.T) {
 	assert.Equal(t, 4, count(`SELECT count(*) FROM replay_items`), "the pruned replays' items went with them")
 	assert.Equal(t, 1, count(`SELECT count(*) FROM incident_audit`), "the young audit row stays")
 	assert.Equal(t, 1, count(`SELECT count(*) FROM incidents`), "incident states are not pruned")
+	assert.Equal(t, 2, count(`SELECT count(*) FROM event_records_prior WHERE event_id IN ('evt_young', 'evt_within_ttl')`), "marks under twice EVENT_TTL stay")
+	assert.Equal(t, 2, count(`SELECT count(*) FROM event_records_prior`))
 
 	// Nothing left to prune: a second pass deletes nothing.
 	got = map[string]int64{}
@@ -123,7 +129,7 @@ func TestPruneKeepsTheAuditOfIncidentsNotResolved(t *testing.T) {
 		_, err = pool.Exec(ctx, `INSERT INTO incident_audit (incident_id, from_state, to_state, actor, at) VALUES ($1, 'open', $2, 'api', $3)`, tt.id, tt.state, old)
 		require.NoError(t, err)
 	}
-	require.NoError(t, retention.Prune(ctx, pool, now, retention.Rules(30*24*time.Hour, 60*24*time.Hour), 10, nil))
+	require.NoError(t, retention.Prune(ctx, pool, now, retention.Rules(30*24*time.Hour, 60*24*time.Hour, 20*24*time.Hour), 10, nil))
 	for _, tt := range tests {
 		t.Run(tt.state, func(t *testing.T) {
 			var n int
