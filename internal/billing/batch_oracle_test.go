@@ -14,21 +14,36 @@ import (
 // service's selection must be the model's (the oldest ERROR period in the
 // range, or the subscription skipped while an attempt is in flight, or not
 // selected), and its charge the one the model expects.
-func (w *oracleWorld) batch(q *oracleSeq, day dates.Date) {
+func (w *oracleWorld) batch(q *oracleSeq, day dates.Date, oldest oracle.Date) {
 	ctx := context.Background()
 	od := oracle.MustParse(day.String())
 	since, until := oracle.NoDate, oracle.NoDate
 	sel := billing.BatchSelection{AccountIDs: []string{q.account}}
 	if q.rng.IntN(2) == 0 {
 		since = od.AddDays(-q.rng.IntN(40))
-		sel.Since = dates.MustParse(since.String())
 	}
 	if q.rng.IntN(4) == 0 {
 		until = od.AddDays(-q.rng.IntN(10))
-		sel.Until = dates.MustParse(until.String())
 		if since != oracle.NoDate && until < since {
-			since, sel.Since = oracle.NoDate, dates.Date{}
+			since = oracle.NoDate
 		}
+	}
+	if oldest != oracle.NoDate && q.rng.IntN(4) != 0 {
+		// Mostly a range that holds the oldest ERROR period's charge date
+		// (the batch an operator runs after an incident); else the random
+		// one, which may leave it out.
+		if since != oracle.NoDate && since > oldest {
+			since = oldest
+		}
+		if until != oracle.NoDate && until < oldest {
+			until = oldest
+		}
+	}
+	if since != oracle.NoDate {
+		sel.Since = dates.MustParse(since.String())
+	}
+	if until != oracle.NoDate {
+		sel.Until = dates.MustParse(until.String())
 	}
 	due, merr := q.model.Batch(od, since, until)
 	cands, err := w.e.Service.SelectBatch(ctx, sel)

@@ -641,6 +641,13 @@ func (w *oracleWorld) operate(q *oracleSeq, day dates.Date) {
 		}
 	}
 	calm := len(paused) == 0 && len(failing) == 0
+	if len(failing) > 0 && q.rng.IntN(4) == 0 {
+		// An ERROR period is rare and short-lived (until its retries end):
+		// while there is one, the operations that collect it (§8 pay now,
+		// batch collection) get a larger share, so a run of 24 sequences
+		// exercises them.
+		base = []string{"paynow", "batch"}[q.rng.IntN(2)]
+	}
 	kind := base
 	switch {
 	case base == "pause" && m.Rule().Term == oracle.Yearly: // the term may have changed since the create
@@ -782,7 +789,11 @@ func (w *oracleWorld) operate(q *oracleSeq, day dates.Date) {
 		w.operatePlan(q, day, false)
 		return
 	case "batch":
-		w.batch(q, day)
+		oldest := oracle.NoDate
+		if len(failing) > 0 {
+			oldest = failing[0].Charge
+		}
+		w.batch(q, day, oldest)
 		return
 	case "payment-method":
 		// §8: every period not yet charged uses it, and the ERROR ones
