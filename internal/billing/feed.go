@@ -49,6 +49,9 @@ type FeedMessage struct {
 	Amount        int64  `json:"amount,omitempty"`
 	Currency      string `json:"currency,omitempty"`
 	Attempt       string `json:"attempt,omitempty"`
+	// SKU is the plan the PaymentIntent was created for (its metadata): a
+	// payment of an attempt made before a plan change paid for that plan.
+	SKU string `json:"sku,omitempty"`
 }
 
 type feedObject struct {
@@ -95,7 +98,8 @@ func FeedFromEvent(ev *stripe.Event) (FeedMessage, bool, error) {
 	}
 	msg := FeedMessage{EventID: ev.ID, Type: string(ev.Type), Created: ev.Created, PaymentIntent: obj.paymentIntentID(),
 		Account: obj.Metadata[MetaAccount], Subscription: obj.Metadata[MetaSubscription], BillingDate: obj.Metadata[MetaDate],
-		V: 2, StripeAccount: ev.Account, Amount: obj.Amount, Currency: obj.Currency, Attempt: obj.Metadata[MetaAttempt]}
+		V: 2, StripeAccount: ev.Account, Amount: obj.Amount, Currency: obj.Currency, Attempt: obj.Metadata[MetaAttempt],
+		SKU: obj.Metadata[MetaSKU]}
 	if obj.LastPaymentError != nil {
 		msg.Error = DeclineText(obj.LastPaymentError.Code, obj.LastPaymentError.Message)
 		msg.DeclineCode = obj.LastPaymentError.DeclineCode
@@ -321,6 +325,9 @@ func (s *Service) feedSucceeded(ctx context.Context, c *feedChange) (*actions.Ac
 			p.UpdatedEvent = "late-success-after-" + string(p.Status)
 		}
 		lateAmount(p, c.msg.Amount, c.msg.Currency)
+		latePlan(p, c.msg.SKU)
+		// The action says what was paid: the paying attempt's amount and plan.
+		a.BillingDetails.SKU, a.BillingDetails.Amount, a.BillingDetails.Currency = p.SKU, p.Amount, p.Currency
 		p.TransactionID, p.Process = pi, ProcWebhook
 		s.complete(c.tx, p, pi, m, c.evDate, c.now)
 		c.tx.PutPeriod(p, false)
@@ -350,10 +357,10 @@ func (s *Service) feedFailed(ctx context.Context, c *feedChange) (*actions.Actio
 	case p.Status == ACHSent && p.TransactionID == pi:
 		s.declined(p, ChargeResult{Outcome: Declined, PaymentIntent: pi, Error: msg.Error, DeclineCode: msg.DeclineCode}, "ach-failed", c.today)
 		p.Process = ProcWebhook
-		// The debit was in flight, so an amount or payment method change
-		// made meanwhile passed it by; its retries are new charges of a
-		// period not charged: they take the subscription's (docs/design.md §8).
-		p.Amount, p.PaymentDetails.PaymentMethod = c.sub.Amount, c.sub.PaymentDetails.PaymentMethod
+		// The debit was in flight, so an amount, plan or payment method
+		// change made meanwhile passed it by; its retries are new charges of
+		// a period not charged: they take the subscription's (docs/design.md §8).
+		p.Amount, p.SKU, p.PaymentDetails.PaymentMethod = c.sub.Amount, c.sub.SKU, c.sub.PaymentDetails.PaymentMethod
 		if c.sub.Status == SubCancelled {
 			p.Status, p.NextAttemptDate, p.CompletionDate = Cancelled, dates.Date{}, c.now
 		}

@@ -101,7 +101,7 @@ func (s *Service) applyPaid(ctx context.Context, p Period, pi *stripe.PaymentInt
 	msg := FeedMessage{EventID: "read:" + pi.ID + ":" + string(pi.Status), Type: typ, Created: s.now().Unix(),
 		PaymentIntent: pi.ID, Account: p.AccountID, Subscription: p.SubscriptionID, BillingDate: p.BillingDate.String(),
 		V: 2, StripeAccount: p.PaymentDetails.StripeAccount, Amount: pi.Amount, Currency: string(pi.Currency),
-		Attempt: pi.Metadata[MetaAttempt]}
+		Attempt: pi.Metadata[MetaAttempt], SKU: pi.Metadata[MetaSKU]}
 	return s.applyFeed(ctx, msg, p.BillingDate)
 }
 
@@ -178,5 +178,15 @@ func (s *Service) refundDuplicate(ctx context.Context, c *feedChange) (apply boo
 func lateAmount(p *Period, amount int64, currency string) {
 	if amount > 0 && currency != "" {
 		p.Amount, p.Currency = amount, currency
+	}
+}
+
+// latePlan sets p's SKU to the plan the PaymentIntent that paid it was
+// made for (an earlier attempt's, when the plan changed since), so its
+// receipt and action name what was paid for. "" (a PaymentIntent of an
+// older version, without it) keeps p's.
+func latePlan(p *Period, sku string) {
+	if sku != "" {
+		p.SKU = sku
 	}
 }

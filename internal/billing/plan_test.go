@@ -3,6 +3,7 @@ package billing_test
 import (
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -349,4 +350,86 @@ func TestIndexEntryOfTheOldKeyFindsTheMovedSubscription(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "platinum", at.SKU)
 	assert.False(t, at.PendingDowngrade, "an upgrade")
+}
+
+// docs/design.md §8 "Plan change": receipts name the plan they paid for. A
+// customer who pays the declined PaymentIntent of the old plan (gold)
+// just as a change to platinum (2500) cancels it has paid for gold: the
+// period is completed at gold's amount, and its receipt and
+// billing.payment_completed action say gold, not the plan of the change.
+func TestOldPlansPaymentIntentPaidAfterAChangeNamesItsPlan(t *testing.T) {
+	t.Parallel()
+	e, sub, a := declinedThenSucceeds(t, billingtest.Options{})
+	e.Stripe.Wrap(func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if strings.HasSuffix(r.URL.Path, "/"+a.ID+"/cancel") {
+				_, _, err := e.Stripe.ConfirmAsCustomer("acct_test", a.ID) // the customer pays first
+				assert.NoError(t, err)
+			}
+			next.ServeHTTP(w, r)
+		})
+	})
+	e.Clock.SetDate(d("2024-01-10"))
+	_, err := e.Service.UpdateSubscription(ctx, "acc-1", sub.SubscriptionID, planChange("platinum", 2500))
+	require.NoError(t, err, "the change commits; the cancel that follows is refused: A succeeded")
+	paid, _ := e.Stripe.Get(a.ID)
+	require.Equal(t, "succeeded", paid.Status)
+	require.NoError(t, feed(t, e, paid, "payment_intent.succeeded"))
+	collect(t, e, "2024-01-11")
+
+	p := period(t, e, sub, "2024-01-10")
+	assert.Equal(t, billing.Completed, p.Status)
+	assert.Equal(t, a.ID, p.TransactionID)
+	require.Len(t, kept(e, sub, "2024-01-10"), 1, "one successful charge for the period")
+	receipts, err := e.Service.ListReceipts(ctx, "acc-1", 100, "")
+	require.NoError(t, err)
+	require.Len(t, receipts.Items, 1)
+	assert.Equal(t, "gold", receipts.Items[0].SKU, "the plan the PaymentIntent was made for")
+	assert.Equal(t, a.Amount, receipts.Items[0].Amount, "gold's amount, as the PaymentIntent")
+	var completed int
+	for _, act := range e.Notifier.Actions() {
+		if act.Type == "billing.payment_completed" {
+			completed++
+			require.NotNil(t, act.BillingDetails)
+			assert.Equal(t, "gold", act.SKU, "the action names the plan paid for")
+			assert.Equal(t, a.Amount, act.Amount)
+		}
+	}
+	assert.Equal(t, 1, completed)
+}
+
+// docs/design.md §8 "Plan change": a bank debit settling when the plan
+// changes keeps the plan it was made for; if it then fails, the period was
+// not charged, and its retry is a new charge at the new plan and amount.
+func TestBankDebitFailingAfterAPlanChangeIsRetriedAtTheNewPlan(t *testing.T) {
+	t.Parallel()
+	e := billingtest.NewEnv(t, billingtest.Options{})
+	sub, err := e.Service.CreateSubscription(ctx, "acc-1", billingtest.Input("gold", 10))
+	require.NoError(t, err)
+	e.Stripe.Decide = firstThen(stripetest.Process)
+	collect(t, e, "2024-01-10")
+	debit := e.Stripe.PIs()[0]
+	require.Equal(t, billing.ACHSent, period(t, e, sub, "2024-01-10").Status)
+
+	e.Clock.SetDate(d("2024-01-11"))
+	_, err = e.Service.UpdateSubscription(ctx, "acc-1", sub.SubscriptionID, planChange("platinum", 2500))
+	require.NoError(t, err)
+	settling := period(t, e, sub, "2024-01-10")
+	assert.Equal(t, "gold", settling.SKU, "the settling debit keeps its plan")
+	assert.EqualValues(t, debit.Amount, settling.Amount)
+
+	failed, err := e.Stripe.Settle(debit.ID, false)
+	require.NoError(t, err)
+	require.NoError(t, feed(t, e, failed, "payment_intent.payment_failed"))
+	p := period(t, e, sub, "2024-01-10")
+	require.Equal(t, billing.Error, p.Status)
+	assert.Equal(t, "platinum", p.SKU, "its retries are new charges: the new plan")
+	assert.EqualValues(t, 2500, p.Amount)
+
+	collect(t, e, p.NextAttemptDate.String())
+	pis := e.Stripe.PIs()
+	require.Len(t, pis, 2, "the retry charged")
+	assert.EqualValues(t, 2500, pis[1].Amount)
+	assert.Equal(t, "platinum", pis[1].Metadata[billing.MetaSKU])
+	assert.Equal(t, billing.Completed, period(t, e, sub, "2024-01-10").Status)
 }
