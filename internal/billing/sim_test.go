@@ -433,7 +433,9 @@ func simulate(t *testing.T, nSubs, months int, seed uint64) (map[billing.Status]
 				settle := day.AddDays(2 + s.intn(3))
 				s.later(settle, []byte("settle:"+pi.ID))
 			case strings.HasPrefix(pi.Customer, "cus_lost") && pi.Status == "succeeded" && s.chance(0.5),
-				s.chance(0.03):
+				// Only an outcome the PaymentIntent has: one a racing pay
+				// now or batch cancelled has no succeeded event to send.
+				(pi.Status == "succeeded" || pi.Status == "requires_payment_method") && s.chance(0.03):
 				typ := "payment_intent.succeeded"
 				if pi.Status == "requires_payment_method" {
 					typ = "payment_intent.payment_failed"
