@@ -120,6 +120,10 @@ func (s *Service) SelectBatch(ctx context.Context, sel BatchSelection) ([]BatchC
 	}
 	type key struct{ account, sub string }
 	var subs []key
+	// One item per subscription: a plan change moves a subscription to a
+	// new key while its account is listed page by page, so the listing can
+	// name it twice; so can the index, date by date.
+	seen := map[key]bool{}
 	if len(sel.AccountIDs) > 0 {
 		for _, a := range sel.AccountIDs {
 			cursor := ""
@@ -129,7 +133,10 @@ func (s *Service) SelectBatch(ctx context.Context, sel BatchSelection) ([]BatchC
 					return nil, fmt.Errorf("batch selection: subscriptions of %s: %w", a, err)
 				}
 				for _, sub := range page.Items {
-					subs = append(subs, key{a, sub.SubscriptionID})
+					if k := (key{a, sub.SubscriptionID}); !seen[k] {
+						seen[k] = true
+						subs = append(subs, k)
+					}
 				}
 				if page.NextCursor == "" {
 					break
@@ -147,7 +154,6 @@ func (s *Service) SelectBatch(ctx context.Context, sel BatchSelection) ([]BatchC
 		if err != nil {
 			return nil, fmt.Errorf("batch selection: test clocks: %w", err)
 		}
-		seen := map[key]bool{}
 		last := s.cfg.Retry.StaleDate(until)
 		for _, clock := range append([]string{""}, clocks...) {
 			for d := since; !d.After(last); d = d.AddDays(1) {
