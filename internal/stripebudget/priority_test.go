@@ -190,7 +190,12 @@ func TestFallbackOfThreeReplicasStaysUnderTheRate(t *testing.T) {
 		}
 	}
 	t.Logf("black-holed: %d requests in 3 s, at most %d in one second (rate %.0f)", len(in), maxPerSecond(in), rate)
-	assert.LessOrEqual(t, maxPerSecond(in), int(rate)+windowSlack, "three replicas in fallback send more than the rate")
+	// In fallback each replica is a limiter of its own at rate/replicas,
+	// held to that share plus windowSlack in any one-second window, as one
+	// limiter is (a window's edge, a request's travel); three independent
+	// ones can each be at their edge at once, so the sum is held to the
+	// rate plus replicas × windowSlack (a CI run saw 63 at rate 60).
+	assert.LessOrEqual(t, maxPerSecond(in), int(rate)+replicas*windowSlack, "three replicas in fallback send more than their shares")
 	assert.GreaterOrEqual(t, len(in), int(0.8*3*rate), "the replicas stopped instead of falling back")
 	for i, o := range obs {
 		o.mu.Lock()
