@@ -124,9 +124,8 @@ func TestBulkReplayResumesAfterRestartAndAppliesOnce(t *testing.T) {
 	// service sees it reach done (the page refreshes itself while running).
 	ui := browsertest.New(t)
 	browsertest.LogIn(t, ui, second.AdminURL+"/ops", token)
-	uctx, cancelUI := context.WithTimeout(ui, 30*time.Second)
-	require.NoError(t, chromedp.Do(uctx, chromedp.Navigate(second.AdminURL+"/ops/replays/"+r.ID), chromedp.WaitVisible(chromedp.ID("replay-status"))))
-	cancelUI()
+	browsertest.Step(t, ui, "open the replay's progress page",
+		chromedp.Navigate(second.AdminURL+"/ops/replays/"+r.ID), chromedp.WaitVisible(chromedp.ID("replay-status")))
 	require.Eventually(t, func() bool { return browsertest.Text(ui, "#replay-status") == replay.StatusDone },
 		60*time.Second, 200*time.Millisecond, "the progress page reaches done after the restart")
 	assert.Equal(t, strconv.Itoa(n), browsertest.Text(ui, "#replay-done"), "the page counts every item done")

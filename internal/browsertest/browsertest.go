@@ -61,3 +61,12 @@ func Text(ctx context.Context, sel string) string {
 	}
 	return s
 }
+
+// Step runs actions within 30 s and fails the test, naming what, if they
+// fail.
+func Step(t testing.TB, ctx context.Context, what string, actions ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	require.NoError(t, chromedp.Do(sctx, actions...), what)
+}

@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/stripe-payments/stripe-payments/internal/browsertest"
 	"github.com/stripe-payments/stripe-payments/internal/stripetest"
 )
 
@@ -37,9 +38,7 @@ func TestConsoleBillingDangerousStatesInARealBrowser(t *testing.T) {
 	ctx := browser(t)
 	step := func(what string, actions ...chromedp.Action[chromedp.Void]) {
 		t.Helper()
-		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		defer cancel()
-		require.NoError(t, chromedp.Do(sctx, actions...), what)
+		browsertest.Step(t, ctx, what, actions...)
 	}
 	text := func(sel string) string {
 		t.Helper()

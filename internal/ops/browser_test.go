@@ -146,9 +146,7 @@ func TestConsoleInARealBrowser(t *testing.T) {
 	ctx := browser(t)
 	step := func(what string, actions ...chromedp.Action[chromedp.Void]) {
 		t.Helper()
-		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		defer cancel()
-		require.NoError(t, chromedp.Do(sctx, actions...), what)
+		browsertest.Step(t, ctx, what, actions...)
 	}
 	text := func(sel string) string {
 		t.Helper()
