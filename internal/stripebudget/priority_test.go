@@ -65,7 +65,7 @@ func TestPrioritiesUnderContention(t *testing.T) {
 	// would have none after the first lease.
 	assert.GreaterOrEqual(t, hydration, 5, "hydration is starved")
 	assert.GreaterOrEqual(t, background, 3, "background is starved")
-	assert.LessOrEqual(t, maxPerSecond(fake.times("")), int(rate)+windowSlack)
+	assertRateAtStripe(t, fake, rate, windowSlack)
 }
 
 // TestLowerClassDelaysAChargeByOneRequestAtMost: while another replica
@@ -184,15 +184,15 @@ func TestFallbackOfThreeReplicasStaysUnderTheRate(t *testing.T) {
 	holed := time.Now()
 	time.Sleep(4 * time.Second)
 	var in []time.Time
-	for _, at := range fake.times("") {
+	for _, at := range fake.releases("") {
 		if at.After(holed.Add(time.Second)) && at.Before(holed.Add(4*time.Second)) {
 			in = append(in, at)
 		}
 	}
-	t.Logf("black-holed: %d requests in 3 s, at most %d in one second (rate %.0f)", len(in), maxPerSecond(in), rate)
+	t.Logf("black-holed: %d requests released in 3 s, at most %d in one second (rate %.0f)", len(in), maxPerSecond(in), rate)
 	// In fallback each replica is a limiter of its own at rate/replicas,
-	// held to that share plus windowSlack in any one-second window, as one
-	// limiter is (a window's edge, a request's travel); three independent
+	// held to that share plus windowSlack in any one-second window of its
+	// releases, as one limiter is (a window's edge, a wake-up); three independent
 	// ones can each be at their edge at once, so the sum is held to the
 	// rate plus replicas × windowSlack (a CI run saw 63 at rate 60).
 	assert.LessOrEqual(t, maxPerSecond(in), int(rate)+replicas*windowSlack, "three replicas in fallback send more than their shares")
