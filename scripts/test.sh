@@ -75,8 +75,12 @@ terraform_fmt_check() {
 # chosen from one measured run (2026-11-25, 2 loaded cores: each took
 # 20 s to minutes, or runs the real binary under kill -9). The package of
 # the assembled program's end-to-end tests, CHECK_SKIP_PKG, is left out
-# whole: its tests run one after another, ~200 s together.
-CHECK_SKIP='^(TestSimulation|TestBillingOracle|TestFirstHourAndRestart|TestCrashRecovery|TestScaleOut|TestEventBridgeCrashRecovery|TestThinNotificationSurvivesSIGKILL|TestTestClockEndToEnd|TestConsoleInARealBrowser|TestConsoleIncidentInARealBrowser|TestDependencyOutages|TestDependencyBlackHoles|TestTestClockAdvanceIsOneAtATime|TestPauseFridayOneMonthSkipsOnePeriod|TestTestClockAdvanceAnswers202WhenItTakesLonger)$'
+# whole: its tests run one after another, ~200 s together. Measured
+# again with helpers at work (3m20s, over the 3-minute target): the Stripe
+# budget's rate measurements (each runs replicas for 4–7 s of wall time,
+# 44 s together), a Postgres black-hole test (16 s), the billing console's
+# browser test (11 s) and two concurrent test clocks (9 s) went too.
+CHECK_SKIP='^(TestThreeReplicasShareOneRate|TestSlowStoreStillUsesTheRate|TestPrioritiesUnderContention|TestLowerClassDelaysAChargeByOneRequestAtMost|TestFallbackWhenTheStoreIsBlackHoled|TestFallbackOfThreeReplicasStaysUnderTheRate|Test429PausesEveryReplica|TestLowerClassBehindItsOwnReplicasCharges|TestBlackHoledPostgresFailsWithinDeadlines|TestConsoleBillingDangerousStatesInARealBrowser|TestTwoTestClocksAdvancedAtOnceDoNotSeeEachOther|TestSimulation|TestBillingOracle|TestFirstHourAndRestart|TestCrashRecovery|TestScaleOut|TestEventBridgeCrashRecovery|TestThinNotificationSurvivesSIGKILL|TestTestClockEndToEnd|TestConsoleInARealBrowser|TestConsoleIncidentInARealBrowser|TestDependencyOutages|TestDependencyBlackHoles|TestTestClockAdvanceIsOneAtATime|TestPauseFridayOneMonthSkipsOnePeriod|TestTestClockAdvanceAnswers202WhenItTakesLonger)$'
 CHECK_SKIP_PKG='/internal/app$'
 
 if [ "$mode" = check ]; then
