@@ -19,8 +19,8 @@ import (
 
 	"github.com/stripe-payments/stripe-payments/internal/events"
 	"github.com/stripe-payments/stripe-payments/internal/handler"
+	"github.com/stripe-payments/stripe-payments/internal/ledger"
 	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
-	"github.com/stripe-payments/stripe-payments/internal/tracking"
 	"github.com/stripe-payments/stripe-payments/poller"
 )
 
@@ -166,13 +166,13 @@ func BenchmarkReconcile(b *testing.B) {
 
 		quiet := slog.New(slog.NewJSONHandler(io.Discard, nil))
 		h := handler.New(handler.Config{PlatformAccount: platform, EventTTL: 720 * time.Hour},
-			store, tracking.NewLedger(e.app.Pool), quiet)
+			store, ledger.New(e.app.Pool), quiet)
 		newPoller := func(dryRun bool) *poller.Poller {
 			p, err := poller.New(poller.Config{PlatformAccount: platform, Accounts: []string{acctA}, Lookback: 48 * time.Hour, DryRun: dryRun}, poller.Deps{
 				API:         poller.NewEventsAPI(poller.APIConfig{Key: e.api.Key, BaseURL: e.api.URL, Rate: -1}, quiet),
 				Store:       store,
-				Checkpoints: tracking.NewCheckpoints(e.app.Pool),
-				Accounts:    tracking.NewLedgerAccounts(e.app.Pool),
+				Checkpoints: ledger.NewCheckpoints(e.app.Pool),
+				Accounts:    ledger.NewAccounts(e.app.Pool),
 				Replayer:    poller.NewHandlerReplayer(h),
 				Log:         quiet,
 				Now:         e.clock,

@@ -32,7 +32,7 @@ type Locker interface {
 }
 
 // AccountSource lists the connected accounts the service knows. Today the
-// processed-events ledger (tracking.LedgerAccounts); tracked purchases'
+// processed-events ledger (ledger.Accounts); tracked purchases'
 // accounts can be added by combining sources (see Accounts).
 type AccountSource interface {
 	Accounts(ctx context.Context) ([]string, error)

@@ -16,10 +16,10 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/apptest"
 	"github.com/stripe-payments/stripe-payments/internal/events"
 	"github.com/stripe-payments/stripe-payments/internal/handler"
+	"github.com/stripe-payments/stripe-payments/internal/ledger"
 	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
 	"github.com/stripe-payments/stripe-payments/internal/stripetest"
 	"github.com/stripe-payments/stripe-payments/internal/testenv"
-	"github.com/stripe-payments/stripe-payments/internal/tracking"
 	"github.com/stripe-payments/stripe-payments/poller"
 	"github.com/stripe-payments/stripe-payments/webhook"
 )
@@ -91,7 +91,7 @@ func newEnv(t testing.TB) *env {
 		routes = routes.With(typ, effect)
 	}
 	e.handler = handler.New(handler.Config{PlatformAccount: platform, EventTTL: 720 * time.Hour},
-		e.app.Events, tracking.NewLedger(e.app.Pool), slog.New(slog.NewJSONHandler(e.logs, nil)), handler.WithRoutes(routes))
+		e.app.Events, ledger.New(e.app.Pool), slog.New(slog.NewJSONHandler(e.logs, nil)), handler.WithRoutes(routes))
 	return e
 }
 
@@ -159,13 +159,13 @@ func (e *env) pollerWith(mode string, cfg poller.Config, api poller.APIConfig) *
 	default:
 		e.t.Fatalf("unknown mode %q", mode)
 	}
-	checkpoints := tracking.NewCheckpoints(e.app.Pool)
+	checkpoints := ledger.NewCheckpoints(e.app.Pool)
 	p, err := poller.New(cfg, poller.Deps{
 		API:         poller.NewEventsAPI(api, log),
 		Store:       e.app.Events,
 		Checkpoints: checkpoints,
 		Locker:      checkpoints,
-		Accounts:    tracking.NewLedgerAccounts(e.app.Pool),
+		Accounts:    ledger.NewAccounts(e.app.Pool),
 		Replayer:    replayer,
 		Log:         log,
 		Now:         e.clock,
@@ -246,7 +246,7 @@ func (e *env) ledger(id string) int {
 
 func (e *env) checkpoint(account string) (time.Time, bool) {
 	e.t.Helper()
-	at, ok, err := tracking.NewCheckpoints(e.app.Pool).Load(context.Background(), account)
+	at, ok, err := ledger.NewCheckpoints(e.app.Pool).Load(context.Background(), account)
 	require.NoError(e.t, err)
 	return at, ok
 }

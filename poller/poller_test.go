@@ -16,8 +16,8 @@ import (
 
 	"github.com/stripe-payments/stripe-payments/internal/apptest"
 	"github.com/stripe-payments/stripe-payments/internal/events"
+	"github.com/stripe-payments/stripe-payments/internal/ledger"
 	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
-	"github.com/stripe-payments/stripe-payments/internal/tracking"
 	"github.com/stripe-payments/stripe-payments/poller"
 )
 
@@ -379,7 +379,7 @@ func TestAccountsLimitsTheRunAndTheLockKeepsRunsApart(t *testing.T) {
 	assert.Equal(t, acctB, rep.Accounts[0].Account)
 	assert.Equal(t, []string{acctB}, keys(e.api.Stats().ByAccount))
 
-	release, ok, err := tracking.NewCheckpoints(e.app.Pool).TryLock(ctx)
+	release, ok, err := ledger.NewCheckpoints(e.app.Pool).TryLock(ctx)
 	require.NoError(t, err)
 	require.True(t, ok)
 	_, err = e.poller(modeInProcess, poller.Config{}).Run(ctx, poller.Window{})

@@ -14,7 +14,7 @@ import (
 
 	"github.com/stripe-payments/stripe-payments/internal/dynamo"
 	"github.com/stripe-payments/stripe-payments/internal/loadtest"
-	"github.com/stripe-payments/stripe-payments/internal/tracking"
+	"github.com/stripe-payments/stripe-payments/internal/postgres"
 )
 
 // ceiling is one storage limit measured in the same run.
@@ -37,7 +37,7 @@ func measureCeilings(ctx context.Context, o compareOptions, out io.Writer) ([]ce
 	if o.databaseURL == "" || o.dynamoEndpoint == "" {
 		return nil, errors.New("ceilings need -database-url and -dynamodb-endpoint (or turn them off with -ceilings=false)")
 	}
-	pool, err := tracking.Connect(ctx, o.databaseURL)
+	pool, err := postgres.Connect(ctx, o.databaseURL)
 	if err != nil {
 		return nil, err
 	}

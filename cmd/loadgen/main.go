@@ -33,7 +33,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/config"
 	"github.com/stripe-payments/stripe-payments/internal/dynamo"
 	"github.com/stripe-payments/stripe-payments/internal/loadtest"
-	"github.com/stripe-payments/stripe-payments/internal/tracking"
+	"github.com/stripe-payments/stripe-payments/internal/postgres"
 )
 
 func main() {
@@ -199,7 +199,7 @@ func dynamoBaseline(ctx context.Context, cfg config.Config, o options) (loadtest
 }
 
 func postgresBaseline(ctx context.Context, cfg config.Config, o options) (loadtest.Result, error) {
-	pool, err := tracking.Connect(ctx, cfg.DatabaseURL)
+	pool, err := postgres.Connect(ctx, cfg.DatabaseURL)
 	if err != nil {
 		return loadtest.Result{}, err
 	}

@@ -29,9 +29,11 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/httpserver"
 	"github.com/stripe-payments/stripe-payments/internal/incidents"
 	"github.com/stripe-payments/stripe-payments/internal/ingest"
+	"github.com/stripe-payments/stripe-payments/internal/ledger"
 	"github.com/stripe-payments/stripe-payments/internal/metrics"
 	"github.com/stripe-payments/stripe-payments/internal/ops"
 	"github.com/stripe-payments/stripe-payments/internal/outbox"
+	"github.com/stripe-payments/stripe-payments/internal/postgres"
 	"github.com/stripe-payments/stripe-payments/internal/purchase"
 	"github.com/stripe-payments/stripe-payments/internal/recordq"
 	"github.com/stripe-payments/stripe-payments/internal/safego"
@@ -50,7 +52,7 @@ type App struct {
 	Pool    *pgxpool.Pool
 	Events  *events.Store  // the events table, reading through Records
 	Records *recordq.Queue // the events table's write-behind
-	Ledger  *tracking.Ledger
+	Ledger  *ledger.Ledger
 	Handler *handler.Handler
 	Metrics *metrics.Metrics
 	// Server is the public listener (LISTEN_ADDR): the webhook and
@@ -146,7 +148,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 	if err != nil {
 		return nil, err
 	}
-	pool, err := tracking.ConnectWith(ctx, cfg.DatabaseURL, tracking.PoolLimits{
+	pool, err := postgres.ConnectWith(ctx, cfg.DatabaseURL, postgres.PoolLimits{
 		MaxConns:         int32(cfg.Limits.DatabaseMaxConns),
 		ConnectTimeout:   cfg.Limits.DatabaseConnectTimeout,
 		StatementTimeout: cfg.Limits.DatabaseStatementTimeout,
@@ -178,7 +180,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 	// Failures and rejections written through a.Events are marked for the
 	// write-behind (events.Marker): the joined Pending does not pass Mark on.
 	a.Events = table.WithPending(events.JoinPending(a.Records, a.ThinRecords)).WithMarker(a.Records)
-	a.Ledger = tracking.NewLedger(pool)
+	a.Ledger = ledger.New(pool)
 	// Every Stripe request of this replica draws on the one shared budget
 	// (docs/design.md §9); a request names its class in its context, else it is
 	// the client's.
@@ -299,7 +301,7 @@ func (a *App) Migrate(ctx context.Context) error {
 	if err := dynamo.EnsureTables(ctx, a.Dynamo, a.TableSpecs()...); err != nil {
 		return fmt.Errorf("migrate dynamodb: %w", err)
 	}
-	if err := tracking.Migrate(ctx, a.Pool); err != nil {
+	if err := postgres.Migrate(ctx, a.Pool); err != nil {
 		return fmt.Errorf("migrate postgres: %w", err)
 	}
 	return nil

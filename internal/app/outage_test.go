@@ -24,10 +24,10 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/apptest"
 	"github.com/stripe-payments/stripe-payments/internal/events"
 	"github.com/stripe-payments/stripe-payments/internal/handler"
+	"github.com/stripe-payments/stripe-payments/internal/postgres"
 	"github.com/stripe-payments/stripe-payments/internal/recordq"
 	"github.com/stripe-payments/stripe-payments/internal/stripetest"
 	"github.com/stripe-payments/stripe-payments/internal/testenv"
-	"github.com/stripe-payments/stripe-payments/internal/tracking"
 )
 
 // outageEnv is the real program behind fault proxies on Postgres and
@@ -63,7 +63,7 @@ func startOutageEnv(t *testing.T, overrides map[string]string) *outageEnv {
 	e.ddb = testenv.NewFaultProxy(t, dynamoURL.Host)
 
 	ctx := context.Background()
-	e.direct, err = tracking.Connect(ctx, directURL)
+	e.direct, err = postgres.Connect(ctx, directURL)
 	require.NoError(t, err)
 	t.Cleanup(e.direct.Close)
 	_, err = e.direct.Exec(ctx, effectsTable)

@@ -8,10 +8,10 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/actions"
 	"github.com/stripe-payments/stripe-payments/internal/billing"
 	"github.com/stripe-payments/stripe-payments/internal/email"
+	"github.com/stripe-payments/stripe-payments/internal/ledger"
 	"github.com/stripe-payments/stripe-payments/internal/metrics"
 	"github.com/stripe-payments/stripe-payments/internal/outbox"
 	"github.com/stripe-payments/stripe-payments/internal/retention"
-	"github.com/stripe-payments/stripe-payments/internal/tracking"
 )
 
 // outboxTopics are the topics the code writes: their gauges read 0 rather
@@ -86,7 +86,7 @@ func (a *App) refreshOutboxStats(ctx context.Context) {
 }
 
 // prune deletes delivered outbox rows past OUTBOX_RETENTION and ledger rows
-// past LEDGER_RETENTION (tracking.PruneLedger says why that bound is safe),
+// past LEDGER_RETENTION (ledger.Prune says why that bound is safe),
 // then dead letters, quarantined records and the console's rows past
 // DEAD_LETTER_RETENTION and OPS_RETENTION (package retention).
 func (a *App) prune(ctx context.Context) {
@@ -96,7 +96,7 @@ func (a *App) prune(ctx context.Context) {
 	if err != nil && ctx.Err() == nil {
 		a.Log.Error("outbox prune failed", "error", err)
 	}
-	l, err := tracking.PruneLedger(ctx, a.Pool, time.Now().Add(-c.LedgerRetention), pruneBatch)
+	l, err := ledger.Prune(ctx, a.Pool, time.Now().Add(-c.LedgerRetention), pruneBatch)
 	a.OutboxMetrics.Pruned.WithLabelValues("processed_events").Add(float64(l))
 	if err != nil && ctx.Err() == nil {
 		a.Log.Error("ledger prune failed", "error", err)

@@ -9,10 +9,10 @@ import (
 	"time"
 
 	billingstore "github.com/stripe-payments/stripe-payments/internal/billing/store"
+	"github.com/stripe-payments/stripe-payments/internal/ledger"
 	"github.com/stripe-payments/stripe-payments/internal/metrics"
 	"github.com/stripe-payments/stripe-payments/internal/stripebudget"
 	"github.com/stripe-payments/stripe-payments/internal/thin"
-	"github.com/stripe-payments/stripe-payments/internal/tracking"
 	"github.com/stripe-payments/stripe-payments/poller"
 	"github.com/stripe-payments/stripe-payments/webhook"
 )
@@ -72,7 +72,7 @@ func (a *App) NewPoller(o PollerOptions) (*poller.Poller, error) {
 		}
 		replayer = poller.NewWebhookReplayer(target, a.Config.WebhookSecrets[0], nil)
 	}
-	checkpoints := tracking.NewCheckpoints(a.Pool)
+	checkpoints := ledger.NewCheckpoints(a.Pool)
 	return poller.New(cfg, poller.Deps{
 		API:         api,
 		Store:       a.Events,
@@ -82,7 +82,7 @@ func (a *App) NewPoller(o PollerOptions) (*poller.Poller, error) {
 		// Accounts v2 events keep a registry of their own (package thin),
 		// which also drops the accounts closed for good.
 		Accounts: thin.Polled{Registry: a.Thin.Registry,
-			Others: poller.Accounts{tracking.NewLedgerAccounts(a.Pool), billingstore.ChargedAccounts{Store: a.BillingStore}}},
+			Others: poller.Accounts{ledger.NewAccounts(a.Pool), billingstore.ChargedAccounts{Store: a.BillingStore}}},
 		Replayer: replayer,
 		Observer: o.Observer,
 		Progress: o.Progress,

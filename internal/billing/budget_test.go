@@ -17,11 +17,11 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/billing/billingtest"
 	"github.com/stripe-payments/stripe-payments/internal/billing/stripecharge"
 	"github.com/stripe-payments/stripe-payments/internal/lock"
+	"github.com/stripe-payments/stripe-payments/internal/postgres"
 	"github.com/stripe-payments/stripe-payments/internal/stripebudget"
 	"github.com/stripe-payments/stripe-payments/internal/stripeclient"
 	"github.com/stripe-payments/stripe-payments/internal/stripetest"
 	"github.com/stripe-payments/stripe-payments/internal/testenv"
-	"github.com/stripe-payments/stripe-payments/internal/tracking"
 )
 
 // budgetReplica is one replica of the billing core on e's stack whose
@@ -36,7 +36,7 @@ type budgetReplica struct {
 
 func newBudgetReplica(tb testing.TB, e *billingtest.Env, dbURL, row string, cfg billing.Config, bc stripebudget.Config, log *slog.Logger) budgetReplica {
 	tb.Helper()
-	pool, err := tracking.Connect(context.Background(), dbURL)
+	pool, err := postgres.Connect(context.Background(), dbURL)
 	require.NoError(tb, err)
 	tb.Cleanup(pool.Close)
 	if bc.Log == nil {

@@ -32,12 +32,12 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/dynamo"
 	"github.com/stripe-payments/stripe-payments/internal/events"
 	"github.com/stripe-payments/stripe-payments/internal/handler"
+	"github.com/stripe-payments/stripe-payments/internal/ledger"
 	"github.com/stripe-payments/stripe-payments/internal/lock"
 	"github.com/stripe-payments/stripe-payments/internal/outbox"
 	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
 	"github.com/stripe-payments/stripe-payments/internal/stripetest"
 	"github.com/stripe-payments/stripe-payments/internal/testenv"
-	"github.com/stripe-payments/stripe-payments/internal/tracking"
 )
 
 // The long run: go test ./internal/billing/ -run TestBillingOracle -timeout 6h -billing.sequences=1000 -billing.months=36
@@ -320,7 +320,7 @@ func newOracleWorld(t *testing.T, seed uint64, u, lo, hi, months int) *oracleWor
 	}
 	opts = append(opts, handler.WithRoutes(feed))
 	w.handler = handler.New(handler.Config{PlatformAccount: "acct_platform", EventTTL: ttl},
-		events.NewStore(w.e.DB, evTable, ttl, nil), tracking.NewLedger(pool), quiet, opts...)
+		events.NewStore(w.e.DB, evTable, ttl, nil), ledger.New(pool), quiet, opts...)
 	w.worker = &outbox.Worker{Pool: pool, Topic: billing.FeedTopic, Deliver: feedqueue.Deliver(w.e.Service, quiet), Log: quiet,
 		Backoff: func(int) time.Duration { return 0 }, Batch: 1000}
 

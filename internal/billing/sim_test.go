@@ -31,11 +31,11 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/dynamo"
 	"github.com/stripe-payments/stripe-payments/internal/events"
 	"github.com/stripe-payments/stripe-payments/internal/handler"
+	"github.com/stripe-payments/stripe-payments/internal/ledger"
 	"github.com/stripe-payments/stripe-payments/internal/outbox"
 	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
 	"github.com/stripe-payments/stripe-payments/internal/stripetest"
 	"github.com/stripe-payments/stripe-payments/internal/testenv"
-	"github.com/stripe-payments/stripe-payments/internal/tracking"
 )
 
 func envInt(name string, def int) int {
@@ -377,7 +377,7 @@ func simulate(t *testing.T, nSubs, months int, seed uint64) (map[billing.Status]
 	}
 	opts = append(opts, handler.WithRoutes(feed))
 	s.handler = handler.New(handler.Config{PlatformAccount: "acct_platform", EventTTL: ttl},
-		events.NewStore(e.DB, evTable, ttl, nil), tracking.NewLedger(pool), quiet, opts...)
+		events.NewStore(e.DB, evTable, ttl, nil), ledger.New(pool), quiet, opts...)
 	s.worker = &outbox.Worker{Pool: pool, Topic: billing.FeedTopic, Deliver: feedqueue.Deliver(e.Service, quiet), Log: quiet,
 		Backoff: func(int) time.Duration { return 0 }, Batch: 1000}
 

@@ -11,8 +11,8 @@ import (
 	"github.com/stripe/stripe-go/v76"
 
 	"github.com/stripe-payments/stripe-payments/internal/events"
+	"github.com/stripe-payments/stripe-payments/internal/ledger"
 	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
-	"github.com/stripe-payments/stripe-payments/internal/tracking"
 )
 
 // processBatch handles a group of deliveries, in four steps:
@@ -276,14 +276,14 @@ type failedRecord struct {
 // when the batch fails.
 func (h *Handler) apply(ctx context.Context, todo []*pending) (applied map[string]bool, failures map[string]error) {
 	byID := make(map[string]*pending, len(todo))
-	refs := make([]tracking.EventRef, len(todo))
+	refs := make([]ledger.EventRef, len(todo))
 	for i, p := range todo {
 		byID[p.rec.ID] = p
-		refs[i] = tracking.EventRef{ID: p.rec.ID, Type: p.rec.Type, StripeAccount: p.rec.StripeAccount, Created: p.rec.Created}
+		refs[i] = ledger.EventRef{ID: p.rec.ID, Type: p.rec.Type, StripeAccount: p.rec.StripeAccount, Created: p.rec.Created}
 	}
 	failures = map[string]error{}
 	if len(todo) > 1 {
-		applied, err := h.ledger.ApplyBatch(ctx, refs, func(ctx context.Context, tx Tx, ref tracking.EventRef) error {
+		applied, err := h.ledger.ApplyBatch(ctx, refs, func(ctx context.Context, tx Tx, ref ledger.EventRef) error {
 			return h.applyEffects(ctx, tx, byID[ref.ID].ev)
 		})
 		if err == nil {

@@ -14,11 +14,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stripe-payments/stripe-payments/internal/handler"
+	"github.com/stripe-payments/stripe-payments/internal/ledger"
 	"github.com/stripe-payments/stripe-payments/internal/metrics"
 	"github.com/stripe-payments/stripe-payments/internal/recordq"
 	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
 	"github.com/stripe-payments/stripe-payments/internal/stripetest"
-	"github.com/stripe-payments/stripe-payments/internal/tracking"
 )
 
 // withAPIVersion returns payload with its api_version set to v ("" removes it).
@@ -44,7 +44,7 @@ func TestDeliveriesCountedByAccountAndUnexpectedAPIVersion(t *testing.T) {
 	e := newEnv(t)
 	m := metrics.New()
 	h := handler.New(handler.Config{PlatformAccount: "acct_platform_test", EventTTL: 720 * time.Hour, APIVersion: "2023-10-16"},
-		e.store, tracking.NewLedger(e.pool), slog.New(slog.NewTextHandler(io.Discard, nil)), handler.WithObserver(m))
+		e.store, ledger.New(e.pool), slog.New(slog.NewTextHandler(io.Discard, nil)), handler.WithObserver(m))
 	acct := "acct_delivered01"
 	cases := []struct {
 		name    string
@@ -116,7 +116,7 @@ func TestIgnoredAndRefusedDeliveriesAreNotCounted(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	h := handler.New(handler.Config{PlatformAccount: "acct_platform_test", EventTTL: 720 * time.Hour},
-		e.store.WithPending(q), tracking.NewLedger(e.pool), slog.New(slog.NewTextHandler(io.Discard, nil)),
+		e.store.WithPending(q), ledger.New(e.pool), slog.New(slog.NewTextHandler(io.Discard, nil)),
 		handler.WithObserver(m), handler.WithRecordQueue(q))
 	acct := "acct_counted0001"
 	received := func() float64 {

@@ -16,10 +16,10 @@ import (
 
 	"github.com/stripe-payments/stripe-payments/internal/dynamo"
 	"github.com/stripe-payments/stripe-payments/internal/events"
+	"github.com/stripe-payments/stripe-payments/internal/ledger"
 	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
 	"github.com/stripe-payments/stripe-payments/internal/stripetest"
 	"github.com/stripe-payments/stripe-payments/internal/testenv"
-	"github.com/stripe-payments/stripe-payments/internal/tracking"
 )
 
 func TestGroupCommitBatchesConcurrentDeliveries(t *testing.T) {
@@ -84,7 +84,7 @@ func TestBatchIsolatesAPoisonEvent(t *testing.T) {
 	require.NoError(t, err)
 
 	var poisonID string
-	h := New(Config{PlatformAccount: "acct_platform_test", EventTTL: 720 * time.Hour}, store, tracking.NewLedger(pool),
+	h := New(Config{PlatformAccount: "acct_platform_test", EventTTL: 720 * time.Hour}, store, ledger.New(pool),
 		slog.New(slog.NewTextHandler(io.Discard, nil)),
 		WithRoutes(Routes{{Type: "payment_intent.succeeded", Apply: []Applier{func(ctx context.Context, tx Tx, ev *stripe.Event) error {
 			if ev.ID == poisonID {

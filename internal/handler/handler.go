@@ -25,8 +25,8 @@ import (
 
 	"github.com/stripe-payments/stripe-payments/internal/config"
 	"github.com/stripe-payments/stripe-payments/internal/events"
+	"github.com/stripe-payments/stripe-payments/internal/ledger"
 	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
-	"github.com/stripe-payments/stripe-payments/internal/tracking"
 )
 
 // EventStore is the part of the events store the handler uses.
@@ -41,11 +41,11 @@ type EventStore interface {
 
 // Ledger applies events' effects at most once.
 type Ledger interface {
-	Apply(ctx context.Context, ev tracking.EventRef, effects func(ctx context.Context, tx Tx) error) (bool, error)
-	ApplyBatch(ctx context.Context, refs []tracking.EventRef, effects func(ctx context.Context, tx Tx, ev tracking.EventRef) error) (map[string]bool, error)
+	Apply(ctx context.Context, ev ledger.EventRef, effects func(ctx context.Context, tx Tx) error) (bool, error)
+	ApplyBatch(ctx context.Context, refs []ledger.EventRef, effects func(ctx context.Context, tx Tx, ev ledger.EventRef) error) (map[string]bool, error)
 	// ApplyBatchThen is ApplyBatch with a last step, in the transaction,
 	// given the ids newly claimed.
-	ApplyBatchThen(ctx context.Context, refs []tracking.EventRef, effects func(ctx context.Context, tx Tx, ev tracking.EventRef) error,
+	ApplyBatchThen(ctx context.Context, refs []ledger.EventRef, effects func(ctx context.Context, tx Tx, ev ledger.EventRef) error,
 		then func(ctx context.Context, tx Tx, claimed []string) error) (map[string]bool, error)
 }
 

@@ -19,10 +19,10 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/dynamo"
 	"github.com/stripe-payments/stripe-payments/internal/events"
 	"github.com/stripe-payments/stripe-payments/internal/handler"
+	"github.com/stripe-payments/stripe-payments/internal/ledger"
 	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
 	"github.com/stripe-payments/stripe-payments/internal/stripetest"
 	"github.com/stripe-payments/stripe-payments/internal/testenv"
-	"github.com/stripe-payments/stripe-payments/internal/tracking"
 )
 
 type env struct {
@@ -59,7 +59,7 @@ func (e *env) handler(store handler.EventStore) *handler.Handler {
 		return err
 	}
 	return handler.New(handler.Config{PlatformAccount: "acct_platform_test", EventTTL: 720 * time.Hour},
-		store, tracking.NewLedger(e.pool), slog.New(slog.NewTextHandler(io.Discard, nil)),
+		store, ledger.New(e.pool), slog.New(slog.NewTextHandler(io.Discard, nil)),
 		handler.WithRoutes(handler.Routes{{Type: "payment_intent.succeeded", Apply: []handler.Applier{effect}}}))
 }
 
@@ -289,7 +289,7 @@ func TestPreparerRunsBeforeTheTransactionAndCanFail(t *testing.T) {
 		return nil
 	}
 	h := handler.New(handler.Config{PlatformAccount: "acct_platform_test", EventTTL: 720 * time.Hour},
-		e.store, tracking.NewLedger(e.pool), slog.New(slog.NewTextHandler(io.Discard, nil)),
+		e.store, ledger.New(e.pool), slog.New(slog.NewTextHandler(io.Discard, nil)),
 		handler.WithRoutes(handler.Routes{{Type: "payment_intent.succeeded", Prepare: prepare, Apply: []handler.Applier{apply}}}))
 	payload := stripetest.Event{Fixture: "payment_intent.succeeded"}.Build(t)
 	ev := parse(t, payload)
@@ -345,7 +345,7 @@ func TestUnprocessableEventIsRejectedNotRetriedForever(t *testing.T) {
 	t.Run("a preparer's verdict rejects too, without running the appliers", func(t *testing.T) {
 		var applied atomic.Int32
 		h := handler.New(handler.Config{PlatformAccount: "acct_platform_test", EventTTL: 720 * time.Hour},
-			e.store, tracking.NewLedger(e.pool), slog.New(slog.NewTextHandler(io.Discard, nil)),
+			e.store, ledger.New(e.pool), slog.New(slog.NewTextHandler(io.Discard, nil)),
 			handler.WithRoutes(handler.Routes{{Type: "payment_intent.succeeded",
 				Prepare: func(context.Context, *stripe.Event) error {
 					return fmt.Errorf("%w: invoice id is not an invoice id", stripeevent.ErrUnprocessable)

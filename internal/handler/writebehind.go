@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/stripe-payments/stripe-payments/internal/events"
+	"github.com/stripe-payments/stripe-payments/internal/ledger"
 	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
-	"github.com/stripe-payments/stripe-payments/internal/tracking"
 )
 
 // RecordQueue is the events table's write-behind (package recordq): the
@@ -28,7 +28,7 @@ type RecordQueue interface {
 	EnqueueClaimed(ctx context.Context, tx Tx, recs []events.Record) error
 	// ClaimAndEnqueue claims events that have no effects and inserts their
 	// records, in one statement (one round trip, one commit).
-	ClaimAndEnqueue(ctx context.Context, refs []tracking.EventRef, recs []events.Record) (map[string]bool, error)
+	ClaimAndEnqueue(ctx context.Context, refs []ledger.EventRef, recs []events.Record) (map[string]bool, error)
 	// Hand gives the writers the records of a committed batch.
 	Hand(recs []events.Record)
 }
@@ -111,12 +111,12 @@ func (h *Handler) applyRecorded(ctx context.Context, wb RecordQueue, todo []*pen
 		return map[string]bool{}, failures
 	}
 	now := h.now().UTC()
-	refs := make([]tracking.EventRef, len(todo))
+	refs := make([]ledger.EventRef, len(todo))
 	recs := make([]events.Record, len(todo))
 	byID := make(map[string]int, len(todo))
 	effects := false
 	for i, p := range todo {
-		refs[i] = tracking.EventRef{ID: p.rec.ID, Type: p.rec.Type, StripeAccount: p.rec.StripeAccount, Created: p.rec.Created}
+		refs[i] = ledger.EventRef{ID: p.rec.ID, Type: p.rec.Type, StripeAccount: p.rec.StripeAccount, Created: p.rec.Created}
 		recs[i] = p.rec
 		recs[i].Status, recs[i].ProcessedAt = events.StatusProcessed, now
 		byID[p.rec.ID] = i
@@ -146,7 +146,7 @@ func (h *Handler) applyRecorded(ctx context.Context, wb RecordQueue, todo []*pen
 		applied, err = wb.ClaimAndEnqueue(ctx, refs, recs)
 	} else {
 		applied, err = h.ledger.ApplyBatchThen(ctx, refs,
-			func(ctx context.Context, tx Tx, ref tracking.EventRef) error {
+			func(ctx context.Context, tx Tx, ref ledger.EventRef) error {
 				return h.applyEffects(ctx, tx, todo[byID[ref.ID]].ev)
 			},
 			func(ctx context.Context, tx Tx, claimed []string) error {
@@ -167,7 +167,7 @@ func (h *Handler) applyRecorded(ctx context.Context, wb RecordQueue, todo []*pen
 
 // applyRecordedOneByOne commits each event of todo in a transaction of its
 // own, so that a bad event fails alone; failures are added to failures.
-func (h *Handler) applyRecordedOneByOne(ctx context.Context, wb RecordQueue, todo []*pending, refs []tracking.EventRef,
+func (h *Handler) applyRecordedOneByOne(ctx context.Context, wb RecordQueue, todo []*pending, refs []ledger.EventRef,
 	recs []events.Record, effects bool, adopt func(map[string]bool), failures map[string]error) map[string]bool {
 	applied := map[string]bool{}
 	for i, p := range todo {

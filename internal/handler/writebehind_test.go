@@ -16,10 +16,10 @@ import (
 
 	"github.com/stripe-payments/stripe-payments/internal/events"
 	"github.com/stripe-payments/stripe-payments/internal/handler"
+	"github.com/stripe-payments/stripe-payments/internal/ledger"
 	"github.com/stripe-payments/stripe-payments/internal/recordq"
 	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
 	"github.com/stripe-payments/stripe-payments/internal/stripetest"
-	"github.com/stripe-payments/stripe-payments/internal/tracking"
 )
 
 // flakyTable fails every write while down is set: the events table out of reach.
@@ -71,7 +71,7 @@ func (e *env) killableWriteBehind(t *testing.T, table recordq.Table) (*handler.H
 		return err
 	}
 	h := handler.New(handler.Config{PlatformAccount: "acct_platform_test", EventTTL: 720 * time.Hour},
-		store, tracking.NewLedger(e.pool), slog.New(slog.NewTextHandler(io.Discard, nil)),
+		store, ledger.New(e.pool), slog.New(slog.NewTextHandler(io.Discard, nil)),
 		handler.WithRoutes(handler.Routes{{Type: "payment_intent.succeeded", Apply: []handler.Applier{effect}}}), handler.WithRecordQueue(q))
 	return h, q, store, kill
 }

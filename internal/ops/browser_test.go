@@ -24,9 +24,9 @@ import (
 
 	"github.com/stripe-payments/stripe-payments/internal/apptest"
 	"github.com/stripe-payments/stripe-payments/internal/browsertest"
+	"github.com/stripe-payments/stripe-payments/internal/ledger"
 	"github.com/stripe-payments/stripe-payments/internal/stripetest"
 	"github.com/stripe-payments/stripe-payments/internal/testenv"
-	"github.com/stripe-payments/stripe-payments/internal/tracking"
 )
 
 const (
@@ -255,7 +255,7 @@ func TestConsoleInARealBrowser(t *testing.T) {
 
 	// The poller's checkpoint of the account (as a run leaves it) and a
 	// real reminder run, recorded as serve's ticker records it.
-	require.NoError(t, tracking.NewCheckpoints(a.Pool).Save(context.Background(), acct, time.Now().Add(-90*time.Second)))
+	require.NoError(t, ledger.NewCheckpoints(a.Pool).Save(context.Background(), acct, time.Now().Add(-90*time.Second)))
 	started := time.Now()
 	rep, runErr := a.Billing.RemindNow(context.Background())
 	require.NoError(t, runErr)

@@ -15,12 +15,12 @@ import (
 
 	"github.com/stripe-payments/stripe-payments/internal/dynamo"
 	"github.com/stripe-payments/stripe-payments/internal/events"
+	"github.com/stripe-payments/stripe-payments/internal/ledger"
 	"github.com/stripe-payments/stripe-payments/internal/pgtx"
 	"github.com/stripe-payments/stripe-payments/internal/recordq"
 	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
 	"github.com/stripe-payments/stripe-payments/internal/stripetest"
 	"github.com/stripe-payments/stripe-payments/internal/testenv"
-	"github.com/stripe-payments/stripe-payments/internal/tracking"
 )
 
 type env struct {
@@ -274,24 +274,24 @@ func TestClaimAndEnqueueClaimsOnceAndQueuesOnlyNewClaims(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	q := recordq.New(e.pool, e.table, recordq.Config{})
-	ref := func(r events.Record) tracking.EventRef {
-		return tracking.EventRef{ID: r.ID, Type: r.Type, StripeAccount: r.StripeAccount, Created: r.Created}
+	ref := func(r events.Record) ledger.EventRef {
+		return ledger.EventRef{ID: r.ID, Type: r.Type, StripeAccount: r.StripeAccount, Created: r.Created}
 	}
 	old, a, b := record(t), record(t), record(t)
-	applied, err := tracking.NewLedger(e.pool).Apply(ctx, ref(old), func(context.Context, pgtx.Tx) error { return nil })
+	applied, err := ledger.New(e.pool).Apply(ctx, ref(old), func(context.Context, pgtx.Tx) error { return nil })
 	require.NoError(t, err)
 	require.True(t, applied)
 
-	claimed, err := q.ClaimAndEnqueue(ctx, []tracking.EventRef{ref(a), ref(old), ref(b)}, []events.Record{a, old, b})
+	claimed, err := q.ClaimAndEnqueue(ctx, []ledger.EventRef{ref(a), ref(old), ref(b)}, []events.Record{a, old, b})
 	require.NoError(t, err)
 	assert.Equal(t, map[string]bool{a.ID: true, b.ID: true}, claimed)
 	assert.Equal(t, 2, e.pendingRows(t), "no pending row for an event claimed before")
-	var ledger int
+	var ledgerRows int
 	require.NoError(t, e.pool.QueryRow(ctx, `SELECT count(*) FROM processed_events WHERE event_id = ANY($1)`,
-		[]string{a.ID, b.ID, old.ID}).Scan(&ledger))
-	assert.Equal(t, 3, ledger)
+		[]string{a.ID, b.ID, old.ID}).Scan(&ledgerRows))
+	assert.Equal(t, 3, ledgerRows)
 
-	again, err := q.ClaimAndEnqueue(ctx, []tracking.EventRef{ref(a)}, []events.Record{a})
+	again, err := q.ClaimAndEnqueue(ctx, []ledger.EventRef{ref(a)}, []events.Record{a})
 	require.NoError(t, err)
 	assert.Empty(t, again, "a second claim of the same event claims nothing")
 	pending, err := q.Lookup(ctx, []string{a.ID, b.ID, old.ID})

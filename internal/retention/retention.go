@@ -4,7 +4,7 @@
 // replays and incident audit rows, event records quarantined by the
 // write-behind, and its marks of earlier record versions. Delivered outbox rows and the
 // ledger have their own pruners (outbox.PruneDelivered,
-// tracking.PruneLedger). docs/retention.md lists the defaults.
+// ledger.Prune). docs/retention.md lists the defaults.
 package retention
 
 import (

@@ -18,9 +18,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/stripe-payments/stripe-payments/internal/postgres"
 	"github.com/stripe-payments/stripe-payments/internal/stripebudget"
 	"github.com/stripe-payments/stripe-payments/internal/testenv"
-	"github.com/stripe-payments/stripe-payments/internal/tracking"
 )
 
 // fakeStripe records when each request arrives and its class (the test's
@@ -179,7 +179,7 @@ type replica struct {
 
 func newReplica(t *testing.T, dbURL, row string, cfg stripebudget.Config) replica {
 	t.Helper()
-	pool, err := tracking.Connect(context.Background(), dbURL)
+	pool, err := postgres.Connect(context.Background(), dbURL)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 	return newReplicaOn(t, pool, row, cfg)
@@ -312,7 +312,7 @@ func TestSlowStoreStillUsesTheRate(t *testing.T) {
 		{"control: a fixed 100 ms batch, no lead", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			pool, err := tracking.Connect(context.Background(), dbURL)
+			pool, err := postgres.Connect(context.Background(), dbURL)
 			require.NoError(t, err)
 			t.Cleanup(pool.Close)
 			b, err := stripebudget.New(slowStore{Store: stripebudget.PGStore{Pool: pool, Name: "slow-" + fmt.Sprint(tc.adaptive)}, delay: 100 * time.Millisecond},

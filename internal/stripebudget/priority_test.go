@@ -12,9 +12,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/stripe-payments/stripe-payments/internal/postgres"
 	"github.com/stripe-payments/stripe-payments/internal/stripebudget"
 	"github.com/stripe-payments/stripe-payments/internal/testenv"
-	"github.com/stripe-payments/stripe-payments/internal/tracking"
 )
 
 // recorder is an Observer that keeps counts.
@@ -119,7 +119,7 @@ func TestFallbackWhenTheStoreIsBlackHoled(t *testing.T) {
 	const rate, replicas = 60.0, 3
 	dbURL := testenv.DatabaseURL(t)
 	proxy := testenv.NewFaultProxy(t, hostOf(t, dbURL))
-	pool, err := tracking.Connect(context.Background(), strings.Replace(dbURL, hostOf(t, dbURL), proxy.Addr(), 1))
+	pool, err := postgres.Connect(context.Background(), strings.Replace(dbURL, hostOf(t, dbURL), proxy.Addr(), 1))
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 	logs := &testenv.Logs{}
@@ -172,7 +172,7 @@ func TestFallbackOfThreeReplicasStaysUnderTheRate(t *testing.T) {
 	defer cancel()
 	obs := make([]*recorder, replicas)
 	for i, c := range []stripebudget.Class{stripebudget.Charges, stripebudget.Hydration, stripebudget.Background} {
-		pool, err := tracking.Connect(context.Background(), strings.Replace(dbURL, hostOf(t, dbURL), proxy.Addr(), 1))
+		pool, err := postgres.Connect(context.Background(), strings.Replace(dbURL, hostOf(t, dbURL), proxy.Addr(), 1))
 		require.NoError(t, err)
 		t.Cleanup(pool.Close)
 		obs[i] = &recorder{}

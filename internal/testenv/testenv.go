@@ -20,7 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/stripe-payments/stripe-payments/internal/dynamo"
-	"github.com/stripe-payments/stripe-payments/internal/tracking"
+	"github.com/stripe-payments/stripe-payments/internal/postgres"
 )
 
 func require(t testing.TB, name string) string {
@@ -66,12 +66,12 @@ func DatabaseURL(t testing.TB) string {
 		t.Fatalf("parse DATABASE_URL: %v", err)
 	}
 	u.Path = "/" + name
-	pool, err := tracking.Connect(ctx, u.String())
+	pool, err := postgres.Connect(ctx, u.String())
 	if err != nil {
 		t.Fatalf("connect to test database: %v", err)
 	}
 	defer pool.Close()
-	if err := tracking.Migrate(ctx, pool); err != nil {
+	if err := postgres.Migrate(ctx, pool); err != nil {
 		t.Fatalf("migrate test database: %v", err)
 	}
 	return u.String()
@@ -80,7 +80,7 @@ func DatabaseURL(t testing.TB) string {
 // Postgres returns a pool on a fresh, migrated database.
 func Postgres(t testing.TB) *pgxpool.Pool {
 	t.Helper()
-	pool, err := tracking.Connect(context.Background(), DatabaseURL(t))
+	pool, err := postgres.Connect(context.Background(), DatabaseURL(t))
 	if err != nil {
 		t.Fatalf("connect: %v", err)
 	}

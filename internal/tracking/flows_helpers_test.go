@@ -17,6 +17,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/dynamo"
 	"github.com/stripe-payments/stripe-payments/internal/events"
 	"github.com/stripe-payments/stripe-payments/internal/handler"
+	"github.com/stripe-payments/stripe-payments/internal/ledger"
 	"github.com/stripe-payments/stripe-payments/internal/stripeclient"
 	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
 	"github.com/stripe-payments/stripe-payments/internal/stripetest"
@@ -45,11 +46,11 @@ func newFlowEnv(t *testing.T) *flowEnv {
 	testenv.CreateTables(t, client, dynamo.EventsTable(table))
 	e.events = events.NewStore(client, table, 720*time.Hour, nil)
 	api := stripeclient.New(stripeclient.Options{APIKey: "sk_test_fake_flows", BaseURL: e.stripe.URL, MaxNetworkRetries: 1, Log: quiet})
-	ledger := tracking.NewLedger(e.pool)
+	led := ledger.New(e.pool)
 	flows := tracking.NewFlows(tracking.FlowsConfig{Log: quiet, Invoices: stripeclient.InvoiceFetcher(api), LookupTimeout: 5 * time.Second,
-		Processed: ledger.Processed})
+		Processed: led.Processed})
 	e.handler = handler.New(handler.Config{PlatformAccount: "acct_platform_test", EventTTL: 720 * time.Hour},
-		e.events, ledger, quiet, handler.WithRoutes(handler.NewRoutes(flows, nil)))
+		e.events, led, quiet, handler.WithRoutes(handler.NewRoutes(flows, nil)))
 	return e
 }
 

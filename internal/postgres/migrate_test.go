@@ -1,4 +1,4 @@
-package tracking_test
+package postgres_test
 
 import (
 	"context"
@@ -8,8 +8,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/stripe-payments/stripe-payments/internal/postgres"
 	"github.com/stripe-payments/stripe-payments/internal/testenv"
-	"github.com/stripe-payments/stripe-payments/internal/tracking"
 	migrations "github.com/stripe-payments/stripe-payments/sql"
 )
 
@@ -30,7 +30,7 @@ func TestMigrateAppliesAMigrationThatLandedOutOfOrder(t *testing.T) {
 	last := entries[len(entries)-1]
 	require.False(t, strings.HasPrefix(last, "00014"), "a later migration exists")
 
-	require.NoError(t, tracking.Migrate(ctx, pool))
+	require.NoError(t, postgres.Migrate(ctx, pool))
 	_, err = pool.Exec(ctx, `SELECT stripe_account FROM ledger_pruned_accounts`)
 	require.NoError(t, err)
 }

@@ -1,7 +1,9 @@
-// Package tracking is the Postgres side of the service: the schema
-// migrations, the processed-events ledger, and the state machines that events
-// drive.
-package tracking
+// Package postgres opens the service's Postgres pool (with the limits that
+// keep a stalled server from hanging calls) and applies the schema
+// migrations embedded from sql/. It knows no table: the stores that own them
+// are internal/ledger, internal/tracking, internal/outbox and the others
+// docs/architecture.md lists.
+package postgres
 
 import (
 	"context"

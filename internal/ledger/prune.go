@@ -1,4 +1,4 @@
-package tracking
+package ledger
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// PruneLedger deletes processed-events rows processed before cutoff, batch
+// Prune deletes processed-events rows processed before cutoff, batch
 // rows per statement, and returns how many it deleted.
 //
 // Why a cutoff is safe only past EVENT_TTL + 30 days (config refuses a
@@ -23,7 +23,7 @@ import (
 // The accounts of the deleted rows are kept in ledger_pruned_accounts, in
 // the same statement, so the poller keeps polling an account whose events
 // all aged out.
-func PruneLedger(ctx context.Context, pool *pgxpool.Pool, cutoff time.Time, batch int) (int64, error) {
+func Prune(ctx context.Context, pool *pgxpool.Pool, cutoff time.Time, batch int) (int64, error) {
 	if batch <= 0 {
 		return 0, errors.New("prune ledger: batch must be positive")
 	}

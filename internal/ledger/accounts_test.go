@@ -1,4 +1,4 @@
-package tracking_test
+package ledger_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/stripe-payments/stripe-payments/internal/ledger"
 	"github.com/stripe-payments/stripe-payments/internal/pgtx"
 	"github.com/stripe-payments/stripe-payments/internal/testenv"
 	"github.com/stripe-payments/stripe-payments/internal/tracking"
@@ -17,8 +18,8 @@ import (
 func TestAccountsComeFromTheLedgerAndThePurchases(t *testing.T) {
 	pool := testenv.Postgres(t)
 	ctx := context.Background()
-	ledger := tracking.NewLedger(pool)
-	_, err := ledger.Apply(ctx, tracking.EventRef{ID: "evt_a", Type: "x", StripeAccount: "acct_from_events", Created: time.Now()},
+	l := ledger.New(pool)
+	_, err := l.Apply(ctx, ledger.EventRef{ID: "evt_a", Type: "x", StripeAccount: "acct_from_events", Created: time.Now()},
 		func(context.Context, pgtx.Tx) error { return nil })
 	require.NoError(t, err)
 	// A purchase whose events never arrived: its account must still be polled.
@@ -26,7 +27,7 @@ func TestAccountsComeFromTheLedgerAndThePurchases(t *testing.T) {
 		Account: uuid.New(), StripeAccount: "acct_from_purchase", Kind: tracking.KindLegacy})
 	require.NoError(t, err)
 
-	accounts, err := tracking.NewLedgerAccounts(pool).Accounts(ctx)
+	accounts, err := ledger.NewAccounts(pool).Accounts(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, []string{"acct_from_events", "acct_from_purchase"}, accounts)
 }

@@ -1,4 +1,4 @@
-package tracking_test
+package ledger_test
 
 import (
 	"context"
@@ -9,8 +9,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/stripe-payments/stripe-payments/internal/ledger"
 	"github.com/stripe-payments/stripe-payments/internal/testenv"
-	"github.com/stripe-payments/stripe-payments/internal/tracking"
 )
 
 // Pruning the ledger deletes only rows processed before the cutoff, in
@@ -32,21 +32,21 @@ func TestPruneLedgerRemovesOnlyRowsPastRetention(t *testing.T) {
 	insert("evt_at_cutoff", "acct_active", cutoff)
 	insert("evt_new", "acct_active", now.Add(-time.Hour))
 
-	n, err := tracking.PruneLedger(ctx, pool, cutoff, 3)
+	n, err := ledger.Prune(ctx, pool, cutoff, 3)
 	require.NoError(t, err)
 	assert.EqualValues(t, 8, n)
 
-	ledger := tracking.NewLedger(pool)
+	l := ledger.New(pool)
 	for id, want := range map[string]bool{"evt_old_0": false, "evt_old_6": false, "evt_old_kept_account": false, "evt_at_cutoff": true, "evt_new": true} {
-		got, err := ledger.Processed(ctx, id)
+		got, err := l.Processed(ctx, id)
 		require.NoError(t, err)
 		assert.Equal(t, want, got, id)
 	}
-	accounts, err := tracking.NewLedgerAccounts(pool).Accounts(ctx)
+	accounts, err := ledger.NewAccounts(pool).Accounts(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, []string{"acct_active", "acct_gone"}, accounts)
 
-	n, err = tracking.PruneLedger(ctx, pool, cutoff, 3)
+	n, err = ledger.Prune(ctx, pool, cutoff, 3)
 	require.NoError(t, err)
 	assert.Zero(t, n, "a second pass finds nothing")
 }

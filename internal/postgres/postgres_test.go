@@ -1,4 +1,4 @@
-package tracking_test
+package postgres_test
 
 import (
 	"context"
@@ -8,22 +8,20 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/stripe-payments/stripe-payments/internal/pgtx"
+	"github.com/stripe-payments/stripe-payments/internal/postgres"
 	"github.com/stripe-payments/stripe-payments/internal/testenv"
-	"github.com/stripe-payments/stripe-payments/internal/tracking"
 )
 
 func TestConnectAppliesLimits(t *testing.T) {
 	ctx := context.Background()
-	pool, err := tracking.ConnectWith(ctx, testenv.DatabaseURL(t), tracking.PoolLimits{MaxConns: 7, StatementTimeout: 1500 * time.Millisecond})
+	pool, err := postgres.ConnectWith(ctx, testenv.DatabaseURL(t), postgres.PoolLimits{MaxConns: 7, StatementTimeout: 1500 * time.Millisecond})
 	require.NoError(t, err)
 	defer pool.Close()
 	assert.Equal(t, int32(7), pool.Config().MaxConns)
-	assert.Equal(t, tracking.DefaultPoolLimits().ConnectTimeout, pool.Config().ConnConfig.ConnectTimeout, "zero takes the default")
+	assert.Equal(t, postgres.DefaultPoolLimits().ConnectTimeout, pool.Config().ConnConfig.ConnectTimeout, "zero takes the default")
 	var timeout string
 	require.NoError(t, pool.QueryRow(ctx, `SHOW statement_timeout`).Scan(&timeout))
 	assert.Equal(t, "1500ms", timeout)
@@ -44,7 +42,7 @@ func TestBlackHoledPostgresFailsWithinDeadlines(t *testing.T) {
 	proxy := testenv.NewFaultProxy(t, u.Host)
 	u.Host = proxy.Addr()
 	ctx := context.Background()
-	pool, err := tracking.ConnectWith(ctx, u.String(), tracking.PoolLimits{MaxConns: 2, ConnectTimeout: time.Second})
+	pool, err := postgres.ConnectWith(ctx, u.String(), postgres.PoolLimits{MaxConns: 2, ConnectTimeout: time.Second})
 	require.NoError(t, err)
 	defer pool.Close()
 
@@ -58,7 +56,7 @@ func TestBlackHoledPostgresFailsWithinDeadlines(t *testing.T) {
 	t.Logf("query failed after %s", time.Since(start))
 
 	start = time.Now()
-	_, err = tracking.ConnectWith(ctx, u.String(), tracking.PoolLimits{ConnectTimeout: time.Second})
+	_, err = postgres.ConnectWith(ctx, u.String(), postgres.PoolLimits{ConnectTimeout: time.Second})
 	require.Error(t, err, "a new pool through the black hole")
 	assert.Less(t, time.Since(start), 10*time.Second, "bounded by connect_timeout")
 	t.Logf("connect failed after %s", time.Since(start))
@@ -71,40 +69,4 @@ func TestBlackHoledPostgresFailsWithinDeadlines(t *testing.T) {
 		return pool.Ping(c) == nil
 	}, 30*time.Second, 100*time.Millisecond, "the pool recovers once the network does")
 	t.Logf("recovered after %s", time.Since(start))
-}
-
-// After a network failure every idle pooled connection is dead; the ledger
-// starts its transaction over on another connection instead of failing the
-// event on the first dead one.
-func TestLedgerSurvivesDeadPooledConnections(t *testing.T) {
-	u, err := url.Parse(testenv.DatabaseURL(t))
-	require.NoError(t, err)
-	proxy := testenv.NewFaultProxy(t, u.Host)
-	u.Host = proxy.Addr()
-	ctx := context.Background()
-	pool, err := tracking.ConnectWith(ctx, u.String(), tracking.PoolLimits{MaxConns: 4})
-	require.NoError(t, err)
-	defer pool.Close()
-	// Four open, idle connections.
-	var conns []*pgxpool.Conn
-	for range 4 {
-		c, err := pool.Acquire(ctx)
-		require.NoError(t, err)
-		conns = append(conns, c)
-	}
-	for _, c := range conns {
-		c.Release()
-	}
-	proxy.Cut() // every connection reset
-	proxy.Restore()
-
-	ledger := tracking.NewLedger(pool)
-	applied, err := ledger.Apply(ctx, tracking.EventRef{ID: "evt_dead_conns_1", Type: "payment_intent.succeeded",
-		StripeAccount: "acct_1", Created: time.Now()}, func(context.Context, pgtx.Tx) error { return nil })
-	require.NoError(t, err, "the first use after the failure")
-	assert.True(t, applied)
-	got, err := ledger.ApplyBatch(ctx, []tracking.EventRef{{ID: "evt_dead_conns_2", Type: "payment_intent.succeeded",
-		StripeAccount: "acct_1", Created: time.Now()}}, func(context.Context, pgtx.Tx, tracking.EventRef) error { return nil })
-	require.NoError(t, err)
-	assert.True(t, got["evt_dead_conns_2"])
 }

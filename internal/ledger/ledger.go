@@ -1,4 +1,10 @@
-package tracking
+// Package ledger is the processed-events ledger: the table whose row per
+// event id makes a second delivery of an event apply nothing
+// (docs/architecture.md). It claims events (alone, in batches, or inside a
+// caller's statement through ClaimBatch), answers whether one was processed,
+// prunes rows past retention, and lists the Connect accounts and the poller
+// checkpoints the poller reads from.
+package ledger
 
 import (
 	"context"
@@ -26,8 +32,8 @@ type Ledger struct {
 	pool *pgxpool.Pool
 }
 
-// NewLedger returns a ledger over pool.
-func NewLedger(pool *pgxpool.Pool) *Ledger { return &Ledger{pool: pool} }
+// New returns a ledger over pool.
+func New(pool *pgxpool.Pool) *Ledger { return &Ledger{pool: pool} }
 
 // Apply runs effects in one transaction that first claims ev in the ledger.
 // If the claim conflicts, the effects were committed before (by an earlier or
@@ -56,6 +62,30 @@ func (l *Ledger) Apply(ctx context.Context, ev EventRef, effects func(ctx contex
 		return false, fmt.Errorf("apply event %s: %w", ev.ID, err)
 	}
 	return applied, nil
+}
+
+// ClaimBatch is the statement that claims refs in the ledger, and its
+// arguments: it inserts a row per event id, in id order (ORDER BY 1, so
+// concurrent batches lock ledger rows in the same order and never
+// deadlock), leaves the rows of ids claimed before untouched (ON CONFLICT DO
+// NOTHING: a conflict with an uncommitted claim waits for it), and returns
+// the ids newly claimed. ApplyBatchThen runs it alone; recordq runs it as a
+// CTE of a larger statement. $1 to $4 are the ids, types, accounts and
+// creation times of refs in the order given, so a caller may pass further
+// arrays ($5 on) in the same order and join them to $1 by position. refs
+// must have distinct ids.
+func ClaimBatch(refs []EventRef) (query string, args []any) {
+	ids := make([]string, len(refs))
+	types := make([]string, len(refs))
+	accounts := make([]string, len(refs))
+	created := make([]time.Time, len(refs))
+	for i, r := range refs {
+		ids[i], types[i], accounts[i], created[i] = r.ID, r.Type, r.StripeAccount, r.Created
+	}
+	return `INSERT INTO processed_events (event_id, event_type, stripe_account, event_created)
+			SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[]) ORDER BY 1
+			ON CONFLICT (event_id) DO NOTHING
+			RETURNING event_id`, []any{ids, types, accounts, created}
 }
 
 // deadConnRetries bounds how many dead pooled connections one transaction
@@ -102,19 +132,10 @@ func (l *Ledger) ApplyBatchThen(ctx context.Context, refs []EventRef, effects fu
 	then func(ctx context.Context, tx pgtx.Tx, claimed []string) error) (applied map[string]bool, err error) {
 	sorted := append([]EventRef(nil), refs...)
 	sort.Slice(sorted, func(i, j int) bool { return sorted[i].ID < sorted[j].ID })
-	ids := make([]string, len(sorted))
-	types := make([]string, len(sorted))
-	accounts := make([]string, len(sorted))
-	created := make([]time.Time, len(sorted))
-	for i, r := range sorted {
-		ids[i], types[i], accounts[i], created[i] = r.ID, r.Type, r.StripeAccount, r.Created
-	}
+	claim, args := ClaimBatch(sorted)
 	err = l.beginFunc(ctx, func(tx pgx.Tx) error {
 		applied = make(map[string]bool, len(refs))
-		rows, err := tx.Query(ctx, `INSERT INTO processed_events (event_id, event_type, stripe_account, event_created)
-			SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[]) ORDER BY 1
-			ON CONFLICT (event_id) DO NOTHING
-			RETURNING event_id`, ids, types, accounts, created)
+		rows, err := tx.Query(ctx, claim, args...)
 		if err != nil {
 			return fmt.Errorf("claim events in ledger: %w", err)
 		}

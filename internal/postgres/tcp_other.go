@@ -1,6 +1,6 @@
 //go:build !linux
 
-package tracking
+package postgres
 
 import (
 	"syscall"

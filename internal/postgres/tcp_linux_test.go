@@ -1,4 +1,4 @@
-package tracking_test
+package postgres_test
 
 import (
 	"context"
@@ -11,13 +11,13 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
+	"github.com/stripe-payments/stripe-payments/internal/postgres"
 	"github.com/stripe-payments/stripe-payments/internal/testenv"
-	"github.com/stripe-payments/stripe-payments/internal/tracking"
 )
 
 func TestConnectionsCarryTCPUserTimeout(t *testing.T) {
 	dbURL := testenv.DatabaseURL(t)
-	pool, err := tracking.ConnectWith(context.Background(), dbURL, tracking.PoolLimits{TCPUserTimeout: 7 * time.Second})
+	pool, err := postgres.ConnectWith(context.Background(), dbURL, postgres.PoolLimits{TCPUserTimeout: 7 * time.Second})
 	require.NoError(t, err)
 	defer pool.Close()
 	u, err := url.Parse(dbURL)
