@@ -32,6 +32,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/ledger"
 	"github.com/stripe-payments/stripe-payments/internal/metrics"
 	"github.com/stripe-payments/stripe-payments/internal/ops"
+	"github.com/stripe-payments/stripe-payments/internal/opsdata"
 	"github.com/stripe-payments/stripe-payments/internal/outbox"
 	"github.com/stripe-payments/stripe-payments/internal/postgres"
 	"github.com/stripe-payments/stripe-payments/internal/purchase"
@@ -91,13 +92,13 @@ type App struct {
 
 	// Ops: what the operator console records (events per hour, failed and
 	// rejected events, billing runs).
-	OpsCounter  *ops.Counter
-	OpsProblems *ops.Problems
+	OpsCounter  *opsdata.Counter
+	OpsProblems *opsdata.Problems
 	// Incidents groups what is broken (docs/design.md §4, incidents).
 	Incidents *incidents.Store
 	Replays   *Replays
 	Batches   *Batches
-	OpsRuns   *ops.Runs
+	OpsRuns   *opsdata.Runs
 	// AuthFailures limits wrong INTERNAL_API_TOKEN guesses per client
 	// address, on the console's login and the bearer APIs alike.
 	AuthFailures *authlimit.Limiter
@@ -161,7 +162,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 		Safe: safego.New(log, metrics.NewPanics(m.Registry), time.Second)}
 	a.clocks, a.stopClocks = context.WithCancel(context.Background())
 	a.newOutbox()
-	a.OpsProblems = ops.NewProblems(pool, log.With("component", "ops"))
+	a.OpsProblems = opsdata.NewProblems(pool, log.With("component", "ops"))
 	a.Incidents = incidents.New(pool, incidents.Config{PlatformAccount: cfg.PlatformAccount})
 	a.Metrics.WatchIncidents(a.Incidents.Counts)
 	table := events.NewStore(ddb, cfg.EventsTable, cfg.EventTTL, nil)
@@ -169,7 +170,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 	// The write-behind writes through the console's problem tracking, as
 	// the handler does: a re-driven event leaves the dead-letter list when
 	// its processed record is written.
-	a.Records = recordq.New(pool, a.OpsProblems.Track(table), recordq.Config{
+	a.Records = recordq.New(pool, handler.TrackProblems(table, a.OpsProblems, log.With("component", "ops")), recordq.Config{
 		Writers: cfg.IngestRecords.Writers, MaxBacklog: cfg.IngestRecords.Backlog, Linger: cfg.IngestRecords.Linger,
 		MaxBacklogBytes: cfg.IngestRecords.BacklogBytes, QuarantineAfter: cfg.IngestRecords.QuarantineAfter,
 		Log: log.With("component", "records"), Observer: recordMetrics, Safe: a.Safe,
@@ -210,8 +211,8 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 		pool.Close()
 		return nil, err
 	}
-	a.OpsCounter = ops.NewCounter(pool, log.With("component", "ops"), nil)
-	a.OpsRuns = ops.NewRuns(pool, m.Registry)
+	a.OpsCounter = opsdata.NewCounter(pool, log.With("component", "ops"), nil)
+	a.OpsRuns = opsdata.NewRuns(pool, m.Registry)
 	routes := handler.NewRoutes(flows, feedqueue.Enqueue)
 	for _, change := range o.routes {
 		routes = change(routes)
@@ -231,9 +232,9 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 		BatchTimeout:    cfg.Limits.IngestBatchTimeout,
 		QueueMax:        cfg.Limits.IngestQueueMax,
 		QueueMaxBytes:   cfg.Limits.IngestQueueMaxBytes,
-	}, a.OpsProblems.Track(a.Events), a.Ledger, log,
+	}, handler.TrackProblems(a.Events, a.OpsProblems, log.With("component", "ops")), a.Ledger, log,
 		append([]handler.Option{handler.WithRoutes(routes),
-			handler.WithObserver(ops.Observers{a.Metrics, a.OpsCounter}), handler.WithIngestObserver(a.Metrics),
+			handler.WithObserver(handler.Observers{a.Metrics, a.OpsCounter}), handler.WithIngestObserver(a.Metrics),
 			handler.WithBatchObserver(recordMetrics)}, recordOptions(cfg, a.Records)...)...)
 	a.Metrics.WatchIngest(func() metrics.IngestQueue { return metrics.IngestQueue(a.Handler.Stats()) })
 
@@ -268,8 +269,9 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 	apiDeps.Batches = a.newBatches()
 	api.Register(a.Admin.Echo, cfg.InternalAPIToken, apiDeps)
 	if err := ops.Register(a.Admin.Echo, ops.Deps{
-		Token: cfg.InternalAPIToken, Pool: pool, Events: a.Events, Replayer: api.NewReplayer(apiDeps),
+		Token: cfg.InternalAPIToken, Events: a.Events, Replayer: api.NewReplayer(apiDeps),
 		Billing: a.Billing, Counter: a.OpsCounter, Problems: a.OpsProblems, Runs: a.OpsRuns, Outbox: a.Outbox,
+		Sessions: opsdata.NewSessions(pool), Checkpoints: tracking.NewCheckpoints(pool), Thin: a.Thin.Queue, Quarantine: a.Records,
 		Gatherer: a.Metrics.Registry, Log: log.With("component", "ops"), Livemode: cfg.Livemode(), Clocks: a.clocks,
 		Development: cfg.Development, Failures: a.AuthFailures,
 		SessionIdle: cfg.Admin.SessionIdle, SessionMaxAge: cfg.Admin.SessionMaxAge,

@@ -19,7 +19,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
 	"github.com/prometheus/client_golang/prometheus"
@@ -29,6 +28,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/billing"
 	"github.com/stripe-payments/stripe-payments/internal/billing/batchrun"
 	"github.com/stripe-payments/stripe-payments/internal/incidents"
+	"github.com/stripe-payments/stripe-payments/internal/opsdata"
 	"github.com/stripe-payments/stripe-payments/internal/replay"
 )
 
@@ -46,7 +46,6 @@ const CSP = "default-src 'none'; style-src 'self'; img-src 'self' data:; form-ac
 type Deps struct {
 	// Token is INTERNAL_API_TOKEN; empty leaves the console off.
 	Token    string
-	Pool     *pgxpool.Pool
 	Events   api.EventReader
 	Replayer api.Replayer
 	Billing  *billing.Service // nil: no billing pages
@@ -54,13 +53,22 @@ type Deps struct {
 	// the runner after a start.
 	Batches    *batchrun.Store
 	BatchNudge func()
-	Counter    *Counter
-	Problems   *Problems
-	Runs       *Runs
-	Outbox     OutboxReader
-	Gatherer   prometheus.Gatherer
-	Log        *slog.Logger
-	Now        func() time.Time
+	// Counter, Problems and Runs are the operator tables (opsdata);
+	// Sessions holds the console's sessions.
+	Counter  *opsdata.Counter
+	Problems *opsdata.Problems
+	Runs     *opsdata.Runs
+	Sessions SessionStore
+	// Checkpoints lists the poller's checkpoints (tracking.Checkpoints),
+	// Thin reads the hydration queue (thin.Queue) and Quarantine counts
+	// the records the events table refused (recordq.Queue).
+	Checkpoints CheckpointLister
+	Thin        ThinReader
+	Quarantine  QuarantineCounter
+	Outbox      OutboxReader
+	Gatherer    prometheus.Gatherer
+	Log         *slog.Logger
+	Now         func() time.Time
 	// Livemode: the Stripe key is live. Test clocks (issue 14) are then
 	// off: no navigation entry, and /ops/clocks answers 403.
 	Livemode bool
@@ -114,7 +122,7 @@ func Register(e *echo.Echo, d Deps) error {
 		d.SessionMaxAge = SessionTTL
 	}
 	c := &Console{d: d, pages: map[string]*template.Template{},
-		sessions: sessions{pool: d.Pool, now: d.Now, idle: d.SessionIdle, maxAge: d.SessionMaxAge, tag: tokenTag(d.Token)}}
+		sessions: sessions{store: d.Sessions, now: d.Now, idle: d.SessionIdle, maxAge: d.SessionMaxAge, tag: tokenTag(d.Token)}}
 	if err := c.parse(); err != nil {
 		return err
 	}

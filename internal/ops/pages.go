@@ -15,8 +15,10 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/events"
 	"github.com/stripe-payments/stripe-payments/internal/incidents"
+	"github.com/stripe-payments/stripe-payments/internal/opsdata"
 	"github.com/stripe-payments/stripe-payments/internal/outbox"
 	"github.com/stripe-payments/stripe-payments/internal/stripeid"
+	"github.com/stripe-payments/stripe-payments/internal/thin"
 )
 
 // PageSize of every list.
@@ -34,10 +36,10 @@ type overviewData struct {
 	Problems    map[string]int64
 	Checkpoints []Checkpoint
 	Outbox      []outbox.TopicStats
-	Runs        []Run
+	Runs        []opsdata.Run
 	Today       string
 	Warnings    []string
-	Thin        ThinBacklog
+	Thin        thin.Hydrations
 	// Incidents are the open ones; the overview leads with them.
 	Incidents   []incidents.Incident
 	IncidentsOn bool
@@ -46,7 +48,7 @@ type overviewData struct {
 func (c *Console) overview(ec echo.Context) error {
 	ctx := ctxOf(ec)
 	now := c.d.Now().UTC()
-	d := overviewData{Outcomes: Outcomes, Totals: map[string]int64{}, Today: now.Format(events.DateLayout)}
+	d := overviewData{Outcomes: opsdata.Outcomes, Totals: map[string]int64{}, Today: now.Format(events.DateLayout)}
 	// This instance's counts are read fresh; other instances' lag by at
 	// most their flush interval.
 	if err := c.d.Counter.Flush(ctx); err != nil {
@@ -66,7 +68,7 @@ func (c *Console) overview(ec echo.Context) error {
 	if d.Problems, err = c.d.Problems.Counts(ctx); err != nil {
 		return c.unavailable(ec, "count the dead letters", err)
 	}
-	if d.Checkpoints, err = Checkpoints(ctx, c.d.Pool, c.d.Gatherer, now); err != nil {
+	if d.Checkpoints, err = checkpoints(ctx, c.d.Checkpoints, c.d.Gatherer, now); err != nil {
 		return c.unavailable(ec, "read the poller checkpoints", err)
 	}
 	if d.Outbox, err = c.d.Outbox.Stats(ctx); err != nil {
@@ -75,10 +77,10 @@ func (c *Console) overview(ec echo.Context) error {
 	if d.Runs, err = c.d.Runs.Last(ctx, 5); err != nil {
 		return c.unavailable(ec, "read the billing runs", err)
 	}
-	if d.Thin, err = ReadThinBacklog(ctx, c.d.Pool, now); err != nil {
+	if d.Thin, err = c.d.Thin.Hydrations(ctx, now, MaxThinStuck); err != nil {
 		return c.unavailable(ec, "read the thin events waiting for hydration", err)
 	}
-	if n, err := QuarantinedRecords(ctx, c.d.Pool); err != nil {
+	if n, err := c.d.Quarantine.Quarantined(ctx); err != nil {
 		return c.unavailable(ec, "count the quarantined event records", err)
 	} else if n > 0 {
 		d.Warnings = append(d.Warnings, quarantineWarning(n))
@@ -157,9 +159,9 @@ func (c *Console) replayOne(ec echo.Context) error {
 
 type problemsData struct {
 	Outcome  string
-	Problems []Problem
+	Problems []opsdata.Problem
 	Next     string
-	Thin     ThinBacklog // thin events whose hydration keeps failing
+	Thin     thin.Hydrations // thin events whose hydration keeps failing
 }
 
 func (c *Console) problems(ec echo.Context) error {
@@ -168,14 +170,14 @@ func (c *Console) problems(ec echo.Context) error {
 		return c.fail(ec, http.StatusBadRequest, "outcome is failed or rejected")
 	}
 	page, err := c.d.Problems.List(ctxOf(ec), outcome, PageSize, ec.QueryParam("cursor"))
-	if errors.Is(err, ErrBadCursor) {
+	if errors.Is(err, opsdata.ErrBadCursor) {
 		return c.fail(ec, http.StatusBadRequest, "That page link is not valid; open the list again.")
 	}
 	if err != nil {
 		return c.unavailable(ec, "list the dead letters", err)
 	}
 	d := problemsData{Outcome: outcome, Problems: page.Problems}
-	if d.Thin, err = ReadThinBacklog(ctxOf(ec), c.d.Pool, c.d.Now().UTC()); err != nil {
+	if d.Thin, err = c.d.Thin.Hydrations(ctxOf(ec), c.d.Now().UTC(), MaxThinStuck); err != nil {
 		return c.unavailable(ec, "read the thin events waiting for hydration", err)
 	}
 	if page.Next != "" {

@@ -12,6 +12,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/stripe-payments/stripe-payments/internal/events"
+	"github.com/stripe-payments/stripe-payments/internal/opsdata"
 	"github.com/stripe-payments/stripe-payments/internal/stripeid"
 )
 
@@ -176,7 +177,7 @@ func parseLocal(v string) (time.Time, error) {
 type eventData struct {
 	Record  events.Record
 	Payload string
-	Problem *Problem
+	Problem *opsdata.Problem
 }
 
 func (c *Console) eventPage(ec echo.Context) error {
