@@ -37,6 +37,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/postgres"
 	"github.com/stripe-payments/stripe-payments/internal/purchase"
 	"github.com/stripe-payments/stripe-payments/internal/recordq"
+	"github.com/stripe-payments/stripe-payments/internal/replay"
 	"github.com/stripe-payments/stripe-payments/internal/safego"
 	"github.com/stripe-payments/stripe-payments/internal/stripebudget"
 	"github.com/stripe-payments/stripe-payments/internal/stripeclient"
@@ -250,26 +251,27 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 	verifier := webhook.NewVerifier(cfg.WebhookSecrets, cfg.WebhookTolerance, nil)
 	a.newThin()
 	webhook.NewEndpoint(verifier, a.Ingest, cfg.WebhookMaxBody, log).Register(a.Server.Echo)
+	// One replay path for the API, the console and the bulk runner.
+	replayer := replay.One{Events: a.Events, Handler: a.Handler, Platform: cfg.PlatformAccount,
+		Fetcher: stripeclient.EventFetcher{API: a.Stripe, PlatformAccount: cfg.PlatformAccount}}
 	apiDeps := api.Deps{
-		Events:          a.Events,
-		Handler:         a.Handler,
-		Fetcher:         stripeclient.EventFetcher{API: a.Stripe, PlatformAccount: cfg.PlatformAccount},
-		PlatformAccount: cfg.PlatformAccount,
-		Tracking:        a.Tracking,
-		Purchases:       purchase.NewService(a.Tracking, a.Stripe, log.With("component", "purchase")),
-		Billing:         a.Billing,
-		Outbox:          a.Outbox,
-		Incidents:       a.Incidents,
-		Livemode:        cfg.Livemode(),
-		Background:      a.clocks,
-		Failures:        a.AuthFailures,
-		Log:             log.With("component", "api"),
+		Events:     a.Events,
+		Replayer:   replayer,
+		Tracking:   a.Tracking,
+		Purchases:  purchase.NewService(a.Tracking, a.Stripe, log.With("component", "purchase")),
+		Billing:    a.Billing,
+		Outbox:     a.Outbox,
+		Incidents:  a.Incidents,
+		Livemode:   cfg.Livemode(),
+		Background: a.clocks,
+		Failures:   a.AuthFailures,
+		Log:        log.With("component", "api"),
 	}
-	apiDeps.Replays = a.newReplays(api.NewReplayer(apiDeps))
+	apiDeps.Replays = a.newReplays(replayer)
 	apiDeps.Batches = a.newBatches()
 	api.Register(a.Admin.Echo, cfg.InternalAPIToken, apiDeps)
 	if err := ops.Register(a.Admin.Echo, ops.Deps{
-		Token: cfg.InternalAPIToken, Events: a.Events, Replayer: api.NewReplayer(apiDeps),
+		Token: cfg.InternalAPIToken, Events: a.Events, Replayer: replayer,
 		Billing: a.Billing, Counter: a.OpsCounter, Problems: a.OpsProblems, Runs: a.OpsRuns, Outbox: a.Outbox,
 		Sessions: opsdata.NewSessions(pool), Checkpoints: tracking.NewCheckpoints(pool), Thin: a.Thin.Queue, Quarantine: a.Records,
 		Gatherer: a.Metrics.Registry, Log: log.With("component", "ops"), Livemode: cfg.Livemode(), Clocks: a.clocks,

@@ -23,10 +23,10 @@ import (
 	"github.com/labstack/echo/v4/middleware"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/stripe-payments/stripe-payments/internal/api"
 	"github.com/stripe-payments/stripe-payments/internal/authlimit"
 	"github.com/stripe-payments/stripe-payments/internal/billing"
 	"github.com/stripe-payments/stripe-payments/internal/billing/batchrun"
+	"github.com/stripe-payments/stripe-payments/internal/events"
 	"github.com/stripe-payments/stripe-payments/internal/incidents"
 	"github.com/stripe-payments/stripe-payments/internal/opsdata"
 	"github.com/stripe-payments/stripe-payments/internal/replay"
@@ -46,8 +46,8 @@ const CSP = "default-src 'none'; style-src 'self'; img-src 'self' data:; form-ac
 type Deps struct {
 	// Token is INTERNAL_API_TOKEN; empty leaves the console off.
 	Token    string
-	Events   api.EventReader
-	Replayer api.Replayer
+	Events   events.Reader
+	Replayer Replayer
 	Billing  *billing.Service // nil: no billing pages
 	// Batches: batch collections (nil: no batch pages); BatchNudge wakes
 	// the runner after a start.
@@ -90,6 +90,11 @@ type Deps struct {
 	Incidents   *incidents.Store
 	Replays     *replay.Store
 	ReplayNudge func()
+}
+
+// Replayer re-drives one event (replay.One, as the internal API does).
+type Replayer interface {
+	Replay(ctx context.Context, id, account string) (replay.Result, error)
 }
 
 // Console serves the pages.

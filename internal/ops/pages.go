@@ -107,7 +107,7 @@ type replayResult struct {
 	Cause string
 }
 
-// replay re-drives one event through the API's replay logic and takes it
+// replay re-drives one event through the one replay path (replay.One) and takes it
 // off the dead-letter list once it is processed without error.
 func (c *Console) replay(ec echo.Context, id, account string) replayResult {
 	ctx := ctxOf(ec)
@@ -128,9 +128,9 @@ func (c *Console) replay(ec echo.Context, id, account string) replayResult {
 		c.d.Log.Warn("console replay failed", "event_id", id, "error", err)
 		return out
 	}
-	if res.Event != nil {
-		out.Status, out.Still = res.Event.Status, res.Event.LastError
-		if res.Event.Status == string(events.StatusProcessed) && res.Event.LastError == "" {
+	if res.Record != nil {
+		out.Status, out.Still = string(res.Record.Status), res.Record.LastError
+		if res.Record.Status == events.StatusProcessed && res.Record.LastError == "" {
 			if err := c.d.Problems.Resolve(ctx, id); err != nil {
 				c.d.Log.Warn("console: resolve problem", "event_id", id, "error", err)
 			}
