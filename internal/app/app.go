@@ -273,7 +273,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 	if err := ops.Register(a.Admin.Echo, ops.Deps{
 		Token: cfg.InternalAPIToken, Events: a.Events, Replayer: replayer,
 		Billing: a.Billing, Counter: a.OpsCounter, Problems: a.OpsProblems, Runs: a.OpsRuns, Outbox: a.Outbox,
-		Sessions: opsdata.NewSessions(pool), Checkpoints: tracking.NewCheckpoints(pool), Thin: a.Thin.Queue, Quarantine: a.Records,
+		Sessions: opsdata.NewSessions(pool), Checkpoints: ledger.NewCheckpoints(pool), Thin: a.Thin.Queue, Quarantine: a.Records,
 		Gatherer: a.Metrics.Registry, Log: log.With("component", "ops"), Livemode: cfg.Livemode(), Clocks: a.clocks,
 		Development: cfg.Development, Failures: a.AuthFailures,
 		SessionIdle: cfg.Admin.SessionIdle, SessionMaxAge: cfg.Admin.SessionMaxAge,

@@ -8,9 +8,9 @@ import (
 	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/stripe-payments/stripe-payments/internal/ledger"
 	"github.com/stripe-payments/stripe-payments/internal/outbox"
 	"github.com/stripe-payments/stripe-payments/internal/thin"
-	"github.com/stripe-payments/stripe-payments/internal/tracking"
 )
 
 // Checkpoint is the poller's progress on one account.
@@ -25,9 +25,9 @@ type Checkpoint struct {
 }
 
 // CheckpointLister lists the poller's stored checkpoints
-// (tracking.Checkpoints).
+// (ledger.Checkpoints).
 type CheckpointLister interface {
-	List(ctx context.Context, limit int) ([]tracking.Saved, error)
+	List(ctx context.Context, limit int) ([]ledger.Saved, error)
 }
 
 // maxCheckpoints bounds the checkpoints the overview lists.
