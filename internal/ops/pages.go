@@ -240,16 +240,11 @@ func (c *Console) outbox(ec echo.Context) error {
 		next.Set("topic", d.Topic)
 	}
 	if d.Dead {
-		var after outbox.DeadCursor
-		if cur := ec.QueryParam("after"); cur != "" {
-			at, id, ok := strings.Cut(cur, "|")
-			t, terr := time.Parse(time.RFC3339Nano, at)
-			u, uerr := uuid.Parse(id)
-			if !ok || terr != nil || uerr != nil {
-				return c.fail(ec, http.StatusBadRequest, "That page link is not valid; open the list again.")
-			}
-			after = outbox.DeadCursor{DeadAt: t, ID: u}
+		t, u, ok := pageAfter(ec.QueryParam("after"))
+		if !ok {
+			return c.fail(ec, http.StatusBadRequest, "That page link is not valid; open the list again.")
 		}
+		after := outbox.DeadCursor{DeadAt: t, ID: u}
 		letters, cur, err := c.d.Outbox.ListDead(ctx, d.Topic, after, PageSize)
 		if err != nil {
 			return c.unavailable(ec, "list the dead letters", err)
@@ -257,32 +252,47 @@ func (c *Console) outbox(ec echo.Context) error {
 		d.Letters = letters
 		if cur != nil {
 			next.Set("dead", "1")
-			next.Set("after", cur.DeadAt.UTC().Format(time.RFC3339Nano)+"|"+cur.ID.String())
+			next.Set("after", pageLink(cur.DeadAt, cur.ID))
 			d.Next = Prefix + "/outbox?" + next.Encode()
 		}
 		return c.render(ec, http.StatusOK, "outbox", view{Title: "Outbox dead letters", Nav: "outbox", Notice: outboxNotice(ec), Data: d})
 	}
 	// Keyset paging on (available_at, id): ties never skip a message.
-	var after outbox.PendingCursor
-	if cur := ec.QueryParam("after"); cur != "" {
-		at, id, ok := strings.Cut(cur, "|")
-		t, terr := time.Parse(time.RFC3339Nano, at)
-		u, uerr := uuid.Parse(id)
-		if !ok || terr != nil || uerr != nil {
-			return c.fail(ec, http.StatusBadRequest, "That page link is not valid; open the list again.")
-		}
-		after = outbox.PendingCursor{AvailableAt: t, ID: u}
+	t, u, ok := pageAfter(ec.QueryParam("after"))
+	if !ok {
+		return c.fail(ec, http.StatusBadRequest, "That page link is not valid; open the list again.")
 	}
+	after := outbox.PendingCursor{AvailableAt: t, ID: u}
 	msgs, cur, err := c.d.Outbox.ListPending(ctx, d.Topic, after, PageSize)
 	if err != nil {
 		return c.unavailable(ec, "read the outbox", err)
 	}
 	d.Messages = msgs
 	if cur != nil {
-		next.Set("after", cur.AvailableAt.UTC().Format(time.RFC3339Nano)+"|"+cur.ID.String())
+		next.Set("after", pageLink(cur.AvailableAt, cur.ID))
 		d.Next = Prefix + "/outbox?" + next.Encode()
 	}
 	return c.render(ec, http.StatusOK, "outbox", view{Title: "Outbox", Nav: "outbox", Data: d})
+}
+
+// pageAfter reads an outbox page link's "after" (time|id, as pageLink
+// writes it); "" is the first page (zero values, ok).
+func pageAfter(cur string) (time.Time, uuid.UUID, bool) {
+	if cur == "" {
+		return time.Time{}, uuid.UUID{}, true
+	}
+	at, id, ok := strings.Cut(cur, "|")
+	t, terr := time.Parse(time.RFC3339Nano, at)
+	u, uerr := uuid.Parse(id)
+	if !ok || terr != nil || uerr != nil {
+		return time.Time{}, uuid.UUID{}, false
+	}
+	return t, u, true
+}
+
+// pageLink writes the keyset position of an outbox page's last row.
+func pageLink(at time.Time, id uuid.UUID) string {
+	return at.UTC().Format(time.RFC3339Nano) + "|" + id.String()
 }
 
 // redriveDead re-drives one dead letter from its button: it is due again

@@ -93,32 +93,31 @@ func (s *Store) GetPurchase(ctx context.Context, id uuid.UUID) (Purchase, error)
 
 // GetPayment reads a payment.
 func (s *Store) GetPayment(ctx context.Context, id string) (Payment, error) {
-	var p Payment
-	err := s.pool.QueryRow(ctx, `SELECT id, created, last_updated, account, stripe_account, purchase, status,
-		coalesce(last_event_id, ''), last_event_created FROM payments WHERE id = $1`, id).
-		Scan(&p.ID, &p.Created, &p.LastUpdated, &p.Account, &p.StripeAccount, &p.Purchase, &p.Status, &p.LastEventID, &p.LastEventCreated)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return Payment{}, fmt.Errorf("payment %s: %w", id, ErrNotFound)
-	}
-	if err != nil {
-		return Payment{}, fmt.Errorf("read payment %s: %w", id, err)
-	}
-	return p, nil
+	return getTracked(ctx, s, "payments", "payment", id, func(p *Payment) []any {
+		return []any{&p.ID, &p.Created, &p.LastUpdated, &p.Account, &p.StripeAccount, &p.Purchase, &p.Status, &p.LastEventID, &p.LastEventCreated}
+	})
 }
 
 // GetSubscription reads a subscription.
 func (s *Store) GetSubscription(ctx context.Context, id string) (Subscription, error) {
-	var sub Subscription
+	return getTracked(ctx, s, "subscriptions", "subscription", id, func(p *Subscription) []any {
+		return []any{&p.ID, &p.Created, &p.LastUpdated, &p.Account, &p.StripeAccount, &p.Purchase, &p.Status, &p.LastEventID, &p.LastEventCreated}
+	})
+}
+
+// getTracked reads one row of payments or subscriptions (table; what names
+// it in errors), whose columns are the same: fields lists where each goes.
+func getTracked[T any](ctx context.Context, s *Store, table, what, id string, fields func(*T) []any) (T, error) {
+	var row, zero T
 	err := s.pool.QueryRow(ctx, `SELECT id, created, last_updated, account, stripe_account, purchase, status,
-		coalesce(last_event_id, ''), last_event_created FROM subscriptions WHERE id = $1`, id).
-		Scan(&sub.ID, &sub.Created, &sub.LastUpdated, &sub.Account, &sub.StripeAccount, &sub.Purchase, &sub.Status, &sub.LastEventID, &sub.LastEventCreated)
+		coalesce(last_event_id, ''), last_event_created FROM `+table+` WHERE id = $1`, id).Scan(fields(&row)...)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Subscription{}, fmt.Errorf("subscription %s: %w", id, ErrNotFound)
+		return zero, fmt.Errorf("%s %s: %w", what, id, ErrNotFound)
 	}
 	if err != nil {
-		return Subscription{}, fmt.Errorf("read subscription %s: %w", id, err)
+		return zero, fmt.Errorf("read %s %s: %w", what, id, err)
 	}
-	return sub, nil
+	return row, nil
 }
 
 // RecordPayment stores the purchase's PaymentIntent (and invoice, for a
