@@ -107,15 +107,12 @@ func listParams(c echo.Context) (int32, string, error) {
 	if err != nil {
 		return 0, "", err
 	}
-	limit, err := pageLimit(q["limit"])
-	if err != nil {
-		return 0, "", err
-	}
-	cursor, given := q["cursor"]
-	if given && (cursor == "" || len(cursor) > 2048) {
-		return 0, "", apperr.New(apperr.CodeInvalidParameter, "invalid cursor")
-	}
-	return limit, cursor, nil
+	return pageOf(q, func(cursor string) (string, error) {
+		if cursor == "" || len(cursor) > 2048 {
+			return "", apperr.New(apperr.CodeInvalidParameter, "invalid cursor")
+		}
+		return cursor, nil
+	})
 }
 
 // listPage answers one page of a billing list: limit and cursor from the
