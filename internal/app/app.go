@@ -168,9 +168,9 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 	a.Metrics.WatchIncidents(a.Incidents.Counts)
 	table := events.NewStore(ddb, cfg.EventsTable, cfg.EventTTL, nil)
 	recordMetrics := m.NewRecords()
-	// The write-behind writes through the console's problem tracking, as
-	// the handler does: a re-driven event leaves the dead-letter list when
-	// its processed record is written.
+	// The write-behind writes through the failed & rejected list
+	// (handler.TrackProblems), as the handler does: a re-driven event leaves
+	// it when its processed record is written.
 	a.Records = recordq.New(pool, handler.TrackProblems(table, a.OpsProblems, log.With("component", "ops")), recordq.Config{
 		Writers: cfg.IngestRecords.Writers, MaxBacklog: cfg.IngestRecords.Backlog, Linger: cfg.IngestRecords.Linger,
 		MaxBacklogBytes: cfg.IngestRecords.BacklogBytes, QuarantineAfter: cfg.IngestRecords.QuarantineAfter,
