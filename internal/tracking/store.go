@@ -125,20 +125,7 @@ func getTracked[T any](ctx context.Context, s *Store, table, what, id string, fi
 // Repeating it is harmless; an event that got there first already inserted
 // the payment.
 func (s *Store) RecordPayment(ctx context.Context, purchase uuid.UUID, paymentIntent, invoice string) error {
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `UPDATE purchases SET payment_intent = $2, invoice = coalesce(nullif($3, ''), invoice) WHERE id = $1`,
-			purchase, paymentIntent, invoice)
-		if err != nil {
-			return translate(err)
-		}
-		if tag.RowsAffected() == 0 {
-			return ErrNotFound
-		}
-		_, err = tx.Exec(ctx, `INSERT INTO payments (id, account, stripe_account, purchase)
-			SELECT $2, account, stripe_account, id FROM purchases WHERE id = $1
-			ON CONFLICT (id) DO NOTHING`, purchase, paymentIntent)
-		return translate(err)
-	})
+	err := s.attach(ctx, purchase, `payment_intent = $2, invoice = coalesce(nullif($3, ''), invoice)`, "payments", paymentIntent, invoice)
 	if err != nil {
 		return fmt.Errorf("record payment %s of purchase %s: %w", paymentIntent, purchase, err)
 	}
@@ -167,21 +154,30 @@ func (s *Store) MarkPaymentPaid(ctx context.Context, paymentIntent string) error
 // RecordSubscription stores the purchase's Stripe subscription, new: the
 // activation event moves it to active and fulfils the purchase.
 func (s *Store) RecordSubscription(ctx context.Context, purchase uuid.UUID, subscription string) error {
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `UPDATE purchases SET subscription = $2 WHERE id = $1`, purchase, subscription)
+	err := s.attach(ctx, purchase, `subscription = $2`, "subscriptions", subscription)
+	if err != nil {
+		return fmt.Errorf("record subscription %s of purchase %s: %w", subscription, purchase, err)
+	}
+	return nil
+}
+
+// attach links a purchase to its payment or subscription id and inserts
+// that row (table, new) in one transaction: set is the purchases update,
+// with $1 the purchase, $2 id and $3… more. An existing row is left alone
+// (an event that got there first inserted it); ErrNotFound without the
+// purchase.
+func (s *Store) attach(ctx context.Context, purchase uuid.UUID, set, table, id string, more ...any) error {
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `UPDATE purchases SET `+set+` WHERE id = $1`, append([]any{purchase, id}, more...)...)
 		if err != nil {
 			return translate(err)
 		}
 		if tag.RowsAffected() == 0 {
 			return ErrNotFound
 		}
-		_, err = tx.Exec(ctx, `INSERT INTO subscriptions (id, account, stripe_account, purchase)
+		_, err = tx.Exec(ctx, `INSERT INTO `+table+` (id, account, stripe_account, purchase)
 			SELECT $2, account, stripe_account, id FROM purchases WHERE id = $1
-			ON CONFLICT (id) DO NOTHING`, purchase, subscription)
+			ON CONFLICT (id) DO NOTHING`, purchase, id)
 		return translate(err)
 	})
-	if err != nil {
-		return fmt.Errorf("record subscription %s of purchase %s: %w", subscription, purchase, err)
-	}
-	return nil
 }
