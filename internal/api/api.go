@@ -10,7 +10,8 @@ import (
 
 	"github.com/stripe-payments/stripe-payments/internal/api/openapi"
 	"github.com/stripe-payments/stripe-payments/internal/authlimit"
-	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
+	"github.com/stripe-payments/stripe-payments/internal/events"
+	"github.com/stripe-payments/stripe-payments/internal/replay"
 )
 
 // Prefix of every internal route.
@@ -18,13 +19,9 @@ const Prefix = "/internal/v1"
 
 // Deps are what the API reads and drives.
 type Deps struct {
-	Events  EventReader
-	Handler stripeevent.Handler
-	// Fetcher may be nil: replays then need the stored payload.
-	Fetcher EventFetcher
-	// PlatformAccount is STRIPE_PLATFORM_ACCOUNT: a replay fetched as it
-	// is a platform event.
-	PlatformAccount string
+	Events events.Reader
+	// Replayer re-drives one event (the console replays through the same).
+	Replayer replay.One
 	// Tracking and Purchases; nil leaves their routes out.
 	Tracking  TrackingReader
 	Purchases PurchaseService
@@ -61,7 +58,7 @@ func Register(e *echo.Echo, token string, deps Deps) {
 	g.GET("/openapi.json", func(c echo.Context) error {
 		return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, openapi.Document)
 	})
-	ev := eventRoutes{store: deps.Events, handler: deps.Handler, fetcher: deps.Fetcher, platform: deps.PlatformAccount}
+	ev := eventRoutes{store: deps.Events, replayer: deps.Replayer}
 	g.GET("/events", ev.list)
 	g.GET("/events/:id", ev.get)
 	g.POST("/events/:id/replay", ev.replay)

@@ -107,15 +107,26 @@ func listParams(c echo.Context) (int32, string, error) {
 	if err != nil {
 		return 0, "", err
 	}
-	limit, err := pageLimit(q["limit"])
+	return pageOf(q, func(cursor string) (string, error) {
+		if cursor == "" || len(cursor) > 2048 {
+			return "", apperr.New(apperr.CodeInvalidParameter, "invalid cursor")
+		}
+		return cursor, nil
+	})
+}
+
+// listPage answers one page of a billing list: limit and cursor from the
+// query (listParams), the page from list, each item rendered by render.
+func listPage[T, J any](c echo.Context, list func(ctx context.Context, limit int32, cursor string) (billing.Page[T], error), render func(T) J) error {
+	limit, cursor, err := listParams(c)
 	if err != nil {
-		return 0, "", err
+		return err
 	}
-	cursor, given := q["cursor"]
-	if given && (cursor == "" || len(cursor) > 2048) {
-		return 0, "", apperr.New(apperr.CodeInvalidParameter, "invalid cursor")
+	page, err := list(c.Request().Context(), limit, cursor)
+	if err != nil {
+		return billingError(err)
 	}
-	return limit, cursor, nil
+	return c.JSON(http.StatusOK, listOf(page.Items, page.NextCursor, render))
 }
 
 // decodeBody decodes a JSON object strictly: no unknown fields, no
@@ -315,15 +326,9 @@ func (h billingRoutes) listSubscriptions(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	limit, cursor, err := listParams(c)
-	if err != nil {
-		return err
-	}
-	page, err := h.svc.ListSubscriptions(c.Request().Context(), account, limit, cursor)
-	if err != nil {
-		return billingError(err)
-	}
-	return c.JSON(http.StatusOK, listOf(page.Items, page.NextCursor, SubscriptionJSON))
+	return listPage(c, func(ctx context.Context, limit int32, cursor string) (billing.Page[billing.Subscription], error) {
+		return h.svc.ListSubscriptions(ctx, account, limit, cursor)
+	}, SubscriptionJSON)
 }
 
 func (h billingRoutes) receipts(c echo.Context) error {
@@ -331,15 +336,9 @@ func (h billingRoutes) receipts(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	limit, cursor, err := listParams(c)
-	if err != nil {
-		return err
-	}
-	page, err := h.svc.ListReceipts(c.Request().Context(), account, limit, cursor)
-	if err != nil {
-		return billingError(err)
-	}
-	return c.JSON(http.StatusOK, listOf(page.Items, page.NextCursor, ReceiptJSON))
+	return listPage(c, func(ctx context.Context, limit int32, cursor string) (billing.Page[billing.Receipt], error) {
+		return h.svc.ListReceipts(ctx, account, limit, cursor)
+	}, ReceiptJSON)
 }
 
 func (h billingRoutes) history(c echo.Context) error {
@@ -347,15 +346,9 @@ func (h billingRoutes) history(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	limit, cursor, err := listParams(c)
-	if err != nil {
-		return err
-	}
-	page, err := h.svc.ListHistory(c.Request().Context(), account, subID, limit, cursor)
-	if err != nil {
-		return billingError(err)
-	}
-	return c.JSON(http.StatusOK, listOf(page.Items, page.NextCursor, HistoryJSON))
+	return listPage(c, func(ctx context.Context, limit int32, cursor string) (billing.Page[billing.HistoryEntry], error) {
+		return h.svc.ListHistory(ctx, account, subID, limit, cursor)
+	}, HistoryJSON)
 }
 
 // PayResult is the answer of pay now: the period charged, as its history

@@ -1,35 +1,19 @@
 package api
 
 import (
-	"context"
-	"encoding/json"
 	"errors"
 	"net/http"
 	"regexp"
 	"time"
 
 	"github.com/labstack/echo/v4"
-	"github.com/stripe/stripe-go/v76"
 
 	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/events"
+	"github.com/stripe-payments/stripe-payments/internal/replay"
 	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
 	"github.com/stripe-payments/stripe-payments/internal/stripeid"
 )
-
-// EventReader is the part of the events store the API reads.
-type EventReader interface {
-	Get(ctx context.Context, id string) (events.Record, error)
-	ByDate(ctx context.Context, date string, r events.Range, limit int32, cursor string) (events.Page, error)
-	ByAccount(ctx context.Context, account string, r events.Range, limit int32, cursor string) (events.Page, error)
-	BySubscription(ctx context.Context, subscription string, r events.Range, limit int32, cursor string) (events.Page, error)
-}
-
-// EventFetcher reads an event from Stripe's Events API, for a replay of an
-// event the table no longer holds. account is empty for the platform.
-type EventFetcher interface {
-	FetchEvent(ctx context.Context, id, account string) ([]byte, error)
-}
 
 // Event is the JSON shape of an event record (docs/design.md §4, Contract): every
 // key of the contract is always present, null when it has no value, plus
@@ -85,10 +69,8 @@ func EventJSON(r events.Record) Event {
 var clockPattern = regexp.MustCompile(`^([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{3})?$`)
 
 type eventRoutes struct {
-	store    EventReader
-	handler  stripeevent.Handler
-	fetcher  EventFetcher
-	platform string // STRIPE_PLATFORM_ACCOUNT
+	store    events.Reader
+	replayer replay.One
 }
 
 func (h eventRoutes) get(c echo.Context) error {
@@ -202,23 +184,13 @@ func listError(err error) error {
 
 // clockRange turns from/to (HH:MM:SS[.mmm]) into an inclusive time range.
 func clockRange(from, to string) (events.Range, error) {
-	var r events.Range
-	for _, p := range []struct {
-		name, value, pad string
-		dst              *string
-	}{{"from", from, ".000", &r.From}, {"to", to, ".999", &r.To}} {
-		if p.value == "" {
-			continue
-		}
-		if !clockPattern.MatchString(p.value) {
-			return r, apperr.New(apperr.CodeInvalidParameter, "%s must be HH:MM:SS or HH:MM:SS.mmm", p.name)
-		}
-		*p.dst = p.value
-		if len(p.value) == len("15:04:05") {
-			*p.dst += p.pad
+	for _, p := range []struct{ name, value string }{{"from", from}, {"to", to}} {
+		if p.value != "" && !clockPattern.MatchString(p.value) {
+			return events.Range{}, apperr.New(apperr.CodeInvalidParameter, "%s must be HH:MM:SS or HH:MM:SS.mmm", p.name)
 		}
 	}
-	if r.From != "" && r.To != "" && r.From > r.To {
+	r, err := events.ClockRange(from, to)
+	if err != nil {
 		return r, apperr.New(apperr.CodeInvalidParameter, "from is after to")
 	}
 	return r, nil
@@ -226,22 +198,22 @@ func clockRange(from, to string) (events.Range, error) {
 
 // timestampRange turns since/until (RFC3339) into an inclusive timestamp range.
 func timestampRange(since, until string) (events.Range, error) {
-	var r events.Range
-	var s, u time.Time
-	var err error
-	if since != "" {
-		if s, err = time.Parse(time.RFC3339, since); err != nil {
-			return r, apperr.New(apperr.CodeInvalidParameter, "since must be an RFC 3339 timestamp")
+	var s, u *time.Time
+	for _, p := range []struct {
+		name, value string
+		dst         **time.Time
+	}{{"since", since, &s}, {"until", until, &u}} {
+		if p.value == "" {
+			continue
 		}
-		r.From = s.UTC().Format(events.TimestampLayout)
-	}
-	if until != "" {
-		if u, err = time.Parse(time.RFC3339, until); err != nil {
-			return r, apperr.New(apperr.CodeInvalidParameter, "until must be an RFC 3339 timestamp")
+		t, err := time.Parse(time.RFC3339, p.value)
+		if err != nil {
+			return events.Range{}, apperr.New(apperr.CodeInvalidParameter, "%s must be an RFC 3339 timestamp", p.name)
 		}
-		r.To = u.UTC().Format(events.TimestampLayout)
+		*p.dst = &t
 	}
-	if since != "" && until != "" && s.After(u) {
+	r, err := events.TimeRange(s, u, 0)
+	if err != nil {
 		return r, apperr.New(apperr.CodeInvalidParameter, "since is after until")
 	}
 	return r, nil
@@ -257,8 +229,8 @@ type ReplayResult struct {
 	Event         *Event `json:"event,omitempty"`
 }
 
-// replay re-drives one event through the handler: from its stored payload,
-// or fetched from Stripe when the table no longer holds it.
+// replay re-drives one event through the handler (replay.One): from its
+// stored payload, or fetched from Stripe when the table no longer holds it.
 func (h eventRoutes) replay(c echo.Context) error {
 	id, err := eventID(c)
 	if err != nil {
@@ -268,122 +240,16 @@ func (h eventRoutes) replay(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	result, err := h.replayEvent(c.Request().Context(), id, q["stripe_account"])
+	res, err := h.replayer.Replay(c.Request().Context(), id, q["stripe_account"])
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, result)
-}
-
-// Replayer re-drives events exactly as POST /internal/v1/events/{id}/replay
-// does; the operator console replays through it.
-type Replayer struct{ routes eventRoutes }
-
-// NewReplayer returns the replay logic of the API on deps.
-func NewReplayer(deps Deps) Replayer {
-	return Replayer{eventRoutes{store: deps.Events, handler: deps.Handler, fetcher: deps.Fetcher, platform: deps.PlatformAccount}}
-}
-
-// Replay re-drives event id; account is the connected account to fetch it
-// as when the table no longer holds it. Errors are *apperr.Error.
-func (r Replayer) Replay(ctx context.Context, id, account string) (ReplayResult, error) {
-	if !stripeid.Valid(id, "evt_") {
-		return ReplayResult{}, apperr.New(apperr.CodeInvalidParameter, "invalid event id %q", truncate(id, 64))
-	}
-	return r.routes.replayEvent(ctx, id, account)
-}
-
-func (h eventRoutes) replayEvent(ctx context.Context, id, account string) (ReplayResult, error) {
-	result := ReplayResult{EventID: id, PayloadSource: "store"}
-	var (
-		payload     []byte
-		fetchedFrom string // the account an event fetched from Stripe was asked of
-	)
-	rec, err := h.store.Get(ctx, id)
-	switch {
-	case err == nil && len(rec.Payload) > 0:
-		payload = rec.Payload
-	case err == nil || errors.Is(err, events.ErrNotFound):
-		if err == nil {
-			account = rec.StripeAccount
-		}
-		if account != "" && !stripeid.Valid(account, "acct_") {
-			return result, apperr.New(apperr.CodeInvalidParameter, "stripe_account must be an acct_ id")
-		}
-		if h.fetcher == nil {
-			return result, apperr.New(apperr.CodeNotFound, "event %s not found", id)
-		}
-		payload, err = h.fetcher.FetchEvent(ctx, id, account)
-		if err != nil {
-			return result, err
-		}
-		result.PayloadSource, fetchedFrom = "stripe", account
-	default:
-		return result, apperr.Wrap(err, apperr.CodeUnavailable, "could not read event")
-	}
-	ev, err := stripeevent.Parse(payload)
-	if err != nil {
-		if result.PayloadSource == "stripe" {
-			return result, apperr.Wrap(err, apperr.CodeUpstream, "Stripe answered %s with something that is not an event", id)
-		}
-		return result, apperr.Wrap(err, apperr.CodeInternal, "stored payload of %s is not an event", id)
-	}
-	if result.PayloadSource == "stripe" {
-		if payload, ev, err = h.fetchedAs(id, fetchedFrom, payload, ev); err != nil {
-			return result, err
-		}
-	}
-	outcome, err := h.handler.Handle(ctx, ev, payload, stripeevent.SourceReplay)
-	if err != nil {
-		return result, apperr.Wrap(err, apperr.CodeUnavailable, "event %s could not be processed; it stays re-drivable", id)
-	}
-	result.Outcome = string(outcome)
-	if rec, err := h.store.Get(ctx, id); err == nil {
-		e := EventJSON(rec)
+	result := ReplayResult{EventID: res.EventID, Outcome: res.Outcome, PayloadSource: res.PayloadSource}
+	if res.Record != nil {
+		e := EventJSON(*res.Record)
 		result.Event = &e
 	}
-	return result, nil
-}
-
-// fetchedAs checks an event fetched from Stripe against the request and
-// files it under the account it was fetched from. Stripe answered a GET of
-// event id made as account (the Stripe-Account header; empty or the
-// platform's id: the platform):
-//   - a different id is a wrong answer: 502, nothing written;
-//   - a connected account's event that carries another `account` is a wrong
-//     answer too: 502, nothing written;
-//   - a connected account's event without `account` (Stripe leaves the field
-//     out of events read with a Stripe-Account header, as the poller sees
-//     in listings) is that account's: docs/design.md §5 stores the platform only
-//     for an event that has no Connect account, and this one does — the
-//     one Stripe served it as. The field is set in the payload, so the
-//     stored payload, the record's stripe_account and every applier agree,
-//     and a later re-drive from the table files it the same way.
-func (h eventRoutes) fetchedAs(id, account string, payload []byte, ev *stripe.Event) ([]byte, *stripe.Event, error) {
-	if ev.ID != id {
-		return nil, nil, apperr.New(apperr.CodeUpstream, "Stripe answered a request for event %s with event %q; nothing was recorded", id, truncate(ev.ID, 100))
-	}
-	connected := account != "" && account != h.platform
-	switch {
-	case !connected || ev.Account == account:
-		return payload, ev, nil
-	case ev.Account != "":
-		return nil, nil, apperr.New(apperr.CodeUpstream, "Stripe answered event %s of account %s with one of account %q; nothing was recorded", id, account, truncate(ev.Account, 100))
-	}
-	var doc map[string]json.RawMessage
-	if err := json.Unmarshal(payload, &doc); err != nil {
-		return nil, nil, apperr.Wrap(err, apperr.CodeUpstream, "Stripe answered %s with something that is not an event", id)
-	}
-	doc["account"], _ = json.Marshal(account)
-	filed, err := json.Marshal(doc)
-	if err != nil {
-		return nil, nil, apperr.Wrap(err, apperr.CodeInternal, "file event %s under %s", id, account)
-	}
-	ev, err = stripeevent.Parse(filed)
-	if err != nil {
-		return nil, nil, apperr.Wrap(err, apperr.CodeInternal, "file event %s under %s", id, account)
-	}
-	return filed, ev, nil
+	return c.JSON(http.StatusOK, result)
 }
 
 func truncate(s string, n int) string {

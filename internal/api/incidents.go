@@ -91,15 +91,9 @@ func (r incidentRoutes) list(c echo.Context) error {
 			return apperr.New(apperr.CodeInvalidParameter, "state must be open, acknowledged or resolved")
 		}
 	}
-	limit, err := pageLimit(q["limit"])
+	limit, offset, err := pageOf(q, decodeOffsetCursor)
 	if err != nil {
 		return err
-	}
-	offset := 0
-	if raw, given := q["cursor"]; given {
-		if offset, err = decodeOffsetCursor(raw); err != nil {
-			return err
-		}
 	}
 	list, err := r.svc.List(c.Request().Context(), state)
 	if err != nil {

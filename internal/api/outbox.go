@@ -73,15 +73,9 @@ func (r outboxRoutes) listDead(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	limit, err := pageLimit(q["limit"])
+	limit, after, err := pageOf(q, decodeDeadCursor)
 	if err != nil {
 		return err
-	}
-	var after outbox.DeadCursor
-	if raw, given := q["cursor"]; given {
-		if after, err = decodeDeadCursor(raw); err != nil {
-			return err
-		}
 	}
 	topic, given := q["topic"]
 	if given && !validTopic(topic) {

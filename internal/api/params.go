@@ -73,3 +73,19 @@ func pageLimit(raw string) (int32, error) {
 	}
 	return int32(n), nil
 }
+
+// pageOf reads a list's limit (pageLimit) and, when given, its cursor
+// through decode (each list has its own cursor).
+func pageOf[C any](q map[string]string, decode func(string) (C, error)) (int32, C, error) {
+	var after C
+	limit, err := pageLimit(q["limit"])
+	if err != nil {
+		return 0, after, err
+	}
+	if raw, given := q["cursor"]; given {
+		if after, err = decode(raw); err != nil {
+			return 0, after, err
+		}
+	}
+	return limit, after, nil
+}

@@ -32,10 +32,12 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/ledger"
 	"github.com/stripe-payments/stripe-payments/internal/metrics"
 	"github.com/stripe-payments/stripe-payments/internal/ops"
+	"github.com/stripe-payments/stripe-payments/internal/opsdata"
 	"github.com/stripe-payments/stripe-payments/internal/outbox"
 	"github.com/stripe-payments/stripe-payments/internal/postgres"
 	"github.com/stripe-payments/stripe-payments/internal/purchase"
 	"github.com/stripe-payments/stripe-payments/internal/recordq"
+	"github.com/stripe-payments/stripe-payments/internal/replay"
 	"github.com/stripe-payments/stripe-payments/internal/safego"
 	"github.com/stripe-payments/stripe-payments/internal/stripebudget"
 	"github.com/stripe-payments/stripe-payments/internal/stripeclient"
@@ -91,13 +93,13 @@ type App struct {
 
 	// Ops: what the operator console records (events per hour, failed and
 	// rejected events, billing runs).
-	OpsCounter  *ops.Counter
-	OpsProblems *ops.Problems
+	OpsCounter  *opsdata.Counter
+	OpsProblems *opsdata.Problems
 	// Incidents groups what is broken (docs/design.md §4, incidents).
 	Incidents *incidents.Store
 	Replays   *Replays
 	Batches   *Batches
-	OpsRuns   *ops.Runs
+	OpsRuns   *opsdata.Runs
 	// AuthFailures limits wrong INTERNAL_API_TOKEN guesses per client
 	// address, on the console's login and the bearer APIs alike.
 	AuthFailures *authlimit.Limiter
@@ -161,15 +163,15 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 		Safe: safego.New(log, metrics.NewPanics(m.Registry), time.Second)}
 	a.clocks, a.stopClocks = context.WithCancel(context.Background())
 	a.newOutbox()
-	a.OpsProblems = ops.NewProblems(pool, log.With("component", "ops"))
+	a.OpsProblems = opsdata.NewProblems(pool, log.With("component", "ops"))
 	a.Incidents = incidents.New(pool, incidents.Config{PlatformAccount: cfg.PlatformAccount})
 	a.Metrics.WatchIncidents(a.Incidents.Counts)
 	table := events.NewStore(ddb, cfg.EventsTable, cfg.EventTTL, nil)
 	recordMetrics := m.NewRecords()
-	// The write-behind writes through the console's problem tracking, as
-	// the handler does: a re-driven event leaves the dead-letter list when
-	// its processed record is written.
-	a.Records = recordq.New(pool, a.OpsProblems.Track(table), recordq.Config{
+	// The write-behind writes through the failed & rejected list
+	// (handler.TrackProblems), as the handler does: a re-driven event leaves
+	// it when its processed record is written.
+	a.Records = recordq.New(pool, handler.TrackProblems(table, a.OpsProblems, log.With("component", "ops")), recordq.Config{
 		Writers: cfg.IngestRecords.Writers, MaxBacklog: cfg.IngestRecords.Backlog, Linger: cfg.IngestRecords.Linger,
 		MaxBacklogBytes: cfg.IngestRecords.BacklogBytes, QuarantineAfter: cfg.IngestRecords.QuarantineAfter,
 		Log: log.With("component", "records"), Observer: recordMetrics, Safe: a.Safe,
@@ -210,8 +212,8 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 		pool.Close()
 		return nil, err
 	}
-	a.OpsCounter = ops.NewCounter(pool, log.With("component", "ops"), nil)
-	a.OpsRuns = ops.NewRuns(pool, m.Registry)
+	a.OpsCounter = opsdata.NewCounter(pool, log.With("component", "ops"), nil)
+	a.OpsRuns = opsdata.NewRuns(pool, m.Registry)
 	routes := handler.NewRoutes(flows, feedqueue.Enqueue)
 	for _, change := range o.routes {
 		routes = change(routes)
@@ -231,9 +233,9 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 		BatchTimeout:    cfg.Limits.IngestBatchTimeout,
 		QueueMax:        cfg.Limits.IngestQueueMax,
 		QueueMaxBytes:   cfg.Limits.IngestQueueMaxBytes,
-	}, a.OpsProblems.Track(a.Events), a.Ledger, log,
+	}, handler.TrackProblems(a.Events, a.OpsProblems, log.With("component", "ops")), a.Ledger, log,
 		append([]handler.Option{handler.WithRoutes(routes),
-			handler.WithObserver(ops.Observers{a.Metrics, a.OpsCounter}), handler.WithIngestObserver(a.Metrics),
+			handler.WithObserver(handler.Observers{a.Metrics, a.OpsCounter}), handler.WithIngestObserver(a.Metrics),
 			handler.WithBatchObserver(recordMetrics)}, recordOptions(cfg, a.Records)...)...)
 	a.Metrics.WatchIngest(func() metrics.IngestQueue { return metrics.IngestQueue(a.Handler.Stats()) })
 
@@ -249,27 +251,29 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 	verifier := webhook.NewVerifier(cfg.WebhookSecrets, cfg.WebhookTolerance, nil)
 	a.newThin()
 	webhook.NewEndpoint(verifier, a.Ingest, cfg.WebhookMaxBody, log).Register(a.Server.Echo)
+	// One replay path for the API, the console and the bulk runner.
+	replayer := replay.One{Events: a.Events, Handler: a.Handler, Platform: cfg.PlatformAccount,
+		Fetcher: stripeclient.EventFetcher{API: a.Stripe, PlatformAccount: cfg.PlatformAccount}}
 	apiDeps := api.Deps{
-		Events:          a.Events,
-		Handler:         a.Handler,
-		Fetcher:         stripeclient.EventFetcher{API: a.Stripe, PlatformAccount: cfg.PlatformAccount},
-		PlatformAccount: cfg.PlatformAccount,
-		Tracking:        a.Tracking,
-		Purchases:       purchase.NewService(a.Tracking, a.Stripe, log.With("component", "purchase")),
-		Billing:         a.Billing,
-		Outbox:          a.Outbox,
-		Incidents:       a.Incidents,
-		Livemode:        cfg.Livemode(),
-		Background:      a.clocks,
-		Failures:        a.AuthFailures,
-		Log:             log.With("component", "api"),
+		Events:     a.Events,
+		Replayer:   replayer,
+		Tracking:   a.Tracking,
+		Purchases:  purchase.NewService(a.Tracking, a.Stripe, log.With("component", "purchase")),
+		Billing:    a.Billing,
+		Outbox:     a.Outbox,
+		Incidents:  a.Incidents,
+		Livemode:   cfg.Livemode(),
+		Background: a.clocks,
+		Failures:   a.AuthFailures,
+		Log:        log.With("component", "api"),
 	}
-	apiDeps.Replays = a.newReplays(api.NewReplayer(apiDeps))
+	apiDeps.Replays = a.newReplays(replayer)
 	apiDeps.Batches = a.newBatches()
 	api.Register(a.Admin.Echo, cfg.InternalAPIToken, apiDeps)
 	if err := ops.Register(a.Admin.Echo, ops.Deps{
-		Token: cfg.InternalAPIToken, Pool: pool, Events: a.Events, Replayer: api.NewReplayer(apiDeps),
+		Token: cfg.InternalAPIToken, Events: a.Events, Replayer: replayer,
 		Billing: a.Billing, Counter: a.OpsCounter, Problems: a.OpsProblems, Runs: a.OpsRuns, Outbox: a.Outbox,
+		Sessions: opsdata.NewSessions(pool), Checkpoints: ledger.NewCheckpoints(pool), Thin: a.Thin.Queue, Quarantine: a.Records,
 		Gatherer: a.Metrics.Registry, Log: log.With("component", "ops"), Livemode: cfg.Livemode(), Clocks: a.clocks,
 		Development: cfg.Development, Failures: a.AuthFailures,
 		SessionIdle: cfg.Admin.SessionIdle, SessionMaxAge: cfg.Admin.SessionMaxAge,

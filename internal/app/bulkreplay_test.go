@@ -18,7 +18,6 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/stripe/stripe-go/v76"
 
-	"github.com/stripe-payments/stripe-payments/internal/api"
 	"github.com/stripe-payments/stripe-payments/internal/app"
 	"github.com/stripe-payments/stripe-payments/internal/apptest"
 	"github.com/stripe-payments/stripe-payments/internal/browsertest"
@@ -34,7 +33,7 @@ import (
 // "crashes" the process (cancels the runner's context) before the runner
 // can record that item.
 type crashAfter struct {
-	inner  api.Replayer
+	inner  replay.One
 	n      int32
 	calls  atomic.Int32
 	cancel context.CancelFunc
@@ -105,7 +104,7 @@ func TestBulkReplayResumesAfterRestartAndAppliesOnce(t *testing.T) {
 
 	// The first process: its runner dies after the crashAt-th re-drive.
 	runCtx, cancel := context.WithCancel(ctx)
-	crash := &crashAfter{inner: api.NewReplayer(api.Deps{Events: first.Events, Handler: first.Handler, PlatformAccount: first.Config.PlatformAccount}), n: crashAt, cancel: cancel}
+	crash := &crashAfter{inner: replay.One{Events: first.Events, Handler: first.Handler, Platform: first.Config.PlatformAccount}, n: crashAt, cancel: cancel}
 	runner := replay.NewRunner(first.Replays.Store, crash, replay.RunnerConfig{Lease: time.Second})
 	worked, err := runner.RunOnce(runCtx)
 	assert.True(t, worked)
@@ -251,7 +250,7 @@ func countedEffects() []app.Option {
 func failEvents(t *testing.T, a *apptest.App, n int, cause func(id string) error) []string {
 	t.Helper()
 	ctx := context.Background()
-	failing := a.OpsProblems.Track(a.Events)
+	failing := handler.TrackProblems(a.Events, a.OpsProblems, a.Log)
 	_, err := a.Pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS replay_effects (event_id text NOT NULL)`) // countedEffects'
 	require.NoError(t, err)
 	ids := make([]string, n)

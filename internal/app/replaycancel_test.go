@@ -23,7 +23,7 @@ import (
 // through the API.
 type cancelAfter struct {
 	t      *testing.T
-	inner  api.Replayer
+	inner  replay.One
 	n      int32
 	calls  atomic.Int32
 	cancel func() (int, map[string]any)
@@ -67,7 +67,7 @@ func TestBulkReplayCancelMidRunThenNewReplayAppliesOnce(t *testing.T) {
 	id := body["id"].(string)
 
 	replayer := &cancelAfter{t: t, n: cancelAt,
-		inner: api.NewReplayer(api.Deps{Events: a.Events, Handler: a.Handler, PlatformAccount: a.Config.PlatformAccount}),
+		inner: replay.One{Events: a.Events, Handler: a.Handler, Platform: a.Config.PlatformAccount},
 		cancel: func() (int, map[string]any) {
 			return replayCall(t, http.MethodPost, base+"/"+id+"/cancel", nil)
 		}}
@@ -115,7 +115,7 @@ func TestBulkReplayCancelMidRunThenNewReplayAppliesOnce(t *testing.T) {
 	require.Equal(t, http.StatusAccepted, status, body)
 	second := body["id"].(string)
 	var finished []string
-	runner := replay.NewRunner(a.Replays.Store, outcomeOf{api.NewReplayer(api.Deps{Events: a.Events, Handler: a.Handler, PlatformAccount: a.Config.PlatformAccount})},
+	runner := replay.NewRunner(a.Replays.Store, replay.Outcomes{One: replay.One{Events: a.Events, Handler: a.Handler, Platform: a.Config.PlatformAccount}},
 		replay.RunnerConfig{Finished: func(r string) { finished = append(finished, r) }})
 	worked, err = runner.RunOnce(ctx)
 	require.NoError(t, err)
@@ -134,12 +134,4 @@ func TestBulkReplayCancelMidRunThenNewReplayAppliesOnce(t *testing.T) {
 	assert.Equal(t, 1, effectsOf(t, a, replayer.inHand), "the event in hand at the cancel, left unrecorded, is not applied again")
 	status, _ = replayCall(t, http.MethodGet, base+"/"+id, nil)
 	assert.Equal(t, http.StatusOK, status)
-}
-
-// outcomeOf adapts api.Replayer to replay.Replayer.
-type outcomeOf struct{ r api.Replayer }
-
-func (o outcomeOf) Replay(ctx context.Context, id, account string) (string, error) {
-	res, err := o.r.Replay(ctx, id, account)
-	return res.Outcome, err
 }

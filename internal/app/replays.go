@@ -12,25 +12,17 @@ import (
 
 // Bulk replays (docs/design.md §4, issue 30): the store the API starts them in and
 // the runner serve carries them out with, through the one replay path
-// (api.Replayer), its Stripe requests at the shared budget's bulk class.
+// (replay.One), its Stripe requests at the shared budget's bulk class.
 type Replays struct {
 	Store  *replay.Store
 	Runner *replay.Runner
 }
 
-// outcomeReplayer adapts api.Replayer to replay.Replayer.
-type outcomeReplayer struct{ r api.Replayer }
-
-func (o outcomeReplayer) Replay(ctx context.Context, id, account string) (string, error) {
-	res, err := o.r.Replay(ctx, id, account)
-	return res.Outcome, err
-}
-
 // newReplays builds the store and runner; the incidents and the outbox
 // must exist.
-func (a *App) newReplays(r api.Replayer) *api.Replays {
+func (a *App) newReplays(r replay.One) *api.Replays {
 	store := replay.NewStore(a.Pool, a.Incidents)
-	a.Replays = &Replays{Store: store, Runner: replay.NewRunner(store, outcomeReplayer{r},
+	a.Replays = &Replays{Store: store, Runner: replay.NewRunner(store, replay.Outcomes{One: r},
 		replay.RunnerConfig{Log: a.Log.With("component", "replay"), Redriver: a.Outbox, NotDead: func(err error) bool {
 			return errors.Is(err, outbox.ErrNotDead) || errors.Is(err, outbox.ErrNotFound)
 		}, Finished: a.Metrics.ReplayFinished})}

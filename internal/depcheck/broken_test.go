@@ -13,12 +13,22 @@ import (
 // packages (docs/architecture.md) can fail: for each, the real package gets
 // one more file (a go list overlay; nothing on disk changes) importing what
 // the rule forbids, and the rule must name that import in the resulting
-// import graph. The last cases are imports a rule allows, which must pass.
+// import graph (for a direct rule, among the package's own imports). The
+// last cases of each package are imports its rules allow, which must pass.
 func TestRulesFailWhenBroken(t *testing.T) {
 	cases := []struct {
 		pkg, imports string
 		caught       bool
 	}{
+		// The console (internal/ops) only views and asks.
+		{"internal/ops", "github.com/jackc/pgx/v5/pgxpool", true},
+		{"internal/ops", "github.com/jackc/pgx/v5", true},
+		{"internal/ops", "database/sql", true},
+		{"internal/ops", module + "/internal/billing/store", true},
+		{"internal/ops", module + "/internal/postgres", true},
+		{"internal/ops", module + "/internal/api", true},
+		{"internal/ops", module + "/internal/opsdata", false},
+		{"internal/ops", module + "/internal/ledger", false},
 		{"internal/postgres", module + "/internal/tracking", true},
 		{"internal/postgres", module + "/internal/pgtx", true},
 		{"internal/ledger", module + "/internal/tracking", true},
@@ -35,15 +45,23 @@ func TestRulesFailWhenBroken(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.pkg+" imports "+strings.TrimPrefix(c.imports, module+"/"), func(t *testing.T) {
-			deps := depsWithImport(t, c.pkg, c.imports)
 			caught := false
-			for _, r := range rules {
-				if r.pkg != c.pkg {
-					continue
+			for _, check := range []struct {
+				direct bool
+				rules  []struct {
+					pkg, why string
+					never    []string
 				}
-				for _, dep := range deps {
-					if dep != module+"/"+r.pkg && forbidden(dep, r.never) {
-						caught = caught || dep == c.imports
+			}{{false, rules}, {true, directRules}} {
+				deps := depsWithImport(t, c.pkg, c.imports, check.direct)
+				for _, r := range check.rules {
+					if r.pkg != c.pkg {
+						continue
+					}
+					for _, dep := range deps {
+						if dep != module+"/"+r.pkg && forbidden(dep, r.never) {
+							caught = caught || dep == c.imports
+						}
 					}
 				}
 			}
@@ -65,9 +83,9 @@ func forbidden(dep string, never []string) bool {
 	return false
 }
 
-// depsWithImport is `go list -deps` of pkg with one more file in it that
-// imports imp.
-func depsWithImport(t *testing.T, pkg, imp string) []string {
+// depsWithImport is `go list -deps` of pkg (direct: its own imports) with
+// one more file in it that imports imp.
+func depsWithImport(t *testing.T, pkg, imp string, direct bool) []string {
 	t.Helper()
 	out, err := exec.Command("go", "list", "-f", "{{.Dir}} {{.Name}}", module+"/"+pkg).CombinedOutput()
 	if err != nil {
@@ -90,7 +108,11 @@ func depsWithImport(t *testing.T, pkg, imp string) []string {
 	if err := os.WriteFile(overlayFile, overlay, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	out, err = exec.Command("go", "list", "-overlay", overlayFile, "-deps", "-f", "{{.ImportPath}}", module+"/"+pkg).CombinedOutput()
+	args := []string{"list", "-overlay", overlayFile, "-deps", "-f", "{{.ImportPath}}", module + "/" + pkg}
+	if direct {
+		args = []string{"list", "-overlay", overlayFile, "-f", `{{join .Imports "\n"}}`, module + "/" + pkg}
+	}
+	out, err = exec.Command("go", args...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("go list %s with an import of %s: %v\n%s", pkg, imp, err, out)
 	}

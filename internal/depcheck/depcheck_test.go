@@ -26,7 +26,14 @@ var storage = []string{
 	module + "/internal/lock",
 	module + "/internal/dynamo",
 	module + "/internal/ops",
+	module + "/internal/opsdata",
 }
+
+// consoleNever is what the operator console must not import itself: it
+// views and asks through the services' and stores' methods, it holds no
+// database pool and runs no SQL (docs/architecture.md).
+var consoleNever = []string{"github.com/jackc/pgx", "database/sql", "github.com/aws/aws-sdk-go-v2",
+	module + "/internal/dynamo", module + "/internal/pgtx", module + "/internal/postgres", module + "/internal/billing/store"}
 
 var rules = []struct {
 	pkg, why string
@@ -61,6 +68,8 @@ var rules = []struct {
 		[]string{module + "/internal/tracking", module + "/internal/ledger"}},
 	{"internal/config", "settings are a leaf: components (the handler, billing) read their defaults from it",
 		append([]string{module + "/internal/handler", module + "/internal/app"}, storage...)},
+	{"internal/ops", "the console and the internal API sit side by side over the same services; the console never goes through the API",
+		[]string{module + "/internal/api"}},
 	{"cmd/stripe-payments", "the local Stripe (cmd/stripe-local) and the tests' fake are development tools, never in the service's binary (docs/design.md §3)",
 		[]string{module + "/internal/localstripe", module + "/internal/stripetest"}},
 }
@@ -77,26 +86,16 @@ var directRules = []struct {
 		"its implementations' business (internal/billing/store, stripecharge, notify, feedqueue), wired in by internal/app",
 		[]string{"github.com/jackc/pgx", "github.com/aws/aws-sdk-go-v2", "github.com/stripe/stripe-go/v76/client", module + "/internal/dynamo",
 			module + "/internal/outbox", module + "/internal/pgtx"}},
+	{"internal/ops", "the console only views and asks: no database driver, no pool, no store internals; the tables it " +
+		"shows are read through their owners (opsdata, outbox, tracking, thin, recordq)", consoleNever},
 }
 
 // TestDirectImportRules fails when a package imports what it must not.
 func TestDirectImportRules(t *testing.T) {
 	for _, r := range directRules {
 		t.Run(r.pkg, func(t *testing.T) {
-			out, err := exec.Command("go", "list", "-f", `{{join .Imports "\n"}}`, module+"/"+r.pkg).CombinedOutput()
-			if err != nil {
-				t.Fatalf("go list %s: %v\n%s", r.pkg, err, out)
-			}
-			imports := strings.Fields(string(out))
-			if len(imports) == 0 {
-				t.Fatalf("go list %s listed no imports", r.pkg)
-			}
-			for _, imp := range imports {
-				for _, bad := range r.never {
-					if imp == bad || strings.HasPrefix(imp, strings.TrimSuffix(bad, "/")+"/") {
-						t.Errorf("%s imports %s: %s", r.pkg, imp, r.why)
-					}
-				}
+			for _, v := range violations(t, r.pkg, false, r.never) {
+				t.Errorf("%s imports %s: %s", r.pkg, v, r.why)
 			}
 		})
 	}
@@ -107,24 +106,34 @@ func TestDirectImportRules(t *testing.T) {
 func TestImportRules(t *testing.T) {
 	for _, r := range rules {
 		t.Run(r.pkg, func(t *testing.T) {
-			out, err := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}", module+"/"+r.pkg).CombinedOutput()
-			if err != nil {
-				t.Fatalf("go list %s: %v\n%s", r.pkg, err, out)
-			}
-			deps := strings.Fields(string(out))
-			if len(deps) == 0 {
-				t.Fatalf("go list %s listed nothing", r.pkg)
-			}
-			for _, dep := range deps {
-				if dep == module+"/"+r.pkg {
-					continue
-				}
-				for _, bad := range r.never {
-					if dep == bad || strings.HasPrefix(dep, strings.TrimSuffix(bad, "/")+"/") {
-						t.Errorf("%s imports %s: %s", r.pkg, dep, r.why)
-					}
-				}
+			for _, v := range violations(t, r.pkg, true, r.never) {
+				t.Errorf("%s imports %s: %s", r.pkg, v, r.why)
 			}
 		})
 	}
+}
+
+// violations lists what pkg imports (transitive: reaches) among never's
+// import path prefixes.
+func violations(t *testing.T, pkg string, transitive bool, never []string) []string {
+	t.Helper()
+	args := []string{"list", "-f", `{{join .Imports "\n"}}`, module + "/" + pkg}
+	if transitive {
+		args = []string{"list", "-deps", "-f", "{{.ImportPath}}", module + "/" + pkg}
+	}
+	out, err := exec.Command("go", args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list %s: %v\n%s", pkg, err, out)
+	}
+	imports := strings.Fields(string(out))
+	if len(imports) == 0 {
+		t.Fatalf("go list %s listed no imports", pkg)
+	}
+	var bad []string
+	for _, imp := range imports {
+		if imp != module+"/"+pkg && forbidden(imp, never) {
+			bad = append(bad, imp)
+		}
+	}
+	return bad
 }

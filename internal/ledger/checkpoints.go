@@ -74,3 +74,28 @@ func (c *Checkpoints) TryLock(ctx context.Context) (release func(), ok bool, err
 		conn.Release()
 	}, true, nil
 }
+
+// Saved is one account's stored checkpoint.
+type Saved struct {
+	Account    string
+	Checkpoint time.Time
+	UpdatedAt  time.Time
+}
+
+// List reads up to limit checkpoints, the oldest first (the console shows
+// the accounts furthest behind).
+func (c *Checkpoints) List(ctx context.Context, limit int) ([]Saved, error) {
+	rows, err := c.pool.Query(ctx, `SELECT stripe_account, checkpoint, updated_at FROM poller_checkpoints ORDER BY checkpoint ASC LIMIT $1`, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list checkpoints: %w", err)
+	}
+	list, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Saved, error) {
+		var s Saved
+		err := row.Scan(&s.Account, &s.Checkpoint, &s.UpdatedAt)
+		return s, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list checkpoints: %w", err)
+	}
+	return list, nil
+}

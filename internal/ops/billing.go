@@ -15,6 +15,7 @@ import (
 
 	"github.com/stripe-payments/stripe-payments/internal/billing"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
+	"github.com/stripe-payments/stripe-payments/internal/opsdata"
 )
 
 // Billing ids: accounts are the merchant's ids (any short token), and
@@ -34,7 +35,7 @@ var (
 type billingData struct {
 	By, Q    string
 	SearchBy []struct{ Value, Label string }
-	Runs     []Run
+	Runs     []opsdata.Run
 	// Found: the subscriptions the search found (Searched: it ran).
 	Found    []billing.Subscription
 	Searched bool

@@ -7,6 +7,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/stripe-payments/stripe-payments/internal/opsdata"
 )
 
 // Colours of the outcomes: the Okabe–Ito palette, told apart with any
@@ -27,7 +29,7 @@ type chart struct {
 	Ticks         []tick
 	Labels        []tick
 	Max           int64
-	Hours         []Hour
+	Hours         []opsdata.Hour
 }
 
 type bar struct {
@@ -52,7 +54,7 @@ const (
 	padL, padR, padTop, padBottom = 48.0, 8.0, 10.0, 34.0
 )
 
-func newChart(hours []Hour) chart {
+func newChart(hours []opsdata.Hour) chart {
 	c := chart{Width: chartW, Height: chartH, Hours: hours}
 	for _, h := range hours {
 		c.Max = max(c.Max, h.Total())
@@ -64,7 +66,7 @@ func newChart(hours []Hour) chart {
 		b := bar{X: padL + float64(i)*slot + 1, W: math.Max(1, slot-2)}
 		y := chartH - padBottom
 		var words []string
-		for _, o := range Outcomes {
+		for _, o := range opsdata.Outcomes {
 			n := h.Counts[o]
 			if n == 0 {
 				continue
@@ -135,8 +137,8 @@ var funcs = template.FuncMap{
 	"path":       url.PathEscape,
 	"subPath":    subPath,
 	"clockPath":  clockPath,
-	"unresolved": func(r Run) int { return r.Unresolved() },
-	"charges":    func(r RunReport) int { return r.Succeeded + r.Processing + r.Declined },
+	"unresolved": func(r opsdata.Run) int { return r.Unresolved() },
+	"charges":    func(r opsdata.RunReport) int { return r.Succeeded + r.Processing + r.Declined },
 	"statusClass": func(s string) string {
 		switch s {
 		case "processed", "COMPLETED", "ACTIVE", "applied", "completed", "duplicate", "ready":

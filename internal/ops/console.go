@@ -19,16 +19,16 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/stripe-payments/stripe-payments/internal/api"
 	"github.com/stripe-payments/stripe-payments/internal/authlimit"
 	"github.com/stripe-payments/stripe-payments/internal/billing"
 	"github.com/stripe-payments/stripe-payments/internal/billing/batchrun"
+	"github.com/stripe-payments/stripe-payments/internal/events"
 	"github.com/stripe-payments/stripe-payments/internal/incidents"
+	"github.com/stripe-payments/stripe-payments/internal/opsdata"
 	"github.com/stripe-payments/stripe-payments/internal/replay"
 )
 
@@ -46,21 +46,29 @@ const CSP = "default-src 'none'; style-src 'self'; img-src 'self' data:; form-ac
 type Deps struct {
 	// Token is INTERNAL_API_TOKEN; empty leaves the console off.
 	Token    string
-	Pool     *pgxpool.Pool
-	Events   api.EventReader
-	Replayer api.Replayer
+	Events   events.Reader
+	Replayer Replayer
 	Billing  *billing.Service // nil: no billing pages
 	// Batches: batch collections (nil: no batch pages); BatchNudge wakes
 	// the runner after a start.
 	Batches    *batchrun.Store
 	BatchNudge func()
-	Counter    *Counter
-	Problems   *Problems
-	Runs       *Runs
-	Outbox     OutboxReader
-	Gatherer   prometheus.Gatherer
-	Log        *slog.Logger
-	Now        func() time.Time
+	// Counter, Problems and Runs are the operator tables (opsdata);
+	// Sessions holds the console's sessions.
+	Counter  *opsdata.Counter
+	Problems *opsdata.Problems
+	Runs     *opsdata.Runs
+	Sessions SessionStore
+	// Checkpoints lists the poller's checkpoints (tracking.Checkpoints),
+	// Thin reads the hydration queue (thin.Queue) and Quarantine counts
+	// the records the events table refused (recordq.Queue).
+	Checkpoints CheckpointLister
+	Thin        ThinReader
+	Quarantine  QuarantineCounter
+	Outbox      OutboxReader
+	Gatherer    prometheus.Gatherer
+	Log         *slog.Logger
+	Now         func() time.Time
 	// Livemode: the Stripe key is live. Test clocks (issue 14) are then
 	// off: no navigation entry, and /ops/clocks answers 403.
 	Livemode bool
@@ -82,6 +90,11 @@ type Deps struct {
 	Incidents   *incidents.Store
 	Replays     *replay.Store
 	ReplayNudge func()
+}
+
+// Replayer re-drives one event (replay.One, as the internal API does).
+type Replayer interface {
+	Replay(ctx context.Context, id, account string) (replay.Result, error)
 }
 
 // Console serves the pages.
@@ -114,7 +127,7 @@ func Register(e *echo.Echo, d Deps) error {
 		d.SessionMaxAge = SessionTTL
 	}
 	c := &Console{d: d, pages: map[string]*template.Template{},
-		sessions: sessions{pool: d.Pool, now: d.Now, idle: d.SessionIdle, maxAge: d.SessionMaxAge, tag: tokenTag(d.Token)}}
+		sessions: sessions{store: d.Sessions, now: d.Now, idle: d.SessionIdle, maxAge: d.SessionMaxAge, tag: tokenTag(d.Token)}}
 	if err := c.parse(); err != nil {
 		return err
 	}

@@ -2,9 +2,6 @@ package ops
 
 import (
 	"context"
-	"errors"
-	"io"
-	"log/slog"
 	"math"
 	"net/http"
 	"regexp"
@@ -17,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stripe-payments/stripe-payments/internal/events"
-	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
+	"github.com/stripe-payments/stripe-payments/internal/opsdata"
 	"github.com/stripe-payments/stripe-payments/internal/testenv"
 )
 
@@ -29,9 +26,9 @@ func TestSessions(t *testing.T) {
 	ctx := context.Background()
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	clock := func() time.Time { return now }
-	s := sessions{pool: pool, now: clock, idle: 30 * time.Minute, maxAge: 12 * time.Hour, tag: tokenTag("token-a")}
-	replica := sessions{pool: pool, now: clock, idle: 30 * time.Minute, maxAge: 12 * time.Hour, tag: tokenTag("token-a")}
-	rotated := sessions{pool: pool, now: clock, idle: 30 * time.Minute, maxAge: 12 * time.Hour, tag: tokenTag("token-b")}
+	s := sessions{store: opsdata.NewSessions(pool), now: clock, idle: 30 * time.Minute, maxAge: 12 * time.Hour, tag: tokenTag("token-a")}
+	replica := sessions{store: opsdata.NewSessions(pool), now: clock, idle: 30 * time.Minute, maxAge: 12 * time.Hour, tag: tokenTag("token-a")}
+	rotated := sessions{store: opsdata.NewSessions(pool), now: clock, idle: 30 * time.Minute, maxAge: 12 * time.Hour, tag: tokenTag("token-b")}
 	at := func(d time.Duration) { now = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC).Add(d) }
 
 	value, err := s.issue(ctx, "192.0.2.1")
@@ -153,9 +150,9 @@ func TestChartScale(t *testing.T) {
 		assert.Equal(t, want, niceCeil(v), v)
 	}
 	start := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
-	hours := make([]Hour, 48)
+	hours := make([]opsdata.Hour, 48)
 	for i := range hours {
-		hours[i] = Hour{Start: start.Add(time.Duration(i) * time.Hour), Counts: map[string]int64{}}
+		hours[i] = opsdata.Hour{Start: start.Add(time.Duration(i) * time.Hour), Counts: map[string]int64{}}
 	}
 	hours[47].Counts["applied"], hours[47].Counts["failed"] = 6, 2
 	c := newChart(hours)
@@ -166,107 +163,6 @@ func TestChartScale(t *testing.T) {
 	assert.Contains(t, last.Title, "6 applied, 2 failed")
 	assert.Contains(t, last.Href, "date=2026-03-02&from=23%3A00&to=23%3A59")
 	assert.Empty(t, c.Bars[0].Parts)
-}
-
-func TestCounterFlushesHourlyCountsByOutcome(t *testing.T) {
-	pool := testenv.Postgres(t)
-	now := time.Date(2026, 3, 1, 10, 59, 0, 0, time.UTC)
-	c := NewCounter(pool, slog.New(slog.NewTextHandler(io.Discard, nil)), func() time.Time { return now })
-	ctx := context.Background()
-
-	c.Handled("x", stripeevent.Applied, 0)
-	c.Handled("x", stripeevent.Completed, 0) // counted as applied
-	c.Handled("x", stripeevent.Failed, 0)
-	require.NoError(t, c.Flush(ctx))
-	now = now.Add(2 * time.Minute) // next hour
-	c.Handled("x", stripeevent.Duplicate, 0)
-	c.Handled("x", stripeevent.Applied, 0)
-	require.NoError(t, c.Flush(ctx))
-	require.NoError(t, c.Flush(ctx), "nothing pending: no-op")
-
-	// A second instance adds to the same rows.
-	other := NewCounter(pool, slog.New(slog.NewTextHandler(io.Discard, nil)), func() time.Time { return now })
-	other.Handled("x", stripeevent.Applied, 0)
-	require.NoError(t, other.Flush(ctx))
-
-	hours, err := c.Hours(ctx, 48)
-	require.NoError(t, err)
-	require.Len(t, hours, 48)
-	assert.Equal(t, time.Date(2026, 3, 1, 11, 0, 0, 0, time.UTC), hours[47].Start)
-	assert.Equal(t, map[string]int64{"applied": 2, "failed": 1}, hours[46].Counts)
-	assert.Equal(t, map[string]int64{"applied": 2, "duplicate": 1}, hours[47].Counts)
-	assert.Equal(t, int64(3), hours[47].Total())
-
-	now = now.Add(48 * time.Hour)
-	hours, err = c.Hours(ctx, 48)
-	require.NoError(t, err)
-	for _, h := range hours {
-		assert.Zero(t, h.Total(), "older than 48 h: out of the chart")
-	}
-}
-
-// memStore is the handler's event store in memory, for the tracking
-// wrapper (the wrapper's own writes go to the real Postgres).
-type memStore struct{ failWrites bool }
-
-func (m *memStore) BatchGet(context.Context, []string) (map[string]events.Record, error) {
-	return nil, nil
-}
-
-func (m *memStore) PutProcessed(context.Context, []events.Record) error {
-	if m.failWrites {
-		return errors.New("dynamodb down")
-	}
-	return nil
-}
-
-func (m *memStore) RecordFailure(context.Context, events.Record, error) error { return nil }
-
-func TestProblemsFollowFailuresRejectionsAndRecoveries(t *testing.T) {
-	pool := testenv.Postgres(t)
-	p := NewProblems(pool, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	mem := &memStore{}
-	store := p.Track(mem)
-	ctx := context.Background()
-	rec := func(id string, attempts int, lastErr string) events.Record {
-		return events.Record{ID: id, Type: "payment_intent.succeeded", StripeAccount: "acct_1", Attempts: attempts, LastError: lastErr}
-	}
-
-	require.NoError(t, store.RecordFailure(ctx, rec("evt_failed", 1, ""), errors.New("postgres down")))
-	require.NoError(t, store.RecordFailure(ctx, rec("evt_recovers", 1, ""), errors.New("stripe down")))
-	require.NoError(t, store.PutProcessed(ctx, []events.Record{rec("evt_rejected", 1, "bad object"), rec("evt_fine", 1, "")}))
-	counts, err := p.Counts(ctx)
-	require.NoError(t, err)
-	assert.Equal(t, map[string]int64{"failed": 2, "rejected": 1}, counts)
-
-	// A redelivery that is processed takes its event off the list; one
-	// whose write fails does not.
-	mem.failWrites = true
-	assert.Error(t, store.PutProcessed(ctx, []events.Record{rec("evt_recovers", 2, "")}))
-	mem.failWrites = false
-	counts, _ = p.Counts(ctx)
-	assert.Equal(t, int64(2), counts["failed"])
-	require.NoError(t, store.PutProcessed(ctx, []events.Record{rec("evt_recovers", 2, "")}))
-	counts, _ = p.Counts(ctx)
-	assert.Equal(t, map[string]int64{"failed": 1, "rejected": 1}, counts)
-
-	page, err := p.List(ctx, "", 1, "")
-	require.NoError(t, err)
-	require.Len(t, page.Problems, 1)
-	require.NotEmpty(t, page.Next)
-	second, err := p.List(ctx, "", 1, page.Next)
-	require.NoError(t, err)
-	require.Len(t, second.Problems, 1)
-	assert.Empty(t, second.Next)
-	assert.ElementsMatch(t, []string{"evt_failed", "evt_rejected"}, []string{page.Problems[0].EventID, second.Problems[0].EventID})
-
-	only, err := p.List(ctx, "rejected", 10, "")
-	require.NoError(t, err)
-	require.Len(t, only.Problems, 1)
-	assert.Equal(t, "bad object", only.Problems[0].Error)
-
-	_, err = p.List(ctx, "", 10, "not-a-cursor")
-	assert.ErrorIs(t, err, ErrBadCursor)
 }
 
 // The stylesheet's text colours keep WCAG AA contrast (4.5:1) on the

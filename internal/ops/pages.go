@@ -15,8 +15,10 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/events"
 	"github.com/stripe-payments/stripe-payments/internal/incidents"
+	"github.com/stripe-payments/stripe-payments/internal/opsdata"
 	"github.com/stripe-payments/stripe-payments/internal/outbox"
 	"github.com/stripe-payments/stripe-payments/internal/stripeid"
+	"github.com/stripe-payments/stripe-payments/internal/thin"
 )
 
 // PageSize of every list.
@@ -34,10 +36,10 @@ type overviewData struct {
 	Problems    map[string]int64
 	Checkpoints []Checkpoint
 	Outbox      []outbox.TopicStats
-	Runs        []Run
+	Runs        []opsdata.Run
 	Today       string
 	Warnings    []string
-	Thin        ThinBacklog
+	Thin        thin.Hydrations
 	// Incidents are the open ones; the overview leads with them.
 	Incidents   []incidents.Incident
 	IncidentsOn bool
@@ -46,7 +48,7 @@ type overviewData struct {
 func (c *Console) overview(ec echo.Context) error {
 	ctx := ctxOf(ec)
 	now := c.d.Now().UTC()
-	d := overviewData{Outcomes: Outcomes, Totals: map[string]int64{}, Today: now.Format(events.DateLayout)}
+	d := overviewData{Outcomes: opsdata.Outcomes, Totals: map[string]int64{}, Today: now.Format(events.DateLayout)}
 	// This instance's counts are read fresh; other instances' lag by at
 	// most their flush interval.
 	if err := c.d.Counter.Flush(ctx); err != nil {
@@ -66,7 +68,7 @@ func (c *Console) overview(ec echo.Context) error {
 	if d.Problems, err = c.d.Problems.Counts(ctx); err != nil {
 		return c.unavailable(ec, "count the dead letters", err)
 	}
-	if d.Checkpoints, err = Checkpoints(ctx, c.d.Pool, c.d.Gatherer, now); err != nil {
+	if d.Checkpoints, err = checkpoints(ctx, c.d.Checkpoints, c.d.Gatherer, now); err != nil {
 		return c.unavailable(ec, "read the poller checkpoints", err)
 	}
 	if d.Outbox, err = c.d.Outbox.Stats(ctx); err != nil {
@@ -75,10 +77,10 @@ func (c *Console) overview(ec echo.Context) error {
 	if d.Runs, err = c.d.Runs.Last(ctx, 5); err != nil {
 		return c.unavailable(ec, "read the billing runs", err)
 	}
-	if d.Thin, err = ReadThinBacklog(ctx, c.d.Pool, now); err != nil {
+	if d.Thin, err = c.d.Thin.Hydrations(ctx, now, MaxThinStuck); err != nil {
 		return c.unavailable(ec, "read the thin events waiting for hydration", err)
 	}
-	if n, err := QuarantinedRecords(ctx, c.d.Pool); err != nil {
+	if n, err := c.d.Quarantine.Quarantined(ctx); err != nil {
 		return c.unavailable(ec, "count the quarantined event records", err)
 	} else if n > 0 {
 		d.Warnings = append(d.Warnings, quarantineWarning(n))
@@ -105,7 +107,7 @@ type replayResult struct {
 	Cause string
 }
 
-// replay re-drives one event through the API's replay logic and takes it
+// replay re-drives one event through the one replay path (replay.One) and takes it
 // off the dead-letter list once it is processed without error.
 func (c *Console) replay(ec echo.Context, id, account string) replayResult {
 	ctx := ctxOf(ec)
@@ -126,9 +128,9 @@ func (c *Console) replay(ec echo.Context, id, account string) replayResult {
 		c.d.Log.Warn("console replay failed", "event_id", id, "error", err)
 		return out
 	}
-	if res.Event != nil {
-		out.Status, out.Still = res.Event.Status, res.Event.LastError
-		if res.Event.Status == string(events.StatusProcessed) && res.Event.LastError == "" {
+	if res.Record != nil {
+		out.Status, out.Still = string(res.Record.Status), res.Record.LastError
+		if res.Record.Status == events.StatusProcessed && res.Record.LastError == "" {
 			if err := c.d.Problems.Resolve(ctx, id); err != nil {
 				c.d.Log.Warn("console: resolve problem", "event_id", id, "error", err)
 			}
@@ -157,9 +159,9 @@ func (c *Console) replayOne(ec echo.Context) error {
 
 type problemsData struct {
 	Outcome  string
-	Problems []Problem
+	Problems []opsdata.Problem
 	Next     string
-	Thin     ThinBacklog // thin events whose hydration keeps failing
+	Thin     thin.Hydrations // thin events whose hydration keeps failing
 }
 
 func (c *Console) problems(ec echo.Context) error {
@@ -168,14 +170,14 @@ func (c *Console) problems(ec echo.Context) error {
 		return c.fail(ec, http.StatusBadRequest, "outcome is failed or rejected")
 	}
 	page, err := c.d.Problems.List(ctxOf(ec), outcome, PageSize, ec.QueryParam("cursor"))
-	if errors.Is(err, ErrBadCursor) {
+	if errors.Is(err, opsdata.ErrBadCursor) {
 		return c.fail(ec, http.StatusBadRequest, "That page link is not valid; open the list again.")
 	}
 	if err != nil {
 		return c.unavailable(ec, "list the dead letters", err)
 	}
 	d := problemsData{Outcome: outcome, Problems: page.Problems}
-	if d.Thin, err = ReadThinBacklog(ctxOf(ec), c.d.Pool, c.d.Now().UTC()); err != nil {
+	if d.Thin, err = c.d.Thin.Hydrations(ctxOf(ec), c.d.Now().UTC(), MaxThinStuck); err != nil {
 		return c.unavailable(ec, "read the thin events waiting for hydration", err)
 	}
 	if page.Next != "" {
@@ -238,16 +240,11 @@ func (c *Console) outbox(ec echo.Context) error {
 		next.Set("topic", d.Topic)
 	}
 	if d.Dead {
-		var after outbox.DeadCursor
-		if cur := ec.QueryParam("after"); cur != "" {
-			at, id, ok := strings.Cut(cur, "|")
-			t, terr := time.Parse(time.RFC3339Nano, at)
-			u, uerr := uuid.Parse(id)
-			if !ok || terr != nil || uerr != nil {
-				return c.fail(ec, http.StatusBadRequest, "That page link is not valid; open the list again.")
-			}
-			after = outbox.DeadCursor{DeadAt: t, ID: u}
+		t, u, ok := pageAfter(ec.QueryParam("after"))
+		if !ok {
+			return c.fail(ec, http.StatusBadRequest, "That page link is not valid; open the list again.")
 		}
+		after := outbox.DeadCursor{DeadAt: t, ID: u}
 		letters, cur, err := c.d.Outbox.ListDead(ctx, d.Topic, after, PageSize)
 		if err != nil {
 			return c.unavailable(ec, "list the dead letters", err)
@@ -255,32 +252,47 @@ func (c *Console) outbox(ec echo.Context) error {
 		d.Letters = letters
 		if cur != nil {
 			next.Set("dead", "1")
-			next.Set("after", cur.DeadAt.UTC().Format(time.RFC3339Nano)+"|"+cur.ID.String())
+			next.Set("after", pageLink(cur.DeadAt, cur.ID))
 			d.Next = Prefix + "/outbox?" + next.Encode()
 		}
 		return c.render(ec, http.StatusOK, "outbox", view{Title: "Outbox dead letters", Nav: "outbox", Notice: outboxNotice(ec), Data: d})
 	}
 	// Keyset paging on (available_at, id): ties never skip a message.
-	var after outbox.PendingCursor
-	if cur := ec.QueryParam("after"); cur != "" {
-		at, id, ok := strings.Cut(cur, "|")
-		t, terr := time.Parse(time.RFC3339Nano, at)
-		u, uerr := uuid.Parse(id)
-		if !ok || terr != nil || uerr != nil {
-			return c.fail(ec, http.StatusBadRequest, "That page link is not valid; open the list again.")
-		}
-		after = outbox.PendingCursor{AvailableAt: t, ID: u}
+	t, u, ok := pageAfter(ec.QueryParam("after"))
+	if !ok {
+		return c.fail(ec, http.StatusBadRequest, "That page link is not valid; open the list again.")
 	}
+	after := outbox.PendingCursor{AvailableAt: t, ID: u}
 	msgs, cur, err := c.d.Outbox.ListPending(ctx, d.Topic, after, PageSize)
 	if err != nil {
 		return c.unavailable(ec, "read the outbox", err)
 	}
 	d.Messages = msgs
 	if cur != nil {
-		next.Set("after", cur.AvailableAt.UTC().Format(time.RFC3339Nano)+"|"+cur.ID.String())
+		next.Set("after", pageLink(cur.AvailableAt, cur.ID))
 		d.Next = Prefix + "/outbox?" + next.Encode()
 	}
 	return c.render(ec, http.StatusOK, "outbox", view{Title: "Outbox", Nav: "outbox", Data: d})
+}
+
+// pageAfter reads an outbox page link's "after" (time|id, as pageLink
+// writes it); "" is the first page (zero values, ok).
+func pageAfter(cur string) (time.Time, uuid.UUID, bool) {
+	if cur == "" {
+		return time.Time{}, uuid.UUID{}, true
+	}
+	at, id, ok := strings.Cut(cur, "|")
+	t, terr := time.Parse(time.RFC3339Nano, at)
+	u, uerr := uuid.Parse(id)
+	if !ok || terr != nil || uerr != nil {
+		return time.Time{}, uuid.UUID{}, false
+	}
+	return t, u, true
+}
+
+// pageLink writes the keyset position of an outbox page's last row.
+func pageLink(at time.Time, id uuid.UUID) string {
+	return at.UTC().Format(time.RFC3339Nano) + "|" + id.String()
 }
 
 // redriveDead re-drives one dead letter from its button: it is due again

@@ -12,6 +12,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/stripe-payments/stripe-payments/internal/events"
+	"github.com/stripe-payments/stripe-payments/internal/opsdata"
 	"github.com/stripe-payments/stripe-payments/internal/stripeid"
 )
 
@@ -112,53 +113,41 @@ func (c *Console) eventSearch(ec echo.Context) error {
 
 // clockRange reads HH:MM[:SS] bounds of a day, both inclusive.
 func clockRange(from, to string) (events.Range, string) {
-	var r events.Range
-	for _, p := range []struct {
-		v, pad string
-		dst    *string
-	}{{from, ":00.000", &r.From}, {to, ":59.999", &r.To}} {
-		if p.v == "" {
-			continue
-		}
-		if !clockPattern.MatchString(p.v) {
-			return r, "Give times as HH:MM or HH:MM:SS (UTC)."
-		}
-		if len(p.v) == len("15:04") {
-			*p.dst = p.v + p.pad
-		} else {
-			*p.dst = p.v + p.pad[3:]
+	for _, v := range []string{from, to} {
+		if v != "" && !clockPattern.MatchString(v) {
+			return events.Range{}, "Give times as HH:MM or HH:MM:SS (UTC)."
 		}
 	}
-	if r.From != "" && r.To != "" && r.From > r.To {
+	r, err := events.ClockRange(from, to)
+	if err != nil {
 		return r, "The start time is after the end time."
 	}
 	return r, ""
 }
 
-// timeRange reads datetime-local bounds (UTC) into a timestamp range.
+// timeRange reads datetime-local bounds (UTC) into a timestamp range; an
+// end given to the minute covers the whole minute.
 func timeRange(since, until string) (events.Range, string) {
-	var r events.Range
-	var s, u time.Time
+	var s, u *time.Time
 	for _, p := range []struct {
 		v   string
-		t   *time.Time
-		dst *string
-		end bool
-	}{{since, &s, &r.From, false}, {until, &u, &r.To, true}} {
+		dst **time.Time
+	}{{since, &s}, {until, &u}} {
 		if p.v == "" {
 			continue
 		}
 		t, err := parseLocal(p.v)
 		if err != nil {
-			return r, "Give times as YYYY-MM-DDTHH:MM (UTC)."
+			return events.Range{}, "Give times as YYYY-MM-DDTHH:MM (UTC)."
 		}
-		*p.t = t
-		if p.end && t.Second() == 0 {
-			t = t.Add(59*time.Second + 999*time.Millisecond)
-		}
-		*p.dst = t.Format(events.TimestampLayout)
+		*p.dst = &t
 	}
-	if since != "" && until != "" && s.After(u) {
+	var pad time.Duration
+	if u != nil && u.Second() == 0 {
+		pad = 59*time.Second + 999*time.Millisecond
+	}
+	r, err := events.TimeRange(s, u, pad)
+	if err != nil {
 		return r, "The start is after the end."
 	}
 	return r, ""
@@ -176,7 +165,7 @@ func parseLocal(v string) (time.Time, error) {
 type eventData struct {
 	Record  events.Record
 	Payload string
-	Problem *Problem
+	Problem *opsdata.Problem
 }
 
 func (c *Console) eventPage(ec echo.Context) error {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/stripe-payments/stripe-payments/internal/apptest"
 	"github.com/stripe-payments/stripe-payments/internal/events"
+	"github.com/stripe-payments/stripe-payments/internal/handler"
 	"github.com/stripe-payments/stripe-payments/internal/incidents"
 	"github.com/stripe-payments/stripe-payments/internal/replay"
 	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
@@ -30,7 +31,7 @@ func TestConsoleCancelsAReplayAndShowsUnknownOutcomes(t *testing.T) {
 	srv := httptest.NewServer(a.Admin.Echo)
 	t.Cleanup(srv.Close)
 	ctx := context.Background()
-	failing := a.OpsProblems.Track(a.Events)
+	failing := handler.TrackProblems(a.Events, a.OpsProblems, a.Log)
 	for range 3 {
 		payload := stripetest.Event{Fixture: "customer.created", Created: time.Now().Add(-time.Hour)}.Build(t)
 		ev, err := stripeevent.Parse(payload)

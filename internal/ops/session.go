@@ -8,14 +8,12 @@ import (
 	"crypto/subtle"
 	"encoding/base64"
 	"errors"
-	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stripe-payments/stripe-payments/internal/opsdata"
 )
 
 const (
@@ -37,7 +35,7 @@ const (
 // of the token it was opened with: after the token is rotated, no session
 // opened under the old one is accepted.
 type sessions struct {
-	pool   *pgxpool.Pool
+	store  SessionStore
 	now    func() time.Time
 	idle   time.Duration
 	maxAge time.Duration
@@ -65,18 +63,20 @@ func digest(value string) []byte {
 	return sum[:]
 }
 
+// SessionStore keeps the sessions' rows (opsdata.Sessions).
+type SessionStore interface {
+	Issue(ctx context.Context, s opsdata.NewSession) error
+	Touch(ctx context.Context, idHash, tag []byte, now, touchBefore, idleSince time.Time) (opsdata.Live, error)
+	Revoke(ctx context.Context, idHash []byte) error
+}
+
 // issue stores a new session and returns its cookie value.
 func (s sessions) issue(ctx context.Context, remote string) (string, error) {
 	value, csrf := randomToken(32), randomToken(32)
 	now := s.now()
-	// Ended sessions go first (the index keeps this cheap).
-	if _, err := s.pool.Exec(ctx, `DELETE FROM ops_sessions WHERE expires_at <= $1 OR last_seen <= $2`,
-		now, now.Add(-s.idle)); err != nil {
-		return "", fmt.Errorf("prune console sessions: %w", err)
-	}
-	if _, err := s.pool.Exec(ctx, `INSERT INTO ops_sessions (id_hash, csrf, created_at, last_seen, expires_at, remote, token_tag)
-		VALUES ($1, $2, $3, $3, $4, $5, $6)`, digest(value), csrf, now, now.Add(s.maxAge), remote, s.tag); err != nil {
-		return "", fmt.Errorf("store console session: %w", err)
+	if err := s.store.Issue(ctx, opsdata.NewSession{IDHash: digest(value), CSRF: csrf, Remote: remote, TokenTag: s.tag,
+		Now: now, ExpiresAt: now.Add(s.maxAge), IdleSince: now.Add(-s.idle)}); err != nil {
+		return "", err
 	}
 	return value, nil
 }
@@ -93,31 +93,20 @@ func (s sessions) check(ctx context.Context, value string) (session, error) {
 		return session{}, errNoSession
 	}
 	now := s.now()
-	h := digest(value)
 	step := min(time.Minute, s.idle/10)
-	var out session
-	err := s.pool.QueryRow(ctx, `WITH live AS (
-			SELECT id_hash, csrf, last_seen FROM ops_sessions
-			WHERE id_hash = $1 AND expires_at > $2 AND last_seen > $4 AND token_tag = $5),
-		touched AS (
-			UPDATE ops_sessions o SET last_seen = $2 FROM live
-			WHERE o.id_hash = live.id_hash AND live.last_seen <= $3)
-		SELECT id_hash, csrf FROM live`, h, now, now.Add(-step), now.Add(-s.idle), s.tag).Scan(&out.idHash, &out.csrf)
-	if errors.Is(err, pgx.ErrNoRows) {
+	live, err := s.store.Touch(ctx, digest(value), s.tag, now, now.Add(-step), now.Add(-s.idle))
+	if errors.Is(err, opsdata.ErrNoSession) {
 		return session{}, errNoSession
 	}
 	if err != nil {
-		return session{}, fmt.Errorf("read console session: %w", err)
+		return session{}, err
 	}
-	return out, nil
+	return session{idHash: live.IDHash, csrf: live.CSRF}, nil
 }
 
 // revoke ends a session on every replica.
 func (s sessions) revoke(ctx context.Context, idHash []byte) error {
-	if _, err := s.pool.Exec(ctx, `DELETE FROM ops_sessions WHERE id_hash = $1`, idHash); err != nil {
-		return fmt.Errorf("end console session: %w", err)
-	}
-	return nil
+	return s.store.Revoke(ctx, idHash)
 }
 
 // equal compares two secrets in constant time.

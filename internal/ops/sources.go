@@ -2,123 +2,16 @@ package ops
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"github.com/google/uuid"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/stripe-payments/stripe-payments/internal/billing"
+	"github.com/stripe-payments/stripe-payments/internal/ledger"
 	"github.com/stripe-payments/stripe-payments/internal/outbox"
+	"github.com/stripe-payments/stripe-payments/internal/thin"
 )
-
-// Runs records billing job runs for the overview and counts them in
-// stripe_payments_billing_runs_total{job,result} (result ok, incomplete: a
-// rerun is needed, or failed).
-type Runs struct {
-	pool  *pgxpool.Pool
-	count *prometheus.CounterVec
-}
-
-// NewRuns returns the run log on pool, its counter registered on reg (nil:
-// not registered).
-func NewRuns(pool *pgxpool.Pool, reg prometheus.Registerer) *Runs {
-	r := &Runs{pool: pool, count: prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "stripe_payments_billing_runs_total",
-		Help: "Billing job runs (remind, collect) by result: ok, incomplete (a rerun for the same date is needed) or failed.",
-	}, []string{"job", "result"})}
-	for _, job := range []string{"remind", "collect"} {
-		for _, result := range []string{"ok", "incomplete", "failed"} {
-			r.count.WithLabelValues(job, result) // present at 0, so increase() sees the first one
-		}
-	}
-	if reg != nil {
-		reg.MustRegister(r.count)
-	}
-	return r
-}
-
-// Record writes one run; rep may be nil when the run failed before a report.
-func (r *Runs) Record(ctx context.Context, job string, date time.Time, started time.Time, rep *billing.Report, runErr error) error {
-	result := "ok"
-	switch {
-	case runErr != nil || rep == nil:
-		result = "failed"
-	case !rep.OK():
-		result = "incomplete"
-	}
-	r.count.WithLabelValues(job, result).Inc()
-	raw := []byte("{}")
-	if rep != nil {
-		var err error
-		if raw, err = json.Marshal(rep); err != nil {
-			return fmt.Errorf("record billing run: %w", err)
-		}
-	}
-	var msg *string
-	if runErr != nil {
-		s := runErr.Error()
-		msg = &s
-	}
-	_, err := r.pool.Exec(ctx, `INSERT INTO ops_billing_runs (job, date, started_at, finished_at, report, error)
-		VALUES ($1, $2, $3, $4, $5, $6)`, job, date, started.UTC(), time.Now().UTC(), raw, msg)
-	if err != nil {
-		return fmt.Errorf("record billing run: %w", err)
-	}
-	return nil
-}
-
-// Run is one recorded billing job run.
-type Run struct {
-	Job        string
-	Date       time.Time
-	StartedAt  time.Time
-	FinishedAt time.Time
-	Report     RunReport
-	Error      string
-}
-
-// RunReport is what a run's billing.Report said (decoded from its JSON).
-type RunReport struct {
-	Entries, Reminded, Succeeded, Processing, Declined, Stale, Resumed, Skipped int
-	PausedSkipped                                                               int `json:"paused_skipped"`
-	Locked, Unknown, Resolved, Unresolved, Errors                               int
-	// Causes: why the run was not OK ("Stripe unreachable: …").
-	Causes []string
-}
-
-// Unresolved counts what the run left for an operator or a rerun. Every
-// unknown outcome of a run is also an unresolved period of it (reports of
-// older versions had only the unknown count).
-func (r Run) Unresolved() int {
-	return max(r.Report.Unknown, r.Report.Unresolved) + r.Report.Errors + r.Report.Locked
-}
-
-// Failed reports a run that ended in an error.
-func (r Run) Failed() bool { return r.Error != "" }
-
-// Last reads the n most recent runs.
-func (r *Runs) Last(ctx context.Context, n int) ([]Run, error) {
-	rows, err := r.pool.Query(ctx, `SELECT job, date, started_at, finished_at, report, coalesce(error, '')
-		FROM ops_billing_runs ORDER BY started_at DESC LIMIT $1`, n)
-	if err != nil {
-		return nil, fmt.Errorf("read billing runs: %w", err)
-	}
-	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (Run, error) {
-		var x Run
-		var raw []byte
-		if err := row.Scan(&x.Job, &x.Date, &x.StartedAt, &x.FinishedAt, &raw, &x.Error); err != nil {
-			return x, err
-		}
-		if err := json.Unmarshal(raw, &x.Report); err != nil {
-			return x, err
-		}
-		return x, nil
-	})
-}
 
 // Checkpoint is the poller's progress on one account.
 type Checkpoint struct {
@@ -131,21 +24,25 @@ type Checkpoint struct {
 	Gap float64
 }
 
-// Checkpoints reads the poller's checkpoints and joins this instance's
+// CheckpointLister lists the poller's stored checkpoints
+// (ledger.Checkpoints).
+type CheckpointLister interface {
+	List(ctx context.Context, limit int) ([]ledger.Saved, error)
+}
+
+// maxCheckpoints bounds the checkpoints the overview lists.
+const maxCheckpoints = 200
+
+// checkpoints reads the poller's checkpoints and joins this instance's
 // webhook-gap counters (the registry holds them; the table does not).
-func Checkpoints(ctx context.Context, pool *pgxpool.Pool, gatherer prometheus.Gatherer, now time.Time) ([]Checkpoint, error) {
-	rows, err := pool.Query(ctx, `SELECT stripe_account, checkpoint, updated_at FROM poller_checkpoints ORDER BY checkpoint ASC LIMIT 200`)
+func checkpoints(ctx context.Context, store CheckpointLister, gatherer prometheus.Gatherer, now time.Time) ([]Checkpoint, error) {
+	saved, err := store.List(ctx, maxCheckpoints)
 	if err != nil {
 		return nil, fmt.Errorf("read checkpoints: %w", err)
 	}
-	list, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Checkpoint, error) {
-		var c Checkpoint
-		err := row.Scan(&c.Account, &c.Checkpoint, &c.UpdatedAt)
-		c.Age, c.Gap = now.Sub(c.Checkpoint), -1
-		return c, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("read checkpoints: %w", err)
+	list := make([]Checkpoint, len(saved))
+	for i, s := range saved {
+		list[i] = Checkpoint{Account: s.Account, Checkpoint: s.Checkpoint, UpdatedAt: s.UpdatedAt, Age: now.Sub(s.Checkpoint), Gap: -1}
 	}
 	gaps := gathered(gatherer, "stripe_payments_poller_webhook_gap_total", "stripe_account")
 	for i := range list {
@@ -198,4 +95,18 @@ type OutboxReader interface {
 	// Redrive makes a dead letter due again (outbox.ErrNotFound,
 	// outbox.ErrNotDead when there is nothing to do).
 	Redrive(ctx context.Context, id uuid.UUID) error
+}
+
+// MaxThinStuck bounds the failing thin events listed.
+const MaxThinStuck = 20
+
+// ThinReader reads the thin events waiting for hydration (thin.Queue).
+type ThinReader interface {
+	Hydrations(ctx context.Context, now time.Time, maxStuck int) (thin.Hydrations, error)
+}
+
+// QuarantineCounter counts the event records the events table refused for
+// good (recordq.Queue); the overview warns while there are any.
+type QuarantineCounter interface {
+	Quarantined(ctx context.Context) (int64, error)
 }

@@ -325,6 +325,17 @@ func (q *Queue) writeBatch(ctx context.Context, batch []pend) error {
 	return nil
 }
 
+// Quarantined counts the records the events table refused for good (in
+// event_records_quarantined); the console's overview warns while there are
+// any.
+func (q *Queue) Quarantined(ctx context.Context) (int64, error) {
+	var n int64
+	if err := q.pool.QueryRow(ctx, `SELECT count(*) FROM event_records_quarantined`).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count quarantined event records: %w", err)
+	}
+	return n, nil
+}
+
 // quarantine moves p's row to event_records_quarantined (it stays readable
 // through Lookup, listed in the console, counted) and takes it off the
 // backlog. If the move fails, the record stays queued and is tried again.

@@ -93,32 +93,31 @@ func (s *Store) GetPurchase(ctx context.Context, id uuid.UUID) (Purchase, error)
 
 // GetPayment reads a payment.
 func (s *Store) GetPayment(ctx context.Context, id string) (Payment, error) {
-	var p Payment
-	err := s.pool.QueryRow(ctx, `SELECT id, created, last_updated, account, stripe_account, purchase, status,
-		coalesce(last_event_id, ''), last_event_created FROM payments WHERE id = $1`, id).
-		Scan(&p.ID, &p.Created, &p.LastUpdated, &p.Account, &p.StripeAccount, &p.Purchase, &p.Status, &p.LastEventID, &p.LastEventCreated)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return Payment{}, fmt.Errorf("payment %s: %w", id, ErrNotFound)
-	}
-	if err != nil {
-		return Payment{}, fmt.Errorf("read payment %s: %w", id, err)
-	}
-	return p, nil
+	return getTracked(ctx, s, "payments", "payment", id, func(p *Payment) []any {
+		return []any{&p.ID, &p.Created, &p.LastUpdated, &p.Account, &p.StripeAccount, &p.Purchase, &p.Status, &p.LastEventID, &p.LastEventCreated}
+	})
 }
 
 // GetSubscription reads a subscription.
 func (s *Store) GetSubscription(ctx context.Context, id string) (Subscription, error) {
-	var sub Subscription
+	return getTracked(ctx, s, "subscriptions", "subscription", id, func(p *Subscription) []any {
+		return []any{&p.ID, &p.Created, &p.LastUpdated, &p.Account, &p.StripeAccount, &p.Purchase, &p.Status, &p.LastEventID, &p.LastEventCreated}
+	})
+}
+
+// getTracked reads one row of payments or subscriptions (table; what names
+// it in errors), whose columns are the same: fields lists where each goes.
+func getTracked[T any](ctx context.Context, s *Store, table, what, id string, fields func(*T) []any) (T, error) {
+	var row, zero T
 	err := s.pool.QueryRow(ctx, `SELECT id, created, last_updated, account, stripe_account, purchase, status,
-		coalesce(last_event_id, ''), last_event_created FROM subscriptions WHERE id = $1`, id).
-		Scan(&sub.ID, &sub.Created, &sub.LastUpdated, &sub.Account, &sub.StripeAccount, &sub.Purchase, &sub.Status, &sub.LastEventID, &sub.LastEventCreated)
+		coalesce(last_event_id, ''), last_event_created FROM `+table+` WHERE id = $1`, id).Scan(fields(&row)...)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Subscription{}, fmt.Errorf("subscription %s: %w", id, ErrNotFound)
+		return zero, fmt.Errorf("%s %s: %w", what, id, ErrNotFound)
 	}
 	if err != nil {
-		return Subscription{}, fmt.Errorf("read subscription %s: %w", id, err)
+		return zero, fmt.Errorf("read %s %s: %w", what, id, err)
 	}
-	return sub, nil
+	return row, nil
 }
 
 // RecordPayment stores the purchase's PaymentIntent (and invoice, for a
@@ -126,20 +125,7 @@ func (s *Store) GetSubscription(ctx context.Context, id string) (Subscription, e
 // Repeating it is harmless; an event that got there first already inserted
 // the payment.
 func (s *Store) RecordPayment(ctx context.Context, purchase uuid.UUID, paymentIntent, invoice string) error {
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `UPDATE purchases SET payment_intent = $2, invoice = coalesce(nullif($3, ''), invoice) WHERE id = $1`,
-			purchase, paymentIntent, invoice)
-		if err != nil {
-			return translate(err)
-		}
-		if tag.RowsAffected() == 0 {
-			return ErrNotFound
-		}
-		_, err = tx.Exec(ctx, `INSERT INTO payments (id, account, stripe_account, purchase)
-			SELECT $2, account, stripe_account, id FROM purchases WHERE id = $1
-			ON CONFLICT (id) DO NOTHING`, purchase, paymentIntent)
-		return translate(err)
-	})
+	err := s.attach(ctx, purchase, `payment_intent = $2, invoice = coalesce(nullif($3, ''), invoice)`, "payments", paymentIntent, invoice)
 	if err != nil {
 		return fmt.Errorf("record payment %s of purchase %s: %w", paymentIntent, purchase, err)
 	}
@@ -168,21 +154,30 @@ func (s *Store) MarkPaymentPaid(ctx context.Context, paymentIntent string) error
 // RecordSubscription stores the purchase's Stripe subscription, new: the
 // activation event moves it to active and fulfils the purchase.
 func (s *Store) RecordSubscription(ctx context.Context, purchase uuid.UUID, subscription string) error {
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `UPDATE purchases SET subscription = $2 WHERE id = $1`, purchase, subscription)
+	err := s.attach(ctx, purchase, `subscription = $2`, "subscriptions", subscription)
+	if err != nil {
+		return fmt.Errorf("record subscription %s of purchase %s: %w", subscription, purchase, err)
+	}
+	return nil
+}
+
+// attach links a purchase to its payment or subscription id and inserts
+// that row (table, new) in one transaction: set is the purchases update,
+// with $1 the purchase, $2 id and $3… more. An existing row is left alone
+// (an event that got there first inserted it); ErrNotFound without the
+// purchase.
+func (s *Store) attach(ctx context.Context, purchase uuid.UUID, set, table, id string, more ...any) error {
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `UPDATE purchases SET `+set+` WHERE id = $1`, append([]any{purchase, id}, more...)...)
 		if err != nil {
 			return translate(err)
 		}
 		if tag.RowsAffected() == 0 {
 			return ErrNotFound
 		}
-		_, err = tx.Exec(ctx, `INSERT INTO subscriptions (id, account, stripe_account, purchase)
+		_, err = tx.Exec(ctx, `INSERT INTO `+table+` (id, account, stripe_account, purchase)
 			SELECT $2, account, stripe_account, id FROM purchases WHERE id = $1
-			ON CONFLICT (id) DO NOTHING`, purchase, subscription)
+			ON CONFLICT (id) DO NOTHING`, purchase, id)
 		return translate(err)
 	})
-	if err != nil {
-		return fmt.Errorf("record subscription %s of purchase %s: %w", subscription, purchase, err)
-	}
-	return nil
 }

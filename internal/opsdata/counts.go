@@ -1,4 +1,10 @@
-package ops
+// Package opsdata stores what operators look at beside the events table:
+// handled events counted per hour (ops_event_hours), the failed and
+// rejected list (ops_event_problems), billing job runs (ops_billing_runs)
+// and the console's sessions (ops_sessions). The ingest path feeds it
+// through the handler's Observer and ProblemList interfaces; the console
+// (internal/ops) only reads it and asks (docs/architecture.md).
+package opsdata
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package ops
+package opsdata
 
 import (
 	"context"
@@ -11,30 +11,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/stripe-payments/stripe-payments/internal/events"
-	"github.com/stripe-payments/stripe-payments/internal/handler"
-	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
 )
 
-// Observers tells several observers of the handler.
-type Observers []handler.Observer
-
-// Handled implements handler.Observer.
-func (o Observers) Handled(eventType string, outcome stripeevent.Outcome, elapsed time.Duration) {
-	for _, x := range o {
-		x.Handled(eventType, outcome, elapsed)
-	}
-}
-
-// Delivered implements handler.DeliveryObserver for the observers that do.
-func (o Observers) Delivered(account string, source stripeevent.Source, apiVersion string, expected bool) {
-	for _, x := range o {
-		if d, ok := x.(handler.DeliveryObserver); ok {
-			d.Delivered(account, source, apiVersion, expected)
-		}
-	}
-}
-
-// Problems is the dead-letter list of the console: events whose last
+// Problems is the dead-letter list the console shows: events whose last
 // handling failed or was rejected, in ops_event_problems. The events table
 // has no index on status, so listing them from it would read whole days;
 // this small table is written only when something goes wrong.
@@ -48,54 +27,11 @@ func NewProblems(pool *pgxpool.Pool, log *slog.Logger) *Problems {
 	return &Problems{pool: pool, log: log}
 }
 
-// Track wraps the handler's event store so that failures and rejections
-// are listed and a later successful record takes them off the list.
-func (p *Problems) Track(store handler.EventStore) handler.EventStore {
-	return trackedStore{EventStore: store, problems: p}
-}
-
-type trackedStore struct {
-	handler.EventStore
-	problems *Problems
-}
-
-// RecordFailure records the failed record, then lists it. Listing is best
-// effort: the event is re-driven by Stripe or the poller either way.
-func (s trackedStore) RecordFailure(ctx context.Context, r events.Record, cause error) error {
-	err := s.EventStore.RecordFailure(ctx, r, cause)
-	msg := "unknown error"
-	if cause != nil {
-		msg = cause.Error()
-	}
-	s.problems.upsert(ctx, r, "failed", msg)
-	return err
-}
-
-// PutProcessed writes processed records, then lists the rejected ones and
-// takes the re-deliveries (attempts > 1: a record existed, maybe failed)
-// off the list. A first delivery that succeeds costs nothing extra.
-func (s trackedStore) PutProcessed(ctx context.Context, recs []events.Record) error {
-	if err := s.EventStore.PutProcessed(ctx, recs); err != nil {
-		return err
-	}
-	var resolved []string
-	for _, r := range recs {
-		switch {
-		case r.LastError != "":
-			s.problems.upsert(ctx, r, "rejected", r.LastError)
-		case r.Attempts > 1:
-			resolved = append(resolved, r.ID)
-		}
-	}
-	if len(resolved) > 0 {
-		if err := s.problems.Resolve(ctx, resolved...); err != nil {
-			s.problems.log.Warn("could not take processed events off the dead-letter list", "error", err)
-		}
-	}
-	return nil
-}
-
-func (p *Problems) upsert(ctx context.Context, r events.Record, outcome, msg string) {
+// Listed puts an event on the list (outcome "failed" or "rejected") or
+// updates its entry. It is best effort (implements handler.ProblemList):
+// the event is re-driven by Stripe or the poller either way, so a failed
+// write is logged, not returned.
+func (p *Problems) Listed(ctx context.Context, r events.Record, outcome, msg string) {
 	if len(msg) > 2000 {
 		msg = msg[:2000]
 	}
