@@ -38,7 +38,9 @@ var ErrUnavailable = errors.New("events table unavailable")
 type Table interface {
 	// BatchGet reads existing records, strongly consistent.
 	BatchGet(ctx context.Context, ids []string) (map[string]events.Record, error)
-	// PutProcessed writes processed records.
+	// PutProcessed writes processed records; those with IfAbsent only
+	// where the table holds no record of their event, answering an
+	// *events.NotWrittenError that names the others.
 	PutProcessed(ctx context.Context, recs []events.Record) error
 }
 
@@ -166,7 +168,9 @@ func (q *Queue) Enqueue(ctx context.Context, tx pgtx.Tx, recs []events.Record) e
 // EnqueueClaimed is Enqueue for events tx itself claimed in the ledger: an
 // earlier version of their records can be in the table only if a failure
 // or a rejection left it, and those are marked (Mark) before they are
-// written, so the writer reads only the marked ones.
+// written, so the writer reads only the marked ones. It writes the others
+// IfAbsent: a failure recorded without its mark (Postgres down, an older
+// replica) or racing the writer is read and superseded, never overwritten.
 func (q *Queue) EnqueueClaimed(ctx context.Context, tx pgtx.Tx, recs []events.Record) error {
 	return q.enqueue(ctx, tx, recs, true)
 }
