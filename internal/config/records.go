@@ -14,13 +14,13 @@ type IngestRecords struct {
 	// events table right after. On by default; off, the answer waits for
 	// the table write.
 	WriteBehind bool
-	// Writers is how many BatchWriteItem requests of the write-behind may be
-	// in flight.
+	// Writers is how many write-behind table writes (up to 100 records
+	// each) may be in flight.
 	Writers int
 	// Backlog bounds the records acknowledged and not yet in the table;
 	// deliveries wait (up to their deadline) while it is full.
 	Backlog int
-	// Linger is how long a write-behind writer waits for a batch of 25 to
+	// Linger is how long a write-behind writer waits for a batch of 100 to
 	// fill: it delays only the table write, never an answer, and at a low
 	// rate it trades that delay for fewer DynamoDB requests.
 	Linger time.Duration

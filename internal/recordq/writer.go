@@ -96,7 +96,7 @@ func (q *Queue) take(ctx context.Context) []pend {
 		}
 		q.mu.Lock()
 	}
-	if len(q.waiting) < batchSize {
+	if len(q.waiting) < q.cfg.Batch {
 		// Let the batch fill a little: this delays the table write only.
 		q.mu.Unlock()
 		select {
@@ -110,7 +110,7 @@ func (q *Queue) take(ctx context.Context) []pend {
 			return q.take(ctx)
 		}
 	}
-	n := min(len(q.waiting), batchSize)
+	n := min(len(q.waiting), q.cfg.Batch)
 	batch := append([]pend(nil), q.waiting[:n]...)
 	q.waiting = append(q.waiting[:0:0], q.waiting[n:]...)
 	q.mu.Unlock()
