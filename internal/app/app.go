@@ -165,6 +165,9 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 	a.Incidents = incidents.New(pool, incidents.Config{PlatformAccount: cfg.PlatformAccount})
 	a.Metrics.WatchIncidents(a.Incidents.Counts)
 	table := events.NewStore(ddb, cfg.EventsTable, cfg.EventTTL, nil)
+	if cfg.IngestRecords.FreshWrite == "item" {
+		table = table.WithItemPuts()
+	}
 	recordMetrics := m.NewRecords()
 	// The write-behind writes through the console's problem tracking, as
 	// the handler does: a re-driven event leaves the dead-letter list when

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime"
 	"strconv"
+	"sync"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
@@ -240,6 +241,9 @@ func (s *Store) putIfAbsent(ctx context.Context, recs []Record, perTx int) (refu
 	if err != nil {
 		return nil, err
 	}
+	if s.itemPuts {
+		return s.putEachIfAbsent(ctx, recs, expr)
+	}
 	for len(recs) > 0 {
 		var items []types.TransactWriteItem
 		var ids []string
@@ -270,6 +274,60 @@ func (s *Store) putIfAbsent(ctx context.Context, recs []Record, perTx int) (refu
 		}
 	}
 	return refused, nil
+}
+
+// maxItemPuts bounds the conditional PutItems of one putEachIfAbsent in
+// flight.
+const maxItemPuts = 25
+
+// putEachIfAbsent is putIfAbsent with one conditional PutItem a record
+// (WithItemPuts).
+func (s *Store) putEachIfAbsent(ctx context.Context, recs []Record, expr expression.Expression) (refused []string, err error) {
+	type result struct {
+		id      string
+		refused bool
+		err     error
+	}
+	results := make(chan result, len(recs))
+	slots := make(chan struct{}, maxItemPuts)
+	var wg sync.WaitGroup
+	for _, r := range recs {
+		av, err := attributes(r)
+		if err != nil {
+			wg.Wait()
+			return nil, err
+		}
+		slots <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-slots; wg.Done() }()
+			_, err := s.client.PutItem(ctx, &dynamodb.PutItemInput{
+				TableName: aws.String(s.table), Item: av,
+				ConditionExpression: expr.Condition(), ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
+			})
+			switch {
+			case isConditionFailed(err):
+				results <- result{id: r.ID, refused: true}
+			case err != nil:
+				results <- result{id: r.ID, err: fmt.Errorf("write fresh event %s: %w", r.ID, err)}
+			default:
+				results <- result{id: r.ID}
+			}
+		}()
+		runtime.Gosched() // see batchWrite
+	}
+	wg.Wait()
+	close(results)
+	var errs []error
+	for res := range results {
+		if res.refused {
+			refused = append(refused, res.id)
+		}
+		if res.err != nil {
+			errs = append(errs, res.err)
+		}
+	}
+	return refused, errors.Join(errs...)
 }
 
 // transactFresh writes items (the puts of ids) in one transaction, again

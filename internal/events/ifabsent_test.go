@@ -18,9 +18,25 @@ import (
 // holds, some of whose events the table already holds. Every record whose
 // event has no record, or only an expired one, is written; the others are
 // left exactly as they were and named in a *NotWrittenError, so the
-// write-behind reads and supersedes them instead of overwriting.
+// write-behind reads and supersedes them instead of overwriting. Both ways
+// of writing them (INGEST_RECORD_FRESH_WRITE) answer the same.
 func TestPutProcessedIfAbsentWritesOnlyWhereTheTableHoldsNothing(t *testing.T) {
-	f := newFixture(t)
+	for _, tc := range []struct {
+		name  string
+		store func(*events.Store) *events.Store
+	}{
+		{"transactions", func(s *events.Store) *events.Store { return s }},
+		{"one PutItem each", (*events.Store).WithItemPuts},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t)
+			f.store = tc.store(f.store)
+			putIfAbsent(t, f)
+		})
+	}
+}
+
+func putIfAbsent(t *testing.T, f *fixture) {
 	ctx := context.Background()
 	build := func() events.Record {
 		payload := stripetest.Event{Fixture: "customer.subscription.updated"}.Build(t)
