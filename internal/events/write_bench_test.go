@@ -8,9 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-
 	"github.com/stripe-payments/stripe-payments/internal/dynamo"
 	"github.com/stripe-payments/stripe-payments/internal/loadtest"
 	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
@@ -21,9 +18,9 @@ import (
 // records (issue 32): "batch" is BatchWriteItem×25, unconditional (lever 1,
 // which cannot refuse to overwrite an unmarked failure); "tx25" and "tx100"
 // are PutProcessed's IfAbsent writes, conditional TransactWriteItems of
-// 25 and 100 (putIfAbsent); "put" is a
-// conditional PutItem per record, 25 in flight per writer. Four writers,
-// as the write-behind; one iteration is a round of each mode, the order
+// 25 and 100 (putIfAbsent); "put" is a conditional PutItem per record
+// (WithItemPuts), 25 in flight per writer. Four writers, as the
+// write-behind; one iteration is a round of each mode, the order
 // rotating, so all see the same machine. DYNAMODB_PID names DynamoDB
 // Local's process (scripts/bench-peer.sh finds it by its port).
 //
@@ -44,36 +41,7 @@ func BenchmarkFreshWrite(b *testing.B) {
 	testenv.CreateTables(b, client, dynamo.EventsTable(table))
 	s := NewStore(client, table, 720*time.Hour, nil)
 	ctx := context.Background()
-	expr, err := s.freshCondition()
-	if err != nil {
-		b.Fatal(err)
-	}
-	put := func(recs []Record) error {
-		var wg sync.WaitGroup
-		errs := make(chan error, len(recs))
-		for _, r := range recs {
-			av, err := attributes(r)
-			if err != nil {
-				return err
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				_, err := s.client.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(s.table), Item: av,
-					ConditionExpression: expr.Condition(), ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values()})
-				errs <- err
-			}()
-		}
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			if err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	fresh := func(perTx int) func([]Record) error {
+	fresh := func(s *Store, perTx int) func([]Record) error {
 		return func(recs []Record) error {
 			refused, err := s.putIfAbsent(ctx, recs, perTx)
 			if err == nil && len(refused) > 0 {
@@ -89,9 +57,9 @@ func BenchmarkFreshWrite(b *testing.B) {
 	}
 	modes := []mode{
 		{"batch", 25, func(recs []Record) error { return s.PutProcessed(ctx, recs) }},
-		{"tx25", 25, fresh(25)},
-		{"tx100", 100, fresh(100)},
-		{"put", 25, put},
+		{"tx25", 25, fresh(s, 25)},
+		{"tx100", 100, fresh(s, 100)},
+		{"put", 100, fresh(s.WithItemPuts(), 100)},
 	}
 	type total struct {
 		wall     time.Duration
