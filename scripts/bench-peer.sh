@@ -26,8 +26,8 @@
 #
 # The same run also measures its ceiling (BENCH_STUBBED=0 turns it off): a
 # second instance of this service (same binary and settings, database
-# bench_ours_stub, tables of its own) whose events-table BatchWriteItem and
-# BatchGetItem are answered by `loadgen stub-table` instead of DynamoDB
+# bench_ours_stub, tables of its own) whose events-table BatchWriteItem,
+# BatchGetItem and TransactWriteItems of puts are answered by `loadgen stub-table` instead of DynamoDB
 # Local. It does all its own work for a record but the JVM none, so its
 # column says what sharing the 2 cores with the stand-in costs. A
 # diagnostic: its records are not in the table.
