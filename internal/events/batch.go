@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/smithy-go"
 )
 
 // MaxLastError bounds the last_error attribute: an error chain can quote a
@@ -352,8 +353,17 @@ func (s *Store) transactFresh(ctx context.Context, items []types.TransactWriteIt
 				refused = append(refused, ids[i])
 				continue
 			case "None", "":
-			case "TransactionConflict":
-				conflict = true
+			case "TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded", "RequestLimitExceeded":
+				conflict = true // a failure being recorded, or throttling: again, later
+			case "ValidationError":
+				// The item itself is refused: the API error a plain write
+				// would get, so the write-behind isolates and quarantines it
+				// instead of taking the table for down.
+				return refused, fmt.Errorf("write fresh event %s: %w (%v)", ids[i],
+					&smithy.GenericAPIError{Code: "ValidationException", Message: aws.ToString(why.Message), Fault: smithy.FaultClient}, err)
+			case "ItemCollectionSizeLimitExceeded":
+				return refused, fmt.Errorf("write fresh event %s: %w (%v)", ids[i],
+					&smithy.GenericAPIError{Code: "ItemCollectionSizeLimitExceededException", Message: aws.ToString(why.Message), Fault: smithy.FaultClient}, err)
 			default:
 				return refused, fmt.Errorf("write fresh event %s: %s: %w", ids[i], aws.ToString(why.Code), err)
 			}
@@ -362,7 +372,7 @@ func (s *Store) transactFresh(ctx context.Context, items []types.TransactWriteIt
 		items, ids = keep, keepIDs
 		if conflict && len(items) > 0 {
 			if attempt >= 8 {
-				return refused, fmt.Errorf("write fresh events: still conflicting after %d attempts: %w", attempt+1, err)
+				return refused, fmt.Errorf("write fresh events: still conflicting or throttled after %d attempts: %w", attempt+1, err)
 			}
 			if err := sleep(ctx, backoff(attempt)); err != nil {
 				return refused, fmt.Errorf("write fresh events: %w", err)
