@@ -26,8 +26,8 @@
 #
 # The same run also measures its ceiling (BENCH_STUBBED=0 turns it off): a
 # second instance of this service (same binary and settings, database
-# bench_ours_stub, tables of its own) whose events-table BatchWriteItem and
-# BatchGetItem are answered by `loadgen stub-table` instead of DynamoDB
+# bench_ours_stub, tables of its own) whose events-table BatchWriteItem,
+# BatchGetItem and TransactWriteItems of puts are answered by `loadgen stub-table` instead of DynamoDB
 # Local. It does all its own work for a record but the JVM none, so its
 # column says what sharing the 2 cores with the stand-in costs. A
 # diagnostic: its records are not in the table.
@@ -65,6 +65,29 @@ die() {
 # The old separate diagnostic mode would now run (and write) the real
 # benchmark: refuse it rather than surprise.
 [ -z "${BENCH_EVENTS_TABLE_STUB:-}" ] || die "BENCH_EVENTS_TABLE_STUB is gone: every run measures the stubbed instance beside the real one (BENCH_STUBBED=0 leaves it out)"
+# listener_pid URL: the pid of the process listening on URL's port on this
+# machine (the DynamoDB Local actually serving DYNAMODB_ENDPOINT, whichever
+# checkout started it: a worktree's own .dev holds no pid file). It reads
+# the listening socket's inode from /proc/net/tcp{,6} and finds the process
+# holding it; 0 when none is found (the cores table then says 0.00).
+listener_pid() {
+	local port hex inode fd
+	port="${1##*:}" port="${port%%/*}"
+	[[ "$port" =~ ^[0-9]+$ ]] || { echo 0; return; }
+	hex="$(printf '%04X' "$port")"
+	# fields: sl local_address rem_address st ... inode (10th); 0A is LISTEN
+	inode="$(awk -v p=":$hex" '$4 == "0A" && substr($2, length($2) - 4) == p { print $10; exit }' /proc/net/tcp /proc/net/tcp6 2>/dev/null)"
+	if [ -n "$inode" ]; then
+		for fd in /proc/[0-9]*/fd/*; do
+			if [ "$(readlink "$fd" 2>/dev/null)" = "socket:[$inode]" ]; then
+				fd="${fd#/proc/}"
+				echo "${fd%%/*}"
+				return
+			fi
+		done
+	fi
+	echo 0
+}
 as_pg() { if [ "$(id -u)" -eq 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
 psql_bench() { "$PGBIN/psql" -h 127.0.0.1 -p "$PG_PORT" -U postgres -XtAq -v ON_ERROR_STOP=1 "$@"; }
 
@@ -190,13 +213,15 @@ for _ in $(seq 1 150); do
 	sleep 0.2
 done
 grep -q listening "$OUT/peer.log" || die "the peer did not start (see $OUT/peer.log)"
+DYNAMODB_PID="$(listener_pid "$DYNAMODB_ENDPOINT")"
+[ "$DYNAMODB_PID" != 0 ] || log "WARNING: no process found listening for $DYNAMODB_ENDPOINT; DynamoDB Local's CPU will read 0.00"
 log "this service pid $ours_pid on :$OURS_PORT (pprof :$PPROF_PORT), stripe-sync-engine pid $peer_pid on :$PEER_PORT"
 
 "$OUT/loadgen" compare -peer-name "stripe-sync-engine 0.48.5" \
 	-ours "http://127.0.0.1:$OURS_PORT/webhooks/stripe" -ours-metrics "http://127.0.0.1:$OURS_ADMIN_PORT/metrics" -ours-secret "$SECRET_OURS" -ours-pid "$ours_pid" \
 	-peer "http://127.0.0.1:$PEER_PORT/webhooks" -peer-secret "$SECRET_PEER" -peer-pid "$peer_pid" \
 	-database-url "$PG_URL/postgres?sslmode=disable" \
-	-dynamodb-pid "$(cat "$DEV/dynamodb.pid" 2>/dev/null || echo 0)" -postgres-pid "$(head -1 "$PG_DATA/postmaster.pid")" \
+	-dynamodb-pid "$DYNAMODB_PID" -postgres-pid "$(head -1 "$PG_DATA/postmaster.pid")" \
 	-c "$CONCURRENCY" -rounds "$ROUNDS" -d "$DURATION" -markdown "$OUT/compare.md" "${STUBBED_ARGS[@]}" \
 	${BENCH_PROFILE:+-pprof "http://127.0.0.1:$PPROF_PORT" -profile-dir "$OUT"} | tee "$OUT/compare.txt"
 

@@ -71,5 +71,7 @@ func measureCeilings(ctx context.Context, o compareOptions, out io.Writer) ([]ce
 	// Items shaped like a customer.updated record: no subscription, so two GSIs.
 	loadtest.DynamoBatchWrite(ctx, client, ddbTable, 8, time.Second, false)
 	add("DynamoDB BatchWriteItem×25, 8 writers (items, 2 GSIs)", 25, loadtest.DynamoBatchWrite(ctx, client, ddbTable, 8, d, false))
+	// The write-behind's first records (issue 32): conditional, 100 a request.
+	add("DynamoDB TransactWriteItems×100, 4 writers (items, 2 GSIs)", 100, loadtest.DynamoTransactWrite(ctx, client, ddbTable, 4, d, false))
 	return cs, ctx.Err()
 }

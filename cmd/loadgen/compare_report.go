@@ -127,7 +127,7 @@ func (r compareReport) markdownTo(w io.Writer) {
 	}
 	if r.stubbed() {
 		fmt.Fprintf(w, "\nThe same run's ceiling: a second instance of this service, same code and settings, whose events-table "+
-			"`BatchWriteItem` and `BatchGetItem` a stub answers (`loadgen stub-table`), so DynamoDB Local's JVM does none of "+
+			"`BatchWriteItem`, `BatchGetItem` and `TransactWriteItems` of puts a stub answers (`loadgen stub-table`), so DynamoDB Local's JVM does none of "+
 			"that work on the machine's cores. Diagnostic only: its records are not in DynamoDB.\n\n")
 		fmt.Fprintf(w, "| concurrency | %s | %s | ratio | p99 stubbed ÷ peer |\n| --- | --- | --- | --- | --- |\n", r.o.peerName, stubbedLabel)
 		for _, row := range r.rows {
@@ -187,7 +187,7 @@ func (r compareReport) markdownTo(w io.Writer) {
 		line("synchronous events-table work of a batch (redeliveries, failures; without write-behind: every batch)", func(st stages) string {
 			return fmt.Sprintf("%s × %.0f", ms(time.Duration(st.mean(recordSum, recordCount)*float64(time.Second))), st[recordCount])
 		})
-		line("write-behind batch (BatchGetItem + BatchWriteItem + delete)", func(st stages) string {
+		line("write-behind batch (conditional TransactWriteItems, or BatchGetItem + BatchWriteItem; + delete)", func(st stages) string {
 			return fmt.Sprintf("%s, %.1f records", ms(time.Duration(st.mean(writeSum, writeCount)*float64(time.Second))), st.mean(writtenOK, writeCount))
 		})
 		line("DynamoDB requests per event", func(st stages) string { return fmt.Sprintf("%.3f", st.mean(dynamoPrefix, "events")) })

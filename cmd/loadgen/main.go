@@ -303,7 +303,7 @@ func dropTables(ctx context.Context, names []string) error {
 // stubTable serves loadtest.TableStub on loopback until ctx ends.
 func stubTable(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("loadgen stub-table", flag.ContinueOnError)
-	table := fs.String("table", "", "the table whose BatchWriteItem and BatchGetItem are answered here")
+	table := fs.String("table", "", "the table whose BatchWriteItem, BatchGetItem and TransactWriteItems of puts are answered here")
 	upstream := fs.String("upstream", os.Getenv("DYNAMODB_ENDPOINT"), "DynamoDB Local, for everything else (loopback only)")
 	listen := fs.String("listen", "127.0.0.1:18284", "address to serve on (loopback only)")
 	if err := fs.Parse(args); err != nil {

@@ -167,6 +167,9 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 	a.Incidents = incidents.New(pool, incidents.Config{PlatformAccount: cfg.PlatformAccount})
 	a.Metrics.WatchIncidents(a.Incidents.Counts)
 	table := events.NewStore(ddb, cfg.EventsTable, cfg.EventTTL, nil)
+	if cfg.IngestRecords.FreshWrite == "item" {
+		table = table.WithItemPuts()
+	}
 	recordMetrics := m.NewRecords()
 	// The write-behind writes through the failed & rejected list
 	// (handler.TrackProblems), as the handler does: a re-driven event leaves

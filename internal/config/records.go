@@ -14,13 +14,13 @@ type IngestRecords struct {
 	// events table right after. On by default; off, the answer waits for
 	// the table write.
 	WriteBehind bool
-	// Writers is how many BatchWriteItem requests of the write-behind may be
-	// in flight.
+	// Writers is how many write-behind table writes (up to 100 records
+	// each) may be in flight.
 	Writers int
 	// Backlog bounds the records acknowledged and not yet in the table;
 	// deliveries wait (up to their deadline) while it is full.
 	Backlog int
-	// Linger is how long a write-behind writer waits for a batch of 25 to
+	// Linger is how long a write-behind writer waits for a batch of 100 to
 	// fill: it delays only the table write, never an answer, and at a low
 	// rate it trades that delay for fewer DynamoDB requests.
 	Linger time.Duration
@@ -30,6 +30,13 @@ type IngestRecords struct {
 	// (INGEST_RECORD_QUARANTINE_AFTER). docs/retention.md.
 	BacklogBytes    int64
 	QuarantineAfter int
+	// FreshWrite is how the write-behind writes the records of events its
+	// claim inserted, each on the condition that the table holds none
+	// (INGEST_RECORD_FRESH_WRITE): "transaction" (TransactWriteItems of up
+	// to 100: the least DynamoDB Local CPU per record, twice the write
+	// capacity on AWS) or "item" (one conditional PutItem each: plain write
+	// capacity). BENCHMARKS.md, issue 32.
+	FreshWrite string
 }
 
 func loadIngestRecords(get func(key, def string) string) (IngestRecords, error) {
@@ -53,6 +60,11 @@ func loadIngestRecords(get func(key, def string) string) (IngestRecords, error) 
 	}
 	if r.QuarantineAfter, err = strconv.Atoi(get("INGEST_RECORD_QUARANTINE_AFTER", "5")); err != nil || r.QuarantineAfter < 1 || r.QuarantineAfter > 1000 {
 		errs = append(errs, errors.New("INGEST_RECORD_QUARANTINE_AFTER: an integer from 1 to 1000"))
+	}
+	switch r.FreshWrite = get("INGEST_RECORD_FRESH_WRITE", "transaction"); r.FreshWrite {
+	case "transaction", "item":
+	default:
+		errs = append(errs, errors.New("INGEST_RECORD_FRESH_WRITE: transaction or item"))
 	}
 	return r, errors.Join(errs...)
 }

@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"runtime"
 	"strconv"
+	"sync"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/smithy-go"
 )
 
 // MaxLastError bounds the last_error attribute: an error chain can quote a
@@ -62,21 +64,54 @@ func attributes(r Record) (map[string]types.AttributeValue, error) {
 }
 
 // PutProcessed writes finished records with BatchWriteItem, 25 per request,
-// retrying unprocessed items. The writes are unconditional: callers only
+// retrying unprocessed items. These writes are unconditional: callers only
 // pass records whose effects Postgres has committed, and a processed record
-// is the final state, so overwriting one with another is harmless.
+// is the final state, so overwriting one with another is harmless. Records
+// with IfAbsent are written on condition instead (see putIfAbsent), and
+// when the table already holds some of their events PutProcessed writes
+// everything else and answers a *NotWrittenError naming those.
 func (s *Store) PutProcessed(ctx context.Context, recs []Record) error {
 	// A rejection is written without a claim: a replay may claim its event
 	// later, and the write-behind must then read it (see Marker).
 	var rejected []string
+	var plain, ifAbsent []Record
 	for _, r := range recs {
 		if r.LastError != "" {
 			rejected = append(rejected, r.ID)
+		}
+		if r.IfAbsent {
+			ifAbsent = append(ifAbsent, r)
+		} else {
+			plain = append(plain, r)
 		}
 	}
 	if err := s.mark(ctx, rejected); err != nil {
 		return fmt.Errorf("batch write events: %w", err)
 	}
+	if err := s.batchWrite(ctx, plain); err != nil {
+		return err
+	}
+	refused, err := s.putIfAbsent(ctx, ifAbsent, maxTxWrite)
+	if err != nil {
+		return err
+	}
+	if len(refused) > 0 {
+		return &NotWrittenError{IDs: refused}
+	}
+	return nil
+}
+
+// NotWrittenError names the records PutProcessed did not write because the
+// table held a record of their event and they were IfAbsent: the caller
+// reads those and writes them superseded (Supersede).
+type NotWrittenError struct{ IDs []string }
+
+func (e *NotWrittenError) Error() string {
+	return fmt.Sprintf("%d event records not written: the table holds a record of their events", len(e.IDs))
+}
+
+// batchWrite writes recs unconditionally, 25 per BatchWriteItem.
+func (s *Store) batchWrite(ctx context.Context, recs []Record) error {
 	for start := 0; start < len(recs); start += maxBatchWrite {
 		chunk := recs[start:min(start+maxBatchWrite, len(recs))]
 		writes := make([]types.WriteRequest, 0, len(chunk))
@@ -164,4 +199,203 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return s[:n] + "…"
+}
+
+// maxTxWrite bounds the items of one TransactWriteItems request (DynamoDB
+// allows 100) and maxTxBytes its size (DynamoDB allows 4 MB).
+const (
+	maxTxWrite = 100
+	maxTxBytes = 3 << 20
+)
+
+// freshCondition is what a fresh record may be written over: nothing, or
+// an expired record (DynamoDB deletes those only eventually; readers treat
+// them as absent). A failed or rejected record, or a processed one, makes
+// the put fail, and the writer reads it first.
+func (s *Store) freshCondition() (expression.Expression, error) {
+	cond := expression.AttributeNotExists(expression.Name("id")).
+		Or(expression.Name("expiration").LessThanEqual(expression.Value(s.now().Unix())))
+	expr, err := expression.NewBuilder().WithCondition(cond).Build()
+	if err != nil {
+		return expression.Expression{}, fmt.Errorf("build condition: %w", err)
+	}
+	return expr, nil
+}
+
+// putIfAbsent writes records that the caller believes have no earlier
+// version in the table (the write-behind's rows inserted by their event's
+// claim and not marked), each on the condition that the table holds no
+// record of that event (freshCondition), at most perTx a transaction. The
+// belief can be wrong: a failure recorded while Postgres was down or by an
+// older replica goes unmarked, and one can race the writer between its
+// load and this put. The condition makes that harmless: putIfAbsent
+// answers the ids it did not write (issue 32).
+//
+// TransactWriteItems because BatchWriteItem takes no conditions; 100 a
+// transaction cost DynamoDB Local less CPU per record than BatchWriteItem
+// of 25 and conditional PutItems far more (BENCHMARKS.md, issue 32).
+func (s *Store) putIfAbsent(ctx context.Context, recs []Record, perTx int) (refused []string, err error) {
+	if len(recs) == 0 {
+		return nil, nil
+	}
+	expr, err := s.freshCondition()
+	if err != nil {
+		return nil, err
+	}
+	if s.itemPuts {
+		return s.putEachIfAbsent(ctx, recs, expr)
+	}
+	for len(recs) > 0 {
+		var items []types.TransactWriteItem
+		var ids []string
+		size := 0
+		for len(recs) > 0 && len(items) < perTx {
+			r := recs[0]
+			av, err := attributes(r)
+			if err != nil {
+				return refused, err
+			}
+			n := itemSize(av)
+			if len(items) > 0 && size+n > maxTxBytes {
+				break
+			}
+			size += n
+			recs = recs[1:]
+			items = append(items, types.TransactWriteItem{Put: &types.Put{
+				TableName: aws.String(s.table), Item: av,
+				ConditionExpression: expr.Condition(), ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
+			}})
+			ids = append(ids, r.ID)
+			runtime.Gosched() // see batchWrite
+		}
+		more, err := s.transactFresh(ctx, items, ids)
+		refused = append(refused, more...)
+		if err != nil {
+			return refused, err
+		}
+	}
+	return refused, nil
+}
+
+// maxItemPuts bounds the conditional PutItems of one putEachIfAbsent in
+// flight.
+const maxItemPuts = 25
+
+// putEachIfAbsent is putIfAbsent with one conditional PutItem a record
+// (WithItemPuts).
+func (s *Store) putEachIfAbsent(ctx context.Context, recs []Record, expr expression.Expression) (refused []string, err error) {
+	type result struct {
+		id      string
+		refused bool
+		err     error
+	}
+	results := make(chan result, len(recs))
+	slots := make(chan struct{}, maxItemPuts)
+	var wg sync.WaitGroup
+	for _, r := range recs {
+		av, err := attributes(r)
+		if err != nil {
+			wg.Wait()
+			return nil, err
+		}
+		slots <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-slots; wg.Done() }()
+			_, err := s.client.PutItem(ctx, &dynamodb.PutItemInput{
+				TableName: aws.String(s.table), Item: av,
+				ConditionExpression: expr.Condition(), ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
+			})
+			switch {
+			case isConditionFailed(err):
+				results <- result{id: r.ID, refused: true}
+			case err != nil:
+				results <- result{id: r.ID, err: fmt.Errorf("write fresh event %s: %w", r.ID, err)}
+			default:
+				results <- result{id: r.ID}
+			}
+		}()
+		runtime.Gosched() // see batchWrite
+	}
+	wg.Wait()
+	close(results)
+	var errs []error
+	for res := range results {
+		if res.refused {
+			refused = append(refused, res.id)
+		}
+		if res.err != nil {
+			errs = append(errs, res.err)
+		}
+	}
+	return refused, errors.Join(errs...)
+}
+
+// transactFresh writes items (the puts of ids) in one transaction, again
+// without the items whose condition failed (answered) when the transaction
+// is cancelled, and again after a backoff when it conflicted with another
+// write of the same items (a failure being recorded).
+func (s *Store) transactFresh(ctx context.Context, items []types.TransactWriteItem, ids []string) (refused []string, err error) {
+	for attempt := 0; len(items) > 0; attempt++ {
+		_, err := s.client.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items})
+		if err == nil {
+			return refused, nil
+		}
+		var tce *types.TransactionCanceledException
+		if !errors.As(err, &tce) || len(tce.CancellationReasons) != len(items) {
+			return refused, fmt.Errorf("write fresh events: %w", err)
+		}
+		keep, keepIDs := items[:0:0], ids[:0:0]
+		conflict := false
+		for i, why := range tce.CancellationReasons {
+			switch aws.ToString(why.Code) {
+			case "ConditionalCheckFailed":
+				refused = append(refused, ids[i])
+				continue
+			case "None", "":
+			case "TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded", "RequestLimitExceeded":
+				conflict = true // a failure being recorded, or throttling: again, later
+			case "ValidationError":
+				// The item itself is refused: the API error a plain write
+				// would get, so the write-behind isolates and quarantines it
+				// instead of taking the table for down.
+				return refused, fmt.Errorf("write fresh event %s: %w (%v)", ids[i],
+					&smithy.GenericAPIError{Code: "ValidationException", Message: aws.ToString(why.Message), Fault: smithy.FaultClient}, err)
+			case "ItemCollectionSizeLimitExceeded":
+				return refused, fmt.Errorf("write fresh event %s: %w (%v)", ids[i],
+					&smithy.GenericAPIError{Code: "ItemCollectionSizeLimitExceededException", Message: aws.ToString(why.Message), Fault: smithy.FaultClient}, err)
+			default:
+				return refused, fmt.Errorf("write fresh event %s: %s: %w", ids[i], aws.ToString(why.Code), err)
+			}
+			keep, keepIDs = append(keep, items[i]), append(keepIDs, ids[i])
+		}
+		items, ids = keep, keepIDs
+		if conflict && len(items) > 0 {
+			if attempt >= 8 {
+				return refused, fmt.Errorf("write fresh events: still conflicting or throttled after %d attempts: %w", attempt+1, err)
+			}
+			if err := sleep(ctx, backoff(attempt)); err != nil {
+				return refused, fmt.Errorf("write fresh events: %w", err)
+			}
+		}
+	}
+	return refused, nil
+}
+
+// itemSize estimates an item's size as DynamoDB counts it (names and
+// values), to keep a transaction under its 4 MB.
+func itemSize(av map[string]types.AttributeValue) int {
+	n := 0
+	for k, v := range av {
+		n += len(k) + 8
+		switch v := v.(type) {
+		case *types.AttributeValueMemberS:
+			n += len(v.Value)
+		case *types.AttributeValueMemberB:
+			n += len(v.Value)
+		case *types.AttributeValueMemberN:
+			n += len(v.Value)
+		}
+	}
+	return n
 }

@@ -57,6 +57,10 @@ type Record struct {
 	LastError     string
 	Payload       []byte // raw event JSON, uncompressed in memory
 
+	// IfAbsent is not stored: it asks PutProcessed to write the record
+	// only where the table holds no record of its event (see PutProcessed).
+	IfAbsent bool
+
 	// Thin events (docs/design.md §4): PayloadKind is "thin" for them ("" or
 	// "snapshot" otherwise); SnapshotEvent is the snapshot event a v1 thin
 	// event was hydrated into; Hydration is where its hydration is (see

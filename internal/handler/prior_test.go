@@ -95,6 +95,28 @@ func (h heldTable) PutProcessed(ctx context.Context, recs []events.Record) error
 	return h.Store.PutProcessed(ctx, recs)
 }
 
+// racedTable is the events table where, when the writer first writes the
+// record of event id (its row loaded), race runs first.
+type racedTable struct {
+	*events.Store
+	id   string
+	once *sync.Once
+	race func()
+}
+
+func (r racedTable) before(recs []events.Record) {
+	for _, rec := range recs {
+		if rec.ID == r.id {
+			r.once.Do(r.race)
+		}
+	}
+}
+
+func (r racedTable) PutProcessed(ctx context.Context, recs []events.Record) error {
+	r.before(recs)
+	return r.Store.PutProcessed(ctx, recs)
+}
+
 // replica is one instance: a handler answering on the commit, its queue.
 type replica struct {
 	h     *handler.Handler
@@ -267,4 +289,63 @@ func TestWriteBehindKeepsTheBookkeepingOfAFailureRacingASuccessOnAnotherReplica(
 			assert.Equal(t, 1, e.ledger(t, ev.ID))
 		})
 	}
+}
+
+// docs/design.md §5 (bookkeeping), issue 32: replica A's transaction for an
+// event fails before replica B claims it, and A records the failure (mark,
+// then table) only after B's writer has loaded B's pending row (not marked
+// then) and before that writer's put. B's processed record must still keep
+// A's bookkeeping (A's received_at and source, both attempts), and the
+// event is applied once and readable throughout.
+func TestWriteBehindSupersedesAFailureWrittenBetweenItsLoadAndItsPut(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	payload := stripetest.Event{Fixture: "payment_intent.succeeded"}.Build(t)
+	ev := parse(t, payload)
+
+	aGate := newGate()
+	a := e.replica(t, e.store, 0,
+		func(q *recordq.Queue) events.Pending { return lateMarker{Queue: q, before: aGate, after: &gate{}} })
+	boom := func(context.Context, handler.Tx) error { return errors.New("transition refused") }
+	e.failNext.Store(&boom)
+	aDone := make(chan error, 1)
+	go func() {
+		_, err := a.h.Handle(ctx, parse(t, payload), payload, stripeevent.SourceWebhook)
+		aDone <- err
+	}()
+	aGate.wait(t, "replica A's record of its failure")
+
+	// B's writer, about to write B's record, lets A record its failure
+	// first, and waits for it to be in the table.
+	var aErr error
+	raced := false
+	b := e.replica(t, racedTable{Store: e.store, id: ev.ID, once: &sync.Once{}, race: func() {
+		raced = true
+		close(aGate.open)
+		aErr = <-aDone
+	}}, 1, nil)
+	time.Sleep(5 * time.Millisecond) // B's delivery is received later
+	outcome, err := b.h.Handle(ctx, parse(t, payload), payload, stripeevent.SourcePoller)
+	require.NoError(t, err)
+	assert.Equal(t, stripeevent.Applied, outcome)
+	rec, err := b.store.Get(ctx, ev.ID)
+	require.NoError(t, err, "never a 404 for an answered event")
+	assert.Equal(t, events.StatusProcessed, rec.Status)
+	flushed(t, b.q)
+	require.True(t, raced, "B's writer wrote the record")
+	require.ErrorContains(t, aErr, "transition refused")
+
+	var marked int
+	require.NoError(t, e.pool.QueryRow(ctx, `SELECT count(*) FROM event_records_prior WHERE event_id = $1`, ev.ID).Scan(&marked))
+	require.Equal(t, 1, marked, "A marked its failure (after B's load)")
+	got, err := e.store.Get(ctx, ev.ID) // the table alone
+	require.NoError(t, err)
+	assert.Equal(t, events.StatusProcessed, got.Status)
+	assert.Empty(t, got.LastError)
+	assert.Equal(t, 2, got.Attempts, "A's failed attempt is counted")
+	assert.Equal(t, stripeevent.SourceWebhook, got.Source, "A's source kept")
+	assert.True(t, got.ReceivedAt.Before(rec.ReceivedAt), "A's earlier received_at kept: got %s, B's %s", got.ReceivedAt, rec.ReceivedAt)
+	assert.Zero(t, e.pending(t, ev.ID))
+	assert.Equal(t, 1, e.effects(t, ev.ID))
+	assert.Equal(t, 1, e.ledger(t, ev.ID))
 }

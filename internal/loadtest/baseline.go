@@ -53,6 +53,21 @@ func DynamoBatchWrite(ctx context.Context, client *dynamodb.Client, table string
 	})
 }
 
+// DynamoTransactWrite measures the raw rate of the write-behind's first
+// records: TransactWriteItems of 100 puts, each on attribute_not_exists(id).
+func DynamoTransactWrite(ctx context.Context, client *dynamodb.Client, table string, writers int, d time.Duration, withSubscription bool) Result {
+	return Run(ctx, "raw DynamoDB TransactWriteItems×100", writers, d, 0, func(ctx context.Context, _ int, _ int64) error {
+		now := time.Now().UTC()
+		items := make([]types.TransactWriteItem, 100)
+		for i := range items {
+			items[i] = types.TransactWriteItem{Put: &types.Put{TableName: aws.String(table), Item: eventItem(now, withSubscription),
+				ConditionExpression: aws.String("attribute_not_exists(id)")}}
+		}
+		_, err := client.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items})
+		return err
+	})
+}
+
 // eventItem is an event-sized item: every attribute of an event record
 // (~0.7 KiB payload), so the same GSIs are maintained (the subscription
 // index only when withSubscription).

@@ -14,7 +14,8 @@ import (
 // TableStub is a diagnostic of `make bench-peer` (its stubbed instance,
 // BENCH_STUBBED), never a test double: a reverse proxy in front of DynamoDB
 // Local that answers the batch reads and writes of one table (the events
-// table) at once, as DynamoDB would when all went through, and passes
+// table), and its transactions of puts only (the write-behind's first
+// records), at once, as DynamoDB would when all went through, and passes
 // every other request on. With it the service does all of its own work for
 // a record (encoding, compression, signing, the HTTP round trip) while
 // DynamoDB Local's JVM does none, which measures, in one run, what sharing
@@ -40,7 +41,8 @@ const maxStubbedBody = 17 << 20
 
 func (s *TableStub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	op := r.Header.Get("X-Amz-Target")
-	if !strings.HasSuffix(op, ".BatchWriteItem") && !strings.HasSuffix(op, ".BatchGetItem") {
+	tx := strings.HasSuffix(op, ".TransactWriteItems")
+	if !strings.HasSuffix(op, ".BatchWriteItem") && !strings.HasSuffix(op, ".BatchGetItem") && !tx {
 		s.proxy.ServeHTTP(w, r)
 		return
 	}
@@ -51,6 +53,18 @@ func (s *TableStub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	// What was read, then the rest: a body over the limit goes on whole.
 	r.Body = io.NopCloser(io.MultiReader(bytes.NewReader(body), r.Body))
+	if tx {
+		// The write-behind's conditional writes of first records: stubbed
+		// when every item is a Put into the table (as if none existed).
+		if !s.onlyPuts(body) {
+			s.proxy.ServeHTTP(w, r)
+			return
+		}
+		s.stubbed.Add(1)
+		w.Header().Set("Content-Type", "application/x-amz-json-1.0")
+		_, _ = io.WriteString(w, `{}`)
+		return
+	}
 	var req struct {
 		RequestItems map[string]json.RawMessage
 	}
@@ -66,4 +80,22 @@ func (s *TableStub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	_, _ = io.WriteString(w, `{"UnprocessedItems":{}}`)
+}
+
+// onlyPuts reports whether a TransactWriteItems body holds only Puts into
+// the stubbed table.
+func (s *TableStub) onlyPuts(body []byte) bool {
+	var req struct {
+		TransactItems []map[string]struct{ TableName string }
+	}
+	if json.Unmarshal(body, &req) != nil || len(req.TransactItems) == 0 {
+		return false
+	}
+	for _, it := range req.TransactItems {
+		put, ok := it["Put"]
+		if len(it) != 1 || !ok || put.TableName != s.table {
+			return false
+		}
+	}
+	return true
 }

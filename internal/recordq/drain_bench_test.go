@@ -16,13 +16,15 @@ import (
 )
 
 // BenchmarkWriteBehindDrain drains the write-behind (load the pending rows,
-// read the table when needed, BatchWriteItem, delete the rows) of
-// customer.updated records, as the bench-peer stream: "read-all" is the
-// queue before issue 32 (every record read first, what Enqueue rows still
-// get), "read-marked" rows inserted by their claim (EnqueueClaimed), none
-// marked. One iteration is a round of each, interleaved (the order
-// alternates), so both see the same machine. DYNAMODB_PID and POSTGRES_PID
-// name the processes whose CPU is counted per record.
+// read the table when needed, write, delete) of customer.updated records,
+// as the bench-peer stream: "read-all" is the queue before issue 32 (every
+// record read first, then BatchWriteItem×25; what Enqueue rows still get),
+// "fresh-25" and "fresh-100" rows inserted by their claim (EnqueueClaimed),
+// none marked, written IfAbsent (one conditional TransactWriteItems per
+// batch) by queues taking 25 and 100 records at a time (Config.Batch).
+// One iteration is a round of each, the order rotating, so all see the same
+// machine. DYNAMODB_PID and POSTGRES_PID name the processes whose CPU is
+// counted per record.
 //
 //	go test ./internal/recordq -run '^$' -bench WriteBehindDrain -benchtime 6x
 func BenchmarkWriteBehindDrain(b *testing.B) {
@@ -40,19 +42,28 @@ func BenchmarkWriteBehindDrain(b *testing.B) {
 		rounds = n
 	}
 	e := newEnv(b)
-	q := recordq.New(e.pool, e.table, recordq.Config{MaxBacklog: 1 << 20, MaxBacklogBytes: 1 << 40})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = q.Run(ctx) }()
-	b.Cleanup(func() { cancel(); <-done })
+	queues := map[string]*recordq.Queue{}
+	for name, batch := range map[string]int{"read-all": 25, "fresh-25": 25, "fresh-100": 100} {
+		q := recordq.New(e.pool, e.table, recordq.Config{MaxBacklog: 1 << 20, MaxBacklogBytes: 1 << 40, Batch: batch})
+		queues[name] = q
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); _ = q.Run(ctx) }()
+		b.Cleanup(func() { cancel(); <-done })
+	}
+	modes := []string{"read-all", "fresh-25", "fresh-100"}
 
 	type total struct {
 		wall time.Duration
 		cpu  map[string]time.Duration
 		n    int
 	}
-	totals := map[string]*total{"read-all": {cpu: map[string]time.Duration{}}, "read-marked": {cpu: map[string]time.Duration{}}}
+	totals := map[string]*total{}
+	for _, m := range modes {
+		totals[m] = &total{cpu: map[string]time.Duration{}}
+	}
 	round := func(mode string) {
+		q := queues[mode]
 		recs := make([]events.Record, rounds)
 		now := time.Now()
 		for i := range recs {
@@ -104,24 +115,24 @@ func BenchmarkWriteBehindDrain(b *testing.B) {
 	}
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		if i%2 == 0 {
-			round("read-all")
-			round("read-marked")
-		} else {
-			round("read-marked")
-			round("read-all")
+		for j := range modes {
+			round(modes[(i+j)%len(modes)])
 		}
 	}
 	b.StopTimer()
-	for _, mode := range []string{"read-all", "read-marked"} {
+	per := func(t *total, k string) float64 { return float64(t.cpu[k].Microseconds()) / float64(t.n) }
+	rate := func(t *total) float64 { return float64(t.n) / t.wall.Seconds() }
+	a := totals["read-all"]
+	for _, mode := range modes {
 		tt := totals[mode]
-		b.ReportMetric(float64(tt.n)/tt.wall.Seconds(), mode+"_rec/s")
+		b.ReportMetric(rate(tt), mode+"_rec/s")
 		for _, k := range []string{"dynamodb", "postgres", "go", "machine"} {
-			b.ReportMetric(float64(tt.cpu[k].Microseconds())/float64(tt.n), mode+"_"+k+"_µs/rec")
+			b.ReportMetric(per(tt, k), mode+"_"+k+"_µs/rec")
+		}
+		if mode != "read-all" {
+			b.ReportMetric(rate(tt)/rate(a), mode+"_drain_ratio")
+			b.ReportMetric(per(tt, "dynamodb")/per(a, "dynamodb"), mode+"_dynamodb_cpu_ratio")
+			b.ReportMetric(per(tt, "machine")/per(a, "machine"), mode+"_machine_cpu_ratio")
 		}
 	}
-	a, m := totals["read-all"], totals["read-marked"]
-	b.ReportMetric((float64(m.n)/m.wall.Seconds())/(float64(a.n)/a.wall.Seconds()), "drain_ratio")
-	b.ReportMetric(float64(m.cpu["dynamodb"])/float64(m.n)/(float64(a.cpu["dynamodb"])/float64(a.n)), "dynamodb_cpu_ratio")
-	b.ReportMetric(float64(m.cpu["machine"])/float64(m.n)/(float64(a.cpu["machine"])/float64(a.n)), "machine_cpu_ratio")
 }

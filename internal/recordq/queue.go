@@ -2,7 +2,7 @@
 // inserts the record of every event a batch claims into a Postgres table
 // (event_records_pending) in the batch's own transaction, so the webhook can
 // acknowledge on the durable commit; the queue then copies the records to
-// the events table with BatchWriteItem and deletes the rows. Until a row is
+// the events table (docs/architecture.md, step 5) and deletes the rows. Until a row is
 // deleted the events store reads the record from Postgres (Lookup), so an
 // acknowledged event is never absent from the internal API.
 //
@@ -38,7 +38,9 @@ var ErrUnavailable = errors.New("events table unavailable")
 type Table interface {
 	// BatchGet reads existing records, strongly consistent.
 	BatchGet(ctx context.Context, ids []string) (map[string]events.Record, error)
-	// PutProcessed writes processed records.
+	// PutProcessed writes processed records; those with IfAbsent only
+	// where the table holds no record of their event, answering an
+	// *events.NotWrittenError that names the others.
 	PutProcessed(ctx context.Context, recs []events.Record) error
 }
 
@@ -57,7 +59,7 @@ type QuarantineObserver interface {
 
 // Config of a Queue; zero values take the defaults.
 type Config struct {
-	// Writers is how many BatchWriteItem requests may be in flight (4).
+	// Writers is how many table writes may be in flight (4).
 	Writers int
 	// MaxBacklog bounds the records acknowledged but not yet in the table;
 	// at the bound Admit waits (2,000).
@@ -74,8 +76,12 @@ type Config struct {
 	// leaves the queue for event_records_quarantined (5): one such record
 	// must not stop admission for every other.
 	QuarantineAfter int
+	// Batch is how many records one writer takes at a time (100, at most
+	// 100): its fresh records go in one conditional TransactWriteItems,
+	// the others in BatchWriteItems of 25 (BENCHMARKS.md, issue 32).
+	Batch int
 	// Linger is how long a writer waits for a batch to fill once it has
-	// fewer than 25 records (10 ms): it delays only the table write, never
+	// fewer than Batch records (10 ms): it delays only the table write, never
 	// an acknowledgement, and saves requests at low load.
 	Linger time.Duration
 	// SweepEvery and SweepAge: how often rows older than SweepAge that this
@@ -93,8 +99,9 @@ type Config struct {
 	Safe *safego.Starter
 }
 
-// batchSize is DynamoDB's BatchWriteItem limit.
-const batchSize = 25
+// maxBatch bounds Config.Batch: DynamoDB's TransactWriteItems and
+// BatchGetItem take 100 items.
+const maxBatch = 100
 
 // Queue is the write-behind of one instance.
 type Queue struct {
@@ -124,6 +131,9 @@ type pend struct {
 func New(pool *pgxpool.Pool, table Table, cfg Config) *Queue {
 	if cfg.Writers <= 0 {
 		cfg.Writers = 4
+	}
+	if cfg.Batch <= 0 || cfg.Batch > maxBatch {
+		cfg.Batch = maxBatch
 	}
 	if cfg.MaxBacklog <= 0 {
 		cfg.MaxBacklog = 2000
@@ -166,7 +176,9 @@ func (q *Queue) Enqueue(ctx context.Context, tx pgtx.Tx, recs []events.Record) e
 // EnqueueClaimed is Enqueue for events tx itself claimed in the ledger: an
 // earlier version of their records can be in the table only if a failure
 // or a rejection left it, and those are marked (Mark) before they are
-// written, so the writer reads only the marked ones.
+// written, so the writer reads only the marked ones. It writes the others
+// IfAbsent: a failure recorded without its mark (Postgres down, an older
+// replica) or racing the writer is read and superseded, never overwritten.
 func (q *Queue) EnqueueClaimed(ctx context.Context, tx pgtx.Tx, recs []events.Record) error {
 	return q.enqueue(ctx, tx, recs, true)
 }

@@ -96,7 +96,7 @@ func (q *Queue) take(ctx context.Context) []pend {
 		}
 		q.mu.Lock()
 	}
-	if len(q.waiting) < batchSize {
+	if len(q.waiting) < q.cfg.Batch {
 		// Let the batch fill a little: this delays the table write only.
 		q.mu.Unlock()
 		select {
@@ -110,7 +110,7 @@ func (q *Queue) take(ctx context.Context) []pend {
 			return q.take(ctx)
 		}
 	}
-	n := min(len(q.waiting), batchSize)
+	n := min(len(q.waiting), q.cfg.Batch)
 	batch := append([]pend(nil), q.waiting[:n]...)
 	q.waiting = append(q.waiting[:0:0], q.waiting[n:]...)
 	q.mu.Unlock()
@@ -285,26 +285,7 @@ func (q *Queue) writeBatch(ctx context.Context, batch []pend) error {
 		ids[i] = p.id
 	}
 	if len(recs) > 0 {
-		// Only the records that may have an earlier version are read: the
-		// strongly consistent read was ~30 % of DynamoDB Local's CPU.
-		var existing map[string]events.Record
-		if len(read) > 0 {
-			existing, err = q.table.BatchGet(ctx, read)
-			if err != nil {
-				return err
-			}
-		}
-		put := make([]events.Record, 0, len(recs))
-		for _, r := range recs {
-			if prev, ok := existing[r.ID]; ok {
-				if events.Covers(prev, r) {
-					continue // written before (a lost delete, another instance's sweep)
-				}
-				r = events.Supersede(prev, r)
-			}
-			put = append(put, r)
-		}
-		if err := q.table.PutProcessed(ctx, put); err != nil {
+		if err := q.put(ctx, recs, read); err != nil {
 			return err
 		}
 	}
@@ -334,6 +315,68 @@ func (q *Queue) Quarantined(ctx context.Context) (int64, error) {
 		return 0, fmt.Errorf("count quarantined event records: %w", err)
 	}
 	return n, nil
+}
+
+// put writes recs to the table. Only the records that may have an earlier
+// version (read) are read first: the strongly consistent read was ~30 % of
+// DynamoDB Local's CPU. The others are written IfAbsent, since the marks
+// can miss a failure (one recorded while Postgres was down, by an older
+// replica, or racing this write after load); those the table refuses are
+// read and written superseded like the rest (issue 32). Every write goes
+// through Table's PutProcessed, whose wrappers see them all.
+func (q *Queue) put(ctx context.Context, recs []events.Record, read []string) error {
+	mayExist := make(map[string]bool, len(read))
+	for _, id := range read {
+		mayExist[id] = true
+	}
+	var fresh, rest []events.Record
+	for _, r := range recs {
+		if mayExist[r.ID] {
+			rest = append(rest, r)
+			continue
+		}
+		r.IfAbsent = true
+		fresh = append(fresh, r)
+	}
+	if len(fresh) > 0 {
+		err := q.table.PutProcessed(ctx, fresh)
+		var nw *events.NotWrittenError
+		if errors.As(err, &nw) {
+			for _, id := range nw.IDs {
+				mayExist[id] = true
+			}
+			for _, r := range fresh {
+				if mayExist[r.ID] {
+					r.IfAbsent = false
+					rest = append(rest, r)
+				}
+			}
+		} else if err != nil {
+			return err
+		}
+	}
+	if len(rest) == 0 {
+		return nil
+	}
+	ids := make([]string, 0, len(rest))
+	for _, r := range rest {
+		ids = append(ids, r.ID)
+	}
+	existing, err := q.table.BatchGet(ctx, ids)
+	if err != nil {
+		return err
+	}
+	put := make([]events.Record, 0, len(rest))
+	for _, r := range rest {
+		if prev, ok := existing[r.ID]; ok {
+			if events.Covers(prev, r) {
+				continue // written before (a lost delete, another instance's sweep)
+			}
+			r = events.Supersede(prev, r)
+		}
+		put = append(put, r)
+	}
+	return q.table.PutProcessed(ctx, put)
 }
 
 // quarantine moves p's row to event_records_quarantined (it stays readable
