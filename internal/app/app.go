@@ -20,6 +20,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/billing"
 	"github.com/stripe-payments/stripe-payments/internal/billing/feedqueue"
 	billingstore "github.com/stripe-payments/stripe-payments/internal/billing/store"
+	"github.com/stripe-payments/stripe-payments/internal/billing/testclock"
 	"github.com/stripe-payments/stripe-payments/internal/config"
 	"github.com/stripe-payments/stripe-payments/internal/dispatch"
 	"github.com/stripe-payments/stripe-payments/internal/dynamo"
@@ -80,6 +81,8 @@ type App struct {
 	// events about its charges (outbox topic "billing").
 	Billing     *billing.Service
 	BillingFeed *outbox.Worker
+	// Clocks is the test-clock service over Billing.
+	Clocks *testclock.Service
 	// BillingStore is the billing core's DynamoDB store (the poller lists
 	// the Stripe accounts it charges on).
 	BillingStore *billingstore.Store
@@ -257,6 +260,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 		Tracking:        a.Tracking,
 		Purchases:       purchase.NewService(a.Tracking, a.Stripe, log.With("component", "purchase")),
 		Billing:         a.Billing,
+		TestClocks:      a.Clocks,
 		Outbox:          a.Outbox,
 		Incidents:       a.Incidents,
 		Livemode:        cfg.Livemode(),
@@ -269,7 +273,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 	api.Register(a.Admin.Echo, cfg.InternalAPIToken, apiDeps)
 	if err := ops.Register(a.Admin.Echo, ops.Deps{
 		Token: cfg.InternalAPIToken, Pool: pool, Events: a.Events, Replayer: api.NewReplayer(apiDeps),
-		Billing: a.Billing, Counter: a.OpsCounter, Problems: a.OpsProblems, Runs: a.OpsRuns, Outbox: a.Outbox,
+		Billing: a.Billing, TestClocks: a.Clocks, Counter: a.OpsCounter, Problems: a.OpsProblems, Runs: a.OpsRuns, Outbox: a.Outbox,
 		Gatherer: a.Metrics.Registry, Log: log.With("component", "ops"), Livemode: cfg.Livemode(), Clocks: a.clocks,
 		Development: cfg.Development, Failures: a.AuthFailures,
 		SessionIdle: cfg.Admin.SessionIdle, SessionMaxAge: cfg.Admin.SessionMaxAge,
@@ -392,7 +396,7 @@ func (a *App) Start(ctx context.Context) error {
 		stopBilling()
 		a.stopClocks()
 		waitBilling()
-		a.Billing.WaitClocks()
+		a.Clocks.Wait()
 		stopProfiling()
 	}
 	return nil
@@ -449,7 +453,7 @@ func (a *App) Run(ctx context.Context) error {
 // Close releases the clients.
 func (a *App) Close() {
 	a.stopClocks()
-	a.Billing.WaitClocks()
+	a.Clocks.Wait()
 	a.Pool.Close()
 }
 

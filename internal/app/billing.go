@@ -13,6 +13,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/billing/notify"
 	billingstore "github.com/stripe-payments/stripe-payments/internal/billing/store"
 	"github.com/stripe-payments/stripe-payments/internal/billing/stripecharge"
+	"github.com/stripe-payments/stripe-payments/internal/billing/testclock"
 	"github.com/stripe-payments/stripe-payments/internal/lock"
 	"github.com/stripe-payments/stripe-payments/internal/metrics"
 	"github.com/stripe-payments/stripe-payments/internal/outbox"
@@ -36,7 +37,6 @@ func (a *App) newBilling() error {
 	cfg.HardDeclineCodes = c.HardDeclineCodes
 	cfg.ReceiptTTL, cfg.LookbackDays, cfg.LockedRetryWait = c.ReceiptTTL, c.LookbackDays, c.LockLease+c.LockHeartbeat
 	cfg.PlatformAccount, cfg.Livemode = a.Config.PlatformAccount, a.Config.Livemode()
-	cfg.MaxClocks = c.TestClocksMax
 	log := a.Log.With("component", "billing")
 	svc, err := billing.New(cfg, billing.Deps{Store: store, Locks: locks, Charger: charger,
 		Notifier: notify.Outbox{Pool: a.Pool, Email: a.Config.SESFromAddress != ""}, Log: log,
@@ -45,6 +45,11 @@ func (a *App) newBilling() error {
 		return fmt.Errorf("billing: %w", err)
 	}
 	a.Billing, a.BillingStore = svc, store
+	a.Clocks, err = testclock.New(testclock.Config{MaxClocks: c.TestClocksMax}, testclock.Deps{Billing: svc, Store: store,
+		Log: log, Safe: a.Safe})
+	if err != nil {
+		return fmt.Errorf("test clocks: %w", err)
+	}
 	a.BillingFeed = &outbox.Worker{Pool: a.Pool, Topic: billing.FeedTopic, Deliver: feedqueue.Deliver(svc, log),
 		Log: a.Log.With("component", "billing-feed")}
 	a.outboxPolicy().Apply(a.BillingFeed)
