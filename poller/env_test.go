@@ -59,19 +59,15 @@ type env struct {
 func newEnv(t testing.TB) *env {
 	t.Helper()
 	e := &env{t: t, api: stripetest.New(t, stripetest.Options{Key: "sk_test_poller_fake"}), logs: &testenv.Logs{}, now: time.Now().UTC().Truncate(time.Second), fail: map[string]bool{}}
-	vars := map[string]string{
-		"APP_ENV":                 "development",
-		"LISTEN_ADDR":             "127.0.0.1:0",
-		"ADMIN_LISTEN_ADDR":       "127.0.0.1:0",
+	// apptest's environment (this test's database and tables), with the
+	// poller tests' Stripe, secret and platform account.
+	vars := apptest.Env(t, map[string]string{
 		"STRIPE_WEBHOOK_SECRET":   secret,
 		"STRIPE_API_KEY":          e.api.Key,
 		"STRIPE_API_BASE":         e.api.URL,
 		"STRIPE_PLATFORM_ACCOUNT": platform,
-		"DATABASE_URL":            testenv.DatabaseURL(t),
-		"DYNAMODB_ENDPOINT":       testenv.DynamoEndpoint(t),
-		"EVENTS_TABLE":            testenv.TableName("events"),
 		"INTERNAL_API_TOKEN":      "disabled",
-	}
+	})
 	e.vars = vars
 	e.app = e.startApp(t, vars)
 	_, err := e.app.Pool.Exec(context.Background(), `CREATE TABLE effects (event_id text NOT NULL)`)

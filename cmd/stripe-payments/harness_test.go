@@ -8,7 +8,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
-	"net/http/httptest"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -20,7 +19,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/stripe-payments/stripe-payments/internal/dispatch"
 	"github.com/stripe-payments/stripe-payments/internal/events"
 	"github.com/stripe-payments/stripe-payments/internal/stripetest"
 	"github.com/stripe-payments/stripe-payments/internal/testenv"
@@ -80,14 +78,14 @@ func migrateStack(t *testing.T, bin string, vars map[string]string) {
 	}
 }
 
-// actionReceiver is ACTIONS_URL: it verifies each delivery's signature
-// (401 otherwise) and that its body is an A whose id is its
-// Idempotency-Key (400 otherwise), counts deliveries per id and keeps the
-// first of each. A delivery whose effect differs from an earlier one's of
-// the same id is bad. Tests read its fields under mu.
+// actionReceiver is ACTIONS_URL (testenv.ActionReceiver): it refuses a
+// delivery whose signature is wrong (401) or whose body is not an action
+// under its Idempotency-Key (400), and keeps the rest as A: deliveries per
+// id and the first of each. A delivery that is refused, or whose effect
+// differs from an earlier one's of the same id, is bad. Tests read its
+// fields under mu.
 type actionReceiver[A any] struct {
 	URL    string
-	secret string
 	id     func(A) string
 	effect func(A) string
 
@@ -101,39 +99,35 @@ type actionReceiver[A any] struct {
 // newActionReceiver starts a receiver verifying with secret; it stops when
 // the test ends.
 func newActionReceiver[A any](t *testing.T, secret string, id, effect func(A) string) *actionReceiver[A] {
-	r := &actionReceiver[A]{secret: secret, id: id, effect: effect, deliveries: map[string]int{}, byID: map[string]A{}}
-	srv := httptest.NewServer(r)
-	t.Cleanup(srv.Close)
-	r.URL = srv.URL
+	r := &actionReceiver[A]{id: id, effect: effect, deliveries: map[string]int{}, byID: map[string]A{}}
+	recv := testenv.NewActionReceiver(t, secret)
+	recv.Observe(r.keep)
+	r.URL = recv.URL
 	return r
 }
 
-func (s *actionReceiver[A]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	body, _ := io.ReadAll(r.Body)
+// keep records one delivery.
+func (s *actionReceiver[A]) keep(d testenv.Delivery) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := dispatch.Verify(r.Header.Get("X-Signature"), s.secret, body, 5*time.Minute, time.Now()); err != nil {
-		s.bad = append(s.bad, "signature: "+err.Error())
-		http.Error(w, err.Error(), http.StatusUnauthorized)
-		return
-	}
 	var a A
-	if err := json.Unmarshal(body, &a); err != nil || s.id(a) == "" || s.id(a) != r.Header.Get("Idempotency-Key") {
-		s.bad = append(s.bad, "body: "+string(body))
-		http.Error(w, "bad action", http.StatusBadRequest)
+	switch {
+	case d.Signature != nil:
+		s.bad = append(s.bad, "signature: "+d.Signature.Error())
+		return
+	case !d.Valid || json.Unmarshal(d.Body, &a) != nil || s.id(a) != d.Key:
+		s.bad = append(s.bad, "body: "+string(d.Body))
 		return
 	}
-	id := s.id(a)
-	if prev, ok := s.byID[id]; ok {
+	if prev, ok := s.byID[d.Key]; ok {
 		if s.effect(prev) != s.effect(a) {
-			s.bad = append(s.bad, "action "+id+" changed between deliveries")
+			s.bad = append(s.bad, "action "+d.Key+" changed between deliveries")
 		}
 	} else {
 		s.first = append(s.first, a)
 	}
-	s.deliveries[id]++
-	s.byID[id] = a
-	w.WriteHeader(http.StatusOK)
+	s.deliveries[d.Key]++
+	s.byID[d.Key] = a
 }
 
 // redelivered counts the actions delivered more than once.

@@ -7,10 +7,8 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -56,22 +54,20 @@ func TestSecretsNeverLogged(t *testing.T) {
 	fake := stripetest.New(t, stripetest.Options{Key: secrets["Stripe API key"]})
 
 	// The actions receiver: its first answer is a dropped connection, the
-	// second a 500, then 200s.
-	var received atomic.Int32
-	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		switch received.Add(1) {
+	// second a 500, then 200s to a signed action.
+	receiver := testenv.NewActionReceiver(t, secrets["actions secret"])
+	receiver.Answer(func(d testenv.Delivery) int {
+		switch d.N {
 		case 1:
-			conn, _, err := w.(http.Hijacker).Hijack()
-			if err == nil {
-				_ = conn.Close()
-			}
+			return testenv.Drop
 		case 2:
-			http.Error(w, "receiver down", http.StatusInternalServerError)
-		default:
-			w.WriteHeader(http.StatusOK)
+			return http.StatusInternalServerError
 		}
-	}))
-	t.Cleanup(receiver.Close)
+		if d.Signature != nil || !d.Valid {
+			return http.StatusBadRequest
+		}
+		return http.StatusOK
+	})
 	actionsURL, err := url.Parse(receiver.URL + "/actions")
 	require.NoError(t, err)
 	actionsURL.User = url.UserPassword("hooks", secrets["actions URL password"])
@@ -204,8 +200,8 @@ func TestSecretsNeverLogged(t *testing.T) {
 	// so the wait covers a lease and the retries after it (a 20 s wait
 	// failed once on a busy CI box with 1 attempt seen).
 	deadline := time.Now().Add(75 * time.Second)
-	for received.Load() < 3 {
-		require.True(t, time.Now().Before(deadline), "the action was not retried to success (%d attempts)", received.Load())
+	for len(receiver.Accepted()) == 0 {
+		require.True(t, time.Now().Before(deadline), "the action was not retried to success (%d attempts)", len(receiver.Deliveries()))
 		time.Sleep(100 * time.Millisecond)
 	}
 

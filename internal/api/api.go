@@ -25,11 +25,13 @@ type Deps struct {
 	// Tracking and Purchases; nil leaves their routes out.
 	Tracking  TrackingReader
 	Purchases PurchaseService
-	Billing   BillingService  // nil: no billing routes
-	Outbox    OutboxAdmin     // nil: no outbox routes
-	Incidents IncidentService // nil: no incident routes
-	Replays   *Replays        // nil: no bulk replay routes
-	Batches   *Batches        // nil: no batch collection routes
+	Billing   BillingService // nil: no billing routes
+	// TestClocks serves the test-clock routes (nil: none).
+	TestClocks TestClocks
+	Outbox     OutboxAdmin     // nil: no outbox routes
+	Incidents  IncidentService // nil: no incident routes
+	Replays    *Replays        // nil: no bulk replay routes
+	Batches    *Batches        // nil: no batch collection routes
 	// Livemode: STRIPE_API_KEY is a live key; the test-clock routes answer
 	// 403 livemode.
 	Livemode bool
@@ -66,6 +68,8 @@ func Register(e *echo.Echo, token string, deps Deps) {
 	registerPurchases(e, auth, deps.Purchases)
 	if deps.Billing != nil {
 		registerBilling(g, deps.Billing)
+	}
+	if deps.TestClocks != nil {
 		background := deps.Background
 		if background == nil {
 			background = context.Background()
@@ -74,7 +78,7 @@ func Register(e *echo.Echo, token string, deps Deps) {
 		if wait <= 0 {
 			wait = AdvanceWait
 		}
-		registerTestClocks(g, deps.Billing, deps.Livemode, background, wait)
+		registerTestClocks(g, deps.TestClocks, deps.Livemode, background, wait)
 	}
 	registerOutbox(g, deps.Outbox)
 	registerIncidents(g, deps.Incidents)

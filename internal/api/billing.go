@@ -15,6 +15,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/billing"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
+	"github.com/stripe-payments/stripe-payments/internal/billing/testclock"
 )
 
 // BillingService is the part of the billing core the API uses.
@@ -28,7 +29,6 @@ type BillingService interface {
 	Pay(ctx context.Context, account, sub string) (billing.Subscription, billing.Period, error)
 	ErasePersonalData(ctx context.Context, account, sub string) (billing.Erasure, error)
 	Reactivate(ctx context.Context, account, sub string, r billing.Reactivation) (billing.Subscription, error)
-	TestClocks
 }
 
 // registerBilling mounts the billing routes of docs/design.md §4 on g.
@@ -54,9 +54,9 @@ func billingError(err error) error {
 	switch {
 	case errors.Is(err, billing.ErrLivemode):
 		return apperr.New(apperr.CodeLivemode, "test clocks are for test mode only: STRIPE_API_KEY is a live key")
-	case errors.Is(err, billing.ErrTooManyClocks), errors.Is(err, billing.ErrTooManyAdvances):
+	case errors.Is(err, testclock.ErrTooManyClocks), errors.Is(err, testclock.ErrTooManyAdvances):
 		return apperr.New(apperr.CodeConflict, "%s", err.Error())
-	case errors.Is(err, billing.ErrClockBusy):
+	case errors.Is(err, testclock.ErrBusy):
 		return apperr.New(apperr.CodeConflict, "the test clock is advancing; wait until its status is ready")
 	case errors.Is(err, billing.ErrInvalid):
 		return apperr.New(apperr.CodeInvalidParameter, "%s", strings.TrimPrefix(err.Error(), billing.ErrInvalid.Error()+": "))

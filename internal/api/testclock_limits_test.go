@@ -12,6 +12,7 @@ import (
 
 	"github.com/stripe-payments/stripe-payments/internal/api"
 	"github.com/stripe-payments/stripe-payments/internal/billing/billingtest"
+	"github.com/stripe-payments/stripe-payments/internal/billing/testclock"
 	"github.com/stripe-payments/stripe-payments/internal/httpserver"
 	"github.com/stripe-payments/stripe-payments/internal/metrics"
 )
@@ -21,11 +22,9 @@ import (
 // year-2100 ceiling is a 400 changing nothing.
 func TestTestClockLimitsAnswer409And400(t *testing.T) {
 	t.Parallel()
-	cfg := billingtest.TestConfig()
-	cfg.MaxClocks = 1
-	e := billingtest.NewEnv(t, billingtest.Options{Config: cfg})
+	e := billingtest.NewEnv(t, billingtest.Options{Clocks: testclock.Config{MaxClocks: 1}})
 	srv := httpserver.New(slog.New(slog.NewTextHandler(io.Discard, nil)), metrics.New(), nil)
-	api.Register(srv.Echo, token, api.Deps{Billing: e.Service})
+	api.Register(srv.Echo, token, api.Deps{Billing: e.Service, TestClocks: e.Clocks})
 	ts := httptest.NewServer(srv.Echo)
 	t.Cleanup(ts.Close)
 	c := client{t: t, base: ts.URL + api.Prefix}

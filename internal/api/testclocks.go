@@ -11,7 +11,8 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/billing"
 )
 
-// TestClocks is the part of the billing core behind the test-clock routes.
+// TestClocks is the test-clock service (testclock.Service) behind the
+// test-clock routes.
 type TestClocks interface {
 	CreateClock(ctx context.Context, frozen time.Time, name string) (billing.Clock, error)
 	GetClock(ctx context.Context, id string, runs int32) (billing.Clock, []billing.ClockRun, error)

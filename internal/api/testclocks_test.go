@@ -26,7 +26,7 @@ func newClockAPI(t *testing.T, livemode bool, wait time.Duration) (client, *bill
 	e := billingtest.NewEnv(t, billingtest.Options{Config: cfg})
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	srv := httpserver.New(log, metrics.New(), nil)
-	api.Register(srv.Echo, token, api.Deps{Billing: e.Service, Livemode: livemode, AdvanceWait: wait})
+	api.Register(srv.Echo, token, api.Deps{Billing: e.Service, TestClocks: e.Clocks, Livemode: livemode, AdvanceWait: wait})
 	ts := httptest.NewServer(srv.Echo)
 	t.Cleanup(ts.Close)
 	return client{t: t, base: ts.URL + api.Prefix}, e

@@ -15,15 +15,13 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stripe/stripe-go/v76/client"
 
-	"github.com/stripe-payments/stripe-payments/internal/api"
 	"github.com/stripe-payments/stripe-payments/internal/authlimit"
 	"github.com/stripe-payments/stripe-payments/internal/billing"
-	"github.com/stripe-payments/stripe-payments/internal/billing/feedqueue"
 	billingstore "github.com/stripe-payments/stripe-payments/internal/billing/store"
+	"github.com/stripe-payments/stripe-payments/internal/billing/testclock"
 	"github.com/stripe-payments/stripe-payments/internal/config"
 	"github.com/stripe-payments/stripe-payments/internal/dispatch"
 	"github.com/stripe-payments/stripe-payments/internal/dynamo"
-	"github.com/stripe-payments/stripe-payments/internal/email"
 	"github.com/stripe-payments/stripe-payments/internal/events"
 	"github.com/stripe-payments/stripe-payments/internal/handler"
 	"github.com/stripe-payments/stripe-payments/internal/httpserver"
@@ -31,94 +29,98 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/ingest"
 	"github.com/stripe-payments/stripe-payments/internal/ledger"
 	"github.com/stripe-payments/stripe-payments/internal/metrics"
-	"github.com/stripe-payments/stripe-payments/internal/ops"
 	"github.com/stripe-payments/stripe-payments/internal/opsdata"
 	"github.com/stripe-payments/stripe-payments/internal/outbox"
 	"github.com/stripe-payments/stripe-payments/internal/postgres"
-	"github.com/stripe-payments/stripe-payments/internal/purchase"
 	"github.com/stripe-payments/stripe-payments/internal/recordq"
-	"github.com/stripe-payments/stripe-payments/internal/replay"
 	"github.com/stripe-payments/stripe-payments/internal/safego"
 	"github.com/stripe-payments/stripe-payments/internal/stripebudget"
-	"github.com/stripe-payments/stripe-payments/internal/stripeclient"
 	"github.com/stripe-payments/stripe-payments/internal/thin"
 	"github.com/stripe-payments/stripe-payments/internal/tracking"
-	"github.com/stripe-payments/stripe-payments/webhook"
 )
 
-// App is one running instance of the service.
+// App is one running instance of the service. Its exported fields are what
+// cmd/stripe-payments and the end-to-end tests reach; the rest is wiring.
 type App struct {
-	Config  config.Config
-	Log     *slog.Logger
+	Config config.Config
+	// Storage (storage.go): the DynamoDB client, the Postgres pool, the
+	// instance's Prometheus registry.
 	Dynamo  *dynamodb.Client
 	Pool    *pgxpool.Pool
-	Events  *events.Store  // the events table, reading through Records
-	Records *recordq.Queue // the events table's write-behind
-	Ledger  *ledger.Ledger
-	Handler *handler.Handler
 	Metrics *metrics.Metrics
-	// Server is the public listener (LISTEN_ADDR): the webhook and
-	// /healthz only. Admin (ADMIN_LISTEN_ADDR) serves the console, the
-	// internal and purchase APIs, /metrics, /readyz and /healthz (docs/design.md §3
-	// "Two listeners").
-	Server *httpserver.Server
-	Admin  *httpserver.Server
-	// Safe starts every background goroutine: a panic is recovered,
-	// logged, counted (stripe_payments_panics_total) and the loop restarted.
-	Safe *safego.Starter
 
-	// Stripe API client, tracking store, actions dispatcher (started by
-	// Start, stopped by Stop).
-	Stripe *client.API
-	// StripeBudget is the Stripe API budget every replica shares.
-	StripeBudget *stripebudget.Shared
-	Tracking     *tracking.Store
-	Actions      *dispatch.Dispatcher
-	// Emails sends reminder emails through SES; nil unless SES_FROM_ADDRESS.
-	Emails *outbox.Worker
-	stopBg func()
+	// Ingest (ingest.go): the events table, reading through its
+	// write-behind (Records) and queued thin notifications' records
+	// (ThinRecords); the one event handler; Ingest, the one entry point for
+	// a verified event body of either shape, and Thin, the thin events'
+	// intake, hydrator and account registry (thin.go).
+	Events      *events.Store
+	Records     *recordq.Queue
+	ThinRecords *thin.Recorder
+	Handler     *handler.Handler
+	Ingest      *ingest.Intake
+	Thin        *ThinEvents
+	// Actions delivers the outbox's actions to ACTIONS_URL.
+	Actions *dispatch.Dispatcher
 
-	// Billing is the recurring billing core; BillingFeed applies the Stripe
-	// events about its charges (outbox topic "billing").
-	Billing     *billing.Service
-	BillingFeed *outbox.Worker
-	// BillingStore is the billing core's DynamoDB store (the poller lists
-	// the Stripe accounts it charges on).
+	// Billing is the recurring billing core, Clocks its test clocks,
+	// BillingStore its DynamoDB store (the poller lists the Stripe accounts
+	// it charges on) (billing.go).
+	Billing      *billing.Service
+	Clocks       *testclock.Service
 	BillingStore *billingstore.Store
 
-	// Outbox lists and re-drives dead letters and reads backlog figures
-	// (internal API, operator console).
-	Outbox        *outbox.Store
-	OutboxMetrics *metrics.Outbox
-
-	// Ops: what the operator console records (events per hour, failed and
-	// rejected events, billing runs).
-	OpsCounter  *opsdata.Counter
+	// What the operator sees: failed and rejected events (OpsProblems),
+	// incidents (docs/design.md §4), bulk replays and batch collections.
 	OpsProblems *opsdata.Problems
-	// Incidents groups what is broken (docs/design.md §4, incidents).
-	Incidents *incidents.Store
-	Replays   *Replays
-	Batches   *Batches
-	OpsRuns   *opsdata.Runs
-	// AuthFailures limits wrong INTERNAL_API_TOKEN guesses per client
+	Incidents   *incidents.Store
+	Replays     *Replays
+	Batches     *Batches
+
+	// Server is the public listener (LISTEN_ADDR): the webhook and
+	// /healthz only. Admin (ADMIN_LISTEN_ADDR) serves the console, the
+	// internal and purchase APIs, /metrics, /readyz and /healthz
+	// (docs/design.md §3 "Two listeners").
+	Server *httpserver.Server
+	Admin  *httpserver.Server
+
+	log *slog.Logger
+	// safe starts every background goroutine: a panic is recovered,
+	// logged, counted (stripe_payments_panics_total) and the loop restarted.
+	safe *safego.Starter
+	// The Stripe API client, drawing on stripeBudget, the Stripe API budget
+	// every replica shares (stripe.go).
+	stripe       *client.API
+	stripeBudget *stripebudget.Shared
+	ledger       *ledger.Ledger
+	tracking     *tracking.Store
+	// recordMetrics watches the write-behind and the handler's batches.
+	recordMetrics *metrics.Records
+	// emails sends reminder emails through SES; nil unless SES_FROM_ADDRESS.
+	emails *outbox.Worker
+	// billingFeed applies the Stripe events about billing's charges
+	// (outbox topic "billing").
+	billingFeed *outbox.Worker
+	// outbox lists and re-drives dead letters and reads backlog figures
+	// (internal API, operator console).
+	outbox        *outbox.Store
+	outboxMetrics *metrics.Outbox
+	// What the console records: events per hour, billing runs.
+	opsCounter *opsdata.Counter
+	opsRuns    *opsdata.Runs
+	// authFailures limits wrong INTERNAL_API_TOKEN guesses per client
 	// address, on the console's login and the bearer APIs alike.
-	AuthFailures *authlimit.Limiter
+	authFailures *authlimit.Limiter
 
-	// Thin events (intake, hydrator, account registry) and Ingest, the one
-	// entry point for a verified event body of either shape (thin.go).
-	Thin *ThinEvents
-	// ThinRecords writes queued thin notifications' records behind the
-	// answer and reads them until then (part of Events' read-through).
-	ThinRecords *thin.Recorder
-	Ingest      *ingest.Intake
-
-	// clocks bounds the test clocks' advances, which outlive the requests
-	// that start them; stopClocks ends them at shutdown (an advance stops
-	// between two days and is continued by the next advance request).
-	clocks     context.Context
+	// clockLife bounds the test clocks' advances, which outlive the
+	// requests that start them; stopClocks ends them at shutdown (an
+	// advance stops between two days and is continued by the next advance
+	// request).
+	clockLife  context.Context
 	stopClocks context.CancelFunc
-	// stopWorkers stops what Start started beyond the server and the
-	// background workers (poller, billing, pprof).
+	// stopBg stops the background workers; stopWorkers what Start started
+	// beyond the server and them (poller, billing, pprof).
+	stopBg      func()
 	stopWorkers func()
 }
 
@@ -143,150 +145,39 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 	for _, opt := range opts {
 		opt(&o)
 	}
-	m := metrics.New()
-	ddb, err := dynamo.NewClient(ctx, cfg.AWSRegion, cfg.DynamoEndpoint,
-		dynamo.WithTimeout(cfg.Limits.DynamoTimeout),
-		dynamo.WithRequestCounter(func(op string) { m.DynamoRequests.WithLabelValues(op).Inc() }))
+	a, err := newStorage(ctx, cfg, log)
 	if err != nil {
 		return nil, err
 	}
-	pool, err := postgres.ConnectWith(ctx, cfg.DatabaseURL, postgres.PoolLimits{
-		MaxConns:         int32(cfg.Limits.DatabaseMaxConns),
-		ConnectTimeout:   cfg.Limits.DatabaseConnectTimeout,
-		StatementTimeout: cfg.Limits.DatabaseStatementTimeout,
-		TCPUserTimeout:   cfg.Limits.DatabaseTCPUserTimeout,
-	})
-	if err != nil {
+	if err := a.build(ctx, o); err != nil {
+		a.Pool.Close()
 		return nil, err
-	}
-	a := &App{Config: cfg, Log: log, Dynamo: ddb, Pool: pool, Metrics: m,
-		Safe: safego.New(log, metrics.NewPanics(m.Registry), time.Second)}
-	a.clocks, a.stopClocks = context.WithCancel(context.Background())
-	a.newOutbox()
-	a.OpsProblems = opsdata.NewProblems(pool, log.With("component", "ops"))
-	a.Incidents = incidents.New(pool, incidents.Config{PlatformAccount: cfg.PlatformAccount})
-	a.Metrics.WatchIncidents(a.Incidents.Counts)
-	table := events.NewStore(ddb, cfg.EventsTable, cfg.EventTTL, nil)
-	if cfg.IngestRecords.FreshWrite == "item" {
-		table = table.WithItemPuts()
-	}
-	recordMetrics := m.NewRecords()
-	// The write-behind writes through the failed & rejected list
-	// (handler.TrackProblems), as the handler does: a re-driven event leaves
-	// it when its processed record is written.
-	a.Records = recordq.New(pool, handler.TrackProblems(table, a.OpsProblems, log.With("component", "ops")), recordq.Config{
-		Writers: cfg.IngestRecords.Writers, MaxBacklog: cfg.IngestRecords.Backlog, Linger: cfg.IngestRecords.Linger,
-		MaxBacklogBytes: cfg.IngestRecords.BacklogBytes, QuarantineAfter: cfg.IngestRecords.QuarantineAfter,
-		Log: log.With("component", "records"), Observer: recordMetrics, Safe: a.Safe,
-	})
-	// Queued thin notifications are read from their queue until their
-	// records are written behind the answer (thin.Recorder).
-	a.ThinRecords = &thin.Recorder{Queue: thin.NewQueue(pool), Table: table, PlatformAccount: cfg.PlatformAccount, EventTTL: cfg.EventTTL}
-	// Failures and rejections written through a.Events are marked for the
-	// write-behind (events.Marker): the joined Pending does not pass Mark on.
-	a.Events = table.WithPending(events.JoinPending(a.Records, a.ThinRecords)).WithMarker(a.Records)
-	a.Ledger = ledger.New(pool)
-	// Every Stripe request of this replica draws on the one shared budget
-	// (docs/design.md §9); a request names its class in its context, else it is
-	// the client's.
-	a.StripeBudget, err = stripebudget.New(stripebudget.PGStore{Pool: pool}, stripebudget.Config{
-		Rate: cfg.Billing.StripeRateLimit, Replicas: cfg.Billing.StripeExpectedReplicas,
-		Log: log, Observer: metrics.NewStripeBudget(m.Registry)})
-	if err != nil {
-		pool.Close()
-		return nil, err
-	}
-	a.Stripe = stripeclient.New(stripeclient.Options{APIKey: cfg.StripeAPIKey, BaseURL: cfg.StripeAPIBase, Log: log,
-		HTTPClient: a.StripeBudget.Client(nil, stripebudget.Hydration)})
-	a.Tracking = tracking.NewStore(pool)
-	a.Actions = dispatch.New(pool, dispatch.Config{URL: cfg.ActionsURL, Secret: cfg.ActionsSecret, Log: log.With("component", "actions"), Policy: a.outboxPolicy()})
-	flows := tracking.NewFlows(tracking.FlowsConfig{Log: log, Invoices: stripeclient.InvoiceFetcher(a.Stripe), Processed: a.Ledger.Processed})
-	if cfg.SESFromAddress != "" {
-		ses, err := email.NewSESClient(ctx, cfg.AWSRegion, cfg.SESEndpoint)
-		if err != nil {
-			pool.Close()
-			return nil, err
-		}
-		sender := email.Sender{Client: ses, From: cfg.SESFromAddress, ConfigurationSet: cfg.SESConfigurationSet}
-		a.Emails = &outbox.Worker{Pool: pool, Topic: email.Topic, Deliver: sender.Deliver, Log: log.With("component", "email")}
-		a.outboxPolicy().Apply(a.Emails)
-	}
-	if err := a.newBilling(); err != nil {
-		pool.Close()
-		return nil, err
-	}
-	a.OpsCounter = opsdata.NewCounter(pool, log.With("component", "ops"), nil)
-	a.OpsRuns = opsdata.NewRuns(pool, m.Registry)
-	routes := handler.NewRoutes(flows, feedqueue.Enqueue)
-	for _, change := range o.routes {
-		routes = change(routes)
-	}
-	if err := routes.Check(); err != nil {
-		pool.Close()
-		return nil, fmt.Errorf("event routes: %w", err)
-	}
-	a.Handler = handler.New(handler.Config{
-		PlatformAccount: cfg.PlatformAccount,
-		EventTTL:        cfg.EventTTL,
-		Livemode:        cfg.Livemode(),
-		APIVersion:      cfg.StripeAPIVersion,
-		MaxBatch:        cfg.IngestMaxBatch,
-		Flushers:        cfg.IngestFlushers,
-		DeliveryTimeout: cfg.Limits.IngestTimeout,
-		BatchTimeout:    cfg.Limits.IngestBatchTimeout,
-		QueueMax:        cfg.Limits.IngestQueueMax,
-		QueueMaxBytes:   cfg.Limits.IngestQueueMaxBytes,
-	}, handler.TrackProblems(a.Events, a.OpsProblems, log.With("component", "ops")), a.Ledger, log,
-		append([]handler.Option{handler.WithRoutes(routes),
-			handler.WithObserver(handler.Observers{a.Metrics, a.OpsCounter}), handler.WithIngestObserver(a.Metrics),
-			handler.WithBatchObserver(recordMetrics)}, recordOptions(cfg, a.Records)...)...)
-	a.Metrics.WatchIngest(func() metrics.IngestQueue { return metrics.IngestQueue(a.Handler.Stats()) })
-
-	a.Server = httpserver.NewPublic(log, a.Metrics)
-	a.Server.TrustProxies(cfg.Admin.TrustedProxies)
-	a.Admin = httpserver.New(log, a.Metrics, []httpserver.Check{
-		{Name: "dynamodb", Run: func(ctx context.Context) error { return dynamo.Ping(ctx, ddb, cfg.EventsTable) }},
-		{Name: "postgres", Run: func(ctx context.Context) error { return pool.Ping(ctx) }},
-		{Name: "ingest", Run: a.Handler.Ready},
-	})
-	a.Admin.TrustProxies(cfg.Admin.TrustedProxies)
-	a.AuthFailures = authlimit.New(authlimit.Config{Registerer: m.Registry})
-	verifier := webhook.NewVerifier(cfg.WebhookSecrets, cfg.WebhookTolerance, nil)
-	a.newThin()
-	webhook.NewEndpoint(verifier, a.Ingest, cfg.WebhookMaxBody, log).Register(a.Server.Echo)
-	// One replay path for the API, the console and the bulk runner.
-	replayer := replay.One{Events: a.Events, Handler: a.Handler, Platform: cfg.PlatformAccount,
-		Fetcher: stripeclient.EventFetcher{API: a.Stripe, PlatformAccount: cfg.PlatformAccount}}
-	apiDeps := api.Deps{
-		Events:     a.Events,
-		Replayer:   replayer,
-		Tracking:   a.Tracking,
-		Purchases:  purchase.NewService(a.Tracking, a.Stripe, log.With("component", "purchase")),
-		Billing:    a.Billing,
-		Outbox:     a.Outbox,
-		Incidents:  a.Incidents,
-		Livemode:   cfg.Livemode(),
-		Background: a.clocks,
-		Failures:   a.AuthFailures,
-		Log:        log.With("component", "api"),
-	}
-	apiDeps.Replays = a.newReplays(replayer)
-	apiDeps.Batches = a.newBatches()
-	api.Register(a.Admin.Echo, cfg.InternalAPIToken, apiDeps)
-	if err := ops.Register(a.Admin.Echo, ops.Deps{
-		Token: cfg.InternalAPIToken, Events: a.Events, Replayer: replayer,
-		Billing: a.Billing, Counter: a.OpsCounter, Problems: a.OpsProblems, Runs: a.OpsRuns, Outbox: a.Outbox,
-		Sessions: opsdata.NewSessions(pool), Checkpoints: ledger.NewCheckpoints(pool), Thin: a.Thin.Queue, Quarantine: a.Records,
-		Gatherer: a.Metrics.Registry, Log: log.With("component", "ops"), Livemode: cfg.Livemode(), Clocks: a.clocks,
-		Development: cfg.Development, Failures: a.AuthFailures,
-		SessionIdle: cfg.Admin.SessionIdle, SessionMaxAge: cfg.Admin.SessionMaxAge,
-		Incidents: a.Incidents, Replays: a.Replays.Store, ReplayNudge: a.Replays.Runner.Nudge,
-		Batches: a.Batches.Store, BatchNudge: a.Batches.Runner.Nudge,
-	}); err != nil {
-		pool.Close()
-		return nil, fmt.Errorf("operator console: %w", err)
 	}
 	return a, nil
+}
+
+// build builds every component on a's storage, in the order they need
+// each other.
+func (a *App) build(ctx context.Context, o options) error {
+	a.clockLife, a.stopClocks = context.WithCancel(context.Background())
+	a.newOutbox()
+	a.newOps()
+	a.newEvents()
+	if err := a.newStripe(); err != nil {
+		return err
+	}
+	if err := a.newEmails(ctx); err != nil {
+		return err
+	}
+	if err := a.newBilling(); err != nil {
+		return err
+	}
+	if err := a.newHandler(o.routes); err != nil {
+		return err
+	}
+	a.newServers()
+	a.newThin()
+	return a.registerRoutes()
 }
 
 // TableSpecs are the DynamoDB tables this configuration uses.
@@ -314,34 +205,24 @@ func (a *App) Migrate(ctx context.Context) error {
 	return nil
 }
 
-// recordOptions leaves event records to the write-behind when configured
-// (INGEST_WRITE_BEHIND, on by default). The queue's writers run in serve
-// only: elsewhere (poll --in-process) the handler writes records itself.
-func recordOptions(cfg config.Config, q *recordq.Queue) []handler.Option {
-	if !cfg.IngestRecords.WriteBehind {
-		return nil
-	}
-	return []handler.Option{handler.WithRecordQueue(q)}
-}
-
 // startBackground runs the actions dispatcher until stopBackground.
 func (a *App) startBackground() {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	a.Safe.Go(ctx, &wg, "records_sweep", func(ctx context.Context) { _ = a.Records.Run(ctx) })
-	a.Safe.Go(ctx, &wg, "actions", func(ctx context.Context) {
+	a.safe.Go(ctx, &wg, "records_sweep", func(ctx context.Context) { _ = a.Records.Run(ctx) })
+	a.safe.Go(ctx, &wg, "actions", func(ctx context.Context) {
 		if err := a.Actions.Run(ctx); err != nil {
-			a.Log.Error("actions dispatcher stopped", "error", err)
+			a.log.Error("actions dispatcher stopped", "error", err)
 		}
 	})
 	a.startOutboxHousekeeping(ctx, &wg)
 	a.startThin(ctx, &wg)
 	a.startReplays(ctx, &wg)
 	a.startBatches(ctx, &wg)
-	if a.Emails != nil {
-		a.Safe.Go(ctx, &wg, "emails", func(ctx context.Context) { _ = a.Emails.Run(ctx) })
+	if a.emails != nil {
+		a.safe.Go(ctx, &wg, "emails", func(ctx context.Context) { _ = a.emails.Run(ctx) })
 	}
-	a.Safe.Go(ctx, &wg, "ops_counter", func(ctx context.Context) { a.OpsCounter.Run(ctx, 10*time.Second) })
+	a.safe.Go(ctx, &wg, "ops_counter", func(ctx context.Context) { a.opsCounter.Run(ctx, 10*time.Second) })
 	a.stopBg = func() { cancel(); wg.Wait() }
 }
 
@@ -371,7 +252,7 @@ func (a *App) Start(ctx context.Context) error {
 		_ = a.Server.Close(context.WithoutCancel(ctx))
 		return err
 	}
-	a.Log.Info("listening", "addr", a.Server.Addr(), "admin_addr", a.Admin.Addr())
+	a.log.Info("listening", "addr", a.Server.Addr(), "admin_addr", a.Admin.Addr())
 	a.startBackground()
 	stopProfiling, err := a.startProfiling()
 	if err != nil {
@@ -399,7 +280,7 @@ func (a *App) Start(ctx context.Context) error {
 		stopBilling()
 		a.stopClocks()
 		waitBilling()
-		a.Billing.WaitClocks()
+		a.Clocks.Wait()
 		stopProfiling()
 	}
 	return nil
@@ -423,10 +304,10 @@ func (a *App) Stop(ctx context.Context) error {
 	}
 	err := errors.Join(a.Server.Close(ctx), a.Admin.Close(ctx))
 	if derr := a.Handler.Drain(ctx); derr != nil {
-		a.Log.Warn("batches still in flight at shutdown", "error", derr)
+		a.log.Warn("batches still in flight at shutdown", "error", derr)
 	}
 	if ferr := a.Records.Flush(ctx); ferr != nil {
-		a.Log.Warn("event records still pending at shutdown; the next start writes them", "error", ferr)
+		a.log.Warn("event records still pending at shutdown; the next start writes them", "error", ferr)
 	}
 	a.stopBackground()
 	return err
@@ -444,7 +325,7 @@ func (a *App) Run(ctx context.Context) error {
 	case serveErr = <-a.Server.Done():
 	case serveErr = <-a.Admin.Done():
 	}
-	a.Log.Info("shutting down")
+	a.log.Info("shutting down")
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.Config.ShutdownTimeout)
 	defer cancel()
 	if err := a.Stop(shutdownCtx); err != nil {
@@ -456,7 +337,7 @@ func (a *App) Run(ctx context.Context) error {
 // Close releases the clients.
 func (a *App) Close() {
 	a.stopClocks()
-	a.Billing.WaitClocks()
+	a.Clocks.Wait()
 	a.Pool.Close()
 }
 

@@ -21,12 +21,12 @@ type Batches struct {
 func (a *App) newBatches() *api.Batches {
 	store := batchrun.NewStore(a.Pool, a.Billing)
 	a.Batches = &Batches{Store: store, Runner: batchrun.NewRunner(store, a.Billing, batchrun.RunnerConfig{
-		Log: a.Log.With("component", "billing_batch"), Observer: metrics.NewBatches(a.Metrics.Registry)})}
+		Log: a.log.With("component", "billing_batch"), Observer: metrics.NewBatches(a.Metrics.Registry)})}
 	return &api.Batches{Service: store, Nudge: a.Batches.Runner.Nudge}
 }
 
 // startBatches runs the batch runner until ctx ends (through safego: a
 // panic restarts it, and the batch resumes where it was).
 func (a *App) startBatches(ctx context.Context, wg *sync.WaitGroup) {
-	a.Safe.Go(ctx, wg, "billing_batch", a.Batches.Runner.Run)
+	a.safe.Go(ctx, wg, "billing_batch", a.Batches.Runner.Run)
 }

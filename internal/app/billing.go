@@ -13,6 +13,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/billing/notify"
 	billingstore "github.com/stripe-payments/stripe-payments/internal/billing/store"
 	"github.com/stripe-payments/stripe-payments/internal/billing/stripecharge"
+	"github.com/stripe-payments/stripe-payments/internal/billing/testclock"
 	"github.com/stripe-payments/stripe-payments/internal/lock"
 	"github.com/stripe-payments/stripe-payments/internal/metrics"
 	"github.com/stripe-payments/stripe-payments/internal/outbox"
@@ -25,10 +26,10 @@ func (a *App) newBilling() error {
 	c := a.Config.Billing
 	// The charges draw on the shared budget first (docs/design.md §9); the budget
 	// is the only limit, so the charger's own bucket is unlimited.
-	charges := stripeclient.New(stripeclient.Options{APIKey: a.Config.StripeAPIKey, BaseURL: a.Config.StripeAPIBase, Log: a.Log,
-		HTTPClient: a.StripeBudget.Client(nil, stripebudget.Charges)})
+	charges := stripeclient.New(stripeclient.Options{APIKey: a.Config.StripeAPIKey, BaseURL: a.Config.StripeAPIBase, Log: a.log,
+		HTTPClient: a.stripeBudget.Client(nil, stripebudget.Charges)})
 	charger := stripecharge.New(charges, stripecharge.Options{Rate: math.Inf(1)})
-	locks := lock.New(a.Dynamo, a.Config.LocksTable, lock.Options{Lease: c.LockLease, Heartbeat: c.LockHeartbeat, Log: a.Log})
+	locks := lock.New(a.Dynamo, a.Config.LocksTable, lock.Options{Lease: c.LockLease, Heartbeat: c.LockHeartbeat, Log: a.log})
 	store := billingstore.New(a.Dynamo, a.Config.BillingTable, a.Config.BillingHistoryTable, c.Shards)
 	cfg := billing.DefaultConfig()
 	cfg.Shards, cfg.WorkersPerShard, cfg.ReminderDays = c.Shards, c.WorkersPerShard, c.ReminderDays
@@ -36,18 +37,22 @@ func (a *App) newBilling() error {
 	cfg.HardDeclineCodes = c.HardDeclineCodes
 	cfg.ReceiptTTL, cfg.LookbackDays, cfg.LockedRetryWait = c.ReceiptTTL, c.LookbackDays, c.LockLease+c.LockHeartbeat
 	cfg.PlatformAccount, cfg.Livemode = a.Config.PlatformAccount, a.Config.Livemode()
-	cfg.MaxClocks = c.TestClocksMax
-	log := a.Log.With("component", "billing")
+	log := a.log.With("component", "billing")
 	svc, err := billing.New(cfg, billing.Deps{Store: store, Locks: locks, Charger: charger,
 		Notifier: notify.Outbox{Pool: a.Pool, Email: a.Config.SESFromAddress != ""}, Log: log,
-		Observer: metrics.NewBilling(a.Metrics.Registry), Safe: a.Safe})
+		Observer: metrics.NewBilling(a.Metrics.Registry), Safe: a.safe})
 	if err != nil {
 		return fmt.Errorf("billing: %w", err)
 	}
 	a.Billing, a.BillingStore = svc, store
-	a.BillingFeed = &outbox.Worker{Pool: a.Pool, Topic: billing.FeedTopic, Deliver: feedqueue.Deliver(svc, log),
-		Log: a.Log.With("component", "billing-feed")}
-	a.outboxPolicy().Apply(a.BillingFeed)
+	a.Clocks, err = testclock.New(testclock.Config{MaxClocks: c.TestClocksMax}, testclock.Deps{Billing: svc, Store: store,
+		Log: log, Safe: a.safe})
+	if err != nil {
+		return fmt.Errorf("test clocks: %w", err)
+	}
+	a.billingFeed = &outbox.Worker{Pool: a.Pool, Topic: billing.FeedTopic, Deliver: feedqueue.Deliver(svc, log),
+		Log: a.log.With("component", "billing-feed")}
+	a.outboxPolicy().Apply(a.billingFeed)
 	return nil
 }
 
@@ -56,9 +61,9 @@ func (a *App) newBilling() error {
 // function waits for them to finish their work in flight.
 func (a *App) startBilling(ctx context.Context) (wait func()) {
 	var wg sync.WaitGroup
-	a.Safe.Go(ctx, &wg, "billing_feed", func(ctx context.Context) { _ = a.BillingFeed.Run(ctx) })
+	a.safe.Go(ctx, &wg, "billing_feed", func(ctx context.Context) { _ = a.billingFeed.Run(ctx) })
 	if every := a.Config.Billing.Every; every > 0 {
-		a.Safe.Go(ctx, &wg, "billing_ticker", func(ctx context.Context) { a.billingTicker(ctx, every) })
+		a.safe.Go(ctx, &wg, "billing_ticker", func(ctx context.Context) { a.billingTicker(ctx, every) })
 	}
 	return wg.Wait
 }
@@ -77,7 +82,7 @@ func (a *App) billingTicker(ctx context.Context, every time.Duration) {
 			started := time.Now()
 			rep, err := job.run(ctx)
 			if err != nil && ctx.Err() == nil {
-				a.Log.Error("billing job failed", "error", err)
+				a.log.Error("billing job failed", "error", err)
 			}
 			if ctx.Err() == nil {
 				a.RecordBillingRun(ctx, job.name, a.Billing.NowDate(), started, rep, err)
@@ -94,7 +99,7 @@ func (a *App) billingTicker(ctx context.Context, every time.Duration) {
 // RecordBillingRun keeps a job run's report for the operator console; a
 // failure to record is logged, never the run's failure.
 func (a *App) RecordBillingRun(ctx context.Context, job string, date dates.Date, started time.Time, rep *billing.Report, runErr error) {
-	if err := a.OpsRuns.Record(ctx, job, date.Time(), started, rep, runErr); err != nil {
-		a.Log.Warn("could not record billing run", "job", job, "error", err)
+	if err := a.opsRuns.Record(ctx, job, date.Time(), started, rep, runErr); err != nil {
+		a.log.Warn("could not record billing run", "job", job, "error", err)
 	}
 }

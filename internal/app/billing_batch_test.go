@@ -87,7 +87,7 @@ func TestBatchCollectionThroughTestClocksResumesAfterRestart(t *testing.T) {
 		return "insufficient_funds"
 	}
 
-	clock, err := first.Billing.CreateClock(ctx, time.Date(2024, 1, 9, 12, 0, 0, 0, time.UTC), "batch")
+	clock, err := first.Clocks.CreateClock(ctx, time.Date(2024, 1, 9, 12, 0, 0, 0, time.UTC), "batch")
 	require.NoError(t, err)
 	subs := map[string]string{}
 	for _, acc := range []string{batHard, batCrash, batFlight, batSoft, batOther, batPaid} {
@@ -98,7 +98,7 @@ func TestBatchCollectionThroughTestClocksResumesAfterRestart(t *testing.T) {
 		require.NoError(t, err)
 		subs[acc] = sub.SubscriptionID
 	}
-	_, done, err := first.Billing.AdvanceClock(ctx, ctx, clock.ID, time.Date(2024, 1, 11, 12, 0, 0, 0, time.UTC))
+	_, done, err := first.Clocks.AdvanceClock(ctx, ctx, clock.ID, time.Date(2024, 1, 11, 12, 0, 0, 0, time.UTC))
 	require.NoError(t, err)
 	<-done
 	period := func(acc string) billing.Period {

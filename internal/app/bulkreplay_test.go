@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
@@ -250,7 +251,7 @@ func countedEffects() []app.Option {
 func failEvents(t *testing.T, a *apptest.App, n int, cause func(id string) error) []string {
 	t.Helper()
 	ctx := context.Background()
-	failing := handler.TrackProblems(a.Events, a.OpsProblems, a.Log)
+	failing := handler.TrackProblems(a.Events, a.OpsProblems, slog.New(slog.DiscardHandler))
 	_, err := a.Pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS replay_effects (event_id text NOT NULL)`) // countedEffects'
 	require.NoError(t, err)
 	ids := make([]string, n)

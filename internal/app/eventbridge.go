@@ -31,13 +31,13 @@ func (a *App) startEventBridge(ctx context.Context) (stop func(), err error) {
 		QueueURL:       a.Config.EventBridgeQueueURL,
 		IngestTimeout:  a.Config.Limits.IngestTimeout + a.Config.Limits.IngestBatchTimeout,
 		FailureBackoff: eventbridge.DefaultFailureBackoff,
-	}, client, a.EventBridgeIngester(), metrics.NewEventBridge(a.Metrics.Registry), a.Log.With("component", "eventbridge"))
+	}, client, a.EventBridgeIngester(), metrics.NewEventBridge(a.Metrics.Registry), a.log.With("component", "eventbridge"))
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan struct{})
-	a.Log.Info("eventbridge intake running", "queue_url", a.Config.EventBridgeQueueURL)
+	a.log.Info("eventbridge intake running", "queue_url", a.Config.EventBridgeQueueURL)
 	go func() {
 		defer close(done)
-		a.Safe.Loop(ctx, "eventbridge", c.Run)
+		a.safe.Loop(ctx, "eventbridge", c.Run)
 	}()
 	return func() { cancel(); <-done }, nil
 }

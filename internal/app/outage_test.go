@@ -37,13 +37,13 @@ type outageEnv struct {
 	app    *apptest.App
 	pg     *testenv.FaultProxy
 	ddb    *testenv.FaultProxy
-	direct *pgxpool.Pool  // Postgres, not through the proxy
-	events *events.Store  // DynamoDB, not through the proxy
-	queue  *recordq.Queue // the write-behind's Postgres side, not through the proxy
-	sink   *actionSink    // ACTIONS_URL
-	client *http.Client   // the sender's
-	merch  string         // the purchases' merchant account (UUID)
-	purch  chan uuid.UUID // purchases waiting for their payment
+	direct *pgxpool.Pool           // Postgres, not through the proxy
+	events *events.Store           // DynamoDB, not through the proxy
+	queue  *recordq.Queue          // the write-behind's Postgres side, not through the proxy
+	sink   *testenv.ActionReceiver // ACTIONS_URL
+	client *http.Client            // the sender's
+	merch  string                  // the purchases' merchant account (UUID)
+	purch  chan uuid.UUID          // purchases waiting for their payment
 }
 
 // effectsTable is written by a test applier beside the real flows, once
@@ -87,7 +87,7 @@ func startOutageEnv(t *testing.T, overrides map[string]string) *outageEnv {
 	env := map[string]string{
 		"DATABASE_URL":      dbURL.String(),
 		"DYNAMODB_ENDPOINT": "http://" + e.ddb.Addr(),
-		"ACTIONS_URL":       e.sink.srv.URL,
+		"ACTIONS_URL":       e.sink.URL,
 		"ACTIONS_SECRET":    actionsSecret,
 	}
 	for k, v := range overrides {
@@ -345,10 +345,8 @@ func (e *outageEnv) assertEachProcessedOnce(t *testing.T, sent []*delivery) {
 	// Every fulfilment reaches ACTIONS_URL, each under one action id.
 	byPurchase := map[string]map[string]bool{}
 	require.Eventually(t, func() bool {
-		e.sink.mu.Lock()
-		defer e.sink.mu.Unlock()
 		byPurchase = map[string]map[string]bool{}
-		for _, a := range e.sink.got {
+		for _, a := range received(t, e.sink) {
 			if a.PurchaseID == nil {
 				continue
 			}

@@ -27,14 +27,14 @@ const (
 // newOutbox builds the outbox store and metrics; outboxPolicy then gives
 // every worker the configured lease and dead-letter limits.
 func (a *App) newOutbox() {
-	a.OutboxMetrics = metrics.NewOutbox(a.Metrics.Registry)
-	a.Outbox = outbox.NewStore(a.Pool, a.Log.With("component", "outbox"), nil)
+	a.outboxMetrics = metrics.NewOutbox(a.Metrics.Registry)
+	a.outbox = outbox.NewStore(a.Pool, a.log.With("component", "outbox"), nil)
 }
 
 func (a *App) outboxPolicy() outbox.Policy {
 	c := a.Config.Outbox
 	return outbox.Policy{Lease: c.Lease, MaxAttempts: c.MaxAttempts, MaxAge: c.MaxAge,
-		OnDead: func(topic string) { a.OutboxMetrics.DeadLettered.WithLabelValues(topic).Inc() }}
+		OnDead: func(topic string) { a.outboxMetrics.DeadLettered.WithLabelValues(topic).Inc() }}
 }
 
 // startOutboxHousekeeping refreshes the backlog gauges every 15 s and, with
@@ -42,9 +42,9 @@ func (a *App) outboxPolicy() outbox.Policy {
 // and then on that period, until ctx ends. Every replica does both: the
 // queries are cheap and the deletes skip rows another replica is deleting.
 func (a *App) startOutboxHousekeeping(ctx context.Context, wg *sync.WaitGroup) {
-	a.Safe.Go(ctx, wg, "outbox_stats", func(ctx context.Context) { every(ctx, outboxStatsEvery, a.refreshOutboxStats) })
+	a.safe.Go(ctx, wg, "outbox_stats", func(ctx context.Context) { every(ctx, outboxStatsEvery, a.refreshOutboxStats) })
 	if p := a.Config.Outbox.PruneEvery; p > 0 {
-		a.Safe.Go(ctx, wg, "prune", func(ctx context.Context) { every(ctx, p, a.prune) })
+		a.safe.Go(ctx, wg, "prune", func(ctx context.Context) { every(ctx, p, a.prune) })
 	}
 }
 
@@ -65,14 +65,14 @@ func every(ctx context.Context, d time.Duration, f func(context.Context)) {
 func (a *App) refreshOutboxStats(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	st, err := a.Outbox.Stats(ctx)
+	st, err := a.outbox.Stats(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
-			a.Log.Warn("outbox figures not refreshed", "error", err)
+			a.log.Warn("outbox figures not refreshed", "error", err)
 		}
 		return
 	}
-	m := a.OutboxMetrics
+	m := a.outboxMetrics
 	for _, topic := range outboxTopics {
 		m.Pending.WithLabelValues(topic).Set(0)
 		m.OldestAge.WithLabelValues(topic).Set(0)
@@ -91,27 +91,44 @@ func (a *App) refreshOutboxStats(ctx context.Context) {
 // DEAD_LETTER_RETENTION and OPS_RETENTION (package retention).
 func (a *App) prune(ctx context.Context) {
 	c := a.Config.Outbox
-	n, err := a.Outbox.PruneDelivered(ctx, c.Retention, pruneBatch)
-	a.OutboxMetrics.Pruned.WithLabelValues("outbox").Add(float64(n))
+	n, err := a.outbox.PruneDelivered(ctx, c.Retention, pruneBatch)
+	a.outboxMetrics.Pruned.WithLabelValues("outbox").Add(float64(n))
 	if err != nil && ctx.Err() == nil {
-		a.Log.Error("outbox prune failed", "error", err)
+		a.log.Error("outbox prune failed", "error", err)
 	}
 	l, err := ledger.Prune(ctx, a.Pool, time.Now().Add(-c.LedgerRetention), pruneBatch)
-	a.OutboxMetrics.Pruned.WithLabelValues("processed_events").Add(float64(l))
+	a.outboxMetrics.Pruned.WithLabelValues("processed_events").Add(float64(l))
 	if err != nil && ctx.Err() == nil {
-		a.Log.Error("ledger prune failed", "error", err)
+		a.log.Error("ledger prune failed", "error", err)
 	}
 	if n+l > 0 {
-		a.Log.Info("pruned rows past retention", "outbox", n, "processed_events", l)
+		a.log.Info("pruned rows past retention", "outbox", n, "processed_events", l)
 	}
 	r := a.Config.Retention
 	err = retention.Prune(ctx, a.Pool, time.Now(), retention.Rules(r.DeadLetters, r.Ops, a.Config.EventTTL), pruneBatch, func(name string, n int64) {
-		a.OutboxMetrics.Pruned.WithLabelValues(name).Add(float64(n))
+		a.outboxMetrics.Pruned.WithLabelValues(name).Add(float64(n))
 		if n > 0 {
-			a.Log.Info("pruned rows past retention", "rows", name, "count", n)
+			a.log.Info("pruned rows past retention", "rows", name, "count", n)
 		}
 	})
 	if err != nil && ctx.Err() == nil {
-		a.Log.Error("retention prune failed", "error", err)
+		a.log.Error("retention prune failed", "error", err)
 	}
+}
+
+// newEmails builds the reminder emails' worker (outbox topic "email")
+// when SES_FROM_ADDRESS is set.
+func (a *App) newEmails(ctx context.Context) error {
+	cfg := a.Config
+	if cfg.SESFromAddress == "" {
+		return nil
+	}
+	ses, err := email.NewSESClient(ctx, cfg.AWSRegion, cfg.SESEndpoint)
+	if err != nil {
+		return err
+	}
+	sender := email.Sender{Client: ses, From: cfg.SESFromAddress, ConfigurationSet: cfg.SESConfigurationSet}
+	a.emails = &outbox.Worker{Pool: a.Pool, Topic: email.Topic, Deliver: sender.Deliver, Log: a.log.With("component", "email")}
+	a.outboxPolicy().Apply(a.emails)
+	return nil
 }

@@ -5,12 +5,10 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"sort"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -25,47 +23,6 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/stripetest"
 	"github.com/stripe-payments/stripe-payments/internal/testenv"
 )
-
-// receiver is an ACTIONS_URL that counts deliveries per action id, and
-// answers after delay with status.
-type receiver struct {
-	srv    *httptest.Server
-	status atomic.Int32
-	delay  time.Duration
-	done   chan struct{} // closed when the test ends: slow answers stop waiting
-	busy   atomic.Int32  // requests being answered
-	mu     sync.Mutex
-	got    map[string]int
-}
-
-func newReceiver(t *testing.T, status int, delay time.Duration) *receiver {
-	r := &receiver{delay: delay, done: make(chan struct{}), got: map[string]int{}}
-	r.status.Store(int32(status))
-	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		_, _ = io.Copy(io.Discard, req.Body)
-		r.busy.Add(1)
-		defer r.busy.Add(-1)
-		select {
-		case <-time.After(r.delay):
-		case <-r.done:
-		}
-		code := int(r.status.Load())
-		if code/100 == 2 {
-			r.mu.Lock()
-			r.got[req.Header.Get("Idempotency-Key")]++
-			r.mu.Unlock()
-		}
-		w.WriteHeader(code)
-	}))
-	t.Cleanup(r.srv.Close)
-	return r
-}
-
-func (r *receiver) count(id string) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.got[id]
-}
 
 // enqueueActions writes n actions to the app's outbox, as the handler does.
 func enqueueActions(t *testing.T, a *apptest.App, n int) []string {
@@ -110,10 +67,11 @@ func apiCall(t *testing.T, method, url string, body string) (int, map[string]any
 // metric, an ERROR line); once the receiver is fixed, a re-drive through the
 // internal API delivers it exactly once, with the same id.
 func TestDeadLetterRedriveThroughTheAPI(t *testing.T) {
-	rcv := newReceiver(t, http.StatusInternalServerError, 0)
+	rcv := testenv.NewActionReceiver(t, actionsSecret)
+	rcv.AnswerAll(http.StatusInternalServerError)
 	var logs testenv.Logs
 	a := startApp(t, &logs, map[string]string{
-		"ACTIONS_URL": rcv.srv.URL, "ACTIONS_SECRET": actionsSecret, "OUTBOX_MAX_ATTEMPTS": "2",
+		"ACTIONS_URL": rcv.URL, "ACTIONS_SECRET": actionsSecret, "OUTBOX_MAX_ATTEMPTS": "2",
 	})
 	base := a.Admin.URL() + "/internal/v1/outbox"
 	ids := enqueueActions(t, a, 1)
@@ -132,7 +90,7 @@ func TestDeadLetterRedriveThroughTheAPI(t *testing.T) {
 	assert.EqualValues(t, 2, d["attempts"])
 	assert.Contains(t, d["last_error"], "500")
 	assert.NotContains(t, d, "payload")
-	assert.Zero(t, rcv.count(id))
+	assert.Zero(t, rcv.Accepted()[id])
 	assert.Contains(t, logs.String(), `"level":"ERROR","msg":"outbox message dead-lettered`)
 	assert.Contains(t, scrape(t, a), `stripe_payments_outbox_dead_lettered_total{topic="action"} 1`)
 
@@ -163,14 +121,14 @@ func TestDeadLetterRedriveThroughTheAPI(t *testing.T) {
 	require.Equal(t, http.StatusOK, status, body)
 	assert.Len(t, body["data"], 1, "still dead after the refusals")
 
-	rcv.status.Store(http.StatusOK)
+	rcv.Answer(nil) // up: 200 to a signed action
 	status, body = apiCall(t, http.MethodPost, base+"/"+id+"/redrive", "")
 	require.Equal(t, http.StatusOK, status, body)
 	assert.Equal(t, []any{id}, body["redriven"])
 	status, body = apiCall(t, http.MethodPost, base+"/"+id+"/redrive", "")
 	assert.Equal(t, http.StatusConflict, status, "a pending message is not dead: %v", body)
 
-	waitFor(t, "the re-driven delivery", func() bool { return rcv.count(id) > 0 })
+	waitFor(t, "the re-driven delivery", func() bool { return rcv.Accepted()[id] > 0 })
 	waitFor(t, "the message to be delivered", func() bool {
 		n, err := outbox.Pending(context.Background(), a.Pool, actions.Topic)
 		require.NoError(t, err)
@@ -179,7 +137,7 @@ func TestDeadLetterRedriveThroughTheAPI(t *testing.T) {
 	// More passes of the dispatcher find nothing to send again.
 	_, err := a.Actions.DeliverDue(context.Background())
 	require.NoError(t, err)
-	assert.Equal(t, 1, rcv.count(id), "delivered once")
+	assert.Equal(t, 1, rcv.Accepted()[id], "delivered once")
 	status, body = apiCall(t, http.MethodPost, base+"/redrive", `{"ids":["`+id+`"]}`)
 	require.Equal(t, http.StatusOK, status, body)
 	assert.Empty(t, body["redriven"], "a delivered message is not re-driven")
@@ -195,7 +153,8 @@ func TestSlowActionsURLDoesNotSlowIngest(t *testing.T) {
 	// that waited for it, or for a connection a delivery held, would never
 	// be answered 200. Wall-clock ratios are left to benchmarks: under
 	// -race on a shared 2-core machine they measure the neighbours.
-	rcv := newReceiver(t, http.StatusOK, time.Hour)
+	rcv := testenv.NewActionReceiver(t, actionsSecret)
+	rcv.Delay(time.Hour)
 	dbURL, err := url.Parse(testenv.DatabaseURL(t))
 	require.NoError(t, err)
 	q := dbURL.Query()
@@ -203,13 +162,13 @@ func TestSlowActionsURLDoesNotSlowIngest(t *testing.T) {
 	dbURL.RawQuery = q.Encode()
 	a := startApp(t, nil, map[string]string{
 		"DATABASE_URL": dbURL.String(), "DATABASE_MAX_CONNS": "1",
-		"ACTIONS_URL": rcv.srv.URL, "ACTIONS_SECRET": actionsSecret,
+		"ACTIONS_URL": rcv.URL, "ACTIONS_SECRET": actionsSecret,
 	})
-	t.Cleanup(func() { close(rcv.done) }) // runs before the app's shutdown
+	t.Cleanup(rcv.Release) // runs before the app's shutdown
 	require.EqualValues(t, 1, a.Pool.Config().MaxConns)
 	// A backlog that keeps the dispatcher busy for the whole run.
 	enqueueActions(t, a, 50)
-	waitFor(t, "a delivery in flight", func() bool { return rcv.busy.Load() > 0 })
+	waitFor(t, "a delivery in flight", func() bool { return rcv.Busy() > 0 })
 	// While the receiver sits on a delivery, no connection is held
 	// (sampled: other housekeeping may hold one for a moment).
 	held := int32(99)
@@ -220,7 +179,7 @@ func TestSlowActionsURLDoesNotSlowIngest(t *testing.T) {
 	assert.Zero(t, held, "the dispatcher held a connection while the receiver sat on a delivery")
 
 	lat := webhookLoad(t, a, 80, 4) // every one answered 200
-	assert.Positive(t, rcv.busy.Load(), "every webhook was answered while the receiver still sat on a delivery")
+	assert.Positive(t, rcv.Busy(), "every webhook was answered while the receiver still sat on a delivery")
 	p := func(q float64) time.Duration { return lat[int(q*float64(len(lat)-1))] }
 	t.Logf("webhook latency while the receiver sits on its deliveries: p50 %s p95 %s max %s", p(.5), p(.95), p(1))
 }

@@ -52,8 +52,8 @@ func (a *App) NewPoller(o PollerOptions) (*poller.Poller, error) {
 	}
 	api := poller.NewEventsAPI(poller.APIConfig{
 		Key: a.Config.StripeAPIKey, BaseURL: a.Config.StripeAPIBase, Rate: o.Rate,
-		HTTPClient: a.StripeBudget.Client(apiClient, stripebudget.Background),
-	}, a.Log)
+		HTTPClient: a.stripeBudget.Client(apiClient, stripebudget.Background),
+	}, a.log)
 	var replayer poller.Replayer
 	switch {
 	case o.InProcess:
@@ -86,7 +86,7 @@ func (a *App) NewPoller(o PollerOptions) (*poller.Poller, error) {
 		Replayer: replayer,
 		Observer: o.Observer,
 		Progress: o.Progress,
-		Log:      a.Log,
+		Log:      a.log,
 	})
 }
 
@@ -119,21 +119,21 @@ func (a *App) startPolling(ctx context.Context) (stop func(), err error) {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
-	a.Log.Info("poller running inside serve", "every", a.Config.PollEvery.String())
+	a.log.Info("poller running inside serve", "every", a.Config.PollEvery.String())
 	run := func(ctx context.Context) {
 		rep, err := p.Run(ctx, poller.Window{})
 		switch {
 		case errors.Is(err, poller.ErrBusy):
-			a.Log.Info("poll skipped: another poller run holds the lock")
+			a.log.Info("poll skipped: another poller run holds the lock")
 		case err != nil && ctx.Err() == nil:
-			a.Log.Error("poll run incomplete", "error", err, "summary", rep.Summary())
+			a.log.Error("poll run incomplete", "error", err, "summary", rep.Summary())
 		default:
-			a.Log.Info("poll run done", "summary", rep.Summary())
+			a.log.Info("poll run done", "summary", rep.Summary())
 		}
 	}
 	go func() {
 		defer close(done)
-		a.Safe.Loop(ctx, "poller", func(ctx context.Context) { poller.Every(ctx, a.Config.PollEvery, run) })
+		a.safe.Loop(ctx, "poller", func(ctx context.Context) { poller.Every(ctx, a.Config.PollEvery, run) })
 	}()
 	return func() { cancel(); <-done }, nil
 }

@@ -28,10 +28,10 @@ func (a *App) startProfiling() (stop func(), err error) {
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			a.Log.Error("pprof server failed", "error", err)
+			a.log.Error("pprof server failed", "error", err)
 		}
 	}()
-	a.Log.Info("pprof listening", "addr", ln.Addr().String())
+	a.log.Info("pprof listening", "addr", ln.Addr().String())
 	return func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()

@@ -6,9 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,8 +16,8 @@ import (
 
 	"github.com/stripe-payments/stripe-payments/internal/actions"
 	"github.com/stripe-payments/stripe-payments/internal/apptest"
-	"github.com/stripe-payments/stripe-payments/internal/dispatch"
 	"github.com/stripe-payments/stripe-payments/internal/stripetest"
+	"github.com/stripe-payments/stripe-payments/internal/testenv"
 )
 
 const (
@@ -27,43 +25,32 @@ const (
 	actionsSecret = "test-actions-secret"
 )
 
-// actionSink is an ACTIONS_URL receiver that verifies signatures.
-type actionSink struct {
-	srv *httptest.Server
-	mu  sync.Mutex
-	got []actions.Action
+// newActionSink is an ACTIONS_URL receiver that verifies signatures.
+func newActionSink(t *testing.T) *testenv.ActionReceiver {
+	return testenv.NewActionReceiver(t, actionsSecret)
 }
 
-func newActionSink(t *testing.T) *actionSink {
-	s := &actionSink{}
-	s.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		if err := dispatch.Verify(r.Header.Get("X-Signature"), actionsSecret, body, 5*time.Minute, time.Now()); err != nil {
-			http.Error(w, err.Error(), http.StatusUnauthorized)
-			return
+// received are the actions r accepted, in order.
+func received(t *testing.T, r *testenv.ActionReceiver) []actions.Action {
+	t.Helper()
+	var out []actions.Action
+	for _, d := range r.Deliveries() {
+		if !d.Accepted() {
+			continue
 		}
 		var a actions.Action
-		if err := json.Unmarshal(body, &a); err != nil || a.ID.String() != r.Header.Get("Idempotency-Key") {
-			http.Error(w, "bad action", http.StatusBadRequest)
-			return
-		}
-		s.mu.Lock()
-		s.got = append(s.got, a)
-		s.mu.Unlock()
-		w.WriteHeader(http.StatusOK)
-	}))
-	t.Cleanup(s.srv.Close)
-	return s
+		require.NoError(t, json.Unmarshal(d.Body, &a))
+		out = append(out, a)
+	}
+	return out
 }
 
-// wait returns the actions received once there are n of them.
-func (s *actionSink) wait(t *testing.T, n int) []actions.Action {
+// waitActions returns the actions r received once there are n of them.
+func waitActions(t *testing.T, r *testenv.ActionReceiver, n int) []actions.Action {
 	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
 	for {
-		s.mu.Lock()
-		got := append([]actions.Action(nil), s.got...)
-		s.mu.Unlock()
+		got := received(t, r)
 		if len(got) >= n || time.Now().After(deadline) {
 			require.Len(t, got, n, "actions delivered")
 			return got
@@ -78,7 +65,7 @@ type purchaseEnv struct {
 	app    *apptest.App
 	url    string
 	stripe *stripetest.Stripe
-	sink   *actionSink
+	sink   *testenv.ActionReceiver
 }
 
 func startPurchaseApp(t *testing.T) *purchaseEnv {
@@ -87,7 +74,7 @@ func startPurchaseApp(t *testing.T) *purchaseEnv {
 	a := startApp(t, nil, map[string]string{
 		"STRIPE_API_KEY":  "sk_test_fake_purchases",
 		"STRIPE_API_BASE": e.stripe.URL,
-		"ACTIONS_URL":     e.sink.srv.URL,
+		"ACTIONS_URL":     e.sink.URL,
 		"ACTIONS_SECRET":  actionsSecret,
 	})
 	e.app, e.url = a, a.Admin.URL() // the purchase and internal APIs
@@ -196,7 +183,7 @@ func TestPurchaseLegacyEndToEnd(t *testing.T) {
 	internal := e.get(t, "/internal/v1/purchases/"+id)
 	assert.Equal(t, "fulfilled", internal["status"])
 
-	acts := e.sink.wait(t, 1)
+	acts := waitActions(t, e.sink, 1)
 	assert.Equal(t, "purchase.fulfilled", acts[0].Type)
 	assert.Equal(t, id, *acts[0].PurchaseID)
 	assert.Equal(t, account, acts[0].Account)
@@ -250,7 +237,7 @@ func TestPurchaseOneOffEndToEnd(t *testing.T) {
 		Object: map[string]any{"id": pi, "invoice": inv, "metadata": map[string]any{}}})
 	got := e.get(t, "/v1/purchases/"+id)
 	assert.Equal(t, "fulfilled", got["status"])
-	acts := e.sink.wait(t, 1)
+	acts := waitActions(t, e.sink, 1)
 	assert.Equal(t, "purchase.fulfilled", acts[0].Type)
 }
 
@@ -280,7 +267,7 @@ func TestPurchaseRecurringEndToEnd(t *testing.T) {
 		Object: map[string]any{"id": sub, "metadata": md}})
 	assert.Equal(t, "terminated", e.get(t, "/internal/v1/subscriptions/"+sub)["status"])
 
-	acts := e.sink.wait(t, 2)
+	acts := waitActions(t, e.sink, 2)
 	types := []string{acts[0].Type, acts[1].Type}
 	assert.ElementsMatch(t, []string{"purchase.fulfilled", "subscription.terminated"}, types)
 	for _, a := range acts {

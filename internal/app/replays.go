@@ -23,7 +23,7 @@ type Replays struct {
 func (a *App) newReplays(r replay.One) *api.Replays {
 	store := replay.NewStore(a.Pool, a.Incidents)
 	a.Replays = &Replays{Store: store, Runner: replay.NewRunner(store, replay.Outcomes{One: r},
-		replay.RunnerConfig{Log: a.Log.With("component", "replay"), Redriver: a.Outbox, NotDead: func(err error) bool {
+		replay.RunnerConfig{Log: a.log.With("component", "replay"), Redriver: a.outbox, NotDead: func(err error) bool {
 			return errors.Is(err, outbox.ErrNotDead) || errors.Is(err, outbox.ErrNotFound)
 		}, Finished: a.Metrics.ReplayFinished})}
 	return &api.Replays{Service: store, Nudge: a.Replays.Runner.Nudge}
@@ -32,5 +32,5 @@ func (a *App) newReplays(r replay.One) *api.Replays {
 // startReplays runs the bulk replay runner until ctx ends (through safego:
 // a panic restarts it, and the replay resumes where it was).
 func (a *App) startReplays(ctx context.Context, wg *sync.WaitGroup) {
-	a.Safe.Go(ctx, wg, "bulk_replay", a.Replays.Runner.Run)
+	a.safe.Go(ctx, wg, "bulk_replay", a.Replays.Runner.Run)
 }

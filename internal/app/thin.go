@@ -29,8 +29,8 @@ type ThinEvents struct {
 // bodies to. The handler must exist.
 func (a *App) newThin() {
 	cfg := a.Config
-	t := &ThinEvents{Queue: thin.NewQueue(a.Pool), Registry: thin.NewRegistry(a.Pool), Budget: a.StripeBudget} // the fleet's budget (docs/design.md §9)
-	log := a.Log.With("component", "thin")
+	t := &ThinEvents{Queue: thin.NewQueue(a.Pool), Registry: thin.NewRegistry(a.Pool), Budget: a.stripeBudget} // the fleet's budget (docs/design.md §9)
+	log := a.log.With("component", "thin")
 	obs := a.Metrics.NewThin(func(ctx context.Context) (int, time.Time, error) {
 		b, err := t.Queue.Backlog(ctx)
 		return b.Count, b.Oldest, err
@@ -49,18 +49,18 @@ func (a *App) newThin() {
 // startThin runs the hydrator, and the thin sweep every POLL_EVERY, until
 // ctx ends.
 func (a *App) startThin(ctx context.Context, wg *sync.WaitGroup) {
-	a.Safe.Go(ctx, wg, "thin_hydrator", func(ctx context.Context) { _ = a.Thin.Hydrator.Run(ctx) })
+	a.safe.Go(ctx, wg, "thin_hydrator", func(ctx context.Context) { _ = a.Thin.Hydrator.Run(ctx) })
 	if a.Config.PollEvery <= 0 {
 		return
 	}
-	a.Safe.Go(ctx, wg, "thin_sweep", func(ctx context.Context) {
+	a.safe.Go(ctx, wg, "thin_sweep", func(ctx context.Context) {
 		poller.Every(ctx, a.Config.PollEvery, func(ctx context.Context) {
 			rep, err := a.Thin.Sweeper.Run(ctx)
 			if err != nil && ctx.Err() == nil {
-				a.Log.Warn("thin sweep incomplete", "error", err, "accounts", rep.Accounts, "listed", rep.Listed, "taken", rep.Taken)
+				a.log.Warn("thin sweep incomplete", "error", err, "accounts", rep.Accounts, "listed", rep.Listed, "taken", rep.Taken)
 				return
 			}
-			a.Log.Info("thin sweep done", "accounts", rep.Accounts, "listed", rep.Listed, "taken", rep.Taken)
+			a.log.Info("thin sweep done", "accounts", rep.Accounts, "listed", rep.Listed, "taken", rep.Taken)
 		})
 	})
 }

@@ -13,7 +13,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/stripe-payments/stripe-payments/internal/actions"
 	"github.com/stripe-payments/stripe-payments/internal/app"
 	"github.com/stripe-payments/stripe-payments/internal/apptest"
 	"github.com/stripe-payments/stripe-payments/internal/stripetest"
@@ -25,12 +24,12 @@ import (
 // Postgres, Stripe faked at the HTTP level with its Events API v1 and v2.
 
 // startThinApp runs the program against fake and sink; env overrides.
-func startThinApp(t *testing.T, fake *stripetest.Stripe, sink *actionSink, env map[string]string) *purchaseEnv {
+func startThinApp(t *testing.T, fake *stripetest.Stripe, sink *testenv.ActionReceiver, env map[string]string) *purchaseEnv {
 	t.Helper()
 	all := map[string]string{
 		"STRIPE_API_KEY":  "sk_test_fake_thin",
 		"STRIPE_API_BASE": fake.URL,
-		"ACTIONS_URL":     sink.srv.URL,
+		"ACTIONS_URL":     sink.URL,
 		"ACTIONS_SECRET":  actionsSecret,
 	}
 	for k, v := range env {
@@ -135,7 +134,7 @@ func TestThinEventFulfilsALegacyPurchase(t *testing.T) {
 
 	got := e.get(t, "/v1/purchases/"+id)
 	assert.Equal(t, "fulfilled", got["status"])
-	acts := sink.wait(t, 1)
+	acts := waitActions(t, sink, 1)
 	assert.Equal(t, "purchase.fulfilled", acts[0].Type)
 	assert.Equal(t, id, *acts[0].PurchaseID)
 
@@ -182,7 +181,7 @@ func TestThinEventFulfilsALegacyPurchase(t *testing.T) {
 	require.Equal(t, http.StatusOK, status, ans)
 	assert.Equal(t, "duplicate", ans["outcome"])
 	time.Sleep(300 * time.Millisecond)
-	assert.Len(t, sink.snapshot(), 1)
+	assert.Len(t, received(t, sink), 1)
 }
 
 // TestSnapshotAndThinOfOneChangeApplyOnce delivers one change as a snapshot
@@ -233,10 +232,10 @@ func TestSnapshotAndThinOfOneChangeApplyOnce(t *testing.T) {
 		assert.Equal(t, 1, claims, order)
 		assert.Zero(t, thinClaims, "%s: a thin event is never a ledger entry of its own", order)
 		assert.Equal(t, "fulfilled", a.get(t, "/v1/purchases/"+id)["status"], order)
-		sink.wait(t, i+1)
+		waitActions(t, sink, i+1)
 	}
 	time.Sleep(500 * time.Millisecond) // a second action would be on its way
-	acts := sink.snapshot()
+	acts := received(t, sink)
 	require.Len(t, acts, len(orders), "one action per change")
 	seen := map[string]bool{}
 	for _, act := range acts {
@@ -312,7 +311,7 @@ func TestThinNotificationSurvivesARestartBeforeHydration(t *testing.T) {
 	fake, sink := stripetest.New(t, stripetest.Options{}), newActionSink(t)
 	// A program that only listens: the endpoint records, nothing hydrates.
 	down := apptest.New(t, apptest.Options{Stripe: fake, Env: map[string]string{
-		"ACTIONS_URL": sink.srv.URL, "ACTIONS_SECRET": actionsSecret}})
+		"ACTIONS_URL": sink.URL, "ACTIONS_SECRET": actionsSecret}})
 	require.NoError(t, down.Server.Open("127.0.0.1:0"))
 	require.NoError(t, down.Admin.Open("127.0.0.1:0"))
 	down.URL, down.AdminURL = down.Server.URL(), down.Admin.URL()
@@ -334,14 +333,7 @@ func TestThinNotificationSurvivesARestartBeforeHydration(t *testing.T) {
 	got := again.waitHydrated(t, c.thinID)
 	assert.Equal(t, c.snapshotID, got["snapshot_event"])
 	assert.Equal(t, "fulfilled", again.get(t, "/v1/purchases/"+id)["status"])
-	sink.wait(t, 1)
-}
-
-// snapshot returns the actions received so far.
-func (s *actionSink) snapshot() []actions.Action {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]actions.Action(nil), s.got...)
+	waitActions(t, sink, 1)
 }
 
 // polled runs the poller once and returns the accounts it listed events for.
@@ -447,7 +439,7 @@ func TestHealthEventRedrivesItsObject(t *testing.T) {
 	assert.Equal(t, "hydrated", rec["hydration"])
 	got := e.get(t, "/v1/purchases/"+id)
 	assert.Equal(t, "fulfilled", got["status"])
-	acts := sink.wait(t, 1)
+	acts := waitActions(t, sink, 1)
 	assert.Equal(t, id, *acts[0].PurchaseID)
 	assert.Equal(t, account, acts[0].Account)
 	var fetched bool
@@ -524,7 +516,7 @@ func TestEventBridgeThinDetailIsRecordedAndHydrated(t *testing.T) {
 	assert.Equal(t, c.snapshotID, rec["snapshot_event"])
 	assert.Equal(t, "fulfilled", e.get(t, "/v1/purchases/"+id)["status"])
 	require.Eventually(t, func() bool { return queueEmpty(t, client, q.URL) }, 10*time.Second, 50*time.Millisecond, "the message is deleted")
-	sink.wait(t, 1)
+	waitActions(t, sink, 1)
 }
 
 // TestOneChangeAcrossWebhookAndEventBridgeAppliesOnce: an operator runs a
@@ -619,11 +611,11 @@ func TestOneChangeAcrossWebhookAndEventBridgeAppliesOnce(t *testing.T) {
 			assert.Contains(t, []any{"webhook", "eventbridge", "replay"}, src, name)
 			assert.Equal(t, "fulfilled", a.get(t, "/v1/purchases/"+id)["status"], name)
 			n++
-			sink.wait(t, n)
+			waitActions(t, sink, n)
 		}
 	}
 	time.Sleep(500 * time.Millisecond) // a second action would be on its way
-	acts := sink.snapshot()
+	acts := received(t, sink)
 	require.Len(t, acts, len(ids), "one action per change")
 	seen := map[string]bool{}
 	actionIDs := map[string]bool{}

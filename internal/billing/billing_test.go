@@ -64,9 +64,7 @@ func subKeys(sub billing.Subscription) (string, string) {
 
 func history(t *testing.T, e *billingtest.Env, sub billing.Subscription) []billing.HistoryEntry {
 	t.Helper()
-	h, err := e.Store.AllHistory(ctx, sub.AccountID, sub.SubscriptionID)
-	require.NoError(t, err)
-	return h
+	return e.HistoryOf(t, sub)
 }
 
 func statuses(h []billing.HistoryEntry, date string) []billing.Status {
@@ -81,25 +79,17 @@ func statuses(h []billing.HistoryEntry, date string) []billing.Status {
 
 func period(t *testing.T, e *billingtest.Env, sub billing.Subscription, date string) billing.Period {
 	t.Helper()
-	p, err := e.Store.GetPeriod(ctx, sub.AccountID, sub.SubscriptionID, d(date))
-	require.NoError(t, err)
-	return p
+	return e.Period(t, sub, date)
 }
 
 func collect(t *testing.T, e *billingtest.Env, date string) *billing.Report {
 	t.Helper()
-	e.Clock.SetDate(d(date))
-	rep, err := e.Service.Collect(ctx, d(date))
-	require.NoError(t, err)
-	return rep
+	return e.Collect(t, date)
 }
 
 func remind(t *testing.T, e *billingtest.Env, date string) *billing.Report {
 	t.Helper()
-	e.Clock.SetDate(d(date))
-	rep, err := e.Service.Remind(ctx, d(date))
-	require.NoError(t, err)
-	return rep
+	return e.Remind(t, date)
 }
 
 func TestCreateSubscriptionIsInBothIndexes(t *testing.T) {

@@ -16,7 +16,7 @@ import (
 // gave counters, not the cause): a charge with no answer because Stripe
 // could not be reached is "Stripe unreachable: …", an answer that was an
 // error keeps what it was; the same failure seen twice (by the attempt,
-// then by its entry) is one cause; at most maxCauses are kept.
+// then by its entry) is one cause; at most MaxCauses are kept.
 func TestReportCauses(t *testing.T) {
 	refused := &url.Error{Op: "Post", URL: "http://127.0.0.1:1/v1/payment_intents",
 		Err: &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connect: connection refused")}}

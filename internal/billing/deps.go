@@ -22,7 +22,7 @@ type Store interface {
 	RecordStore
 	IndexStore
 	ListStore
-	ClockStore
+	ClockReader
 	// RegisterChargedAccounts records that the billing core charges on
 	// these Stripe accounts (idempotent; "" needs no entry).
 	RegisterChargedAccounts(ctx context.Context, accounts ...string) error
@@ -85,20 +85,12 @@ const (
 	ByEmail        LookupBy = "email"
 )
 
-// ClockStore keeps the test clocks (testclock.go).
-type ClockStore interface {
-	// PutClock writes c if it is still at c.Version (0: creates it) and
-	// advances c.Version; ErrConflict when it changed meanwhile.
-	PutClock(ctx context.Context, c *Clock, now time.Time) error
+// ClockReader reads the test clocks (clock.go): the billing core only takes
+// a subscription's "now" from its clock and lists the clocks' batch keys;
+// package testclock keeps them (testclock.Store).
+type ClockReader interface {
 	GetClock(ctx context.Context, id string) (Clock, error)
-	ClockMembers(ctx context.Context, clock string) ([]ClockMember, error)
-	PutClockRun(ctx context.Context, clock string, r ClockRun) error
-	ClockRuns(ctx context.Context, clock string, limit int32) ([]ClockRun, error)
-	DeleteClockItems(ctx context.Context, clock string) error
 	ListClockIDs(ctx context.Context) ([]string, error)
-	// RenewClockLease extends the lease of an advancing clock held by owner
-	// and records how far it got; ErrConflict when owner no longer holds it.
-	RenewClockLease(ctx context.Context, id, owner string, reached, until, now time.Time) error
 }
 
 // Index names one of the due-date indexes.

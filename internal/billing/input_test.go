@@ -37,7 +37,7 @@ func stored(t *testing.T, e *billingtest.Env, account, subID string) (subs []bil
 func TestCreateRefusesBadInputAndChangesNothing(t *testing.T) {
 	t.Parallel()
 	e := billingtest.NewEnv(t, billingtest.Options{Start: time.Date(2024, 3, 10, 9, 0, 0, 0, time.UTC)})
-	clock, err := e.Service.CreateClock(ctx, time.Date(2030, 6, 15, 12, 0, 0, 0, time.UTC), "far")
+	clock, err := e.Clocks.CreateClock(ctx, time.Date(2030, 6, 15, 12, 0, 0, 0, time.UTC), "far")
 	require.NoError(t, err)
 	tests := []struct {
 		name      string

@@ -69,8 +69,8 @@ type Report struct {
 	mu sync.Mutex
 }
 
-// maxCauses bounds Report.Causes.
-const maxCauses = 3
+// MaxCauses bounds Report.Causes (package testclock adds up reports).
+const MaxCauses = 3
 
 // because records why an entry left the run not OK (a new cause only).
 func (r *Report) because(what string, err error) {
@@ -88,7 +88,7 @@ func (r *Report) because(what string, err error) {
 		root = u
 	}
 	r.add(func(r *Report) {
-		if len(r.Causes) >= maxCauses || slices.Contains(r.Causes, c) || r.causeRoots[root.Error()] {
+		if len(r.Causes) >= MaxCauses || slices.Contains(r.Causes, c) || r.causeRoots[root.Error()] {
 			return
 		}
 		if r.causeRoots == nil {
@@ -187,7 +187,7 @@ func (s *Service) run(ctx context.Context, job string, date dates.Date, index In
 	if locked {
 		s.endSweep(ctx, log, job, date, rep, readErr)
 	}
-	log.Info("billing job done", "report", rep.summary(), "elapsed", time.Since(start).String())
+	log.Info("billing job done", "report", rep.Summary(), "elapsed", time.Since(start).String())
 	if cause := context.Cause(ctx); cause != nil {
 		return rep, cause
 	}
@@ -324,8 +324,8 @@ func (g *gaugeDate) set(date dates.Date, update func()) {
 	update()
 }
 
-// causes says why the run was not OK, in words, as far as it knows.
-func (r *Report) causes() string {
+// Why says why the run was not OK, in words, as far as it knows.
+func (r *Report) Why() string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	switch {
@@ -339,7 +339,8 @@ func (r *Report) causes() string {
 	return "see the service logs"
 }
 
-func (r *Report) summary() string {
+// Summary is the run's counters on one line (logs, a test clock's error).
+func (r *Report) Summary() string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return fmt.Sprintf("entries=%d reminded=%d succeeded=%d processing=%d declined=%d stale=%d paused_skipped=%d resumed=%d skipped=%d locked=%d unknown=%d resolved=%d unresolved=%d errors=%d swept_from=%s",

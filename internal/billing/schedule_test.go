@@ -1,7 +1,6 @@
 package billing_test
 
 import (
-	"errors"
 	"fmt"
 	"sort"
 	"testing"
@@ -56,13 +55,7 @@ func jobsOK(t *testing.T, e *billingtest.Env, day string) {
 // update is UpdateSubscription, waiting out a lease a job left behind
 // (ErrLocked) on a loaded machine.
 func update(e *billingtest.Env, account, sub string, ch billing.Change) (billing.Subscription, error) {
-	for i := 0; ; i++ {
-		got, err := e.Service.UpdateSubscription(ctx, account, sub, ch)
-		if !errors.Is(err, billing.ErrLocked) || i == 50 {
-			return got, err
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	return e.Update(account, sub, ch)
 }
 
 // charge is one PaymentIntent as "<date it was made> for <period>".
@@ -88,16 +81,7 @@ func chargeDates(e *billingtest.Env, subID string) []string {
 }
 
 // reminders are the reminders sent for subID as "<sent> for <payment date>".
-func reminders(e *billingtest.Env, subID string) []string {
-	var out []string
-	for _, a := range e.Notifier.Actions() {
-		if a.Type == billing.ActionReminderDue && *a.SubscriptionID == subID {
-			sent, _ := time.Parse(time.RFC3339, a.Created)
-			out = append(out, sent.UTC().Format(dates.Layout)+" for "+a.BillingDate)
-		}
-	}
-	return out
-}
+func reminders(e *billingtest.Env, subID string) []string { return e.Reminders(subID) }
 
 func TestMovePeriodDateChangesThatPeriodOnly(t *testing.T) {
 	t.Parallel()

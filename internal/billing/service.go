@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
@@ -54,13 +53,6 @@ type Config struct {
 	LockedRetryWait time.Duration
 	// Livemode: STRIPE_API_KEY is a live key. Test clocks are refused.
 	Livemode bool
-	// ClockLease is how long an advancing test clock stays claimed by its
-	// replica without a heartbeat (another may take over after it).
-	ClockLease time.Duration
-	// MaxClocks bounds the test clocks that may exist at once
-	// (TEST_CLOCKS_MAX); MaxAdvancing the advances this instance runs at
-	// once (testclock_limits.go).
-	MaxClocks, MaxAdvancing int
 }
 
 // DefaultConfig is the configuration of docs/design.md §8 and issue 6. What a
@@ -80,9 +72,6 @@ func DefaultConfig() Config {
 		// A lease and a heartbeat: long enough to take over a crashed
 		// holder's lock (app sets it from BILLING_LOCK_*).
 		LockedRetryWait: config.DefaultBillingLockLease + config.DefaultBillingLockHeartbeat,
-		ClockLease:      2 * time.Minute,
-		MaxClocks:       config.DefaultTestClocksMax,
-		MaxAdvancing:    DefaultMaxAdvancing,
 	}
 }
 
@@ -103,8 +92,8 @@ type Deps struct {
 	Log      *slog.Logger
 	// Observer receives the money-safety metrics (nil: none).
 	Observer Observer
-	// Safe starts the test clocks' advances and heartbeats, recovering a
-	// panic (nil: a starter that only logs).
+	// Safe runs each account's work of a job, recovering a panic (nil: a
+	// starter that only logs).
 	Safe *safego.Starter
 }
 
@@ -121,15 +110,10 @@ type Service struct {
 
 	// clock is the test clock this instance runs the jobs of ("" for real
 	// time); now is then the clock's time, and wall the real time (leases,
-	// receipt expiry). See testclock.go.
+	// receipt expiry). See clock.go.
 	clock string
 	wall  func() time.Time
-	// advances tracks the test clocks' advances in flight (WaitClocks);
-	// advancing holds a token per advance this instance runs
-	// (MaxAdvancing).
-	advances  *sync.WaitGroup
-	advancing chan struct{}
-	safe      *safego.Starter
+	safe  *safego.Starter
 	// hard is the set of Config.HardDeclineCodes.
 	hard map[string]bool
 	// gauge: the date of the run that last set the unresolved gauge.
@@ -166,15 +150,6 @@ func New(cfg Config, d Deps) (*Service, error) {
 	if cfg.MaxPauseMonths <= 0 {
 		cfg.MaxPauseMonths = def.MaxPauseMonths
 	}
-	if cfg.ClockLease <= 0 {
-		cfg.ClockLease = def.ClockLease
-	}
-	if cfg.MaxClocks <= 0 {
-		cfg.MaxClocks = def.MaxClocks
-	}
-	if cfg.MaxAdvancing <= 0 {
-		cfg.MaxAdvancing = def.MaxAdvancing
-	}
 	if d.Store == nil || d.Locks == nil {
 		return nil, errors.New("billing: store and locks are required")
 	}
@@ -191,8 +166,7 @@ func New(cfg Config, d Deps) (*Service, error) {
 		d.Notifier = LogNotifier{Log: d.Log}
 	}
 	return &Service{cfg: cfg, store: d.Store, locks: d.Locks, charger: d.Charger, notifier: d.Notifier,
-		now: d.Now, wall: d.Now, log: d.Log, obs: d.Observer, advances: &sync.WaitGroup{},
-		advancing: make(chan struct{}, cfg.MaxAdvancing), safe: d.Safe.OrDefault(d.Log),
+		now: d.Now, wall: d.Now, log: d.Log, obs: d.Observer, safe: d.Safe.OrDefault(d.Log),
 		hard: hardCodes(cfg.HardDeclineCodes), gauge: &gaugeDate{}}, nil
 }
 

@@ -70,17 +70,7 @@ func (o *countingObserver) lastUnresolved() int {
 // firstThen makes the first new PaymentIntent behave as first, the others
 // as Succeed.
 func firstThen(first stripetest.Behavior) func(stripetest.PI) stripetest.Behavior {
-	var mu sync.Mutex
-	n := 0
-	return func(stripetest.PI) stripetest.Behavior {
-		mu.Lock()
-		defer mu.Unlock()
-		n++
-		if n == 1 {
-			return first
-		}
-		return stripetest.Succeed
-	}
+	return billingtest.FirstThen(first)
 }
 
 func receiptsOf(t *testing.T, e *billingtest.Env, account string) []billing.Receipt {

@@ -70,6 +70,9 @@ var rules = []struct {
 		append([]string{module + "/internal/handler", module + "/internal/app"}, storage...)},
 	{"internal/ops", "the console and the internal API sit side by side over the same services; the console never goes through the API",
 		[]string{module + "/internal/api"}},
+	{"internal/billing", "the billing core never reaches its test clocks: package internal/billing/testclock drives it " +
+		"through its exported surface (OnClock, Remind, Collect), never the other way (docs/architecture.md)",
+		[]string{module + "/internal/billing/testclock"}},
 	{"cmd/stripe-payments", "the local Stripe (cmd/stripe-local) and the tests' fake are development tools, never in the service's binary (docs/design.md §3)",
 		[]string{module + "/internal/localstripe", module + "/internal/stripetest"}},
 }

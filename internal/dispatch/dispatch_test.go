@@ -2,13 +2,9 @@ package dispatch_test
 
 import (
 	"context"
-	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -28,73 +24,13 @@ const secret = "actions-test-secret"
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-// receiver is an ACTIONS_URL endpoint that can be down (connection dropped,
-// or 503) and records every delivery attempt.
-type receiver struct {
-	t    *testing.T
-	srv  *httptest.Server
-	mode atomic.Int32 // 0 up, 1 drops connections, 2 answers 503, 3 answers 400
-	slow atomic.Int64 // nanoseconds to wait before answering
-
-	mu       sync.Mutex
-	attempts []attempt
-	ok       map[uuid.UUID]int // successful deliveries per action id
-}
-
-type attempt struct {
-	id        uuid.UUID // from Idempotency-Key
-	body      actions.Action
-	signature error
-	ok        bool
-}
-
-func newReceiver(t *testing.T) *receiver {
-	r := &receiver{t: t, ok: map[uuid.UUID]int{}}
-	r.srv = httptest.NewServer(http.HandlerFunc(r.serve))
-	t.Cleanup(r.srv.Close)
+// newReceiver is an ACTIONS_URL endpoint that answers 204 until the test
+// says otherwise (testenv.Drop, 503, 400), whatever the signature: the
+// tests check every delivery's signature themselves.
+func newReceiver(t *testing.T) *testenv.ActionReceiver {
+	r := testenv.NewActionReceiver(t, secret)
+	r.AnswerAll(http.StatusNoContent)
 	return r
-}
-
-func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
-	body, _ := io.ReadAll(req.Body)
-	var a actions.Action
-	_ = json.Unmarshal(body, &a)
-	id, _ := uuid.Parse(req.Header.Get("Idempotency-Key"))
-	at := attempt{id: id, body: a, signature: dispatch.Verify(req.Header.Get("X-Signature"), secret, body, 5*time.Minute, time.Now())}
-	if d := r.slow.Load(); d > 0 {
-		time.Sleep(time.Duration(d))
-	}
-	mode := r.mode.Load()
-	at.ok = mode == 0
-	r.mu.Lock()
-	r.attempts = append(r.attempts, at)
-	if at.ok {
-		r.ok[id]++
-	}
-	r.mu.Unlock()
-	switch mode {
-	case 1:
-		conn, _, err := w.(http.Hijacker).Hijack()
-		if err == nil {
-			_ = conn.Close()
-		}
-	case 2:
-		http.Error(w, `{"error":"maintenance"}`, http.StatusServiceUnavailable)
-	case 3:
-		http.Error(w, `{"error":"bad"}`, http.StatusBadRequest)
-	default:
-		w.WriteHeader(http.StatusNoContent)
-	}
-}
-
-func (r *receiver) snapshot() ([]attempt, map[uuid.UUID]int) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	ok := map[uuid.UUID]int{}
-	for k, v := range r.ok {
-		ok[k] = v
-	}
-	return append([]attempt(nil), r.attempts...), ok
 }
 
 // enqueue writes n actions, one per effect, and returns their ids by dedupe key.
@@ -151,10 +87,10 @@ func TestReceiverDownThenUp(t *testing.T) {
 	pool := testenv.Postgres(t)
 	r := newReceiver(t)
 	ids := enqueue(t, pool, 12)
-	r.mode.Store(1)
+	r.AnswerAll(testenv.Drop)
 
 	start := func() (stop func()) {
-		d := dispatch.New(pool, dispatch.Config{URL: r.srv.URL, Secret: secret, Backoff: fast, Idle: 10 * time.Millisecond, Log: quiet})
+		d := dispatch.New(pool, dispatch.Config{URL: r.URL, Secret: secret, Backoff: fast, Idle: 10 * time.Millisecond, Log: quiet})
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		go func() { defer close(done); _ = d.Run(ctx) }()
@@ -162,37 +98,37 @@ func TestReceiverDownThenUp(t *testing.T) {
 	}
 	stop := start()
 	time.Sleep(300 * time.Millisecond)
-	r.mode.Store(2)
+	r.AnswerAll(http.StatusServiceUnavailable)
 	time.Sleep(300 * time.Millisecond)
 	// Restart the dispatcher while the receiver is still down.
 	stop()
 	stop = start()
 	defer func() { stop() }()
 	time.Sleep(200 * time.Millisecond)
-	r.mode.Store(0)
+	r.AnswerAll(http.StatusNoContent)
 	waitDelivered(t, pool, 20*time.Second)
 
-	attempts, ok := r.snapshot()
+	attempts, ok := r.Deliveries(), r.Accepted()
 	failed := 0
 	for _, a := range attempts {
-		require.NoError(t, a.signature, "every delivery is signed")
-		assert.Equal(t, a.id, a.body.ID, "Idempotency-Key is the action id")
-		if !a.ok {
+		require.NoError(t, a.Signature, "every delivery is signed")
+		assert.True(t, a.Valid, "Idempotency-Key is the action id: %s %s", a.Key, a.Body)
+		if !a.Accepted() {
 			failed++
 		}
 	}
 	assert.Greater(t, failed, len(ids), "the receiver was down for several rounds")
 	require.Len(t, ok, len(ids), "every action delivered")
 	for key, id := range ids {
-		assert.Equal(t, 1, ok[id], "action %s delivered once", key)
+		assert.Equal(t, 1, ok[id.String()], "action %s delivered once", key)
 	}
 	// No attempt ever carried an id outside the enqueued set.
-	known := map[uuid.UUID]bool{}
+	known := map[string]bool{}
 	for _, id := range ids {
-		known[id] = true
+		known[id.String()] = true
 	}
 	for _, a := range attempts {
-		assert.True(t, known[a.id], "unknown action id %s", a.id)
+		assert.True(t, known[a.Key], "unknown action id %s", a.Key)
 	}
 	var maxAttempts int
 	require.NoError(t, pool.QueryRow(context.Background(), `SELECT max(attempts) FROM outbox`).Scan(&maxAttempts))
@@ -203,22 +139,22 @@ func TestClientErrorsAreRetriedToo(t *testing.T) {
 	pool := testenv.Postgres(t)
 	r := newReceiver(t)
 	ids := enqueue(t, pool, 1)
-	r.mode.Store(3)
+	r.AnswerAll(http.StatusBadRequest)
 	now := time.Now()
-	d := dispatch.New(pool, dispatch.Config{URL: r.srv.URL, Secret: secret, Log: quiet, Now: func() time.Time { return now }})
+	d := dispatch.New(pool, dispatch.Config{URL: r.URL, Secret: secret, Log: quiet, Now: func() time.Time { return now }})
 	n, err := d.DeliverDue(context.Background())
 	require.NoError(t, err)
 	assert.Equal(t, 1, n)
 	var lastErr string
 	require.NoError(t, pool.QueryRow(context.Background(), `SELECT last_error FROM outbox`).Scan(&lastErr))
 	assert.Contains(t, lastErr, "400")
-	r.mode.Store(0)
+	r.AnswerAll(http.StatusNoContent)
 	now = now.Add(time.Hour)
 	_, err = d.DeliverDue(context.Background())
 	require.NoError(t, err)
-	_, ok := r.snapshot()
+	ok := r.Accepted()
 	for _, id := range ids {
-		assert.Equal(t, 1, ok[id])
+		assert.Equal(t, 1, ok[id.String()])
 	}
 }
 
@@ -242,8 +178,8 @@ func TestShutdownFinishesTheDeliveryInFlight(t *testing.T) {
 	pool := testenv.Postgres(t)
 	r := newReceiver(t)
 	enqueue(t, pool, 1)
-	r.slow.Store(int64(500 * time.Millisecond))
-	d := dispatch.New(pool, dispatch.Config{URL: r.srv.URL, Secret: secret, Log: quiet, Idle: 10 * time.Millisecond})
+	r.Delay(500 * time.Millisecond)
+	d := dispatch.New(pool, dispatch.Config{URL: r.URL, Secret: secret, Log: quiet, Idle: 10 * time.Millisecond})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = d.Run(ctx) }()

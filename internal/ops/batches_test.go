@@ -36,12 +36,12 @@ func TestConsoleBatchCollection(t *testing.T) {
 		return stripetest.Decline
 	}
 	a := startApp(t, fake.URL)
-	clock, err := a.Billing.CreateClock(ctx, time.Date(2024, 1, 9, 12, 0, 0, 0, time.UTC), "console batch")
+	clock, err := a.Clocks.CreateClock(ctx, time.Date(2024, 1, 9, 12, 0, 0, 0, time.UTC), "console batch")
 	require.NoError(t, err)
 	sub, err := a.Billing.CreateSubscription(ctx, "con-batch", billing.CreateInput{SKU: "gold", Email: "c@example.com", PaymentDay: 10,
 		Amount: 1200, Currency: "usd", Term: dates.Monthly, Customer: "cus_conbatch", PaymentMethod: "pm_conbatch", TestClock: clock.ID})
 	require.NoError(t, err)
-	_, done, err := a.Billing.AdvanceClock(ctx, ctx, clock.ID, time.Date(2024, 1, 10, 12, 0, 0, 0, time.UTC))
+	_, done, err := a.Clocks.AdvanceClock(ctx, ctx, clock.ID, time.Date(2024, 1, 10, 12, 0, 0, 0, time.UTC))
 	require.NoError(t, err)
 	<-done
 	charges := len(fake.PIs())

@@ -12,6 +12,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/stripe-payments/stripe-payments/internal/billing"
+	"github.com/stripe-payments/stripe-payments/internal/billing/testclock"
 )
 
 // Test clocks (issue 14) in the console: list, create, advance and delete,
@@ -46,8 +47,8 @@ func parseClockTime(s string) (time.Time, string) {
 	return time.Time{}, "“" + s + "” is not a time: write it as 2027-01-01T00:00 (UTC)."
 }
 
-// clocksOn: the billing core is there; in live mode the routes refuse.
-func (c *Console) clocksOn() bool { return c.d.Billing != nil && !c.d.Livemode }
+// clocksOn: the test-clock service is there; in live mode the routes refuse.
+func (c *Console) clocksOn() bool { return c.d.TestClocks != nil && !c.d.Livemode }
 
 func (c *Console) registerClocks(g *echo.Group) {
 	testMode := func(next echo.HandlerFunc) echo.HandlerFunc {
@@ -79,7 +80,7 @@ func (c *Console) clockList(ec echo.Context) error {
 }
 
 func (c *Console) renderClockList(ec echo.Context, status int, msg string, d clockListData) error {
-	clocks, err := c.d.Billing.ListClocks(ctxOf(ec))
+	clocks, err := c.d.TestClocks.ListClocks(ctxOf(ec))
 	if err != nil {
 		return c.unavailable(ec, "list the test clocks", err)
 	}
@@ -98,7 +99,7 @@ func (c *Console) clockCreate(ec echo.Context) error {
 	if msg != "" {
 		return c.renderClockList(ec, http.StatusBadRequest, msg+" No clock was created.", form)
 	}
-	clock, err := c.d.Billing.CreateClock(ctxOf(ec), at, strings.TrimSpace(form.Name))
+	clock, err := c.d.TestClocks.CreateClock(ctxOf(ec), at, strings.TrimSpace(form.Name))
 	switch {
 	case errors.Is(err, billing.ErrInvalid):
 		return c.renderClockList(ec, http.StatusBadRequest, "Refused: "+reason(err)+". No clock was created.", form)
@@ -127,14 +128,14 @@ func (c *Console) readClock(ec echo.Context) (clockData, bool, error) {
 		return clockData{}, false, c.fail(ec, http.StatusBadRequest, "Not a test clock id.")
 	}
 	ctx := ctxOf(ec)
-	clock, runs, err := c.d.Billing.GetClock(ctx, id, clockRuns)
+	clock, runs, err := c.d.TestClocks.GetClock(ctx, id, clockRuns)
 	if isNotFound(err) {
 		return clockData{}, false, c.fail(ec, http.StatusNotFound, "No test clock "+id+" (deleted, or never created).")
 	}
 	if err != nil {
 		return clockData{}, false, c.unavailable(ec, "read the test clock", err)
 	}
-	subs, err := c.d.Billing.ClockSubscriptions(ctx, id)
+	subs, err := c.d.TestClocks.ClockSubscriptions(ctx, id)
 	if err != nil {
 		return clockData{}, false, c.unavailable(ec, "read the test clock's subscriptions", err)
 	}
@@ -202,8 +203,8 @@ func advanceRefused(clock billing.Clock, to time.Time) string {
 		return "The clock is advancing; wait until it is ready (refresh this page)."
 	case !to.After(current):
 		return "Advance to a time later than the clock's " + current.Format(time.RFC3339) + "."
-	case to.After(clock.ReachedTime.AddDate(billing.MaxClockAdvanceYears, 0, 0)):
-		return "One advance is at most 3 years: advance to " + clock.ReachedTime.AddDate(billing.MaxClockAdvanceYears, 0, 0).Format(time.RFC3339) + " or earlier, then again."
+	case to.After(clock.ReachedTime.AddDate(testclock.MaxAdvanceYears, 0, 0)):
+		return "One advance is at most 3 years: advance to " + clock.ReachedTime.AddDate(testclock.MaxAdvanceYears, 0, 0).Format(time.RFC3339) + " or earlier, then again."
 	}
 	return ""
 }
@@ -267,14 +268,14 @@ func (c *Console) clockAction(ec echo.Context) error {
 	}
 	ctx := ctxOf(ec)
 	if a.Name == "delete" {
-		err := c.d.Billing.DeleteClock(ctx, id)
+		err := c.d.TestClocks.DeleteClock(ctx, id)
 		if err == nil {
 			c.d.Log.Info("console test clock deleted", "test_clock", id)
 			return ec.Redirect(http.StatusSeeOther, Prefix+"/clocks?done=delete")
 		}
 		return c.clockError(ec, "delete the test clock", err)
 	}
-	_, done, err := c.d.Billing.AdvanceClock(ctx, c.d.Clocks, id, a.To)
+	_, done, err := c.d.TestClocks.AdvanceClock(ctx, c.d.Clocks, id, a.To)
 	if err != nil {
 		return c.clockError(ec, "advance the test clock", err)
 	}
@@ -292,11 +293,11 @@ func (c *Console) clockAction(ec echo.Context) error {
 // clockRefused shows msg on the clock page, or alone when the clock cannot
 // be read.
 func (c *Console) clockRefused(ec echo.Context, status int, msg string) error {
-	clock, runs, err := c.d.Billing.GetClock(ctxOf(ec), ec.Param("id"), clockRuns)
+	clock, runs, err := c.d.TestClocks.GetClock(ctxOf(ec), ec.Param("id"), clockRuns)
 	if err != nil {
 		return c.fail(ec, status, msg)
 	}
-	subs, err := c.d.Billing.ClockSubscriptions(ctxOf(ec), clock.ID)
+	subs, err := c.d.TestClocks.ClockSubscriptions(ctxOf(ec), clock.ID)
 	if err != nil {
 		return c.fail(ec, status, msg)
 	}
@@ -314,9 +315,9 @@ func (c *Console) clockError(ec echo.Context, what string, err error) error {
 	switch {
 	case isNotFound(err):
 		return c.fail(ec, http.StatusNotFound, "No such test clock."+unchanged)
-	case errors.Is(err, billing.ErrTooManyClocks), errors.Is(err, billing.ErrTooManyAdvances):
+	case errors.Is(err, testclock.ErrTooManyClocks), errors.Is(err, testclock.ErrTooManyAdvances):
 		return c.clockRefused(ec, http.StatusConflict, "Refused: "+err.Error()+"."+unchanged)
-	case errors.Is(err, billing.ErrClockBusy):
+	case errors.Is(err, testclock.ErrBusy):
 		return c.clockRefused(ec, http.StatusConflict, "The clock is advancing; try again once it is ready."+unchanged)
 	case errors.Is(err, billing.ErrInvalid):
 		return c.clockRefused(ec, http.StatusBadRequest, "Refused: "+reason(err)+"."+unchanged)

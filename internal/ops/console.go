@@ -26,6 +26,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/authlimit"
 	"github.com/stripe-payments/stripe-payments/internal/billing"
 	"github.com/stripe-payments/stripe-payments/internal/billing/batchrun"
+	"github.com/stripe-payments/stripe-payments/internal/billing/testclock"
 	"github.com/stripe-payments/stripe-payments/internal/events"
 	"github.com/stripe-payments/stripe-payments/internal/incidents"
 	"github.com/stripe-payments/stripe-payments/internal/opsdata"
@@ -49,6 +50,8 @@ type Deps struct {
 	Events   events.Reader
 	Replayer Replayer
 	Billing  *billing.Service // nil: no billing pages
+	// TestClocks: the test clocks (nil: no clock pages).
+	TestClocks *testclock.Service
 	// Batches: batch collections (nil: no batch pages); BatchNudge wakes
 	// the runner after a start.
 	Batches    *batchrun.Store
@@ -157,8 +160,10 @@ func Register(e *echo.Echo, d Deps) error {
 		g.GET("/billing/:account/:sub", c.billingSubscription, c.auth)
 		g.GET("/billing/:account/:sub/confirm", c.billingConfirm, c.auth)
 		g.POST("/billing/:account/:sub/action", c.billingAction, c.auth)
-		c.registerClocks(g)
 		c.registerBatches(g)
+	}
+	if d.TestClocks != nil {
+		c.registerClocks(g)
 	}
 	return nil
 }

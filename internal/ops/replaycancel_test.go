@@ -3,6 +3,7 @@ package ops_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -31,7 +32,7 @@ func TestConsoleCancelsAReplayAndShowsUnknownOutcomes(t *testing.T) {
 	srv := httptest.NewServer(a.Admin.Echo)
 	t.Cleanup(srv.Close)
 	ctx := context.Background()
-	failing := handler.TrackProblems(a.Events, a.OpsProblems, a.Log)
+	failing := handler.TrackProblems(a.Events, a.OpsProblems, slog.New(slog.DiscardHandler))
 	for range 3 {
 		payload := stripetest.Event{Fixture: "customer.created", Created: time.Now().Add(-time.Hour)}.Build(t)
 		ev, err := stripeevent.Parse(payload)

@@ -2,8 +2,6 @@ package replay
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -12,6 +10,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/stripe-payments/stripe-payments/internal/lease"
 	"github.com/stripe-payments/stripe-payments/internal/stripebudget"
 )
 
@@ -50,64 +49,32 @@ type RunnerConfig struct {
 
 // Runner carries out running replays, one item at a time; their Stripe
 // requests draw on the shared budget at the bulk (Background) class.
+// Claiming, the lease and the loop are package lease's.
 type Runner struct {
 	store    *Store
 	replayer Replayer
 	cfg      RunnerConfig
-	owner    string
-	nudge    chan struct{}
+	lease    *lease.Runner
 }
 
 // NewRunner returns a Runner.
 func NewRunner(store *Store, replayer Replayer, cfg RunnerConfig) *Runner {
-	if cfg.Lease <= 0 {
-		cfg.Lease = 30 * time.Second
-	}
-	if cfg.Poll <= 0 {
-		cfg.Poll = 2 * time.Second
-	}
-	if cfg.Log == nil {
-		cfg.Log = slog.New(slog.DiscardHandler)
-	}
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return &Runner{store: store, replayer: replayer, cfg: cfg, owner: hex.EncodeToString(b[:]), nudge: make(chan struct{}, 1)}
+	l := lease.New(store.pool, lease.Config{Table: "replays", What: "replay", Name: "bulk replay",
+		Lease: cfg.Lease, Poll: cfg.Poll, Log: cfg.Log})
+	return &Runner{store: store, replayer: replayer, cfg: cfg, lease: l}
 }
 
 // Nudge wakes the runner: a replay was started.
-func (r *Runner) Nudge() {
-	select {
-	case r.nudge <- struct{}{}:
-	default:
-	}
-}
+func (r *Runner) Nudge() { r.lease.Nudge() }
 
 // Run works until ctx ends.
-func (r *Runner) Run(ctx context.Context) {
-	for {
-		for {
-			worked, err := r.RunOnce(ctx)
-			if err != nil && ctx.Err() == nil {
-				r.cfg.Log.Warn("bulk replay", "error", err)
-			}
-			if !worked || err != nil || ctx.Err() != nil {
-				break
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-r.nudge:
-		case <-time.After(r.cfg.Poll):
-		}
-	}
-}
+func (r *Runner) Run(ctx context.Context) { r.lease.Run(ctx, r.RunOnce, nil) }
 
 // RunOnce claims one running replay nobody holds and carries it out to its
 // end (or until ctx ends or the lease is lost). worked is false when there
 // was none.
 func (r *Runner) RunOnce(ctx context.Context) (worked bool, err error) {
-	id, err := r.claim(ctx)
+	id, err := r.lease.Claim(ctx)
 	if err != nil || id == "" {
 		return false, err
 	}
@@ -151,21 +118,6 @@ func (r *Runner) RunOnce(ctx context.Context) (worked bool, err error) {
 			}
 		}
 	}
-}
-
-func (r *Runner) claim(ctx context.Context) (string, error) {
-	var id string
-	err := r.store.pool.QueryRow(ctx, `UPDATE replays SET lease_owner = $1, leased_until = now() + $2::interval
-		WHERE id = (SELECT id FROM replays WHERE status = 'running' AND (leased_until IS NULL OR leased_until < now())
-		            ORDER BY created_at LIMIT 1 FOR UPDATE SKIP LOCKED)
-		RETURNING id`, r.owner, r.cfg.Lease.String()).Scan(&id)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return "", nil
-	}
-	if err != nil {
-		return "", fmt.Errorf("claim a replay: %w", err)
-	}
-	return id, nil
 }
 
 type pendingItem struct {
@@ -227,7 +179,7 @@ func (r *Runner) record(ctx context.Context, id string, seq int, outcome, msg st
 	err = pgx.BeginFunc(ctx, r.store.pool, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `UPDATE replays SET done = done + 1, applied = applied + $3, failed = failed + $4,
 				leased_until = now() + $5::interval
-			WHERE id = $1 AND lease_owner = $2 AND status = 'running'`, id, r.owner, applied, failed, r.cfg.Lease.String())
+			WHERE id = $1 AND lease_owner = $2 AND status = 'running'`, id, r.lease.Owner(), applied, failed, r.lease.Interval())
 		if err != nil {
 			return fmt.Errorf("replay %s: record progress: %w", id, err)
 		}
@@ -255,7 +207,7 @@ func (r *Runner) record(ctx context.Context, id string, seq int, outcome, msg st
 func (r *Runner) finish(ctx context.Context, id string) error {
 	var failed int
 	err := r.store.pool.QueryRow(ctx, `UPDATE replays SET status = 'done', finished_at = now(), lease_owner = NULL, leased_until = NULL
-		WHERE id = $1 AND lease_owner = $2 AND status = 'running' RETURNING failed`, id, r.owner).Scan(&failed)
+		WHERE id = $1 AND lease_owner = $2 AND status = 'running' RETURNING failed`, id, r.lease.Owner()).Scan(&failed)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil // cancelled, or taken over
 	}

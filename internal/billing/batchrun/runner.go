@@ -2,8 +2,6 @@ package batchrun
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,6 +11,7 @@ import (
 
 	"github.com/stripe-payments/stripe-payments/internal/billing"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
+	"github.com/stripe-payments/stripe-payments/internal/lease"
 	"github.com/stripe-payments/stripe-payments/internal/lock"
 	"github.com/stripe-payments/stripe-payments/internal/stripebudget"
 )
@@ -57,66 +56,32 @@ type RunnerConfig struct {
 
 // Runner carries out running batches, one item at a time, its Stripe
 // requests at the charges class of the shared budget (docs/design.md §9: a batch
-// is a collection).
+// is a collection). Claiming, the lease and the loop are package lease's.
 type Runner struct {
 	store   *Store
 	charger Charger
 	cfg     RunnerConfig
-	owner   string
-	nudge   chan struct{}
+	lease   *lease.Runner
 }
 
 // NewRunner returns a Runner.
 func NewRunner(store *Store, charger Charger, cfg RunnerConfig) *Runner {
-	if cfg.Lease <= 0 {
-		cfg.Lease = 30 * time.Second
-	}
-	if cfg.Poll <= 0 {
-		cfg.Poll = 2 * time.Second
-	}
 	if cfg.BusyTries <= 0 {
 		cfg.BusyTries = 5
 	}
 	if cfg.BusyWait <= 0 {
 		cfg.BusyWait = 2 * time.Second
 	}
-	if cfg.Log == nil {
-		cfg.Log = slog.New(slog.DiscardHandler)
-	}
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return &Runner{store: store, charger: charger, cfg: cfg, owner: hex.EncodeToString(b[:]), nudge: make(chan struct{}, 1)}
+	l := lease.New(store.pool, lease.Config{Table: "billing_batches", What: "batch", Name: "batch collection",
+		Lease: cfg.Lease, Poll: cfg.Poll, Log: cfg.Log})
+	return &Runner{store: store, charger: charger, cfg: cfg, lease: l}
 }
 
 // Nudge wakes the runner: a batch was started.
-func (r *Runner) Nudge() {
-	select {
-	case r.nudge <- struct{}{}:
-	default:
-	}
-}
+func (r *Runner) Nudge() { r.lease.Nudge() }
 
 // Run works until ctx ends.
-func (r *Runner) Run(ctx context.Context) {
-	for {
-		for {
-			worked, err := r.RunOnce(ctx)
-			if err != nil && ctx.Err() == nil {
-				r.cfg.Log.Warn("batch collection", "error", err)
-			}
-			if !worked || err != nil || ctx.Err() != nil {
-				break
-			}
-		}
-		r.observeRunning(ctx)
-		select {
-		case <-ctx.Done():
-			return
-		case <-r.nudge:
-		case <-time.After(r.cfg.Poll):
-		}
-	}
-}
+func (r *Runner) Run(ctx context.Context) { r.lease.Run(ctx, r.RunOnce, r.observeRunning) }
 
 func (r *Runner) observeRunning(ctx context.Context) {
 	if r.cfg.Observer == nil {
@@ -138,7 +103,7 @@ type pendingItem struct {
 // end (or until ctx ends or the lease is lost). worked is false when there
 // was none.
 func (r *Runner) RunOnce(ctx context.Context) (worked bool, err error) {
-	id, err := r.claim(ctx)
+	id, err := r.lease.Claim(ctx)
 	if err != nil || id == "" {
 		return false, err
 	}
@@ -219,28 +184,13 @@ func (r *Runner) chargeItem(ctx context.Context, id string, it pendingItem) (bil
 			return res, ctx.Err()
 		case <-time.After(r.cfg.BusyWait):
 		}
-		if held, err := r.renew(ctx, id); err != nil || !held {
+		if held, err := r.lease.Renew(ctx, r.store.pool, id); err != nil || !held {
 			if err == nil {
 				err = errLeaseLost
 			}
 			return res, err
 		}
 	}
-}
-
-func (r *Runner) claim(ctx context.Context) (string, error) {
-	var id string
-	err := r.store.pool.QueryRow(ctx, `UPDATE billing_batches SET lease_owner = $1, leased_until = now() + $2::interval
-		WHERE id = (SELECT id FROM billing_batches WHERE status = 'running' AND (leased_until IS NULL OR leased_until < now())
-		            ORDER BY created_at LIMIT 1 FOR UPDATE SKIP LOCKED)
-		RETURNING id`, r.owner, r.cfg.Lease.String()).Scan(&id)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return "", nil
-	}
-	if err != nil {
-		return "", fmt.Errorf("claim a batch: %w", err)
-	}
-	return id, nil
 }
 
 func (r *Runner) pending(ctx context.Context, id string, n int) ([]pendingItem, error) {
@@ -277,12 +227,11 @@ func (r *Runner) pending(ctx context.Context, id string, n int) ([]pendingItem, 
 // it fails (and nothing is charged) when the lease is lost.
 func (r *Runner) begin(ctx context.Context, id string, seq int, a billing.BatchAttempt) error {
 	return pgx.BeginFunc(ctx, r.store.pool, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `UPDATE billing_batches SET leased_until = now() + $3::interval
-			WHERE id = $1 AND lease_owner = $2 AND status = 'running'`, id, r.owner, r.cfg.Lease.String())
+		held, err := r.lease.Renew(ctx, tx, id)
 		if err != nil {
-			return fmt.Errorf("batch %s: renew lease: %w", id, err)
+			return err
 		}
-		if tag.RowsAffected() == 0 {
+		if !held {
 			return errLeaseLost
 		}
 		if _, err := tx.Exec(ctx, `UPDATE billing_batch_items SET begun_date = $3, begun_attempt = $4
@@ -291,15 +240,6 @@ func (r *Runner) begin(ctx context.Context, id string, seq int, a billing.BatchA
 		}
 		return nil
 	})
-}
-
-func (r *Runner) renew(ctx context.Context, id string) (bool, error) {
-	tag, err := r.store.pool.Exec(ctx, `UPDATE billing_batches SET leased_until = now() + $3::interval
-		WHERE id = $1 AND lease_owner = $2 AND status = 'running'`, id, r.owner, r.cfg.Lease.String())
-	if err != nil {
-		return false, fmt.Errorf("batch %s: renew lease: %w", id, err)
-	}
-	return tag.RowsAffected() == 1, nil
 }
 
 // record writes an item's outcome and the counters in one transaction and
@@ -328,7 +268,7 @@ func (r *Runner) record(ctx context.Context, id string, seq int, outcome string,
 		tag, err := tx.Exec(ctx, `UPDATE billing_batches SET done = done + 1, paid = paid + $3, processing = processing + $4,
 				declined = declined + $5, skipped = skipped + $6, failed = failed + $7, leased_until = now() + $8::interval
 			WHERE id = $1 AND lease_owner = $2 AND status = 'running'`,
-			id, r.owner, paid, processing, declined, skipped, failed, r.cfg.Lease.String())
+			id, r.lease.Owner(), paid, processing, declined, skipped, failed, r.lease.Interval())
 		if err != nil {
 			return fmt.Errorf("batch %s: record progress: %w", id, err)
 		}
@@ -352,7 +292,7 @@ func (r *Runner) record(ctx context.Context, id string, seq int, outcome string,
 
 func (r *Runner) finish(ctx context.Context, id string) error {
 	if _, err := r.store.pool.Exec(ctx, `UPDATE billing_batches SET status = 'done', finished_at = now(), lease_owner = NULL, leased_until = NULL
-		WHERE id = $1 AND lease_owner = $2`, id, r.owner); err != nil {
+		WHERE id = $1 AND lease_owner = $2`, id, r.lease.Owner()); err != nil {
 		return fmt.Errorf("batch %s: finish: %w", id, err)
 	}
 	return nil

@@ -17,6 +17,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
 	"github.com/stripe-payments/stripe-payments/internal/billing/store"
 	"github.com/stripe-payments/stripe-payments/internal/billing/stripecharge"
+	"github.com/stripe-payments/stripe-payments/internal/billing/testclock"
 	"github.com/stripe-payments/stripe-payments/internal/dynamo"
 	"github.com/stripe-payments/stripe-payments/internal/lock"
 	"github.com/stripe-payments/stripe-payments/internal/stripeclient"
@@ -97,7 +98,9 @@ func (n *Notifier) Actions() []actions.Action {
 
 // Options of an Env; zero values take test defaults.
 type Options struct {
-	Config      billing.Config
+	Config billing.Config
+	// Clocks bounds the test clocks (zero: testclock.DefaultConfig).
+	Clocks      testclock.Config
 	StripeLimit float64 // requests per second the fake enforces (0: none)
 	StripeBurst int     // the fake's burst above StripeLimit (0: a tenth of a second's worth)
 	ChargerRate float64 // the service's token bucket (default 1000/s)
@@ -132,6 +135,8 @@ type Env struct {
 	Charger  *stripecharge.Charger
 	Notifier *Notifier
 	Service  *billing.Service
+	// Clocks is the test-clock service over Service.
+	Clocks *testclock.Service
 }
 
 // TestConfig is DefaultConfig scaled for tests.
@@ -202,6 +207,10 @@ func NewEnv(t testing.TB, o Options) *Env {
 		crasher.Window = svc.Config().IdempotencyWindow
 	}
 	e.Service = svc
+	e.Clocks, err = testclock.New(o.Clocks, testclock.Deps{Billing: svc, Store: e.Store, Now: e.Clock.Now, Log: log})
+	if err != nil {
+		t.Fatalf("test clocks: %v", err)
+	}
 	return e
 }
 

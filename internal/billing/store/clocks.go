@@ -15,7 +15,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/billing"
 )
 
-// Key scheme of the test clocks in BILLING_TABLE (testclock.go):
+// Key scheme of the test clocks in BILLING_TABLE (package testclock):
 //
 //	clock         PK=CLOCK#<clock>  SK=CLOCK
 //	member        PK=CLOCK#<clock>  SK=MEM#<account>#<subscription>

@@ -1,4 +1,4 @@
-package billing_test
+package testclock_test
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/billing"
 	"github.com/stripe-payments/stripe-payments/internal/billing/billingtest"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
+	"github.com/stripe-payments/stripe-payments/internal/billing/testclock"
 	"github.com/stripe-payments/stripe-payments/internal/stripetest"
 )
 
@@ -30,14 +31,14 @@ func utc(s string) time.Time {
 // advance advances clock id to to and waits for the advance to end.
 func advance(t *testing.T, e *billingtest.Env, id, to string) billing.Clock {
 	t.Helper()
-	_, done, err := e.Service.AdvanceClock(ctx, context.Background(), id, utc(to))
+	_, done, err := e.Clocks.AdvanceClock(ctx, context.Background(), id, utc(to))
 	require.NoError(t, err)
 	select {
 	case <-done:
 	case <-time.After(5 * time.Minute):
 		t.Fatalf("advance of %s to %s did not end", id, to)
 	}
-	c, _, err := e.Service.GetClock(ctx, id, 100)
+	c, _, err := e.Clocks.GetClock(ctx, id, 100)
 	require.NoError(t, err)
 	return c
 }
@@ -47,7 +48,7 @@ func advance(t *testing.T, e *billingtest.Env, id, to string) billing.Clock {
 func completedOn(t *testing.T, e *billingtest.Env, sub billing.Subscription) []string {
 	t.Helper()
 	var out []string
-	for _, h := range history(t, e, sub) {
+	for _, h := range e.HistoryOf(t, sub) {
 		if h.Status == billing.Completed {
 			out = append(out, dates.Of(h.LastRunDate.UTC()).String()+" for "+h.BillingDate.String())
 		}
@@ -60,7 +61,7 @@ func TestTestClockRunsTheJobsOfEveryDayForItsSubscriptionsOnly(t *testing.T) {
 	t.Parallel()
 	// Real time is 2024 here; the clock is in 2027.
 	e := billingtest.NewEnv(t, billingtest.Options{})
-	clock, err := e.Service.CreateClock(ctx, utc("2027-01-01T00:00:00Z"), "day 31")
+	clock, err := e.Clocks.CreateClock(ctx, utc("2027-01-01T00:00:00Z"), "day 31")
 	require.NoError(t, err)
 	assert.Equal(t, billing.ClockReady, clock.Status)
 
@@ -77,8 +78,8 @@ func TestTestClockRunsTheJobsOfEveryDayForItsSubscriptionsOnly(t *testing.T) {
 	// The real-time jobs never touch the clock's subscription, even on its dates.
 	for _, day := range []string{"2027-01-24", "2027-01-31", "2027-02-01"} {
 		e.Clock.SetDate(d(day))
-		assert.Zero(t, remind(t, e, day).Entries, day)
-		assert.Zero(t, collect(t, e, day).Entries, day)
+		assert.Zero(t, e.Remind(t, day).Entries, day)
+		assert.Zero(t, e.Collect(t, day).Entries, day)
 	}
 	assert.Empty(t, e.Stripe.PIs())
 
@@ -88,7 +89,7 @@ func TestTestClockRunsTheJobsOfEveryDayForItsSubscriptionsOnly(t *testing.T) {
 	assert.Equal(t, []string{"2027-01-31 for 2027-01-31", "2027-02-28 for 2027-02-28", "2027-03-31 for 2027-03-31"},
 		completedOn(t, e, sub))
 	assert.Equal(t, []string{"2027-01-24 for 2027-01-31", "2027-02-21 for 2027-02-28", "2027-03-24 for 2027-03-31"},
-		reminders(e, sub.SubscriptionID))
+		e.Reminders(sub.SubscriptionID))
 	keys := map[string]bool{}
 	for _, pi := range e.Stripe.PIs() {
 		assert.Equal(t, sub.SubscriptionID, pi.Metadata[billing.MetaSubscription], "only the clock's subscription was charged")
@@ -100,7 +101,7 @@ func TestTestClockRunsTheJobsOfEveryDayForItsSubscriptionsOnly(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "2027-04-30", got.NextPaymentDate.String())
 	assert.Equal(t, "2027-03-31", got.LastPaymentDate.String())
-	_, runs, err := e.Service.GetClock(ctx, clock.ID, 100)
+	_, runs, err := e.Clocks.GetClock(ctx, clock.ID, 100)
 	require.NoError(t, err)
 	charged, reminded := 0, 0
 	for _, r := range runs {
@@ -117,9 +118,9 @@ func TestTestClockRunsTheJobsOfEveryDayForItsSubscriptionsOnly(t *testing.T) {
 	assert.Equal(t, "2024-01-31", real.NextPaymentDate.String())
 
 	// An advance over days already passed does nothing; a second one goes on.
-	_, _, err = e.Service.AdvanceClock(ctx, context.Background(), clock.ID, utc("2027-03-01T00:00:00Z"))
+	_, _, err = e.Clocks.AdvanceClock(ctx, context.Background(), clock.ID, utc("2027-03-01T00:00:00Z"))
 	assert.ErrorIs(t, err, billing.ErrInvalid)
-	_, _, err = e.Service.AdvanceClock(ctx, context.Background(), clock.ID, utc("2030-04-01T00:00:01Z"))
+	_, _, err = e.Clocks.AdvanceClock(ctx, context.Background(), clock.ID, utc("2030-04-01T00:00:01Z"))
 	assert.ErrorIs(t, err, billing.ErrInvalid, "more than three years")
 	advance(t, e, clock.ID, "2027-05-01T00:00:00Z")
 	assert.Len(t, e.Stripe.PIs(), 4)
@@ -128,23 +129,23 @@ func TestTestClockRunsTheJobsOfEveryDayForItsSubscriptionsOnly(t *testing.T) {
 func TestTestClockAdvanceIsOneAtATime(t *testing.T) {
 	t.Parallel()
 	e := billingtest.NewEnv(t, billingtest.Options{})
-	clock, err := e.Service.CreateClock(ctx, utc("2027-01-01T00:00:00Z"), "")
+	clock, err := e.Clocks.CreateClock(ctx, utc("2027-01-01T00:00:00Z"), "")
 	require.NoError(t, err)
 	in := billingtest.Input("gold", 15)
 	in.TestClock = clock.ID
 	_, err = e.Service.CreateSubscription(ctx, "acc-1", in)
 	require.NoError(t, err)
-	_, done, err := e.Service.AdvanceClock(ctx, context.Background(), clock.ID, utc("2029-12-31T00:00:00Z"))
+	_, done, err := e.Clocks.AdvanceClock(ctx, context.Background(), clock.ID, utc("2029-12-31T00:00:00Z"))
 	require.NoError(t, err)
 	// Three years of days take far longer than this: the clock is claimed.
-	_, _, err = e.Service.AdvanceClock(ctx, context.Background(), clock.ID, utc("2030-01-01T00:00:00Z"))
-	assert.ErrorIs(t, err, billing.ErrClockBusy)
-	assert.ErrorIs(t, e.Service.DeleteClock(ctx, clock.ID), billing.ErrClockBusy)
-	c, _, err := e.Service.GetClock(ctx, clock.ID, 1)
+	_, _, err = e.Clocks.AdvanceClock(ctx, context.Background(), clock.ID, utc("2030-01-01T00:00:00Z"))
+	assert.ErrorIs(t, err, testclock.ErrBusy)
+	assert.ErrorIs(t, e.Clocks.DeleteClock(ctx, clock.ID), testclock.ErrBusy)
+	c, _, err := e.Clocks.GetClock(ctx, clock.ID, 1)
 	require.NoError(t, err)
 	assert.Equal(t, billing.ClockAdvancing, c.Status)
 	<-done
-	c, _, err = e.Service.GetClock(ctx, clock.ID, 1)
+	c, _, err = e.Clocks.GetClock(ctx, clock.ID, 1)
 	require.NoError(t, err)
 	assert.Equal(t, billing.ClockReady, c.Status)
 	assert.Len(t, e.Stripe.PIs(), 36, "Jan 15 2027 to Dec 15 2029")
@@ -157,7 +158,7 @@ func TestTwoTestClocksAdvancedAtOnceDoNotSeeEachOther(t *testing.T) {
 	var clocks [2]billing.Clock
 	for i, day := range []int{10, 20} {
 		var err error
-		clocks[i], err = e.Service.CreateClock(ctx, utc("2027-01-01T00:00:00Z"), "")
+		clocks[i], err = e.Clocks.CreateClock(ctx, utc("2027-01-01T00:00:00Z"), "")
 		require.NoError(t, err)
 		in := billingtest.Input("gold", day)
 		in.TestClock = clocks[i].ID
@@ -179,7 +180,7 @@ func TestTwoTestClocksAdvancedAtOnceDoNotSeeEachOther(t *testing.T) {
 	assert.Equal(t, []string{"2027-01-20 for 2027-01-20", "2027-02-20 for 2027-02-20", "2027-03-20 for 2027-03-20",
 		"2027-04-20 for 2027-04-20", "2027-05-20 for 2027-05-20"}, completedOn(t, e, subs[1]))
 	for i, want := range []int{2, 5} {
-		_, runs, err := e.Service.GetClock(ctx, clocks[i].ID, 100)
+		_, runs, err := e.Clocks.GetClock(ctx, clocks[i].ID, 100)
 		require.NoError(t, err)
 		n := 0
 		for _, r := range runs {
@@ -192,25 +193,25 @@ func TestTwoTestClocksAdvancedAtOnceDoNotSeeEachOther(t *testing.T) {
 func TestDeleteTestClockCancelsItsSubscriptions(t *testing.T) {
 	t.Parallel()
 	e := billingtest.NewEnv(t, billingtest.Options{})
-	clock, err := e.Service.CreateClock(ctx, utc("2027-01-01T00:00:00Z"), "")
+	clock, err := e.Clocks.CreateClock(ctx, utc("2027-01-01T00:00:00Z"), "")
 	require.NoError(t, err)
 	in := billingtest.Input("gold", 5)
 	in.TestClock = clock.ID
 	sub, err := e.Service.CreateSubscription(ctx, "acc-1", in)
 	require.NoError(t, err)
 	advance(t, e, clock.ID, "2027-01-10T00:00:00Z")
-	require.NoError(t, e.Service.DeleteClock(ctx, clock.ID))
+	require.NoError(t, e.Clocks.DeleteClock(ctx, clock.ID))
 
-	_, _, err = e.Service.GetClock(ctx, clock.ID, 1)
+	_, _, err = e.Clocks.GetClock(ctx, clock.ID, 1)
 	assert.ErrorIs(t, err, billing.ErrNotFound)
 	got, err := e.Service.GetSubscription(ctx, "acc-1", sub.SubscriptionID)
 	require.NoError(t, err)
 	assert.Equal(t, billing.SubCancelled, got.Status)
-	h := history(t, e, sub)
+	h := e.HistoryOf(t, sub)
 	last := h[len(h)-1]
 	assert.Equal(t, billing.Cancelled, last.Status)
 	assert.Equal(t, "test-clock-deleted:"+clock.ID, last.Cause, "the history says why")
-	assert.ErrorIs(t, e.Service.DeleteClock(ctx, clock.ID), billing.ErrNotFound)
+	assert.ErrorIs(t, e.Clocks.DeleteClock(ctx, clock.ID), billing.ErrNotFound)
 
 	in.SubscriptionID = ""
 	_, err = e.Service.CreateSubscription(ctx, "acc-1", in)
@@ -222,15 +223,15 @@ func TestTestClocksRefusedInLivemode(t *testing.T) {
 	cfg := billingtest.TestConfig()
 	cfg.Livemode = true
 	e := billingtest.NewEnv(t, billingtest.Options{Config: cfg})
-	_, err := e.Service.CreateClock(ctx, utc("2027-01-01T00:00:00Z"), "")
+	_, err := e.Clocks.CreateClock(ctx, utc("2027-01-01T00:00:00Z"), "")
 	assert.ErrorIs(t, err, billing.ErrLivemode)
 	in := billingtest.Input("gold", 5)
 	in.TestClock = "clock_123"
 	_, err = e.Service.CreateSubscription(ctx, "acc-1", in)
 	assert.ErrorIs(t, err, billing.ErrLivemode)
-	_, _, err = e.Service.AdvanceClock(ctx, context.Background(), "clock_123", utc("2027-02-01T00:00:00Z"))
+	_, _, err = e.Clocks.AdvanceClock(ctx, context.Background(), "clock_123", utc("2027-02-01T00:00:00Z"))
 	assert.ErrorIs(t, err, billing.ErrLivemode)
-	assert.ErrorIs(t, e.Service.DeleteClock(ctx, "clock_123"), billing.ErrLivemode)
+	assert.ErrorIs(t, e.Clocks.DeleteClock(ctx, "clock_123"), billing.ErrLivemode)
 	page, err := e.Service.ListSubscriptions(ctx, "acc-1", 10, "")
 	require.NoError(t, err)
 	assert.Empty(t, page.Items, "nothing created")
@@ -239,7 +240,7 @@ func TestTestClocksRefusedInLivemode(t *testing.T) {
 func TestTestClockPauseAndResumeUseTheClocksToday(t *testing.T) {
 	t.Parallel()
 	e := billingtest.NewEnv(t, billingtest.Options{}) // real time: 2024
-	clock, err := e.Service.CreateClock(ctx, utc("2027-01-01T00:00:00Z"), "")
+	clock, err := e.Clocks.CreateClock(ctx, utc("2027-01-01T00:00:00Z"), "")
 	require.NoError(t, err)
 	in := billingtest.Input("gold", 10)
 	in.TestClock = clock.ID
@@ -248,7 +249,7 @@ func TestTestClockPauseAndResumeUseTheClocksToday(t *testing.T) {
 	advance(t, e, clock.ID, "2027-01-15T00:00:00Z")
 
 	// Paused on the clock's Jan 15: the next period (Feb 10) is skipped.
-	_, err = update(e, "acc-1", sub.SubscriptionID, billing.Change{Action: "pause", Months: 1})
+	_, err = e.Update("acc-1", sub.SubscriptionID, billing.Change{Action: "pause", Months: 1})
 	require.NoError(t, err)
 	advance(t, e, clock.ID, "2027-02-20T00:00:00Z")
 	got, err := e.Service.GetSubscription(ctx, "acc-1", sub.SubscriptionID)
@@ -258,16 +259,16 @@ func TestTestClockPauseAndResumeUseTheClocksToday(t *testing.T) {
 
 	// Paused again for two months, resumed early on the clock's Mar 1: Mar 10
 	// is charged after all, announced 7 days before.
-	_, err = update(e, "acc-1", sub.SubscriptionID, billing.Change{Action: "pause", Months: 2})
+	_, err = e.Update("acc-1", sub.SubscriptionID, billing.Change{Action: "pause", Months: 2})
 	require.NoError(t, err)
 	advance(t, e, clock.ID, "2027-03-01T00:00:00Z")
-	_, err = update(e, "acc-1", sub.SubscriptionID, billing.Change{Action: "resume"})
+	_, err = e.Update("acc-1", sub.SubscriptionID, billing.Change{Action: "resume"})
 	require.NoError(t, err)
 	advance(t, e, clock.ID, "2027-04-01T00:00:00Z")
 
 	assert.Equal(t, []string{"2027-01-10 for 2027-01-10", "2027-03-10 for 2027-03-10"}, completedOn(t, e, sub))
 	assert.Equal(t, []string{"2027-02-10"}, periodsWith(t, e, sub, billing.PausedSkipped))
-	assert.Equal(t, []string{"2027-01-03 for 2027-01-10", "2027-03-03 for 2027-03-10"}, reminders(e, sub.SubscriptionID))
+	assert.Equal(t, []string{"2027-01-03 for 2027-01-10", "2027-03-03 for 2027-03-10"}, e.Reminders(sub.SubscriptionID))
 }
 
 // periodsWith lists the scheduled dates of sub's periods in status.
@@ -294,9 +295,9 @@ func periodsWith(t *testing.T, e *billingtest.Env, sub billing.Subscription, sta
 // charge, and the clock goes on.
 func TestTestClockUnknownOutcomeIsResolvedOnStripesTime(t *testing.T) {
 	t.Parallel()
-	e := billingtest.NewEnv(t, billingtest.Options{}) // real time: 2024
-	e.Stripe.Decide = firstThen(stripetest.Acted500)  // Stripe charged, answered 500, saved the 500
-	clock, err := e.Service.CreateClock(ctx, utc("2027-01-01T00:00:00Z"), "")
+	e := billingtest.NewEnv(t, billingtest.Options{})            // real time: 2024
+	e.Stripe.Decide = billingtest.FirstThen(stripetest.Acted500) // Stripe charged, answered 500, saved the 500
+	clock, err := e.Clocks.CreateClock(ctx, utc("2027-01-01T00:00:00Z"), "")
 	require.NoError(t, err)
 	in := billingtest.Input("gold", 10)
 	in.TestClock = clock.ID
@@ -309,7 +310,7 @@ func TestTestClockUnknownOutcomeIsResolvedOnStripesTime(t *testing.T) {
 	e.Clock.Advance(time.Minute) // the operator advances again a minute later
 	c = advance(t, e, clock.ID, "2027-01-12T00:00:00Z")
 	assert.Equal(t, billing.ClockReady, c.Status, "%s", c.Error)
-	p := period(t, e, sub, "2027-01-10")
+	p := e.Period(t, sub, "2027-01-10")
 	assert.Equal(t, billing.Completed, p.Status)
 	assert.Equal(t, e.Stripe.PIs()[0].ID, p.TransactionID, "the PaymentIntent Stripe made")
 	assert.Len(t, e.Stripe.PIs(), 1, "no second charge")
@@ -322,7 +323,7 @@ func TestTestClockErrorSaysWhy(t *testing.T) {
 	t.Parallel()
 	e := billingtest.NewEnv(t, billingtest.Options{})
 	e.Stripe.Decide = func(stripetest.PI) stripetest.Behavior { return stripetest.Fail500 }
-	clock, err := e.Service.CreateClock(ctx, utc("2027-01-01T00:00:00Z"), "")
+	clock, err := e.Clocks.CreateClock(ctx, utc("2027-01-01T00:00:00Z"), "")
 	require.NoError(t, err)
 	in := billingtest.Input("gold", 15)
 	in.TestClock = clock.ID
@@ -333,3 +334,8 @@ func TestTestClockErrorSaysWhy(t *testing.T) {
 	assert.Contains(t, c.Error, "charge of "+sub.SubscriptionID+" 2027-01-15: outcome unknown: create payment intent", "the cause")
 	assert.Contains(t, c.Error, "unknown=1", "and the counters")
 }
+
+var (
+	ctx = context.Background()
+	d   = dates.MustParse
+)

@@ -1,4 +1,4 @@
-package billing
+package testclock
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/stripe-payments/stripe-payments/internal/billing"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
 )
 
@@ -17,26 +18,26 @@ import (
 // It claims the clock with ctx, then advances in the background within life
 // (the process's lifetime: the advance outlives the request that started
 // it); done closes when the advance ended, however. One advance at a time
-// per clock (ErrClockBusy); a claim whose holder went away (lease expired),
+// per clock (ErrBusy); a claim whose holder went away (lease expired),
 // or a failed advance, is continued from where it stopped.
-func (s *Service) AdvanceClock(ctx, life context.Context, id string, to time.Time) (Clock, <-chan struct{}, error) {
-	if s.cfg.Livemode {
-		return Clock{}, nil, ErrLivemode
+func (s *Service) AdvanceClock(ctx, life context.Context, id string, to time.Time) (billing.Clock, <-chan struct{}, error) {
+	if s.livemode() {
+		return billing.Clock{}, nil, billing.ErrLivemode
 	}
 	c, err := s.store.GetClock(ctx, id)
 	if err != nil {
-		return Clock{}, nil, err
+		return billing.Clock{}, nil, err
 	}
 	now := s.wall()
-	if c.Status == ClockAdvancing && !now.After(c.LeaseUntil) {
-		return c, nil, ErrClockBusy
+	if c.Status == billing.ClockAdvancing && !now.After(c.LeaseUntil) {
+		return c, nil, ErrBusy
 	}
 	if err := checkClockCeiling(to); err != nil {
 		return c, nil, err
 	}
 	to = to.UTC().Truncate(time.Second)
 	current := c.FrozenTime
-	if c.Status != ClockReady {
+	if c.Status != billing.ClockReady {
 		current = c.ReachedTime // continuing a stopped advance
 	}
 	switch {
@@ -44,20 +45,20 @@ func (s *Service) AdvanceClock(ctx, life context.Context, id string, to time.Tim
 		return c, nil, invalid("frozen_time: required (RFC 3339)")
 	case !to.After(current):
 		return c, nil, invalid("frozen_time: must be later than the clock's current time %s", current.Format(time.RFC3339))
-	case to.After(c.ReachedTime.AddDate(MaxClockAdvanceYears, 0, 0)):
-		return c, nil, invalid("frozen_time: at most %d years after the clock's current time", MaxClockAdvanceYears)
+	case to.After(c.ReachedTime.AddDate(MaxAdvanceYears, 0, 0)):
+		return c, nil, invalid("frozen_time: at most %d years after the clock's current time", MaxAdvanceYears)
 	}
 	release, err := s.takeAdvanceSlot()
 	if err != nil {
 		return c, nil, err
 	}
 	owner := uuid.NewString()
-	c.Status, c.FrozenTime, c.Error = ClockAdvancing, to, ""
-	c.LeaseOwner, c.LeaseUntil = owner, now.Add(s.cfg.ClockLease)
+	c.Status, c.FrozenTime, c.Error = billing.ClockAdvancing, to, ""
+	c.LeaseOwner, c.LeaseUntil = owner, now.Add(s.cfg.Lease)
 	if err := s.store.PutClock(ctx, &c, now); err != nil {
 		release()
-		if errors.Is(err, ErrConflict) {
-			return c, nil, ErrClockBusy // another request claimed it first
+		if errors.Is(err, billing.ErrConflict) {
+			return c, nil, ErrBusy // another request claimed it first
 		}
 		return c, nil, err
 	}
@@ -74,36 +75,36 @@ func (s *Service) AdvanceClock(ctx, life context.Context, id string, to time.Tim
 			if cur, gerr := s.store.GetClock(ctx, c.ID); gerr == nil {
 				reached = cur.ReachedTime // as far as the heartbeats recorded
 			}
-			s.endAdvance(ctx, c.ID, owner, reached, ClockFailed, "the advance stopped on an internal error; advance again to continue")
+			s.endAdvance(ctx, c.ID, owner, reached, billing.ClockFailed, "the advance stopped on an internal error; advance again to continue")
 		}
 	}()
 	return c, done, nil
 }
 
-// WaitClocks waits for the advances in flight to stop (cancel their life
+// Wait waits for the advances in flight to stop (cancel their life
 // context first).
-func (s *Service) WaitClocks() { s.advances.Wait() }
+func (s *Service) Wait() { s.advances.Wait() }
 
 // advanceClock runs the jobs of each day from c.ReachedTime to c.FrozenTime:
 // at the same time of day on each following day, then at FrozenTime. Each
 // day runs remind then collect for the job date the real ticker would use
 // at that time (NowDate: the next UTC date; every subscription acts only
 // once its own date came in its time zone).
-func (s *Service) advanceClock(ctx context.Context, c Clock, owner string) {
+func (s *Service) advanceClock(ctx context.Context, c billing.Clock, owner string) {
 	log := s.log.With("test_clock", c.ID)
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	var hb sync.WaitGroup
 	// heartbeat: the claim stays this replica's while it works
 	s.safe.Go(ctx, &hb, "clock_heartbeat", func(ctx context.Context) {
-		t := time.NewTicker(s.cfg.ClockLease / 4)
+		t := time.NewTicker(s.cfg.Lease / 4)
 		defer t.Stop()
 		for {
 			select {
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				if err := s.store.RenewClockLease(ctx, c.ID, owner, time.Time{}, s.wall().Add(s.cfg.ClockLease), s.wall()); err != nil && ctx.Err() == nil {
+				if err := s.store.RenewClockLease(ctx, c.ID, owner, time.Time{}, s.wall().Add(s.cfg.Lease), s.wall()); err != nil && ctx.Err() == nil {
 					cancel(err)
 					return
 				}
@@ -113,14 +114,14 @@ func (s *Service) advanceClock(ctx context.Context, c Clock, owner string) {
 	defer func() { cancel(nil); hb.Wait() }()
 
 	var at time.Time
-	cs := s.onClock(c.ID, func() time.Time { return at })
+	cs := s.billing.OnClock(c.ID, func() time.Time { return at })
 	reached := c.ReachedTime
 	for k := 1; ; k++ {
 		at = c.ReachedTime.AddDate(0, 0, k)
 		if !at.Before(c.FrozenTime) {
 			at = c.FrozenTime
 		}
-		run, err := cs.clockDay(ctx, at)
+		run, err := s.clockDay(ctx, cs, at)
 		if run.Entries > 0 || err != nil {
 			if perr := s.store.PutClockRun(context.WithoutCancel(ctx), c.ID, run); perr != nil {
 				log.Warn("test clock: could not record a run", "error", perr)
@@ -128,33 +129,33 @@ func (s *Service) advanceClock(ctx context.Context, c Clock, owner string) {
 		}
 		if err != nil {
 			log.Error("test clock: advance stopped", "at", at.Format(time.RFC3339), "error", err)
-			s.endAdvance(context.WithoutCancel(ctx), c.ID, owner, reached, ClockFailed, err.Error())
+			s.endAdvance(context.WithoutCancel(ctx), c.ID, owner, reached, billing.ClockFailed, err.Error())
 			return
 		}
 		reached = at
 		if at.Equal(c.FrozenTime) {
 			break
 		}
-		if err := s.store.RenewClockLease(ctx, c.ID, owner, reached, s.wall().Add(s.cfg.ClockLease), s.wall()); err != nil {
+		if err := s.store.RenewClockLease(ctx, c.ID, owner, reached, s.wall().Add(s.cfg.Lease), s.wall()); err != nil {
 			log.Warn("test clock: advance stopped", "error", err)
-			if errors.Is(err, ErrConflict) {
+			if errors.Is(err, billing.ErrConflict) {
 				return // lost the claim: whoever holds it now goes on
 			}
 			// Shutting down, or the table failed: say so at once rather
 			// than when the lease runs out; the next advance goes on.
-			s.endAdvance(context.WithoutCancel(ctx), c.ID, owner, reached, ClockFailed, "the advance stopped: "+err.Error())
+			s.endAdvance(context.WithoutCancel(ctx), c.ID, owner, reached, billing.ClockFailed, "the advance stopped: "+err.Error())
 			return
 		}
 	}
-	s.endAdvance(context.WithoutCancel(ctx), c.ID, owner, reached, ClockReady, "")
+	s.endAdvance(context.WithoutCancel(ctx), c.ID, owner, reached, billing.ClockReady, "")
 }
 
-// clockDay runs one day's jobs; s is the clock's service, its now at.
-func (s *Service) clockDay(ctx context.Context, at time.Time) (ClockRun, error) {
-	date := s.NowDate()
-	run := ClockRun{Time: at, Date: date}
+// clockDay runs one day's jobs on cs, the clock's billing service, its now at.
+func (s *Service) clockDay(ctx context.Context, cs *billing.Service, at time.Time) (billing.ClockRun, error) {
+	date := cs.NowDate()
+	run := billing.ClockRun{Time: at, Date: date}
 	var errs []error
-	for _, job := range []func(context.Context, dates.Date) (*Report, error){s.Remind, s.Collect} {
+	for _, job := range []func(context.Context, dates.Date) (*billing.Report, error){cs.Remind, cs.Collect} {
 		rep, err := s.untilUnlocked(ctx, job, date)
 		if rep != nil {
 			run.Entries += rep.Entries
@@ -171,7 +172,7 @@ func (s *Service) clockDay(ctx context.Context, at time.Time) (ClockRun, error) 
 		case err != nil:
 			errs = append(errs, err)
 		case !rep.OK():
-			errs = append(errs, fmt.Errorf("%s %s did not finish cleanly: %s (%s)", rep.Job, date, rep.causes(), rep.summary()))
+			errs = append(errs, fmt.Errorf("%s %s did not finish cleanly: %s (%s)", rep.Job, date, rep.Why(), rep.Summary()))
 		}
 		if ctx.Err() != nil {
 			break
@@ -191,10 +192,10 @@ const clockLockWait = 3 * time.Minute
 
 // untilUnlocked runs job for date again while it only found accounts
 // locked, with a short backoff instead of the real jobs' one long wait
-// (the clock's service has LockedRetryWait 0): a rerun acts on what is
-// left, idempotently. The report adds up what the runs did.
-func (s *Service) untilUnlocked(ctx context.Context, job func(context.Context, dates.Date) (*Report, error), date dates.Date) (*Report, error) {
-	total := &Report{}
+// (the clock's billing service has LockedRetryWait 0): a rerun acts on
+// what is left, idempotently. The report adds up what the runs did.
+func (s *Service) untilUnlocked(ctx context.Context, job func(context.Context, dates.Date) (*billing.Report, error), date dates.Date) (*billing.Report, error) {
+	total := &billing.Report{}
 	deadline := s.wall().Add(clockLockWait)
 	for wait := 50 * time.Millisecond; ; wait = min(2*wait, time.Second) {
 		rep, err := job(ctx, date)
@@ -214,7 +215,7 @@ func (s *Service) untilUnlocked(ctx context.Context, job func(context.Context, d
 		total.Resolved += rep.Resolved
 		total.Unresolved, total.Errors, total.Locked = rep.Unresolved, rep.Errors, rep.Locked
 		for _, c := range rep.Causes {
-			if len(total.Causes) < maxCauses && !slices.Contains(total.Causes, c) {
+			if len(total.Causes) < billing.MaxCauses && !slices.Contains(total.Causes, c) {
 				total.Causes = append(total.Causes, c)
 			}
 		}
@@ -231,19 +232,19 @@ func (s *Service) untilUnlocked(ctx context.Context, job func(context.Context, d
 
 // endAdvance records the end of owner's advance: ready at the target, or
 // failed at reached.
-func (s *Service) endAdvance(ctx context.Context, id, owner string, reached time.Time, status ClockStatus, msg string) {
+func (s *Service) endAdvance(ctx context.Context, id, owner string, reached time.Time, status billing.ClockStatus, msg string) {
 	for range 5 {
 		c, err := s.store.GetClock(ctx, id)
 		if err != nil || c.LeaseOwner != owner {
 			return // deleted, or taken over
 		}
 		c.Status, c.ReachedTime, c.Error = status, reached, msg
-		if status == ClockReady {
+		if status == billing.ClockReady {
 			c.FrozenTime = reached
 		}
 		c.LeaseOwner, c.LeaseUntil = "", time.Time{}
 		err = s.store.PutClock(ctx, &c, s.wall())
-		if !errors.Is(err, ErrConflict) {
+		if !errors.Is(err, billing.ErrConflict) {
 			if err != nil {
 				s.log.Error("test clock: could not record the end of an advance", "test_clock", id, "error", err)
 			}

@@ -1,4 +1,4 @@
-package billing
+package testclock
 
 import (
 	"context"
