@@ -39,6 +39,30 @@ type Error struct {
 	Code    Code
 	Message string
 	Err     error // the cause, for logs only
+	// kind: this Error is one of the kind sentinels below, which errors.Is
+	// matches by code rather than by identity.
+	kind bool
+}
+
+// The kinds: errors.Is(err, ErrNotFound) is true for every *Error of code
+// CodeNotFound in err's chain, whichever package made it. Packages return
+// New(CodeNotFound, "event %s not found", id) and say what in the message;
+// they declare a sentinel of their own (apperr.New at package level, matched
+// by identity) only when callers must tell it apart from other errors of
+// its code, as billing does for ErrConflict (a concurrent change: re-read
+// and retry) against ErrLocked or ErrAttemptInFlight. ErrConflict matches
+// all of them: branch on it only where any conflict means the same.
+var (
+	ErrNotFound = &Error{Code: CodeNotFound, Message: "not found", kind: true}
+	ErrInvalid  = &Error{Code: CodeInvalidParameter, Message: "invalid request", kind: true}
+	ErrConflict = &Error{Code: CodeConflict, Message: "conflict", kind: true}
+)
+
+// Is matches the kind sentinels by code; any other target only by identity
+// (errors.Is checks that itself).
+func (e *Error) Is(target error) bool {
+	k, ok := target.(*Error)
+	return ok && k.kind && k.Code == e.Code
 }
 
 func (e *Error) Error() string {
@@ -88,6 +112,30 @@ func Status(code Code) int {
 	default:
 		return http.StatusInternalServerError
 	}
+}
+
+// Ensure returns err as it is when its chain carries an *Error (the code
+// its package chose), else err wrapped as code: what a caller answers for
+// an error nobody classified (a store that is down is CodeUnavailable).
+// nil stays nil.
+func Ensure(err error, code Code, format string, args ...any) error {
+	if err == nil {
+		return nil
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return err
+	}
+	return Wrap(err, code, format, args...)
+}
+
+// CodeOf is the code of the first *Error in err's chain, "" when none.
+func CodeOf(err error) Code {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return ""
 }
 
 // From finds the Error in err's chain; anything else is internal.
