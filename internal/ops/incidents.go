@@ -9,6 +9,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/incidents"
 	"github.com/stripe-payments/stripe-payments/internal/replay"
 )
@@ -101,7 +102,7 @@ func (c *Console) showIncident(ec echo.Context, status int, preview *replay.Prev
 	}
 	ctx := ctxOf(ec)
 	inc, err := c.d.Incidents.Get(ctx, id)
-	if errors.Is(err, incidents.ErrNotFound) {
+	if errors.Is(err, apperr.ErrNotFound) {
 		return c.fail(ec, http.StatusNotFound, "No incident "+id+": what failed may have been replayed since.")
 	}
 	if err != nil {
@@ -131,9 +132,9 @@ func (c *Console) incidentState(ec echo.Context) error {
 	}
 	_, err := c.d.Incidents.SetState(ctxOf(ec), id, to, ConsoleActor)
 	switch {
-	case errors.Is(err, incidents.ErrNotFound):
+	case errors.Is(err, apperr.ErrNotFound):
 		return c.fail(ec, http.StatusNotFound, "No incident "+id+"; nothing was changed.")
-	case errors.Is(err, incidents.ErrTransition):
+	case errors.Is(err, apperr.ErrConflict): // a resolved incident, the one conflict of SetState
 		return c.showIncident(ec, http.StatusConflict, nil, "", "A resolved incident is not acknowledged: it reopens by itself when its cause comes back. Nothing was changed.")
 	case err != nil:
 		return c.unavailable(ec, "change the incident", err)

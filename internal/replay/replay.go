@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/incidents"
 )
 
@@ -146,7 +147,7 @@ func (s *Store) match(ctx context.Context, f Filter) ([]Item, error) {
 	typ, account := f.Type, f.StripeAccount
 	if f.Incident != "" {
 		inc, err := s.incidents.Get(ctx, f.Incident)
-		if errors.Is(err, incidents.ErrNotFound) {
+		if errors.Is(err, apperr.ErrNotFound) {
 			return nil, filterError("no incident %s", f.Incident)
 		}
 		if err != nil {
