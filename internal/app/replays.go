@@ -6,7 +6,7 @@ import (
 	"sync"
 
 	"github.com/stripe-payments/stripe-payments/internal/api"
-	"github.com/stripe-payments/stripe-payments/internal/outbox"
+	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/replay"
 )
 
@@ -32,7 +32,8 @@ func (a *App) newReplays(r api.Replayer) *api.Replays {
 	store := replay.NewStore(a.Pool, a.Incidents)
 	a.Replays = &Replays{Store: store, Runner: replay.NewRunner(store, outcomeReplayer{r},
 		replay.RunnerConfig{Log: a.Log.With("component", "replay"), Redriver: a.Outbox, NotDead: func(err error) bool {
-			return errors.Is(err, outbox.ErrNotDead) || errors.Is(err, outbox.ErrNotFound)
+			// outbox.Store.Redrive: gone, or no longer a dead letter.
+			return errors.Is(err, apperr.ErrConflict) || errors.Is(err, apperr.ErrNotFound)
 		}, Finished: a.Metrics.ReplayFinished})}
 	return &api.Replays{Service: store, Nudge: a.Replays.Runner.Nudge}
 }

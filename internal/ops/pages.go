@@ -296,9 +296,9 @@ func (c *Console) redriveDead(ec echo.Context) error {
 		back.Set("topic", t)
 	}
 	switch err := c.d.Outbox.Redrive(ctxOf(ec), id); {
-	case errors.Is(err, outbox.ErrNotFound):
+	case errors.Is(err, apperr.ErrNotFound):
 		return c.fail(ec, http.StatusNotFound, "No outbox message "+id.String()+"; nothing was re-driven.")
-	case errors.Is(err, outbox.ErrNotDead):
+	case errors.Is(err, apperr.ErrConflict): // not a dead letter
 		back.Set("redriven", id.String())
 		back.Set("result", "not-dead")
 	case err != nil:

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/incidents"
 	"github.com/stripe-payments/stripe-payments/internal/outbox"
 	"github.com/stripe-payments/stripe-payments/internal/replay"
@@ -183,7 +184,7 @@ func TestDeadLettersOfAnIncidentAreRedriven(t *testing.T) {
 	require.NoError(t, err)
 	ob := outbox.NewStore(pool, nil, nil)
 	runner := replay.NewRunner(s, &countingReplayer{calls: map[string]int{}, classes: map[stripebudget.Class]int{}},
-		replay.RunnerConfig{Redriver: ob, NotDead: func(err error) bool { return errors.Is(err, outbox.ErrNotDead) }})
+		replay.RunnerConfig{Redriver: ob, NotDead: func(err error) bool { return errors.Is(err, apperr.ErrConflict) }})
 	worked, err := runner.RunOnce(ctx)
 	require.NoError(t, err)
 	require.True(t, worked)
@@ -254,7 +255,7 @@ func TestDeadLettersByFilter(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 2, r.Matched)
 	runner := replay.NewRunner(s, &countingReplayer{calls: map[string]int{}, classes: map[stripebudget.Class]int{}},
-		replay.RunnerConfig{Redriver: outbox.NewStore(pool, nil, nil), NotDead: func(err error) bool { return errors.Is(err, outbox.ErrNotDead) }})
+		replay.RunnerConfig{Redriver: outbox.NewStore(pool, nil, nil), NotDead: func(err error) bool { return errors.Is(err, apperr.ErrConflict) }})
 	worked, err := runner.RunOnce(ctx)
 	require.NoError(t, err)
 	require.True(t, worked)
