@@ -153,7 +153,7 @@ func (c *Console) incidentReplay(ec echo.Context) error {
 	f := replay.Filter{Incident: id}
 	if ec.FormValue("confirm") != "yes" {
 		p, err := c.d.Replays.DryRun(ctx, f)
-		if errors.Is(err, replay.ErrFilter) {
+		if errors.Is(err, apperr.ErrInvalid) {
 			return c.showIncident(ec, http.StatusBadRequest, nil, "", filterMessage(err))
 		}
 		if err != nil {
@@ -162,7 +162,7 @@ func (c *Console) incidentReplay(ec echo.Context) error {
 		return c.showIncident(ec, http.StatusOK, &p, "", "")
 	}
 	r, err := c.d.Replays.Start(ctx, f, ConsoleActor)
-	if errors.Is(err, replay.ErrFilter) {
+	if errors.Is(err, apperr.ErrInvalid) {
 		return c.showIncident(ec, http.StatusBadRequest, nil, "", filterMessage(err)+" Nothing was started.")
 	}
 	if err != nil {
@@ -174,9 +174,8 @@ func (c *Console) incidentReplay(ec echo.Context) error {
 	return ec.Redirect(http.StatusSeeOther, Prefix+"/replays/"+r.ID)
 }
 
-func filterMessage(err error) string {
-	return strings.TrimPrefix(err.Error(), replay.ErrFilter.Error()+": ")
-}
+// filterMessage is why a filter was refused.
+func filterMessage(err error) string { return apperr.From(err).Message }
 
 func (c *Console) replayPage(ec echo.Context) error {
 	id := ec.Param("id")
@@ -184,7 +183,7 @@ func (c *Console) replayPage(ec echo.Context) error {
 		return c.fail(ec, http.StatusBadRequest, "That is not a replay id.")
 	}
 	r, err := c.d.Replays.Get(ctxOf(ec), id)
-	if errors.Is(err, replay.ErrNotFound) {
+	if errors.Is(err, apperr.ErrNotFound) {
 		return c.fail(ec, http.StatusNotFound, "No replay "+id+".")
 	}
 	if err != nil {
@@ -222,9 +221,9 @@ func (c *Console) replayCancel(ec echo.Context) error {
 	}
 	r, err := c.d.Replays.Cancel(ctxOf(ec), id, ConsoleActor)
 	switch {
-	case errors.Is(err, replay.ErrNotFound):
+	case errors.Is(err, apperr.ErrNotFound):
 		return c.fail(ec, http.StatusNotFound, "No replay "+id+"; nothing was changed.")
-	case errors.Is(err, replay.ErrNotRunning):
+	case errors.Is(err, apperr.ErrConflict):
 		return c.fail(ec, http.StatusConflict, "Replay "+id+" is "+r.Status+": only a running replay can be cancelled. Nothing was changed.")
 	case err != nil:
 		return c.unavailable(ec, "cancel the replay", err)

@@ -63,7 +63,7 @@ func TestFilterMatches(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			p, err := s.DryRun(ctx, tc.f)
 			if tc.refuse != "" {
-				require.ErrorIs(t, err, replay.ErrFilter)
+				require.ErrorIs(t, err, apperr.ErrInvalid)
 				assert.Contains(t, err.Error(), tc.refuse)
 				return
 			}
@@ -82,7 +82,7 @@ func TestFilterMatches(t *testing.T) {
 		})
 	}
 	_, err = s.Start(ctx, replay.Filter{Type: "customer.created"}, "t")
-	assert.ErrorIs(t, err, replay.ErrFilter, "a replay matching nothing is refused")
+	assert.ErrorIs(t, err, apperr.ErrInvalid, "a replay matching nothing is refused")
 	var n int
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM replays`).Scan(&n))
 	assert.Zero(t, n, "dry runs and refusals write nothing")
@@ -175,7 +175,7 @@ func TestDeadLettersOfAnIncidentAreRedriven(t *testing.T) {
 	require.Equal(t, 3, p.Matched)
 	assert.Equal(t, "redrive", p.Sample[0].Would)
 	_, err = s.DryRun(ctx, replay.Filter{Incident: id, Type: "invoice.paid"})
-	assert.ErrorIs(t, err, replay.ErrFilter)
+	assert.ErrorIs(t, err, apperr.ErrInvalid)
 
 	r, err := s.Start(ctx, replay.Filter{Incident: id}, "t")
 	require.NoError(t, err)
@@ -248,7 +248,7 @@ func TestDeadLettersByFilter(t *testing.T) {
 		{Status: "delivered"},
 	} {
 		_, err := s.DryRun(ctx, bad)
-		assert.ErrorIs(t, err, replay.ErrFilter, "%+v", bad)
+		assert.ErrorIs(t, err, apperr.ErrInvalid, "%+v", bad)
 	}
 
 	r, err := s.Start(ctx, f, "t")
