@@ -4,11 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"io"
 	"mime"
 	"net/http"
-	"strings"
 
 	"github.com/labstack/echo/v4"
 
@@ -47,37 +45,6 @@ func registerBilling(g router, svc BillingService) {
 
 type billingRoutes struct {
 	svc BillingService
-}
-
-// billingError maps the billing vocabulary to the API's.
-func billingError(err error) error {
-	switch {
-	case errors.Is(err, billing.ErrLivemode):
-		return apperr.New(apperr.CodeLivemode, "test clocks are for test mode only: STRIPE_API_KEY is a live key")
-	case errors.Is(err, billing.ErrTooManyClocks), errors.Is(err, billing.ErrTooManyAdvances):
-		return apperr.New(apperr.CodeConflict, "%s", err.Error())
-	case errors.Is(err, billing.ErrClockBusy):
-		return apperr.New(apperr.CodeConflict, "the test clock is advancing; wait until its status is ready")
-	case errors.Is(err, billing.ErrInvalid):
-		return apperr.New(apperr.CodeInvalidParameter, "%s", strings.TrimPrefix(err.Error(), billing.ErrInvalid.Error()+": "))
-	case errors.Is(err, billing.ErrInvalidCursor):
-		return apperr.New(apperr.CodeInvalidParameter, "invalid cursor")
-	case errors.Is(err, billing.ErrNotFound):
-		return apperr.New(apperr.CodeNotFound, "not found")
-	case errors.Is(err, billing.ErrDuplicate):
-		return apperr.New(apperr.CodeConflict, "a different subscription with this id exists")
-	case errors.Is(err, billing.ErrNothingToPay):
-		return apperr.New(apperr.CodeConflict, "no unpaid ERROR period to pay")
-	case errors.Is(err, billing.ErrAttemptInFlight):
-		return apperr.New(apperr.CodeConflict, "a payment attempt is in flight; retry after the next collection run")
-	case errors.Is(err, billing.ErrNotCancelled):
-		return apperr.New(apperr.CodeConflict, "the subscription is not cancelled: only a CANCELLED subscription is reactivated")
-	case errors.Is(err, billing.ErrLocked):
-		return apperr.New(apperr.CodeConflict, "the account is being billed right now; retry shortly")
-	case errors.Is(err, billing.ErrConflict):
-		return apperr.New(apperr.CodeConflict, "changed concurrently, or a payment attempt is in flight; retry shortly")
-	}
-	return apperr.Wrap(err, apperr.CodeUnavailable, "billing is unavailable")
 }
 
 // subscriptionPath reads the account and subscription ids of a
@@ -205,7 +172,7 @@ func (h billingRoutes) create(c echo.Context) error {
 		StartDate: start, Timezone: req.Timezone, TestClock: req.TestClock,
 	})
 	if err != nil {
-		return billingError(err)
+		return apperr.Ensure(err, apperr.CodeUnavailable, "billing is unavailable")
 	}
 	return c.JSON(http.StatusCreated, SubscriptionJSON(sub))
 }
@@ -240,7 +207,7 @@ func (h billingRoutes) update(c echo.Context) error {
 	}
 	sub, err := h.svc.UpdateSubscription(c.Request().Context(), account, subID, ch)
 	if err != nil {
-		return billingError(err)
+		return apperr.Ensure(err, apperr.CodeUnavailable, "billing is unavailable")
 	}
 	return c.JSON(http.StatusOK, SubscriptionJSON(sub))
 }
@@ -305,7 +272,7 @@ func (h billingRoutes) getSubscription(c echo.Context) error {
 	}
 	sub, err := h.svc.GetSubscription(c.Request().Context(), account, subID)
 	if err != nil {
-		return billingError(err)
+		return apperr.Ensure(err, apperr.CodeUnavailable, "billing is unavailable")
 	}
 	return c.JSON(http.StatusOK, SubscriptionJSON(sub))
 }
@@ -321,7 +288,7 @@ func (h billingRoutes) listSubscriptions(c echo.Context) error {
 	}
 	page, err := h.svc.ListSubscriptions(c.Request().Context(), account, limit, cursor)
 	if err != nil {
-		return billingError(err)
+		return apperr.Ensure(err, apperr.CodeUnavailable, "billing is unavailable")
 	}
 	return c.JSON(http.StatusOK, listOf(page.Items, page.NextCursor, SubscriptionJSON))
 }
@@ -337,7 +304,7 @@ func (h billingRoutes) receipts(c echo.Context) error {
 	}
 	page, err := h.svc.ListReceipts(c.Request().Context(), account, limit, cursor)
 	if err != nil {
-		return billingError(err)
+		return apperr.Ensure(err, apperr.CodeUnavailable, "billing is unavailable")
 	}
 	return c.JSON(http.StatusOK, listOf(page.Items, page.NextCursor, ReceiptJSON))
 }
@@ -353,7 +320,7 @@ func (h billingRoutes) history(c echo.Context) error {
 	}
 	page, err := h.svc.ListHistory(c.Request().Context(), account, subID, limit, cursor)
 	if err != nil {
-		return billingError(err)
+		return apperr.Ensure(err, apperr.CodeUnavailable, "billing is unavailable")
 	}
 	return c.JSON(http.StatusOK, listOf(page.Items, page.NextCursor, HistoryJSON))
 }
@@ -388,7 +355,7 @@ func (h billingRoutes) pay(c echo.Context) error {
 	}
 	sub, p, err := h.svc.Pay(c.Request().Context(), account, subID)
 	if err != nil {
-		return billingError(err)
+		return apperr.Ensure(err, apperr.CodeUnavailable, "billing is unavailable")
 	}
 	return c.JSON(http.StatusOK, PayResult{
 		BillingDate: p.BillingDate.String(), BillingStatus: string(p.Status), Process: string(p.Process),

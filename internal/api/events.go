@@ -97,11 +97,8 @@ func (h eventRoutes) get(c echo.Context) error {
 		return err
 	}
 	rec, err := h.store.Get(c.Request().Context(), id)
-	if errors.Is(err, events.ErrNotFound) {
-		return apperr.New(apperr.CodeNotFound, "event %s not found", id)
-	}
 	if err != nil {
-		return apperr.Wrap(err, apperr.CodeUnavailable, "could not read event")
+		return apperr.Ensure(err, apperr.CodeUnavailable, "could not read event")
 	}
 	return c.JSON(http.StatusOK, EventJSON(rec))
 }
@@ -154,7 +151,7 @@ func (h eventRoutes) list(c echo.Context) error {
 		}
 		page, err = h.store.ByDate(ctx, q["date"], r, limit, q["cursor"])
 		if err != nil {
-			return listError(err)
+			return apperr.Ensure(err, apperr.CodeUnavailable, "could not list events")
 		}
 	default:
 		if q["from"] != "" || q["to"] != "" {
@@ -176,7 +173,7 @@ func (h eventRoutes) list(c echo.Context) error {
 			page, err = h.store.BySubscription(ctx, q["subscription"], r, limit, q["cursor"])
 		}
 		if err != nil {
-			return listError(err)
+			return apperr.Ensure(err, apperr.CodeUnavailable, "could not list events")
 		}
 	}
 	if kind != "" {
@@ -191,13 +188,6 @@ func (h eventRoutes) list(c echo.Context) error {
 		page.Records = kept
 	}
 	return c.JSON(http.StatusOK, listOf(page.Records, page.NextCursor, EventJSON))
-}
-
-func listError(err error) error {
-	if errors.Is(err, events.ErrInvalidCursor) {
-		return apperr.New(apperr.CodeInvalidParameter, "invalid cursor")
-	}
-	return apperr.Wrap(err, apperr.CodeUnavailable, "could not list events")
 }
 
 // clockRange turns from/to (HH:MM:SS[.mmm]) into an inclusive time range.
@@ -303,7 +293,7 @@ func (h eventRoutes) replayEvent(ctx context.Context, id, account string) (Repla
 	switch {
 	case err == nil && len(rec.Payload) > 0:
 		payload = rec.Payload
-	case err == nil || errors.Is(err, events.ErrNotFound):
+	case err == nil || errors.Is(err, apperr.ErrNotFound):
 		if err == nil {
 			account = rec.StripeAccount
 		}

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
 	"github.com/stripe-payments/stripe-payments/internal/config"
 	"github.com/stripe-payments/stripe-payments/internal/lock"
@@ -294,7 +295,7 @@ func (s *Service) advance(ctx context.Context, tx *Tx, sub *Subscription, from, 
 	for range 120 {
 		p, err := s.store.GetPeriod(ctx, sub.AccountID, sub.SubscriptionID, next)
 		switch {
-		case errors.Is(err, ErrNotFound):
+		case errors.Is(err, apperr.ErrNotFound):
 			p = newPeriod(*sub, next, Scheduled, proc, "scheduled", now)
 			tx.PutPeriod(&p, false)
 		case err != nil:

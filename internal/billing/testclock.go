@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
 )
 
@@ -42,9 +43,9 @@ const MaxClockAdvanceYears = 3
 
 var (
 	// ErrLivemode: test clocks exist in test mode only.
-	ErrLivemode = errors.New("test clocks are not available with a live Stripe key")
+	ErrLivemode = apperr.New(apperr.CodeLivemode, "test clocks are for test mode only: STRIPE_API_KEY is a live key")
 	// ErrClockBusy: the clock is being advanced.
-	ErrClockBusy = errors.New("the test clock is advancing")
+	ErrClockBusy = apperr.New(apperr.CodeConflict, "the test clock is advancing; wait until its status is ready")
 )
 
 // Clock is a test clock.
@@ -81,7 +82,7 @@ func (s *Service) forSub(ctx context.Context, sub Subscription) (*Service, error
 		return s.onClock("", s.wall), nil
 	}
 	c, err := s.store.GetClock(ctx, sub.TestClock)
-	if errors.Is(err, ErrNotFound) {
+	if errors.Is(err, apperr.ErrNotFound) {
 		return s.onClock("", s.wall), nil
 	}
 	if err != nil {
@@ -165,7 +166,7 @@ func (s *Service) ListClocks(ctx context.Context) ([]Clock, error) {
 	clocks := make([]Clock, 0, len(ids))
 	for _, id := range ids {
 		c, _, err := s.GetClock(ctx, id, 0)
-		if errors.Is(err, ErrNotFound) {
+		if errors.Is(err, apperr.ErrNotFound) {
 			continue // deleted meanwhile
 		}
 		if err != nil {
@@ -186,7 +187,7 @@ func (s *Service) ClockSubscriptions(ctx context.Context, id string) ([]Subscrip
 	subs := make([]Subscription, 0, len(members))
 	for _, m := range members {
 		sub, err := s.store.GetSubscription(ctx, m.AccountID, m.SubscriptionID)
-		if errors.Is(err, ErrNotFound) {
+		if errors.Is(err, apperr.ErrNotFound) {
 			continue
 		}
 		if err != nil {
@@ -216,7 +217,7 @@ func (s *Service) DeleteClock(ctx context.Context, id string) error {
 	}
 	for _, m := range members {
 		_, err := s.UpdateSubscription(ctx, m.AccountID, m.SubscriptionID, Change{Action: "cancel", Cause: "test-clock-deleted:" + id})
-		if err != nil && !errors.Is(err, ErrNotFound) {
+		if err != nil && !errors.Is(err, apperr.ErrNotFound) {
 			return fmt.Errorf("cancel %s/%s: %w", m.AccountID, m.SubscriptionID, err)
 		}
 	}

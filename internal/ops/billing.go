@@ -13,6 +13,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/billing"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
 )
@@ -159,7 +160,7 @@ func (c *Console) billingAccount(ec echo.Context) error {
 			d.NextReceipts = Prefix + "/billing/" + url.PathEscape(d.Account) + "?" + url.Values{"receipts": {receipts.NextCursor}}.Encode()
 		}
 	}
-	if errors.Is(err, billing.ErrInvalidCursor) {
+	if errors.Is(err, apperr.ErrInvalid) { // a cursor the listing did not issue
 		return c.fail(ec, http.StatusBadRequest, "That page link is not valid; open the account again.")
 	}
 	if err != nil {
@@ -445,8 +446,8 @@ func (c *Console) billingAction(ec echo.Context) error {
 		return ec.Redirect(http.StatusSeeOther, subPath(sub)+"?done="+a.Name)
 	case isNotFound(err):
 		return c.fail(ec, http.StatusNotFound, "No such subscription or period; nothing was changed.")
-	case errors.Is(err, billing.ErrInvalid):
-		return c.fail(ec, http.StatusConflict, "Refused: "+strings.TrimPrefix(err.Error(), billing.ErrInvalid.Error()+": ")+". Nothing was changed.")
+	case errors.Is(err, apperr.ErrInvalid):
+		return c.fail(ec, http.StatusConflict, "Refused: "+reason(err)+". Nothing was changed.")
 	case errors.Is(err, billing.ErrConflict) && c.inFlightNow(ec, ids[0], ids[1]) != nil:
 		return c.fail(ec, http.StatusConflict, refusedInFlight(*c.inFlightNow(ec, ids[0], ids[1])))
 	case errors.Is(err, billing.ErrLocked), errors.Is(err, billing.ErrConflict):

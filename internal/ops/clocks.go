@@ -11,6 +11,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/billing"
 )
 
@@ -100,7 +101,7 @@ func (c *Console) clockCreate(ec echo.Context) error {
 	}
 	clock, err := c.d.Billing.CreateClock(ctxOf(ec), at, strings.TrimSpace(form.Name))
 	switch {
-	case errors.Is(err, billing.ErrInvalid):
+	case errors.Is(err, apperr.ErrInvalid):
 		return c.renderClockList(ec, http.StatusBadRequest, "Refused: "+reason(err)+". No clock was created.", form)
 	case err != nil:
 		return c.unavailable(ec, "create the test clock", err)
@@ -315,10 +316,10 @@ func (c *Console) clockError(ec echo.Context, what string, err error) error {
 	case isNotFound(err):
 		return c.fail(ec, http.StatusNotFound, "No such test clock."+unchanged)
 	case errors.Is(err, billing.ErrTooManyClocks), errors.Is(err, billing.ErrTooManyAdvances):
-		return c.clockRefused(ec, http.StatusConflict, "Refused: "+err.Error()+"."+unchanged)
+		return c.clockRefused(ec, http.StatusConflict, "Refused: "+reason(err)+"."+unchanged)
 	case errors.Is(err, billing.ErrClockBusy):
 		return c.clockRefused(ec, http.StatusConflict, "The clock is advancing; try again once it is ready."+unchanged)
-	case errors.Is(err, billing.ErrInvalid):
+	case errors.Is(err, apperr.ErrInvalid):
 		return c.clockRefused(ec, http.StatusBadRequest, "Refused: "+reason(err)+"."+unchanged)
 	case errors.Is(err, billing.ErrLocked), errors.Is(err, billing.ErrConflict):
 		return c.clockRefused(ec, http.StatusConflict, "A subscription of the clock is being billed or changed right now, or has a payment attempt still without an outcome; try again later."+unchanged)
@@ -328,10 +329,8 @@ func (c *Console) clockError(ec echo.Context, what string, err error) error {
 	return c.unavailable(ec, what, err)
 }
 
-// reason is a billing.ErrInvalid's message without its prefix.
-func reason(err error) string {
-	return strings.TrimPrefix(err.Error(), billing.ErrInvalid.Error()+": ")
-}
+// reason is why billing refused: the message of its apperr error.
+func reason(err error) string { return apperr.From(err).Message }
 
 func plural(n int, word string) string {
 	s := strconv.Itoa(n) + " " + word

@@ -25,6 +25,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/stripe-payments/stripe-payments/internal/api"
+	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/authlimit"
 	"github.com/stripe-payments/stripe-payments/internal/billing"
 	"github.com/stripe-payments/stripe-payments/internal/billing/batchrun"
@@ -336,4 +337,4 @@ func (c *Console) logout(ec echo.Context) error {
 
 func ctxOf(ec echo.Context) context.Context { return ec.Request().Context() }
 
-func isNotFound(err error) bool { return errors.Is(err, billing.ErrNotFound) }
+func isNotFound(err error) bool { return errors.Is(err, apperr.ErrNotFound) }

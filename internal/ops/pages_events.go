@@ -11,6 +11,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/events"
 	"github.com/stripe-payments/stripe-payments/internal/stripeid"
 )
@@ -94,7 +95,7 @@ func (c *Console) eventSearch(ec echo.Context) error {
 		v.Error = "Search by id, date, account or subscription."
 		return c.render(ec, http.StatusBadRequest, "events", v)
 	}
-	if errors.Is(err, events.ErrInvalidCursor) {
+	if errors.Is(err, apperr.ErrInvalid) {
 		v.Error = "That page link is not valid any more; search again."
 		return c.render(ec, http.StatusBadRequest, "events", v)
 	}
@@ -185,7 +186,7 @@ func (c *Console) eventPage(ec echo.Context) error {
 		return c.fail(ec, http.StatusBadRequest, "An event id looks like evt_…")
 	}
 	rec, err := c.d.Events.Get(ctxOf(ec), id)
-	if errors.Is(err, events.ErrNotFound) {
+	if errors.Is(err, apperr.ErrNotFound) {
 		return c.render(ec, http.StatusNotFound, "event", view{Title: "Event not found", Nav: "events",
 			Error: "No event " + id + " in the events table (never received, or past its TTL). A replay fetches it from Stripe.",
 			Data:  eventData{Record: events.Record{ID: id}}})
