@@ -8,6 +8,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/stripe-payments/stripe-payments/internal/apperr"
 )
 
 // Store is the purchase API's and the internal API's access to the tracking
@@ -83,7 +85,7 @@ func (s *Store) CreatePurchase(ctx context.Context, np NewPurchase) (p Purchase,
 func (s *Store) GetPurchase(ctx context.Context, id uuid.UUID) (Purchase, error) {
 	p, err := scanPurchase(s.pool.QueryRow(ctx, `SELECT `+purchaseColumns+purchaseFrom+`WHERE p.id = $1`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Purchase{}, fmt.Errorf("purchase %s: %w", id, ErrNotFound)
+		return Purchase{}, apperr.New(apperr.CodeNotFound, "purchase %s not found", id)
 	}
 	if err != nil {
 		return Purchase{}, fmt.Errorf("read purchase %s: %w", id, err)
@@ -98,7 +100,7 @@ func (s *Store) GetPayment(ctx context.Context, id string) (Payment, error) {
 		coalesce(last_event_id, ''), last_event_created FROM payments WHERE id = $1`, id).
 		Scan(&p.ID, &p.Created, &p.LastUpdated, &p.Account, &p.StripeAccount, &p.Purchase, &p.Status, &p.LastEventID, &p.LastEventCreated)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Payment{}, fmt.Errorf("payment %s: %w", id, ErrNotFound)
+		return Payment{}, apperr.New(apperr.CodeNotFound, "payment %s not found", id)
 	}
 	if err != nil {
 		return Payment{}, fmt.Errorf("read payment %s: %w", id, err)
@@ -113,7 +115,7 @@ func (s *Store) GetSubscription(ctx context.Context, id string) (Subscription, e
 		coalesce(last_event_id, ''), last_event_created FROM subscriptions WHERE id = $1`, id).
 		Scan(&sub.ID, &sub.Created, &sub.LastUpdated, &sub.Account, &sub.StripeAccount, &sub.Purchase, &sub.Status, &sub.LastEventID, &sub.LastEventCreated)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Subscription{}, fmt.Errorf("subscription %s: %w", id, ErrNotFound)
+		return Subscription{}, apperr.New(apperr.CodeNotFound, "subscription %s not found", id)
 	}
 	if err != nil {
 		return Subscription{}, fmt.Errorf("read subscription %s: %w", id, err)
@@ -133,7 +135,7 @@ func (s *Store) RecordPayment(ctx context.Context, purchase uuid.UUID, paymentIn
 			return translate(err)
 		}
 		if tag.RowsAffected() == 0 {
-			return ErrNotFound
+			return apperr.New(apperr.CodeNotFound, "purchase %s not found", purchase)
 		}
 		_, err = tx.Exec(ctx, `INSERT INTO payments (id, account, stripe_account, purchase)
 			SELECT $2, account, stripe_account, id FROM purchases WHERE id = $1
@@ -174,7 +176,7 @@ func (s *Store) RecordSubscription(ctx context.Context, purchase uuid.UUID, subs
 			return translate(err)
 		}
 		if tag.RowsAffected() == 0 {
-			return ErrNotFound
+			return apperr.New(apperr.CodeNotFound, "purchase %s not found", purchase)
 		}
 		_, err = tx.Exec(ctx, `INSERT INTO subscriptions (id, account, stripe_account, purchase)
 			SELECT $2, account, stripe_account, id FROM purchases WHERE id = $1
