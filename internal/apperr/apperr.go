@@ -5,7 +5,6 @@ package apperr
 import (
 	"errors"
 	"fmt"
-	"net/http"
 )
 
 // Code is a stable, machine-readable error code.
@@ -84,33 +83,36 @@ func Wrap(cause error, code Code, format string, args ...any) *Error {
 	return &Error{Code: code, Message: fmt.Sprintf(format, args...), Err: cause}
 }
 
-// Status maps a code to its HTTP status: the only such mapping.
+// Status maps a code to its HTTP status: the only such mapping. Numbers,
+// not net/http's names, so that the domain packages that return these
+// errors do not import net/http through apperr (internal/depcheck forbids
+// it to some; TestStatus pins every number against net/http's names).
 func Status(code Code) int {
 	switch code {
 	case CodeMissingSignature, CodeInvalidSignature, CodeTimestampTolerance, CodeInvalidEvent, CodeInvalidParameter:
-		return http.StatusBadRequest
+		return 400
 	case CodePayloadTooLarge:
-		return http.StatusRequestEntityTooLarge
+		return 413
 	case CodeUnauthorized:
-		return http.StatusUnauthorized
+		return 401
 	case CodeTooManyRequests:
-		return http.StatusTooManyRequests
+		return 429
 	case CodeLivemode:
-		return http.StatusForbidden
+		return 403
 	case CodeNotFound:
-		return http.StatusNotFound
+		return 404
 	case CodeConflict:
-		return http.StatusConflict
+		return 409
 	case CodeMethodNotAllowed:
-		return http.StatusMethodNotAllowed
+		return 405
 	case CodePaymentFailed:
-		return http.StatusPaymentRequired
+		return 402
 	case CodeUpstream:
-		return http.StatusBadGateway
+		return 502
 	case CodeUnavailable:
-		return http.StatusServiceUnavailable
+		return 503
 	default:
-		return http.StatusInternalServerError
+		return 500
 	}
 }
 
