@@ -92,7 +92,7 @@ func (c *Console) batchStart(ec echo.Context) error {
 	if ec.FormValue("confirm") != "yes" {
 		cands, err := c.d.Batches.DryRun(ctx, sel)
 		if errors.Is(err, apperr.ErrInvalid) {
-			return c.showBatches(ec, http.StatusBadRequest, d, selectionMessage(err)+" Nothing was charged.")
+			return c.showBatches(ec, statusOf(err), d, selectionMessage(err)+" Nothing was charged.")
 		}
 		if err != nil {
 			return c.unavailable(ec, "run the dry run", err)
@@ -107,7 +107,7 @@ func (c *Console) batchStart(ec echo.Context) error {
 	}
 	b, err := c.d.Batches.Start(ctx, sel, ConsoleActor)
 	if errors.Is(err, apperr.ErrInvalid) {
-		return c.showBatches(ec, http.StatusBadRequest, d, selectionMessage(err)+" Nothing was started.")
+		return c.showBatches(ec, statusOf(err), d, selectionMessage(err)+" Nothing was started.")
 	}
 	if err != nil {
 		return c.unavailable(ec, "start the batch", err)
@@ -129,7 +129,7 @@ func (c *Console) batchPage(ec echo.Context) error {
 	}
 	b, err := c.d.Batches.Get(ctxOf(ec), id)
 	if errors.Is(err, apperr.ErrNotFound) {
-		return c.fail(ec, http.StatusNotFound, "No batch "+id+".")
+		return c.refused(ec, err, "No batch "+id+".")
 	}
 	if err != nil {
 		return c.unavailable(ec, "read the batch", err)

@@ -254,6 +254,18 @@ func (c *Console) fail(ec echo.Context, status int, msg string) error {
 	return c.render(ec, status, "message", view{Title: http.StatusText(status), Error: msg})
 }
 
+// refused answers a request a service refused with err: the status of err's
+// apperr code (statusOf) and the console's own words for it.
+func (c *Console) refused(ec echo.Context, err error, msg string) error {
+	return c.fail(ec, statusOf(err), msg)
+}
+
+// statusOf is the status of err's apperr code: apperr.Status, the one
+// mapping, which the API answers with too. Call it on an error a branch
+// matched (errors.Is with an apperr kind or a service's sentinel): an
+// uncoded error is a 500.
+func statusOf(err error) int { return apperr.Status(apperr.CodeOf(err)) }
+
 // unavailable renders a dependency error without its details (they are
 // logged).
 func (c *Console) unavailable(ec echo.Context, what string, err error) error {

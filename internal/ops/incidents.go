@@ -103,7 +103,7 @@ func (c *Console) showIncident(ec echo.Context, status int, preview *replay.Prev
 	ctx := ctxOf(ec)
 	inc, err := c.d.Incidents.Get(ctx, id)
 	if errors.Is(err, apperr.ErrNotFound) {
-		return c.fail(ec, http.StatusNotFound, "No incident "+id+": what failed may have been replayed since.")
+		return c.refused(ec, err, "No incident "+id+": what failed may have been replayed since.")
 	}
 	if err != nil {
 		return c.unavailable(ec, "read the incident", err)
@@ -133,9 +133,9 @@ func (c *Console) incidentState(ec echo.Context) error {
 	_, err := c.d.Incidents.SetState(ctxOf(ec), id, to, ConsoleActor)
 	switch {
 	case errors.Is(err, apperr.ErrNotFound):
-		return c.fail(ec, http.StatusNotFound, "No incident "+id+"; nothing was changed.")
+		return c.refused(ec, err, "No incident "+id+"; nothing was changed.")
 	case errors.Is(err, apperr.ErrConflict): // a resolved incident, the one conflict of SetState
-		return c.showIncident(ec, http.StatusConflict, nil, "", "A resolved incident is not acknowledged: it reopens by itself when its cause comes back. Nothing was changed.")
+		return c.showIncident(ec, statusOf(err), nil, "", "A resolved incident is not acknowledged: it reopens by itself when its cause comes back. Nothing was changed.")
 	case err != nil:
 		return c.unavailable(ec, "change the incident", err)
 	}
@@ -154,7 +154,7 @@ func (c *Console) incidentReplay(ec echo.Context) error {
 	if ec.FormValue("confirm") != "yes" {
 		p, err := c.d.Replays.DryRun(ctx, f)
 		if errors.Is(err, apperr.ErrInvalid) {
-			return c.showIncident(ec, http.StatusBadRequest, nil, "", filterMessage(err))
+			return c.showIncident(ec, statusOf(err), nil, "", filterMessage(err))
 		}
 		if err != nil {
 			return c.unavailable(ec, "run the dry run", err)
@@ -163,7 +163,7 @@ func (c *Console) incidentReplay(ec echo.Context) error {
 	}
 	r, err := c.d.Replays.Start(ctx, f, ConsoleActor)
 	if errors.Is(err, apperr.ErrInvalid) {
-		return c.showIncident(ec, http.StatusBadRequest, nil, "", filterMessage(err)+" Nothing was started.")
+		return c.showIncident(ec, statusOf(err), nil, "", filterMessage(err)+" Nothing was started.")
 	}
 	if err != nil {
 		return c.unavailable(ec, "start the replay", err)
@@ -184,7 +184,7 @@ func (c *Console) replayPage(ec echo.Context) error {
 	}
 	r, err := c.d.Replays.Get(ctxOf(ec), id)
 	if errors.Is(err, apperr.ErrNotFound) {
-		return c.fail(ec, http.StatusNotFound, "No replay "+id+".")
+		return c.refused(ec, err, "No replay "+id+".")
 	}
 	if err != nil {
 		return c.unavailable(ec, "read the replay", err)
@@ -222,9 +222,9 @@ func (c *Console) replayCancel(ec echo.Context) error {
 	r, err := c.d.Replays.Cancel(ctxOf(ec), id, ConsoleActor)
 	switch {
 	case errors.Is(err, apperr.ErrNotFound):
-		return c.fail(ec, http.StatusNotFound, "No replay "+id+"; nothing was changed.")
+		return c.refused(ec, err, "No replay "+id+"; nothing was changed.")
 	case errors.Is(err, apperr.ErrConflict):
-		return c.fail(ec, http.StatusConflict, "Replay "+id+" is "+r.Status+": only a running replay can be cancelled. Nothing was changed.")
+		return c.refused(ec, err, "Replay "+id+" is "+r.Status+": only a running replay can be cancelled. Nothing was changed.")
 	case err != nil:
 		return c.unavailable(ec, "cancel the replay", err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/events"
 	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
 	"github.com/stripe-payments/stripe-payments/internal/testenv"
@@ -266,7 +267,7 @@ func TestProblemsFollowFailuresRejectionsAndRecoveries(t *testing.T) {
 	assert.Equal(t, "bad object", only.Problems[0].Error)
 
 	_, err = p.List(ctx, "", 10, "not-a-cursor")
-	assert.ErrorIs(t, err, ErrBadCursor)
+	assert.ErrorIs(t, err, apperr.ErrInvalid)
 }
 
 // The stylesheet's text colours keep WCAG AA contrast (4.5:1) on the

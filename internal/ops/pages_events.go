@@ -97,7 +97,7 @@ func (c *Console) eventSearch(ec echo.Context) error {
 	}
 	if errors.Is(err, apperr.ErrInvalid) {
 		v.Error = "That page link is not valid any more; search again."
-		return c.render(ec, http.StatusBadRequest, "events", v)
+		return c.render(ec, statusOf(err), "events", v)
 	}
 	if err != nil {
 		return c.unavailable(ec, "search the events", err)
@@ -187,7 +187,7 @@ func (c *Console) eventPage(ec echo.Context) error {
 	}
 	rec, err := c.d.Events.Get(ctxOf(ec), id)
 	if errors.Is(err, apperr.ErrNotFound) {
-		return c.render(ec, http.StatusNotFound, "event", view{Title: "Event not found", Nav: "events",
+		return c.render(ec, statusOf(err), "event", view{Title: "Event not found", Nav: "events",
 			Error: "No event " + id + " in the events table (never received, or past its TTL). A replay fetches it from Stripe.",
 			Data:  eventData{Record: events.Record{ID: id}}})
 	}

@@ -2,7 +2,6 @@ package ops
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -10,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/events"
 	"github.com/stripe-payments/stripe-payments/internal/handler"
 	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
@@ -168,8 +168,8 @@ func (p *Problems) List(ctx context.Context, outcome string, limit int, cursor s
 	return page, nil
 }
 
-// ErrBadCursor is a cursor the list did not hand out.
-var ErrBadCursor = errors.New("invalid cursor")
+// badCursor is a cursor the list did not hand out (apperr.ErrInvalid).
+func badCursor() error { return apperr.New(apperr.CodeInvalidParameter, "invalid cursor") }
 
 func decodeProblemCursor(c string) (*time.Time, string, error) {
 	if c == "" {
@@ -179,12 +179,12 @@ func decodeProblemCursor(c string) (*time.Time, string, error) {
 		if c[i] == '|' {
 			t, err := time.Parse(time.RFC3339Nano, c[:i])
 			if err != nil {
-				return nil, "", ErrBadCursor
+				return nil, "", badCursor()
 			}
 			return &t, c[i+1:], nil
 		}
 	}
-	return nil, "", ErrBadCursor
+	return nil, "", badCursor()
 }
 
 // Counts are the list's sizes by outcome.
