@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -144,6 +145,10 @@ func TestOneMapping(t *testing.T) {
 		}
 		checked++
 		ast.Inspect(file, func(n ast.Node) bool {
+			if call, ok := n.(*ast.CallExpr); ok {
+				checkCall(t, filepath.Base(f), call)
+				return true
+			}
 			sel, ok := n.(*ast.SelectorExpr)
 			if !ok {
 				return true
@@ -160,6 +165,28 @@ func TestOneMapping(t *testing.T) {
 	}
 	if checked == 0 {
 		t.Fatal("no production files in internal/api")
+	}
+}
+
+// checkCall flags an error status chosen past the names: a number of 400
+// or more handed to a call (c.JSON(404, ...)), or an error built for echo's
+// status (echo.NewHTTPError) or written by hand (http.Error, WriteHeader).
+func checkCall(t *testing.T, file string, call *ast.CallExpr) {
+	t.Helper()
+	if sel, ok := call.Fun.(*ast.SelectorExpr); ok {
+		pkg, _ := sel.X.(*ast.Ident)
+		if sel.Sel.Name == "NewHTTPError" || sel.Sel.Name == "WriteHeader" || pkg != nil && pkg.Name == "http" && sel.Sel.Name == "Error" {
+			t.Errorf("%s: %s: answer errors with an apperr code (apperr.Status maps it)", file, sel.Sel.Name)
+		}
+	}
+	for _, arg := range call.Args {
+		lit, ok := arg.(*ast.BasicLit)
+		if !ok || lit.Kind != token.INT {
+			continue
+		}
+		if n, err := strconv.Atoi(lit.Value); err == nil && n >= 400 && n < 600 {
+			t.Errorf("%s: status %d in a call: answer errors with an apperr code (apperr.Status maps it)", file, n)
+		}
 	}
 }
 
