@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/stripe/stripe-go/v76"
 
+	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/apptest"
 	"github.com/stripe-payments/stripe-payments/internal/events"
 	"github.com/stripe-payments/stripe-payments/internal/handler"
@@ -218,7 +219,7 @@ func (e *env) recordOnly(payload []byte, failed bool) {
 func (e *env) record(id string) (events.Record, bool) {
 	e.t.Helper()
 	r, err := e.app.Events.Get(context.Background(), id)
-	if errors.Is(err, events.ErrNotFound) {
+	if errors.Is(err, apperr.ErrNotFound) {
 		return events.Record{}, false
 	}
 	require.NoError(e.t, err)

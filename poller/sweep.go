@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/events"
 )
 
@@ -73,7 +74,7 @@ func (p *Poller) stuck(ctx context.Context, recs []events.Record, only map[strin
 		}
 		full, err := p.d.Store.Get(ctx, rec.ID)
 		switch {
-		case errors.Is(err, events.ErrNotFound):
+		case errors.Is(err, apperr.ErrNotFound):
 			continue
 		case err != nil:
 			rep.Failed++

@@ -2,10 +2,8 @@ package api
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"regexp"
-	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -144,7 +142,7 @@ func ParseBatchRequest(in BatchRequest) (billing.BatchSelection, error) {
 		*tc.dst = d
 	}
 	if err := sel.Validate(); err != nil {
-		return sel, billingError(err)
+		return sel, apperr.Ensure(err, apperr.CodeUnavailable, "billing is unavailable")
 	}
 	return sel, nil
 }
@@ -173,13 +171,13 @@ func (h batchRoutes) create(c echo.Context) error {
 	if req.DryRun {
 		cs, err := h.b.Service.DryRun(ctx, sel)
 		if err != nil {
-			return batchError(err)
+			return apperr.Ensure(err, apperr.CodeUnavailable, "could not read or start the batch")
 		}
 		return c.JSON(http.StatusOK, map[string]any{"dry_run": true, "matched": len(cs), "data": CandidatesToJSON(cs)})
 	}
 	b, err := h.b.Service.Start(ctx, sel, APIActor)
 	if err != nil {
-		return batchError(err)
+		return apperr.Ensure(err, apperr.CodeUnavailable, "could not read or start the batch")
 	}
 	if h.b.Nudge != nil {
 		h.b.Nudge()
@@ -197,20 +195,7 @@ func (h batchRoutes) get(c echo.Context) error {
 	}
 	b, err := h.b.Service.Get(c.Request().Context(), id)
 	if err != nil {
-		return batchError(err)
+		return apperr.Ensure(err, apperr.CodeUnavailable, "could not read or start the batch")
 	}
 	return c.JSON(http.StatusOK, BatchToJSON(b))
-}
-
-func batchError(err error) error {
-	switch {
-	case errors.Is(err, batchrun.ErrNotFound):
-		return apperr.New(apperr.CodeNotFound, "batch not found")
-	case errors.Is(err, billing.ErrInvalid):
-		return billingError(err)
-	case errors.Is(err, batchrun.ErrSelection):
-		return apperr.New(apperr.CodeInvalidParameter, "%s", strings.TrimPrefix(err.Error(), batchrun.ErrSelection.Error()+": "))
-	default:
-		return apperr.Wrap(err, apperr.CodeUnavailable, "could not read or start the batch")
-	}
 }

@@ -4,18 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"io"
 	"mime"
 	"net/http"
-	"strings"
 
 	"github.com/labstack/echo/v4"
 
 	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/billing"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
-	"github.com/stripe-payments/stripe-payments/internal/billing/testclock"
 )
 
 // BillingService is the part of the billing core the API uses.
@@ -47,37 +44,6 @@ func registerBilling(g router, svc BillingService) {
 
 type billingRoutes struct {
 	svc BillingService
-}
-
-// billingError maps the billing vocabulary to the API's.
-func billingError(err error) error {
-	switch {
-	case errors.Is(err, billing.ErrLivemode):
-		return apperr.New(apperr.CodeLivemode, "test clocks are for test mode only: STRIPE_API_KEY is a live key")
-	case errors.Is(err, testclock.ErrTooManyClocks), errors.Is(err, testclock.ErrTooManyAdvances):
-		return apperr.New(apperr.CodeConflict, "%s", err.Error())
-	case errors.Is(err, testclock.ErrBusy):
-		return apperr.New(apperr.CodeConflict, "the test clock is advancing; wait until its status is ready")
-	case errors.Is(err, billing.ErrInvalid):
-		return apperr.New(apperr.CodeInvalidParameter, "%s", strings.TrimPrefix(err.Error(), billing.ErrInvalid.Error()+": "))
-	case errors.Is(err, billing.ErrInvalidCursor):
-		return apperr.New(apperr.CodeInvalidParameter, "invalid cursor")
-	case errors.Is(err, billing.ErrNotFound):
-		return apperr.New(apperr.CodeNotFound, "not found")
-	case errors.Is(err, billing.ErrDuplicate):
-		return apperr.New(apperr.CodeConflict, "a different subscription with this id exists")
-	case errors.Is(err, billing.ErrNothingToPay):
-		return apperr.New(apperr.CodeConflict, "no unpaid ERROR period to pay")
-	case errors.Is(err, billing.ErrAttemptInFlight):
-		return apperr.New(apperr.CodeConflict, "a payment attempt is in flight; retry after the next collection run")
-	case errors.Is(err, billing.ErrNotCancelled):
-		return apperr.New(apperr.CodeConflict, "the subscription is not cancelled: only a CANCELLED subscription is reactivated")
-	case errors.Is(err, billing.ErrLocked):
-		return apperr.New(apperr.CodeConflict, "the account is being billed right now; retry shortly")
-	case errors.Is(err, billing.ErrConflict):
-		return apperr.New(apperr.CodeConflict, "changed concurrently, or a payment attempt is in flight; retry shortly")
-	}
-	return apperr.Wrap(err, apperr.CodeUnavailable, "billing is unavailable")
 }
 
 // subscriptionPath reads the account and subscription ids of a
@@ -124,7 +90,7 @@ func listPage[T, J any](c echo.Context, list func(ctx context.Context, limit int
 	}
 	page, err := list(c.Request().Context(), limit, cursor)
 	if err != nil {
-		return billingError(err)
+		return apperr.Ensure(err, apperr.CodeUnavailable, "billing is unavailable")
 	}
 	return c.JSON(http.StatusOK, listOf(page.Items, page.NextCursor, render))
 }
@@ -216,7 +182,7 @@ func (h billingRoutes) create(c echo.Context) error {
 		StartDate: start, Timezone: req.Timezone, TestClock: req.TestClock,
 	})
 	if err != nil {
-		return billingError(err)
+		return apperr.Ensure(err, apperr.CodeUnavailable, "billing is unavailable")
 	}
 	return c.JSON(http.StatusCreated, SubscriptionJSON(sub))
 }
@@ -251,7 +217,7 @@ func (h billingRoutes) update(c echo.Context) error {
 	}
 	sub, err := h.svc.UpdateSubscription(c.Request().Context(), account, subID, ch)
 	if err != nil {
-		return billingError(err)
+		return apperr.Ensure(err, apperr.CodeUnavailable, "billing is unavailable")
 	}
 	return c.JSON(http.StatusOK, SubscriptionJSON(sub))
 }
@@ -316,7 +282,7 @@ func (h billingRoutes) getSubscription(c echo.Context) error {
 	}
 	sub, err := h.svc.GetSubscription(c.Request().Context(), account, subID)
 	if err != nil {
-		return billingError(err)
+		return apperr.Ensure(err, apperr.CodeUnavailable, "billing is unavailable")
 	}
 	return c.JSON(http.StatusOK, SubscriptionJSON(sub))
 }
@@ -381,7 +347,7 @@ func (h billingRoutes) pay(c echo.Context) error {
 	}
 	sub, p, err := h.svc.Pay(c.Request().Context(), account, subID)
 	if err != nil {
-		return billingError(err)
+		return apperr.Ensure(err, apperr.CodeUnavailable, "billing is unavailable")
 	}
 	return c.JSON(http.StatusOK, PayResult{
 		BillingDate: p.BillingDate.String(), BillingStatus: string(p.Status), Process: string(p.Process),

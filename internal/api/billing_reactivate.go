@@ -42,7 +42,7 @@ func (h billingRoutes) reactivate(c echo.Context) error {
 	sub, err := h.svc.Reactivate(c.Request().Context(), account, subID,
 		billing.Reactivation{PaymentMethod: req.PaymentMethod, Amount: req.Amount, SKU: req.SKU})
 	if err != nil {
-		return billingError(err)
+		return apperr.Ensure(err, apperr.CodeUnavailable, "billing is unavailable")
 	}
 	return c.JSON(http.StatusOK, SubscriptionJSON(sub))
 }

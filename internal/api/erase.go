@@ -4,6 +4,8 @@ import (
 	"net/http"
 
 	"github.com/labstack/echo/v4"
+
+	"github.com/stripe-payments/stripe-payments/internal/apperr"
 )
 
 // ErasureResult is the answer of DELETE .../personal-data.
@@ -28,7 +30,7 @@ func (h billingRoutes) erase(c echo.Context) error {
 	}
 	e, err := h.svc.ErasePersonalData(c.Request().Context(), account, subID)
 	if err != nil {
-		return billingError(err)
+		return apperr.Ensure(err, apperr.CodeUnavailable, "billing is unavailable")
 	}
 	res := ErasureResult{AccountID: account, SubscriptionID: subID}
 	res.Erased.Subscription, res.Erased.Periods, res.Erased.HistoryEntries = e.Subscription, e.Periods, e.HistoryEntries

@@ -1,7 +1,6 @@
 package api
 
 import (
-	"errors"
 	"net/http"
 	"regexp"
 	"time"
@@ -79,11 +78,8 @@ func (h eventRoutes) get(c echo.Context) error {
 		return err
 	}
 	rec, err := h.store.Get(c.Request().Context(), id)
-	if errors.Is(err, events.ErrNotFound) {
-		return apperr.New(apperr.CodeNotFound, "event %s not found", id)
-	}
 	if err != nil {
-		return apperr.Wrap(err, apperr.CodeUnavailable, "could not read event")
+		return apperr.Ensure(err, apperr.CodeUnavailable, "could not read event")
 	}
 	return c.JSON(http.StatusOK, EventJSON(rec))
 }
@@ -136,7 +132,7 @@ func (h eventRoutes) list(c echo.Context) error {
 		}
 		page, err = h.store.ByDate(ctx, q["date"], r, limit, q["cursor"])
 		if err != nil {
-			return listError(err)
+			return apperr.Ensure(err, apperr.CodeUnavailable, "could not list events")
 		}
 	default:
 		if q["from"] != "" || q["to"] != "" {
@@ -158,7 +154,7 @@ func (h eventRoutes) list(c echo.Context) error {
 			page, err = h.store.BySubscription(ctx, q["subscription"], r, limit, q["cursor"])
 		}
 		if err != nil {
-			return listError(err)
+			return apperr.Ensure(err, apperr.CodeUnavailable, "could not list events")
 		}
 	}
 	if kind != "" {
@@ -173,13 +169,6 @@ func (h eventRoutes) list(c echo.Context) error {
 		page.Records = kept
 	}
 	return c.JSON(http.StatusOK, listOf(page.Records, page.NextCursor, EventJSON))
-}
-
-func listError(err error) error {
-	if errors.Is(err, events.ErrInvalidCursor) {
-		return apperr.New(apperr.CodeInvalidParameter, "invalid cursor")
-	}
-	return apperr.Wrap(err, apperr.CodeUnavailable, "could not list events")
 }
 
 // clockRange turns from/to (HH:MM:SS[.mmm]) into an inclusive time range.

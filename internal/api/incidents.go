@@ -3,7 +3,6 @@ package api
 import (
 	"context"
 	"encoding/base64"
-	"errors"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -130,15 +129,8 @@ func (r incidentRoutes) patch(c echo.Context) error {
 		return apperr.New(apperr.CodeInvalidParameter, "state must be acknowledged or resolved (an incident reopens by itself when its cause comes back)")
 	}
 	inc, err := r.svc.SetState(c.Request().Context(), id, to, APIActor)
-	switch {
-	case errors.Is(err, incidents.ErrNotFound):
-		return apperr.New(apperr.CodeNotFound, "incident %s not found", id)
-	case errors.Is(err, incidents.ErrTransition):
-		return apperr.New(apperr.CodeConflict, "incident %s is resolved: it cannot be acknowledged; it reopens by itself when its cause comes back", id)
-	case errors.Is(err, incidents.ErrInvalidState):
-		return apperr.New(apperr.CodeInvalidParameter, "state must be acknowledged or resolved")
-	case err != nil:
-		return apperr.Wrap(err, apperr.CodeUnavailable, "could not change incident %s", id)
+	if err != nil {
+		return apperr.Ensure(err, apperr.CodeUnavailable, "could not change incident %s", id)
 	}
 	return c.JSON(http.StatusOK, IncidentToJSON(inc))
 }

@@ -3,7 +3,6 @@ package api
 import (
 	"context"
 	"encoding/base64"
-	"errors"
 	"net/http"
 	"strconv"
 	"strings"
@@ -118,13 +117,8 @@ func (r outboxRoutes) redriveOne(c echo.Context) error {
 		return apperr.New(apperr.CodeInvalidParameter, "id: a message UUID")
 	}
 	err = r.store.Redrive(c.Request().Context(), id)
-	switch {
-	case errors.Is(err, outbox.ErrNotFound):
-		return apperr.New(apperr.CodeNotFound, "outbox message %s not found", id)
-	case errors.Is(err, outbox.ErrNotDead):
-		return apperr.New(apperr.CodeConflict, "outbox message %s is not a dead letter (pending or delivered)", id)
-	case err != nil:
-		return apperr.Wrap(err, apperr.CodeUnavailable, "could not re-drive %s", id)
+	if err != nil {
+		return apperr.Ensure(err, apperr.CodeUnavailable, "could not re-drive %s", id)
 	}
 	return c.JSON(http.StatusOK, RedriveResult{Redriven: []string{id.String()}})
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"net/http"
 	"regexp"
-	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -185,7 +184,7 @@ func (h replayRoutes) create(c echo.Context) error {
 	if req.DryRun {
 		p, err := h.r.Service.DryRun(ctx, f)
 		if err != nil {
-			return replayError(err)
+			return apperr.Ensure(err, apperr.CodeUnavailable, "could not read or start the replay")
 		}
 		sample := make([]ReplaySampleJSON, 0, len(p.Sample))
 		for _, it := range p.Sample {
@@ -196,7 +195,7 @@ func (h replayRoutes) create(c echo.Context) error {
 	}
 	r, err := h.r.Service.Start(ctx, f, APIActor)
 	if err != nil {
-		return replayError(err)
+		return apperr.Ensure(err, apperr.CodeUnavailable, "could not read or start the replay")
 	}
 	if h.r.Nudge != nil {
 		h.r.Nudge()
@@ -223,7 +222,7 @@ func (h replayRoutes) get(c echo.Context) error {
 	}
 	r, err := h.r.Service.Get(c.Request().Context(), id)
 	if err != nil {
-		return replayError(err)
+		return apperr.Ensure(err, apperr.CodeUnavailable, "could not read or start the replay")
 	}
 	return c.JSON(http.StatusOK, ReplayToJSON(r))
 }
@@ -236,22 +235,8 @@ func (h replayRoutes) cancel(c echo.Context) error {
 		return err
 	}
 	r, err := h.r.Service.Cancel(c.Request().Context(), id, APIActor)
-	if errors.Is(err, replay.ErrNotRunning) {
-		return apperr.New(apperr.CodeConflict, "replay %s is %s: only a running replay can be cancelled", id, r.Status)
-	}
 	if err != nil {
-		return replayError(err)
+		return apperr.Ensure(err, apperr.CodeUnavailable, "could not read or start the replay")
 	}
 	return c.JSON(http.StatusOK, ReplayToJSON(r))
-}
-
-func replayError(err error) error {
-	switch {
-	case errors.Is(err, replay.ErrNotFound):
-		return apperr.New(apperr.CodeNotFound, "replay not found")
-	case errors.Is(err, replay.ErrFilter):
-		return apperr.New(apperr.CodeInvalidParameter, "%s", strings.TrimPrefix(err.Error(), replay.ErrFilter.Error()+": "))
-	default:
-		return apperr.Wrap(err, apperr.CodeUnavailable, "could not read or start the replay")
-	}
 }

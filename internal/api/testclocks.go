@@ -35,7 +35,7 @@ func registerTestClocks(g router, svc TestClocks, livemode bool, background cont
 	guard := func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			if livemode {
-				return billingError(billing.ErrLivemode)
+				return billing.ErrLivemode
 			}
 			return next(c)
 		}
@@ -132,7 +132,7 @@ func (h clockRoutes) create(c echo.Context) error {
 	}
 	clock, err := h.svc.CreateClock(c.Request().Context(), at, name)
 	if err != nil {
-		return billingError(err)
+		return apperr.Ensure(err, apperr.CodeUnavailable, "billing is unavailable")
 	}
 	return c.JSON(http.StatusCreated, TestClockJSON(clock, nil))
 }
@@ -144,7 +144,7 @@ func (h clockRoutes) list(c echo.Context) error {
 	}
 	clocks, err := h.svc.ListClocks(c.Request().Context())
 	if err != nil {
-		return billingError(err)
+		return apperr.Ensure(err, apperr.CodeUnavailable, "billing is unavailable")
 	}
 	out := make([]TestClock, 0, len(clocks))
 	for _, clock := range clocks {
@@ -163,7 +163,7 @@ func (h clockRoutes) get(c echo.Context) error {
 	}
 	clock, runs, err := h.svc.GetClock(c.Request().Context(), id, clockRuns)
 	if err != nil {
-		return billingError(err)
+		return apperr.Ensure(err, apperr.CodeUnavailable, "billing is unavailable")
 	}
 	return c.JSON(http.StatusOK, TestClockJSON(clock, runs))
 }
@@ -190,7 +190,7 @@ func (h clockRoutes) advance(c echo.Context) error {
 	ctx := c.Request().Context()
 	_, done, err := h.svc.AdvanceClock(ctx, h.background, id, to)
 	if err != nil {
-		return billingError(err)
+		return apperr.Ensure(err, apperr.CodeUnavailable, "billing is unavailable")
 	}
 	status := http.StatusOK
 	timer := time.NewTimer(h.wait)
@@ -204,7 +204,7 @@ func (h clockRoutes) advance(c echo.Context) error {
 	}
 	clock, runs, err := h.svc.GetClock(context.WithoutCancel(ctx), id, clockRuns)
 	if err != nil {
-		return billingError(err)
+		return apperr.Ensure(err, apperr.CodeUnavailable, "billing is unavailable")
 	}
 	return c.JSON(status, TestClockJSON(clock, runs))
 }
@@ -218,7 +218,7 @@ func (h clockRoutes) delete(c echo.Context) error {
 		return apperr.New(apperr.CodeInvalidParameter, "no query parameters are accepted")
 	}
 	if err := h.svc.DeleteClock(c.Request().Context(), id); err != nil {
-		return billingError(err)
+		return apperr.Ensure(err, apperr.CodeUnavailable, "billing is unavailable")
 	}
 	return c.JSON(http.StatusOK, map[string]any{"id": id, "object": "test_clock", "deleted": true})
 }

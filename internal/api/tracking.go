@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"errors"
 	"net/http"
 
 	"github.com/google/uuid"
@@ -49,13 +48,6 @@ func registerTracking(g router, store TrackingReader) {
 	g.GET("/subscriptions/:id", r.subscription)
 }
 
-func notFoundOr(err error, what, id string) error {
-	if errors.Is(err, tracking.ErrNotFound) {
-		return apperr.New(apperr.CodeNotFound, "%s %s not found", what, id)
-	}
-	return apperr.Wrap(err, apperr.CodeUnavailable, "could not read %s", what)
-}
-
 func (r trackingRoutes) purchase(c echo.Context) error {
 	id, err := uuid.Parse(c.Param("id"))
 	if err != nil {
@@ -63,7 +55,7 @@ func (r trackingRoutes) purchase(c echo.Context) error {
 	}
 	p, err := r.store.GetPurchase(c.Request().Context(), id)
 	if err != nil {
-		return notFoundOr(err, "purchase", id.String())
+		return apperr.Ensure(err, apperr.CodeUnavailable, "could not read purchase")
 	}
 	return c.JSON(http.StatusOK, PurchaseJSON(p))
 }
@@ -75,7 +67,7 @@ func (r trackingRoutes) payment(c echo.Context) error {
 	}
 	p, err := r.store.GetPayment(c.Request().Context(), id)
 	if err != nil {
-		return notFoundOr(err, "payment", id)
+		return apperr.Ensure(err, apperr.CodeUnavailable, "could not read payment")
 	}
 	out := StateRow{ID: p.ID, Status: string(p.Status), Purchase: p.Purchase.String(), Account: p.Account.String(),
 		StripeAccount: p.StripeAccount, Created: ts(p.Created), LastUpdated: ts(p.LastUpdated), LastEventID: p.LastEventID}
@@ -93,7 +85,7 @@ func (r trackingRoutes) subscription(c echo.Context) error {
 	}
 	s, err := r.store.GetSubscription(c.Request().Context(), id)
 	if err != nil {
-		return notFoundOr(err, "subscription", id)
+		return apperr.Ensure(err, apperr.CodeUnavailable, "could not read subscription")
 	}
 	out := StateRow{ID: s.ID, Status: string(s.Status), Purchase: s.Purchase.String(), Account: s.Account.String(),
 		StripeAccount: s.StripeAccount, Created: ts(s.Created), LastUpdated: ts(s.LastUpdated), LastEventID: s.LastEventID}

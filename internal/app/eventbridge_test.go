@@ -19,6 +19,7 @@ import (
 	"github.com/stripe/stripe-go/v76"
 
 	"github.com/stripe-payments/stripe-payments/internal/app"
+	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/eventbridge"
 	"github.com/stripe-payments/stripe-payments/internal/events"
 	"github.com/stripe-payments/stripe-payments/internal/handler"
@@ -89,7 +90,7 @@ func TestEventBridgeIntake(t *testing.T) {
 	require.Eventually(t, func() bool { return queueEmpty(t, client, q.URL) }, 10*time.Second, 50*time.Millisecond)
 	for _, absent := range []string{live, foreign} {
 		_, err := a.Events.Get(ctx, absent)
-		assert.ErrorIs(t, err, events.ErrNotFound, "%s is not recorded", absent)
+		assert.ErrorIs(t, err, apperr.ErrNotFound, "%s is not recorded", absent)
 	}
 	text := metricsText(t, a.Admin.URL())
 	for _, line := range []string{

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/events"
 	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
 	"github.com/stripe-payments/stripe-payments/internal/stripetest"
@@ -61,7 +62,7 @@ func TestReplayFetchedFromStripe(t *testing.T) {
 		t.Helper()
 		for _, id := range ids {
 			_, err := a.Events.Get(ctx, id)
-			assert.ErrorIs(t, err, events.ErrNotFound, "%s must not be recorded", id)
+			assert.ErrorIs(t, err, apperr.ErrNotFound, "%s must not be recorded", id)
 		}
 	}
 

@@ -6,7 +6,7 @@ import (
 	"sync"
 
 	"github.com/stripe-payments/stripe-payments/internal/api"
-	"github.com/stripe-payments/stripe-payments/internal/outbox"
+	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/replay"
 )
 
@@ -24,7 +24,8 @@ func (a *App) newReplays(r replay.One) *api.Replays {
 	store := replay.NewStore(a.Pool, a.Incidents)
 	a.Replays = &Replays{Store: store, Runner: replay.NewRunner(store, replay.Outcomes{One: r},
 		replay.RunnerConfig{Log: a.log.With("component", "replay"), Redriver: a.outbox, NotDead: func(err error) bool {
-			return errors.Is(err, outbox.ErrNotDead) || errors.Is(err, outbox.ErrNotFound)
+			// outbox.Store.Redrive: gone, or no longer a dead letter.
+			return errors.Is(err, apperr.ErrConflict) || errors.Is(err, apperr.ErrNotFound)
 		}, Finished: a.Metrics.ReplayFinished})}
 	return &api.Replays{Service: store, Nudge: a.Replays.Runner.Nudge}
 }

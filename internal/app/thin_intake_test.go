@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/apptest"
 	"github.com/stripe-payments/stripe-payments/internal/events"
 	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
@@ -47,7 +48,7 @@ func TestThinIntakeIsOneCommitFindableAtOnce(t *testing.T) {
 
 	ingest(stripeevent.Received)
 	_, err := raw.Get(ctx, id)
-	require.ErrorIs(t, err, events.ErrNotFound, "the answer did not wait for an events-table write")
+	require.ErrorIs(t, err, apperr.ErrNotFound, "the answer did not wait for an events-table write")
 	rec, err := a.Events.Get(ctx, id)
 	require.NoError(t, err, "findable at once")
 	assert.Equal(t, events.StatusReceived, rec.Status)

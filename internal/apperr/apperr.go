@@ -5,7 +5,6 @@ package apperr
 import (
 	"errors"
 	"fmt"
-	"net/http"
 )
 
 // Code is a stable, machine-readable error code.
@@ -39,6 +38,30 @@ type Error struct {
 	Code    Code
 	Message string
 	Err     error // the cause, for logs only
+	// kind: this Error is one of the kind sentinels below, which errors.Is
+	// matches by code rather than by identity.
+	kind bool
+}
+
+// The kinds: errors.Is(err, ErrNotFound) is true for every *Error of code
+// CodeNotFound in err's chain, whichever package made it. Packages return
+// New(CodeNotFound, "event %s not found", id) and say what in the message;
+// they declare a sentinel of their own (apperr.New at package level, matched
+// by identity) only when callers must tell it apart from other errors of
+// its code, as billing does for ErrConflict (a concurrent change: re-read
+// and retry) against ErrLocked or ErrAttemptInFlight. ErrConflict matches
+// all of them: branch on it only where any conflict means the same.
+var (
+	ErrNotFound = &Error{Code: CodeNotFound, Message: "not found", kind: true}
+	ErrInvalid  = &Error{Code: CodeInvalidParameter, Message: "invalid request", kind: true}
+	ErrConflict = &Error{Code: CodeConflict, Message: "conflict", kind: true}
+)
+
+// Is matches the kind sentinels by code; any other target only by identity
+// (errors.Is checks that itself).
+func (e *Error) Is(target error) bool {
+	k, ok := target.(*Error)
+	return ok && k.kind && k.Code == e.Code
 }
 
 func (e *Error) Error() string {
@@ -60,34 +83,61 @@ func Wrap(cause error, code Code, format string, args ...any) *Error {
 	return &Error{Code: code, Message: fmt.Sprintf(format, args...), Err: cause}
 }
 
-// Status maps a code to its HTTP status: the only such mapping.
+// Status maps a code to its HTTP status: the only such mapping. Numbers,
+// not net/http's names, so that the domain packages that return these
+// errors do not import net/http through apperr (internal/depcheck forbids
+// it to some; TestStatus pins every number against net/http's names).
 func Status(code Code) int {
 	switch code {
 	case CodeMissingSignature, CodeInvalidSignature, CodeTimestampTolerance, CodeInvalidEvent, CodeInvalidParameter:
-		return http.StatusBadRequest
+		return 400
 	case CodePayloadTooLarge:
-		return http.StatusRequestEntityTooLarge
+		return 413
 	case CodeUnauthorized:
-		return http.StatusUnauthorized
+		return 401
 	case CodeTooManyRequests:
-		return http.StatusTooManyRequests
+		return 429
 	case CodeLivemode:
-		return http.StatusForbidden
+		return 403
 	case CodeNotFound:
-		return http.StatusNotFound
+		return 404
 	case CodeConflict:
-		return http.StatusConflict
+		return 409
 	case CodeMethodNotAllowed:
-		return http.StatusMethodNotAllowed
+		return 405
 	case CodePaymentFailed:
-		return http.StatusPaymentRequired
+		return 402
 	case CodeUpstream:
-		return http.StatusBadGateway
+		return 502
 	case CodeUnavailable:
-		return http.StatusServiceUnavailable
+		return 503
 	default:
-		return http.StatusInternalServerError
+		return 500
 	}
+}
+
+// Ensure returns err as it is when its chain carries an *Error (the code
+// its package chose), else err wrapped as code: what a caller answers for
+// an error nobody classified (a store that is down is CodeUnavailable).
+// nil stays nil.
+func Ensure(err error, code Code, format string, args ...any) error {
+	if err == nil {
+		return nil
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return err
+	}
+	return Wrap(err, code, format, args...)
+}
+
+// CodeOf is the code of the first *Error in err's chain, "" when none.
+func CodeOf(err error) Code {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return ""
 }
 
 // From finds the Error in err's chain; anything else is internal.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 
+	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
 	"github.com/stripe-payments/stripe-payments/internal/lock"
 )
@@ -167,7 +168,7 @@ func (s *Service) SelectBatch(ctx context.Context, sel BatchSelection) ([]BatchC
 							continue
 						}
 						p, err := s.store.GetPeriodAt(ctx, e)
-						if errors.Is(err, ErrNotFound) {
+						if errors.Is(err, apperr.ErrNotFound) {
 							continue
 						}
 						if err != nil {
@@ -206,7 +207,7 @@ func (s *Service) SelectBatch(ctx context.Context, sel BatchSelection) ([]BatchC
 // period is in sel's range and the subscription is not cancelled.
 func (s *Service) batchCandidate(ctx context.Context, account, subID string, sel BatchSelection) (BatchCandidate, bool, error) {
 	sub, err := s.store.GetSubscription(ctx, account, subID)
-	if errors.Is(err, ErrNotFound) {
+	if errors.Is(err, apperr.ErrNotFound) {
 		return BatchCandidate{}, false, nil
 	}
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/billing"
 	"github.com/stripe-payments/stripe-payments/internal/billing/billingtest"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
@@ -48,7 +49,7 @@ func TestBatchSelectionValidate(t *testing.T) {
 			if tc.ok {
 				assert.NoError(t, err)
 			} else {
-				assert.ErrorIs(t, err, billing.ErrInvalid)
+				assert.ErrorIs(t, err, apperr.ErrInvalid)
 			}
 		})
 	}

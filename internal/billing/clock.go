@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
 )
 
@@ -33,7 +34,7 @@ const (
 )
 
 // ErrLivemode: test clocks exist in test mode only.
-var ErrLivemode = errors.New("test clocks are not available with a live Stripe key")
+var ErrLivemode = apperr.New(apperr.CodeLivemode, "test clocks are for test mode only: STRIPE_API_KEY is a live key")
 
 // Clock is a test clock, as the store keeps it.
 type Clock struct {
@@ -91,7 +92,7 @@ func (s *Service) forSub(ctx context.Context, sub Subscription) (*Service, error
 		return s.OnClock("", s.wall), nil
 	}
 	c, err := s.store.GetClock(ctx, sub.TestClock)
-	if errors.Is(err, ErrNotFound) {
+	if errors.Is(err, apperr.ErrNotFound) {
 		return s.OnClock("", s.wall), nil
 	}
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
 	"github.com/stripe-payments/stripe-payments/internal/lock"
 )
@@ -16,7 +17,7 @@ func (s *Service) collectEntry(ctx context.Context, l *lock.Lock, e IndexEntry, 
 	switch {
 	case e.Kind == EntrySubscription:
 		sub, p, found, err := s.store.GetSubscriptionWithPeriod(ctx, e)
-		if errors.Is(err, ErrNotFound) {
+		if errors.Is(err, apperr.ErrNotFound) {
 			rep.add(func(r *Report) { r.Skipped++ })
 			return nil
 		}
@@ -69,7 +70,7 @@ func (s *Service) collectFirst(ctx context.Context, l *lock.Lock, sub Subscripti
 		var err error
 		p, err = s.store.GetPeriod(ctx, sub.AccountID, sub.SubscriptionID, sub.NextPeriodDate)
 		switch {
-		case errors.Is(err, ErrNotFound):
+		case errors.Is(err, apperr.ErrNotFound):
 			p = newPeriod(sub, sub.NextPeriodDate, Scheduled, ProcInitial, "recreated", s.now())
 		case err != nil:
 			return sub, false, err
@@ -174,7 +175,7 @@ func (s *Service) cause(job string, p Period, today dates.Date) string {
 // or mark it STALE, or (subscription paused) put the retry off.
 func (s *Service) retryEntry(ctx context.Context, l *lock.Lock, e IndexEntry, date dates.Date, rep *Report) error {
 	p, err := s.store.GetPeriodAt(ctx, e)
-	if errors.Is(err, ErrNotFound) {
+	if errors.Is(err, apperr.ErrNotFound) {
 		rep.add(func(r *Report) { r.Skipped++ })
 		return nil
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
 	"github.com/stripe-payments/stripe-payments/internal/stripeid"
 )
@@ -33,8 +34,10 @@ type CreateInput struct {
 	TestClock string
 }
 
+// invalid is a request that breaks a rule (apperr.ErrInvalid); the message
+// says which.
 func invalid(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
+	return apperr.New(apperr.CodeInvalidParameter, format, args...)
 }
 
 // Validate reports every problem of in at once.
@@ -110,7 +113,7 @@ func (s *Service) CreateSubscription(ctx context.Context, account string, in Cre
 		if s.cfg.Livemode {
 			return Subscription{}, ErrLivemode
 		}
-		if _, err := s.store.GetClock(ctx, in.TestClock); errors.Is(err, ErrNotFound) {
+		if _, err := s.store.GetClock(ctx, in.TestClock); errors.Is(err, apperr.ErrNotFound) {
 			return Subscription{}, invalid("test_clock: no test clock %s", in.TestClock)
 		} else if err != nil {
 			return Subscription{}, err
@@ -141,7 +144,7 @@ func (s *Service) CreateSubscription(ctx context.Context, account string, in Cre
 			return existing, nil // a retried create
 		}
 		return Subscription{}, fmt.Errorf("subscription %s: %w", sub.SubscriptionID, ErrDuplicate)
-	} else if !errors.Is(err, ErrNotFound) {
+	} else if !errors.Is(err, apperr.ErrNotFound) {
 		return Subscription{}, err
 	}
 	sub.StartDate = in.StartDate
@@ -187,7 +190,7 @@ func retried(existing, want Subscription) bool {
 func (s *Service) lostCreate(ctx context.Context, sub Subscription) (Subscription, error) {
 	existing, err := s.store.GetSubscription(ctx, sub.AccountID, sub.SubscriptionID)
 	switch {
-	case errors.Is(err, ErrNotFound):
+	case errors.Is(err, apperr.ErrNotFound):
 		return Subscription{}, fmt.Errorf("subscription %s is being created concurrently: %w", sub.SubscriptionID, ErrConflict)
 	case err != nil:
 		return Subscription{}, err

@@ -16,8 +16,8 @@ import (
 
 // Store is what the service reads and writes: records, the due-date
 // indexes, listings, the sweep watermark, the registry of charged accounts
-// and test clocks. Errors are the package's sentinels (ErrNotFound,
-// ErrConflict, ErrInvalidCursor), never a driver's.
+// and test clocks. Errors are the package's vocabulary (apperr.ErrNotFound,
+// ErrConflict, apperr.ErrInvalid for a cursor), never a driver's.
 type Store interface {
 	RecordStore
 	IndexStore

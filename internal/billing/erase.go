@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/lock"
 )
 
@@ -41,7 +42,7 @@ func (s *Service) ErasePersonalData(ctx context.Context, account, sub string) (E
 		return Erasure{}, ErrCannotErase
 	}
 	if !ValidID(account) || !ValidID(sub) {
-		return Erasure{}, ErrNotFound
+		return Erasure{}, apperr.New(apperr.CodeNotFound, "not found")
 	}
 	var out Erasure
 	err := s.withLock(ctx, account, func(ctx context.Context, _ *lock.Lock) error {

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/billing"
 	"github.com/stripe-payments/stripe-payments/internal/billing/billingtest"
 )
@@ -149,5 +150,5 @@ func TestErasePersonalData(t *testing.T) {
 	}
 
 	_, err = e.Service.ErasePersonalData(ctx, sub.AccountID, "sub-missing")
-	assert.ErrorIs(t, err, billing.ErrNotFound)
+	assert.ErrorIs(t, err, apperr.ErrNotFound)
 }

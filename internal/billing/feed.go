@@ -11,6 +11,7 @@ import (
 	"github.com/stripe/stripe-go/v76"
 
 	"github.com/stripe-payments/stripe-payments/internal/actions"
+	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
 	"github.com/stripe-payments/stripe-payments/internal/lock"
 )
@@ -128,7 +129,7 @@ func FeedFromEvent(ev *stripe.Event) (FeedMessage, bool, error) {
 func (s *Service) ApplyFeed(ctx context.Context, msg FeedMessage) error {
 	if msg.Account == "" {
 		ref, err := s.store.GetPaymentRef(ctx, msg.PaymentIntent)
-		if errors.Is(err, ErrNotFound) {
+		if errors.Is(err, apperr.ErrNotFound) {
 			return nil // not a billing-core charge
 		}
 		if err != nil {
@@ -143,7 +144,7 @@ func (s *Service) ApplyFeed(ctx context.Context, msg FeedMessage) error {
 	}
 	log := s.feedLog(msg, date)
 	p, err := s.store.GetPeriod(ctx, msg.Account, msg.Subscription, date)
-	if errors.Is(err, ErrNotFound) {
+	if errors.Is(err, apperr.ErrNotFound) {
 		s.refuse(log, msg, "period")
 		return nil
 	}
@@ -171,7 +172,7 @@ func (s *Service) feedLog(msg FeedMessage, date dates.Date) *slog.Logger {
 func (s *Service) applyFeed(ctx context.Context, msg FeedMessage, date dates.Date) error {
 	log := s.feedLog(msg, date)
 	p, err := s.store.GetPeriod(ctx, msg.Account, msg.Subscription, date)
-	if errors.Is(err, ErrNotFound) {
+	if errors.Is(err, apperr.ErrNotFound) {
 		s.refuse(log, msg, "period")
 		return nil
 	}

@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"github.com/stripe/stripe-go/v76"
+
+	"github.com/stripe-payments/stripe-payments/internal/apperr"
 )
 
 // Webhook feed trust (docs/design.md §8): a billing event moves a period only when
@@ -81,7 +83,7 @@ func (s *Service) feedRefusal(ctx context.Context, msg *FeedMessage, p Period) (
 		switch {
 		case err == nil:
 			ref = &r
-		case !errors.Is(err, ErrNotFound):
+		case !errors.Is(err, apperr.ErrNotFound):
 			return verdict{}, err
 		}
 	}

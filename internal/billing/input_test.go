@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/billing"
 	"github.com/stripe-payments/stripe-payments/internal/billing/billingtest"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
@@ -69,7 +70,7 @@ func TestCreateRefusesBadInputAndChangesNothing(t *testing.T) {
 				assert.Equal(t, tc.wantFirst, sub.NextPaymentDate.String())
 				return
 			}
-			require.ErrorIs(t, err, billing.ErrInvalid)
+			require.ErrorIs(t, err, apperr.ErrInvalid)
 			subs, periods := stored(t, e, account, id)
 			assert.Empty(t, subs, "a refused create writes no subscription")
 			assert.Empty(t, periods, "a refused create writes no period")
@@ -94,7 +95,7 @@ func TestChangeRefusesFridayBillingOnYearly(t *testing.T) {
 	_, before := stored(t, e, "acc-y", sub.SubscriptionID)
 	week := 2
 	_, err = e.Service.UpdateSubscription(ctx, "acc-y", sub.SubscriptionID, billing.Change{BillingWeek: &week})
-	require.ErrorIs(t, err, billing.ErrInvalid)
+	require.ErrorIs(t, err, apperr.ErrInvalid)
 	assert.Contains(t, err.Error(), "Friday billing is monthly")
 	got, err := e.Service.GetSubscription(ctx, "acc-y", sub.SubscriptionID)
 	require.NoError(t, err)

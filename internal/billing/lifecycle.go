@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
 	"github.com/stripe-payments/stripe-payments/internal/lock"
 )
@@ -110,7 +111,7 @@ func (s *Service) noAttemptInFlight(ctx context.Context, sub Subscription) ([]Pe
 // one with an attempt in flight (its outcome is not known yet).
 func (s *Service) openPeriod(ctx context.Context, sub Subscription) (Period, error) {
 	p, err := s.store.GetPeriod(ctx, sub.AccountID, sub.SubscriptionID, sub.NextPeriodDate)
-	if errors.Is(err, ErrNotFound) {
+	if errors.Is(err, apperr.ErrNotFound) {
 		// Lost by an earlier crash between writes cannot happen (one
 		// transaction), but be lenient: recreate it.
 		return newPeriod(sub, sub.NextPeriodDate, Scheduled, ProcAdmin, "recreated", s.now()), nil
@@ -163,7 +164,7 @@ func (s *Service) pause(ctx context.Context, sub Subscription, months int, cause
 		if paused > 0 {
 			p, err = s.store.GetPeriod(ctx, sub.AccountID, sub.SubscriptionID, d)
 			switch {
-			case errors.Is(err, ErrNotFound):
+			case errors.Is(err, apperr.ErrNotFound):
 				p = newPeriod(sub, d, Paused, ProcPause, "paused", now)
 			case err != nil:
 				return sub, err
@@ -203,7 +204,7 @@ func (s *Service) resume(ctx context.Context, sub Subscription, cause string) (S
 	var first *Period
 	for d := sub.NextPeriodDate; !d.After(sub.PausedUntil); d = rule.Next(d) {
 		p, err := s.store.GetPeriod(ctx, sub.AccountID, sub.SubscriptionID, d)
-		if errors.Is(err, ErrNotFound) {
+		if errors.Is(err, apperr.ErrNotFound) {
 			continue
 		}
 		if err != nil {
@@ -275,8 +276,8 @@ func (s *Service) waive(ctx context.Context, sub Subscription, d dates.Date, cau
 		return sub, invalid("billing_date is required to waive")
 	}
 	p, err := s.store.GetPeriod(ctx, sub.AccountID, sub.SubscriptionID, d)
-	if errors.Is(err, ErrNotFound) {
-		return sub, fmt.Errorf("period %s: %w", d, ErrNotFound)
+	if errors.Is(err, apperr.ErrNotFound) {
+		return sub, apperr.New(apperr.CodeNotFound, "period %s not found", d)
 	}
 	if err != nil {
 		return sub, err

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/billing"
 	"github.com/stripe-payments/stripe-payments/internal/billing/billingtest"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
@@ -121,7 +122,7 @@ func TestManualResumeAndCancel(t *testing.T) {
 		require.NoError(t, err, "cancel is idempotent")
 		assert.Equal(t, got.Version, again.Version)
 		_, err = e.Service.UpdateSubscription(ctx, "acc-1", sub.SubscriptionID, billing.Change{Action: "pause", Months: 1})
-		assert.ErrorIs(t, err, billing.ErrInvalid)
+		assert.ErrorIs(t, err, apperr.ErrInvalid)
 	})
 }
 
@@ -152,7 +153,7 @@ func TestWaive(t *testing.T) {
 	collect(t, e, "2024-01-10")
 	assert.Empty(t, e.Stripe.PIs())
 	_, err = e.Service.UpdateSubscription(ctx, "acc-1", sub.SubscriptionID, billing.Change{Action: "waive", BillingDate: d("2024-01-10")})
-	assert.ErrorIs(t, err, billing.ErrInvalid, "a terminal period cannot be waived again")
+	assert.ErrorIs(t, err, apperr.ErrInvalid, "a terminal period cannot be waived again")
 }
 
 func TestChangePaymentDayMovesThePeriod(t *testing.T) {
@@ -195,7 +196,7 @@ func TestChangePaymentDayMovesThePeriod(t *testing.T) {
 		// The following period's date, and dates in the past.
 		for _, bad := range []string{"2024-04-05", "2024-01-01", "2024-02-06"} {
 			_, err = e.Service.UpdateSubscription(ctx, "acc-1", sub.SubscriptionID, billing.Change{NextPaymentDate: d(bad)})
-			assert.ErrorIs(t, err, billing.ErrInvalid, bad)
+			assert.ErrorIs(t, err, apperr.ErrInvalid, bad)
 		}
 	})
 }
@@ -229,7 +230,7 @@ func TestYearlyFromLeapDay(t *testing.T) {
 	assert.Equal(t, "2025-02-28", got.NextPaymentDate.String())
 	assert.Equal(t, "2025-02-21", got.NextReminderDate.String())
 	_, err = e.Service.UpdateSubscription(ctx, "acc-1", sub.SubscriptionID, billing.Change{Action: "pause", Months: 3})
-	assert.ErrorIs(t, err, billing.ErrInvalid, "yearly pauses in whole years")
+	assert.ErrorIs(t, err, apperr.ErrInvalid, "yearly pauses in whole years")
 }
 
 func TestWebhookFeed(t *testing.T) {
@@ -335,9 +336,9 @@ func TestReceiptsExpireFromTheList(t *testing.T) {
 	assert.Equal(t, "2024-02-10", page.Items[1].BillingDate.String())
 
 	_, err = e.Service.ListReceipts(ctx, "acc-1", 100, "garbage")
-	assert.ErrorIs(t, err, billing.ErrInvalidCursor)
+	assert.ErrorIs(t, err, apperr.ErrInvalid)
 	_, err = e.Service.ListReceipts(ctx, "acc-2", 2, page.NextCursor+"x")
-	assert.ErrorIs(t, err, billing.ErrInvalidCursor)
+	assert.ErrorIs(t, err, apperr.ErrInvalid)
 }
 
 func TestPaymentMethodChangeReachesRetries(t *testing.T) {
@@ -360,7 +361,7 @@ func TestPaymentMethodChangeReachesRetries(t *testing.T) {
 	assert.Equal(t, "pm_new", period(t, e, sub, "2024-02-10").PaymentDetails.PaymentMethod)
 	bad := "card_x"
 	_, err = e.Service.UpdateSubscription(ctx, "acc-1", sub.SubscriptionID, billing.Change{PaymentMethod: &bad})
-	assert.ErrorIs(t, err, billing.ErrInvalid)
+	assert.ErrorIs(t, err, apperr.ErrInvalid)
 }
 
 // docs/design.md §8: an amount or payment method change "applies to every period

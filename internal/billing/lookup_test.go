@@ -6,6 +6,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/billing"
 	"github.com/stripe-payments/stripe-payments/internal/billing/billingtest"
 )
@@ -55,7 +56,7 @@ func TestFindSubscriptions(t *testing.T) {
 		})
 	}
 	_, err := e.Service.FindSubscriptions(ctx, billing.LookupBy("sku"), "gold", 50)
-	assert.ErrorIs(t, err, billing.ErrInvalid, "an unknown lookup is refused")
+	assert.ErrorIs(t, err, apperr.ErrInvalid, "an unknown lookup is refused")
 
 	_, err = e.Service.ErasePersonalData(ctx, a.AccountID, a.SubscriptionID)
 	require.NoError(t, err)

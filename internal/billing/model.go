@@ -20,21 +20,25 @@ import (
 	"strings"
 	"time"
 
+	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
 )
 
-// Errors of the billing vocabulary; the store translates DynamoDB's.
+// Errors of the billing vocabulary (apperr's; the store translates
+// DynamoDB's). What is missing is apperr.ErrNotFound and a request that
+// breaks a rule (bad state, bad value, a cursor no listing issued)
+// apperr.ErrInvalid, each with a message saying which. The conflicts are
+// sentinels of their own (code conflict, the message a client sees):
+// callers retry some and refuse others, so errors.Is on each keeps its
+// meaning; apperr.ErrConflict matches all of them and is no substitute.
 var (
-	ErrNotFound  = errors.New("not found")
-	ErrConflict  = errors.New("conflicting concurrent change")
-	ErrDuplicate = errors.New("already exists")
-	// ErrInvalidCursor: a cursor this listing did not issue.
-	ErrInvalidCursor = errors.New("invalid cursor")
+	// ErrConflict: an item changed since it was read; re-read and retry.
+	ErrConflict = apperr.New(apperr.CodeConflict, "changed concurrently, or a payment attempt is in flight; retry shortly")
+	// ErrDuplicate: a different subscription has this id.
+	ErrDuplicate = apperr.New(apperr.CodeConflict, "a different subscription with this id exists")
 	// ErrLocked: the account's billing lock is held by someone else (a
 	// collection in progress); try again shortly.
-	ErrLocked = errors.New("account is being billed")
-	// ErrInvalid wraps a request that breaks a rule (bad state, bad value).
-	ErrInvalid = errors.New("invalid request")
+	ErrLocked = apperr.New(apperr.CodeConflict, "the account is being billed right now; retry shortly")
 	// ErrRetryLater: a webhook arrived before the state it applies to
 	// (e.g. a refund before its success); the feed retries it.
 	ErrRetryLater = errors.New("not applicable yet")

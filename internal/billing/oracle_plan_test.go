@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/billing"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
 	"github.com/stripe-payments/stripe-payments/internal/billing/oracle"
@@ -96,7 +97,7 @@ func (w *oracleWorld) operatePlan(q *oracleSeq, day dates.Date, racing bool) {
 	q.touched = true
 	_, err := w.e.Service.UpdateSubscription(context.Background(), q.account, q.subID, ch)
 	if refused != nil {
-		if !errors.Is(err, billing.ErrInvalid) {
+		if !errors.Is(err, apperr.ErrInvalid) {
 			w.fail(q, day, "%s: the rules refuse it (%v), the service answered %v", desc, refused, err)
 		}
 		w.stat("op:plan-bad")

@@ -23,6 +23,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
+	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/billing"
 	"github.com/stripe-payments/stripe-payments/internal/billing/billingtest"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
@@ -814,7 +815,7 @@ func (w *oracleWorld) operate(q *oracleSeq, day dates.Date) {
 	if refused != nil {
 		// Bad input: a clear error, and nothing changes (the checks of the
 		// day hold the state against the unchanged model).
-		if !errors.Is(err, billing.ErrInvalid) {
+		if !errors.Is(err, apperr.ErrInvalid) {
 			w.fail(q, day, "%s: the rules refuse it (%v), the service answered %v", desc, refused, err)
 		}
 		w.stat("op:" + kind + ":refused")

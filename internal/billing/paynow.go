@@ -5,16 +5,17 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/lock"
 )
 
 // Pay now errors (the API answers 409 for both).
 var (
 	// ErrNothingToPay: the subscription has no unpaid ERROR period.
-	ErrNothingToPay = errors.New("no unpaid ERROR period to pay")
+	ErrNothingToPay = apperr.New(apperr.CodeConflict, "no unpaid ERROR period to pay")
 	// ErrAttemptInFlight: a period of the subscription has a collection
 	// attempt whose outcome is not recorded yet.
-	ErrAttemptInFlight = errors.New("a payment attempt is in flight")
+	ErrAttemptInFlight = apperr.New(apperr.CodeConflict, "a payment attempt is in flight; retry after the next collection run")
 )
 
 // PayNow charges the subscription's oldest ERROR period at once (docs/design.md §4

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/billing"
 	"github.com/stripe-payments/stripe-payments/internal/billing/billingtest"
 	"github.com/stripe-payments/stripe-payments/internal/dynamo"
@@ -141,7 +142,7 @@ func TestPlanChangeBadInputChangesNothing(t *testing.T) {
 			}
 			h := history(t, e, sub)
 			_, err = e.Service.UpdateSubscription(ctx, account, sub.SubscriptionID, tc.ch)
-			require.ErrorIs(t, err, billing.ErrInvalid)
+			require.ErrorIs(t, err, apperr.ErrInvalid)
 			read, err := e.Service.GetSubscription(ctx, account, sub.SubscriptionID)
 			require.NoError(t, err)
 			assert.Equal(t, sub.Version, read.Version)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
 	"github.com/stripe-payments/stripe-payments/internal/lock"
 	"github.com/stripe-payments/stripe-payments/internal/stripeid"
@@ -21,7 +22,7 @@ const ProcReactivation Process = "REACTIVATION"
 const UpdatedEventReactivated = "user-reactivated"
 
 // ErrNotCancelled: a reactivation of a subscription that is not CANCELLED.
-var ErrNotCancelled = errors.New("the subscription is not cancelled")
+var ErrNotCancelled = apperr.New(apperr.CodeConflict, "the subscription is not cancelled: only a CANCELLED subscription is reactivated")
 
 // Reactivation is a reactivate request: what changes with it (nil: as it
 // was).

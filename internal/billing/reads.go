@@ -20,7 +20,7 @@ func (s *Service) ListReceipts(ctx context.Context, account string, limit int32,
 	return s.store.ListReceipts(ctx, account, s.now(), s.cfg.ReceiptTTL, limit, cursor)
 }
 
-// ListHistory pages through a subscription's history; ErrNotFound when the
+// ListHistory pages through a subscription's history; apperr.ErrNotFound when the
 // account has no such subscription.
 func (s *Service) ListHistory(ctx context.Context, account, sub string, limit int32, cursor string) (Page[HistoryEntry], error) {
 	if _, err := s.store.GetSubscription(ctx, account, sub); err != nil {

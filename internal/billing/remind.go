@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
 	"github.com/stripe-payments/stripe-payments/internal/lock"
 )
@@ -17,7 +18,7 @@ func (s *Service) remindEntry(ctx context.Context, _ *lock.Lock, e IndexEntry, d
 		return nil
 	}
 	sub, err := s.store.GetSubscriptionAt(ctx, e)
-	if errors.Is(err, ErrNotFound) {
+	if errors.Is(err, apperr.ErrNotFound) {
 		rep.add(func(r *Report) { r.Skipped++ })
 		return nil
 	}
@@ -48,7 +49,7 @@ func (s *Service) remindEntry(ctx context.Context, _ *lock.Lock, e IndexEntry, d
 		switch {
 		case err == nil && p.Status != Scheduled:
 			pay = dates.Date{}
-		case err != nil && !errors.Is(err, ErrNotFound):
+		case err != nil && !errors.Is(err, apperr.ErrNotFound):
 			return err
 		}
 	}

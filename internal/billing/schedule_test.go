@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/billing"
 	"github.com/stripe-payments/stripe-payments/internal/billing/billingtest"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
@@ -125,7 +126,7 @@ func TestMovePeriodDateChangesThatPeriodOnly(t *testing.T) {
 					// Bad moves first: each refused, changing nothing.
 					for _, bad := range tc.bad {
 						_, err := update(e, "acc-1", sub.SubscriptionID, billing.Change{NextPaymentDate: d(bad)})
-						assert.ErrorIs(t, err, billing.ErrInvalid, "move to %s", bad)
+						assert.ErrorIs(t, err, apperr.ErrInvalid, "move to %s", bad)
 					}
 					got, err := update(e, "acc-1", sub.SubscriptionID, billing.Change{NextPaymentDate: d(tc.to)})
 					require.NoError(t, err)

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
 	"github.com/stripe-payments/stripe-payments/internal/config"
 	"github.com/stripe-payments/stripe-payments/internal/lock"
@@ -268,7 +269,7 @@ func (s *Service) advance(ctx context.Context, tx *Tx, sub *Subscription, from, 
 	for range 120 {
 		p, err := s.store.GetPeriod(ctx, sub.AccountID, sub.SubscriptionID, next)
 		switch {
-		case errors.Is(err, ErrNotFound):
+		case errors.Is(err, apperr.ErrNotFound):
 			p = newPeriod(*sub, next, Scheduled, proc, "scheduled", now)
 			tx.PutPeriod(&p, false)
 		case err != nil:

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/billing"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
 )
@@ -108,7 +109,7 @@ func raceOutcome(err error) string {
 		return "in-flight"
 	case errors.Is(err, billing.ErrLocked), errors.Is(err, billing.ErrConflict):
 		return "busy"
-	case errors.Is(err, billing.ErrInvalid):
+	case errors.Is(err, apperr.ErrInvalid):
 		return "refused"
 	}
 	return "unknown" // an answer Stripe did not give: the collection resolves it

@@ -24,6 +24,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stripe-payments/stripe-payments/internal/actions"
+	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/billing"
 	"github.com/stripe-payments/stripe-payments/internal/billing/billingtest"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
@@ -243,7 +244,7 @@ func (s *sim) apiOp(day dates.Date) {
 	switch {
 	case err == nil:
 		s.stat(key, 1)
-	case errors.Is(err, billing.ErrInvalid), errors.Is(err, billing.ErrLocked), errors.Is(err, billing.ErrConflict):
+	case errors.Is(err, apperr.ErrInvalid), errors.Is(err, billing.ErrLocked), errors.Is(err, billing.ErrConflict):
 		s.stat(key+":refused", 1)
 	default:
 		s.t.Fatalf("%s on %s: %v", key, day, err)

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/billing"
 	"github.com/stripe-payments/stripe-payments/internal/billing/billingtest"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
@@ -100,8 +101,8 @@ func TestTermChange(t *testing.T) {
 			in: func(in *billing.CreateInput) { in.PaymentDay, in.BillingWeek = 0, 5 },
 			steps: []step{
 				{day: "2024-01-26", op: "collect"},
-				{day: "2024-01-27", op: "change", ch: billing.Change{Term: yearly}, err: billing.ErrInvalid},
-				{day: "2024-01-27", op: "change", ch: billing.Change{Term: ptr(dates.Term("WEEKLY"))}, err: billing.ErrInvalid},
+				{day: "2024-01-27", op: "change", ch: billing.Change{Term: yearly}, err: apperr.ErrInvalid},
+				{day: "2024-01-27", op: "change", ch: billing.Change{Term: ptr(dates.Term("WEEKLY"))}, err: apperr.ErrInvalid},
 				// Four weeks after Jan 26 is Feb 23: the first day 20 on or after it.
 				{day: "2024-01-28", op: "change", ch: billing.Change{Term: yearly, PaymentDay: ptr(20)}, next: "2024-03-20"},
 				{day: "2024-03-20", op: "collect"},

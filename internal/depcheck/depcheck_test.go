@@ -46,6 +46,8 @@ var rules = []struct {
 	{"internal/stripeevent", "the event vocabulary is a leaf: anything may import it",
 		append([]string{module + "/internal/handler", module + "/webhook", module + "/poller"}, storage...)},
 	{"internal/stripeid", "the id check is a leaf", []string{module + "/"}},
+	{"internal/apperr", "the error vocabulary is a leaf that every layer returns, actions and the outbox included: no package of " +
+		"the module and no net/http (its status mapping is numbers)", []string{module + "/", "net/http"}},
 	{"internal/metrics", "metrics observes the handler through the handler's own interfaces; it never imports it",
 		[]string{module + "/internal/handler"}},
 	{"internal/actions", "causing an effect only enqueues it; HTTP delivery is package dispatch",

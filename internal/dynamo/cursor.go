@@ -3,15 +3,17 @@ package dynamo
 import (
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"fmt"
 
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/stripe-payments/stripe-payments/internal/apperr"
 )
 
-// ErrInvalidCursor is returned for a cursor that this listing did not issue.
-var ErrInvalidCursor = errors.New("invalid cursor")
+// invalidCursor is returned for a cursor that this listing did not issue
+// (apperr.ErrInvalid: the client's to fix).
+func invalidCursor() error { return apperr.New(apperr.CodeInvalidParameter, "invalid cursor") }
 
 // EncodeCursor turns a page's LastEvaluatedKey (string attributes only) into
 // an opaque, URL-safe cursor; "" when there is no next page.
@@ -40,25 +42,25 @@ func DecodeCursor(cursor string, partition map[string]string, keys ...string) (m
 	}
 	b, err := base64.RawURLEncoding.DecodeString(cursor)
 	if err != nil {
-		return nil, ErrInvalidCursor
+		return nil, invalidCursor()
 	}
 	plain := map[string]string{}
 	if err := json.Unmarshal(b, &plain); err != nil || len(plain) != len(keys) {
-		return nil, ErrInvalidCursor
+		return nil, invalidCursor()
 	}
 	for _, k := range keys {
 		if plain[k] == "" {
-			return nil, ErrInvalidCursor
+			return nil, invalidCursor()
 		}
 	}
 	for k, v := range partition {
 		if plain[k] != v {
-			return nil, ErrInvalidCursor
+			return nil, invalidCursor()
 		}
 	}
 	av, err := attributevalue.MarshalMap(plain)
 	if err != nil {
-		return nil, ErrInvalidCursor
+		return nil, invalidCursor()
 	}
 	return av, nil
 }

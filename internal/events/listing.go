@@ -118,6 +118,3 @@ func (s *Store) query(ctx context.Context, index, pkName, pkValue, skName string
 	}
 	return page, nil
 }
-
-// ErrInvalidCursor is returned for a cursor this listing did not issue.
-var ErrInvalidCursor = dynamo.ErrInvalidCursor

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/events"
 	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
 	"github.com/stripe-payments/stripe-payments/internal/stripetest"
@@ -107,7 +108,7 @@ func TestAFailedMarkIsReported(t *testing.T) {
 			if tc.written {
 				require.NoError(t, err)
 			} else {
-				require.ErrorIs(t, err, events.ErrNotFound)
+				require.ErrorIs(t, err, apperr.ErrNotFound)
 			}
 		})
 	}

@@ -6,7 +6,6 @@ package events
 import (
 	"bytes"
 	"compress/gzip"
-	"errors"
 	"fmt"
 	"io"
 	"sync"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/stripe/stripe-go/v76"
 
+	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
 )
 
@@ -33,11 +33,14 @@ const (
 	TimeLayout      = "15:04:05.000"
 )
 
-// Domain errors; callers never need the DynamoDB driver to understand one.
-var (
-	ErrNotFound  = errors.New("event not found")
-	ErrDuplicate = errors.New("event already recorded")
-)
+// Errors are apperr's; callers never need the DynamoDB driver to understand
+// one. A missing (or expired) record is apperr.ErrNotFound (notFound).
+
+// ErrDuplicate: a thin record with this id exists already (PutReceived).
+var ErrDuplicate = apperr.New(apperr.CodeConflict, "event already recorded")
+
+// notFound is a record that is not there, or expired.
+func notFound(id string) error { return apperr.New(apperr.CodeNotFound, "event %s not found", id) }
 
 // Record is one stored event.
 type Record struct {

@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
 )
 
@@ -186,7 +187,7 @@ func (s *Store) update(ctx context.Context, id string, update expression.UpdateB
 		if tolerateCondition {
 			return nil
 		}
-		return fmt.Errorf("update event %s: %w", id, ErrNotFound)
+		return notFound(id)
 	}
 	if err != nil {
 		return fmt.Errorf("update event %s: %w", id, err)
@@ -208,7 +209,7 @@ func Covers(prev, next Record) bool {
 }
 
 // Get reads one record with its payload, strongly consistent. Expired records
-// are reported as ErrNotFound.
+// are reported as apperr.ErrNotFound.
 func (s *Store) Get(ctx context.Context, id string) (Record, error) {
 	r, err := s.get(ctx, id)
 	if s.pending == nil || (err == nil && r.Final()) {
@@ -221,12 +222,12 @@ func (s *Store) Get(ctx context.Context, id string) (Record, error) {
 		if err == nil {
 			return r, nil
 		}
-		// Not ErrNotFound: the record may be pending (a 5xx, never a 404).
+		// Not apperr.ErrNotFound: the record may be pending (a 5xx, never a 404).
 		return Record{}, fmt.Errorf("get event %s: %w", id, perr)
 	}
 	if p, ok := found[id]; ok {
 		if p.Expired(s.now()) {
-			return Record{}, fmt.Errorf("get event %s: expired: %w", id, ErrNotFound)
+			return Record{}, notFound(id)
 		}
 		if err == nil {
 			if Covers(r, p) {
@@ -236,7 +237,7 @@ func (s *Store) Get(ctx context.Context, id string) (Record, error) {
 		}
 		return p, nil
 	}
-	if err != nil && !errors.Is(err, ErrNotFound) {
+	if err != nil && !errors.Is(err, apperr.ErrNotFound) {
 		return r, err
 	}
 	// Not pending (any more): a writer may have moved the record to the
@@ -267,14 +268,14 @@ func (s *Store) get(ctx context.Context, id string) (Record, error) {
 		return Record{}, fmt.Errorf("get event %s: %w", id, err)
 	}
 	if out.Item == nil {
-		return Record{}, fmt.Errorf("get event %s: %w", id, ErrNotFound)
+		return Record{}, notFound(id)
 	}
 	r, err := decode(out.Item)
 	if err != nil {
 		return Record{}, err
 	}
 	if r.Expired(s.now()) {
-		return Record{}, fmt.Errorf("get event %s: expired: %w", id, ErrNotFound)
+		return Record{}, notFound(id)
 	}
 	return r, nil
 }

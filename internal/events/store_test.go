@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/dynamo"
 	"github.com/stripe-payments/stripe-payments/internal/events"
 	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
@@ -150,7 +151,7 @@ func TestFailureAndProcessedWrites(t *testing.T) {
 	assert.Empty(t, got.LastError)
 
 	_, err = f.store.Get(ctx, "evt_unknown")
-	assert.ErrorIs(t, err, events.ErrNotFound)
+	assert.ErrorIs(t, err, apperr.ErrNotFound)
 }
 
 func TestPutProcessedWritesManyBatches(t *testing.T) {
@@ -183,7 +184,7 @@ func TestExpiredRecordsAreAbsent(t *testing.T) {
 	rec := f.record(t, stripetest.Event{Fixture: "customer.subscription.created", Created: created})
 
 	_, err := f.store.Get(ctx, rec.ID)
-	assert.ErrorIs(t, err, events.ErrNotFound)
+	assert.ErrorIs(t, err, apperr.ErrNotFound)
 	page, err := f.store.ByDate(ctx, rec.Date(), events.Range{}, 100, "")
 	require.NoError(t, err)
 	assert.Empty(t, page.Records)
@@ -273,7 +274,7 @@ func TestIndexQueriesPaginate(t *testing.T) {
 	t.Run("bad cursor", func(t *testing.T) {
 		for _, c := range []string{"!!", "e30", "eyJpZCI6IngifQ"} {
 			_, err := f.store.ByAccount(ctx, "acct_pagination", events.Range{}, 2, c)
-			assert.ErrorIs(t, err, events.ErrInvalidCursor, c)
+			assert.ErrorIs(t, err, apperr.ErrInvalid, c)
 		}
 	})
 }

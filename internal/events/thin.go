@@ -83,7 +83,7 @@ func (s *Store) PutReceived(ctx context.Context, r Record) error {
 
 // ThinDone marks a thin record processed: hydration is HydrationHydrated
 // or HydrationUnhandled, snapshotEvent the snapshot event it was hydrated
-// into ("" for a v2 type). The record must exist (ErrNotFound otherwise).
+// into ("" for a v2 type). The record must exist (apperr.ErrNotFound otherwise).
 func (s *Store) ThinDone(ctx context.Context, id, snapshotEvent, hydration string, at time.Time) error {
 	u := expression.Set(expression.Name("status"), expression.Value(string(StatusProcessed))).
 		Set(expression.Name("processed_at"), expression.Value(at.UTC().Format(bookkeepingTimeLayout))).

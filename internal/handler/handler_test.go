@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/stripe/stripe-go/v76"
 
+	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/dynamo"
 	"github.com/stripe-payments/stripe-payments/internal/events"
 	"github.com/stripe-payments/stripe-payments/internal/handler"
@@ -162,7 +163,7 @@ func TestOutcomes(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, stripeevent.Ignored, outcome)
 		_, err = e.store.Get(ctx, ev.ID)
-		assert.ErrorIs(t, err, events.ErrNotFound)
+		assert.ErrorIs(t, err, apperr.ErrNotFound)
 		assert.Equal(t, 0, e.ledger(t, ev.ID))
 	})
 }
@@ -224,7 +225,7 @@ func TestCrashBetweenCommitAndMarkDoesNotReapply(t *testing.T) {
 	_, err := h.Handle(ctx, ev, payload, stripeevent.SourceWebhook)
 	require.Error(t, err, "the delivery must not be acknowledged")
 	_, err = e.store.Get(ctx, ev.ID)
-	require.ErrorIs(t, err, events.ErrNotFound, "no processed record before the write")
+	require.ErrorIs(t, err, apperr.ErrNotFound, "no processed record before the write")
 	assert.Equal(t, 1, e.ledger(t, ev.ID))
 
 	outcome, err := h.Handle(ctx, ev, payload, stripeevent.SourcePoller)

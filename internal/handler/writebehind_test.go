@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/stripe/stripe-go/v76"
 
+	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/events"
 	"github.com/stripe-payments/stripe-payments/internal/handler"
 	"github.com/stripe-payments/stripe-payments/internal/ledger"
@@ -204,7 +205,7 @@ func TestWriteBehindCrashAfterTheAnswerLosesNothing(t *testing.T) {
 			if tc.after {
 				require.NoError(t, err, "the write had landed")
 			} else {
-				require.ErrorIs(t, err, events.ErrNotFound, "the write never landed")
+				require.ErrorIs(t, err, apperr.ErrNotFound, "the write never landed")
 			}
 			rec, err := store.Get(ctx, ev.ID)
 			require.NoError(t, err, "never a 404 for an answered event")

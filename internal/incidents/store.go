@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/metrics"
 )
 
@@ -68,15 +69,6 @@ const SystemActor = "system"
 
 // MaxSamples is how many occurrence ids an incident shows, newest first.
 const MaxSamples = 5
-
-var (
-	ErrNotFound = errors.New("incident not found")
-	// ErrInvalidState: the target is not acknowledged or resolved.
-	ErrInvalidState = errors.New("state must be acknowledged or resolved")
-	// ErrTransition: a resolved incident cannot be acknowledged; it reopens
-	// by itself when its cause comes back.
-	ErrTransition = errors.New("a resolved incident cannot be acknowledged")
-)
 
 // Incident is one group of failures and its state.
 type Incident struct {
@@ -189,14 +181,14 @@ func (s *Store) Get(ctx context.Context, id string) (Incident, error) {
 			return inc, nil
 		}
 	}
-	return Incident{}, ErrNotFound
+	return Incident{}, apperr.New(apperr.CodeNotFound, "incident %s not found", id)
 }
 
 // SetState moves incident id to acknowledged or resolved on behalf of actor
 // and writes an audit row. Setting the state it is in changes nothing.
 func (s *Store) SetState(ctx context.Context, id string, to State, actor string) (Incident, error) {
 	if to != Acknowledged && to != Resolved {
-		return Incident{}, ErrInvalidState
+		return Incident{}, apperr.New(apperr.CodeInvalidParameter, "state must be acknowledged or resolved")
 	}
 	inc, err := s.Get(ctx, id)
 	if err != nil {
@@ -206,7 +198,8 @@ func (s *Store) SetState(ctx context.Context, id string, to State, actor string)
 		return inc, nil
 	}
 	if inc.State == Resolved && to == Acknowledged {
-		return inc, ErrTransition
+		// The one conflict of SetState.
+		return inc, apperr.New(apperr.CodeConflict, "incident %s is resolved: it cannot be acknowledged; it reopens by itself when its cause comes back", id)
 	}
 	now := s.cfg.Now().UTC()
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {

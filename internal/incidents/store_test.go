@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/incidents"
 	"github.com/stripe-payments/stripe-payments/internal/testenv"
 )
@@ -139,11 +140,11 @@ func TestStateTransitionsAuditAndReopen(t *testing.T) {
 
 	// Refusals change nothing.
 	_, err := s.SetState(ctx, id, incidents.Open, "api")
-	assert.ErrorIs(t, err, incidents.ErrInvalidState)
+	assert.ErrorIs(t, err, apperr.ErrInvalid)
 	_, err = s.SetState(ctx, id, "bogus", "api")
-	assert.ErrorIs(t, err, incidents.ErrInvalidState)
+	assert.ErrorIs(t, err, apperr.ErrInvalid)
 	_, err = s.SetState(ctx, "inc_00000000000000000000", incidents.Resolved, "api")
-	assert.ErrorIs(t, err, incidents.ErrNotFound)
+	assert.ErrorIs(t, err, apperr.ErrNotFound)
 	audit, err := s.Audit(ctx, id)
 	require.NoError(t, err)
 	assert.Empty(t, audit)
@@ -167,7 +168,7 @@ func TestStateTransitionsAuditAndReopen(t *testing.T) {
 	_, err = s.SetState(ctx, id, incidents.Resolved, "api")
 	require.NoError(t, err)
 	_, err = s.SetState(ctx, id, incidents.Acknowledged, "api")
-	assert.ErrorIs(t, err, incidents.ErrTransition)
+	assert.ErrorIs(t, err, apperr.ErrConflict)
 
 	// Still resolved while nothing new fails (the old occurrence remains).
 	c.t = t0.Add(time.Hour)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/billing"
 	"github.com/stripe-payments/stripe-payments/internal/billing/batchrun"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
@@ -75,7 +76,7 @@ func readBatchForm(ec echo.Context) (batchesData, billing.BatchSelection, string
 		*f.dst = v
 	}
 	if err := sel.Validate(); err != nil {
-		return d, sel, "Refused: " + strings.TrimPrefix(err.Error(), billing.ErrInvalid.Error()+": ") + "."
+		return d, sel, "Refused: " + reason(err) + "."
 	}
 	return d, sel, ""
 }
@@ -90,8 +91,8 @@ func (c *Console) batchStart(ec echo.Context) error {
 	ctx := ctxOf(ec)
 	if ec.FormValue("confirm") != "yes" {
 		cands, err := c.d.Batches.DryRun(ctx, sel)
-		if errors.Is(err, batchrun.ErrSelection) {
-			return c.showBatches(ec, http.StatusBadRequest, d, selectionMessage(err)+" Nothing was charged.")
+		if errors.Is(err, apperr.ErrInvalid) {
+			return c.showBatches(ec, statusOf(err), d, selectionMessage(err)+" Nothing was charged.")
 		}
 		if err != nil {
 			return c.unavailable(ec, "run the dry run", err)
@@ -105,8 +106,8 @@ func (c *Console) batchStart(ec echo.Context) error {
 		return c.showBatches(ec, http.StatusOK, d, "")
 	}
 	b, err := c.d.Batches.Start(ctx, sel, ConsoleActor)
-	if errors.Is(err, batchrun.ErrSelection) {
-		return c.showBatches(ec, http.StatusBadRequest, d, selectionMessage(err)+" Nothing was started.")
+	if errors.Is(err, apperr.ErrInvalid) {
+		return c.showBatches(ec, statusOf(err), d, selectionMessage(err)+" Nothing was started.")
 	}
 	if err != nil {
 		return c.unavailable(ec, "start the batch", err)
@@ -118,10 +119,8 @@ func (c *Console) batchStart(ec echo.Context) error {
 	return ec.Redirect(http.StatusSeeOther, Prefix+"/batches/"+b.ID)
 }
 
-func selectionMessage(err error) string {
-	msg := strings.TrimPrefix(err.Error(), batchrun.ErrSelection.Error()+": ")
-	return strings.TrimPrefix(msg, billing.ErrInvalid.Error()+": ")
-}
+// selectionMessage is why a selection was refused.
+func selectionMessage(err error) string { return apperr.From(err).Message }
 
 func (c *Console) batchPage(ec echo.Context) error {
 	id := ec.Param("id")
@@ -129,8 +128,8 @@ func (c *Console) batchPage(ec echo.Context) error {
 		return c.fail(ec, http.StatusBadRequest, "That is not a batch id.")
 	}
 	b, err := c.d.Batches.Get(ctxOf(ec), id)
-	if errors.Is(err, batchrun.ErrNotFound) {
-		return c.fail(ec, http.StatusNotFound, "No batch "+id+".")
+	if errors.Is(err, apperr.ErrNotFound) {
+		return c.refused(ec, err, "No batch "+id+".")
 	}
 	if err != nil {
 		return c.unavailable(ec, "read the batch", err)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/billing"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
 	"github.com/stripe-payments/stripe-payments/internal/opsdata"
@@ -160,8 +161,8 @@ func (c *Console) billingAccount(ec echo.Context) error {
 			d.NextReceipts = Prefix + "/billing/" + url.PathEscape(d.Account) + "?" + url.Values{"receipts": {receipts.NextCursor}}.Encode()
 		}
 	}
-	if errors.Is(err, billing.ErrInvalidCursor) {
-		return c.fail(ec, http.StatusBadRequest, "That page link is not valid; open the account again.")
+	if errors.Is(err, apperr.ErrInvalid) { // a cursor the listing did not issue
+		return c.refused(ec, err, "That page link is not valid; open the account again.")
 	}
 	if err != nil {
 		return c.unavailable(ec, "read the account's billing", err)
@@ -219,7 +220,7 @@ func (c *Console) billingSubscription(ec echo.Context) error {
 	ctx := ctxOf(ec)
 	sub, err := c.d.Billing.GetSubscription(ctx, ids[0], ids[1])
 	if isNotFound(err) {
-		return c.fail(ec, http.StatusNotFound, "No subscription "+ids[1]+" on account "+ids[0]+".")
+		return c.refused(ec, err, "No subscription "+ids[1]+" on account "+ids[0]+".")
 	}
 	if err != nil {
 		return c.unavailable(ec, "read the subscription", err)
@@ -393,7 +394,7 @@ func (c *Console) billingConfirm(ec echo.Context) error {
 	}
 	sub, err := c.d.Billing.GetSubscription(ctxOf(ec), ids[0], ids[1])
 	if isNotFound(err) {
-		return c.fail(ec, http.StatusNotFound, "No subscription "+ids[1]+" on account "+ids[0]+".")
+		return c.refused(ec, err, "No subscription "+ids[1]+" on account "+ids[0]+".")
 	}
 	if err != nil {
 		return c.unavailable(ec, "read the subscription", err)
@@ -435,23 +436,26 @@ func (c *Console) billingAction(ec echo.Context) error {
 	}
 	switch {
 	case errors.Is(err, billing.ErrNothingToPay):
-		return c.fail(ec, http.StatusConflict, "Nothing to pay: no period of this subscription is in ERROR. Nothing was charged.")
+		return c.refused(ec, err, "Nothing to pay: no period of this subscription is in ERROR. Nothing was charged.")
 	case errors.Is(err, billing.ErrAttemptInFlight):
 		if f := c.inFlightNow(ec, ids[0], ids[1]); f != nil {
-			return c.fail(ec, http.StatusConflict, refusedInFlight(*f))
+			return c.refused(ec, err, refusedInFlight(*f))
 		}
-		return c.fail(ec, http.StatusConflict, "A payment attempt of this subscription has no recorded outcome yet; the collection job settles it first. Nothing was charged.")
+		return c.refused(ec, err, "A payment attempt of this subscription has no recorded outcome yet; the collection job settles it first. Nothing was charged.")
 	case err == nil:
 		c.d.Log.Info("console billing change", "account_id", ids[0], "subscription_id", ids[1], "action", a.Name)
 		return ec.Redirect(http.StatusSeeOther, subPath(sub)+"?done="+a.Name)
 	case isNotFound(err):
-		return c.fail(ec, http.StatusNotFound, "No such subscription or period; nothing was changed.")
-	case errors.Is(err, billing.ErrInvalid):
-		return c.fail(ec, http.StatusConflict, "Refused: "+strings.TrimPrefix(err.Error(), billing.ErrInvalid.Error()+": ")+". Nothing was changed.")
+		return c.refused(ec, err, "No such subscription or period; nothing was changed.")
+	case errors.Is(err, apperr.ErrInvalid):
+		// 409, not statusOf's 400: the console's form offers only valid
+		// values, so what billing refuses here is the subscription's state
+		// (the page was older than the change).
+		return c.fail(ec, http.StatusConflict, "Refused: "+reason(err)+". Nothing was changed.")
 	case errors.Is(err, billing.ErrConflict) && c.inFlightNow(ec, ids[0], ids[1]) != nil:
-		return c.fail(ec, http.StatusConflict, refusedInFlight(*c.inFlightNow(ec, ids[0], ids[1])))
+		return c.refused(ec, err, refusedInFlight(*c.inFlightNow(ec, ids[0], ids[1])))
 	case errors.Is(err, billing.ErrLocked), errors.Is(err, billing.ErrConflict):
-		return c.fail(ec, http.StatusConflict, "The account is being billed right now, or changed meanwhile; nothing was changed. Try again in a minute.")
+		return c.refused(ec, err, "The account is being billed right now, or changed meanwhile; nothing was changed. Try again in a minute.")
 	default:
 		return c.unavailable(ec, "change the subscription", err)
 	}

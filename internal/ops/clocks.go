@@ -11,6 +11,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/billing"
 	"github.com/stripe-payments/stripe-payments/internal/billing/testclock"
 )
@@ -101,8 +102,8 @@ func (c *Console) clockCreate(ec echo.Context) error {
 	}
 	clock, err := c.d.TestClocks.CreateClock(ctxOf(ec), at, strings.TrimSpace(form.Name))
 	switch {
-	case errors.Is(err, billing.ErrInvalid):
-		return c.renderClockList(ec, http.StatusBadRequest, "Refused: "+reason(err)+". No clock was created.", form)
+	case errors.Is(err, apperr.ErrInvalid):
+		return c.renderClockList(ec, statusOf(err), "Refused: "+reason(err)+". No clock was created.", form)
 	case err != nil:
 		return c.unavailable(ec, "create the test clock", err)
 	}
@@ -130,7 +131,7 @@ func (c *Console) readClock(ec echo.Context) (clockData, bool, error) {
 	ctx := ctxOf(ec)
 	clock, runs, err := c.d.TestClocks.GetClock(ctx, id, clockRuns)
 	if isNotFound(err) {
-		return clockData{}, false, c.fail(ec, http.StatusNotFound, "No test clock "+id+" (deleted, or never created).")
+		return clockData{}, false, c.refused(ec, err, "No test clock "+id+" (deleted, or never created).")
 	}
 	if err != nil {
 		return clockData{}, false, c.unavailable(ec, "read the test clock", err)
@@ -314,25 +315,23 @@ func (c *Console) clockError(ec echo.Context, what string, err error) error {
 	}
 	switch {
 	case isNotFound(err):
-		return c.fail(ec, http.StatusNotFound, "No such test clock."+unchanged)
+		return c.refused(ec, err, "No such test clock."+unchanged)
 	case errors.Is(err, testclock.ErrTooManyClocks), errors.Is(err, testclock.ErrTooManyAdvances):
-		return c.clockRefused(ec, http.StatusConflict, "Refused: "+err.Error()+"."+unchanged)
+		return c.clockRefused(ec, statusOf(err), "Refused: "+reason(err)+"."+unchanged)
 	case errors.Is(err, testclock.ErrBusy):
-		return c.clockRefused(ec, http.StatusConflict, "The clock is advancing; try again once it is ready."+unchanged)
-	case errors.Is(err, billing.ErrInvalid):
-		return c.clockRefused(ec, http.StatusBadRequest, "Refused: "+reason(err)+"."+unchanged)
+		return c.clockRefused(ec, statusOf(err), "The clock is advancing; try again once it is ready."+unchanged)
+	case errors.Is(err, apperr.ErrInvalid):
+		return c.clockRefused(ec, statusOf(err), "Refused: "+reason(err)+"."+unchanged)
 	case errors.Is(err, billing.ErrLocked), errors.Is(err, billing.ErrConflict):
-		return c.clockRefused(ec, http.StatusConflict, "A subscription of the clock is being billed or changed right now, or has a payment attempt still without an outcome; try again later."+unchanged)
+		return c.clockRefused(ec, statusOf(err), "A subscription of the clock is being billed or changed right now, or has a payment attempt still without an outcome; try again later."+unchanged)
 	case errors.Is(err, billing.ErrLivemode):
-		return c.fail(ec, http.StatusForbidden, "Test clocks exist in test mode only."+unchanged)
+		return c.refused(ec, err, "Test clocks exist in test mode only."+unchanged)
 	}
 	return c.unavailable(ec, what, err)
 }
 
-// reason is a billing.ErrInvalid's message without its prefix.
-func reason(err error) string {
-	return strings.TrimPrefix(err.Error(), billing.ErrInvalid.Error()+": ")
-}
+// reason is why billing refused: the message of its apperr error.
+func reason(err error) string { return apperr.From(err).Message }
 
 func plural(n int, word string) string {
 	s := strconv.Itoa(n) + " " + word

@@ -23,6 +23,7 @@ import (
 	"github.com/labstack/echo/v4/middleware"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/authlimit"
 	"github.com/stripe-payments/stripe-payments/internal/billing"
 	"github.com/stripe-payments/stripe-payments/internal/billing/batchrun"
@@ -271,6 +272,18 @@ func (c *Console) fail(ec echo.Context, status int, msg string) error {
 	return c.render(ec, status, "message", view{Title: http.StatusText(status), Error: msg})
 }
 
+// refused answers a request a service refused with err: the status of err's
+// apperr code (statusOf) and the console's own words for it.
+func (c *Console) refused(ec echo.Context, err error, msg string) error {
+	return c.fail(ec, statusOf(err), msg)
+}
+
+// statusOf is the status of err's apperr code: apperr.Status, the one
+// mapping, which the API answers with too. Call it on an error a branch
+// matched (errors.Is with an apperr kind or a service's sentinel): an
+// uncoded error is a 500.
+func statusOf(err error) int { return apperr.Status(apperr.CodeOf(err)) }
+
 // unavailable renders a dependency error without its details (they are
 // logged).
 func (c *Console) unavailable(ec echo.Context, what string, err error) error {
@@ -354,4 +367,4 @@ func (c *Console) logout(ec echo.Context) error {
 
 func ctxOf(ec echo.Context) context.Context { return ec.Request().Context() }
 
-func isNotFound(err error) bool { return errors.Is(err, billing.ErrNotFound) }
+func isNotFound(err error) bool { return errors.Is(err, apperr.ErrNotFound) }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/incidents"
 	"github.com/stripe-payments/stripe-payments/internal/replay"
 )
@@ -101,8 +102,8 @@ func (c *Console) showIncident(ec echo.Context, status int, preview *replay.Prev
 	}
 	ctx := ctxOf(ec)
 	inc, err := c.d.Incidents.Get(ctx, id)
-	if errors.Is(err, incidents.ErrNotFound) {
-		return c.fail(ec, http.StatusNotFound, "No incident "+id+": what failed may have been replayed since.")
+	if errors.Is(err, apperr.ErrNotFound) {
+		return c.refused(ec, err, "No incident "+id+": what failed may have been replayed since.")
 	}
 	if err != nil {
 		return c.unavailable(ec, "read the incident", err)
@@ -131,10 +132,10 @@ func (c *Console) incidentState(ec echo.Context) error {
 	}
 	_, err := c.d.Incidents.SetState(ctxOf(ec), id, to, ConsoleActor)
 	switch {
-	case errors.Is(err, incidents.ErrNotFound):
-		return c.fail(ec, http.StatusNotFound, "No incident "+id+"; nothing was changed.")
-	case errors.Is(err, incidents.ErrTransition):
-		return c.showIncident(ec, http.StatusConflict, nil, "", "A resolved incident is not acknowledged: it reopens by itself when its cause comes back. Nothing was changed.")
+	case errors.Is(err, apperr.ErrNotFound):
+		return c.refused(ec, err, "No incident "+id+"; nothing was changed.")
+	case errors.Is(err, apperr.ErrConflict): // a resolved incident, the one conflict of SetState
+		return c.showIncident(ec, statusOf(err), nil, "", "A resolved incident is not acknowledged: it reopens by itself when its cause comes back. Nothing was changed.")
 	case err != nil:
 		return c.unavailable(ec, "change the incident", err)
 	}
@@ -152,8 +153,8 @@ func (c *Console) incidentReplay(ec echo.Context) error {
 	f := replay.Filter{Incident: id}
 	if ec.FormValue("confirm") != "yes" {
 		p, err := c.d.Replays.DryRun(ctx, f)
-		if errors.Is(err, replay.ErrFilter) {
-			return c.showIncident(ec, http.StatusBadRequest, nil, "", filterMessage(err))
+		if errors.Is(err, apperr.ErrInvalid) {
+			return c.showIncident(ec, statusOf(err), nil, "", filterMessage(err))
 		}
 		if err != nil {
 			return c.unavailable(ec, "run the dry run", err)
@@ -161,8 +162,8 @@ func (c *Console) incidentReplay(ec echo.Context) error {
 		return c.showIncident(ec, http.StatusOK, &p, "", "")
 	}
 	r, err := c.d.Replays.Start(ctx, f, ConsoleActor)
-	if errors.Is(err, replay.ErrFilter) {
-		return c.showIncident(ec, http.StatusBadRequest, nil, "", filterMessage(err)+" Nothing was started.")
+	if errors.Is(err, apperr.ErrInvalid) {
+		return c.showIncident(ec, statusOf(err), nil, "", filterMessage(err)+" Nothing was started.")
 	}
 	if err != nil {
 		return c.unavailable(ec, "start the replay", err)
@@ -173,9 +174,8 @@ func (c *Console) incidentReplay(ec echo.Context) error {
 	return ec.Redirect(http.StatusSeeOther, Prefix+"/replays/"+r.ID)
 }
 
-func filterMessage(err error) string {
-	return strings.TrimPrefix(err.Error(), replay.ErrFilter.Error()+": ")
-}
+// filterMessage is why a filter was refused.
+func filterMessage(err error) string { return apperr.From(err).Message }
 
 func (c *Console) replayPage(ec echo.Context) error {
 	id := ec.Param("id")
@@ -183,8 +183,8 @@ func (c *Console) replayPage(ec echo.Context) error {
 		return c.fail(ec, http.StatusBadRequest, "That is not a replay id.")
 	}
 	r, err := c.d.Replays.Get(ctxOf(ec), id)
-	if errors.Is(err, replay.ErrNotFound) {
-		return c.fail(ec, http.StatusNotFound, "No replay "+id+".")
+	if errors.Is(err, apperr.ErrNotFound) {
+		return c.refused(ec, err, "No replay "+id+".")
 	}
 	if err != nil {
 		return c.unavailable(ec, "read the replay", err)
@@ -221,10 +221,10 @@ func (c *Console) replayCancel(ec echo.Context) error {
 	}
 	r, err := c.d.Replays.Cancel(ctxOf(ec), id, ConsoleActor)
 	switch {
-	case errors.Is(err, replay.ErrNotFound):
-		return c.fail(ec, http.StatusNotFound, "No replay "+id+"; nothing was changed.")
-	case errors.Is(err, replay.ErrNotRunning):
-		return c.fail(ec, http.StatusConflict, "Replay "+id+" is "+r.Status+": only a running replay can be cancelled. Nothing was changed.")
+	case errors.Is(err, apperr.ErrNotFound):
+		return c.refused(ec, err, "No replay "+id+"; nothing was changed.")
+	case errors.Is(err, apperr.ErrConflict):
+		return c.refused(ec, err, "Replay "+id+" is "+r.Status+": only a running replay can be cancelled. Nothing was changed.")
 	case err != nil:
 		return c.unavailable(ec, "cancel the replay", err)
 	}

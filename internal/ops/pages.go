@@ -170,8 +170,8 @@ func (c *Console) problems(ec echo.Context) error {
 		return c.fail(ec, http.StatusBadRequest, "outcome is failed or rejected")
 	}
 	page, err := c.d.Problems.List(ctxOf(ec), outcome, PageSize, ec.QueryParam("cursor"))
-	if errors.Is(err, opsdata.ErrBadCursor) {
-		return c.fail(ec, http.StatusBadRequest, "That page link is not valid; open the list again.")
+	if errors.Is(err, apperr.ErrInvalid) {
+		return c.refused(ec, err, "That page link is not valid; open the list again.")
 	}
 	if err != nil {
 		return c.unavailable(ec, "list the dead letters", err)
@@ -308,9 +308,9 @@ func (c *Console) redriveDead(ec echo.Context) error {
 		back.Set("topic", t)
 	}
 	switch err := c.d.Outbox.Redrive(ctxOf(ec), id); {
-	case errors.Is(err, outbox.ErrNotFound):
-		return c.fail(ec, http.StatusNotFound, "No outbox message "+id.String()+"; nothing was re-driven.")
-	case errors.Is(err, outbox.ErrNotDead):
+	case errors.Is(err, apperr.ErrNotFound):
+		return c.refused(ec, err, "No outbox message "+id.String()+"; nothing was re-driven.")
+	case errors.Is(err, apperr.ErrConflict): // not a dead letter
 		back.Set("redriven", id.String())
 		back.Set("result", "not-dead")
 	case err != nil:

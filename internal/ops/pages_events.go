@@ -11,6 +11,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/events"
 	"github.com/stripe-payments/stripe-payments/internal/opsdata"
 	"github.com/stripe-payments/stripe-payments/internal/stripeid"
@@ -95,9 +96,9 @@ func (c *Console) eventSearch(ec echo.Context) error {
 		v.Error = "Search by id, date, account or subscription."
 		return c.render(ec, http.StatusBadRequest, "events", v)
 	}
-	if errors.Is(err, events.ErrInvalidCursor) {
+	if errors.Is(err, apperr.ErrInvalid) {
 		v.Error = "That page link is not valid any more; search again."
-		return c.render(ec, http.StatusBadRequest, "events", v)
+		return c.render(ec, statusOf(err), "events", v)
 	}
 	if err != nil {
 		return c.unavailable(ec, "search the events", err)
@@ -174,8 +175,8 @@ func (c *Console) eventPage(ec echo.Context) error {
 		return c.fail(ec, http.StatusBadRequest, "An event id looks like evt_…")
 	}
 	rec, err := c.d.Events.Get(ctxOf(ec), id)
-	if errors.Is(err, events.ErrNotFound) {
-		return c.render(ec, http.StatusNotFound, "event", view{Title: "Event not found", Nav: "events",
+	if errors.Is(err, apperr.ErrNotFound) {
+		return c.render(ec, statusOf(err), "event", view{Title: "Event not found", Nav: "events",
 			Error: "No event " + id + " in the events table (never received, or past its TTL). A replay fetches it from Stripe.",
 			Data:  eventData{Record: events.Record{ID: id}}})
 	}

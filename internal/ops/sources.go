@@ -92,8 +92,8 @@ type OutboxReader interface {
 	Stats(ctx context.Context) ([]outbox.TopicStats, error)
 	ListDead(ctx context.Context, topic string, after outbox.DeadCursor, limit int) ([]outbox.DeadLetter, *outbox.DeadCursor, error)
 	ListPending(ctx context.Context, topic string, after outbox.PendingCursor, limit int) ([]outbox.Undelivered, *outbox.PendingCursor, error)
-	// Redrive makes a dead letter due again (outbox.ErrNotFound,
-	// outbox.ErrNotDead when there is nothing to do).
+	// Redrive makes a dead letter due again (apperr.ErrNotFound, or
+	// apperr.ErrConflict for one that is not dead, when there is nothing to do).
 	Redrive(ctx context.Context, id uuid.UUID) error
 }
 

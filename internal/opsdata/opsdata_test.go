@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/events"
 	"github.com/stripe-payments/stripe-payments/internal/handler"
 	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
@@ -115,5 +116,5 @@ func TestProblemsFollowFailuresRejectionsAndRecoveries(t *testing.T) {
 	assert.Equal(t, "bad object", only.Problems[0].Error)
 
 	_, err = p.List(ctx, "", 10, "not-a-cursor")
-	assert.ErrorIs(t, err, ErrBadCursor)
+	assert.ErrorIs(t, err, apperr.ErrInvalid)
 }

@@ -2,7 +2,6 @@ package opsdata
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -10,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/events"
 )
 
@@ -104,8 +104,8 @@ func (p *Problems) List(ctx context.Context, outcome string, limit int, cursor s
 	return page, nil
 }
 
-// ErrBadCursor is a cursor the list did not hand out.
-var ErrBadCursor = errors.New("invalid cursor")
+// badCursor is a cursor the list did not hand out (apperr.ErrInvalid).
+func badCursor() error { return apperr.New(apperr.CodeInvalidParameter, "invalid cursor") }
 
 func decodeProblemCursor(c string) (*time.Time, string, error) {
 	if c == "" {
@@ -115,12 +115,12 @@ func decodeProblemCursor(c string) (*time.Time, string, error) {
 		if c[i] == '|' {
 			t, err := time.Parse(time.RFC3339Nano, c[:i])
 			if err != nil {
-				return nil, "", ErrBadCursor
+				return nil, "", badCursor()
 			}
 			return &t, c[i+1:], nil
 		}
 	}
-	return nil, "", ErrBadCursor
+	return nil, "", badCursor()
 }
 
 // Counts are the list's sizes by outcome.

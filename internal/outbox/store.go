@@ -10,6 +10,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/stripe-payments/stripe-payments/internal/apperr"
 )
 
 // Store is the operator's view of the outbox: dead letters, their re-drive,
@@ -52,13 +54,6 @@ type DeadCursor struct {
 	DeadAt time.Time
 	ID     uuid.UUID
 }
-
-// ErrNotFound: no message has this id.
-var ErrNotFound = errors.New("outbox message not found")
-
-// ErrNotDead: the message exists but is not a dead letter (pending or
-// delivered), so there is nothing to re-drive.
-var ErrNotDead = errors.New("outbox message is not a dead letter")
 
 // Undelivered is an undelivered message that is not a dead letter.
 type Undelivered struct {
@@ -144,7 +139,9 @@ func (s *Store) ListDead(ctx context.Context, topic string, after DeadCursor, li
 
 // Redrive makes the dead letter id due again now, with its attempts and
 // age limit starting afresh; the message keeps its id, so the receiver still
-// deduplicates it. ErrNotFound or ErrNotDead when there is nothing to do.
+// deduplicates it. When there is nothing to do: apperr.ErrNotFound (no
+// message has this id) or apperr.ErrConflict (the message is pending or
+// delivered, not a dead letter; Redrive's one conflict).
 func (s *Store) Redrive(ctx context.Context, id uuid.UUID) error {
 	ids, err := s.redrive(ctx, `id = $2`, id)
 	if err != nil {
@@ -158,9 +155,9 @@ func (s *Store) Redrive(ctx context.Context, id uuid.UUID) error {
 		return fmt.Errorf("redrive %s: %w", id, err)
 	}
 	if !exists {
-		return ErrNotFound
+		return apperr.New(apperr.CodeNotFound, "outbox message %s not found", id)
 	}
-	return ErrNotDead
+	return apperr.New(apperr.CodeConflict, "outbox message %s is not a dead letter (pending or delivered)", id)
 }
 
 // RedriveMany re-drives those of ids that are dead letters and returns them;

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/outbox"
 	"github.com/stripe-payments/stripe-payments/internal/testenv"
 )
@@ -156,16 +157,16 @@ func TestRedriveDeliversOnce(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []outbox.TopicStats{{Topic: "action", Dead: 2}}, st)
 
-	assert.ErrorIs(t, store.Redrive(ctx, uuid.New()), outbox.ErrNotFound)
+	assert.ErrorIs(t, store.Redrive(ctx, uuid.New()), apperr.ErrNotFound)
 	require.NoError(t, store.Redrive(ctx, ids[0]))
-	assert.ErrorIs(t, store.Redrive(ctx, ids[0]), outbox.ErrNotDead, "already re-driven")
+	assert.ErrorIs(t, store.Redrive(ctx, ids[0]), apperr.ErrConflict, "already re-driven")
 	up = true
 	for range 3 {
 		_, err = w.DeliverDue(ctx)
 		require.NoError(t, err)
 	}
 	assert.Equal(t, map[uuid.UUID]int{ids[0]: 1}, got)
-	assert.ErrorIs(t, store.Redrive(ctx, ids[0]), outbox.ErrNotDead, "delivered")
+	assert.ErrorIs(t, store.Redrive(ctx, ids[0]), apperr.ErrConflict, "delivered")
 
 	// Many at once: unknown and delivered ids are skipped.
 	redriven, err := store.RedriveMany(ctx, []uuid.UUID{ids[0], ids[1], uuid.New()})

@@ -202,7 +202,7 @@ func (s *Service) Create(ctx context.Context, req Request, idempotencyKey string
 		Customer: req.Customer, IdempotencyKey: idempotencyKey, RequestHash: req.hash()}
 	p, created, err := s.store.CreatePurchase(ctx, np)
 	if errors.Is(err, tracking.ErrIdempotencyMismatch) {
-		return Result{}, apperr.New(apperr.CodeConflict, "Idempotency-Key was already used with a different request")
+		return Result{}, err
 	}
 	if err != nil {
 		return Result{}, apperr.Wrap(err, apperr.CodeUnavailable, "could not store the purchase")
@@ -410,11 +410,8 @@ func (st steps) recurring(ctx context.Context, res *Result) error {
 // Get reads a purchase.
 func (s *Service) Get(ctx context.Context, id uuid.UUID) (tracking.Purchase, error) {
 	p, err := s.store.GetPurchase(ctx, id)
-	if errors.Is(err, tracking.ErrNotFound) {
-		return tracking.Purchase{}, apperr.New(apperr.CodeNotFound, "purchase %s not found", id)
-	}
 	if err != nil {
-		return tracking.Purchase{}, apperr.Wrap(err, apperr.CodeUnavailable, "could not read the purchase")
+		return tracking.Purchase{}, apperr.Ensure(err, apperr.CodeUnavailable, "could not read the purchase")
 	}
 	return p, nil
 }

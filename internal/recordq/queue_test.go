@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/dynamo"
 	"github.com/stripe-payments/stripe-payments/internal/events"
 	"github.com/stripe-payments/stripe-payments/internal/ledger"
@@ -122,7 +123,7 @@ func TestRecordsReachTheTableAndLeavePostgres(t *testing.T) {
 	assert.JSONEq(t, string(recs[0].Payload), string(got.Payload))
 	assert.Equal(t, recs[0].Subscription, got.Subscription)
 	_, err = e.table.Get(ctx, recs[0].ID)
-	assert.ErrorIs(t, err, events.ErrNotFound)
+	assert.ErrorIs(t, err, apperr.ErrNotFound)
 	ids := make([]string, len(recs))
 	for i, r := range recs {
 		ids[i] = r.ID
@@ -264,7 +265,7 @@ func TestStoreFindsNothingForAnUnknownEvent(t *testing.T) {
 	q := recordq.New(e.pool, e.table, recordq.Config{})
 	store := e.table.WithPending(q)
 	_, err := store.Get(context.Background(), stripetest.NewID())
-	assert.ErrorIs(t, err, events.ErrNotFound)
+	assert.ErrorIs(t, err, apperr.ErrNotFound)
 	found, err := store.BatchGet(context.Background(), []string{stripetest.NewID()})
 	require.NoError(t, err)
 	assert.Empty(t, found)

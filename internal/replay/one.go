@@ -65,7 +65,7 @@ func (o One) Replay(ctx context.Context, id, account string) (Result, error) {
 	switch {
 	case err == nil && len(rec.Payload) > 0:
 		payload = rec.Payload
-	case err == nil || errors.Is(err, events.ErrNotFound):
+	case err == nil || errors.Is(err, apperr.ErrNotFound):
 		if err == nil {
 			account = rec.StripeAccount
 		}

@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/incidents"
 )
 
@@ -33,14 +34,6 @@ const (
 	StatusRunning   = "running"
 	StatusDone      = "done"
 	StatusCancelled = "cancelled"
-)
-
-var (
-	ErrNotFound = errors.New("replay not found")
-	// ErrFilter wraps every refusal of a filter; its message says why.
-	ErrFilter = errors.New("invalid filter")
-	// ErrNotRunning: only a running replay can be cancelled.
-	ErrNotRunning = errors.New("replay is not running")
 )
 
 // filterStatuses are the statuses a filter may select ("" selects any):
@@ -124,8 +117,10 @@ func NewStore(pool *pgxpool.Pool, inc IncidentReader) *Store {
 	return &Store{pool: pool, incidents: inc, now: time.Now}
 }
 
+// filterError is every refusal of a filter (apperr.ErrInvalid); its
+// message says why.
 func filterError(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", ErrFilter, fmt.Sprintf(format, args...))
+	return apperr.New(apperr.CodeInvalidParameter, format, args...)
 }
 
 // match returns every event f selects, oldest first.
@@ -146,7 +141,7 @@ func (s *Store) match(ctx context.Context, f Filter) ([]Item, error) {
 	typ, account := f.Type, f.StripeAccount
 	if f.Incident != "" {
 		inc, err := s.incidents.Get(ctx, f.Incident)
-		if errors.Is(err, incidents.ErrNotFound) {
+		if errors.Is(err, apperr.ErrNotFound) {
 			return nil, filterError("no incident %s", f.Incident)
 		}
 		if err != nil {
@@ -288,7 +283,7 @@ func (s *Store) Get(ctx context.Context, id string) (Replay, error) {
 	err := s.pool.QueryRow(ctx, `SELECT id, status, filter, matched, done, applied, failed, created_by, created_at, finished_at, cancelled_by
 		FROM replays WHERE id = $1`, id).Scan(&r.ID, &r.Status, &raw, &r.Matched, &r.Done, &r.Applied, &r.Failed, &r.CreatedBy, &r.CreatedAt, &finished, &cancelled)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Replay{}, ErrNotFound
+		return Replay{}, apperr.New(apperr.CodeNotFound, "replay not found")
 	}
 	if err != nil {
 		return Replay{}, fmt.Errorf("read replay %s: %w", id, err)
@@ -310,8 +305,8 @@ func (s *Store) Get(ctx context.Context, id string) (Replay, error) {
 // finish's). The runner re-drives no item after the one in hand, which it
 // leaves unrecorded (runner.go): a later replay finds it processed, or
 // re-drives it and the ledger answers duplicate. The items not re-driven
-// stay failed, for a later replay. ErrNotRunning: the replay is done or cancelled already;
-// nothing changed.
+// stay failed, for a later replay. apperr.ErrConflict (Cancel's one
+// conflict): the replay is done or cancelled already; nothing changed.
 func (s *Store) Cancel(ctx context.Context, id, actor string) (Replay, error) {
 	tag, err := s.pool.Exec(ctx, `UPDATE replays SET status = 'cancelled', cancelled_by = $2, finished_at = now(),
 			lease_owner = NULL, leased_until = NULL
@@ -324,7 +319,7 @@ func (s *Store) Cancel(ctx context.Context, id, actor string) (Replay, error) {
 		return Replay{}, err
 	}
 	if tag.RowsAffected() == 0 {
-		return r, ErrNotRunning
+		return r, apperr.New(apperr.CodeConflict, "replay %s is %s: only a running replay can be cancelled", id, r.Status)
 	}
 	return r, nil
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/incidents"
 	"github.com/stripe-payments/stripe-payments/internal/outbox"
 	"github.com/stripe-payments/stripe-payments/internal/replay"
@@ -62,7 +63,7 @@ func TestFilterMatches(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			p, err := s.DryRun(ctx, tc.f)
 			if tc.refuse != "" {
-				require.ErrorIs(t, err, replay.ErrFilter)
+				require.ErrorIs(t, err, apperr.ErrInvalid)
 				assert.Contains(t, err.Error(), tc.refuse)
 				return
 			}
@@ -81,7 +82,7 @@ func TestFilterMatches(t *testing.T) {
 		})
 	}
 	_, err = s.Start(ctx, replay.Filter{Type: "customer.created"}, "t")
-	assert.ErrorIs(t, err, replay.ErrFilter, "a replay matching nothing is refused")
+	assert.ErrorIs(t, err, apperr.ErrInvalid, "a replay matching nothing is refused")
 	var n int
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM replays`).Scan(&n))
 	assert.Zero(t, n, "dry runs and refusals write nothing")
@@ -174,7 +175,7 @@ func TestDeadLettersOfAnIncidentAreRedriven(t *testing.T) {
 	require.Equal(t, 3, p.Matched)
 	assert.Equal(t, "redrive", p.Sample[0].Would)
 	_, err = s.DryRun(ctx, replay.Filter{Incident: id, Type: "invoice.paid"})
-	assert.ErrorIs(t, err, replay.ErrFilter)
+	assert.ErrorIs(t, err, apperr.ErrInvalid)
 
 	r, err := s.Start(ctx, replay.Filter{Incident: id}, "t")
 	require.NoError(t, err)
@@ -183,7 +184,7 @@ func TestDeadLettersOfAnIncidentAreRedriven(t *testing.T) {
 	require.NoError(t, err)
 	ob := outbox.NewStore(pool, nil, nil)
 	runner := replay.NewRunner(s, &countingReplayer{calls: map[string]int{}, classes: map[stripebudget.Class]int{}},
-		replay.RunnerConfig{Redriver: ob, NotDead: func(err error) bool { return errors.Is(err, outbox.ErrNotDead) }})
+		replay.RunnerConfig{Redriver: ob, NotDead: func(err error) bool { return errors.Is(err, apperr.ErrConflict) }})
 	worked, err := runner.RunOnce(ctx)
 	require.NoError(t, err)
 	require.True(t, worked)
@@ -247,14 +248,14 @@ func TestDeadLettersByFilter(t *testing.T) {
 		{Status: "delivered"},
 	} {
 		_, err := s.DryRun(ctx, bad)
-		assert.ErrorIs(t, err, replay.ErrFilter, "%+v", bad)
+		assert.ErrorIs(t, err, apperr.ErrInvalid, "%+v", bad)
 	}
 
 	r, err := s.Start(ctx, f, "t")
 	require.NoError(t, err)
 	assert.Equal(t, 2, r.Matched)
 	runner := replay.NewRunner(s, &countingReplayer{calls: map[string]int{}, classes: map[stripebudget.Class]int{}},
-		replay.RunnerConfig{Redriver: outbox.NewStore(pool, nil, nil), NotDead: func(err error) bool { return errors.Is(err, outbox.ErrNotDead) }})
+		replay.RunnerConfig{Redriver: outbox.NewStore(pool, nil, nil), NotDead: func(err error) bool { return errors.Is(err, apperr.ErrConflict) }})
 	worked, err := runner.RunOnce(ctx)
 	require.NoError(t, err)
 	require.True(t, worked)

@@ -7,18 +7,21 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/stripe-payments/stripe-payments/internal/apperr"
 )
 
-// Errors callers test with errors.Is; driver errors never leave this package
-// untranslated where they have a domain meaning.
+// Errors are apperr's (a missing row is apperr.ErrNotFound, its message
+// naming it); driver errors never leave this package untranslated where they
+// have a domain meaning. The conflicts below are sentinels callers test with
+// errors.Is.
 var (
-	ErrNotFound = errors.New("not found")
 	// ErrIllegalTransition: the database refused a transition that is not in
 	// the state diagrams.
-	ErrIllegalTransition = errors.New("illegal state transition")
+	ErrIllegalTransition = apperr.New(apperr.CodeConflict, "illegal state transition")
 	// ErrIdempotencyMismatch: an idempotency key was reused with a different
 	// request.
-	ErrIdempotencyMismatch = errors.New("idempotency key reused with a different request")
+	ErrIdempotencyMismatch = apperr.New(apperr.CodeConflict, "Idempotency-Key was already used with a different request")
 )
 
 // Kind of a purchase: which flow of the reference it follows.

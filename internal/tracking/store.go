@@ -8,6 +8,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/stripe-payments/stripe-payments/internal/apperr"
 )
 
 // Store is the purchase API's and the internal API's access to the tracking
@@ -83,7 +85,7 @@ func (s *Store) CreatePurchase(ctx context.Context, np NewPurchase) (p Purchase,
 func (s *Store) GetPurchase(ctx context.Context, id uuid.UUID) (Purchase, error) {
 	p, err := scanPurchase(s.pool.QueryRow(ctx, `SELECT `+purchaseColumns+purchaseFrom+`WHERE p.id = $1`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Purchase{}, fmt.Errorf("purchase %s: %w", id, ErrNotFound)
+		return Purchase{}, apperr.New(apperr.CodeNotFound, "purchase %s not found", id)
 	}
 	if err != nil {
 		return Purchase{}, fmt.Errorf("read purchase %s: %w", id, err)
@@ -112,7 +114,7 @@ func getTracked[T any](ctx context.Context, s *Store, table, what, id string, fi
 	err := s.pool.QueryRow(ctx, `SELECT id, created, last_updated, account, stripe_account, purchase, status,
 		coalesce(last_event_id, ''), last_event_created FROM `+table+` WHERE id = $1`, id).Scan(fields(&row)...)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return zero, fmt.Errorf("%s %s: %w", what, id, ErrNotFound)
+		return zero, apperr.New(apperr.CodeNotFound, "%s %s not found", what, id)
 	}
 	if err != nil {
 		return zero, fmt.Errorf("read %s %s: %w", what, id, err)
@@ -164,8 +166,8 @@ func (s *Store) RecordSubscription(ctx context.Context, purchase uuid.UUID, subs
 // attach links a purchase to its payment or subscription id and inserts
 // that row (table, new) in one transaction: set is the purchases update,
 // with $1 the purchase, $2 id and $3… more. An existing row is left alone
-// (an event that got there first inserted it); ErrNotFound without the
-// purchase.
+// (an event that got there first inserted it); apperr not found without
+// the purchase.
 func (s *Store) attach(ctx context.Context, purchase uuid.UUID, set, table, id string, more ...any) error {
 	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `UPDATE purchases SET `+set+` WHERE id = $1`, append([]any{purchase, id}, more...)...)
@@ -173,7 +175,7 @@ func (s *Store) attach(ctx context.Context, purchase uuid.UUID, set, table, id s
 			return translate(err)
 		}
 		if tag.RowsAffected() == 0 {
-			return ErrNotFound
+			return apperr.New(apperr.CodeNotFound, "purchase %s not found", purchase)
 		}
 		_, err = tx.Exec(ctx, `INSERT INTO `+table+` (id, account, stripe_account, purchase)
 			SELECT $2, account, stripe_account, id FROM purchases WHERE id = $1

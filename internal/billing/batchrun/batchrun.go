@@ -21,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/billing"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
 )
@@ -33,13 +34,6 @@ const MaxItems = 5000
 const (
 	StatusRunning = "running"
 	StatusDone    = "done"
-)
-
-var (
-	// ErrNotFound: no batch with that id.
-	ErrNotFound = errors.New("batch not found")
-	// ErrSelection wraps every refusal of a selection; its message says why.
-	ErrSelection = errors.New("invalid selection")
 )
 
 // Selector is the billing core's side of a batch (billing.Service).
@@ -106,16 +100,18 @@ func NewStore(pool *pgxpool.Pool, sel Selector) *Store {
 	return &Store{pool: pool, sel: sel, now: time.Now}
 }
 
+// selectionError is every refusal of a selection (apperr.ErrInvalid); its
+// message says why.
 func selectionError(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", ErrSelection, fmt.Sprintf(format, args...))
+	return apperr.New(apperr.CodeInvalidParameter, format, args...)
 }
 
-// match runs the selection; a bad one is ErrSelection (billing.ErrInvalid
-// is kept in the chain).
+// match runs the selection; a bad one is apperr.ErrInvalid (billing's
+// refusal as it is).
 func (s *Store) match(ctx context.Context, sel billing.BatchSelection) ([]billing.BatchCandidate, error) {
 	c, err := s.sel.SelectBatch(ctx, sel)
-	if errors.Is(err, billing.ErrInvalid) {
-		return nil, fmt.Errorf("%w: %w", ErrSelection, err)
+	if errors.Is(err, apperr.ErrInvalid) {
+		return nil, err
 	}
 	if err != nil {
 		return nil, fmt.Errorf("batch selection: %w", err)
@@ -131,7 +127,7 @@ func (s *Store) match(ctx context.Context, sel billing.BatchSelection) ([]billin
 
 // DryRun lists what a batch of sel would charge (and which subscriptions it
 // would skip, and why). It changes nothing; a selection matching nothing is
-// ErrSelection.
+// apperr.ErrInvalid.
 func (s *Store) DryRun(ctx context.Context, sel billing.BatchSelection) ([]billing.BatchCandidate, error) {
 	return s.match(ctx, sel)
 }
@@ -200,7 +196,7 @@ func scanBatch(row pgx.Row) (Batch, error) {
 func (s *Store) Get(ctx context.Context, id string) (Batch, error) {
 	b, err := scanBatch(s.pool.QueryRow(ctx, `SELECT `+batchColumns+` FROM billing_batches WHERE id = $1`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Batch{}, ErrNotFound
+		return Batch{}, apperr.New(apperr.CodeNotFound, "batch not found")
 	}
 	if err != nil {
 		return Batch{}, fmt.Errorf("read batch %s: %w", id, err)

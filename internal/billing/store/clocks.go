@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/billing"
 )
 
@@ -123,7 +124,7 @@ func (s *Store) PutClock(ctx context.Context, c *billing.Clock, now time.Time) e
 // GetClock reads a test clock (strongly consistent).
 func (s *Store) GetClock(ctx context.Context, id string) (billing.Clock, error) {
 	if !billing.ValidID(id) {
-		return billing.Clock{}, billing.ErrNotFound
+		return billing.Clock{}, apperr.New(apperr.CodeNotFound, "test clock %s not found", id)
 	}
 	var it clockItem
 	if err := s.getItem(ctx, clockPK(id), skClock, &it); err != nil {

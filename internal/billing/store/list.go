@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -102,10 +101,7 @@ func (s *Store) AllHistory(ctx context.Context, account, sub string) ([]billing.
 func (s *Store) listPage(ctx context.Context, table string, kc expression.KeyConditionBuilder, filter *expression.ConditionBuilder,
 	forward bool, pk string, limit int32, cursor string) ([]map[string]types.AttributeValue, string, error) {
 	start, err := dynamo.DecodeCursor(cursor, map[string]string{"PK": pk}, "PK", "SK")
-	if errors.Is(err, dynamo.ErrInvalidCursor) {
-		return nil, "", billing.ErrInvalidCursor
-	}
-	if err != nil {
+	if err != nil { // apperr.ErrInvalid: a cursor this listing did not issue
 		return nil, "", err
 	}
 	b := expression.NewBuilder().WithKeyCondition(kc)

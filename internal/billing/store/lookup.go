@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
+	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/billing"
 )
 
@@ -74,7 +75,7 @@ func lookupItems(sub billing.Subscription) []lookupItem {
 func (s *Store) FindSubscriptions(ctx context.Context, by billing.LookupBy, value string, limit int32) ([]billing.Subscription, error) {
 	pk := lookupPK(by, value)
 	if pk == "" || value == "" {
-		return nil, fmt.Errorf("find subscriptions: %w: unknown lookup", billing.ErrInvalid)
+		return nil, apperr.New(apperr.CodeInvalidParameter, "find subscriptions: unknown lookup")
 	}
 	kc := expression.Key("PK").Equal(expression.Value(pk))
 	expr, err := expression.NewBuilder().WithKeyCondition(kc).Build()

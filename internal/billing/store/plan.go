@@ -10,6 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/billing"
 )
 
@@ -48,7 +49,7 @@ func (tx *writes) move(w billing.Write) {
 
 // movedSubscription reads the subscription an index entry names where it
 // is now: a plan change moved it to the key of its new SKU after the
-// (eventually consistent) index was read. ErrNotFound when it is gone.
+// (eventually consistent) index was read. apperr.ErrNotFound when it is gone.
 func (s *Store) movedSubscription(ctx context.Context, e billing.IndexEntry) (billing.Subscription, error) {
 	subID, _, ok := strings.Cut(strings.TrimPrefix(e.SK, prefixSub), "#SKU#")
 	if !ok {
@@ -57,5 +58,5 @@ func (s *Store) movedSubscription(ctx context.Context, e billing.IndexEntry) (bi
 	return s.GetSubscription(ctx, e.AccountID, subID)
 }
 
-// isNotFound reports billing.ErrNotFound.
-func isNotFound(err error) bool { return errors.Is(err, billing.ErrNotFound) }
+// isNotFound reports apperr.ErrNotFound.
+func isNotFound(err error) bool { return errors.Is(err, apperr.ErrNotFound) }

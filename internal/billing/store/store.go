@@ -3,7 +3,8 @@
 // clocks and sweep watermarks of BILLING_TABLE, the append-only history of
 // BILLING_HISTORY_TABLE, and the commit of a billing.Tx as one
 // TransactWriteItems. It implements billing.Store; DynamoDB's errors become
-// billing's sentinels here (ErrNotFound, ErrConflict, ErrInvalidCursor).
+// billing's vocabulary here (apperr.ErrNotFound, billing.ErrConflict,
+// apperr.ErrInvalid for a cursor).
 package store
 
 import (
@@ -16,6 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/billing"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
 )
@@ -58,7 +60,7 @@ func (s *Store) getItem(ctx context.Context, pk, sk string, out any) error {
 		return fmt.Errorf("get %s %s: %w", pk, sk, err)
 	}
 	if len(res.Item) == 0 {
-		return billing.ErrNotFound
+		return apperr.New(apperr.CodeNotFound, "not found")
 	}
 	if err := attributevalue.UnmarshalMap(res.Item, out); err != nil {
 		return fmt.Errorf("decode %s %s: %w", pk, sk, err)
@@ -69,7 +71,7 @@ func (s *Store) getItem(ctx context.Context, pk, sk string, out any) error {
 // GetSubscription reads a subscription by id (strongly consistent).
 func (s *Store) GetSubscription(ctx context.Context, account, sub string) (billing.Subscription, error) {
 	if !billing.ValidID(account) || !billing.ValidID(sub) {
-		return billing.Subscription{}, billing.ErrNotFound
+		return billing.Subscription{}, apperr.New(apperr.CodeNotFound, "subscription %s not found", sub)
 	}
 	kc := expression.Key("PK").Equal(expression.Value(accountPK(account))).
 		And(expression.Key("SK").BeginsWith(prefixSub + sub + "#SKU#"))
@@ -86,7 +88,7 @@ func (s *Store) GetSubscription(ctx context.Context, account, sub string) (billi
 		return billing.Subscription{}, fmt.Errorf("get subscription %s: %w", sub, err)
 	}
 	if len(out.Items) == 0 {
-		return billing.Subscription{}, billing.ErrNotFound
+		return billing.Subscription{}, apperr.New(apperr.CodeNotFound, "subscription %s not found", sub)
 	}
 	var it subItem
 	if err := attributevalue.UnmarshalMap(out.Items[0], &it); err != nil {

@@ -11,7 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/stripe-payments/stripe-payments/internal/billing"
+	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
 )
 
@@ -32,7 +32,7 @@ type sweepItem struct {
 func (s *Store) SweepWatermark(ctx context.Context, job string) (dates.Date, error) {
 	var it sweepItem
 	err := s.getItem(ctx, sweepPK, job, &it)
-	if errors.Is(err, billing.ErrNotFound) {
+	if errors.Is(err, apperr.ErrNotFound) {
 		return dates.Date{}, nil
 	}
 	if err != nil {

@@ -2,9 +2,9 @@ package testclock
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"time"
+
+	"github.com/stripe-payments/stripe-payments/internal/apperr"
 )
 
 // Test clocks share the process, the tables and the Stripe rate limit with
@@ -22,9 +22,9 @@ var clockCeiling = time.Date(2101, 1, 1, 0, 0, 0, 0, time.UTC)
 
 var (
 	// ErrTooManyClocks: TEST_CLOCKS_MAX clocks exist already.
-	ErrTooManyClocks = errors.New("too many test clocks")
+	ErrTooManyClocks = apperr.New(apperr.CodeConflict, "too many test clocks")
 	// ErrTooManyAdvances: this instance advances MaxAdvancing clocks already.
-	ErrTooManyAdvances = errors.New("too many test clocks advancing")
+	ErrTooManyAdvances = apperr.New(apperr.CodeConflict, "too many test clocks advancing")
 )
 
 // checkClockCeiling refuses a frozen time at or past the ceiling.
@@ -42,7 +42,7 @@ func (s *Service) checkClockCount(ctx context.Context) error {
 		return err
 	}
 	if len(ids) >= s.cfg.MaxClocks {
-		return fmt.Errorf("%w: %d exist, at most %d (TEST_CLOCKS_MAX); delete one first", ErrTooManyClocks, len(ids), s.cfg.MaxClocks)
+		return apperr.Wrap(ErrTooManyClocks, apperr.CodeConflict, "too many test clocks: %d exist, at most %d (TEST_CLOCKS_MAX); delete one first", len(ids), s.cfg.MaxClocks)
 	}
 	return nil
 }
@@ -54,6 +54,6 @@ func (s *Service) takeAdvanceSlot() (release func(), err error) {
 	case s.advancing <- struct{}{}:
 		return func() { <-s.advancing }, nil
 	default:
-		return nil, fmt.Errorf("%w: %d on this instance already; try again once one is ready", ErrTooManyAdvances, cap(s.advancing))
+		return nil, apperr.Wrap(ErrTooManyAdvances, apperr.CodeConflict, "too many test clocks advancing: %d on this instance already; try again once one is ready", cap(s.advancing))
 	}
 }

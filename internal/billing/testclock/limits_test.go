@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/billing"
 	"github.com/stripe-payments/stripe-payments/internal/billing/billingtest"
 	"github.com/stripe-payments/stripe-payments/internal/billing/testclock"
@@ -39,12 +40,12 @@ func TestTestClocksAreBounded(t *testing.T) {
 	// The ceiling: created just below it, a one-day step past it is refused
 	// and changes nothing; a step up to it is allowed.
 	_, err = e.Clocks.CreateClock(ctx, utc("2101-01-01T00:00:00Z"), "past the ceiling")
-	require.ErrorIs(t, err, billing.ErrInvalid)
+	require.ErrorIs(t, err, apperr.ErrInvalid)
 	require.NoError(t, e.Clocks.DeleteClock(ctx, ids[1]))
 	high, err := e.Clocks.CreateClock(ctx, utc("2100-12-31T00:00:00Z"), "high")
 	require.NoError(t, err)
 	_, _, err = e.Clocks.AdvanceClock(ctx, context.Background(), high.ID, utc("2101-01-01T00:00:00Z"))
-	require.ErrorIs(t, err, billing.ErrInvalid)
+	require.ErrorIs(t, err, apperr.ErrInvalid)
 	got, _, err := e.Clocks.GetClock(ctx, high.ID, 10)
 	require.NoError(t, err)
 	assert.Equal(t, billing.ClockReady, got.Status)

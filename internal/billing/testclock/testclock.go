@@ -23,6 +23,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/billing"
 	"github.com/stripe-payments/stripe-payments/internal/config"
 	"github.com/stripe-payments/stripe-payments/internal/safego"
@@ -32,7 +33,7 @@ import (
 const MaxAdvanceYears = 3
 
 // ErrBusy: the clock is being advanced.
-var ErrBusy = errors.New("the test clock is advancing")
+var ErrBusy = apperr.New(apperr.CodeConflict, "the test clock is advancing; wait until its status is ready")
 
 // Store keeps the test clocks; the billing store implements it.
 type Store interface {
@@ -122,9 +123,10 @@ func New(cfg Config, d Deps) (*Service, error) {
 // livemode: test clocks are refused with a live Stripe key.
 func (s *Service) livemode() bool { return s.billing.Config().Livemode }
 
-// invalid is a billing.ErrInvalid saying what, as the billing core's are.
+// invalid is a request that breaks a rule (apperr.ErrInvalid), as the
+// billing core's are; the message says which.
 func invalid(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", billing.ErrInvalid, fmt.Sprintf(format, args...))
+	return apperr.New(apperr.CodeInvalidParameter, format, args...)
 }
 
 // CreateClock creates a test clock frozen at frozen.
@@ -191,7 +193,7 @@ func (s *Service) ListClocks(ctx context.Context) ([]billing.Clock, error) {
 	clocks := make([]billing.Clock, 0, len(ids))
 	for _, id := range ids {
 		c, _, err := s.GetClock(ctx, id, 0)
-		if errors.Is(err, billing.ErrNotFound) {
+		if errors.Is(err, apperr.ErrNotFound) {
 			continue // deleted meanwhile
 		}
 		if err != nil {
@@ -212,7 +214,7 @@ func (s *Service) ClockSubscriptions(ctx context.Context, id string) ([]billing.
 	subs := make([]billing.Subscription, 0, len(members))
 	for _, m := range members {
 		sub, err := s.store.GetSubscription(ctx, m.AccountID, m.SubscriptionID)
-		if errors.Is(err, billing.ErrNotFound) {
+		if errors.Is(err, apperr.ErrNotFound) {
 			continue
 		}
 		if err != nil {
@@ -243,7 +245,7 @@ func (s *Service) DeleteClock(ctx context.Context, id string) error {
 	for _, m := range members {
 		_, err := s.billing.UpdateSubscription(ctx, m.AccountID, m.SubscriptionID,
 			billing.Change{Action: "cancel", Cause: "test-clock-deleted:" + id})
-		if err != nil && !errors.Is(err, billing.ErrNotFound) {
+		if err != nil && !errors.Is(err, apperr.ErrNotFound) {
 			return fmt.Errorf("cancel %s/%s: %w", m.AccountID, m.SubscriptionID, err)
 		}
 	}

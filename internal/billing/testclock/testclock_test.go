@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/billing"
 	"github.com/stripe-payments/stripe-payments/internal/billing/billingtest"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
@@ -119,9 +120,9 @@ func TestTestClockRunsTheJobsOfEveryDayForItsSubscriptionsOnly(t *testing.T) {
 
 	// An advance over days already passed does nothing; a second one goes on.
 	_, _, err = e.Clocks.AdvanceClock(ctx, context.Background(), clock.ID, utc("2027-03-01T00:00:00Z"))
-	assert.ErrorIs(t, err, billing.ErrInvalid)
+	assert.ErrorIs(t, err, apperr.ErrInvalid)
 	_, _, err = e.Clocks.AdvanceClock(ctx, context.Background(), clock.ID, utc("2030-04-01T00:00:01Z"))
-	assert.ErrorIs(t, err, billing.ErrInvalid, "more than three years")
+	assert.ErrorIs(t, err, apperr.ErrInvalid, "more than three years")
 	advance(t, e, clock.ID, "2027-05-01T00:00:00Z")
 	assert.Len(t, e.Stripe.PIs(), 4)
 }
@@ -203,7 +204,7 @@ func TestDeleteTestClockCancelsItsSubscriptions(t *testing.T) {
 	require.NoError(t, e.Clocks.DeleteClock(ctx, clock.ID))
 
 	_, _, err = e.Clocks.GetClock(ctx, clock.ID, 1)
-	assert.ErrorIs(t, err, billing.ErrNotFound)
+	assert.ErrorIs(t, err, apperr.ErrNotFound)
 	got, err := e.Service.GetSubscription(ctx, "acc-1", sub.SubscriptionID)
 	require.NoError(t, err)
 	assert.Equal(t, billing.SubCancelled, got.Status)
@@ -211,11 +212,11 @@ func TestDeleteTestClockCancelsItsSubscriptions(t *testing.T) {
 	last := h[len(h)-1]
 	assert.Equal(t, billing.Cancelled, last.Status)
 	assert.Equal(t, "test-clock-deleted:"+clock.ID, last.Cause, "the history says why")
-	assert.ErrorIs(t, e.Clocks.DeleteClock(ctx, clock.ID), billing.ErrNotFound)
+	assert.ErrorIs(t, e.Clocks.DeleteClock(ctx, clock.ID), apperr.ErrNotFound)
 
 	in.SubscriptionID = ""
 	_, err = e.Service.CreateSubscription(ctx, "acc-1", in)
-	assert.ErrorIs(t, err, billing.ErrInvalid, "no subscription on a deleted clock")
+	assert.ErrorIs(t, err, apperr.ErrInvalid, "no subscription on a deleted clock")
 }
 
 func TestTestClocksRefusedInLivemode(t *testing.T) {
