@@ -232,6 +232,7 @@ func LoadFor(lookup Lookup, uses Uses) (Config, error) {
 	}
 	c.IngestRecords, err = loadIngestRecords(get)
 	errs = append(errs, err)
+	c.IngestRecords.resolveFreshWrite(c.DynamoEndpoint)
 	if v := get("POLL_EVERY", ""); v != "" {
 		if c.PollEvery, err = time.ParseDuration(v); err != nil {
 			errs = append(errs, fmt.Errorf("POLL_EVERY: %w", err))

@@ -35,8 +35,26 @@ type IngestRecords struct {
 	// (INGEST_RECORD_FRESH_WRITE): "transaction" (TransactWriteItems of up
 	// to 100: the least DynamoDB Local CPU per record, twice the write
 	// capacity on AWS) or "item" (one conditional PutItem each: plain write
-	// capacity). BENCHMARKS.md, issue 32.
+	// capacity). Unset ("auto") picks by what pays: item on AWS, where write
+	// capacity is the bill, transaction with DYNAMODB_ENDPOINT set, where
+	// DynamoDB Local's CPU is. BENCHMARKS.md, issue 32.
 	FreshWrite string
+}
+
+// freshWriteAuto is INGEST_RECORD_FRESH_WRITE's default, resolved by
+// resolveFreshWrite once the DynamoDB endpoint is known.
+const freshWriteAuto = "auto"
+
+// resolveFreshWrite turns "auto" into item on AWS (an empty endpoint) and
+// transaction on an endpoint of its own (DynamoDB Local).
+func (r *IngestRecords) resolveFreshWrite(dynamoEndpoint string) {
+	if r.FreshWrite != freshWriteAuto {
+		return
+	}
+	r.FreshWrite = "transaction"
+	if dynamoEndpoint == "" {
+		r.FreshWrite = "item"
+	}
 }
 
 func loadIngestRecords(get func(key, def string) string) (IngestRecords, error) {
@@ -61,10 +79,10 @@ func loadIngestRecords(get func(key, def string) string) (IngestRecords, error) 
 	if r.QuarantineAfter, err = strconv.Atoi(get("INGEST_RECORD_QUARANTINE_AFTER", "5")); err != nil || r.QuarantineAfter < 1 || r.QuarantineAfter > 1000 {
 		errs = append(errs, errors.New("INGEST_RECORD_QUARANTINE_AFTER: an integer from 1 to 1000"))
 	}
-	switch r.FreshWrite = get("INGEST_RECORD_FRESH_WRITE", "transaction"); r.FreshWrite {
-	case "transaction", "item":
+	switch r.FreshWrite = get("INGEST_RECORD_FRESH_WRITE", freshWriteAuto); r.FreshWrite {
+	case freshWriteAuto, "transaction", "item":
 	default:
-		errs = append(errs, errors.New("INGEST_RECORD_FRESH_WRITE: transaction or item"))
+		errs = append(errs, errors.New("INGEST_RECORD_FRESH_WRITE: auto, transaction or item"))
 	}
 	return r, errors.Join(errs...)
 }
