@@ -50,6 +50,7 @@ func TestReactivateAPI(t *testing.T) {
 	tests := []struct {
 		name, contentType, body, query, path string
 		names                                string
+		also                                 string // a second problem the same message names
 	}{
 		{name: "amount 0", body: `{"amount":0}`, names: "amount"},
 		{name: "amount negative", body: `{"amount":-5}`, names: "amount"},
@@ -66,6 +67,7 @@ func TestReactivateAPI(t *testing.T) {
 		{name: "text/plain", contentType: "text/plain", body: `{"amount":5}`, names: "Content-Type"},
 		{name: "a query parameter", body: ``, query: "?amount=5", names: "query"},
 		{name: "bad account id", path: "/accounts/acc%23x/subscriptions/x/reactivate", body: `{}`, names: "account_id"},
+		{name: "every problem at once", body: `{"payment_method":"x","amount":0}`, names: "payment_method", also: "amount"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -83,6 +85,7 @@ func TestReactivateAPI(t *testing.T) {
 			e, _ := got["error"].(map[string]any)
 			msg, _ := e["message"].(string)
 			assert.Contains(t, msg, tc.names)
+			assert.Contains(t, msg, tc.also)
 		})
 	}
 	after, n = snapshot()

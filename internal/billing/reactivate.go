@@ -2,8 +2,8 @@ package billing
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/google/uuid"
 
@@ -35,19 +35,23 @@ type Reactivation struct {
 	Cause string
 }
 
-// Validate reports every problem of r at once.
+// Validate reports every problem of r at once, in one message (a client
+// sees the first apperr error of a chain only).
 func (r Reactivation) Validate() error {
-	var errs []error
+	var errs []string
 	if r.PaymentMethod != nil && !stripeid.Valid(*r.PaymentMethod, "pm_") {
-		errs = append(errs, invalid("payment_method: a Stripe payment method id (pm_...)"))
+		errs = append(errs, "payment_method: a Stripe payment method id (pm_...)")
 	}
 	if r.Amount != nil && (*r.Amount < 1 || *r.Amount > 99_999_999) {
-		errs = append(errs, invalid("amount: 1 to 99999999 minor units"))
+		errs = append(errs, "amount: 1 to 99999999 minor units")
 	}
 	if err := validatePlan(Change{SKU: r.SKU, Amount: r.Amount}); err != nil {
-		errs = append(errs, err)
+		errs = append(errs, apperr.From(err).Message)
 	}
-	return errors.Join(errs...)
+	if len(errs) > 0 {
+		return invalid("%s", strings.Join(errs, "; "))
+	}
+	return nil
 }
 
 // Reactivate starts a CANCELLED subscription again (docs/design.md §8

@@ -333,10 +333,12 @@ func (s *Store) putEachIfAbsent(ctx context.Context, recs []Record, expr express
 
 // transactFresh writes items (the puts of ids) in one transaction, again
 // without the items whose condition failed (answered) when the transaction
-// is cancelled, and again after a backoff when it conflicted with another
-// write of the same items (a failure being recorded).
+// is cancelled, and again after a backoff when no item was refused by its
+// condition: it conflicted with another write of the same items (a failure
+// being recorded), was throttled, or was cancelled for no reason it names.
+// Backoffs are counted: the ninth round without progress is an error.
 func (s *Store) transactFresh(ctx context.Context, items []types.TransactWriteItem, ids []string) (refused []string, err error) {
-	for attempt := 0; len(items) > 0; attempt++ {
+	for waits := 0; len(items) > 0; {
 		_, err := s.client.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items})
 		if err == nil {
 			return refused, nil
@@ -346,15 +348,14 @@ func (s *Store) transactFresh(ctx context.Context, items []types.TransactWriteIt
 			return refused, fmt.Errorf("write fresh events: %w", err)
 		}
 		keep, keepIDs := items[:0:0], ids[:0:0]
-		conflict := false
 		for i, why := range tce.CancellationReasons {
 			switch aws.ToString(why.Code) {
 			case "ConditionalCheckFailed":
 				refused = append(refused, ids[i])
 				continue
-			case "None", "":
-			case "TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded", "RequestLimitExceeded":
-				conflict = true // a failure being recorded, or throttling: again, later
+			case "None", "", "TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded", "RequestLimitExceeded":
+				// Not this item's doing, or a failure being recorded, or
+				// throttling: again (later, unless another item was refused).
 			case "ValidationError":
 				// The item itself is refused: the API error a plain write
 				// would get, so the write-behind isolates and quarantines it
@@ -369,15 +370,18 @@ func (s *Store) transactFresh(ctx context.Context, items []types.TransactWriteIt
 			}
 			keep, keepIDs = append(keep, items[i]), append(keepIDs, ids[i])
 		}
+		progressed := len(keep) < len(items) // an item refused by its condition left
 		items, ids = keep, keepIDs
-		if conflict && len(items) > 0 {
-			if attempt >= 8 {
-				return refused, fmt.Errorf("write fresh events: still conflicting or throttled after %d attempts: %w", attempt+1, err)
-			}
-			if err := sleep(ctx, backoff(attempt)); err != nil {
-				return refused, fmt.Errorf("write fresh events: %w", err)
-			}
+		if progressed || len(items) == 0 {
+			continue // the rest again at once: their transaction lost only the refused
 		}
+		if waits >= 8 {
+			return refused, fmt.Errorf("write fresh events: still cancelled (conflict, throttling or no reason) after %d attempts: %w", waits+1, err)
+		}
+		if err := sleep(ctx, backoff(waits)); err != nil {
+			return refused, fmt.Errorf("write fresh events: %w", err)
+		}
+		waits++
 	}
 	return refused, nil
 }

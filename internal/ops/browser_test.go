@@ -658,3 +658,36 @@ func TestConsoleIsOffWithTheInternalAPI(t *testing.T) {
 		assert.Equal(t, http.StatusNotFound, resp.StatusCode, path)
 	}
 }
+
+// A clock past TEST_CLOCKS_MAX is refused on the console as on the API
+// (409, "too many test clocks"), not taken for an outage (503), and
+// nothing is created.
+func TestConsoleRefusesAClockPastTheMaximum(t *testing.T) {
+	a := startApp(t, "http://127.0.0.1:1", "TEST_CLOCKS_MAX", "1")
+	base := a.Admin.URL() + "/ops"
+	c := login(t, base)
+	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	resp, err := c.Get(base + "/clocks")
+	require.NoError(t, err)
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	csrf := csrfField.FindStringSubmatch(string(page))
+	require.NotNil(t, csrf)
+	create := func(name string) (int, string) {
+		t.Helper()
+		resp, err := c.PostForm(base+"/clocks", url.Values{"csrf": {csrf[1]}, "frozen_time": {"2027-01-01T00:00"}, "name": {name}})
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	status, _ := create("first")
+	require.Equal(t, http.StatusSeeOther, status, "the first clock is created")
+	status, body := create("second")
+	assert.Equal(t, http.StatusConflict, status)
+	assert.Contains(t, body, "too many test clocks")
+	assert.Contains(t, body, "No clock was created.")
+	ids, err := a.Billing.Store().ListClockIDs(context.Background())
+	require.NoError(t, err)
+	assert.Len(t, ids, 1, "the second clock was not created")
+}

@@ -102,7 +102,7 @@ func (c *Console) clockCreate(ec echo.Context) error {
 	}
 	clock, err := c.d.TestClocks.CreateClock(ctxOf(ec), at, strings.TrimSpace(form.Name))
 	switch {
-	case errors.Is(err, apperr.ErrInvalid):
+	case errors.Is(err, apperr.ErrInvalid), errors.Is(err, testclock.ErrTooManyClocks):
 		return c.renderClockList(ec, statusOf(err), "Refused: "+reason(err)+". No clock was created.", form)
 	case err != nil:
 		return c.unavailable(ec, "create the test clock", err)
