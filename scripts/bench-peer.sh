@@ -119,8 +119,15 @@ wait_http() { # url what
 }
 
 # ---- shared stack (DynamoDB Local; also installs Postgres 15 and Java when missing)
-DEVSTACK_STARTED_FILE="$OUT/started" scripts/devstack.sh up >/dev/null
+# DynamoDB Local stands in for AWS, whose work is not on this machine's
+# cores: started here, it runs in memory, as for `make test` (persisted, its
+# SQLite file on disk made the same-run BatchWriteItem ceiling 2.7x slower
+# on 2026-11-26). One already up keeps its mode; the stamp says which.
+DEV_DYNAMO_PERSIST="${DEV_DYNAMO_PERSIST:-0}" DEVSTACK_STARTED_FILE="$OUT/started" scripts/devstack.sh up >/dev/null
 eval "$(scripts/devstack.sh env)"
+DDB_MODE="$(cat .dev/dynamodb.mode 2>/dev/null || echo unknown)"
+[ "$DDB_MODE" = memory ] || log "WARNING: DynamoDB Local runs $DDB_MODE, not in memory: stop the stack (scripts/devstack.sh down) for a comparable run"
+export DDB_MODE
 
 # ---- the peer, from the npm registry, pinned by the lock file
 if ! cmp -s bench/peer/package-lock.json "$PEER_DIR/package-lock.json" || [ ! -d "$PEER_DIR/node_modules/@supabase/stripe-sync-engine" ]; then
@@ -239,7 +246,8 @@ cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.start
 load = open("/proc/loadavg").read().split()[:3]
 extra = os.environ.get("BENCH_SERVICE_ENV", "").strip()
 how = f"`BENCH_SERVICE_ENV='{extra}' make bench-peer`" if extra else "`make bench-peer`"
-stamp = f"Measured {datetime.datetime.utcnow():%Y-%m-%d %H:%M} UTC on {os.cpu_count()} cores ({cpu}), load average {' '.join(load)} at the end, by {how}.\n\n"
+mode = os.environ.get("DDB_MODE", "unknown")
+stamp = f"Measured {datetime.datetime.utcnow():%Y-%m-%d %H:%M} UTC on {os.cpu_count()} cores ({cpu}), DynamoDB Local {mode}, load average {' '.join(load)} at the end, by {how}.\n\n"
 if begin in doc and end in doc:
     head, rest = doc.split(begin, 1)
     _, tail = rest.split(end, 1)
