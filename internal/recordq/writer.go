@@ -170,13 +170,16 @@ func (q *Queue) write(ctx context.Context) {
 				if err == nil {
 					err = perr
 				}
+			case errors.Is(perr, errStillChanging):
+				err = perr
+				again = append(again, p)
 			default:
 				err = perr
 				q.failing = perr
 				again = append(again, p)
 			}
 		}
-		if err == nil || refusedForGood(err) {
+		if err == nil || refusedForGood(err) || errors.Is(err, errStillChanging) {
 			q.failing = nil // the table answers: only some records are refused
 		}
 		q.waiting = append(again, q.waiting...) // first again, once the table answers
@@ -361,6 +364,11 @@ func (q *Queue) put(ctx context.Context, recs []events.Record, read []string) er
 // maxSupersede bounds the rounds of supersede.
 const maxSupersede = 5
 
+// errStillChanging: supersede gave up on records other replicas kept
+// changing. The table answers, so it is not failing (Admit goes on); the
+// batch is retried later.
+var errStillChanging = errors.New("still changing")
+
 // supersede reads the records of recs' events and writes recs over them
 // (events.Supersede), each on the condition that the table still holds
 // what was read: nothing (IfAbsent) or that record (IfUnchanged). A failure
@@ -398,7 +406,7 @@ func (q *Queue) supersede(ctx context.Context, recs []events.Record) error {
 			return err
 		}
 		if round == maxSupersede {
-			return fmt.Errorf("supersede event records: still changing after %d reads: %w", round, err)
+			return fmt.Errorf("supersede event records: %w after %d reads: %w", errStillChanging, round, err)
 		}
 		refused := make(map[string]bool, len(nw.IDs))
 		for _, id := range nw.IDs {
