@@ -67,9 +67,10 @@ func attributes(r Record) (map[string]types.AttributeValue, error) {
 // retrying unprocessed items. These writes are unconditional: callers only
 // pass records whose effects Postgres has committed, and a processed record
 // is the final state, so overwriting one with another is harmless. Records
-// with IfAbsent are written on condition instead (see putIfAbsent), and
-// when the table already holds some of their events PutProcessed writes
-// everything else and answers a *NotWrittenError naming those.
+// with IfAbsent or IfUnchanged are written on condition instead (see
+// putIfAbsent), and when the table holds something else for some of their
+// events PutProcessed writes everything else and answers a
+// *NotWrittenError naming those.
 func (s *Store) PutProcessed(ctx context.Context, recs []Record) error {
 	// A rejection is written without a claim: a replay may claim its event
 	// later, and the write-behind must then read it (see Marker).
@@ -79,7 +80,7 @@ func (s *Store) PutProcessed(ctx context.Context, recs []Record) error {
 		if r.LastError != "" {
 			rejected = append(rejected, r.ID)
 		}
-		if r.IfAbsent {
+		if r.IfAbsent || r.IfUnchanged != nil {
 			ifAbsent = append(ifAbsent, r)
 		} else {
 			plain = append(plain, r)
@@ -102,8 +103,9 @@ func (s *Store) PutProcessed(ctx context.Context, recs []Record) error {
 }
 
 // NotWrittenError names the records PutProcessed did not write because the
-// table held a record of their event and they were IfAbsent: the caller
-// reads those and writes them superseded (Supersede).
+// table held a record of their event and they were IfAbsent, or another
+// record than their IfUnchanged: the caller reads those (again) and writes
+// them superseded (Supersede).
 type NotWrittenError struct{ IDs []string }
 
 func (e *NotWrittenError) Error() string {
@@ -222,6 +224,30 @@ func (s *Store) freshCondition() (expression.Expression, error) {
 	return expr, nil
 }
 
+// condition is what r may be written over: fresh (freshCondition), or,
+// with IfUnchanged, the record read before, unchanged. Every other write
+// of a record changes one of the three attributes compared: a failure
+// recorded adds an attempt, a processed record sets the status or (a
+// supersede) the attempts, a rejection the last_error.
+func condition(r Record, fresh expression.Expression) (expression.Expression, error) {
+	prev := r.IfUnchanged
+	if prev == nil {
+		return fresh, nil
+	}
+	// As read: stored truncated already, compared as it is.
+	lastError := expression.AttributeNotExists(expression.Name("last_error"))
+	if prev.LastError != "" {
+		lastError = expression.Name("last_error").Equal(expression.Value(prev.LastError))
+	}
+	cond := expression.Name("attempts").Equal(expression.Value(prev.Attempts)).
+		And(expression.Name("status").Equal(expression.Value(string(prev.Status))), lastError)
+	expr, err := expression.NewBuilder().WithCondition(cond).Build()
+	if err != nil {
+		return expression.Expression{}, fmt.Errorf("build condition of %s: %w", r.ID, err)
+	}
+	return expr, nil
+}
+
 // putIfAbsent writes records that the caller believes have no earlier
 // version in the table (the write-behind's rows inserted by their event's
 // claim and not marked), each on the condition that the table holds no
@@ -229,7 +255,8 @@ func (s *Store) freshCondition() (expression.Expression, error) {
 // belief can be wrong: a failure recorded while Postgres was down or by an
 // older replica goes unmarked, and one can race the writer between its
 // load and this put. The condition makes that harmless: putIfAbsent
-// answers the ids it did not write (issue 32).
+// answers the ids it did not write (issue 32). Records with IfUnchanged
+// are written the same way, each on its own condition (condition).
 //
 // TransactWriteItems because BatchWriteItem takes no conditions; 100 a
 // transaction cost DynamoDB Local less CPU per record than BatchWriteItem
@@ -238,12 +265,12 @@ func (s *Store) putIfAbsent(ctx context.Context, recs []Record, perTx int) (refu
 	if len(recs) == 0 {
 		return nil, nil
 	}
-	expr, err := s.freshCondition()
+	fresh, err := s.freshCondition()
 	if err != nil {
 		return nil, err
 	}
 	if s.itemPuts {
-		return s.putEachIfAbsent(ctx, recs, expr)
+		return s.putEachIfAbsent(ctx, recs, fresh)
 	}
 	for len(recs) > 0 {
 		var items []types.TransactWriteItem
@@ -252,6 +279,10 @@ func (s *Store) putIfAbsent(ctx context.Context, recs []Record, perTx int) (refu
 		for len(recs) > 0 && len(items) < perTx {
 			r := recs[0]
 			av, err := attributes(r)
+			if err != nil {
+				return refused, err
+			}
+			expr, err := condition(r, fresh)
 			if err != nil {
 				return refused, err
 			}
@@ -283,7 +314,7 @@ const maxItemPuts = 25
 
 // putEachIfAbsent is putIfAbsent with one conditional PutItem a record
 // (WithItemPuts).
-func (s *Store) putEachIfAbsent(ctx context.Context, recs []Record, expr expression.Expression) (refused []string, err error) {
+func (s *Store) putEachIfAbsent(ctx context.Context, recs []Record, fresh expression.Expression) (refused []string, err error) {
 	type result struct {
 		id      string
 		refused bool
@@ -294,6 +325,10 @@ func (s *Store) putEachIfAbsent(ctx context.Context, recs []Record, expr express
 	var wg sync.WaitGroup
 	for _, r := range recs {
 		av, err := attributes(r)
+		var expr expression.Expression
+		if err == nil {
+			expr, err = condition(r, fresh)
+		}
 		if err != nil {
 			wg.Wait()
 			return nil, err

@@ -63,6 +63,11 @@ type Record struct {
 	// IfAbsent is not stored: it asks PutProcessed to write the record
 	// only where the table holds no record of its event (see PutProcessed).
 	IfAbsent bool
+	// IfUnchanged is not stored: it asks PutProcessed to write the record
+	// only where the table still holds this earlier record of its event,
+	// as read (its status, attempts and last_error): a failure recorded
+	// since the read must be superseded, not overwritten (issue 32).
+	IfUnchanged *Record
 
 	// Thin events (docs/design.md §4): PayloadKind is "thin" for them ("" or
 	// "snapshot" otherwise); SnapshotEvent is the snapshot event a v1 thin

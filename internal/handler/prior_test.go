@@ -349,3 +349,115 @@ func TestWriteBehindSupersedesAFailureWrittenBetweenItsLoadAndItsPut(t *testing.
 	assert.Equal(t, 1, e.effects(t, ev.ID))
 	assert.Equal(t, 1, e.ledger(t, ev.ID))
 }
+
+// readRacedTable is the events table where, once the writer has read the
+// record of event id (BatchGet answered, before its put), race runs.
+type readRacedTable struct {
+	racedTable
+}
+
+func (r readRacedTable) BatchGet(ctx context.Context, ids []string) (map[string]events.Record, error) {
+	found, err := r.Store.BatchGet(ctx, ids)
+	for _, id := range ids {
+		if id == r.id {
+			r.once.Do(r.race)
+		}
+	}
+	return found, err
+}
+
+// docs/design.md §5 (bookkeeping), issue 32 follow-up: replicas A and C
+// fail to process an event and B processes it. C records its failure
+// (mark, then table) after B's writer has read the table's record of the
+// event and before that writer writes its processed record over it. The
+// processed record must count every attempt (A's, C's, B's: 3), keep A's
+// source, and the event is applied once. A's failure is in the table
+// either before B's claim (B's row is marked: read at once) or only after
+// B's load (B's write as a fresh record is refused, then read).
+func TestWriteBehindSupersedesAFailureWrittenBetweenItsReadAndItsPut(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// A records its failure only when B's writer first writes.
+		aLate bool
+	}{
+		{name: "first failure recorded before the claim"},
+		{name: "first failure recorded after the load", aLate: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			ctx := context.Background()
+			payload := stripetest.Event{Fixture: "payment_intent.succeeded"}.Build(t)
+			ev := parse(t, payload)
+			boom := func(context.Context, handler.Tx) error { return errors.New("transition refused") }
+
+			fail := func(g *gate) (replica, chan error) {
+				r := e.replica(t, e.store, 0,
+					func(q *recordq.Queue) events.Pending { return lateMarker{Queue: q, before: g, after: &gate{}} })
+				e.failNext.Store(&boom)
+				done := make(chan error, 1)
+				go func() {
+					_, err := r.h.Handle(ctx, parse(t, payload), payload, stripeevent.SourceWebhook)
+					done <- err
+				}()
+				return r, done
+			}
+			aGate := &gate{}
+			if tc.aLate {
+				aGate = newGate()
+			}
+			_, aDone := fail(aGate)
+			var aErr error
+			if tc.aLate {
+				aGate.wait(t, "replica A's record of its failure")
+			} else {
+				aErr = <-aDone
+				require.ErrorContains(t, aErr, "transition refused")
+			}
+			time.Sleep(5 * time.Millisecond) // C's delivery is received later
+			cGate := newGate()
+			_, cDone := fail(cGate)
+			cGate.wait(t, "replica C's record of its failure")
+
+			// B's writer lets A record its failure before its first write
+			// (aLate), and C record its own once B's writer has read A's.
+			var cErr error
+			aRaced, cRaced := false, false
+			table := readRacedTable{racedTable{Store: e.store, id: ev.ID, once: &sync.Once{}, race: func() {
+				cRaced = true
+				close(cGate.open)
+				cErr = <-cDone
+			}}}
+			var wt recordq.Table = table
+			if tc.aLate {
+				wt = struct {
+					racedTable
+					readRacedTable
+				}{racedTable{Store: e.store, id: ev.ID, once: &sync.Once{}, race: func() {
+					aRaced = true
+					close(aGate.open)
+					aErr = <-aDone
+				}}, table}
+			}
+			b := e.replica(t, wt, 1, nil)
+			time.Sleep(5 * time.Millisecond) // B's delivery is received later
+			outcome, err := b.h.Handle(ctx, parse(t, payload), payload, stripeevent.SourcePoller)
+			require.NoError(t, err)
+			assert.Equal(t, stripeevent.Applied, outcome)
+			flushed(t, b.q)
+			require.True(t, cRaced, "B's writer read the record")
+			require.Equal(t, tc.aLate, aRaced)
+			require.ErrorContains(t, aErr, "transition refused")
+			require.ErrorContains(t, cErr, "transition refused")
+
+			got, err := e.store.Get(ctx, ev.ID) // the table alone
+			require.NoError(t, err)
+			assert.Equal(t, events.StatusProcessed, got.Status)
+			assert.Empty(t, got.LastError)
+			assert.Equal(t, 3, got.Attempts, "A's and C's failed attempts are counted")
+			assert.Equal(t, stripeevent.SourceWebhook, got.Source, "A's source kept")
+			assert.Zero(t, e.pending(t, ev.ID))
+			assert.Equal(t, 1, e.effects(t, ev.ID))
+			assert.Equal(t, 1, e.ledger(t, ev.ID))
+		})
+	}
+}

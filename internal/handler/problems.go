@@ -2,6 +2,7 @@ package handler
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"time"
 
@@ -65,14 +66,26 @@ func (s trackedStore) RecordFailure(ctx context.Context, r events.Record, cause 
 
 // PutProcessed writes processed records, then lists the rejected ones and
 // takes the re-deliveries (attempts > 1: a record existed, maybe failed)
-// off the list. A first delivery that succeeds costs nothing extra.
+// off the list. A first delivery that succeeds costs nothing extra. When
+// the table refused some records (*events.NotWrittenError: the write-behind
+// reads and writes them again), the others are written and tracked.
 func (s trackedStore) PutProcessed(ctx context.Context, recs []events.Record) error {
-	if err := s.EventStore.PutProcessed(ctx, recs); err != nil {
+	err := s.EventStore.PutProcessed(ctx, recs)
+	var nw *events.NotWrittenError
+	if err != nil && !errors.As(err, &nw) {
 		return err
+	}
+	var refused map[string]bool
+	if nw != nil {
+		refused = make(map[string]bool, len(nw.IDs))
+		for _, id := range nw.IDs {
+			refused[id] = true
+		}
 	}
 	var resolved []string
 	for _, r := range recs {
 		switch {
+		case refused[r.ID]: // tracked with its own write, later
 		case r.LastError != "":
 			s.list.Listed(ctx, r, "rejected", r.LastError)
 		case r.Attempts > 1:
@@ -84,5 +97,5 @@ func (s trackedStore) PutProcessed(ctx context.Context, recs []events.Record) er
 			s.log.Warn("could not take processed events off the dead-letter list", "error", err)
 		}
 	}
-	return nil
+	return err
 }

@@ -57,7 +57,10 @@ func TestCounterFlushesHourlyCountsByOutcome(t *testing.T) {
 
 // memStore is the handler's event store in memory, for the tracking
 // wrapper (the wrapper's own writes go to the real Postgres).
-type memStore struct{ failWrites bool }
+type memStore struct {
+	failWrites bool
+	notWritten []string // answered in a *events.NotWrittenError
+}
 
 func (m *memStore) BatchGet(context.Context, []string) (map[string]events.Record, error) {
 	return nil, nil
@@ -67,10 +70,43 @@ func (m *memStore) PutProcessed(context.Context, []events.Record) error {
 	if m.failWrites {
 		return errors.New("dynamodb down")
 	}
+	if len(m.notWritten) > 0 {
+		return &events.NotWrittenError{IDs: m.notWritten}
+	}
 	return nil
 }
 
 func (m *memStore) RecordFailure(context.Context, events.Record, error) error { return nil }
+
+// A write of records some of which the table refused (their events hold
+// another record than expected: the write-behind reads them again): the
+// records written are listed or taken off the list, the refused ones are
+// left as they were until their own write.
+func TestProblemsFollowTheRecordsWrittenWhenSomeAreRefused(t *testing.T) {
+	pool := testenv.Postgres(t)
+	p := NewProblems(pool, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	mem := &memStore{}
+	store := handler.TrackProblems(mem, p, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	ctx := context.Background()
+	rec := func(id string, attempts int, lastErr string) events.Record {
+		return events.Record{ID: id, Type: "payment_intent.succeeded", StripeAccount: "acct_1", Attempts: attempts, LastError: lastErr}
+	}
+	require.NoError(t, store.RecordFailure(ctx, rec("evt_recovers", 1, ""), errors.New("stripe down")))
+	require.NoError(t, store.RecordFailure(ctx, rec("evt_refused", 1, ""), errors.New("stripe down")))
+
+	mem.notWritten = []string{"evt_refused", "evt_rejected_refused"}
+	err := store.PutProcessed(ctx, []events.Record{rec("evt_recovers", 2, ""), rec("evt_refused", 2, ""),
+		rec("evt_rejected", 1, "bad object"), rec("evt_rejected_refused", 1, "bad object")})
+	var nw *events.NotWrittenError
+	require.ErrorAs(t, err, &nw)
+	page, err := p.List(ctx, "", 10, "")
+	require.NoError(t, err)
+	var listed []string
+	for _, pr := range page.Problems {
+		listed = append(listed, pr.EventID+" "+pr.Outcome)
+	}
+	assert.ElementsMatch(t, []string{"evt_refused failed", "evt_rejected rejected"}, listed)
+}
 
 func TestProblemsFollowFailuresRejectionsAndRecoveries(t *testing.T) {
 	pool := testenv.Postgres(t)

@@ -178,7 +178,8 @@ func (q *Queue) Enqueue(ctx context.Context, tx pgtx.Tx, recs []events.Record) e
 // or a rejection left it, and those are marked (Mark) before they are
 // written, so the writer reads only the marked ones. It writes the others
 // IfAbsent: a failure recorded without its mark (Postgres down, an older
-// replica) or racing the writer is read and superseded, never overwritten.
+// replica) or racing the writer is read and superseded, never overwritten:
+// the superseding write too is conditional on the record read (supersede).
 func (q *Queue) EnqueueClaimed(ctx context.Context, tx pgtx.Tx, recs []events.Record) error {
 	return q.enqueue(ctx, tx, recs, true)
 }

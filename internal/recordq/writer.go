@@ -170,13 +170,16 @@ func (q *Queue) write(ctx context.Context) {
 				if err == nil {
 					err = perr
 				}
+			case errors.Is(perr, errStillChanging):
+				err = perr
+				again = append(again, p)
 			default:
 				err = perr
 				q.failing = perr
 				again = append(again, p)
 			}
 		}
-		if err == nil || refusedForGood(err) {
+		if err == nil || refusedForGood(err) || errors.Is(err, errStillChanging) {
 			q.failing = nil // the table answers: only some records are refused
 		}
 		q.waiting = append(again, q.waiting...) // first again, once the table answers
@@ -355,28 +358,69 @@ func (q *Queue) put(ctx context.Context, recs []events.Record, read []string) er
 			return err
 		}
 	}
-	if len(rest) == 0 {
-		return nil
-	}
-	ids := make([]string, 0, len(rest))
-	for _, r := range rest {
-		ids = append(ids, r.ID)
-	}
-	existing, err := q.table.BatchGet(ctx, ids)
-	if err != nil {
-		return err
-	}
-	put := make([]events.Record, 0, len(rest))
-	for _, r := range rest {
-		if prev, ok := existing[r.ID]; ok {
-			if events.Covers(prev, r) {
-				continue // written before (a lost delete, another instance's sweep)
-			}
-			r = events.Supersede(prev, r)
+	return q.supersede(ctx, rest)
+}
+
+// maxSupersede bounds the rounds of supersede.
+const maxSupersede = 5
+
+// errStillChanging: supersede gave up on records other replicas kept
+// changing. The table answers, so it is not failing (Admit goes on); the
+// batch is retried later.
+var errStillChanging = errors.New("still changing")
+
+// supersede reads the records of recs' events and writes recs over them
+// (events.Supersede), each on the condition that the table still holds
+// what was read: nothing (IfAbsent) or that record (IfUnchanged). A failure
+// recorded by another replica between the read and the write (one more
+// attempt) is thus never overwritten: the write is refused, and the record
+// read and superseded again, up to maxSupersede rounds; after that the
+// batch fails and its rows, still pending, are written later.
+func (q *Queue) supersede(ctx context.Context, recs []events.Record) error {
+	for round := 1; len(recs) > 0; round++ {
+		ids := make([]string, 0, len(recs))
+		for _, r := range recs {
+			ids = append(ids, r.ID)
 		}
-		put = append(put, r)
+		existing, err := q.table.BatchGet(ctx, ids)
+		if err != nil {
+			return err
+		}
+		put := make([]events.Record, 0, len(recs))
+		for _, r := range recs {
+			r.IfAbsent, r.IfUnchanged = false, nil
+			if prev, ok := existing[r.ID]; ok {
+				if events.Covers(prev, r) {
+					continue // written before (a lost delete, another instance's sweep)
+				}
+				r = events.Supersede(prev, r)
+				r.IfUnchanged = &prev
+			} else {
+				r.IfAbsent = true
+			}
+			put = append(put, r)
+		}
+		err = q.table.PutProcessed(ctx, put)
+		var nw *events.NotWrittenError
+		if !errors.As(err, &nw) {
+			return err
+		}
+		if round == maxSupersede {
+			return fmt.Errorf("supersede event records: %w after %d reads: %w", errStillChanging, round, err)
+		}
+		refused := make(map[string]bool, len(nw.IDs))
+		for _, id := range nw.IDs {
+			refused[id] = true
+		}
+		var again []events.Record // as loaded, to supersede afresh
+		for _, r := range recs {
+			if refused[r.ID] {
+				again = append(again, r)
+			}
+		}
+		recs = again
 	}
-	return q.table.PutProcessed(ctx, put)
+	return nil
 }
 
 // quarantine moves p's row to event_records_quarantined (it stays readable
