@@ -78,6 +78,13 @@ func New(code Code, format string, args ...any) *Error {
 	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
 }
 
+// Invalid is a request that breaks a rule (ErrInvalid: 400
+// invalid_parameter); the message says which. Every domain package's
+// refusals of bad input are made here.
+func Invalid(format string, args ...any) error {
+	return New(CodeInvalidParameter, format, args...)
+}
+
 // Wrap returns an Error that keeps cause for the logs.
 func Wrap(cause error, code Code, format string, args ...any) *Error {
 	return &Error{Code: code, Message: fmt.Sprintf(format, args...), Err: cause}

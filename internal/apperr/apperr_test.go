@@ -205,3 +205,18 @@ func statusValue(name string) (int, bool) {
 	// error status so that someone looks at it; http.StatusText is no status.
 	return 600, name != "StatusText"
 }
+
+// Invalid is the one constructor of bad-input refusals: an ErrInvalid with
+// its message, answered 400 invalid_parameter.
+func TestInvalid(t *testing.T) {
+	err := apperr.Invalid("amount: %d is not 1 to %d", 0, 99)
+	if !errors.Is(err, apperr.ErrInvalid) || errors.Is(err, apperr.ErrNotFound) {
+		t.Fatalf("%v: want ErrInvalid only", err)
+	}
+	if got := apperr.CodeOf(err); got != apperr.CodeInvalidParameter || apperr.Status(got) != http.StatusBadRequest {
+		t.Fatalf("code %q status %d: want invalid_parameter 400", got, apperr.Status(got))
+	}
+	if got := apperr.From(err).Message; got != "amount: 0 is not 1 to 99" {
+		t.Fatalf("message %q", got)
+	}
+}

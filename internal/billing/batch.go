@@ -66,27 +66,27 @@ type BatchCandidate struct {
 // Validate refuses a selection that names nothing, or is malformed.
 func (sel BatchSelection) Validate() error {
 	if len(sel.AccountIDs) == 0 && sel.Since.IsZero() && sel.Until.IsZero() {
-		return invalid("a batch needs account_ids or a time range (since, until): without either it would collect every ERROR period")
+		return apperr.Invalid("a batch needs account_ids or a time range (since, until): without either it would collect every ERROR period")
 	}
 	if len(sel.AccountIDs) > MaxBatchAccounts {
-		return invalid("account_ids: at most %d", MaxBatchAccounts)
+		return apperr.Invalid("account_ids: at most %d", MaxBatchAccounts)
 	}
 	seen := map[string]bool{}
 	for _, a := range sel.AccountIDs {
 		if !validID(a) {
-			return invalid("account_ids: %q: 1-128 characters without '#', '/' or spaces", a)
+			return apperr.Invalid("account_ids: %q: 1-128 characters without '#', '/' or spaces", a)
 		}
 		if seen[a] {
-			return invalid("account_ids: %s named twice", a)
+			return apperr.Invalid("account_ids: %s named twice", a)
 		}
 		seen[a] = true
 	}
 	if !sel.Since.IsZero() && !sel.Until.IsZero() {
 		if sel.Until.Before(sel.Since) {
-			return invalid("until must be on or after since")
+			return apperr.Invalid("until must be on or after since")
 		}
 		if len(sel.AccountIDs) == 0 && sel.Since.AddDays(MaxBatchRangeDays).Before(sel.Until) {
-			return invalid("a time range without account_ids spans at most %d days", MaxBatchRangeDays)
+			return apperr.Invalid("a time range without account_ids spans at most %d days", MaxBatchRangeDays)
 		}
 	}
 	return nil

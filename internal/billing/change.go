@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
 	"github.com/stripe-payments/stripe-payments/internal/stripeid"
 )
@@ -119,26 +120,26 @@ func (s *Service) change(ctx context.Context, sub Subscription, ch Change) (Subs
 // periods are.
 func validateChange(sub Subscription, ch Change) error {
 	if ch.Amount == nil && ch.PaymentMethod == nil && ch.PaymentDay == nil && ch.BillingWeek == nil && ch.Term == nil && ch.NextPaymentDate.IsZero() && ch.SKU == nil {
-		return invalid("nothing to change")
+		return apperr.Invalid("nothing to change")
 	}
 	if err := validatePlan(ch); err != nil {
 		return err
 	}
 	if ch.PaymentMethod != nil && !stripeid.Valid(*ch.PaymentMethod, "pm_") {
-		return invalid("payment_method: a Stripe payment method id (pm_...)")
+		return apperr.Invalid("payment_method: a Stripe payment method id (pm_...)")
 	}
 	if sub.Status == SubCancelled {
-		return invalid("the subscription is CANCELLED")
+		return apperr.Invalid("the subscription is CANCELLED")
 	}
 	ruleChange := ch.PaymentDay != nil || ch.BillingWeek != nil || ch.Term != nil
 	if (ruleChange || !ch.NextPaymentDate.IsZero()) && sub.Status != SubActive {
-		return invalid("billing dates change only on an ACTIVE subscription (it is %s)", sub.Status)
+		return apperr.Invalid("billing dates change only on an ACTIVE subscription (it is %s)", sub.Status)
 	}
 	if ruleChange && !ch.NextPaymentDate.IsZero() {
-		return invalid("change the payment day, billing week or term, or move the next payment, not both at once")
+		return apperr.Invalid("change the payment day, billing week or term, or move the next payment, not both at once")
 	}
 	if ch.Amount != nil && (*ch.Amount < 1 || *ch.Amount > 99_999_999) {
-		return invalid("amount: 1 to 99999999 minor units")
+		return apperr.Invalid("amount: 1 to 99999999 minor units")
 	}
 	return nil
 }
@@ -210,7 +211,7 @@ func (s *Service) changeRule(sub *Subscription, ch Change, periods []Period, cur
 		rule.Term = *ch.Term
 	}
 	if err := rule.Validate(); err != nil {
-		return invalid("%v", err)
+		return apperr.Invalid("%v", err)
 	}
 	sub.PaymentDay, sub.BillingWeek, sub.Term = rule.Day, rule.Week, rule.Term
 	lower := dates.Max(today.AddDays(1), sub.StartDate)
@@ -289,15 +290,15 @@ func (s *Service) moveNextPayment(sub *Subscription, to dates.Date, periods []Pe
 		return fmt.Errorf("next period %s is %s: %w", cur.BillingDate, cur.Status, ErrConflict)
 	}
 	if to.Before(today) {
-		return invalid("next_payment_date must not be in the past (today is %s)", today)
+		return apperr.Invalid("next_payment_date must not be in the past (today is %s)", today)
 	}
 	following := sub.Rule().Next(cur.BillingDate)
 	if !to.Before(following) {
-		return invalid("next_payment_date must be before the following period (%s)", following)
+		return apperr.Invalid("next_payment_date must be before the following period (%s)", following)
 	}
 	for _, p := range periods {
 		if p.BillingDate.Before(cur.BillingDate) && !replacedByRule(p) && !to.After(p.BillingDate) {
-			return invalid("next_payment_date must be after the previous period (%s)", p.BillingDate)
+			return apperr.Invalid("next_payment_date must be after the previous period (%s)", p.BillingDate)
 		}
 	}
 	q := ed.touch(*cur)

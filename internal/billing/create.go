@@ -34,12 +34,6 @@ type CreateInput struct {
 	TestClock string
 }
 
-// invalid is a request that breaks a rule (apperr.ErrInvalid); the message
-// says which.
-func invalid(format string, args ...any) error {
-	return apperr.New(apperr.CodeInvalidParameter, format, args...)
-}
-
 // Validate reports every problem of in at once.
 func (in CreateInput) Validate(account string) error {
 	var errs []string
@@ -86,7 +80,7 @@ func (in CreateInput) Validate(account string) error {
 		add("test_clock: a test clock id (clock_...)")
 	}
 	if len(errs) > 0 {
-		return invalid("%s", strings.Join(errs, "; "))
+		return apperr.Invalid("%s", strings.Join(errs, "; "))
 	}
 	return nil
 }
@@ -114,7 +108,7 @@ func (s *Service) CreateSubscription(ctx context.Context, account string, in Cre
 			return Subscription{}, ErrLivemode
 		}
 		if _, err := s.store.GetClock(ctx, in.TestClock); errors.Is(err, apperr.ErrNotFound) {
-			return Subscription{}, invalid("test_clock: no test clock %s", in.TestClock)
+			return Subscription{}, apperr.Invalid("test_clock: no test clock %s", in.TestClock)
 		} else if err != nil {
 			return Subscription{}, err
 		}
@@ -135,7 +129,7 @@ func (s *Service) CreateSubscription(ctx context.Context, account string, in Cre
 	}
 	today := s.today(sub)
 	if limit := MaxStartDate(today); in.StartDate.After(limit) {
-		return Subscription{}, invalid("start_date: at most %d months after today (%s), so on or before %s", MaxStartMonths, today, limit)
+		return Subscription{}, apperr.Invalid("start_date: at most %d months after today (%s), so on or before %s", MaxStartMonths, today, limit)
 	}
 	// Subscriptions created before ids were claimed have no claim: the
 	// read finds them (any SKU).

@@ -66,7 +66,7 @@ func (s *Service) UpdateSubscription(ctx context.Context, account, subID string,
 		case "":
 			out, err = s.change(ctx, sub, ch)
 		default:
-			err = invalid("unknown action %q", ch.Action)
+			err = apperr.Invalid("unknown action %q", ch.Action)
 		}
 		if err != nil || len(before) == 0 {
 			return err
@@ -133,10 +133,10 @@ func (s *Service) openPeriod(ctx context.Context, sub Subscription) (Period, err
 // as usual.
 func (s *Service) pause(ctx context.Context, sub Subscription, months int, cause string) (Subscription, error) {
 	if sub.Status != SubActive {
-		return sub, invalid("only an ACTIVE subscription can be paused (it is %s)", sub.Status)
+		return sub, apperr.Invalid("only an ACTIVE subscription can be paused (it is %s)", sub.Status)
 	}
 	if months < 1 || months > s.cfg.MaxPauseMonths {
-		return sub, invalid("months: 1 to %d", s.cfg.MaxPauseMonths)
+		return sub, apperr.Invalid("months: 1 to %d", s.cfg.MaxPauseMonths)
 	}
 	cur, err := s.openPeriod(ctx, sub)
 	if err != nil {
@@ -149,7 +149,7 @@ func (s *Service) pause(ctx context.Context, sub Subscription, months int, cause
 	n := months
 	if sub.Term == dates.Yearly {
 		if limit := dates.AddMonthsClamped(today, months); cur.BillingDate.After(limit) {
-			return sub, invalid("the next period (%s) is not within %d months: nothing to pause", cur.BillingDate, months)
+			return sub, apperr.Invalid("the next period (%s) is not within %d months: nothing to pause", cur.BillingDate, months)
 		}
 		n = 1
 	}
@@ -196,7 +196,7 @@ func (s *Service) pause(ctx context.Context, sub Subscription, months int, cause
 // the ones whose date has come are PAUSED_SKIPPED.
 func (s *Service) resume(ctx context.Context, sub Subscription, cause string) (Subscription, error) {
 	if sub.Status != SubPaused {
-		return sub, invalid("only a PAUSED subscription can be resumed (it is %s)", sub.Status)
+		return sub, apperr.Invalid("only a PAUSED subscription can be resumed (it is %s)", sub.Status)
 	}
 	now, today := s.now(), s.today(sub)
 	rule := sub.Rule()
@@ -273,7 +273,7 @@ func (s *Service) cancel(ctx context.Context, sub Subscription, cause string) (S
 // the next period moves the subscription on to the following one.
 func (s *Service) waive(ctx context.Context, sub Subscription, d dates.Date, cause string) (Subscription, error) {
 	if d.IsZero() {
-		return sub, invalid("billing_date is required to waive")
+		return sub, apperr.Invalid("billing_date is required to waive")
 	}
 	p, err := s.store.GetPeriod(ctx, sub.AccountID, sub.SubscriptionID, d)
 	if errors.Is(err, apperr.ErrNotFound) {
@@ -283,7 +283,7 @@ func (s *Service) waive(ctx context.Context, sub Subscription, d dates.Date, cau
 		return sub, err
 	}
 	if p.Status != Scheduled && p.Status != Error {
-		return sub, invalid("only a SCHEDULED or ERROR period can be waived (it is %s)", p.Status)
+		return sub, apperr.Invalid("only a SCHEDULED or ERROR period can be waived (it is %s)", p.Status)
 	}
 	if p.InFlightKey != "" {
 		return sub, fmt.Errorf("period %s has a collection attempt in flight: %w", d, ErrConflict)

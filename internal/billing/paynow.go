@@ -70,7 +70,7 @@ func (s *Service) Pay(ctx context.Context, account, subID string) (Subscription,
 			return ErrNothingToPay
 		}
 		if sub.Status == SubCancelled {
-			return invalid("the subscription is cancelled")
+			return apperr.Invalid("the subscription is cancelled")
 		}
 		rep := &Report{Job: "pay"}
 		next, _, err := s.attempt(ctx, l, sub, *due, ProcManualRepayment, s.today(sub), rep)

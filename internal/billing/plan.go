@@ -1,5 +1,7 @@
 package billing
 
+import "github.com/stripe-payments/stripe-payments/internal/apperr"
+
 // Plan change (docs/design.md §8 "Plan change"; issue 27): PATCH with a new `sku`
 // and its `amount`. It is an amount change that also renames what is sold:
 //
@@ -56,10 +58,10 @@ func validatePlan(ch Change) error {
 		return nil
 	}
 	if !validID(*ch.SKU) {
-		return invalid("sku: 1 to 128 characters, without '#', '/' or whitespace")
+		return apperr.Invalid("sku: 1 to 128 characters, without '#', '/' or whitespace")
 	}
 	if ch.Amount == nil {
-		return invalid("sku: a plan change gives the new plan's amount too (sku with amount)")
+		return apperr.Invalid("sku: a plan change gives the new plan's amount too (sku with amount)")
 	}
 	return nil
 }

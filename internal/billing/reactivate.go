@@ -49,7 +49,7 @@ func (r Reactivation) Validate() error {
 		errs = append(errs, apperr.From(err).Message)
 	}
 	if len(errs) > 0 {
-		return invalid("%s", strings.Join(errs, "; "))
+		return apperr.Invalid("%s", strings.Join(errs, "; "))
 	}
 	return nil
 }

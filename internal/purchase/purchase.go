@@ -107,58 +107,54 @@ var (
 	reKey      = regexp.MustCompile(`^[\x21-\x7e]{1,255}$`)
 )
 
-func invalid(format string, args ...any) error {
-	return apperr.New(apperr.CodeInvalidParameter, format, args...)
-}
-
 // Validate checks a request completely before anything is stored or sent.
 func (r Request) Validate() error {
 	if _, err := uuid.Parse(r.Account); err != nil {
-		return invalid("account must be a UUID")
+		return apperr.Invalid("account must be a UUID")
 	}
 	if !stripeid.Valid(r.StripeAccount, "acct_") {
-		return invalid("stripe_account must be a Stripe account id (acct_...)")
+		return apperr.Invalid("stripe_account must be a Stripe account id (acct_...)")
 	}
 	switch r.Mode {
 	case ModeLegacy:
 		if r.Amount < 1 || r.Amount > 99_999_999 {
-			return invalid("amount must be an integer from 1 to 99999999 (minor units)")
+			return apperr.Invalid("amount must be an integer from 1 to 99999999 (minor units)")
 		}
 		if !reCurrency.MatchString(r.Currency) {
-			return invalid("currency must be a lowercase ISO 4217 code, e.g. usd")
+			return apperr.Invalid("currency must be a lowercase ISO 4217 code, e.g. usd")
 		}
 		if r.Customer != "" || r.PaymentMethod != "" || len(r.Items) > 0 || r.RecurringPrice != "" {
-			return invalid("a legacy purchase takes amount and currency only")
+			return apperr.Invalid("a legacy purchase takes amount and currency only")
 		}
 	case ModeProduct:
 		if !stripeid.Valid(r.Customer, "cus_") {
-			return invalid("customer must be a Stripe customer id (cus_...)")
+			return apperr.Invalid("customer must be a Stripe customer id (cus_...)")
 		}
 		if !stripeid.Valid(r.PaymentMethod, "pm_") {
-			return invalid("payment_method must be a Stripe payment method id (pm_...)")
+			return apperr.Invalid("payment_method must be a Stripe payment method id (pm_...)")
 		}
 		if r.Amount != 0 || r.Currency != "" {
-			return invalid("a product purchase takes its amounts from its prices: no amount or currency")
+			return apperr.Invalid("a product purchase takes its amounts from its prices: no amount or currency")
 		}
 		if (len(r.Items) == 0) == (r.RecurringPrice == "") {
-			return invalid("a product purchase has either items or a recurring_price")
+			return apperr.Invalid("a product purchase has either items or a recurring_price")
 		}
 		if r.RecurringPrice != "" && !stripeid.Valid(r.RecurringPrice, "price_") {
-			return invalid("recurring_price must be a Stripe price id (price_...)")
+			return apperr.Invalid("recurring_price must be a Stripe price id (price_...)")
 		}
 		if len(r.Items) > 50 {
-			return invalid("at most 50 items")
+			return apperr.Invalid("at most 50 items")
 		}
 		for i, it := range r.Items {
 			if !stripeid.Valid(it.Price, "price_") {
-				return invalid("items[%d].price must be a Stripe price id (price_...)", i)
+				return apperr.Invalid("items[%d].price must be a Stripe price id (price_...)", i)
 			}
 			if it.Quantity < 1 || it.Quantity > 10_000 {
-				return invalid("items[%d].quantity must be from 1 to 10000", i)
+				return apperr.Invalid("items[%d].quantity must be from 1 to 10000", i)
 			}
 		}
 	default:
-		return invalid("mode must be legacy or product")
+		return apperr.Invalid("mode must be legacy or product")
 	}
 	return nil
 }
@@ -184,7 +180,7 @@ func (r Request) hash() string {
 // then every request is a new purchase).
 func ValidateIdempotencyKey(key string) error {
 	if key != "" && !reKey.MatchString(key) {
-		return invalid("Idempotency-Key must be 1 to 255 printable ASCII characters")
+		return apperr.Invalid("Idempotency-Key must be 1 to 255 printable ASCII characters")
 	}
 	return nil
 }

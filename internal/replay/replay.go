@@ -117,47 +117,41 @@ func NewStore(pool *pgxpool.Pool, inc IncidentReader) *Store {
 	return &Store{pool: pool, incidents: inc, now: time.Now}
 }
 
-// filterError is every refusal of a filter (apperr.ErrInvalid); its
-// message says why.
-func filterError(format string, args ...any) error {
-	return apperr.New(apperr.CodeInvalidParameter, format, args...)
-}
-
 // match returns every event f selects, oldest first.
 func (s *Store) match(ctx context.Context, f Filter) ([]Item, error) {
 	if f.Empty() {
-		return nil, filterError("an empty filter without a time range would replay everything; name an incident, status, type, stripe_account, since or until")
+		return nil, apperr.Invalid("an empty filter without a time range would replay everything; name an incident, status, type, stripe_account, since or until")
 	}
 	if !ValidFilterStatus(f.Status) {
-		return nil, filterError("status must be failed, rejected or dead")
+		return nil, apperr.Invalid("status must be failed, rejected or dead")
 	}
 	if f.Status == StatusDead && f.StripeAccount != "" {
-		return nil, filterError("dead letters have no stripe_account: filter them by type (topic/type), since and until")
+		return nil, apperr.Invalid("dead letters have no stripe_account: filter them by type (topic/type), since and until")
 	}
 	if f.Since != nil && f.Until != nil && !f.Since.Before(*f.Until) {
-		return nil, filterError("since must be before until")
+		return nil, apperr.Invalid("since must be before until")
 	}
 	var cause string
 	typ, account := f.Type, f.StripeAccount
 	if f.Incident != "" {
 		inc, err := s.incidents.Get(ctx, f.Incident)
 		if errors.Is(err, apperr.ErrNotFound) {
-			return nil, filterError("no incident %s", f.Incident)
+			return nil, apperr.Invalid("no incident %s", f.Incident)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("read incident %s: %w", f.Incident, err)
 		}
 		if inc.Kind == incidents.KindDelivery {
 			if (f.Status != "" && f.Status != StatusDead) || f.Type != "" || f.StripeAccount != "" {
-				return nil, filterError("incident %s is of dead letters: name it alone, or with since and until", f.Incident)
+				return nil, apperr.Invalid("incident %s is of dead letters: name it alone, or with since and until", f.Incident)
 			}
 			return s.matchDead(ctx, inc.EventType, inc.Cause, f)
 		}
 		if f.Status == StatusDead {
-			return nil, filterError("incident %s is not of dead letters: status dead selects outbox dead letters", f.Incident)
+			return nil, apperr.Invalid("incident %s is not of dead letters: status dead selects outbox dead letters", f.Incident)
 		}
 		if inc.Kind != incidents.KindEvent || strings.HasPrefix(inc.Cause, "hydration.") {
-			return nil, filterError("incident %s is a %s incident (%s): only failed and rejected events and dead letters are replayed; thin events are retried by the hydrator", f.Incident, inc.Kind, inc.Cause)
+			return nil, apperr.Invalid("incident %s is a %s incident (%s): only failed and rejected events and dead letters are replayed; thin events are retried by the hydrator", f.Incident, inc.Kind, inc.Cause)
 		}
 		if (typ != "" && typ != inc.EventType) || (account != "" && account != inc.StripeAccount) {
 			return []Item{}, nil
@@ -237,9 +231,9 @@ func (s *Store) Start(ctx context.Context, f Filter, actor string) (Replay, erro
 	}
 	switch {
 	case len(items) == 0:
-		return Replay{}, filterError("the filter matches no failed or rejected event (or dead letter): nothing to replay")
+		return Replay{}, apperr.Invalid("the filter matches no failed or rejected event (or dead letter): nothing to replay")
 	case len(items) > MaxItems:
-		return Replay{}, filterError("the filter matches %d events, over the %d one replay takes: narrow it (since/until)", len(items), MaxItems)
+		return Replay{}, apperr.Invalid("the filter matches %d events, over the %d one replay takes: narrow it (since/until)", len(items), MaxItems)
 	}
 	var b [12]byte
 	if _, err := rand.Read(b[:]); err != nil {

@@ -100,12 +100,6 @@ func NewStore(pool *pgxpool.Pool, sel Selector) *Store {
 	return &Store{pool: pool, sel: sel, now: time.Now}
 }
 
-// selectionError is every refusal of a selection (apperr.ErrInvalid); its
-// message says why.
-func selectionError(format string, args ...any) error {
-	return apperr.New(apperr.CodeInvalidParameter, format, args...)
-}
-
 // match runs the selection; a bad one is apperr.ErrInvalid (billing's
 // refusal as it is).
 func (s *Store) match(ctx context.Context, sel billing.BatchSelection) ([]billing.BatchCandidate, error) {
@@ -117,10 +111,10 @@ func (s *Store) match(ctx context.Context, sel billing.BatchSelection) ([]billin
 		return nil, fmt.Errorf("batch selection: %w", err)
 	}
 	if len(c) == 0 {
-		return nil, selectionError("the selection matches no subscription with an ERROR period: nothing to collect")
+		return nil, apperr.Invalid("the selection matches no subscription with an ERROR period: nothing to collect")
 	}
 	if len(c) > MaxItems {
-		return nil, selectionError("the selection matches %d subscriptions, over the %d one batch takes: narrow it (account_ids, since, until)", len(c), MaxItems)
+		return nil, apperr.Invalid("the selection matches %d subscriptions, over the %d one batch takes: narrow it (account_ids, since, until)", len(c), MaxItems)
 	}
 	return c, nil
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/billing"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
 )
@@ -42,11 +43,11 @@ func (s *Service) AdvanceClock(ctx, life context.Context, id string, to time.Tim
 	}
 	switch {
 	case to.IsZero():
-		return c, nil, invalid("frozen_time: required (RFC 3339)")
+		return c, nil, apperr.Invalid("frozen_time: required (RFC 3339)")
 	case !to.After(current):
-		return c, nil, invalid("frozen_time: must be later than the clock's current time %s", current.Format(time.RFC3339))
+		return c, nil, apperr.Invalid("frozen_time: must be later than the clock's current time %s", current.Format(time.RFC3339))
 	case to.After(c.ReachedTime.AddDate(MaxAdvanceYears, 0, 0)):
-		return c, nil, invalid("frozen_time: at most %d years after the clock's current time", MaxAdvanceYears)
+		return c, nil, apperr.Invalid("frozen_time: at most %d years after the clock's current time", MaxAdvanceYears)
 	}
 	release, err := s.takeAdvanceSlot()
 	if err != nil {

@@ -30,7 +30,7 @@ var (
 // checkClockCeiling refuses a frozen time at or past the ceiling.
 func checkClockCeiling(t time.Time) error {
 	if !t.Before(clockCeiling) {
-		return invalid("frozen_time: a time between the years 2000 and 2100")
+		return apperr.Invalid("frozen_time: a time between the years 2000 and 2100")
 	}
 	return nil
 }

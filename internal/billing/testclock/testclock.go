@@ -123,25 +123,19 @@ func New(cfg Config, d Deps) (*Service, error) {
 // livemode: test clocks are refused with a live Stripe key.
 func (s *Service) livemode() bool { return s.billing.Config().Livemode }
 
-// invalid is a request that breaks a rule (apperr.ErrInvalid), as the
-// billing core's are; the message says which.
-func invalid(format string, args ...any) error {
-	return apperr.New(apperr.CodeInvalidParameter, format, args...)
-}
-
 // CreateClock creates a test clock frozen at frozen.
 func (s *Service) CreateClock(ctx context.Context, frozen time.Time, name string) (billing.Clock, error) {
 	if s.livemode() {
 		return billing.Clock{}, billing.ErrLivemode
 	}
 	if frozen.IsZero() {
-		return billing.Clock{}, invalid("frozen_time: required (RFC 3339)")
+		return billing.Clock{}, apperr.Invalid("frozen_time: required (RFC 3339)")
 	}
 	if y := frozen.UTC().Year(); y < 2000 || y > 2100 {
-		return billing.Clock{}, invalid("frozen_time: a time between the years 2000 and 2100")
+		return billing.Clock{}, apperr.Invalid("frozen_time: a time between the years 2000 and 2100")
 	}
 	if len(name) > 200 || strings.ContainsAny(name, "\x00\r\n") {
-		return billing.Clock{}, invalid("name: at most 200 characters on one line")
+		return billing.Clock{}, apperr.Invalid("name: at most 200 characters on one line")
 	}
 	if err := s.checkClockCount(ctx); err != nil {
 		return billing.Clock{}, err
