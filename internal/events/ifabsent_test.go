@@ -14,6 +14,16 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/stripetest"
 )
 
+// writeModes are the two ways of writing conditional records
+// (INGEST_RECORD_FRESH_WRITE): every conditional-write test runs both.
+var writeModes = []struct {
+	name  string
+	store func(*events.Store) *events.Store
+}{
+	{"transactions", func(s *events.Store) *events.Store { return s }},
+	{"one PutItem each", (*events.Store).WithItemPuts},
+}
+
 // PutProcessed with IfAbsent (issue 32): more records than one transaction
 // holds, some of whose events the table already holds. Every record whose
 // event has no record, or only an expired one, is written; the others are
@@ -21,13 +31,7 @@ import (
 // write-behind reads and supersedes them instead of overwriting. Both ways
 // of writing them (INGEST_RECORD_FRESH_WRITE) answer the same.
 func TestPutProcessedIfAbsentWritesOnlyWhereTheTableHoldsNothing(t *testing.T) {
-	for _, tc := range []struct {
-		name  string
-		store func(*events.Store) *events.Store
-	}{
-		{"transactions", func(s *events.Store) *events.Store { return s }},
-		{"one PutItem each", (*events.Store).WithItemPuts},
-	} {
+	for _, tc := range writeModes {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t)
 			f.store = tc.store(f.store)

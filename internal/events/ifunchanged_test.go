@@ -23,13 +23,7 @@ import (
 // however long its last_error, is superseded. Both ways of writing
 // (INGEST_RECORD_FRESH_WRITE) answer the same.
 func TestPutProcessedIfUnchangedWritesOnlyOverTheRecordRead(t *testing.T) {
-	for _, mode := range []struct {
-		name  string
-		store func(*events.Store) *events.Store
-	}{
-		{"transactions", func(s *events.Store) *events.Store { return s }},
-		{"one PutItem each", (*events.Store).WithItemPuts},
-	} {
+	for _, mode := range writeModes {
 		for _, tc := range []struct {
 			name  string
 			cause string
