@@ -84,7 +84,10 @@ func (q *Queue) written(ctx context.Context, ps []pend) error {
 }
 
 // take waits for records and takes up to a batch of them; nil when ctx ends.
-func (q *Queue) take(ctx context.Context) []pend {
+func (q *Queue) take(ctx context.Context, helper bool) []pend {
+	if helper {
+		return q.help(ctx)
+	}
 	q.mu.Lock()
 	for len(q.waiting) == 0 {
 		ch := q.changed
@@ -107,9 +110,45 @@ func (q *Queue) take(ctx context.Context) []pend {
 		q.mu.Lock()
 		if len(q.waiting) == 0 { // another writer took them
 			q.mu.Unlock()
-			return q.take(ctx)
+			return q.take(ctx, false)
 		}
 	}
+	return q.next()
+}
+
+// help is take for a writer beyond the first: it waits until a full batch
+// waits or the oldest waiting record has waited HelpAfter.
+func (q *Queue) help(ctx context.Context) []pend {
+	q.mu.Lock()
+	for {
+		wait := time.Duration(-1) // until something changes
+		if n := len(q.waiting); n >= q.cfg.Batch {
+			break
+		} else if n > 0 {
+			// the oldest is first: hand appends, a retried batch goes first
+			if wait = q.cfg.HelpAfter - time.Since(q.waiting[0].since); wait <= 0 {
+				break
+			}
+		}
+		ch := q.changed
+		q.mu.Unlock()
+		var overdue <-chan time.Time
+		if wait > 0 {
+			overdue = time.After(wait)
+		}
+		select {
+		case <-ch:
+		case <-overdue:
+		case <-ctx.Done():
+			return nil
+		}
+		q.mu.Lock()
+	}
+	return q.next()
+}
+
+// next takes the next batch off waiting; q.mu must be held, and is released.
+func (q *Queue) next() []pend {
 	n := min(len(q.waiting), q.cfg.Batch)
 	batch := append([]pend(nil), q.waiting[:n]...)
 	q.waiting = append(q.waiting[:0:0], q.waiting[n:]...)
@@ -142,11 +181,12 @@ func refusedForGood(err error) bool {
 	return false
 }
 
-// write is one writer's loop.
-func (q *Queue) write(ctx context.Context) {
+// write is one writer's loop; a helper is a writer beyond the first
+// (Config.HelpAfter).
+func (q *Queue) write(ctx context.Context, helper bool) {
 	failures := 0
 	for {
-		batch := q.take(ctx)
+		batch := q.take(ctx, helper)
 		if batch == nil {
 			return
 		}
