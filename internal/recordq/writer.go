@@ -83,42 +83,18 @@ func (q *Queue) written(ctx context.Context, ps []pend) error {
 	})
 }
 
-// take waits for records and takes up to a batch of them; nil when ctx ends.
+// take waits for records and takes up to a batch of them; nil when ctx
+// ends. It takes a batch once a full one waits or the oldest waiting record
+// has waited Linger (the batch fills a little; this delays the table write
+// only), or HelpAfter for a writer beyond the first (Config.HelpAfter).
+// Both count from when the record was handed over, not from when the
+// writer looks: a writer back from a long write takes what waited during
+// it at once.
 func (q *Queue) take(ctx context.Context, helper bool) []pend {
+	after := q.cfg.Linger
 	if helper {
-		return q.help(ctx)
+		after = q.cfg.HelpAfter
 	}
-	q.mu.Lock()
-	for len(q.waiting) == 0 {
-		ch := q.changed
-		q.mu.Unlock()
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return nil
-		}
-		q.mu.Lock()
-	}
-	if len(q.waiting) < q.cfg.Batch {
-		// Let the batch fill a little: this delays the table write only.
-		q.mu.Unlock()
-		select {
-		case <-time.After(q.cfg.Linger):
-		case <-ctx.Done():
-			return nil
-		}
-		q.mu.Lock()
-		if len(q.waiting) == 0 { // another writer took them
-			q.mu.Unlock()
-			return q.take(ctx, false)
-		}
-	}
-	return q.next()
-}
-
-// help is take for a writer beyond the first: it waits until a full batch
-// waits or the oldest waiting record has waited HelpAfter.
-func (q *Queue) help(ctx context.Context) []pend {
 	q.mu.Lock()
 	for {
 		wait := time.Duration(-1) // until something changes
@@ -126,19 +102,19 @@ func (q *Queue) help(ctx context.Context) []pend {
 			break
 		} else if n > 0 {
 			// the oldest is first: hand appends, a retried batch goes first
-			if wait = q.cfg.HelpAfter - time.Since(q.waiting[0].since); wait <= 0 {
+			if wait = after - time.Since(q.waiting[0].since); wait <= 0 {
 				break
 			}
 		}
 		ch := q.changed
 		q.mu.Unlock()
-		var overdue <-chan time.Time
+		var due <-chan time.Time
 		if wait > 0 {
-			overdue = time.After(wait)
+			due = time.After(wait)
 		}
 		select {
 		case <-ch:
-		case <-overdue:
+		case <-due:
 		case <-ctx.Done():
 			return nil
 		}
