@@ -89,8 +89,8 @@ type Config struct {
 	// 100): its fresh records go in one conditional TransactWriteItems,
 	// the others in BatchWriteItems of 25 (BENCHMARKS.md, issue 32).
 	Batch int
-	// Linger is how long a writer waits for a batch to fill once it has
-	// fewer than Batch records (10 ms): it delays only the table write, never
+	// Linger is how long the oldest waiting record may wait for a batch to
+	// fill (10 ms): it delays only the table write, never
 	// an acknowledgement, and saves requests at low load.
 	Linger time.Duration
 	// SweepEvery and SweepAge: how often rows older than SweepAge that this
