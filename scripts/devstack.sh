@@ -293,12 +293,14 @@ start_dynamodb() {
 	log "starting DynamoDB Local $(basename "$(dirname "$DDB_JAR")") on port $DYNAMO_PORT ($want)"
 	# setsid: its own session, so a Ctrl-C in the terminal running `make run`
 	# does not kill it before the service has shut down. fd 9 (our lock) is
-	# closed so the long-lived child does not hold it.
+	# closed so the long-lived child does not hold it. The serial collector:
+	# a 256 MB heap needs no GC threads of its own, and G1's cost about 10 %
+	# more of DynamoDB Local's CPU per item written (BENCHMARKS.md, issue 32).
 	(
 		cd "$DEV"
 		# shellcheck disable=SC2016 # $$, $0 and $@ belong to the inner bash
 		exec setsid bash -c 'echo $$ >"$0"; exec "$@"' "$DDB_PIDFILE" \
-			nohup "$JAVA_BIN" -Xmx256m -Djava.library.path="$DDB_LIB" \
+			nohup "$JAVA_BIN" -Xmx256m -XX:+UseSerialGC -Djava.library.path="$DDB_LIB" \
 			-jar "$DDB_JAR" "${storage[@]}" -sharedDb -disableTelemetry -port "$DYNAMO_PORT" \
 			>"$DDB_LOG" 2>&1 </dev/null 9>&-
 	) &

@@ -85,3 +85,94 @@ func (r compareReport) machineTable(w io.Writer) {
 		return cores(b, max(rest, 0))
 	})
 }
+
+// perEvent is b's CPU, without the parts named, per acknowledged event (0
+// when unknown).
+func perEvent(s summary, without ...string) time.Duration {
+	if s.events <= 0 || s.box.Total == 0 {
+		return 0
+	}
+	busy := s.box.Busy
+	for _, p := range without {
+		busy -= s.box.Procs[p]
+	}
+	return time.Duration(float64(max(busy, 0)) / s.events)
+}
+
+// machinePerEventTable is issue 32's "machine CPU per acknowledged event":
+// every process a service needs (DynamoDB Local included for this one),
+// from the phase's start until every record was written, per event
+// acknowledged: what a fleet costs, whatever the process split. The load
+// generator (and the events-table stub) are not the services' and are left
+// out.
+func (r compareReport) machinePerEventTable(w io.Writer) {
+	if len(r.rows) == 0 || r.rows[0].ours.box.Total == 0 {
+		return
+	}
+	head, rule := "", ""
+	if r.stubbed() {
+		head, rule = " | this service, events table stubbed (its records not written)", " --- |"
+	}
+	fmt.Fprintf(w, "\n| machine CPU per acknowledged event (every process but the load generator, until every record was written) | %s | this service | ratio%s |\n| --- | --- | --- | --- |%s\n",
+		r.o.peerName, head, rule)
+	for _, row := range r.rows {
+		peer, ours := perEvent(row.peer, "load generator"), perEvent(row.ours, "load generator")
+		fmt.Fprintf(w, "| concurrency %d | %d µs | %d µs | %.2f×", row.c, peer.Microseconds(), ours.Microseconds(), float64(ours)/float64(max(peer, 1)))
+		if row.stubbed != nil {
+			fmt.Fprintf(w, " | %d µs", perEvent(*row.stubbed, "load generator", stubPart).Microseconds())
+		}
+		fmt.Fprintln(w, " |")
+	}
+}
+
+// goalRatio is issue 32's goal at the highest concurrency: this service at
+// 1.2× the peer, counting the drain.
+const goalRatio = 1.2
+
+// goalTable bounds, from this run's own figures, what the cores alone let
+// this service reach at the highest concurrency: the stubbed instance's
+// machine CPU per event is everything but DynamoDB Local's work (the load
+// generator included: it shares the cores), and the ceilings measured
+// DynamoDB Local's CPU per item for the write-behind's conditional
+// transactions and for the cheapest write the table takes (an
+// unconditional batch, which cannot keep a failure from being overwritten
+// unread). The bound assumes every core busy and nothing else in the way,
+// so the service cannot beat it; where it is below the goal, the goal is
+// out of reach on this machine whatever the service does.
+func (r compareReport) goalTable(w io.Writer) {
+	if len(r.rows) == 0 || !r.stubbed() {
+		return
+	}
+	row := r.rows[len(r.rows)-1]
+	var cond, uncond time.Duration
+	for _, c := range r.ceilings {
+		switch c.kind {
+		case ceilingConditional:
+			cond = c.dynamoPerItem
+		case ceilingUnconditional:
+			uncond = c.dynamoPerItem
+		}
+	}
+	without := perEvent(*row.stubbed, stubPart)
+	if cond == 0 || uncond == 0 || without == 0 || row.peer.rate <= 0 {
+		return
+	}
+	ncpu := float64(r.o.cpus)
+	if ncpu == 0 {
+		ncpu = float64(runtime.NumCPU())
+	}
+	budget := time.Duration(ncpu * float64(time.Second) / (goalRatio * row.peer.rate))
+	bound := func(d time.Duration) string {
+		return fmt.Sprintf("%.0f/s, **%.2f×**", ncpu/(without+d).Seconds(), ncpu/(without+d).Seconds()/row.peer.rate)
+	}
+	us := func(d time.Duration) string { return fmt.Sprintf("%d µs", d.Microseconds()) }
+	fmt.Fprintf(w, "\n| the goal at concurrency %d (%.1f× the peer, counting the drain), from this run's figures | per event | the most the %d cores allow |\n| --- | --- | --- |\n", row.c, goalRatio, int(ncpu))
+	fmt.Fprintf(w, "| the machine's CPU the goal allows per event: %d cores ÷ (%.1f × %.0f/s) | %s | |\n", int(ncpu), goalRatio, row.peer.rate, us(budget))
+	fmt.Fprintf(w, "| this service's machine CPU per event without DynamoDB Local's work (the stubbed instance; the load generator included) | %s | |\n", us(without))
+	fmt.Fprintf(w, "| what that leaves DynamoDB Local per record | %s | |\n", us(budget-without))
+	fmt.Fprintf(w, "| DynamoDB Local's CPU per record, conditional TransactWriteItems×100 (the write-behind's first records) | %s | %s |\n", us(cond), bound(cond))
+	fmt.Fprintf(w, "| DynamoDB Local's CPU per record, unconditional BatchWriteItem×25 (the cheapest write it takes; no condition) | %s | %s |\n", us(uncond), bound(uncond))
+	peer := perEvent(row.peer, "load generator")
+	floor := perEvent(*row.stubbed, "load generator", stubPart) + uncond
+	fmt.Fprintf(w, "| machine CPU per event, the load generator left out: the peer, against this service's floor (stubbed instance + the cheapest write) | %s against %s | |\n", us(peer), us(floor))
+}

@@ -22,10 +22,25 @@ type ceiling struct {
 	what string
 	res  loadtest.Result
 	per  int // items per operation
+	// kind names the DynamoDB writes the goal table uses ("" for others);
+	// dynamoPerItem is DynamoDB Local's CPU per item written during the
+	// measure (0: unknown, no -dynamodb-pid).
+	kind          string
+	dynamoPerItem time.Duration
 }
 
+// The DynamoDB writes whose CPU per item the goal table compares.
+const (
+	ceilingConditional   = "conditional"   // the write-behind's: TransactWriteItems×100, each put on a condition
+	ceilingUnconditional = "unconditional" // the cheapest the table takes: BatchWriteItem×25, no condition
+)
+
 func (c ceiling) String() string {
-	return fmt.Sprintf("%.0f/s (p50 %s, p99 %s)", c.res.Rate()*float64(c.per), ms(c.res.Quantile(.5)), ms(c.res.Quantile(.99)))
+	v := fmt.Sprintf("%.0f/s (p50 %s, p99 %s)", c.res.Rate()*float64(c.per), ms(c.res.Quantile(.5)), ms(c.res.Quantile(.99)))
+	if c.dynamoPerItem > 0 {
+		v += fmt.Sprintf(", DynamoDB Local %d µs of CPU per item", c.dynamoPerItem.Microseconds())
+	}
+	return v
 }
 
 // measureCeilings measures, on the benchmark's own Postgres and DynamoDB:
@@ -64,14 +79,44 @@ func measureCeilings(ctx context.Context, o compareOptions, out io.Writer) ([]ce
 		fmt.Fprintf(out, "ceiling: %-52s %s, errors=%d\n", what, c, r.Errors)
 		cs = append(cs, c)
 	}
+	// dynamo measures a DynamoDB write with DynamoDB Local's CPU during it.
+	dynamo := func(what, kind string, per int, measure func() loadtest.Result) error {
+		roots := map[string]int{"DynamoDB Local": o.dynamoPID}
+		before, err := loadtest.ReadBox(roots)
+		if err != nil && o.dynamoPID > 0 {
+			return err
+		}
+		r := measure()
+		c := ceiling{what: what, res: r, per: per, kind: kind}
+		if o.dynamoPID > 0 {
+			after, err := loadtest.ReadBox(roots)
+			if err != nil {
+				return err
+			}
+			if items := (r.Requests - r.Errors) * int64(per); items > 0 {
+				c.dynamoPerItem = before.Sub(after).Procs["DynamoDB Local"] / time.Duration(items)
+			}
+		}
+		fmt.Fprintf(out, "ceiling: %-52s %s, errors=%d\n", what, c, r.Errors)
+		cs = append(cs, c)
+		return nil
+	}
 	loadtest.PostgresTx(ctx, pool, pgTable, 8, time.Second)
 	add("durable Postgres commit (1 insert), 1 at a time", 1, loadtest.PostgresTx(ctx, pool, pgTable, 1, d))
 	add("durable Postgres commit (1 insert), 32 concurrent", 1, loadtest.PostgresTx(ctx, pool, pgTable, 32, d))
 	add("DynamoDB conditional put, 1 at a time", 1, loadtest.DynamoPut(ctx, client, ddbTable, 1, d))
 	// Items shaped like a customer.updated record: no subscription, so two GSIs.
 	loadtest.DynamoBatchWrite(ctx, client, ddbTable, 8, time.Second, false)
-	add("DynamoDB BatchWriteItem×25, 8 writers (items, 2 GSIs)", 25, loadtest.DynamoBatchWrite(ctx, client, ddbTable, 8, d, false))
+	if err := dynamo("DynamoDB BatchWriteItem×25, 8 writers (items, 2 GSIs)", ceilingUnconditional, 25, func() loadtest.Result {
+		return loadtest.DynamoBatchWrite(ctx, client, ddbTable, 8, d, false)
+	}); err != nil {
+		return nil, err
+	}
 	// The write-behind's first records (issue 32): conditional, 100 a request.
-	add("DynamoDB TransactWriteItems×100, 4 writers (items, 2 GSIs)", 100, loadtest.DynamoTransactWrite(ctx, client, ddbTable, 4, d, false))
+	if err := dynamo("DynamoDB TransactWriteItems×100, 4 writers (items, 2 GSIs)", ceilingConditional, 100, func() loadtest.Result {
+		return loadtest.DynamoTransactWrite(ctx, client, ddbTable, 4, d, false)
+	}); err != nil {
+		return nil, err
+	}
 	return cs, ctx.Err()
 }

@@ -44,6 +44,9 @@ type compareOptions struct {
 	// Where each instance of this service serves /metrics: its admin
 	// listener (ADMIN_LISTEN_ADDR), not the webhook's.
 	oursMetrics, stubbedMetrics string
+	// cpus is the machine's core count for the goal table (0:
+	// runtime.NumCPU; tests set it).
+	cpus int
 }
 
 // sample is one measured phase of one target.

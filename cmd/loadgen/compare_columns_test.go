@@ -2,8 +2,11 @@ package main
 
 import (
 	"runtime"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
 
 	"github.com/stripe-payments/stripe-payments/internal/loadtest"
 )
@@ -87,4 +90,63 @@ func TestCompareMarkdownStubbedColumns(t *testing.T) {
 			assertMarkdown(t, rep, tc.want, tc.absent)
 		})
 	}
+}
+
+// The goal table's figures, worked by hand for 2 cores: the peer at 1,000/s
+// makes the goal 1,200/s, 1,666 µs of machine per event; the stubbed
+// instance used 0.8 s of the machine (the stub's 0.2 s left out) for 2,000
+// events, 400 µs each, which leaves DynamoDB Local 1,266 µs a record.
+// 1,500 µs a record allows 2 s ÷ 1,900 µs = 1,053/s (1.05×); 300 µs,
+// 2 s ÷ 700 µs = 2,857/s (2.86×). Per event without the load generator:
+// the peer (1.5 − 0.5) s ÷ 3,000 = 333 µs; this service's floor
+// (1.0 − 0.2 − 0.1) s ÷ 2,000 + 300 µs = 650 µs.
+func TestGoalTableBoundsTheRateFromTheRunsOwnFigures(t *testing.T) {
+	box := func(busy, loadgen, stub time.Duration) loadtest.Box {
+		return loadtest.Box{Busy: busy, Total: 10 * time.Second, Procs: map[string]time.Duration{"load generator": loadgen, stubPart: stub}}
+	}
+	stubbed := summary{rate: 2000, events: 2000, box: box(time.Second, 100*time.Millisecond, 200*time.Millisecond)}
+	rep := compareReport{
+		o: compareOptions{peerName: "the peer", cpus: 2},
+		rows: []compareRow{{c: 32,
+			peer:    summary{rate: 1000, events: 3000, box: box(1500*time.Millisecond, 500*time.Millisecond, 0)},
+			ours:    summary{rate: 500, events: 1000, box: box(time.Second, 100*time.Millisecond, 0)},
+			stubbed: &stubbed,
+		}},
+		ceilings: []ceiling{
+			{what: "conditional", kind: ceilingConditional, per: 100, dynamoPerItem: 1500 * time.Microsecond},
+			{what: "unconditional", kind: ceilingUnconditional, per: 25, dynamoPerItem: 300 * time.Microsecond},
+		},
+	}
+	var b strings.Builder
+	rep.goalTable(&b)
+	got := b.String()
+	for _, want := range []string{
+		"| the goal at concurrency 32 (1.2× the peer, counting the drain), from this run's figures | per event | the most the 2 cores allow |",
+		"| the machine's CPU the goal allows per event: 2 cores ÷ (1.2 × 1000/s) | 1666 µs | |",
+		"| this service's machine CPU per event without DynamoDB Local's work (the stubbed instance; the load generator included) | 400 µs | |",
+		"| what that leaves DynamoDB Local per record | 1266 µs | |",
+		"(the write-behind's first records) | 1500 µs | 1053/s, **1.05×** |",
+		"(the cheapest write it takes; no condition) | 300 µs | 2857/s, **2.86×** |",
+		"| 333 µs against 650 µs | |",
+	} {
+		require.Contains(t, got, want)
+	}
+
+	// The machine per event: this service (1.0 − 0.1) s ÷ 1,000 = 900 µs,
+	// 2.70× the peer's 333 µs; stubbed 350 µs.
+	b.Reset()
+	rep.machinePerEventTable(&b)
+	require.Contains(t, b.String(), "| concurrency 32 | 333 µs | 900 µs | 2.70× | 350 µs |")
+
+	// Without the stubbed instance, or without DynamoDB Local's CPU in the
+	// ceilings, there is nothing to bound with: no table.
+	rep.rows[0].stubbed = nil
+	b.Reset()
+	rep.goalTable(&b)
+	require.Empty(t, b.String())
+	rep.rows[0].stubbed = &stubbed
+	rep.ceilings[0].dynamoPerItem = 0
+	b.Reset()
+	rep.goalTable(&b)
+	require.Empty(t, b.String())
 }

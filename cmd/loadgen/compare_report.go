@@ -20,6 +20,7 @@ type summary struct {
 	errors                 int64
 	cpuPerEvent            time.Duration // 0: unknown
 	box                    loadtest.Box  // summed over the rounds
+	events                 float64       // acknowledged over the rounds
 }
 
 func summarise(ss []sample) summary {
@@ -45,6 +46,7 @@ func summarise(ss []sample) summary {
 	if cpu > 0 && n > 0 {
 		s.cpuPerEvent = time.Duration(cpu / n * float64(time.Second))
 	}
+	s.events = n
 	return s
 }
 
@@ -150,6 +152,8 @@ func (r compareReport) markdownTo(w io.Writer) {
 		}
 	}
 	r.machineTable(w)
+	r.machinePerEventTable(w)
+	r.goalTable(w)
 	if len(r.rows) > 0 && r.rows[0].stages != nil {
 		heads, columns := concurrencyHeads(r.rows), make([]stages, 0, 2*len(r.rows))
 		for _, row := range r.rows {

@@ -15,14 +15,15 @@ type IngestRecords struct {
 	// the table write.
 	WriteBehind bool
 	// Writers is how many write-behind table writes (up to 100 records
-	// each) may be in flight.
+	// each) may be in flight at most; beyond the first, only while it falls
+	// behind (recordq.Config.HelpAfter).
 	Writers int
 	// Backlog bounds the records acknowledged and not yet in the table;
 	// deliveries wait (up to their deadline) while it is full.
 	Backlog int
-	// Linger is how long a write-behind writer waits for a batch of 100 to
-	// fill: it delays only the table write, never an answer, and at a low
-	// rate it trades that delay for fewer DynamoDB requests.
+	// Linger is how long the oldest waiting record may wait for a batch of
+	// 100 to fill: it delays only the table write, never an answer, and at
+	// a low rate it trades that delay for fewer DynamoDB requests.
 	Linger time.Duration
 	// BacklogBytes bounds the payload bytes of that backlog too
 	// (INGEST_RECORD_BACKLOG_BYTES); QuarantineAfter is how many writes the

@@ -59,8 +59,17 @@ type QuarantineObserver interface {
 
 // Config of a Queue; zero values take the defaults.
 type Config struct {
-	// Writers is how many table writes may be in flight (4).
+	// Writers is how many table writes may be in flight (4). The first
+	// writer writes whatever waits; the others join only while it falls
+	// behind (HelpAfter), so at a rate one writer keeps up with, one write
+	// is in flight: DynamoDB Local runs conditional transactions one at a
+	// time, and four in flight only made each wait for the others while
+	// the answer path shared their cores (BENCHMARKS.md, issue 32).
 	Writers int
+	// HelpAfter: a writer beyond the first takes a batch only when a full
+	// one (Batch) waits or the oldest waiting record has waited this long
+	// (250 ms): a backlog, a write stuck on a throttled partition.
+	HelpAfter time.Duration
 	// MaxBacklog bounds the records acknowledged but not yet in the table;
 	// at the bound Admit waits (2,000).
 	MaxBacklog int
@@ -80,8 +89,8 @@ type Config struct {
 	// 100): its fresh records go in one conditional TransactWriteItems,
 	// the others in BatchWriteItems of 25 (BENCHMARKS.md, issue 32).
 	Batch int
-	// Linger is how long a writer waits for a batch to fill once it has
-	// fewer than Batch records (10 ms): it delays only the table write, never
+	// Linger is how long the oldest waiting record may wait for a batch to
+	// fill (10 ms): it delays only the table write, never
 	// an acknowledgement, and saves requests at low load.
 	Linger time.Duration
 	// SweepEvery and SweepAge: how often rows older than SweepAge that this
@@ -125,6 +134,7 @@ type Queue struct {
 type pend struct {
 	id    string
 	bytes int
+	since time.Time // handed over (HelpAfter)
 }
 
 // New returns a queue over pool's event_records_pending table, writing to table.
@@ -149,6 +159,9 @@ func New(pool *pgxpool.Pool, table Table, cfg Config) *Queue {
 	}
 	if cfg.Linger <= 0 {
 		cfg.Linger = 10 * time.Millisecond
+	}
+	if cfg.HelpAfter <= 0 {
+		cfg.HelpAfter = 250 * time.Millisecond
 	}
 	if cfg.SweepEvery <= 0 {
 		cfg.SweepEvery = 10 * time.Second
@@ -232,10 +245,12 @@ func (q *Queue) Hand(recs []events.Record) {
 }
 
 func (q *Queue) hand(ps []pend) {
+	now := time.Now()
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	for _, p := range ps {
 		if _, ok := q.known[p.id]; !ok {
+			p.since = now
 			q.known[p.id] = p.bytes
 			q.bytes += int64(p.bytes)
 			q.waiting = append(q.waiting, p)
@@ -346,8 +361,9 @@ func (q *Queue) Run(ctx context.Context) error {
 	q.running.Store(true)
 	defer q.running.Store(false)
 	var wg sync.WaitGroup
-	for range q.cfg.Writers {
-		q.cfg.Safe.Go(ctx, &wg, "records_writer", q.write)
+	for i := range q.cfg.Writers {
+		helper := i > 0
+		q.cfg.Safe.Go(ctx, &wg, "records_writer", func(ctx context.Context) { q.write(ctx, helper) })
 	}
 	if err := q.safeSweep(ctx, 0); err != nil && ctx.Err() == nil {
 		q.cfg.Log.Error("could not read pending event records at start; the periodic sweep retries", "error", err)

@@ -83,33 +83,48 @@ func (q *Queue) written(ctx context.Context, ps []pend) error {
 	})
 }
 
-// take waits for records and takes up to a batch of them; nil when ctx ends.
-func (q *Queue) take(ctx context.Context) []pend {
+// take waits for records and takes up to a batch of them; nil when ctx
+// ends. It takes a batch once a full one waits or the oldest waiting record
+// has waited Linger (the batch fills a little; this delays the table write
+// only), or HelpAfter for a writer beyond the first (Config.HelpAfter).
+// Both count from when the record was handed over, not from when the
+// writer looks: a writer back from a long write takes what waited during
+// it at once.
+func (q *Queue) take(ctx context.Context, helper bool) []pend {
+	after := q.cfg.Linger
+	if helper {
+		after = q.cfg.HelpAfter
+	}
 	q.mu.Lock()
-	for len(q.waiting) == 0 {
+	for {
+		wait := time.Duration(-1) // until something changes
+		if n := len(q.waiting); n >= q.cfg.Batch {
+			break
+		} else if n > 0 {
+			// the oldest is first: hand appends, a retried batch goes first
+			if wait = after - time.Since(q.waiting[0].since); wait <= 0 {
+				break
+			}
+		}
 		ch := q.changed
 		q.mu.Unlock()
+		var due <-chan time.Time
+		if wait > 0 {
+			due = time.After(wait)
+		}
 		select {
 		case <-ch:
+		case <-due:
 		case <-ctx.Done():
 			return nil
 		}
 		q.mu.Lock()
 	}
-	if len(q.waiting) < q.cfg.Batch {
-		// Let the batch fill a little: this delays the table write only.
-		q.mu.Unlock()
-		select {
-		case <-time.After(q.cfg.Linger):
-		case <-ctx.Done():
-			return nil
-		}
-		q.mu.Lock()
-		if len(q.waiting) == 0 { // another writer took them
-			q.mu.Unlock()
-			return q.take(ctx)
-		}
-	}
+	return q.next()
+}
+
+// next takes the next batch off waiting; q.mu must be held, and is released.
+func (q *Queue) next() []pend {
 	n := min(len(q.waiting), q.cfg.Batch)
 	batch := append([]pend(nil), q.waiting[:n]...)
 	q.waiting = append(q.waiting[:0:0], q.waiting[n:]...)
@@ -142,11 +157,12 @@ func refusedForGood(err error) bool {
 	return false
 }
 
-// write is one writer's loop.
-func (q *Queue) write(ctx context.Context) {
+// write is one writer's loop; a helper is a writer beyond the first
+// (Config.HelpAfter).
+func (q *Queue) write(ctx context.Context, helper bool) {
 	failures := 0
 	for {
-		batch := q.take(ctx)
+		batch := q.take(ctx, helper)
 		if batch == nil {
 			return
 		}
