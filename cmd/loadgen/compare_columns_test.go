@@ -121,12 +121,12 @@ func TestGoalTableBoundsTheRateFromTheRunsOwnFigures(t *testing.T) {
 	rep.goalTable(&b)
 	got := b.String()
 	for _, want := range []string{
-		"| the goal at concurrency 32 (1.2× the peer, counting the drain), from this run's figures | per event | the most the 2 cores allow |",
+		"| the goal at concurrency 32 (1.2× the peer, counting the drain), from this run's figures | per event | the most the 2 cores allow (estimate) |",
 		"| the machine's CPU the goal allows per event: 2 cores ÷ (1.2 × 1000/s) | 1666 µs | |",
-		"| this service's machine CPU per event without DynamoDB Local's work (the stubbed instance; the load generator included) | 400 µs | |",
+		"| this service's machine CPU per event without DynamoDB Local's work (the stubbed instance at its own rate; the load generator included) | 400 µs | |",
 		"| what that leaves DynamoDB Local per record | 1266 µs | |",
-		"(the write-behind's first records) | 1500 µs | 1053/s, **1.05×** |",
-		"(the cheapest write it takes; no condition) | 300 µs | 2857/s, **2.86×** |",
+		"(the write-behind's first records; the ceiling's, 4 writers) | 1500 µs | 1053/s, **1.05×** |",
+		"(the cheapest write it takes; no condition; the ceiling's, 8 writers) | 300 µs | 2857/s, **2.86×** |",
 		"| 333 µs against 650 µs | |",
 	} {
 		require.Contains(t, got, want)
@@ -137,6 +137,22 @@ func TestGoalTableBoundsTheRateFromTheRunsOwnFigures(t *testing.T) {
 	b.Reset()
 	rep.machinePerEventTable(&b)
 	require.Contains(t, b.String(), "| concurrency 32 | 333 µs | 900 µs | 2.70× | 350 µs |")
+
+	// A peer at 2,000/s allows 833 µs an event: the stubbed instance's
+	// 400 µs fit; at 5,000/s, 333 µs do not, and nothing is left.
+	for _, tc := range []struct {
+		peer float64
+		want string
+	}{
+		{2000, "| what that leaves DynamoDB Local per record | 433 µs | |"},
+		{5000, "| what that leaves DynamoDB Local per record | none: out of reach even without DynamoDB Local | |"},
+	} {
+		rep.rows[0].peer.rate = tc.peer
+		b.Reset()
+		rep.goalTable(&b)
+		require.Contains(t, b.String(), tc.want)
+	}
+	rep.rows[0].peer.rate = 1000
 
 	// Without the stubbed instance, or without DynamoDB Local's CPU in the
 	// ceilings, there is nothing to bound with: no table.

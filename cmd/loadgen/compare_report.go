@@ -20,7 +20,7 @@ type summary struct {
 	errors                 int64
 	cpuPerEvent            time.Duration // 0: unknown
 	box                    loadtest.Box  // summed over the rounds
-	events                 float64       // acknowledged over the rounds
+	events                 float64       // acknowledged over the rounds (requests answered without error)
 }
 
 func summarise(ss []sample) summary {
@@ -46,7 +46,7 @@ func summarise(ss []sample) summary {
 	if cpu > 0 && n > 0 {
 		s.cpuPerEvent = time.Duration(cpu / n * float64(time.Second))
 	}
-	s.events = n
+	s.events = n - float64(s.errors)
 	return s
 }
 

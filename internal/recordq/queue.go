@@ -67,8 +67,9 @@ type Config struct {
 	// the answer path shared their cores (BENCHMARKS.md, issue 32).
 	Writers int
 	// HelpAfter: a writer beyond the first takes a batch only when a full
-	// one (Batch) waits or the oldest waiting record has waited this long
-	// (250 ms): a backlog, a write stuck on a throttled partition.
+	// one (Batch) waits or the oldest waiting record has waited Linger and
+	// this much longer (250 ms): a backlog, a write stuck on a throttled
+	// partition.
 	HelpAfter time.Duration
 	// MaxBacklog bounds the records acknowledged but not yet in the table;
 	// at the bound Admit waits (2,000).

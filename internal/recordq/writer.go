@@ -86,14 +86,14 @@ func (q *Queue) written(ctx context.Context, ps []pend) error {
 // take waits for records and takes up to a batch of them; nil when ctx
 // ends. It takes a batch once a full one waits or the oldest waiting record
 // has waited Linger (the batch fills a little; this delays the table write
-// only), or HelpAfter for a writer beyond the first (Config.HelpAfter).
-// Both count from when the record was handed over, not from when the
-// writer looks: a writer back from a long write takes what waited during
-// it at once.
+// only), or Linger + HelpAfter for a writer beyond the first, so the others
+// never go before the first (Config.HelpAfter). Both count from when the
+// record was handed over, not from when the writer looks: a writer back
+// from a long write takes what waited during it at once.
 func (q *Queue) take(ctx context.Context, helper bool) []pend {
 	after := q.cfg.Linger
 	if helper {
-		after = q.cfg.HelpAfter
+		after += q.cfg.HelpAfter
 	}
 	q.mu.Lock()
 	for {
@@ -101,7 +101,9 @@ func (q *Queue) take(ctx context.Context, helper bool) []pend {
 		if n := len(q.waiting); n >= q.cfg.Batch {
 			break
 		} else if n > 0 {
-			// the oldest is first: hand appends, a retried batch goes first
+			// Mostly the oldest: hand appends and a retried batch goes
+			// first, but a record put back alone (a failed quarantine)
+			// goes last; it is then taken with the batches before it.
 			if wait = after - time.Since(q.waiting[0].since); wait <= 0 {
 				break
 			}

@@ -39,20 +39,19 @@ func (h *heldTable) PutProcessed(ctx context.Context, recs []events.Record) erro
 	h.now++
 	h.peak = max(h.peak, h.now)
 	h.mu.Unlock()
-	defer func() {
-		h.mu.Lock()
-		h.now--
-		for _, r := range recs {
-			h.written[r.ID] = true
-		}
-		h.mu.Unlock()
-	}()
+	var err error
 	select {
 	case <-time.After(hold):
-		return nil
 	case <-ctx.Done():
-		return ctx.Err()
+		err = ctx.Err()
 	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.now--
+	for _, r := range recs {
+		h.written[r.ID] = err == nil
+	}
+	return err
 }
 
 func (h *heldTable) state() (peak int, written map[string]bool) {
@@ -68,13 +67,15 @@ func (h *heldTable) state() (peak int, written map[string]bool) {
 // docs/architecture.md: the write-behind keeps one table write in flight
 // while one writer keeps up (DynamoDB Local runs conditional transactions
 // one at a time); the other writers join when a full batch waits, or when
-// a record has waited HelpAfter (a stuck write); every record is written.
+// a record has waited HelpAfter past the linger (a stuck write); every
+// record is written.
 func TestWritersJoinOnlyWhenTheFirstFallsBehind(t *testing.T) {
 	cases := []struct {
 		name        string
 		hold, first time.Duration // heldTable's
 		helpAfter   time.Duration
-		waves       int // handed one after the other, every gap
+		linger      time.Duration // 10 ms when zero
+		waves       int           // handed one after the other, every gap
 		perWave     int
 		gap         time.Duration
 		wantPeak    int
@@ -84,6 +85,9 @@ func TestWritersJoinOnlyWhenTheFirstFallsBehind(t *testing.T) {
 		// second of falling behind to fill.
 		{name: "a rate one writer keeps up with", hold: 60 * time.Millisecond,
 			helpAfter: time.Minute, waves: 40, perWave: 2, gap: 20 * time.Millisecond, wantPeak: 1, within: 10 * time.Second},
+		// The others wait HelpAfter past the linger, never before the first.
+		{name: "a linger longer than HelpAfter", hold: 150 * time.Millisecond, linger: 300 * time.Millisecond,
+			helpAfter: 100 * time.Millisecond, waves: 40, perWave: 2, gap: 20 * time.Millisecond, wantPeak: 1, within: 10 * time.Second},
 		{name: "a backlog of full batches", hold: 300 * time.Millisecond,
 			helpAfter: time.Minute, waves: 1, perWave: 1000, wantPeak: 4, within: 20 * time.Second},
 		// The first write never ends within the test: records handed after
@@ -95,7 +99,11 @@ func TestWritersJoinOnlyWhenTheFirstFallsBehind(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t)
 			table := &heldTable{hold: tc.hold, first: tc.first, written: map[string]bool{}}
-			q := recordq.New(e.pool, table, recordq.Config{Writers: 4, Linger: 10 * time.Millisecond,
+			linger := tc.linger
+			if linger == 0 {
+				linger = 10 * time.Millisecond
+			}
+			q := recordq.New(e.pool, table, recordq.Config{Writers: 4, Linger: linger,
 				HelpAfter: tc.helpAfter, Timeout: 2 * time.Hour})
 			run(t, q)
 			var all []events.Record
