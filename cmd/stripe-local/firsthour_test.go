@@ -354,7 +354,8 @@ func (m *makeRun) start() {
 	ddbAddr := freeAddr(t)
 	m.env["DYNAMODB_ENDPOINT"] = "http://" + ddbAddr
 	java, jar := dynamoLocal(t)
-	ddb := m.spawn("dynamodb", java, "-Xmx256m", "-Djava.library.path="+filepath.Join(filepath.Dir(jar), "DynamoDBLocal_lib"),
+	// as scripts/devstack.sh starts it for make run
+	ddb := m.spawn("dynamodb", java, "-Xmx256m", "-XX:+UseSerialGC", "-Djava.library.path="+filepath.Join(filepath.Dir(jar), "DynamoDBLocal_lib"),
 		"-jar", jar, "-dbPath", m.dynamoDir, "-sharedDb", "-disableTelemetry", "-port", strings.Split(ddbAddr, ":")[1])
 	waitTCP(t, ddbAddr, ddb)
 	migrate := exec.Command(filepath.Join(m.bins, "stripe-payments"), "migrate")
