@@ -68,6 +68,10 @@ func seeds(t testing.TB) [][]byte {
 		[]byte(`{"id":"evt_1","object":"charge","type":"x","created":1,"data":{"object":{}}}`),
 		[]byte(`{"id":"evt_1","object":"event","type":"x","account":"acct_1","created":1,"livemode":true,"pending_webhooks":2,"api_version":"2023-10-16","data":{"object":{"id":"cus_1"}}}`),
 		[]byte(`[]`),
+		// a subscription id written with escapes: no "sub_" in the bytes
+		[]byte(`{"id":"evt_1","object":"event","type":"x","created":1,"data":{"object":{"subscription":"\u0073ub_1MowQVLkdIwHu7ixeRlqHVzs"}}}`),
+		[]byte(`{"id":"evt_1","object":"event","type":"x","created":1,"data":{"object":{"\u0073ubscription":"sub_1MowQVLkdIwHu7ixeRlqHVzs"}}}`),
+		[]byte(`{"id":"evt_1","object":"event","type":"x","created":1,"data":{"object":{"subscription":"su\u0062_1MowQVLkdIwHu7ixeRlqHVzs","parent":{}}}}`),
 	}
 	for _, name := range stripetest.FixtureNames() {
 		out = append(out, stripetest.Fixture(t, name))
@@ -124,4 +128,20 @@ func TestObjectIsDecodedOnceAndShared(t *testing.T) {
 	again, err := stripeevent.Object(ev)
 	require.NoError(t, err)
 	assert.Equal(t, true, again["prepared"], "a preparer's change is seen by the appliers")
+}
+
+// BenchmarkSubscriptionID: the subscription of a customer event
+// (none) and of a subscription's event, as every record of an ingest asks.
+//
+//	go test ./internal/stripeevent -run '^$' -bench SubscriptionID
+func BenchmarkSubscriptionID(b *testing.B) {
+	for _, fixture := range []string{"customer.created", "payment_intent.succeeded", "customer.subscription.updated"} {
+		ev, err := stripeevent.Parse(stripetest.Fixture(b, fixture))
+		require.NoError(b, err)
+		b.Run(fixture, func(b *testing.B) {
+			for range b.N {
+				stripeevent.SubscriptionID(ev)
+			}
+		})
+	}
 }
