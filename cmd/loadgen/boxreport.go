@@ -86,8 +86,8 @@ func (r compareReport) machineTable(w io.Writer) {
 	})
 }
 
-// perEvent is b's CPU, without the parts named, per acknowledged event (0
-// when unknown).
+// perEvent is the machine's busy time over s's phases, the named
+// processes' taken out, per acknowledged event (0 when unknown).
 func perEvent(s summary, without ...string) time.Duration {
 	if s.events <= 0 || s.box.Total == 0 {
 		return 0
