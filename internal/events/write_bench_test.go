@@ -10,7 +10,6 @@ import (
 
 	"github.com/stripe-payments/stripe-payments/internal/dynamo"
 	"github.com/stripe-payments/stripe-payments/internal/loadtest"
-	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
 	"github.com/stripe-payments/stripe-payments/internal/testenv"
 )
 
@@ -71,14 +70,7 @@ func BenchmarkFreshWrite(b *testing.B) {
 		now := time.Now()
 		recs := make([]Record, n)
 		for i := range recs {
-			payload := loadtest.CustomerUpdated(now)
-			ev, err := stripeevent.Parse(payload)
-			if err != nil {
-				b.Fatal(err)
-			}
-			r := NewRecord(ev, payload, "acct_platform_bench", 720*time.Hour, stripeevent.SourceWebhook, now)
-			r.Status, r.ProcessedAt = StatusProcessed, now.UTC()
-			recs[i] = r
+			recs[i] = benchRecord(b, now)
 		}
 		work := make(chan []Record)
 		before, err := loadtest.ReadBox(roots)

@@ -46,6 +46,19 @@ func advance(t *testing.T, e *billingtest.Env, id, to string) billing.Clock {
 
 // completedOn is "<date the period was COMPLETED> for <period>", from the
 // history (its entries are written at the service's now: the clock's).
+// subscribeOnClock creates a test clock at 2027-01-01 and a gold
+// subscription of account on it, collected on day of the month.
+func subscribeOnClock(t *testing.T, e *billingtest.Env, account string, day int) (billing.Clock, billing.Subscription) {
+	t.Helper()
+	clock, err := e.Clocks.CreateClock(ctx, utc("2027-01-01T00:00:00Z"), "")
+	require.NoError(t, err)
+	in := billingtest.Input("gold", day)
+	in.TestClock = clock.ID
+	sub, err := e.Service.CreateSubscription(ctx, account, in)
+	require.NoError(t, err)
+	return clock, sub
+}
+
 func completedOn(t *testing.T, e *billingtest.Env, sub billing.Subscription) []string {
 	t.Helper()
 	var out []string
@@ -130,12 +143,7 @@ func TestTestClockRunsTheJobsOfEveryDayForItsSubscriptionsOnly(t *testing.T) {
 func TestTestClockAdvanceIsOneAtATime(t *testing.T) {
 	t.Parallel()
 	e := billingtest.NewEnv(t, billingtest.Options{})
-	clock, err := e.Clocks.CreateClock(ctx, utc("2027-01-01T00:00:00Z"), "")
-	require.NoError(t, err)
-	in := billingtest.Input("gold", 15)
-	in.TestClock = clock.ID
-	_, err = e.Service.CreateSubscription(ctx, "acc-1", in)
-	require.NoError(t, err)
+	clock, _ := subscribeOnClock(t, e, "acc-1", 15)
 	_, done, err := e.Clocks.AdvanceClock(ctx, context.Background(), clock.ID, utc("2029-12-31T00:00:00Z"))
 	require.NoError(t, err)
 	// Three years of days take far longer than this: the clock is claimed.
@@ -194,16 +202,11 @@ func TestTwoTestClocksAdvancedAtOnceDoNotSeeEachOther(t *testing.T) {
 func TestDeleteTestClockCancelsItsSubscriptions(t *testing.T) {
 	t.Parallel()
 	e := billingtest.NewEnv(t, billingtest.Options{})
-	clock, err := e.Clocks.CreateClock(ctx, utc("2027-01-01T00:00:00Z"), "")
-	require.NoError(t, err)
-	in := billingtest.Input("gold", 5)
-	in.TestClock = clock.ID
-	sub, err := e.Service.CreateSubscription(ctx, "acc-1", in)
-	require.NoError(t, err)
+	clock, sub := subscribeOnClock(t, e, "acc-1", 5)
 	advance(t, e, clock.ID, "2027-01-10T00:00:00Z")
 	require.NoError(t, e.Clocks.DeleteClock(ctx, clock.ID))
 
-	_, _, err = e.Clocks.GetClock(ctx, clock.ID, 1)
+	_, _, err := e.Clocks.GetClock(ctx, clock.ID, 1)
 	assert.ErrorIs(t, err, apperr.ErrNotFound)
 	got, err := e.Service.GetSubscription(ctx, "acc-1", sub.SubscriptionID)
 	require.NoError(t, err)
@@ -214,7 +217,8 @@ func TestDeleteTestClockCancelsItsSubscriptions(t *testing.T) {
 	assert.Equal(t, "test-clock-deleted:"+clock.ID, last.Cause, "the history says why")
 	assert.ErrorIs(t, e.Clocks.DeleteClock(ctx, clock.ID), apperr.ErrNotFound)
 
-	in.SubscriptionID = ""
+	in := billingtest.Input("gold", 5)
+	in.TestClock, in.SubscriptionID = clock.ID, ""
 	_, err = e.Service.CreateSubscription(ctx, "acc-1", in)
 	assert.ErrorIs(t, err, apperr.ErrInvalid, "no subscription on a deleted clock")
 }
@@ -241,16 +245,11 @@ func TestTestClocksRefusedInLivemode(t *testing.T) {
 func TestTestClockPauseAndResumeUseTheClocksToday(t *testing.T) {
 	t.Parallel()
 	e := billingtest.NewEnv(t, billingtest.Options{}) // real time: 2024
-	clock, err := e.Clocks.CreateClock(ctx, utc("2027-01-01T00:00:00Z"), "")
-	require.NoError(t, err)
-	in := billingtest.Input("gold", 10)
-	in.TestClock = clock.ID
-	sub, err := e.Service.CreateSubscription(ctx, "acc-1", in)
-	require.NoError(t, err)
+	clock, sub := subscribeOnClock(t, e, "acc-1", 10)
 	advance(t, e, clock.ID, "2027-01-15T00:00:00Z")
 
 	// Paused on the clock's Jan 15: the next period (Feb 10) is skipped.
-	_, err = e.Update("acc-1", sub.SubscriptionID, billing.Change{Action: "pause", Months: 1})
+	_, err := e.Update("acc-1", sub.SubscriptionID, billing.Change{Action: "pause", Months: 1})
 	require.NoError(t, err)
 	advance(t, e, clock.ID, "2027-02-20T00:00:00Z")
 	got, err := e.Service.GetSubscription(ctx, "acc-1", sub.SubscriptionID)
@@ -298,12 +297,7 @@ func TestTestClockUnknownOutcomeIsResolvedOnStripesTime(t *testing.T) {
 	t.Parallel()
 	e := billingtest.NewEnv(t, billingtest.Options{})            // real time: 2024
 	e.Stripe.Decide = billingtest.FirstThen(stripetest.Acted500) // Stripe charged, answered 500, saved the 500
-	clock, err := e.Clocks.CreateClock(ctx, utc("2027-01-01T00:00:00Z"), "")
-	require.NoError(t, err)
-	in := billingtest.Input("gold", 10)
-	in.TestClock = clock.ID
-	sub, err := e.Service.CreateSubscription(ctx, "acc-1", in)
-	require.NoError(t, err)
+	clock, sub := subscribeOnClock(t, e, "acc-1", 10)
 
 	c := advance(t, e, clock.ID, "2027-01-12T00:00:00Z")
 	require.Equal(t, billing.ClockFailed, c.Status, "the day of the lost answer cannot finish")
@@ -324,12 +318,7 @@ func TestTestClockErrorSaysWhy(t *testing.T) {
 	t.Parallel()
 	e := billingtest.NewEnv(t, billingtest.Options{})
 	e.Stripe.Decide = func(stripetest.PI) stripetest.Behavior { return stripetest.Fail500 }
-	clock, err := e.Clocks.CreateClock(ctx, utc("2027-01-01T00:00:00Z"), "")
-	require.NoError(t, err)
-	in := billingtest.Input("gold", 15)
-	in.TestClock = clock.ID
-	sub, err := e.Service.CreateSubscription(ctx, "acc-clock-why", in)
-	require.NoError(t, err)
+	clock, sub := subscribeOnClock(t, e, "acc-clock-why", 15)
 	c := advance(t, e, clock.ID, "2027-01-20T00:00:00Z")
 	assert.NotEqual(t, billing.ClockReady, c.Status)
 	assert.Contains(t, c.Error, "charge of "+sub.SubscriptionID+" 2027-01-15: outcome unknown: create payment intent", "the cause")
