@@ -74,46 +74,46 @@ func measureCeilings(ctx context.Context, o compareOptions, out io.Writer) ([]ce
 
 	d := o.ceilingDuration
 	var cs []ceiling
-	add := func(what string, per int, r loadtest.Result) {
-		c := ceiling{what: what, res: r, per: per}
-		fmt.Fprintf(out, "ceiling: %-52s %s, errors=%d\n", what, c, r.Errors)
+	add := func(c ceiling) {
+		fmt.Fprintf(out, "ceiling: %-52s %s, errors=%d\n", c.what, c, c.res.Errors)
 		cs = append(cs, c)
 	}
-	// dynamo measures a DynamoDB write with DynamoDB Local's CPU during it.
-	dynamo := func(what, kind string, per int, measure func() loadtest.Result) error {
+	// withDynamoCPU measures a DynamoDB write with DynamoDB Local's CPU during it
+	// (when its pid is known).
+	withDynamoCPU := func(what, kind string, per int, measure func() loadtest.Result) error {
+		if o.dynamoPID <= 0 {
+			add(ceiling{what: what, res: measure(), per: per, kind: kind})
+			return nil
+		}
 		roots := map[string]int{"DynamoDB Local": o.dynamoPID}
 		before, err := loadtest.ReadBox(roots)
-		if err != nil && o.dynamoPID > 0 {
+		if err != nil {
 			return err
 		}
-		r := measure()
-		c := ceiling{what: what, res: r, per: per, kind: kind}
-		if o.dynamoPID > 0 {
-			after, err := loadtest.ReadBox(roots)
-			if err != nil {
-				return err
-			}
-			if items := (r.Requests - r.Errors) * int64(per); items > 0 {
-				c.dynamoPerItem = before.Sub(after).Procs["DynamoDB Local"] / time.Duration(items)
-			}
+		c := ceiling{what: what, res: measure(), per: per, kind: kind}
+		after, err := loadtest.ReadBox(roots)
+		if err != nil {
+			return err
 		}
-		fmt.Fprintf(out, "ceiling: %-52s %s, errors=%d\n", what, c, r.Errors)
-		cs = append(cs, c)
+		if items := (c.res.Requests - c.res.Errors) * int64(per); items > 0 {
+			c.dynamoPerItem = before.Sub(after).Procs["DynamoDB Local"] / time.Duration(items)
+		}
+		add(c)
 		return nil
 	}
 	loadtest.PostgresTx(ctx, pool, pgTable, 8, time.Second)
-	add("durable Postgres commit (1 insert), 1 at a time", 1, loadtest.PostgresTx(ctx, pool, pgTable, 1, d))
-	add("durable Postgres commit (1 insert), 32 concurrent", 1, loadtest.PostgresTx(ctx, pool, pgTable, 32, d))
-	add("DynamoDB conditional put, 1 at a time", 1, loadtest.DynamoPut(ctx, client, ddbTable, 1, d))
+	add(ceiling{what: "durable Postgres commit (1 insert), 1 at a time", per: 1, res: loadtest.PostgresTx(ctx, pool, pgTable, 1, d)})
+	add(ceiling{what: "durable Postgres commit (1 insert), 32 concurrent", per: 1, res: loadtest.PostgresTx(ctx, pool, pgTable, 32, d)})
+	add(ceiling{what: "DynamoDB conditional put, 1 at a time", per: 1, res: loadtest.DynamoPut(ctx, client, ddbTable, 1, d)})
 	// Items shaped like a customer.updated record: no subscription, so two GSIs.
 	loadtest.DynamoBatchWrite(ctx, client, ddbTable, 8, time.Second, false)
-	if err := dynamo("DynamoDB BatchWriteItem×25, 8 writers (items, 2 GSIs)", ceilingUnconditional, 25, func() loadtest.Result {
+	if err := withDynamoCPU("DynamoDB BatchWriteItem×25, 8 writers (items, 2 GSIs)", ceilingUnconditional, 25, func() loadtest.Result {
 		return loadtest.DynamoBatchWrite(ctx, client, ddbTable, 8, d, false)
 	}); err != nil {
 		return nil, err
 	}
 	// The write-behind's first records (issue 32): conditional, 100 a request.
-	if err := dynamo("DynamoDB TransactWriteItems×100, 4 writers (items, 2 GSIs)", ceilingConditional, 100, func() loadtest.Result {
+	if err := withDynamoCPU("DynamoDB TransactWriteItems×100, 4 writers (items, 2 GSIs)", ceilingConditional, 100, func() loadtest.Result {
 		return loadtest.DynamoTransactWrite(ctx, client, ddbTable, 4, d, false)
 	}); err != nil {
 		return nil, err

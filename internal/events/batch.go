@@ -272,36 +272,42 @@ func (s *Store) putIfAbsent(ctx context.Context, recs []Record, perTx int) (refu
 	if s.itemPuts {
 		return s.putEachIfAbsent(ctx, recs, fresh)
 	}
-	for len(recs) > 0 {
-		var items []types.TransactWriteItem
-		var ids []string
-		size := 0
-		for len(recs) > 0 && len(items) < perTx {
-			r := recs[0]
-			av, err := attributes(r)
-			if err != nil {
-				return refused, err
-			}
-			expr, err := condition(r, fresh)
-			if err != nil {
-				return refused, err
-			}
-			n := itemSize(av)
-			if len(items) > 0 && size+n > maxTxBytes {
-				break
-			}
-			size += n
-			recs = recs[1:]
-			items = append(items, types.TransactWriteItem{Put: &types.Put{
-				TableName: aws.String(s.table), Item: av,
-				ConditionExpression: expr.Condition(), ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
-			}})
-			ids = append(ids, r.ID)
-			runtime.Gosched() // see batchWrite
-		}
+	var items []types.TransactWriteItem
+	var ids []string
+	size := 0
+	send := func() error {
 		more, err := s.transactFresh(ctx, items, ids)
 		refused = append(refused, more...)
+		items, ids, size = nil, nil, 0
+		return err
+	}
+	for _, r := range recs {
+		av, err := attributes(r)
 		if err != nil {
+			return refused, err
+		}
+		expr, err := condition(r, fresh)
+		if err != nil {
+			return refused, err
+		}
+		// A full transaction goes before this item, which starts the next:
+		// built once (its payload's gzip is most of the work).
+		n := itemSize(av)
+		if len(items) == perTx || (len(items) > 0 && size+n > maxTxBytes) {
+			if err := send(); err != nil {
+				return refused, err
+			}
+		}
+		size += n
+		items = append(items, types.TransactWriteItem{Put: &types.Put{
+			TableName: aws.String(s.table), Item: av,
+			ConditionExpression: expr.Condition(), ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
+		}})
+		ids = append(ids, r.ID)
+		runtime.Gosched() // see batchWrite
+	}
+	if len(items) > 0 {
+		if err := send(); err != nil {
 			return refused, err
 		}
 	}
@@ -346,8 +352,6 @@ func (s *Store) putEachIfAbsent(ctx context.Context, recs []Record, fresh expres
 				results <- result{id: r.ID, refused: true}
 			case err != nil:
 				results <- result{id: r.ID, err: fmt.Errorf("write fresh event %s: %w", r.ID, err)}
-			default:
-				results <- result{id: r.ID}
 			}
 		}()
 		runtime.Gosched() // see batchWrite

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -49,8 +50,8 @@ func TestACancelledTransactionOfFirstRecords(t *testing.T) {
 		// backoff, never in a tight loop (a review found 1,380 calls in
 		// 500 ms), and is an error after nine tries.
 		{name: "cancelled for no reason named, then written", answers: []string{cancelled("None", "None")}, calls: 2},
-		{name: "cancelled for no reason named, every time", answers: repeat(cancelled("None", ""), 50), calls: 9, code: "TransactionCanceledException"},
-		{name: "conflicting every time", answers: repeat(cancelled("TransactionConflict", "None"), 50), calls: 9, code: "TransactionCanceledException"},
+		{name: "cancelled for no reason named, every time", answers: slices.Repeat([]string{cancelled("None", "")}, 50), calls: 9, code: "TransactionCanceledException"},
+		{name: "conflicting every time", answers: slices.Repeat([]string{cancelled("TransactionConflict", "None")}, 50), calls: 9, code: "TransactionCanceledException"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var calls atomic.Int32
@@ -94,12 +95,4 @@ func TestACancelledTransactionOfFirstRecords(t *testing.T) {
 			assert.False(t, errors.As(err, &nw), "not a refusal by condition")
 		})
 	}
-}
-
-func repeat(s string, n int) []string {
-	out := make([]string, n)
-	for i := range out {
-		out[i] = s
-	}
-	return out
 }

@@ -33,6 +33,39 @@ func benchRecord(tb testing.TB, now time.Time) Record {
 	return r
 }
 
+// dynamoPID is DYNAMODB_PID, the DynamoDB Local process whose CPU the
+// benchmarks read (scripts/bench-peer.sh finds it by its port).
+func dynamoPID(b *testing.B) int {
+	pid, err := strconv.Atoi(os.Getenv("DYNAMODB_PID"))
+	if err != nil || pid <= 0 {
+		b.Fatalf("DYNAMODB_PID must name DynamoDB Local's process (got %q)", os.Getenv("DYNAMODB_PID"))
+	}
+	return pid
+}
+
+// writeInChunks hands items, chunk at a time, to four writers, as the
+// write-behind's writers; a failed write fails the benchmark.
+func writeInChunks[T any](b *testing.B, items []T, chunk int, write func([]T) error) {
+	work := make(chan []T)
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for c := range work {
+				if err := write(c); err != nil {
+					b.Error(err)
+				}
+			}
+		}()
+	}
+	for i := 0; i < len(items); i += chunk {
+		work <- items[i:min(i+chunk, len(items))]
+	}
+	close(work)
+	wg.Wait()
+}
+
 func gzipLevel(tb testing.TB, level int, payload []byte) []byte {
 	var buf bytes.Buffer
 	zw, err := gzip.NewWriterLevel(&buf, level)
@@ -95,11 +128,7 @@ func BenchmarkCompressLevel(b *testing.B) {
 //
 //	DYNAMODB_PID=<pid> go test ./internal/events -run '^$' -bench ItemBytes -benchtime 4x
 func BenchmarkItemBytes(b *testing.B) {
-	pid, err := strconv.Atoi(os.Getenv("DYNAMODB_PID"))
-	if err != nil || pid <= 0 {
-		b.Fatalf("DYNAMODB_PID must name DynamoDB Local's process (got %q)", os.Getenv("DYNAMODB_PID"))
-	}
-	roots := map[string]int{"dynamodb": pid}
+	roots := map[string]int{"dynamodb": dynamoPID(b)}
 	n := 2000
 	client := testenv.Dynamo(b)
 	table := testenv.TableName("events")
@@ -142,28 +171,14 @@ func BenchmarkItemBytes(b *testing.B) {
 			items[i] = types.TransactWriteItem{Put: &types.Put{TableName: aws.String(name), Item: av,
 				ConditionExpression: expr.Condition(), ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values()}}
 		}
-		work := make(chan []types.TransactWriteItem)
 		before, err := loadtest.ReadBox(roots)
 		if err != nil {
 			b.Fatal(err)
 		}
-		var wg sync.WaitGroup
-		for range 4 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for chunk := range work {
-					if _, err := s.client.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: chunk}); err != nil {
-						b.Error(err)
-					}
-				}
-			}()
-		}
-		for i := 0; i < n; i += 100 {
-			work <- items[i:min(i+100, n)]
-		}
-		close(work)
-		wg.Wait()
+		writeInChunks(b, items, 100, func(chunk []types.TransactWriteItem) error {
+			_, err := s.client.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: chunk})
+			return err
+		})
 		after, err := loadtest.ReadBox(roots)
 		if err != nil {
 			b.Fatal(err)

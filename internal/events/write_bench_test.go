@@ -4,7 +4,6 @@ import (
 	"context"
 	"os"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -26,11 +25,7 @@ import (
 //	DYNAMODB_PID=$(ss -Hltnp 'sport = :8766' | grep -o 'pid=[0-9]*' | cut -d= -f2) \
 //	  go test ./internal/events -run '^$' -bench FreshWrite -benchtime 4x
 func BenchmarkFreshWrite(b *testing.B) {
-	pid, err := strconv.Atoi(os.Getenv("DYNAMODB_PID"))
-	if err != nil || pid <= 0 {
-		b.Fatalf("DYNAMODB_PID must name DynamoDB Local's process (got %q)", os.Getenv("DYNAMODB_PID"))
-	}
-	roots := map[string]int{"dynamodb": pid, "go": os.Getpid()}
+	roots := map[string]int{"dynamodb": dynamoPID(b), "go": os.Getpid()}
 	n := 2000
 	if v, err := strconv.Atoi(os.Getenv("WRITE_RECORDS")); err == nil && v > 0 {
 		n = v
@@ -72,29 +67,12 @@ func BenchmarkFreshWrite(b *testing.B) {
 		for i := range recs {
 			recs[i] = benchRecord(b, now)
 		}
-		work := make(chan []Record)
 		before, err := loadtest.ReadBox(roots)
 		if err != nil {
 			b.Fatal(err)
 		}
 		start := time.Now()
-		var wg sync.WaitGroup
-		for range 4 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for chunk := range work {
-					if err := m.write(chunk); err != nil {
-						b.Error(err)
-					}
-				}
-			}()
-		}
-		for i := 0; i < len(recs); i += m.chunk {
-			work <- recs[i:min(i+m.chunk, len(recs))]
-		}
-		close(work)
-		wg.Wait()
+		writeInChunks(b, recs, m.chunk, m.write)
 		wall := time.Since(start)
 		after, err := loadtest.ReadBox(roots)
 		if err != nil {

@@ -74,7 +74,7 @@ func TestWritersJoinOnlyWhenTheFirstFallsBehind(t *testing.T) {
 		name        string
 		hold, first time.Duration // heldTable's
 		helpAfter   time.Duration
-		linger      time.Duration // 10 ms when zero
+		linger      time.Duration // recordq.New's default (10 ms) when zero
 		waves       int           // handed one after the other, every gap
 		perWave     int
 		gap         time.Duration
@@ -99,11 +99,7 @@ func TestWritersJoinOnlyWhenTheFirstFallsBehind(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t)
 			table := &heldTable{hold: tc.hold, first: tc.first, written: map[string]bool{}}
-			linger := tc.linger
-			if linger == 0 {
-				linger = 10 * time.Millisecond
-			}
-			q := recordq.New(e.pool, table, recordq.Config{Writers: 4, Linger: linger,
+			q := recordq.New(e.pool, table, recordq.Config{Writers: 4, Linger: tc.linger,
 				HelpAfter: tc.helpAfter, Timeout: 2 * time.Hour})
 			run(t, q)
 			var all []events.Record
