@@ -82,7 +82,7 @@ func (ep *Endpoint) serve(c echo.Context) error {
 	source := stripeevent.SourceWebhook
 	if s := stripeevent.Source(req.Header.Get(SourceHeader)); s != "" {
 		if !s.Valid() {
-			return apperr.New(apperr.CodeInvalidParameter, "unknown %s %q", SourceHeader, s)
+			return apperr.Invalid("unknown %s %q", SourceHeader, s)
 		}
 		source = s
 	}

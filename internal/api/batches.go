@@ -137,7 +137,7 @@ func ParseBatchRequest(in BatchRequest) (billing.BatchSelection, error) {
 		}
 		d, err := dates.Parse(tc.raw)
 		if err != nil {
-			return sel, apperr.New(apperr.CodeInvalidParameter, "%s must be a date (YYYY-MM-DD)", tc.name)
+			return sel, apperr.Invalid("%s must be a date (YYYY-MM-DD)", tc.name)
 		}
 		*tc.dst = d
 	}
@@ -191,7 +191,7 @@ func (h batchRoutes) get(c echo.Context) error {
 	}
 	id := c.Param("id")
 	if !batchIDPattern.MatchString(id) {
-		return apperr.New(apperr.CodeInvalidParameter, "id: a batch id (bat_ and 24 hex digits)")
+		return apperr.Invalid("id: a batch id (bat_ and 24 hex digits)")
 	}
 	b, err := h.b.Service.Get(c.Request().Context(), id)
 	if err != nil {

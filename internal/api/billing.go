@@ -61,7 +61,7 @@ func subscriptionPath(c echo.Context) (account, subscription string, err error) 
 func pathID(c echo.Context, name string) (string, error) {
 	v := c.Param(name)
 	if !billing.ValidID(v) {
-		return "", apperr.New(apperr.CodeInvalidParameter, "invalid %s", name)
+		return "", apperr.Invalid("invalid %s", name)
 	}
 	return v, nil
 }
@@ -75,7 +75,7 @@ func listParams(c echo.Context) (int32, string, error) {
 	}
 	return pageOf(q, func(cursor string) (string, error) {
 		if cursor == "" || len(cursor) > 2048 {
-			return "", apperr.New(apperr.CodeInvalidParameter, "invalid cursor")
+			return "", apperr.Invalid("invalid cursor")
 		}
 		return cursor, nil
 	})
@@ -99,7 +99,7 @@ func listPage[T, J any](c echo.Context, list func(ctx context.Context, limit int
 // trailing data, at most 64 KiB.
 func decodeBody(c echo.Context, v any) error {
 	if len(c.QueryParams()) > 0 {
-		return apperr.New(apperr.CodeInvalidParameter, "no query parameters are accepted")
+		return apperr.Invalid("no query parameters are accepted")
 	}
 	raw, err := io.ReadAll(io.LimitReader(c.Request().Body, 64<<10+1))
 	if err != nil {
@@ -111,15 +111,15 @@ func decodeBody(c echo.Context, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return apperr.New(apperr.CodeInvalidParameter, "invalid JSON body: %s", jsonProblem(err))
+		return apperr.Invalid("invalid JSON body: %s", jsonProblem(err))
 	}
 	if dec.More() {
-		return apperr.New(apperr.CodeInvalidParameter, "invalid JSON body: trailing data")
+		return apperr.Invalid("invalid JSON body: trailing data")
 	}
 	// Go's decoder matches field names case-insensitively ("AMOUNT" set
 	// amount) and keeps the last of a repeated one: names must be exact.
 	if err := exactFields(raw, v); err != nil {
-		return apperr.New(apperr.CodeInvalidParameter, "invalid JSON body: %s", err.Error())
+		return apperr.Invalid("invalid JSON body: %s", err.Error())
 	}
 	return nil
 }
@@ -129,7 +129,7 @@ func decodeBody(c echo.Context, v any) error {
 func decodeJSONBody(c echo.Context, v any) error {
 	ct := c.Request().Header.Get(echo.HeaderContentType)
 	if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != echo.MIMEApplicationJSON {
-		return apperr.New(apperr.CodeInvalidParameter, "Content-Type: application/json is required (got %q)", ct)
+		return apperr.Invalid("Content-Type: application/json is required (got %q)", ct)
 	}
 	return decodeBody(c, v)
 }
@@ -165,15 +165,15 @@ func (h billingRoutes) create(c echo.Context) error {
 	term := dates.Monthly
 	if req.Term != nil {
 		if term = dates.Term(*req.Term); !term.Valid() {
-			return apperr.New(apperr.CodeInvalidParameter, "term: exactly MONTHLY or YEARLY")
+			return apperr.Invalid("term: exactly MONTHLY or YEARLY")
 		}
 	}
 	if !billing.SupportedCurrency(req.Currency) {
-		return apperr.New(apperr.CodeInvalidParameter, "currency: one of Stripe's supported currencies, as a lowercase ISO 4217 code (usd, eur, ...)")
+		return apperr.Invalid("currency: one of Stripe's supported currencies, as a lowercase ISO 4217 code (usd, eur, ...)")
 	}
 	start, err := dates.ParseOptional(req.StartDate)
 	if err != nil {
-		return apperr.New(apperr.CodeInvalidParameter, "start_date: YYYY-MM-DD")
+		return apperr.Invalid("start_date: YYYY-MM-DD")
 	}
 	sub, err := h.svc.CreateSubscription(c.Request().Context(), account, billing.CreateInput{
 		SubscriptionID: req.SubscriptionID, SKU: req.SKU, Email: req.Email, PaymentDay: req.PaymentDay,
@@ -224,7 +224,7 @@ func (h billingRoutes) update(c echo.Context) error {
 
 func (r updateRequest) change() (billing.Change, error) {
 	bad := func(format string, args ...any) (billing.Change, error) {
-		return billing.Change{}, apperr.New(apperr.CodeInvalidParameter, format, args...)
+		return billing.Change{}, apperr.Invalid(format, args...)
 	}
 	fields := r.Amount != nil || r.PaymentMethod != nil || r.PaymentDay != nil || r.BillingWeek != nil || r.Term != nil || r.NextPaymentDate != "" || r.SKU != nil
 	ch := billing.Change{Action: r.Action, Amount: r.Amount, PaymentMethod: r.PaymentMethod, PaymentDay: r.PaymentDay, BillingWeek: r.BillingWeek, SKU: r.SKU}
@@ -278,7 +278,7 @@ func (h billingRoutes) getSubscription(c echo.Context) error {
 		return err
 	}
 	if len(c.QueryParams()) > 0 {
-		return apperr.New(apperr.CodeInvalidParameter, "no query parameters are accepted")
+		return apperr.Invalid("no query parameters are accepted")
 	}
 	sub, err := h.svc.GetSubscription(c.Request().Context(), account, subID)
 	if err != nil {
@@ -340,10 +340,10 @@ func (h billingRoutes) pay(c echo.Context) error {
 		return err
 	}
 	if len(c.QueryParams()) > 0 {
-		return apperr.New(apperr.CodeInvalidParameter, "no query parameters are accepted")
+		return apperr.Invalid("no query parameters are accepted")
 	}
 	if raw, _ := io.ReadAll(io.LimitReader(c.Request().Body, 1<<10)); len(bytes.TrimSpace(raw)) > 0 && string(bytes.TrimSpace(raw)) != "{}" {
-		return apperr.New(apperr.CodeInvalidParameter, "pay takes no body (or {})")
+		return apperr.Invalid("pay takes no body (or {})")
 	}
 	sub, p, err := h.svc.Pay(c.Request().Context(), account, subID)
 	if err != nil {

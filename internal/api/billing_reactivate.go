@@ -37,7 +37,7 @@ func (h billingRoutes) reactivate(c echo.Context) error {
 			return err
 		}
 	} else if len(c.QueryParams()) > 0 {
-		return apperr.New(apperr.CodeInvalidParameter, "no query parameters are accepted")
+		return apperr.Invalid("no query parameters are accepted")
 	}
 	sub, err := h.svc.Reactivate(c.Request().Context(), account, subID,
 		billing.Reactivation{PaymentMethod: req.PaymentMethod, Amount: req.Amount, SKU: req.SKU})

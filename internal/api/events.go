@@ -87,7 +87,7 @@ func (h eventRoutes) get(c echo.Context) error {
 func eventID(c echo.Context) (string, error) {
 	id := c.Param("id")
 	if !stripeid.Valid(id, "evt_") {
-		return "", apperr.New(apperr.CodeInvalidParameter, "invalid event id %q", truncate(id, 64))
+		return "", apperr.Invalid("invalid event id %q", truncate(id, 64))
 	}
 	return id, nil
 }
@@ -105,7 +105,7 @@ func (h eventRoutes) list(c echo.Context) error {
 	}
 	kind := stripeevent.PayloadKind(q["payload_kind"])
 	if kind != "" && kind != stripeevent.KindSnapshot && kind != stripeevent.KindThin {
-		return apperr.New(apperr.CodeInvalidParameter, "payload_kind must be snapshot or thin")
+		return apperr.Invalid("payload_kind must be snapshot or thin")
 	}
 	selectors := 0
 	for _, k := range []string{"date", "stripe_account", "subscription"} {
@@ -114,17 +114,17 @@ func (h eventRoutes) list(c echo.Context) error {
 		}
 	}
 	if selectors != 1 {
-		return apperr.New(apperr.CodeInvalidParameter, "give exactly one of date, stripe_account or subscription")
+		return apperr.Invalid("give exactly one of date, stripe_account or subscription")
 	}
 	ctx := c.Request().Context()
 	var page events.Page
 	switch {
 	case q["date"] != "":
 		if q["since"] != "" || q["until"] != "" {
-			return apperr.New(apperr.CodeInvalidParameter, "since and until go with stripe_account or subscription; use from and to with date")
+			return apperr.Invalid("since and until go with stripe_account or subscription; use from and to with date")
 		}
 		if _, err := time.Parse(events.DateLayout, q["date"]); err != nil {
-			return apperr.New(apperr.CodeInvalidParameter, "date must be YYYY-MM-DD")
+			return apperr.Invalid("date must be YYYY-MM-DD")
 		}
 		r, err := clockRange(q["from"], q["to"])
 		if err != nil {
@@ -136,7 +136,7 @@ func (h eventRoutes) list(c echo.Context) error {
 		}
 	default:
 		if q["from"] != "" || q["to"] != "" {
-			return apperr.New(apperr.CodeInvalidParameter, "from and to go with date; use since and until")
+			return apperr.Invalid("from and to go with date; use since and until")
 		}
 		r, err := timestampRange(q["since"], q["until"])
 		if err != nil {
@@ -144,12 +144,12 @@ func (h eventRoutes) list(c echo.Context) error {
 		}
 		if acct := q["stripe_account"]; acct != "" {
 			if !stripeid.Valid(acct, "acct_") {
-				return apperr.New(apperr.CodeInvalidParameter, "stripe_account must be an acct_ id")
+				return apperr.Invalid("stripe_account must be an acct_ id")
 			}
 			page, err = h.store.ByAccount(ctx, acct, r, limit, q["cursor"])
 		} else {
 			if !stripeid.Valid(q["subscription"], "sub_") {
-				return apperr.New(apperr.CodeInvalidParameter, "subscription must be a sub_ id")
+				return apperr.Invalid("subscription must be a sub_ id")
 			}
 			page, err = h.store.BySubscription(ctx, q["subscription"], r, limit, q["cursor"])
 		}
@@ -175,12 +175,12 @@ func (h eventRoutes) list(c echo.Context) error {
 func clockRange(from, to string) (events.Range, error) {
 	for _, p := range []struct{ name, value string }{{"from", from}, {"to", to}} {
 		if p.value != "" && !clockPattern.MatchString(p.value) {
-			return events.Range{}, apperr.New(apperr.CodeInvalidParameter, "%s must be HH:MM:SS or HH:MM:SS.mmm", p.name)
+			return events.Range{}, apperr.Invalid("%s must be HH:MM:SS or HH:MM:SS.mmm", p.name)
 		}
 	}
 	r, err := events.ClockRange(from, to)
 	if err != nil {
-		return r, apperr.New(apperr.CodeInvalidParameter, "from is after to")
+		return r, apperr.Invalid("from is after to")
 	}
 	return r, nil
 }
@@ -197,13 +197,13 @@ func timestampRange(since, until string) (events.Range, error) {
 		}
 		t, err := time.Parse(time.RFC3339, p.value)
 		if err != nil {
-			return events.Range{}, apperr.New(apperr.CodeInvalidParameter, "%s must be an RFC 3339 timestamp", p.name)
+			return events.Range{}, apperr.Invalid("%s must be an RFC 3339 timestamp", p.name)
 		}
 		*p.dst = &t
 	}
 	r, err := events.TimeRange(s, u, 0)
 	if err != nil {
-		return r, apperr.New(apperr.CodeInvalidParameter, "since is after until")
+		return r, apperr.Invalid("since is after until")
 	}
 	return r, nil
 }

@@ -87,7 +87,7 @@ func (r incidentRoutes) list(c echo.Context) error {
 	if raw, given := q["state"]; given {
 		var ok bool
 		if state, ok = incidents.ParseState(raw); !ok {
-			return apperr.New(apperr.CodeInvalidParameter, "state must be open, acknowledged or resolved")
+			return apperr.Invalid("state must be open, acknowledged or resolved")
 		}
 	}
 	limit, offset, err := pageOf(q, decodeOffsetCursor)
@@ -115,18 +115,18 @@ type patchIncidentRequest struct {
 func (r incidentRoutes) patch(c echo.Context) error {
 	id := c.Param("id")
 	if !incidentIDPattern.MatchString(id) {
-		return apperr.New(apperr.CodeInvalidParameter, "id: an incident id (inc_ and 20 hex digits)")
+		return apperr.Invalid("id: an incident id (inc_ and 20 hex digits)")
 	}
 	var req patchIncidentRequest
 	if err := decodeBody(c, &req); err != nil {
 		return err
 	}
 	if req.State == nil {
-		return apperr.New(apperr.CodeInvalidParameter, "state: required, acknowledged or resolved")
+		return apperr.Invalid("state: required, acknowledged or resolved")
 	}
 	to, ok := incidents.ParseState(*req.State)
 	if !ok || to == incidents.Open {
-		return apperr.New(apperr.CodeInvalidParameter, "state must be acknowledged or resolved (an incident reopens by itself when its cause comes back)")
+		return apperr.Invalid("state must be acknowledged or resolved (an incident reopens by itself when its cause comes back)")
 	}
 	inc, err := r.svc.SetState(c.Request().Context(), id, to, APIActor)
 	if err != nil {
@@ -142,11 +142,11 @@ func encodeOffsetCursor(n int) string {
 func decodeOffsetCursor(s string) (int, error) {
 	raw, err := base64.RawURLEncoding.DecodeString(s)
 	if err != nil || len(raw) < 2 || raw[0] != 'o' {
-		return 0, apperr.New(apperr.CodeInvalidParameter, "invalid cursor")
+		return 0, apperr.Invalid("invalid cursor")
 	}
 	n, err := strconv.Atoi(string(raw[1:]))
 	if err != nil || n < 0 {
-		return 0, apperr.New(apperr.CodeInvalidParameter, "invalid cursor")
+		return 0, apperr.Invalid("invalid cursor")
 	}
 	return n, nil
 }

@@ -78,7 +78,7 @@ func (r outboxRoutes) listDead(c echo.Context) error {
 	}
 	topic, given := q["topic"]
 	if given && !validTopic(topic) {
-		return apperr.New(apperr.CodeInvalidParameter, "topic: lowercase letters, 1 to 64")
+		return apperr.Invalid("topic: lowercase letters, 1 to 64")
 	}
 	items, next, err := r.store.ListDead(c.Request().Context(), topic, after, int(limit))
 	if err != nil {
@@ -114,7 +114,7 @@ func (r outboxRoutes) redriveOne(c echo.Context) error {
 	}
 	id, err := uuid.Parse(c.Param("id"))
 	if err != nil {
-		return apperr.New(apperr.CodeInvalidParameter, "id: a message UUID")
+		return apperr.Invalid("id: a message UUID")
 	}
 	err = r.store.Redrive(c.Request().Context(), id)
 	if err != nil {
@@ -134,23 +134,23 @@ func (r outboxRoutes) redriveMany(c echo.Context) error {
 		return err
 	}
 	if (len(req.IDs) == 0) == (req.Topic == "") {
-		return apperr.New(apperr.CodeInvalidParameter, "give either ids (1 to %d) or a topic", maxRedriveIDs)
+		return apperr.Invalid("give either ids (1 to %d) or a topic", maxRedriveIDs)
 	}
 	var ids []uuid.UUID
 	var err error
 	if req.Topic != "" {
 		if !validTopic(req.Topic) {
-			return apperr.New(apperr.CodeInvalidParameter, "topic: lowercase letters, 1 to 64")
+			return apperr.Invalid("topic: lowercase letters, 1 to 64")
 		}
 		ids, err = r.store.RedriveTopic(c.Request().Context(), req.Topic)
 	} else {
 		if len(req.IDs) > maxRedriveIDs {
-			return apperr.New(apperr.CodeInvalidParameter, "at most %d ids", maxRedriveIDs)
+			return apperr.Invalid("at most %d ids", maxRedriveIDs)
 		}
 		want := make([]uuid.UUID, len(req.IDs))
 		for i, s := range req.IDs {
 			if want[i], err = uuid.Parse(s); err != nil {
-				return apperr.New(apperr.CodeInvalidParameter, "ids[%d]: a message UUID", i)
+				return apperr.Invalid("ids[%d]: a message UUID", i)
 			}
 		}
 		ids, err = r.store.RedriveMany(c.Request().Context(), want)
@@ -183,7 +183,7 @@ func encodeDeadCursor(c outbox.DeadCursor) string {
 }
 
 func decodeDeadCursor(s string) (outbox.DeadCursor, error) {
-	bad := apperr.New(apperr.CodeInvalidParameter, "invalid cursor")
+	bad := apperr.Invalid("invalid cursor")
 	raw, err := base64.RawURLEncoding.DecodeString(s)
 	if err != nil || len(s) > 256 {
 		return outbox.DeadCursor{}, bad

@@ -28,7 +28,7 @@ type List[T any] struct {
 func requestParams(c echo.Context, allowed ...string) (map[string]string, error) {
 	q, err := url.ParseQuery(c.Request().URL.RawQuery)
 	if err != nil {
-		return nil, apperr.New(apperr.CodeInvalidParameter, "malformed query string")
+		return nil, apperr.Invalid("malformed query string")
 	}
 	return queryParams(q, allowed...)
 }
@@ -52,10 +52,10 @@ func queryParams(q url.Values, allowed ...string) (map[string]string, error) {
 	out := make(map[string]string, len(q))
 	for k, v := range q {
 		if !ok[k] {
-			return nil, apperr.New(apperr.CodeInvalidParameter, "unknown parameter %q", k)
+			return nil, apperr.Invalid("unknown parameter %q", k)
 		}
 		if len(v) != 1 {
-			return nil, apperr.New(apperr.CodeInvalidParameter, "parameter %q given more than once", k)
+			return nil, apperr.Invalid("parameter %q given more than once", k)
 		}
 		out[k] = v[0]
 	}
@@ -69,7 +69,7 @@ func pageLimit(raw string) (int32, error) {
 	}
 	n, err := strconv.Atoi(raw)
 	if err != nil || n < 1 || n > MaxLimit {
-		return 0, apperr.New(apperr.CodeInvalidParameter, "limit must be an integer from 1 to %d", MaxLimit)
+		return 0, apperr.Invalid("limit must be an integer from 1 to %d", MaxLimit)
 	}
 	return int32(n), nil
 }

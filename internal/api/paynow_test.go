@@ -2,7 +2,6 @@ package api_test
 
 import (
 	"net/http"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -10,33 +9,8 @@ import (
 
 	"github.com/stripe-payments/stripe-payments/internal/billing"
 	"github.com/stripe-payments/stripe-payments/internal/billing/billingtest"
-	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
 	"github.com/stripe-payments/stripe-payments/internal/stripetest"
 )
-
-// behaviors makes the n-th new PaymentIntent behave as seq[n] (Succeed
-// after the list).
-func behaviors(seq ...stripetest.Behavior) func(stripetest.PI) stripetest.Behavior {
-	var mu sync.Mutex
-	n := 0
-	return func(stripetest.PI) stripetest.Behavior {
-		mu.Lock()
-		defer mu.Unlock()
-		n++
-		if n <= len(seq) {
-			return seq[n-1]
-		}
-		return stripetest.Succeed
-	}
-}
-
-func collectOn(t *testing.T, e *billingtest.Env, day string) *billing.Report {
-	t.Helper()
-	e.Clock.SetDate(dates.MustParse(day))
-	rep, err := e.Service.Collect(t.Context(), dates.MustParse(day))
-	require.NoError(t, err)
-	return rep
-}
 
 // docs/design.md §4 pay now: POST …/subscriptions/{id}/pay charges the oldest
 // unpaid ERROR period at once, process MANUAL_REPAYMENT, with the job's
@@ -60,12 +34,12 @@ func TestPayNowThroughHTTP(t *testing.T) {
 	// Jan is paid; Feb is declined (and its retry on day 1); on Mar 10 the
 	// Feb period's missed retry (read back by the sweep) and Mar are
 	// declined too: two ERROR periods.
-	e.Stripe.Decide = behaviors(stripetest.Succeed, stripetest.Decline, stripetest.Decline, stripetest.Decline,
+	e.Stripe.Decide = billingtest.Behaviors(stripetest.Succeed, stripetest.Decline, stripetest.Decline, stripetest.Decline,
 		stripetest.Decline, stripetest.Decline)
-	collectOn(t, e, "2024-01-10")
-	collectOn(t, e, "2024-02-10")
-	collectOn(t, e, "2024-02-11")
-	collectOn(t, e, "2024-03-10")
+	e.Collect(t, "2024-01-10")
+	e.Collect(t, "2024-02-10")
+	e.Collect(t, "2024-02-11")
+	e.Collect(t, "2024-03-10")
 	require.Len(t, e.Stripe.PIs(), 5)
 
 	// A declined pay now: 200, the period stays ERROR with Stripe's reason.
@@ -120,8 +94,8 @@ func TestPayNowThroughHTTP(t *testing.T) {
 	assert.Equal(t, http.StatusConflict, status, body)
 
 	// The retry days find nothing left to charge.
-	collectOn(t, e, "2024-03-11")
-	collectOn(t, e, "2024-03-13")
+	e.Collect(t, "2024-03-11")
+	e.Collect(t, "2024-03-13")
 	assert.Len(t, e.Stripe.PIs(), 8, "no charge after pay now")
 
 	t.Run("bad requests", func(t *testing.T) {
@@ -145,9 +119,9 @@ func TestPayNowRefusesWhileAnAttemptIsInFlightOrTheAccountIsLocked(t *testing.T)
 	path := "/accounts/acc-busy/subscriptions/" + id + "/pay"
 
 	// Jan declined (ERROR), then its retry gets no answer: in flight.
-	e.Stripe.Decide = behaviors(stripetest.Decline, stripetest.Fail500, stripetest.Decline)
-	collectOn(t, e, "2024-01-10")
-	rep := collectOn(t, e, "2024-01-11")
+	e.Stripe.Decide = billingtest.Behaviors(stripetest.Decline, stripetest.Fail500, stripetest.Decline)
+	e.Collect(t, "2024-01-10")
+	rep := e.Collect(t, "2024-01-11")
 	require.Equal(t, 1, rep.Unknown)
 	n := len(e.Stripe.PIs())
 
@@ -157,7 +131,7 @@ func TestPayNowRefusesWhileAnAttemptIsInFlightOrTheAccountIsLocked(t *testing.T)
 	assert.Len(t, e.Stripe.PIs(), n, "no charge")
 
 	// Resolved by the next run (nothing at Stripe: a new attempt, declined).
-	collectOn(t, e, "2024-01-12")
+	e.Collect(t, "2024-01-12")
 	l, err := e.Lock.Acquire(t.Context(), billing.LockKey("acc-busy"), true)
 	require.NoError(t, err)
 	status, body = c.do(http.MethodPost, path, nil)

@@ -95,10 +95,10 @@ func (r purchaseRoutes) create(c echo.Context) error {
 	dec := json.NewDecoder(strings.NewReader(string(body)))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
-		return apperr.New(apperr.CodeInvalidParameter, "invalid JSON body: %s", jsonProblem(err))
+		return apperr.Invalid("invalid JSON body: %s", jsonProblem(err))
 	}
 	if dec.More() {
-		return apperr.New(apperr.CodeInvalidParameter, "invalid JSON body: trailing data")
+		return apperr.Invalid("invalid JSON body: trailing data")
 	}
 	res, err := r.svc.Create(c.Request().Context(), req, c.Request().Header.Get("Idempotency-Key"))
 	if err != nil {
@@ -131,7 +131,7 @@ func jsonProblem(err error) string {
 func (r purchaseRoutes) get(c echo.Context) error {
 	id, err := uuid.Parse(c.Param("id"))
 	if err != nil {
-		return apperr.New(apperr.CodeInvalidParameter, "purchase id must be a UUID")
+		return apperr.Invalid("purchase id must be a UUID")
 	}
 	p, err := r.svc.Get(c.Request().Context(), id)
 	if err != nil {

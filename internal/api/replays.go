@@ -127,23 +127,23 @@ func registerReplays(g router, r *Replays) {
 func ParseReplayFilter(in replayFilterJSON) (replay.Filter, error) {
 	f := replay.Filter{Incident: in.Incident, Status: in.Status, Type: in.Type, StripeAccount: in.StripeAccount}
 	if f.Incident != "" && !incidentIDPattern.MatchString(f.Incident) {
-		return f, apperr.New(apperr.CodeInvalidParameter, "filter.incident: an incident id (inc_ and 20 hex digits)")
+		return f, apperr.Invalid("filter.incident: an incident id (inc_ and 20 hex digits)")
 	}
 	if !replay.ValidFilterStatus(f.Status) {
-		return f, apperr.New(apperr.CodeInvalidParameter, "filter.status must be failed, rejected or dead (outbox dead letters)")
+		return f, apperr.Invalid("filter.status must be failed, rejected or dead (outbox dead letters)")
 	}
 	switch {
 	case f.Type == "":
 	case f.Status == replay.StatusDead && (len(f.Type) > 200 || !deadTypePattern.MatchString(f.Type)):
-		return f, apperr.New(apperr.CodeInvalidParameter, "filter.type of dead letters: an outbox topic/type such as actions/purchase.completed")
+		return f, apperr.Invalid("filter.type of dead letters: an outbox topic/type such as actions/purchase.completed")
 	case f.Status != replay.StatusDead && (len(f.Type) > 100 || !eventTypePattern.MatchString(f.Type)):
-		return f, apperr.New(apperr.CodeInvalidParameter, "filter.type: a Stripe event type such as invoice.paid")
+		return f, apperr.Invalid("filter.type: a Stripe event type such as invoice.paid")
 	}
 	if f.Status == replay.StatusDead && f.StripeAccount != "" {
-		return f, apperr.New(apperr.CodeInvalidParameter, "filter.stripe_account: dead letters have no stripe_account")
+		return f, apperr.Invalid("filter.stripe_account: dead letters have no stripe_account")
 	}
 	if f.StripeAccount != "" && !stripeid.Valid(f.StripeAccount, "acct_") {
-		return f, apperr.New(apperr.CodeInvalidParameter, "filter.stripe_account must be an acct_ id")
+		return f, apperr.Invalid("filter.stripe_account must be an acct_ id")
 	}
 	for _, tc := range []struct {
 		name, raw string
@@ -154,16 +154,16 @@ func ParseReplayFilter(in replayFilterJSON) (replay.Filter, error) {
 		}
 		t, err := time.Parse(time.RFC3339, tc.raw)
 		if err != nil {
-			return f, apperr.New(apperr.CodeInvalidParameter, "filter.%s must be an RFC 3339 timestamp", tc.name)
+			return f, apperr.Invalid("filter.%s must be an RFC 3339 timestamp", tc.name)
 		}
 		t = t.UTC()
 		*tc.dst = &t
 	}
 	if f.Since != nil && f.Until != nil && !f.Since.Before(*f.Until) {
-		return f, apperr.New(apperr.CodeInvalidParameter, "filter.since must be before filter.until")
+		return f, apperr.Invalid("filter.since must be before filter.until")
 	}
 	if f.Empty() {
-		return f, apperr.New(apperr.CodeInvalidParameter, "an empty filter without a time range would replay everything: name an incident, status, type, stripe_account, since or until")
+		return f, apperr.Invalid("an empty filter without a time range would replay everything: name an incident, status, type, stripe_account, since or until")
 	}
 	return f, nil
 }
@@ -174,7 +174,7 @@ func (h replayRoutes) create(c echo.Context) error {
 		return err
 	}
 	if req.Filter == nil {
-		return apperr.New(apperr.CodeInvalidParameter, "filter: required")
+		return apperr.Invalid("filter: required")
 	}
 	f, err := ParseReplayFilter(*req.Filter)
 	if err != nil {
@@ -210,7 +210,7 @@ func replayPath(c echo.Context) (string, error) {
 	}
 	id := c.Param("id")
 	if !replayIDPattern.MatchString(id) {
-		return "", apperr.New(apperr.CodeInvalidParameter, "id: a replay id (rpl_ and 24 hex digits)")
+		return "", apperr.Invalid("id: a replay id (rpl_ and 24 hex digits)")
 	}
 	return id, nil
 }

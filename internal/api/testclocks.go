@@ -108,11 +108,11 @@ type clockRequest struct {
 
 func (r clockRequest) frozenTime() (time.Time, error) {
 	if r.FrozenTime == nil {
-		return time.Time{}, apperr.New(apperr.CodeInvalidParameter, "frozen_time: required (RFC 3339)")
+		return time.Time{}, apperr.Invalid("frozen_time: required (RFC 3339)")
 	}
 	t, err := time.Parse(time.RFC3339, *r.FrozenTime)
 	if err != nil {
-		return time.Time{}, apperr.New(apperr.CodeInvalidParameter, "frozen_time: an RFC 3339 time, e.g. 2027-01-01T00:00:00Z")
+		return time.Time{}, apperr.Invalid("frozen_time: an RFC 3339 time, e.g. 2027-01-01T00:00:00Z")
 	}
 	return t, nil
 }
@@ -140,7 +140,7 @@ func (h clockRoutes) create(c echo.Context) error {
 // list answers every clock, newest first, without runs (a handful: no paging).
 func (h clockRoutes) list(c echo.Context) error {
 	if len(c.QueryParams()) > 0 {
-		return apperr.New(apperr.CodeInvalidParameter, "no query parameters are accepted")
+		return apperr.Invalid("no query parameters are accepted")
 	}
 	clocks, err := h.svc.ListClocks(c.Request().Context())
 	if err != nil {
@@ -159,7 +159,7 @@ func (h clockRoutes) get(c echo.Context) error {
 		return err
 	}
 	if len(c.QueryParams()) > 0 {
-		return apperr.New(apperr.CodeInvalidParameter, "no query parameters are accepted")
+		return apperr.Invalid("no query parameters are accepted")
 	}
 	clock, runs, err := h.svc.GetClock(c.Request().Context(), id, clockRuns)
 	if err != nil {
@@ -181,7 +181,7 @@ func (h clockRoutes) advance(c echo.Context) error {
 		return err
 	}
 	if req.Name != nil {
-		return apperr.New(apperr.CodeInvalidParameter, "advance takes frozen_time only")
+		return apperr.Invalid("advance takes frozen_time only")
 	}
 	to, err := req.frozenTime()
 	if err != nil {
@@ -215,7 +215,7 @@ func (h clockRoutes) delete(c echo.Context) error {
 		return err
 	}
 	if len(c.QueryParams()) > 0 {
-		return apperr.New(apperr.CodeInvalidParameter, "no query parameters are accepted")
+		return apperr.Invalid("no query parameters are accepted")
 	}
 	if err := h.svc.DeleteClock(c.Request().Context(), id); err != nil {
 		return apperr.Ensure(err, apperr.CodeUnavailable, "billing is unavailable")

@@ -51,7 +51,7 @@ func registerTracking(g router, store TrackingReader) {
 func (r trackingRoutes) purchase(c echo.Context) error {
 	id, err := uuid.Parse(c.Param("id"))
 	if err != nil {
-		return apperr.New(apperr.CodeInvalidParameter, "purchase id must be a UUID")
+		return apperr.Invalid("purchase id must be a UUID")
 	}
 	p, err := r.store.GetPurchase(c.Request().Context(), id)
 	if err != nil {
@@ -63,7 +63,7 @@ func (r trackingRoutes) purchase(c echo.Context) error {
 func (r trackingRoutes) payment(c echo.Context) error {
 	id := c.Param("id")
 	if !stripeid.Valid(id, "pi_") {
-		return apperr.New(apperr.CodeInvalidParameter, "payment id must be a PaymentIntent id (pi_...)")
+		return apperr.Invalid("payment id must be a PaymentIntent id (pi_...)")
 	}
 	p, err := r.store.GetPayment(c.Request().Context(), id)
 	if err != nil {
@@ -81,7 +81,7 @@ func (r trackingRoutes) payment(c echo.Context) error {
 func (r trackingRoutes) subscription(c echo.Context) error {
 	id := c.Param("id")
 	if !stripeid.Valid(id, "sub_") {
-		return apperr.New(apperr.CodeInvalidParameter, "subscription id must be a Stripe subscription id (sub_...)")
+		return apperr.Invalid("subscription id must be a Stripe subscription id (sub_...)")
 	}
 	s, err := r.store.GetSubscription(c.Request().Context(), id)
 	if err != nil {

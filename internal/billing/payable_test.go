@@ -39,7 +39,7 @@ func declinedThenSucceeds(t *testing.T, o billingtest.Options) (*billingtest.Env
 	e := billingtest.NewEnv(t, o)
 	sub, err := e.Service.CreateSubscription(ctx, "acc-1", billingtest.Input("gold", 10))
 	require.NoError(t, err)
-	e.Stripe.Decide = firstThen(stripetest.Decline)
+	e.Stripe.Decide = billingtest.Behaviors(stripetest.Decline)
 	collect(t, e, "2024-01-10")
 	require.Equal(t, billing.Error, period(t, e, sub, "2024-01-10").Status)
 	return e, sub, e.Stripe.PIs()[0]

@@ -407,7 +407,7 @@ func TestBankDebitFailingAfterAPlanChangeIsRetriedAtTheNewPlan(t *testing.T) {
 	e := billingtest.NewEnv(t, billingtest.Options{})
 	sub, err := e.Service.CreateSubscription(ctx, "acc-1", billingtest.Input("gold", 10))
 	require.NoError(t, err)
-	e.Stripe.Decide = firstThen(stripetest.Process)
+	e.Stripe.Decide = billingtest.Behaviors(stripetest.Process)
 	collect(t, e, "2024-01-10")
 	debit := e.Stripe.PIs()[0]
 	require.Equal(t, billing.ACHSent, period(t, e, sub, "2024-01-10").Status)

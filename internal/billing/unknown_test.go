@@ -67,12 +67,6 @@ func (o *countingObserver) lastUnresolved() int {
 	return o.unresolved[len(o.unresolved)-1]
 }
 
-// firstThen makes the first new PaymentIntent behave as first, the others
-// as Succeed.
-func firstThen(first stripetest.Behavior) func(stripetest.PI) stripetest.Behavior {
-	return billingtest.FirstThen(first)
-}
-
 func receiptsOf(t *testing.T, e *billingtest.Env, account string) []billing.Receipt {
 	t.Helper()
 	page, err := e.Service.ListReceipts(ctx, account, 100, "")
@@ -91,7 +85,7 @@ func TestScenario3UnknownOutcomeIsResolvedNotStuck(t *testing.T) {
 		t.Parallel()
 		obs := newObserver()
 		e := billingtest.NewEnv(t, billingtest.Options{Observer: obs})
-		e.Stripe.Decide = firstThen(stripetest.Acted500) // Stripe charged, answered 500, saved the 500
+		e.Stripe.Decide = billingtest.Behaviors(stripetest.Acted500) // Stripe charged, answered 500, saved the 500
 		sub, err := e.Service.CreateSubscription(ctx, "acc-1", billingtest.Input("gold", 10))
 		require.NoError(t, err)
 
@@ -140,7 +134,7 @@ func TestScenario3UnknownOutcomeIsResolvedNotStuck(t *testing.T) {
 	t.Run("not found: the lost attempt is recorded, then a new attempt charges", func(t *testing.T) {
 		t.Parallel()
 		e := billingtest.NewEnv(t, billingtest.Options{})
-		e.Stripe.Decide = firstThen(stripetest.Fail500) // nothing happened at Stripe
+		e.Stripe.Decide = billingtest.Behaviors(stripetest.Fail500) // nothing happened at Stripe
 		sub, err := e.Service.CreateSubscription(ctx, "acc-1", billingtest.Input("gold", 10))
 		require.NoError(t, err)
 		rep := collect(t, e, "2024-01-10")
@@ -171,7 +165,7 @@ func TestScenario3UnknownOutcomeIsResolvedNotStuck(t *testing.T) {
 		t.Parallel()
 		e := billingtest.NewEnv(t, billingtest.Options{})
 		e.Stripe.SearchLag = 72 * 3600e9
-		e.Stripe.Decide = firstThen(stripetest.Acted500)
+		e.Stripe.Decide = billingtest.Behaviors(stripetest.Acted500)
 		e.Stripe.ActedAs = func(stripetest.PI) stripetest.Behavior { return stripetest.Decline }
 		sub, err := e.Service.CreateSubscription(ctx, "acc-1", billingtest.Input("gold", 10))
 		require.NoError(t, err)
@@ -197,7 +191,7 @@ func TestScenario3UnknownOutcomeIsResolvedNotStuck(t *testing.T) {
 	t.Run("a decline whose answer was lost, resent within the window the next day: then that day's retry", func(t *testing.T) {
 		t.Parallel()
 		e := billingtest.NewEnv(t, billingtest.Options{})
-		e.Stripe.Decide = firstThen(stripetest.Lost) // declined, the answer lost
+		e.Stripe.Decide = billingtest.Behaviors(stripetest.Lost) // declined, the answer lost
 		e.Stripe.LostAs = func(stripetest.PI) stripetest.Behavior { return stripetest.Decline }
 		sub, err := e.Service.CreateSubscription(ctx, "acc-1", billingtest.Input("gold", 10))
 		require.NoError(t, err)
@@ -234,7 +228,7 @@ func TestScenario3UnknownOutcomeIsResolvedNotStuck(t *testing.T) {
 				}
 				return nil
 			}})
-		e.Stripe.Decide = firstThen(stripetest.Acted500)
+		e.Stripe.Decide = billingtest.Behaviors(stripetest.Acted500)
 		e.Stripe.ActedAs = func(stripetest.PI) stripetest.Behavior { return stripetest.Decline }
 		sub, err := e.Service.CreateSubscription(ctx, "acc-1", billingtest.Input("gold", 10))
 		require.NoError(t, err)
@@ -356,7 +350,7 @@ func TestScenario3UnknownOutcomeIsResolvedNotStuck(t *testing.T) {
 		t.Parallel()
 		obs := newObserver()
 		e := billingtest.NewEnv(t, billingtest.Options{Observer: obs})
-		e.Stripe.Decide = firstThen(stripetest.Acted500)
+		e.Stripe.Decide = billingtest.Behaviors(stripetest.Acted500)
 		sub, err := e.Service.CreateSubscription(ctx, "acc-1", billingtest.Input("gold", 10))
 		require.NoError(t, err)
 		collect(t, e, "2024-01-10")
@@ -408,7 +402,7 @@ func TestOlderDateRunKeepsTheUnresolvedGauge(t *testing.T) {
 	t.Parallel()
 	obs := newObserver()
 	e := billingtest.NewEnv(t, billingtest.Options{Observer: obs})
-	e.Stripe.Decide = firstThen(stripetest.Acted500)
+	e.Stripe.Decide = billingtest.Behaviors(stripetest.Acted500)
 	sub, err := e.Service.CreateSubscription(ctx, "acc-1", billingtest.Input("gold", 10))
 	require.NoError(t, err)
 

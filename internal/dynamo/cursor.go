@@ -13,7 +13,7 @@ import (
 
 // invalidCursor is returned for a cursor that this listing did not issue
 // (apperr.ErrInvalid: the client's to fix).
-func invalidCursor() error { return apperr.New(apperr.CodeInvalidParameter, "invalid cursor") }
+func invalidCursor() error { return apperr.Invalid("invalid cursor") }
 
 // EncodeCursor turns a page's LastEvaluatedKey (string attributes only) into
 // an opaque, URL-safe cursor; "" when there is no next page.

@@ -188,7 +188,7 @@ func (s *Store) Get(ctx context.Context, id string) (Incident, error) {
 // and writes an audit row. Setting the state it is in changes nothing.
 func (s *Store) SetState(ctx context.Context, id string, to State, actor string) (Incident, error) {
 	if to != Acknowledged && to != Resolved {
-		return Incident{}, apperr.New(apperr.CodeInvalidParameter, "state must be acknowledged or resolved")
+		return Incident{}, apperr.Invalid("state must be acknowledged or resolved")
 	}
 	inc, err := s.Get(ctx, id)
 	if err != nil {

@@ -5,9 +5,9 @@
 //   - claim: take the oldest running job nobody holds, or whose holder's
 //     lease ran out (a crashed or stopped replica), FOR UPDATE SKIP LOCKED;
 //   - heartbeat: every piece of progress the runner records renews the lease
-//     in the same statement (Renewal), so a runner that stops recording
+//     in the same statement (Renew), so a runner that stops recording
 //     loses the job after one lease and another takes it over;
-//   - work: the caller's RunOnce carries the job to its end;
+//   - work: the caller's once (Run) carries the job to its end;
 //   - release: the caller's finish clears lease_owner with the job's end;
 //   - stop on ctx: Run returns when ctx ends; the job in hand is left to the
 //     lease and resumed from what was recorded.

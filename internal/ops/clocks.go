@@ -316,11 +316,9 @@ func (c *Console) clockError(ec echo.Context, what string, err error) error {
 	switch {
 	case isNotFound(err):
 		return c.refused(ec, err, "No such test clock."+unchanged)
-	case errors.Is(err, testclock.ErrTooManyClocks), errors.Is(err, testclock.ErrTooManyAdvances):
-		return c.clockRefused(ec, statusOf(err), "Refused: "+reason(err)+"."+unchanged)
 	case errors.Is(err, testclock.ErrBusy):
 		return c.clockRefused(ec, statusOf(err), "The clock is advancing; try again once it is ready."+unchanged)
-	case errors.Is(err, apperr.ErrInvalid):
+	case errors.Is(err, testclock.ErrTooManyClocks), errors.Is(err, testclock.ErrTooManyAdvances), errors.Is(err, apperr.ErrInvalid):
 		return c.clockRefused(ec, statusOf(err), "Refused: "+reason(err)+"."+unchanged)
 	case errors.Is(err, billing.ErrLocked), errors.Is(err, billing.ErrConflict):
 		return c.clockRefused(ec, statusOf(err), "A subscription of the clock is being billed or changed right now, or has a payment attempt still without an outcome; try again later."+unchanged)

@@ -104,9 +104,6 @@ func (p *Problems) List(ctx context.Context, outcome string, limit int, cursor s
 	return page, nil
 }
 
-// badCursor is a cursor the list did not hand out (apperr.ErrInvalid).
-func badCursor() error { return apperr.New(apperr.CodeInvalidParameter, "invalid cursor") }
-
 func decodeProblemCursor(c string) (*time.Time, string, error) {
 	if c == "" {
 		return nil, "", nil
@@ -115,12 +112,12 @@ func decodeProblemCursor(c string) (*time.Time, string, error) {
 		if c[i] == '|' {
 			t, err := time.Parse(time.RFC3339Nano, c[:i])
 			if err != nil {
-				return nil, "", badCursor()
+				return nil, "", apperr.Invalid("invalid cursor")
 			}
 			return &t, c[i+1:], nil
 		}
 	}
-	return nil, "", badCursor()
+	return nil, "", apperr.Invalid("invalid cursor")
 }
 
 // Counts are the list's sizes by outcome.

@@ -55,7 +55,7 @@ type Result struct {
 func (o One) Replay(ctx context.Context, id, account string) (Result, error) {
 	result := Result{EventID: id, PayloadSource: "store"}
 	if !stripeid.Valid(id, "evt_") {
-		return result, apperr.New(apperr.CodeInvalidParameter, "invalid event id %q", truncate(id, 64))
+		return result, apperr.Invalid("invalid event id %q", truncate(id, 64))
 	}
 	var (
 		payload     []byte
@@ -70,7 +70,7 @@ func (o One) Replay(ctx context.Context, id, account string) (Result, error) {
 			account = rec.StripeAccount
 		}
 		if account != "" && !stripeid.Valid(account, "acct_") {
-			return result, apperr.New(apperr.CodeInvalidParameter, "stripe_account must be an acct_ id")
+			return result, apperr.Invalid("stripe_account must be an acct_ id")
 		}
 		if o.Fetcher == nil {
 			return result, apperr.New(apperr.CodeNotFound, "event %s not found", id)

@@ -80,17 +80,17 @@ func (e *Env) Reminders(subID string) []string {
 	return out
 }
 
-// FirstThen makes the first new PaymentIntent behave as first, the others
-// as Succeed.
-func FirstThen(first stripetest.Behavior) func(stripetest.PI) stripetest.Behavior {
+// Behaviors makes the n-th new PaymentIntent behave as seq[n], the ones
+// after the list as Succeed.
+func Behaviors(seq ...stripetest.Behavior) func(stripetest.PI) stripetest.Behavior {
 	var mu sync.Mutex
 	n := 0
 	return func(stripetest.PI) stripetest.Behavior {
 		mu.Lock()
 		defer mu.Unlock()
 		n++
-		if n == 1 {
-			return first
+		if n <= len(seq) {
+			return seq[n-1]
 		}
 		return stripetest.Succeed
 	}

@@ -75,7 +75,7 @@ func lookupItems(sub billing.Subscription) []lookupItem {
 func (s *Store) FindSubscriptions(ctx context.Context, by billing.LookupBy, value string, limit int32) ([]billing.Subscription, error) {
 	pk := lookupPK(by, value)
 	if pk == "" || value == "" {
-		return nil, apperr.New(apperr.CodeInvalidParameter, "find subscriptions: unknown lookup")
+		return nil, apperr.Invalid("find subscriptions: unknown lookup")
 	}
 	kc := expression.Key("PK").Equal(expression.Value(pk))
 	expr, err := expression.NewBuilder().WithKeyCondition(kc).Build()

@@ -44,8 +44,6 @@ func advance(t *testing.T, e *billingtest.Env, id, to string) billing.Clock {
 	return c
 }
 
-// completedOn is "<date the period was COMPLETED> for <period>", from the
-// history (its entries are written at the service's now: the clock's).
 // subscribeOnClock creates a test clock at 2027-01-01 and a gold
 // subscription of account on it, collected on day of the month.
 func subscribeOnClock(t *testing.T, e *billingtest.Env, account string, day int) (billing.Clock, billing.Subscription) {
@@ -59,6 +57,8 @@ func subscribeOnClock(t *testing.T, e *billingtest.Env, account string, day int)
 	return clock, sub
 }
 
+// completedOn is "<date the period was COMPLETED> for <period>", from the
+// history (its entries are written at the service's now: the clock's).
 func completedOn(t *testing.T, e *billingtest.Env, sub billing.Subscription) []string {
 	t.Helper()
 	var out []string
@@ -296,7 +296,7 @@ func periodsWith(t *testing.T, e *billingtest.Env, sub billing.Subscription, sta
 func TestTestClockUnknownOutcomeIsResolvedOnStripesTime(t *testing.T) {
 	t.Parallel()
 	e := billingtest.NewEnv(t, billingtest.Options{})            // real time: 2024
-	e.Stripe.Decide = billingtest.FirstThen(stripetest.Acted500) // Stripe charged, answered 500, saved the 500
+	e.Stripe.Decide = billingtest.Behaviors(stripetest.Acted500) // Stripe charged, answered 500, saved the 500
 	clock, sub := subscribeOnClock(t, e, "acc-1", 10)
 
 	c := advance(t, e, clock.ID, "2027-01-12T00:00:00Z")
