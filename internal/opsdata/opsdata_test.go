@@ -78,19 +78,28 @@ func (m *memStore) PutProcessed(context.Context, []events.Record) error {
 
 func (m *memStore) RecordFailure(context.Context, events.Record, error) error { return nil }
 
+// trackedProblems is a problem list on Postgres fed by an in-memory events
+// table through handler.TrackProblems, as the ingest path wires them.
+func trackedProblems(t *testing.T) (*Problems, *memStore, handler.EventStore) {
+	t.Helper()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	p := NewProblems(testenv.Postgres(t), log)
+	mem := &memStore{}
+	return p, mem, handler.TrackProblems(mem, p, log)
+}
+
+// rec is a payment_intent.succeeded record of id.
+func rec(id string, attempts int, lastErr string) events.Record {
+	return events.Record{ID: id, Type: "payment_intent.succeeded", StripeAccount: "acct_1", Attempts: attempts, LastError: lastErr}
+}
+
 // A write of records some of which the table refused (their events hold
 // another record than expected: the write-behind reads them again): the
 // records written are listed or taken off the list, the refused ones are
 // left as they were until their own write.
 func TestProblemsFollowTheRecordsWrittenWhenSomeAreRefused(t *testing.T) {
-	pool := testenv.Postgres(t)
-	p := NewProblems(pool, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	mem := &memStore{}
-	store := handler.TrackProblems(mem, p, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	p, mem, store := trackedProblems(t)
 	ctx := context.Background()
-	rec := func(id string, attempts int, lastErr string) events.Record {
-		return events.Record{ID: id, Type: "payment_intent.succeeded", StripeAccount: "acct_1", Attempts: attempts, LastError: lastErr}
-	}
 	require.NoError(t, store.RecordFailure(ctx, rec("evt_recovers", 1, ""), errors.New("stripe down")))
 	require.NoError(t, store.RecordFailure(ctx, rec("evt_refused", 1, ""), errors.New("stripe down")))
 
@@ -109,14 +118,8 @@ func TestProblemsFollowTheRecordsWrittenWhenSomeAreRefused(t *testing.T) {
 }
 
 func TestProblemsFollowFailuresRejectionsAndRecoveries(t *testing.T) {
-	pool := testenv.Postgres(t)
-	p := NewProblems(pool, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	mem := &memStore{}
-	store := handler.TrackProblems(mem, p, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	p, mem, store := trackedProblems(t)
 	ctx := context.Background()
-	rec := func(id string, attempts int, lastErr string) events.Record {
-		return events.Record{ID: id, Type: "payment_intent.succeeded", StripeAccount: "acct_1", Attempts: attempts, LastError: lastErr}
-	}
 
 	require.NoError(t, store.RecordFailure(ctx, rec("evt_failed", 1, ""), errors.New("postgres down")))
 	require.NoError(t, store.RecordFailure(ctx, rec("evt_recovers", 1, ""), errors.New("stripe down")))
