@@ -13,9 +13,12 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/stripe-payments/stripe-payments/internal/retention"
 )
 
 const (
@@ -299,6 +302,7 @@ type rules struct {
 		Name  string `yaml:"name"`
 		Rules []struct {
 			Alert       string            `yaml:"alert"`
+			Labels      map[string]string `yaml:"labels"`
 			Annotations map[string]string `yaml:"annotations"`
 		} `yaml:"rules"`
 	} `yaml:"groups"`
@@ -351,4 +355,83 @@ func TestEveryAlertHasItsRunbook(t *testing.T) {
 		}
 	}
 	require.Empty(t, problems)
+}
+
+// operationsPage holds the runbook index: one table row per alert.
+const operationsPage = "docs/operations.md"
+
+// indexRow matches a row of the runbook index:
+// | [`Alert`](runbooks/Alert.md) | severity | summary |
+var indexRow = regexp.MustCompile("^\\| \\[`([A-Za-z]+)`\\]\\(runbooks/([A-Za-z]+)\\.md\\) \\| ([a-z]+) \\|")
+
+// The runbook index in docs/operations.md lists exactly the alerts of
+// alerts.yml, once each, with the severity the rule carries and a link to
+// its own page: an operator reading the index sees every alert that can
+// page them, and none that cannot.
+func TestRunbookIndexListsEveryAlert(t *testing.T) {
+	root := repoRoot(t)
+	raw, err := os.ReadFile(filepath.Join(root, alertsFile))
+	require.NoError(t, err)
+	var r rules
+	require.NoError(t, yaml.Unmarshal(raw, &r), alertsFile)
+	severity := map[string]string{}
+	for _, g := range r.Groups {
+		for _, rule := range g.Rules {
+			if rule.Alert != "" {
+				severity[rule.Alert] = rule.Labels["severity"]
+			}
+		}
+	}
+	require.NotEmpty(t, severity, "%s holds no alert", alertsFile)
+
+	page, err := os.ReadFile(filepath.Join(root, operationsPage))
+	require.NoError(t, err)
+	listed := map[string]int{}
+	var problems []string
+	for _, line := range strings.Split(string(page), "\n") {
+		m := indexRow.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		alert, target, sev := m[1], m[2], m[3]
+		listed[alert]++
+		want, ok := severity[alert]
+		switch {
+		case !ok:
+			problems = append(problems, fmt.Sprintf("%s lists %s, which %s does not define", operationsPage, alert, alertsFile))
+		case target != alert:
+			problems = append(problems, fmt.Sprintf("%s: %s links to runbooks/%s.md", operationsPage, alert, target))
+		case sev != want:
+			problems = append(problems, fmt.Sprintf("%s: %s listed as %q, the rule says %q", operationsPage, alert, sev, want))
+		}
+	}
+	for alert := range severity {
+		switch n := listed[alert]; {
+		case n == 0:
+			problems = append(problems, fmt.Sprintf("%s: the runbook index misses %s", operationsPage, alert))
+		case n > 1:
+			problems = append(problems, fmt.Sprintf("%s: the runbook index lists %s %d times", operationsPage, alert, n))
+		}
+	}
+	sort.Strings(problems)
+	require.Empty(t, problems)
+}
+
+// The architecture page's retention paragraph names every table that
+// internal/retention prunes, so an operator looking for where rows go
+// finds each one there.
+func TestArchitectureNamesEveryPrunedTable(t *testing.T) {
+	root := repoRoot(t)
+	page, err := os.ReadFile(filepath.Join(root, "docs/architecture.md"))
+	require.NoError(t, err)
+	_, para, found := strings.Cut(string(page), "`internal/retention` deletes old rows of")
+	require.True(t, found, "docs/architecture.md has no retention paragraph")
+	para, _, _ = strings.Cut(para, "\n\n")
+	var missing []string
+	for _, r := range retention.Rules(time.Hour, time.Hour, time.Hour) {
+		if !strings.Contains(para, "`"+r.Table+"`") {
+			missing = append(missing, r.Table)
+		}
+	}
+	require.Empty(t, missing, "docs/architecture.md's retention paragraph misses these pruned tables")
 }
