@@ -70,6 +70,6 @@ stack-down:
 stack-status:
 	scripts/devstack.sh status
 
-## stack-env: print the export lines for the local stack (eval "$$(make -s stack-env)")
+## stack-env: print the export lines for the local stack (eval "$(make -s stack-env)")
 stack-env:
 	@scripts/devstack.sh env

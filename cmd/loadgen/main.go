@@ -42,6 +42,9 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Stdout); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return // the usage went to stdout: asking for help is not a failure
+		}
 		fmt.Fprintln(os.Stderr, "loadgen:", err)
 		os.Exit(1)
 	}
@@ -71,16 +74,12 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 			return stubTable(ctx, args[1:])
 		}
 	}
-	// The secret signs the load; the databases serve the baselines.
-	cfg, err := config.FromEnvFor(config.Uses{WebhookSecret: true, Database: true})
-	if err != nil {
-		return err
-	}
 	var o options
 	fs := flag.NewFlagSet("loadgen", flag.ContinueOnError)
+	fs.SetOutput(out)
 	fs.StringVar(&o.target, "target", "http://127.0.0.1:8080/webhooks/stripe", "webhook URL (loopback only)")
 	fs.StringVar(&o.metrics, "metrics", "http://127.0.0.1:8081/metrics", "this service's /metrics URL, on its admin listener (ADMIN_LISTEN_ADDR; loopback only)")
-	fs.StringVar(&o.secret, "secret", cfg.WebhookSecrets[0], "endpoint secret")
+	fs.StringVar(&o.secret, "secret", "", "endpoint secret (default: the first of STRIPE_WEBHOOK_SECRET)")
 	fs.IntVar(&o.concurrency, "c", 32, "concurrent senders")
 	fs.DurationVar(&o.duration, "d", 20*time.Second, "duration of each measured phase")
 	fs.DurationVar(&o.warmup, "warmup", 3*time.Second, "unmeasured warm-up")
@@ -88,8 +87,17 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.IntVar(&o.pid, "pid", 0, "service pid, for CPU and RSS (Linux /proc)")
 	fs.BoolVar(&o.baselines, "baselines", true, "measure raw DynamoDB and Postgres rates first (uses DYNAMODB_ENDPOINT, DATABASE_URL)")
 	fs.StringVar(&o.markdown, "markdown", "", "also write the report as a Markdown table to this file")
+	// Flags first: -h needs no settings.
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	// The secret signs the load; the databases serve the baselines.
+	cfg, err := config.FromEnvFor(config.Uses{WebhookSecret: true, Database: true})
+	if err != nil {
+		return err
+	}
+	if o.secret == "" {
+		o.secret = cfg.WebhookSecrets[0]
 	}
 	u, err := url.Parse(o.target)
 	if err != nil {

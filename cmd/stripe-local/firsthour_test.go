@@ -132,6 +132,8 @@ func TestFirstHourAndRestart(t *testing.T) {
 	}, time.Minute, 100*time.Millisecond)
 	purchases := regexp.MustCompile(`"purchase_id":"([0-9a-f-]{36})"`).FindAllStringSubmatch(string(out), -1)
 	require.NotEmpty(t, purchases, "the walk-through printed the fulfil action")
+	assert.Regexp(t, `\{"id":"[0-9a-f-]{36}","kind":"one_off","status":"fulfilled","invoice":"in_[^"]+","payment_status":"paid"\}`,
+		string(out), "step 5 prints the product purchase it made")
 	assert.Len(t, fulfilled, 2, "one fulfil action per purchase (legacy and product): %v", actions.Data)
 	for id := range fulfilled {
 		status, p := api.get("/v1/purchases/" + id)

@@ -27,6 +27,11 @@ func TestHelpAndVersionNeedNoConfiguration(t *testing.T) {
 		{[]string{"version"}, "stripe-payments "},
 		{[]string{"--version"}, "stripe-payments "},
 		{[]string{"help"}, "version        print the version"},
+		{[]string{"poll", "--help"}, "usage: stripe-payments poll"},
+		{[]string{"billing", "--help"}, "usage: stripe-payments billing"},
+		{[]string{"billing", "collect", "-h"}, "-date"},
+		{[]string{"events", "--help"}, "usage: stripe-payments events sign"},
+		{[]string{"events", "sign", "--help"}, "-secret"},
 	}
 	for _, tc := range tests {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {

@@ -43,6 +43,19 @@ func main() {
 }
 
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	if len(args) > 0 && helpAsked(args[1:]) {
+		// Help that was asked for is the answer, not an error: it goes to
+		// stdout and the exit status is 0, for every command.
+		err := dispatch(ctx, args, stdin, stdout, stdout)
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	return dispatch(ctx, args, stdin, stdout, stderr)
+}
+
+func dispatch(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return flag.ErrHelp
