@@ -126,17 +126,62 @@ port_open() {
 	timeout 3 bash -c "exec 3<>/dev/tcp/127.0.0.1/$1" 2>/dev/null
 }
 
+# port_checkout PORT: the checkout whose .dev/ the process listening on
+# PORT runs from (its working directory or command line names
+# <checkout>/.dev/...); empty when that cannot be told.
+port_checkout() {
+	local pid dir
+	pid="$(ss -Hltnp "sport = :$1" 2>/dev/null | sed -n 's/.*pid=\([0-9]*\).*/\1/p' | head -n 1)"
+	[ -n "$pid" ] || return 0
+	for dir in "$(readlink "/proc/$pid/cwd" 2>/dev/null)" $(tr '\0' '\n' <"/proc/$pid/cmdline" 2>/dev/null); do
+		case "$dir" in
+		*/.dev | */.dev/*)
+			echo "${dir%%/.dev*}"
+			return 0
+			;;
+		esac
+	done
+}
+
+# refuse_foreign NAME PORT VAR: with DEVSTACK_REFUSE_FOREIGN=1 (make run),
+# refuse a component that another checkout started on PORT: the two
+# checkouts would share its data without knowing.
+refuse_foreign() {
+	[ "${DEVSTACK_REFUSE_FOREIGN:-0}" = 1 ] || return 0
+	local owner
+	owner="$(port_checkout "$2")"
+	if [ -n "$owner" ] && [ "$owner" != "$ROOT" ]; then
+		die "$1 on 127.0.0.1:$2 belongs to another checkout ($owner): this one would share its data. Stop it there (make stack-down in $owner), or run this checkout on other ports: set $3 (and the other DEV_* ports, docs/development.md)"
+	fi
+}
+
+# wait_for_apt: another install (unattended upgrades, a second make) holds
+# dpkg's lock; wait for it (up to 10 min) instead of failing at once.
+wait_for_apt() {
+	local i
+	command -v fuser >/dev/null 2>&1 || return 0 # apt-get's own DPkg::Lock::Timeout still waits
+	for ((i = 0; i < 600; i++)); do
+		if ! fuser /var/lib/dpkg/lock-frontend /var/lib/dpkg/lock /var/lib/apt/lists/lock >/dev/null 2>&1; then
+			return 0
+		fi
+		[ "$i" = 0 ] && log "waiting for another package install to finish (dpkg lock held)"
+		sleep 1
+	done
+	die "the package manager stayed locked for 10 min (another apt-get or dpkg still running?)"
+}
+
 APT_UPDATED=0
 apt_install() {
 	command -v apt-get >/dev/null 2>&1 || die "apt-get not found; install by hand: $*"
+	wait_for_apt
 	if [ "$APT_UPDATED" = 0 ]; then
 		log "apt-get update"
-		as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq </dev/null >&2 ||
+		as_root env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 update -qq </dev/null >&2 ||
 			die "apt-get update failed"
 		APT_UPDATED=1
 	fi
 	log "apt-get install $*"
-	as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" </dev/null >&2 ||
+	as_root env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "$@" </dev/null >&2 ||
 		die "apt-get install $* failed"
 }
 
@@ -267,6 +312,7 @@ start_dynamodb() {
 	if dynamo_answers; then
 		local mode
 		mode="$(cat "$DDB_MODEFILE" 2>/dev/null || echo unknown)"
+		refuse_foreign "DynamoDB Local" "$DYNAMO_PORT" DEV_DYNAMO_PORT
 		log "DynamoDB Local already answering on 127.0.0.1:$DYNAMO_PORT ($mode): not starting it"
 		if [ "$mode" != "$want" ]; then
 			log "WARNING: wanted it $want but it runs $mode; to change, stop it (scripts/devstack.sh down) and start again"
@@ -410,6 +456,7 @@ sqs_pid() {
 
 start_sqs() {
 	if sqs_answers; then
+		refuse_foreign "The local SQS server" "$SQS_PORT" DEV_SQS_PORT
 		log "local SQS already answering on 127.0.0.1:$SQS_PORT: not starting it"
 		return 0
 	fi
@@ -533,6 +580,7 @@ start_postgres() {
 	PSQL="$PGBIN/psql"
 	local started=0
 	if pg_answers; then
+		refuse_foreign "Postgres" "$PG_PORT" DEV_PG_PORT
 		log "Postgres already answering on 127.0.0.1:$PG_PORT: not starting it"
 	else
 		if port_open "$PG_PORT"; then
@@ -665,6 +713,14 @@ cmd_down() {
 }
 
 cmd_reset() {
+	# make run writes its pid here; wiping the stores under a live service
+	# would leave it writing into tables that are gone.
+	local run_pid
+	run_pid="$(cat "$DEV/run.pid" 2>/dev/null || true)"
+	if [[ "$run_pid" =~ ^[0-9]+$ ]] && kill -0 "$run_pid" 2>/dev/null &&
+		tr '\0' ' ' <"/proc/$run_pid/cmdline" 2>/dev/null | grep -q 'scripts/run.sh'; then
+		die "make run is running from this checkout (pid $run_pid): stop it first (Ctrl-C in its terminal), then make reset"
+	fi
 	cmd_down
 	take_lock
 	if [ -f "$PG_DATA/postmaster.pid" ] || ddb_pid >/dev/null; then

@@ -39,14 +39,22 @@ cleanup() {
 	if [ -f "$RUN_ENV" ] && grep -qx "# make run $$" "$RUN_ENV"; then
 		rm -f "$RUN_ENV"
 	fi
+	if [ "$(cat "$RUN_PID" 2>/dev/null)" = "$$" ]; then
+		rm -f "$RUN_PID"
+	fi
 	exit "$rc"
 }
 trap cleanup EXIT
+# make reset refuses while this file names a live make run.
+RUN_PID="$ROOT/.dev/run.pid"
+echo "$$" >"$RUN_PID"
 # Until serve runs, a signal just ends the script (through cleanup).
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-if ! scripts/devstack.sh up >/dev/null; then
+# A stack another checkout started on the same ports is refused: the two
+# would share their data (devstack.sh names the DEV_* port to change).
+if ! DEVSTACK_REFUSE_FOREIGN=1 scripts/devstack.sh up >/dev/null; then
 	echo "FATAL: the local stack (DynamoDB Local + PostgreSQL 15) could not start; see the messages above" >&2
 	exit 1
 fi
