@@ -151,8 +151,8 @@ if [ "$mode" = test ] || [ "$mode" = check ]; then
 	if [ "${#missing[@]}" -gt 0 ]; then
 		echo "== apt-get install ${missing[*]}"
 		as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo -n "$@"; fi; }
-		if ! as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq </dev/null ||
-			! as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" </dev/null; then
+		if ! as_root env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 update -qq </dev/null ||
+			! as_root env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${missing[@]}" </dev/null; then
 			echo "FATAL: could not install ${missing[*]} (apt-get install -y ${missing[*]}); the console and monitoring tests need them" >&2
 			exit 1
 		fi
