@@ -68,9 +68,10 @@ type ListStore interface {
 	ListSubscriptions(ctx context.Context, account string, limit int32, cursor string) (Page[Subscription], error)
 	ListReceipts(ctx context.Context, account string, now time.Time, retention time.Duration, limit int32, cursor string) (Page[Receipt], error)
 	ListHistory(ctx context.Context, account, sub string, limit int32, cursor string) (Page[HistoryEntry], error)
-	// ListPeriodsInFlight reads an account's periods with a collection
-	// attempt whose outcome is not recorded.
-	ListPeriodsInFlight(ctx context.Context, account string) ([]Period, error)
+	// ListPeriodsToWatch reads an account's periods with a collection
+	// attempt whose outcome is not recorded, and those left unpaid (ERROR,
+	// STALE).
+	ListPeriodsToWatch(ctx context.Context, account string) ([]Period, error)
 	// FindSubscriptions reads the subscriptions a subscription id, a
 	// Stripe customer or an email finds (at most limit), in any account.
 	FindSubscriptions(ctx context.Context, by LookupBy, value string, limit int32) ([]Subscription, error)

@@ -71,7 +71,8 @@ func TestFindSubscriptions(t *testing.T) {
 	require.NoError(t, err)
 	assert.Len(t, got, 2, "the erasure keeps the other lookups")
 
-	none, err := e.Service.AttemptsInFlight(ctx, "acc-find-2")
+	none, err := e.Service.PeriodsToWatch(ctx, "acc-find-2")
 	require.NoError(t, err)
-	assert.Empty(t, none, "no attempt made yet")
+	assert.Empty(t, none.InFlight, "no attempt made yet")
+	assert.Empty(t, none.Unpaid, "no attempt made yet")
 }

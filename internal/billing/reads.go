@@ -35,11 +35,33 @@ func (s *Service) ListPeriods(ctx context.Context, account, sub string) ([]Perio
 	return s.store.ListPeriods(ctx, account, sub)
 }
 
-// AttemptsInFlight reads the periods of an account whose collection attempt
-// has no recorded outcome (docs/design.md §8 "Failures"): every change of their
-// subscription is refused until the next collection asks Stripe.
-func (s *Service) AttemptsInFlight(ctx context.Context, account string) ([]Period, error) {
-	return s.store.ListPeriodsInFlight(ctx, account)
+// PeriodsToWatch reads the periods of an account that an operator must
+// see: those whose collection attempt has no recorded outcome
+// (docs/design.md §8 "Failures": every change of their subscription is
+// refused until the next collection asks Stripe), and those left unpaid
+// (ERROR, STALE).
+func (s *Service) PeriodsToWatch(ctx context.Context, account string) (PeriodsToWatch, error) {
+	all, err := s.store.ListPeriodsToWatch(ctx, account)
+	if err != nil {
+		return PeriodsToWatch{}, err
+	}
+	var w PeriodsToWatch
+	for _, p := range all {
+		if p.InFlightKey != "" {
+			w.InFlight = append(w.InFlight, p)
+		}
+		if p.Status == Error || p.Status == Stale {
+			w.Unpaid = append(w.Unpaid, p)
+		}
+	}
+	return w, nil
+}
+
+// PeriodsToWatch is what PeriodsToWatch finds, by reason (a period can be
+// in both: a retry of an ERROR period whose outcome is unknown).
+type PeriodsToWatch struct {
+	InFlight []Period
+	Unpaid   []Period
 }
 
 // FindSubscriptions finds subscriptions by id, Stripe customer or email, in

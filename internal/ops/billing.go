@@ -122,9 +122,20 @@ type accountData struct {
 	NextSubs      string
 	NextReceipts  string
 	// InFlight: the account's attempts whose outcome is unknown, by
-	// subscription id.
-	InFlight map[string]inFlight
+	// subscription id (a pointer, so that a subscription without one finds
+	// nil, which a template's with skips: a zero struct would not be).
+	InFlight map[string]*inFlight
 	Unknown  []inFlight
+	// Unpaid: each subscription's unpaid periods (ERROR, STALE), so a
+	// subscription that has not paid for months does not read as a plain
+	// ACTIVE.
+	Unpaid map[string]*unpaid
+}
+
+// unpaid counts a subscription's periods left unpaid, by status.
+type unpaid struct {
+	Error, Stale int
+	Oldest       string // the oldest unpaid period's billing date
 }
 
 // inFlight is a collection attempt without a recorded outcome, as the
@@ -168,15 +179,31 @@ func (c *Console) billingAccount(ec echo.Context) error {
 		return c.unavailable(ec, "read the account's billing", err)
 	}
 	d.Subscriptions = subs.Items
-	flying, err := c.d.Billing.AttemptsInFlight(ctx, d.Account)
+	watch, err := c.d.Billing.PeriodsToWatch(ctx, d.Account)
 	if err != nil {
-		return c.unavailable(ec, "read the account's attempts in flight", err)
+		return c.unavailable(ec, "read the account's attempts in flight and unpaid periods", err)
 	}
-	d.InFlight = map[string]inFlight{}
-	for _, p := range flying {
+	d.InFlight = map[string]*inFlight{}
+	for _, p := range watch.InFlight {
 		f := inFlightOf(p)
-		d.InFlight[p.SubscriptionID] = f
+		d.InFlight[p.SubscriptionID] = &f
 		d.Unknown = append(d.Unknown, f)
+	}
+	d.Unpaid = map[string]*unpaid{}
+	for _, p := range watch.Unpaid {
+		u := d.Unpaid[p.SubscriptionID]
+		if u == nil {
+			u = &unpaid{}
+			d.Unpaid[p.SubscriptionID] = u
+		}
+		if p.Status == billing.Stale {
+			u.Stale++
+		} else {
+			u.Error++
+		}
+		if date := p.BillingDate.String(); u.Oldest == "" || date < u.Oldest {
+			u.Oldest = date
+		}
 	}
 	if subs.NextCursor != "" {
 		d.NextSubs = Prefix + "/billing/" + url.PathEscape(d.Account) + "?" + url.Values{"subs": {subs.NextCursor}}.Encode()

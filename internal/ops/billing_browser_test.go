@@ -87,9 +87,23 @@ func TestConsoleBillingDangerousStatesInARealBrowser(t *testing.T) {
 		return sub["subscription_id"].(string)
 	}
 
+	// Beside it, on the same account: a healthy subscription not yet due
+	// (no tag at all), and one whose card declined today (unpaid).
+	healthySub := create("merchant-unknown", "cus_healthy", "healthy@example.com")
+	later := time.Now().UTC().AddDate(0, 0, 20).Format("2006-01-02")
+	status, moved := apiJSON(t, a, http.MethodPatch, "/internal/v1/accounts/merchant-unknown/subscriptions/"+healthySub, map[string]any{"next_payment_date": later})
+	require.Equal(t, http.StatusOK, status, moved)
+	declinedSub := create("merchant-unknown", "cus_declined", "declined@example.com")
+	status, moved = apiJSON(t, a, http.MethodPatch, "/internal/v1/accounts/merchant-unknown/subscriptions/"+declinedSub, map[string]any{"next_payment_date": today})
+	require.Equal(t, http.StatusOK, status, moved)
+	stripe.decline.Store(true)
+	_, err := a.Billing.CollectNow(context.Background())
+	require.NoError(t, err)
+	stripe.decline.Store(false)
+
 	// A charge today gets a 500 before Stripe acts: its outcome is unknown.
 	unknownSub := create("merchant-unknown", "cus_unknown", "unknown@example.com")
-	status, moved := apiJSON(t, a, http.MethodPatch, "/internal/v1/accounts/merchant-unknown/subscriptions/"+unknownSub, map[string]any{"next_payment_date": today})
+	status, moved = apiJSON(t, a, http.MethodPatch, "/internal/v1/accounts/merchant-unknown/subscriptions/"+unknownSub, map[string]any{"next_payment_date": today})
 	require.Equal(t, http.StatusOK, status, moved)
 	stripe.unknown.Store(true)
 	started := time.Now()
@@ -130,6 +144,20 @@ func TestConsoleBillingDangerousStatesInARealBrowser(t *testing.T) {
 		assert.Contains(t, banner, "in flight since "+today)
 		assert.Contains(t, banner, "idempotency key")
 		assert.Contains(t, text(`tr[data-sub="`+unknownSub+`"]`), "attempt 1 outcome unknown")
+		// Only where it is true: the healthy and the declined
+		// subscriptions carry no unknown-outcome tag.
+		for _, sub := range []string{healthySub, declinedSub} {
+			assert.NotContains(t, text(`tr[data-sub="`+sub+`"]`), "outcome unknown", sub)
+			assert.Zero(t, count(`tr[data-sub="`+sub+`"] .unknown`), sub)
+		}
+		// A declined card's subscription reads unpaid, not a plain ACTIVE;
+		// the healthy one carries no tag but its status.
+		assert.Contains(t, text(`tr[data-sub="`+declinedSub+`"]`), "unpaid: 1 ERROR")
+		assert.Equal(t, 1, count(`tr[data-sub="`+declinedSub+`"] .tag.warn`), "its ACTIVE is not the green of a paying subscription")
+		assert.Equal(t, 1, count(`tr[data-sub="`+healthySub+`"] .tag.ok`))
+		assert.Zero(t, count(`tr[data-sub="`+healthySub+`"] .unpaid`))
+		assert.Zero(t, count(`tr[data-sub="`+unknownSub+`"] .unpaid`), "an attempt in flight is not yet unpaid")
+		assert.Equal(t, "ACTIVE", text(`tr[data-sub="`+healthySub+`"] td[data-label="Status"]`))
 		shot("01-account-unknown-outcome")
 	})
 

@@ -139,13 +139,16 @@ func (s *Store) listPage(ctx context.Context, table string, kc expression.KeyCon
 	}
 }
 
-// ListPeriodsInFlight reads the periods of an account that have a
-// collection attempt whose outcome is not recorded (InFlightKey set): one
+// ListPeriodsToWatch reads the periods of an account that need an
+// operator's eye: those with a collection attempt whose outcome is not
+// recorded (InFlightKey set) and those left unpaid (ERROR, STALE). One
 // query over the account's period items, filtered, for the console's
 // account page (every period is read, only those come back).
-func (s *Store) ListPeriodsInFlight(ctx context.Context, account string) ([]billing.Period, error) {
+func (s *Store) ListPeriodsToWatch(ctx context.Context, account string) ([]billing.Period, error) {
 	kc := expression.Key("PK").Equal(expression.Value(accountPK(account))).And(expression.Key("SK").BeginsWith(prefixPeriod))
-	filter := expression.AttributeExists(expression.Name("InFlightKey"))
+	status := expression.Name("BillingStatus")
+	filter := expression.AttributeExists(expression.Name("InFlightKey")).
+		Or(status.In(expression.Value(string(billing.Error)), expression.Value(string(billing.Stale))))
 	expr, err := expression.NewBuilder().WithKeyCondition(kc).WithFilter(filter).Build()
 	if err != nil {
 		return nil, err
@@ -158,16 +161,14 @@ func (s *Store) ListPeriodsInFlight(ctx context.Context, account string) ([]bill
 	for p.HasMorePages() {
 		page, err := p.NextPage(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("list the periods in flight of %s: %w", account, err)
+			return nil, fmt.Errorf("list the periods to watch of %s: %w", account, err)
 		}
 		for _, raw := range page.Items {
 			var it periodItem
 			if err := attributevalue.UnmarshalMap(raw, &it); err != nil {
 				return nil, fmt.Errorf("decode period: %w", err)
 			}
-			if it.InFlightKey != "" {
-				out = append(out, it.period())
-			}
+			out = append(out, it.period())
 		}
 	}
 	return out, nil
