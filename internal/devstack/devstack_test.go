@@ -111,4 +111,3 @@ func TestResetRefusesWhileMakeRunRuns(t *testing.T) {
 	require.NoError(t, err, out)
 	assert.NoFileExists(t, marker)
 }
-
