@@ -46,7 +46,7 @@ func (a *App) newBilling() error {
 	}
 	a.Billing, a.BillingStore = svc, store
 	a.Clocks, err = testclock.New(testclock.Config{MaxClocks: c.TestClocksMax}, testclock.Deps{Billing: svc, Store: store,
-		Log: log, Safe: a.safe})
+		Log: log, Safe: a.safe, Runs: a.opsRuns})
 	if err != nil {
 		return fmt.Errorf("test clocks: %w", err)
 	}

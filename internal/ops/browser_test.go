@@ -541,6 +541,15 @@ func TestConsoleInARealBrowser(t *testing.T) {
 		assert.GreaterOrEqual(t, count(`#per-h + div table .tag.ok`), 3, "three COMPLETED periods")
 		shot("25-test-clock-subscription")
 
+		// The clock's days are billing runs too, marked as the clock's:
+		// the overview no longer says that none was recorded.
+		step("overview", chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.ID("br-h")))
+		assert.NotContains(t, text("#br-h + div"), "No billing run recorded yet")
+		assert.Positive(t, count(`#br-h + div a.clock-run[href$="`+clockID+`"]`), "the overview's last runs include the clock's, marked")
+		step("all runs", chromedp.Navigate(base+"/runs"), chromedp.WaitVisible(chromedp.CSS("table.runs")))
+		assert.GreaterOrEqual(t, count(`table.runs a.clock-run[href$="`+clockID+`"]`), 6, "three reminders and three charges, each a run of the clock")
+		assert.Contains(t, text("table.runs"), "2027-03-31", "dated on the clock")
+
 		step("delete", chromedp.Navigate(clockURL), chromedp.WaitVisible(chromedp.ID("delete")), chromedp.Click(chromedp.ID("delete")),
 			chromedp.WaitVisible(chromedp.ID("confirm")))
 		assert.Contains(t, text("main"), "the 1 subscription on it is cancelled")

@@ -49,6 +49,17 @@ func (r *Runs) Record(ctx context.Context, job string, date time.Time, started t
 		result = "incomplete"
 	}
 	r.count.WithLabelValues(job, result).Inc()
+	return r.insert(ctx, "", job, date, started, rep, runErr)
+}
+
+// RecordClockRun writes one job of a test clock's day, marked with the
+// clock. It is not counted in stripe_payments_billing_runs_total: a test
+// clock's failed day is a test's business, never a page.
+func (r *Runs) RecordClockRun(ctx context.Context, clock, job string, date time.Time, started time.Time, rep *billing.Report, runErr error) error {
+	return r.insert(ctx, clock, job, date, started, rep, runErr)
+}
+
+func (r *Runs) insert(ctx context.Context, clock, job string, date time.Time, started time.Time, rep *billing.Report, runErr error) error {
 	raw := []byte("{}")
 	if rep != nil {
 		var err error
@@ -61,8 +72,12 @@ func (r *Runs) Record(ctx context.Context, job string, date time.Time, started t
 		s := runErr.Error()
 		msg = &s
 	}
-	_, err := r.pool.Exec(ctx, `INSERT INTO ops_billing_runs (job, date, started_at, finished_at, report, error)
-		VALUES ($1, $2, $3, $4, $5, $6)`, job, date, started.UTC(), time.Now().UTC(), raw, msg)
+	var testClock *string
+	if clock != "" {
+		testClock = &clock
+	}
+	_, err := r.pool.Exec(ctx, `INSERT INTO ops_billing_runs (job, date, started_at, finished_at, report, error, test_clock)
+		VALUES ($1, $2, $3, $4, $5, $6, $7)`, job, date, started.UTC(), time.Now().UTC(), raw, msg, testClock)
 	if err != nil {
 		return fmt.Errorf("record billing run: %w", err)
 	}
@@ -77,6 +92,8 @@ type Run struct {
 	FinishedAt time.Time
 	Report     RunReport
 	Error      string
+	// TestClock is the clock whose day this run was ("": a real run).
+	TestClock string
 }
 
 // RunReport is what a run's billing.Report said (decoded from its JSON).
@@ -100,7 +117,7 @@ func (r Run) Failed() bool { return r.Error != "" }
 
 // Last reads the n most recent runs.
 func (r *Runs) Last(ctx context.Context, n int) ([]Run, error) {
-	rows, err := r.pool.Query(ctx, `SELECT job, date, started_at, finished_at, report, coalesce(error, '')
+	rows, err := r.pool.Query(ctx, `SELECT job, date, started_at, finished_at, report, coalesce(error, ''), coalesce(test_clock, '')
 		FROM ops_billing_runs ORDER BY started_at DESC LIMIT $1`, n)
 	if err != nil {
 		return nil, fmt.Errorf("read billing runs: %w", err)
@@ -108,7 +125,7 @@ func (r *Runs) Last(ctx context.Context, n int) ([]Run, error) {
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (Run, error) {
 		var x Run
 		var raw []byte
-		if err := row.Scan(&x.Job, &x.Date, &x.StartedAt, &x.FinishedAt, &raw, &x.Error); err != nil {
+		if err := row.Scan(&x.Job, &x.Date, &x.StartedAt, &x.FinishedAt, &raw, &x.Error, &x.TestClock); err != nil {
 			return x, err
 		}
 		if err := json.Unmarshal(raw, &x.Report); err != nil {

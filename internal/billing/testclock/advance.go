@@ -122,7 +122,7 @@ func (s *Service) advanceClock(ctx context.Context, c billing.Clock, owner strin
 		if !at.Before(c.FrozenTime) {
 			at = c.FrozenTime
 		}
-		run, err := s.clockDay(ctx, cs, at)
+		run, err := s.clockDay(ctx, c.ID, cs, at)
 		if run.Entries > 0 || err != nil {
 			if perr := s.store.PutClockRun(context.WithoutCancel(ctx), c.ID, run); perr != nil {
 				log.Warn("test clock: could not record a run", "error", perr)
@@ -152,12 +152,18 @@ func (s *Service) advanceClock(ctx context.Context, c billing.Clock, owner strin
 }
 
 // clockDay runs one day's jobs on cs, the clock's billing service, its now at.
-func (s *Service) clockDay(ctx context.Context, cs *billing.Service, at time.Time) (billing.ClockRun, error) {
+func (s *Service) clockDay(ctx context.Context, clock string, cs *billing.Service, at time.Time) (billing.ClockRun, error) {
 	date := cs.NowDate()
 	run := billing.ClockRun{Time: at, Date: date}
 	var errs []error
-	for _, job := range []func(context.Context, dates.Date) (*billing.Report, error){cs.Remind, cs.Collect} {
-		rep, err := s.untilUnlocked(ctx, job, date)
+	jobs := []struct {
+		name string
+		run  func(context.Context, dates.Date) (*billing.Report, error)
+	}{{"remind", cs.Remind}, {"collect", cs.Collect}}
+	for _, job := range jobs {
+		started := s.wall()
+		rep, err := s.untilUnlocked(ctx, job.run, date)
+		s.recordRun(ctx, clock, job.name, date, started, rep, err)
 		if rep != nil {
 			run.Entries += rep.Entries
 			run.Reminded += rep.Reminded
@@ -184,6 +190,18 @@ func (s *Service) clockDay(ctx context.Context, cs *billing.Service, at time.Tim
 		return run, err
 	}
 	return run, nil
+}
+
+// recordRun hands a job of a clock's day to the run log when it did or
+// found something (a day with nothing due is not worth a row: an advance
+// of three years runs over a thousand of them).
+func (s *Service) recordRun(ctx context.Context, clock, job string, date dates.Date, started time.Time, rep *billing.Report, err error) {
+	if s.runs == nil || (err == nil && rep != nil && rep.Entries == 0) {
+		return
+	}
+	if rerr := s.runs.RecordClockRun(context.WithoutCancel(ctx), clock, job, date.Time(), started, rep, err); rerr != nil {
+		s.log.Warn("test clock: could not record a run in the run log", "test_clock", clock, "job", job, "error", rerr)
+	}
 }
 
 // clockLockWait bounds how long a day of an advance waits for accounts

@@ -79,6 +79,14 @@ type Deps struct {
 	// Safe starts the advances and their heartbeats, recovering a panic
 	// (nil: a starter that only logs).
 	Safe *safego.Starter
+	// Runs, when set, records each job of a clock's day that found
+	// something to do or failed, for the console's list of billing runs.
+	Runs RunRecorder
+}
+
+// RunRecorder records one job of a test clock's day (opsdata.Runs).
+type RunRecorder interface {
+	RecordClockRun(ctx context.Context, clock, job string, date time.Time, started time.Time, rep *billing.Report, err error) error
 }
 
 // Service creates, reads, advances and deletes test clocks.
@@ -89,6 +97,7 @@ type Service struct {
 	wall    func() time.Time
 	log     *slog.Logger
 	safe    *safego.Starter
+	runs    RunRecorder
 	// advances tracks the advances in flight (Wait); advancing holds a
 	// token per advance this instance runs (MaxAdvancing).
 	advances  sync.WaitGroup
@@ -117,7 +126,7 @@ func New(cfg Config, d Deps) (*Service, error) {
 		d.Log = slog.Default()
 	}
 	return &Service{cfg: cfg, billing: d.Billing, store: d.Store, wall: d.Now, log: d.Log,
-		safe: d.Safe.OrDefault(d.Log), advancing: make(chan struct{}, cfg.MaxAdvancing)}, nil
+		safe: d.Safe.OrDefault(d.Log), runs: d.Runs, advancing: make(chan struct{}, cfg.MaxAdvancing)}, nil
 }
 
 // livemode: test clocks are refused with a live Stripe key.
