@@ -65,6 +65,12 @@ variable "ses_identity_arn" {
   default     = null
 }
 
+variable "ses_configuration_set" {
+  description = "SES configuration set named on every reminder email (SES_CONFIGURATION_SET); SES then also checks ses:SendEmail on the set, so the grant names it. null names none."
+  type        = string
+  default     = null
+}
+
 variable "stripe_event_source_name" {
   description = "Name of the partner event source Stripe's EventBridge event destination created (aws.partner/stripe.com/<id>); the partner event bus takes the same name. null creates no EventBridge intake."
   type        = string
