@@ -79,6 +79,11 @@ resource "aws_ecs_task_definition" "service" {
   memory                   = var.task_memory
   execution_role_arn       = aws_iam_role.execution.arn
   task_role_arn            = aws_iam_role.task.arn
+  # Keep a replaced revision ACTIVE: the service and the schedules still
+  # run it until the apply that moves them (an upgrade applies the task
+  # definition first, runs migrate, then the rest), and rolling back
+  # runs it again.
+  skip_destroy = true
 
   runtime_platform {
     operating_system_family = "LINUX"
