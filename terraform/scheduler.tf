@@ -63,7 +63,6 @@ resource "aws_scheduler_schedule" "job" {
       task_definition_arn = aws_ecs_task_definition.service.arn
       launch_type         = "FARGATE"
       task_count          = 1
-      propagate_tags      = "TASK_DEFINITION"
 
       network_configuration {
         subnets          = var.private_subnet_ids
