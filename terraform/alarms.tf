@@ -1,6 +1,6 @@
 # CloudWatch alarms (docs/operations.md "Alarms on AWS"): a message in any
 # dead-letter queue, a queue whose oldest message is older than its consumer
-# would leave it, and the balancers' 5xx. internal/deployment's test holds
+# would leave it, and the balancers' 5xx. internal/deploycheck's test holds
 # that every dead-letter queue here has its alarm.
 
 locals {

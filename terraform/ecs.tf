@@ -1,7 +1,7 @@
 # The compute (docs/design.md §10 "On AWS", docs/deployment.md): `serve` as
 # an ECS service on Fargate behind two balancers (balancers.tf), the jobs as
 # one-off tasks of the same task definition (scheduler.tf). The task is held
-# to the binary by internal/deployment's tests: every setting the binary
+# to the binary by internal/deploycheck's tests: every setting the binary
 # requires outside development mode is set here, the secrets only from
 # Secrets Manager, the ports and health checks those of its listeners.
 

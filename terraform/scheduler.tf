@@ -11,7 +11,7 @@
 # hourly: a zone ahead of UTC is served within the hour its date begins.
 
 locals {
-  # Subcommands of the binary (cmd/stripe-payments); internal/deployment's
+  # Subcommands of the binary (cmd/stripe-payments); internal/deploycheck's
   # test runs each against the built binary. The poller replays through
   # this process's handler: a job task runs no listener to POST to.
   jobs = {
@@ -71,8 +71,9 @@ resource "aws_scheduler_schedule" "job" {
       }
     }
 
-    # A run is worth starting late (the jobs catch up by date), not after
-    # the next one has begun.
+    # Retried for up to an hour (ECS out of capacity, a throttled API): a
+    # late run is still useful, and one overlapping the next is safe (the
+    # poller takes turns on a lock, collections lock each account).
     retry_policy {
       maximum_event_age_in_seconds = 3600
       maximum_retry_attempts       = 20
