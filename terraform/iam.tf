@@ -131,13 +131,18 @@ data "aws_iam_policy_document" "service" {
     }
   }
 
-  # Reminder emails, only when an SES identity is given.
+  # Reminder emails, only when an SES identity is given. An email that
+  # names a configuration set (SES_CONFIGURATION_SET) is authorized on the
+  # set too, which lives in the identity's account and region.
   dynamic "statement" {
     for_each = var.ses_identity_arn == null ? [] : [var.ses_identity_arn]
     content {
-      sid       = "ReminderEmails"
-      actions   = ["ses:SendEmail"]
-      resources = [statement.value]
+      sid     = "ReminderEmails"
+      actions = ["ses:SendEmail"]
+      resources = concat(
+        [statement.value],
+        var.ses_configuration_set == null ? [] : ["${join(":", slice(split(":", statement.value), 0, 5))}:configuration-set/${var.ses_configuration_set}"],
+      )
     }
   }
 }

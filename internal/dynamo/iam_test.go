@@ -503,7 +503,10 @@ func tfEvalContext(t *testing.T, dir string, vars map[string]cty.Value) (*hcl.Ev
 			"aws_sqs_queue":             cty.ObjectVal(counted["aws_sqs_queue"]),
 			"aws_cloudwatch_event_rule": cty.ObjectVal(counted["aws_cloudwatch_event_rule"]),
 		},
-		Functions: map[string]function.Function{"concat": stdlib.ConcatFunc, "format": stdlib.FormatFunc},
+		Functions: map[string]function.Function{
+			"concat": stdlib.ConcatFunc, "format": stdlib.FormatFunc,
+			"join": stdlib.JoinFunc, "slice": stdlib.SliceFunc, "split": stdlib.SplitFunc,
+		},
 	}
 	// locals may refer to each other across files: evaluate until settled.
 	locals := map[string]cty.Value{}
@@ -539,6 +542,8 @@ func tfVars(kms, ses bool) map[string]cty.Value {
 		"name_prefix":      cty.StringVal(tfPrefix),
 		"kms_key_arn":      cty.NullVal(cty.String),
 		"ses_identity_arn": cty.NullVal(cty.String),
+		// SES_CONFIGURATION_SET: the set every email names (email.Sender).
+		"ses_configuration_set": cty.NullVal(cty.String),
 		// The EventBridge intake: off here, on with withEventBridge.
 		"stripe_event_source_name":       cty.NullVal(cty.String),
 		"eventbridge_visibility_timeout": cty.NumberIntVal(60),
@@ -549,6 +554,7 @@ func tfVars(kms, ses bool) map[string]cty.Value {
 	}
 	if ses {
 		vars["ses_identity_arn"] = cty.StringVal("arn:aws:ses:eu-west-1:111122223333:identity/example.com")
+		vars["ses_configuration_set"] = cty.StringVal("stripe-payments-reminders")
 	}
 	return vars
 }
@@ -629,7 +635,12 @@ func TestIAMMatchesTheCode(t *testing.T) {
 			}
 			ses := onlyPrefix(tf["service"], "ses:")
 			if tc.ses {
-				assert.Equal(t, map[grant]bool{"ses:SendEmail arn:aws:ses:eu-west-1:111122223333:identity/example.com": true}, ses)
+				// SES authorizes a send on the identity and on the
+				// configuration set the email names (SES_CONFIGURATION_SET).
+				assert.Equal(t, map[grant]bool{
+					"ses:SendEmail arn:aws:ses:eu-west-1:111122223333:identity/example.com":                        true,
+					"ses:SendEmail arn:aws:ses:eu-west-1:111122223333:configuration-set/stripe-payments-reminders": true,
+				}, ses)
 			} else {
 				assert.Empty(t, ses)
 			}
@@ -764,4 +775,32 @@ func (s *Store) wipe(ctx context.Context, k map[string]types.AttributeValue) {
 	extra := codeGrants(resolve(t, scanCalls(t, dir)), tableNames(t))["service"]
 	assert.Equal(t, map[grant]bool{"dynamodb:DeleteItem table/events": true, "dynamodb:Scan table/events/index/*": true}, extra)
 	assert.Equal(t, []string{"dynamodb:DeleteItem table/events", "dynamodb:Scan table/events/index/*"}, diff(extra, got))
+}
+
+// TestIAMSESGrant: with an SES identity the service may send from it, and
+// when the emails name a configuration set (SES_CONFIGURATION_SET), SES
+// also authorizes the send on that set: without its ARN every send is
+// refused.
+func TestIAMSESGrant(t *testing.T) {
+	identity := "arn:aws:ses:eu-west-1:111122223333:identity/example.com"
+	for _, tc := range []struct {
+		name          string
+		identity, set cty.Value
+		want          map[grant]bool
+	}{
+		{"no identity: no SES grant", cty.NullVal(cty.String), cty.NullVal(cty.String), map[grant]bool{}},
+		{"identity, no configuration set", cty.StringVal(identity), cty.NullVal(cty.String),
+			map[grant]bool{grant("ses:SendEmail " + identity): true}},
+		{"identity and configuration set", cty.StringVal(identity), cty.StringVal("reminders"), map[grant]bool{
+			grant("ses:SendEmail " + identity):                                             true,
+			"ses:SendEmail arn:aws:ses:eu-west-1:111122223333:configuration-set/reminders": true,
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			vars := tfVars(false, false)
+			vars["ses_identity_arn"], vars["ses_configuration_set"] = tc.identity, tc.set
+			tf, _ := tfPolicies(t, terraformDir, vars)
+			assert.Equal(t, tc.want, onlyPrefix(tf["service"], "ses:"))
+		})
+	}
 }
