@@ -103,12 +103,16 @@ resource "aws_ecs_task_definition" "service" {
     ]
     environment = [for k in sort(keys(local.plain_environment)) : { name = k, value = local.plain_environment[k] }]
     secrets     = [for k in sort(local.secret_names) : { name = k, valueFrom = aws_secretsmanager_secret.service[k].arn }]
-    # The image has no shell and no curl: the binary checks itself
-    # (/readyz on ADMIN_LISTEN_ADDR). A one-off job task (scheduler.tf)
-    # runs no listener and reports unhealthy, which ECS ignores for a task
-    # outside a service.
+    # The image has no shell and no curl: the binary checks itself.
+    # --live (/healthz): ECS replaces a task whose container check fails,
+    # so it asks only whether the process answers. Readiness (/readyz:
+    # DynamoDB and Postgres reachable) is the admin balancer's target
+    # check, which takes a task out of rotation without killing it: an
+    # outage of a store must not make ECS replace every task at once. A
+    # one-off job task (scheduler.tf) runs no listener and reports
+    # unhealthy, which ECS ignores for a task outside a service.
     healthCheck = {
-      command     = ["CMD", "/stripe-payments", "healthcheck"]
+      command     = ["CMD", "/stripe-payments", "healthcheck", "--live"]
       interval    = 15
       timeout     = 5
       retries     = 3

@@ -612,8 +612,8 @@ func checkService(t *testing.T, m *module, c code) []string {
 	if ctr.StopTimeout > 120 {
 		bad("stopTimeout %ds: Fargate allows at most 120", ctr.StopTimeout)
 	}
-	if !slices.Equal(ctr.HealthCheck.Command, []string{"CMD", "/stripe-payments", "healthcheck"}) {
-		bad("health check %v: the image has no shell; the binary checks itself", ctr.HealthCheck.Command)
+	if !slices.Equal(ctr.HealthCheck.Command, []string{"CMD", "/stripe-payments", "healthcheck", "--live"}) {
+		bad("health check %v: the image has no shell, so the binary checks itself, and only liveness (a failing container check makes ECS replace the task; a store outage must not replace them all)", ctr.HealthCheck.Command)
 	}
 	if ctr.LogConfiguration.LogDriver != "awslogs" {
 		bad("log driver %q", ctr.LogConfiguration.LogDriver)
@@ -891,7 +891,7 @@ func TestTerraformComputeChecksFail(t *testing.T) {
 		{"a stop timeout within the drain", "service", "ecs.tf",
 			`stop_timeout = 60`, `stop_timeout = 20`, "not longer than serve's drain"},
 		{"a health check needing a shell", "service", "ecs.tf",
-			`command     = ["CMD", "/stripe-payments", "healthcheck"]`, `command     = ["CMD-SHELL", "curl -f localhost:8081/readyz"]`, "the binary checks itself"},
+			`command     = ["CMD", "/stripe-payments", "healthcheck", "--live"]`, `command     = ["CMD-SHELL", "curl -f localhost:8081/readyz"]`, "the binary checks itself"},
 		{"a job the binary does not have", "jobs", "scheduler.tf",
 			`command  = ["billing", "collect"]`, `command  = ["billing", "charge"]`, "is not a command the binary runs"},
 		{"a job flag the binary does not have", "jobs", "scheduler.tf",
