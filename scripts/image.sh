@@ -39,6 +39,7 @@
 #                          and :latest when IMAGE is not set)
 #   VERSION                version stamped in the binary and the labels
 #                          (git describe --tags --always --dirty)
+#   IMAGE_CONTEXT          the build context directory (.dev/image/context)
 #   PODMAN_DIR             podman's storage and state (.dev/podman)
 #   PODMAN_STORAGE_DRIVER  storage driver (vfs)
 #
@@ -51,7 +52,7 @@ DEV="$ROOT/.dev"
 PODMAN_DIR="${PODMAN_DIR:-$DEV/podman}"
 STORAGE_DRIVER="${PODMAN_STORAGE_DRIVER:-vfs}"
 CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt
-CONTEXT="$DEV/image/context"
+CONTEXT="${IMAGE_CONTEXT:-$DEV/image/context}"
 
 log() { printf 'image: %s\n' "$*" >&2; }
 die() {
@@ -124,8 +125,8 @@ build() {
 	source="https://$(cd "$ROOT" && go list -m)"
 	image="${IMAGE:-localhost/stripe-payments:$version}"
 
-	rm -rf "$CONTEXT"
 	mkdir -p "$CONTEXT"
+	rm -f "$CONTEXT/stripe-payments" "$CONTEXT/ca-certificates.crt"
 	log "go build (static, trimmed) $version $commit"
 	(cd "$ROOT" && CGO_ENABLED=0 go build -trimpath \
 		-ldflags "-s -w -X main.version=$version -X main.commit=$commit" \
