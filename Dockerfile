@@ -1,4 +1,4 @@
-# The stripe-payments image (docs/design.md §10 "The image"). Build it with
+# The stripe-payments image (docs/operations.md "The image"). Build it with
 # `make image` (scripts/image.sh): nothing is pulled from a registry, so there
 # is no builder stage. The script builds the static binary on the host and
 # puts it beside the host's CA bundle in the build context:

@@ -24,7 +24,7 @@ build:
 	$(GO) build -o $(BIN) ./cmd/stripe-payments
 	$(GO) build -o bin/stripe-local ./cmd/stripe-local
 
-## image: the OCI image (Dockerfile, FROM scratch, ≤ 40 MB) built offline with podman: scripts/image.sh; docs/deployment.md "The image"
+## image: the OCI image (Dockerfile, FROM scratch, ≤ 40 MB) built offline with podman: scripts/image.sh; docs/operations.md "The image"
 image:
 	scripts/image.sh build
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The stripe-payments image (docs/design.md §10 "The image") with Debian's
+# The stripe-payments image (docs/operations.md "The image") with Debian's
 # podman, offline: nothing is pulled from a registry.
 #
 # Usage: scripts/image.sh build | podman ARGS... | run ARGS... | ulimits

@@ -29,7 +29,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/stripetest"
 )
 
-// The image test (docs/design.md §10 "The image"): `make image`'s script
+// The image test (docs/operations.md "The image"): `make image`'s script
 // builds the image, and podman runs it the way scripts/image.sh does on
 // this machine (runc, explicit ulimits, the checkout's storage), on the
 // host network, in production mode (no APP_ENV) against the local stack and
