@@ -136,14 +136,19 @@ build() {
 	chmod 0644 "$CONTEXT/ca-certificates.crt"
 
 	# --format docker: the OCI image format has no HEALTHCHECK.
+	# --layers=false: no intermediate images left behind per build.
 	local tags=(-t "$image")
 	if [ -z "${IMAGE:-}" ]; then
 		tags+=(-t localhost/stripe-payments:latest)
 	fi
 	log "podman build $image"
-	podman_cmd build --quiet --format docker --file "$ROOT/Dockerfile" \
+	podman_cmd build --quiet --layers=false --format docker --file "$ROOT/Dockerfile" \
 		--build-arg VERSION="$version" --build-arg REVISION="$commit" --build-arg SOURCE="$source" \
 		"${tags[@]}" "$CONTEXT" >&2
+	# The image an earlier build tagged :latest (or the same version) is
+	# left untagged: remove such images, which this checkout's storage
+	# alone holds.
+	podman_cmd image prune --force >/dev/null
 	local size
 	size="$(podman_cmd image inspect --format '{{.Size}}' "$image")"
 	log "built $image: $((size / 1024 / 1024)) MB (storage $PODMAN_DIR, driver $STORAGE_DRIVER)"
