@@ -16,7 +16,8 @@
 #   ulimits  print the --ulimit flags `run` adds.
 #
 # What works on this kind of machine (measured; podman 4.3, runc 1.1):
-#   * runc, not crun: --runtime runc on every podman command.
+#   * runc: --runtime runc on every podman command (Debian's podman
+#     prefers crun, which is not what runs containers here).
 #   * explicit ulimits: podman asks for nofile 1048576, above the machine's
 #     hard limit (20000 here), and runc then fails with "error setting
 #     rlimit type 7: operation not permitted". `run` reads the hard limits
@@ -29,10 +30,10 @@
 #     replace the image's own check.)
 #   * storage in the checkout (.dev/podman) with the vfs driver: it works on
 #     any file system and inside another container, where overlay may not;
-#     the image is one small layer, so vfs's copy per container costs
+#     the image is two small layers, so vfs's copy per container costs
 #     little. Images and containers of a test run stay under .dev/ (make
-#     reset does not touch them; scripts/image.sh podman system reset -f
-#     empties them).
+#     reset leaves them; `scripts/image.sh podman system reset -f` empties
+#     them).
 #
 # Environment:
 #   IMAGE                  image reference to tag (localhost/stripe-payments:$VERSION,
@@ -151,7 +152,7 @@ build() {
 	podman_cmd image prune --force >/dev/null
 	local size
 	size="$(podman_cmd image inspect --format '{{.Size}}' "$image")"
-	log "built $image: $((size / 1024 / 1024)) MB (storage $PODMAN_DIR, driver $STORAGE_DRIVER)"
+	log "built $image: $((size / 1000 / 1000)) MB (storage $PODMAN_DIR, driver $STORAGE_DRIVER)"
 	echo "$image"
 }
 
