@@ -289,6 +289,9 @@ func TestImage(t *testing.T) {
 	require.Equal(t, http.StatusCreated, code, "purchase: %v", created)
 	purchaseID, pi := created["id"].(string), created["payment_intent"].(string)
 	require.NotEmpty(t, pi, "purchase: %v", created)
+	assert.True(t, slices.ContainsFunc(fake.Requests(), func(r stripetest.Request) bool {
+		return r.Method == http.MethodPost && r.Path == "/v1/payment_intents"
+	}), "the PaymentIntent was created at the fake Stripe, over TLS")
 	fx := fixtures(t, "payment_intent.succeeded", "customer.created")
 	eventID, payload := fixtureEvent(fx["payment_intent.succeeded"], imageMerchant, time.Now().Unix(),
 		map[string]any{"id": pi, "metadata": map[string]any{"purchase_id": purchaseID, "account": account}, "invoice": nil})
