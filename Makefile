@@ -13,7 +13,7 @@ BIN       := bin/stripe-payments
 TESTFLAGS ?=
 export TESTFLAGS
 
-.PHONY: help build test check run reset lint bench bench-peer fuzz clean stack-up stack-down stack-status stack-env
+.PHONY: help build image test check run reset lint bench bench-peer fuzz clean stack-up stack-down stack-status stack-env
 
 ## help: list the targets
 help:
@@ -23,6 +23,10 @@ help:
 build:
 	$(GO) build -o $(BIN) ./cmd/stripe-payments
 	$(GO) build -o bin/stripe-local ./cmd/stripe-local
+
+## image: the OCI image (Dockerfile, FROM scratch, ≤ 40 MB) built offline with podman: scripts/image.sh; docs/operations.md "The image"
+image:
+	scripts/image.sh build
 
 ## test: start the local stack if needed, go vet, gofmt check, go test -race; stop what it started
 test:

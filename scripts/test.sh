@@ -79,8 +79,9 @@ terraform_fmt_check() {
 # again with helpers at work (3m20s, over the 3-minute target): the Stripe
 # budget's rate measurements (each runs replicas for 4–7 s of wall time,
 # 44 s together), a Postgres black-hole test (16 s), the billing console's
-# browser test (11 s) and two concurrent test clocks (9 s) went too.
-CHECK_SKIP='^(TestThreeReplicasShareOneRate|TestSlowStoreStillUsesTheRate|TestPrioritiesUnderContention|TestLowerClassDelaysAChargeByOneRequestAtMost|TestFallbackWhenTheStoreIsBlackHoled|TestFallbackOfThreeReplicasStaysUnderTheRate|Test429PausesEveryReplica|TestLowerClassBehindItsOwnReplicasCharges|TestBlackHoledPostgresFailsWithinDeadlines|TestConsoleBillingDangerousStatesInARealBrowser|TestTwoTestClocksAdvancedAtOnceDoNotSeeEachOther|TestSimulation|TestBillingOracle|TestFirstHourAndRestart|TestCrashRecovery|TestScaleOut|TestEventBridgeCrashRecovery|TestThinNotificationSurvivesSIGKILL|TestTestClockEndToEnd|TestConsoleInARealBrowser|TestConsoleIncidentInARealBrowser|TestDependencyOutages|TestDependencyBlackHoles|TestTestClockAdvanceIsOneAtATime|TestPauseFridayOneMonthSkipsOnePeriod|TestTestClockAdvanceAnswers202WhenItTakesLonger)$'
+# browser test (11 s) and two concurrent test clocks (9 s) went too, and
+# the image test (builds the image and runs four containers, ~40 s).
+CHECK_SKIP='^(TestThreeReplicasShareOneRate|TestSlowStoreStillUsesTheRate|TestPrioritiesUnderContention|TestLowerClassDelaysAChargeByOneRequestAtMost|TestFallbackWhenTheStoreIsBlackHoled|TestFallbackOfThreeReplicasStaysUnderTheRate|Test429PausesEveryReplica|TestLowerClassBehindItsOwnReplicasCharges|TestBlackHoledPostgresFailsWithinDeadlines|TestConsoleBillingDangerousStatesInARealBrowser|TestTwoTestClocksAdvancedAtOnceDoNotSeeEachOther|TestSimulation|TestBillingOracle|TestFirstHourAndRestart|TestCrashRecovery|TestScaleOut|TestEventBridgeCrashRecovery|TestThinNotificationSurvivesSIGKILL|TestTestClockEndToEnd|TestConsoleInARealBrowser|TestConsoleIncidentInARealBrowser|TestDependencyOutages|TestDependencyBlackHoles|TestTestClockAdvanceIsOneAtATime|TestPauseFridayOneMonthSkipsOnePeriod|TestTestClockAdvanceAnswers202WhenItTakesLonger|TestImage)$'
 CHECK_SKIP_PKG='/internal/app$'
 
 if [ "$mode" = check ]; then
@@ -137,8 +138,10 @@ fi
 
 # The operator console's browser tests drive Debian's chromium (never a
 # browser downloaded by a tool); the monitoring rules are checked with
-# Debian's promtool. Installed from apt when missing, like devstack.sh does
-# for Java and PostgreSQL.
+# Debian's promtool; the image test (TestImage) builds and runs the image
+# with Debian's podman and runc. Installed from apt when missing, like
+# devstack.sh does for Java and PostgreSQL, waiting for another install's
+# apt lock rather than failing.
 if [ "$mode" = test ] || [ "$mode" = check ]; then
 	missing=()
 	command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
@@ -147,13 +150,15 @@ if [ "$mode" = test ] || [ "$mode" = check ]; then
 		# The README's "First hour" walk-through, which TestFirstHourAndRestart runs.
 		command -v jq >/dev/null 2>&1 || missing+=(jq)
 		command -v curl >/dev/null 2>&1 || missing+=(curl)
+		command -v podman >/dev/null 2>&1 || missing+=(podman)
+		command -v runc >/dev/null 2>&1 || [ -x /usr/sbin/runc ] || missing+=(runc)
 	fi
 	if [ "${#missing[@]}" -gt 0 ]; then
 		echo "== apt-get install ${missing[*]}"
 		as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo -n "$@"; fi; }
 		if ! as_root env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 update -qq </dev/null ||
 			! as_root env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${missing[@]}" </dev/null; then
-			echo "FATAL: could not install ${missing[*]} (apt-get install -y ${missing[*]}); the console and monitoring tests need them" >&2
+			echo "FATAL: could not install ${missing[*]} (apt-get install -y ${missing[*]}); the console, monitoring and image tests need them" >&2
 			exit 1
 		fi
 	fi

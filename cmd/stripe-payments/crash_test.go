@@ -415,19 +415,27 @@ func (r *crashRun) deliver(ev *sentEvent, attempts int) bool {
 }
 
 // checkAcknowledged asserts, before any poll, that every event the webhook
-// answered 200 is in the ledger and recorded processed: in the events table,
-// or still in the write-behind's pending rows (read first: a row leaves only
-// once its record is in the table, so a record moving meanwhile is found in
-// the table). It returns how many events it checked.
+// answered 200 is in the ledger and recorded processed (checkAcknowledged).
+// It returns how many events it checked.
 func (r *crashRun) checkAcknowledged(pool *pgx.Conn, table string) int {
-	t := r.t
-	ctx := context.Background()
 	var acked []string
 	for _, ev := range r.all {
 		if ev.delivered {
 			acked = append(acked, ev.id)
 		}
 	}
+	checkAcknowledged(r.t, pool, table, acked)
+	return len(acked)
+}
+
+// checkAcknowledged asserts that every event of acked (answered 200 by a
+// webhook) is in the ledger and recorded processed: in the events table,
+// or still in the write-behind's pending rows (read first: a row leaves only
+// once its record is in the table, so a record moving meanwhile is found in
+// the table).
+func checkAcknowledged(t *testing.T, pool *pgx.Conn, table string, acked []string) {
+	t.Helper()
+	ctx := context.Background()
 	require.NotEmpty(t, acked, "no event was answered 200")
 	pending := map[string]string{} // id -> status
 	rows, err := pool.Query(ctx, `SELECT event_id, record FROM event_records_pending`)
@@ -469,7 +477,6 @@ func (r *crashRun) checkAcknowledged(pool *pgx.Conn, table string) int {
 	assert.Empty(t, lost, "acknowledged events with no record (before any poll)")
 	assert.Empty(t, unprocessed, "acknowledged events not recorded processed (before any poll)")
 	assert.Empty(t, unapplied, "acknowledged events whose effects are not applied (before any poll)")
-	return len(acked)
 }
 
 // check asserts the run's outcome against the stores and the fakes.

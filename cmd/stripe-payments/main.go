@@ -13,6 +13,9 @@ import (
 	"os/signal"
 	"syscall"
 	"time"
+	// The time-zone database inside the binary: billing days follow time
+	// zones, and the image (FROM scratch) has no /usr/share/zoneinfo.
+	_ "time/tzdata"
 
 	"github.com/stripe-payments/stripe-payments/internal/app"
 	"github.com/stripe-payments/stripe-payments/internal/config"
@@ -28,6 +31,8 @@ commands:
   events sign    print a Stripe-Signature header for a payload read from stdin
   billing remind|collect [--date D]
                  run the recurring billing reminder or collection job
+  healthcheck [--live]
+                 exit 0 when the admin listener answers /readyz (/healthz) 200 (healthcheck -h)
   version        print the version
 `
 
@@ -83,6 +88,8 @@ func dispatch(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		return poll(ctx, args[1:], stdout, stderr)
 	case "billing":
 		return billingCmd(ctx, args[1:], stdout, stderr)
+	case "healthcheck":
+		return healthcheck(ctx, args[1:], os.Getenv, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil

@@ -5,9 +5,10 @@ import (
 	"strings"
 )
 
-// version is set at link time (-ldflags "-X main.version=v1.2.3"); else
-// the build's VCS revision says which commit this is.
-var version = ""
+// version and commit are set at link time (scripts/image.sh:
+// -ldflags "-X main.version=v1.2.3 -X main.commit=<sha>"); else the build's
+// VCS stamp says which commit this is.
+var version, commit = "", ""
 
 // versionString is "stripe-payments <version> (<commit>[, modified], <go>)".
 func versionString() string {
@@ -25,6 +26,9 @@ func versionString() string {
 				modified = s.Value == "true"
 			}
 		}
+	}
+	if commit != "" {
+		rev = commit
 	}
 	if v == "" {
 		v = "devel"
