@@ -123,7 +123,8 @@ func TestConsoleHeadersAndNoInlineCode(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			overrides := []string{"INTERNAL_API_TOKEN", longToken, "STRIPE_PLATFORM_ACCOUNT", "acct_1OpsHeaders"}
 			if mode == "production" {
-				overrides = append(overrides, "APP_ENV", "production")
+				// Outside development mode Stripe is reached over https only.
+				overrides = append(overrides, "APP_ENV", "production", "STRIPE_API_BASE", "https://127.0.0.1:1")
 			}
 			a := startApp(t, "http://127.0.0.1:1", overrides...)
 			require.Equal(t, mode == "development", a.Config.Development)
