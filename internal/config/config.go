@@ -265,7 +265,7 @@ func (c Config) productionRules(uses Uses) error {
 	var errs []error
 	// The key goes with every request to Stripe: never in clear text.
 	if u, err := url.Parse(c.StripeAPIBase); uses.StripeAPIKey && (err != nil || !strings.EqualFold(u.Scheme, "https") || u.Host == "") {
-		errs = append(errs, fmt.Errorf("STRIPE_API_BASE: must be an https:// URL outside development mode "+
+		errs = append(errs, errors.New("STRIPE_API_BASE: must be an https:// URL outside development mode "+
 			"(the API key is sent with every request), such as https://api.stripe.com"))
 	}
 	// Profiles and traces show memory, requests and secrets in flight.
