@@ -26,8 +26,10 @@ import (
 const usage = `usage: stripe-local
 
 The local Stripe: test mode only (any sk_test_ key; live keys refused).
-Environment (all optional):
-  LOCAL_STRIPE_ADDR          listen address                          (127.0.0.1:8082)
+It starts only in development mode (APP_ENV=development), on a loopback
+address, and never with a live STRIPE_API_KEY in its environment.
+Environment (all optional but APP_ENV):
+  LOCAL_STRIPE_ADDR          listen address, loopback only           (127.0.0.1:8082)
   LOCAL_STRIPE_WEBHOOK_URL   where events are delivered              (http://$LISTEN_ADDR/webhooks/stripe)
   STRIPE_WEBHOOK_SECRET      signing secret (the first of a list)    (the service's dev secret)
   LOCAL_STRIPE_ACCOUNT       a connected account existing from start (acct_local_demo)
@@ -82,6 +84,14 @@ func readSettings(getenv func(string) string) (Settings, error) {
 		return def
 	}
 	var errs []error
+	// A development tool (docs/design.md §3): never in production, never
+	// reachable from another machine, never holding a live key.
+	if v := strings.TrimSpace(getenv("APP_ENV")); v != config.DevelopmentEnv {
+		errs = append(errs, fmt.Errorf("APP_ENV: the local Stripe runs only in development mode (APP_ENV=%s), not %q", config.DevelopmentEnv, v))
+	}
+	if k := strings.TrimSpace(getenv("STRIPE_API_KEY")); strings.HasPrefix(k, "sk_live_") || strings.HasPrefix(k, "rk_live_") {
+		errs = append(errs, errors.New("STRIPE_API_KEY: a live key; the local Stripe is test mode only (use any sk_test_ key)"))
+	}
 	dur := func(k, def string) time.Duration {
 		d, err := time.ParseDuration(get(k, def))
 		if err != nil || d < 0 {
@@ -97,6 +107,9 @@ func readSettings(getenv func(string) string) (Settings, error) {
 		ACHDelay:      dur("LOCAL_STRIPE_ACH_DELAY", "10s"),
 		RetryBase:     dur("LOCAL_STRIPE_RETRY_BASE", "2s"),
 	}}
+	if err := config.LoopbackAddr(s.Addr); err != nil {
+		errs = append(errs, fmt.Errorf("LOCAL_STRIPE_ADDR: the local Stripe binds to loopback only: %w", err))
+	}
 	s.StatePath = get("LOCAL_STRIPE_STATE", "")
 	thin, bad := localstripe.NormalizeThinTypes(strings.Split(get("LOCAL_STRIPE_THIN_EVENTS", ""), ","))
 	if bad != "" {
@@ -142,6 +155,11 @@ func run(ctx context.Context, getenv func(string) string, log *slog.Logger) erro
 	ln, err := net.Listen("tcp", s.Addr)
 	if err != nil {
 		return fmt.Errorf("listen on LOCAL_STRIPE_ADDR %s: %w", s.Addr, err)
+	}
+	// localhost is resolved by the system: make sure it was loopback.
+	if a, ok := ln.Addr().(*net.TCPAddr); !ok || !a.IP.IsLoopback() {
+		ln.Close()
+		return fmt.Errorf("LOCAL_STRIPE_ADDR %s: listening on %s, not loopback", s.Addr, ln.Addr())
 	}
 	hs := &http.Server{Handler: srv.LocalHandler(actions), ReadHeaderTimeout: 10 * time.Second}
 	log.Info("local Stripe listening (test mode only, simulated)", "addr", ln.Addr().String(), "webhook_url", s.WebhookURL,

@@ -211,6 +211,28 @@ func TestLiveKeyRefusesDevValues(t *testing.T) {
 	})
 }
 
+// TestStartupRefusesUnsafeProductionSettings: outside development mode
+// serve refuses, naming the variable, a Stripe API base that is not
+// https:// (the key would travel in clear text), a profiling listener
+// off loopback, and an INTERNAL_API_TOKEN with fewer than 12 distinct
+// characters (docs/design.md §3).
+func TestStartupRefusesUnsafeProductionSettings(t *testing.T) {
+	t.Parallel()
+	bin := binary(t)
+	for _, tc := range []struct{ name, value, want string }{
+		{"STRIPE_API_BASE", "http://api.stripe.com", "STRIPE_API_BASE: must be an https:// URL"},
+		{"PPROF_ADDR", "0.0.0.0:6060", "PPROF_ADDR: must bind to loopback"},
+		{"PPROF_ADDR", ":6060", "PPROF_ADDR: must bind to loopback"},
+		{"INTERNAL_API_TOKEN", strings.Repeat("ab", 32), "INTERNAL_API_TOKEN: at least 32 characters with at least 12 distinct ones"},
+	} {
+		t.Run(tc.name+"="+tc.value, func(t *testing.T) {
+			vars := prodVars()
+			vars[tc.name] = tc.value
+			mustRefuse(t, bin, vars, []string{tc.want}, "serve")
+		})
+	}
+}
+
 // TestServeStartsInProductionMode: with every required setting given (a
 // test key, the local stack named explicitly) serve starts without
 // APP_ENV, so production mode needs nothing from the dev defaults.
@@ -223,7 +245,7 @@ func TestServeStartsInProductionMode(t *testing.T) {
 		"ADMIN_LISTEN_ADDR":       freeAddr(t),
 		"STRIPE_WEBHOOK_SECRET":   "whsec_fake_prod_" + randomHex(8),
 		"STRIPE_API_KEY":          "sk_test_" + randomHex(8),
-		"STRIPE_API_BASE":         "http://127.0.0.1:1",
+		"STRIPE_API_BASE":         "https://127.0.0.1:1",
 		"STRIPE_PLATFORM_ACCOUNT": "acct_1ProdPlatform",
 		"DATABASE_URL":            testenv.DatabaseURL(t),
 		"DYNAMODB_ENDPOINT":       testenv.DynamoEndpoint(t),

@@ -18,8 +18,10 @@ import (
 // comparison is constant-time over fixed-length digests, so neither the
 // token's content nor its length leaks through timing. A presented token
 // is an attempt counted by failures (nil: no limit): a client address that
-// failed too often is answered 429 before its token is compared, and every
-// refusal is logged with the address it was counted under.
+// failed too often is answered 429 before its token is compared; a wrong
+// token over the ceiling of all addresses' failures is answered 429 too,
+// while the right token always gets in. Every refusal is logged with the
+// address it was counted under.
 func BearerAuth(token string, failures *authlimit.Limiter, log *slog.Logger) echo.MiddlewareFunc {
 	want := sha256.Sum256([]byte(token))
 	if log == nil {
@@ -31,7 +33,7 @@ func BearerAuth(token string, failures *authlimit.Limiter, log *slog.Logger) ech
 			if !ok || !strings.EqualFold(scheme, "Bearer") {
 				return apperr.New(apperr.CodeUnauthorized, "missing bearer token")
 			}
-			done := func(bool) {}
+			done := func(bool) bool { return false }
 			if failures != nil {
 				var allowed bool
 				if done, allowed = failures.Attempt("api", c.RealIP()); !allowed {
@@ -42,7 +44,12 @@ func BearerAuth(token string, failures *authlimit.Limiter, log *slog.Logger) ech
 			}
 			sum := sha256.Sum256([]byte(strings.TrimSpace(got)))
 			if subtle.ConstantTimeCompare(sum[:], want[:]) != 1 {
-				done(false)
+				if done(false) {
+					log.Warn("internal API refused: wrong bearer token over the ceiling of failures from all addresses",
+						"remote", c.RealIP(), "path", c.Request().URL.Path)
+					c.Response().Header().Set("Retry-After", strconv.Itoa(int(failures.RetryAfter().Seconds())))
+					return apperr.New(apperr.CodeTooManyRequests, "too many failed authentications; retry later")
+				}
 				log.Warn("internal API refused: wrong bearer token", "remote", c.RealIP(), "path", c.Request().URL.Path)
 				return apperr.New(apperr.CodeUnauthorized, "invalid bearer token")
 			}

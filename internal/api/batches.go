@@ -31,11 +31,13 @@ type Batches struct {
 }
 
 // BatchRequest is the body of POST /internal/v1/billing/batches (docs/design.md §4).
+// DryRun is required, true or false: a batch charges money (up to 5000
+// subscriptions), so a missing or null dry_run must never mean "charge".
 type BatchRequest struct {
 	AccountIDs []string `json:"account_ids"`
 	Since      string   `json:"since"`
 	Until      string   `json:"until"`
-	DryRun     bool     `json:"dry_run"`
+	DryRun     *bool    `json:"dry_run"`
 }
 
 // BatchCandidateJSON is one subscription a dry run lists.
@@ -163,12 +165,15 @@ func (h batchRoutes) create(c echo.Context) error {
 	if err := decodeBody(c, &req); err != nil {
 		return err
 	}
+	if req.DryRun == nil {
+		return apperr.Invalid("dry_run is required, true or false: true lists what a batch would charge and changes nothing; false starts the batch and charges")
+	}
 	sel, err := ParseBatchRequest(req)
 	if err != nil {
 		return err
 	}
 	ctx := c.Request().Context()
-	if req.DryRun {
+	if *req.DryRun {
 		cs, err := h.b.Service.DryRun(ctx, sel)
 		if err != nil {
 			return apperr.Ensure(err, apperr.CodeUnavailable, "could not read or start the batch")

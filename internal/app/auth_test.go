@@ -85,3 +85,44 @@ func TestForwardedForIsIgnoredWithoutTrustedProxies(t *testing.T) {
 	assert.Contains(t, out, `"remote":"127.0.0.1"`)
 	assert.False(t, strings.Contains(out, `"remote":"192.0.2.`), "a spoofed X-Forwarded-For is never logged as the client")
 }
+
+// Many addresses sending wrong tokens together go over the global ceiling
+// of failures, but never lock out the right token: an operator at a fresh
+// address, and a guessing address that has failures of its own left, both
+// get in. Wrong tokens stay limited: per address, and over the ceiling,
+// where a wrong token also costs its address the rest of its burst.
+func TestGuessersNeverLockOutTheRightToken(t *testing.T) {
+	a := startApp(t, nil, map[string]string{"TRUSTED_PROXIES": "127.0.0.1/32"})
+	base := a.Admin.URL()
+	const path = "/internal/v1/events/evt_missing"
+	const perAddress = authlimit.PerAddressBurst / 2
+	// Each guessing address stays within its own burst; together they go
+	// over the ceiling (the ceiling refills while they guess, hence twice
+	// as many as it takes).
+	limitedAt := ""
+	for i := 0; limitedAt == "" && i < 2*authlimit.GlobalBurst/perAddress; i++ {
+		addr := fmt.Sprintf("203.0.%d.%d", i/200, i%200+1)
+		for j := 0; j < perAddress && limitedAt == ""; j++ {
+			status, header := apiFrom(t, base, path, "guess", addr)
+			switch status {
+			case http.StatusUnauthorized:
+			case http.StatusTooManyRequests:
+				assert.NotEmpty(t, header.Get("Retry-After"))
+				limitedAt = addr
+			default:
+				t.Fatalf("%s guess %d: status %d", addr, j, status)
+			}
+		}
+	}
+	require.NotEmpty(t, limitedAt, "the guesses went over the global ceiling")
+	for _, addr := range []string{"198.51.100.20", "203.0.0.1"} {
+		for range 3 {
+			status, _ := apiFrom(t, base, path, token, addr)
+			require.Equal(t, http.StatusNotFound, status, "%s: the right token gets in (the event does not exist)", addr)
+		}
+	}
+	status, _ := apiFrom(t, base, path, "guess", limitedAt)
+	assert.Equal(t, http.StatusTooManyRequests, status, "a wrong token over the ceiling cost its address the rest of its burst")
+	status, _ = apiFrom(t, base, path, token, "198.51.100.20")
+	assert.Equal(t, http.StatusNotFound, status, "the operator is still in")
+}

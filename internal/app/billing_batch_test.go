@@ -245,19 +245,24 @@ func TestBatchCollectionThroughTestClocksResumesAfterRestart(t *testing.T) {
 		body any
 		want string
 	}{
-		{"no selection and no time range", map[string]any{}, "account_ids or a time range"},
+		{"no selection and no time range", map[string]any{"dry_run": false}, "account_ids or a time range"},
 		{"dry run without selection", map[string]any{"dry_run": true}, "account_ids or a time range"},
 		{"dry run matching nothing", map[string]any{"dry_run": true, "account_ids": []string{"bat-nobody"}}, "matches no subscription"},
-		{"run matching nothing", map[string]any{"account_ids": []string{batPaid}}, "matches no subscription"},
-		{"unknown field", map[string]any{"accounts": []string{batOther}}, "unknown field"},
-		{"field in the wrong case", map[string]any{"Account_IDs": []string{batOther}}, ""},
-		{"not a date", map[string]any{"since": "2024-01-01T00:00:00Z"}, "since must be a date"},
-		{"until before since", map[string]any{"since": "2024-02-01", "until": "2024-01-01"}, "until must be on or after since"},
-		{"range too long without accounts", map[string]any{"since": "2022-01-01", "until": "2024-01-31"}, "at most 366 days"},
-		{"bad account id", map[string]any{"account_ids": []string{"a#b"}}, "account_ids"},
-		{"account named twice", map[string]any{"account_ids": []string{batOther, batOther}}, "named twice"},
-		{"account_ids not a list", map[string]any{"account_ids": batOther}, ""},
+		{"run matching nothing", map[string]any{"dry_run": false, "account_ids": []string{batPaid}}, "matches no subscription"},
+		{"unknown field", map[string]any{"dry_run": false, "accounts": []string{batOther}}, "unknown field"},
+		{"field in the wrong case", map[string]any{"dry_run": false, "Account_IDs": []string{batOther}}, ""},
+		{"not a date", map[string]any{"dry_run": false, "since": "2024-01-01T00:00:00Z"}, "since must be a date"},
+		{"until before since", map[string]any{"dry_run": false, "since": "2024-02-01", "until": "2024-01-01"}, "until must be on or after since"},
+		{"range too long without accounts", map[string]any{"dry_run": false, "since": "2022-01-01", "until": "2024-01-31"}, "at most 366 days"},
+		{"bad account id", map[string]any{"dry_run": false, "account_ids": []string{"a#b"}}, "account_ids"},
+		{"account named twice", map[string]any{"dry_run": false, "account_ids": []string{batOther, batOther}}, "named twice"},
+		{"account_ids not a list", map[string]any{"dry_run": false, "account_ids": batOther}, ""},
 		{"dry_run not a boolean", map[string]any{"account_ids": []string{batOther}, "dry_run": "yes"}, ""},
+		// batOther has an ERROR period a batch would charge: without an
+		// explicit dry_run nothing may start.
+		{"dry_run missing", map[string]any{"account_ids": []string{batOther}}, "dry_run is required"},
+		{"dry_run null", map[string]any{"account_ids": []string{batOther}, "dry_run": nil}, "dry_run is required"},
+		{"dry_run missing, a time range", map[string]any{"since": "2024-01-01", "until": "2024-01-31"}, "dry_run is required"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			status, body := send(t, http.MethodPost, base, tc.body)
@@ -270,6 +275,7 @@ func TestBatchCollectionThroughTestClocksResumesAfterRestart(t *testing.T) {
 	}
 	assert.Equal(t, n, count(), "no batch recorded")
 	assert.Len(t, second.Fake.PIs(), pis, "nothing charged")
+	assert.Equal(t, billing.Error, period(batOther).Status, "the ERROR period a batch would have charged is left as it was")
 	status, body = get(t, base+"/bat_000000000000000000000000", token)
 	assert.Equal(t, http.StatusNotFound, status, body)
 	status, body = get(t, base+"/not-a-batch", token)

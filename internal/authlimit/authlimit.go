@@ -1,10 +1,15 @@
 // Package authlimit bounds guesses of INTERNAL_API_TOKEN: failed
 // authentications (console logins, bearer tokens) are counted per client
-// address and in total, in token buckets. A source that used up its
+// address and in total, in token buckets. A source that used up its own
 // bucket is refused (429) before its token is even compared, whatever it
-// sends, until the bucket refills; other sources are not affected. The
-// total bucket is a ceiling far above what one source can spend, so it
-// trips only when many sources guess at once.
+// sends, until the bucket refills; other sources are not affected.
+//
+// The total bucket is a ceiling on failures only, far above what one source
+// can spend. It is consulted after the token was compared, so that many
+// sources guessing together can never lock out the right token (an
+// operator, an API client): over the ceiling a wrong token is answered 429
+// and costs its source the rest of its bucket, which leaves each guessing
+// source one guess per refill.
 //
 // The client address is echo's RealIP, which believes X-Forwarded-For only
 // from TRUSTED_PROXIES (httpserver.Server.TrustProxies). IPv6 sources are
@@ -98,7 +103,7 @@ func New(cfg Config) *Limiter {
 	l := &Limiter{cfg: cfg, per: map[string]*bucket{},
 		counts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "stripe_payments_auth_failures_total",
-			Help: "Authentication attempts refused, by door (console, api) and result: wrong_token, or limited (too many failures from the address, or in total).",
+			Help: "Authentication attempts refused, by door (console, api) and result: wrong_token, or limited (too many failures from the address, or a wrong token over the ceiling of failures from all addresses).",
 		}, []string{"door", "result"})}
 	if cfg.Registerer != nil {
 		cfg.Registerer.MustRegister(l.counts)
@@ -121,11 +126,16 @@ func Key(addr string) string {
 	return a.String()
 }
 
-// Attempt reserves one failure for addr before a token is compared: false
-// means addr (or everyone together) has no failure left, and the attempt
-// must be refused without looking at the token. done(true) returns the
-// reservation (the token was right), done(false) keeps it (counted).
-func (l *Limiter) Attempt(door, addr string) (done func(ok bool), allowed bool) {
+// Attempt reserves one failure of addr's own bucket before a token is
+// compared: false means addr has no failure left, and the attempt must be
+// refused without looking at the token. Other addresses' failures never
+// make it false.
+//
+// done(true) returns the reservation (the token was right). done(false)
+// keeps it and counts the failure against the global ceiling; limited
+// reports that the ceiling was already reached: the wrong token is then
+// answered 429, and addr loses the rest of its bucket.
+func (l *Limiter) Attempt(door, addr string) (done func(ok bool) (limited bool), allowed bool) {
 	key := Key(addr)
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -138,27 +148,33 @@ func (l *Limiter) Attempt(door, addr string) (done func(ok bool), allowed bool) 
 	}
 	perSecond := 1 / l.cfg.PerAddressEvery.Seconds()
 	b.refill(now, perSecond, l.cfg.PerAddressBurst)
-	l.global.refill(now, l.cfg.GlobalPerSecond, l.cfg.GlobalBurst)
-	if b.tokens < 1-epsilon || l.global.tokens < 1-epsilon {
+	if b.tokens < 1-epsilon {
 		l.counts.WithLabelValues(door, "limited").Inc()
-		return func(bool) {}, false
+		return func(bool) bool { return false }, false
 	}
 	b.tokens--
-	l.global.tokens--
 	var once sync.Once
-	return func(ok bool) {
+	return func(ok bool) (limited bool) {
 		once.Do(func() {
-			if !ok {
-				l.counts.WithLabelValues(door, "wrong_token").Inc()
-				return
-			}
 			l.mu.Lock()
 			defer l.mu.Unlock()
-			b.tokens++
-			l.global.tokens++
-			b.refill(l.cfg.Now(), perSecond, l.cfg.PerAddressBurst)
-			l.global.refill(l.cfg.Now(), l.cfg.GlobalPerSecond, l.cfg.GlobalBurst)
+			now := l.cfg.Now()
+			if ok {
+				b.tokens++
+				b.refill(now, perSecond, l.cfg.PerAddressBurst)
+				return
+			}
+			l.global.refill(now, l.cfg.GlobalPerSecond, l.cfg.GlobalBurst)
+			if l.global.tokens < 1-epsilon {
+				b.tokens = min(b.tokens, 0)
+				limited = true
+				l.counts.WithLabelValues(door, "limited").Inc()
+				return
+			}
+			l.global.tokens--
+			l.counts.WithLabelValues(door, "wrong_token").Inc()
 		})
+		return limited
 	}, true
 }
 

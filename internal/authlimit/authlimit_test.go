@@ -25,11 +25,12 @@ func (c *clock) add(d time.Duration) {
 
 func newClock() *clock { return &clock{now: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)} }
 
-// fail spends one failure of addr; false when it was refused.
+// fail spends one failure of addr; false when it was refused (before the
+// comparison, or over the global ceiling).
 func fail(l *Limiter, addr string) bool {
 	done, ok := l.Attempt("api", addr)
-	done(false)
-	return ok
+	limited := done(false)
+	return ok && !limited
 }
 
 func TestOneSourceNeverLocksOutAnother(t *testing.T) {
@@ -110,7 +111,14 @@ func TestGlobalCeiling(t *testing.T) {
 	assert.Equal(t, 50, n, "many sources together stop at the ceiling")
 	assert.False(t, fail(l, "192.0.2.99"), "then everyone waits")
 	c.add(time.Second)
-	assert.True(t, fail(l, "192.0.2.99"), "one a second")
+	_, ok := l.Attempt("api", "192.0.2.99")
+	assert.False(t, ok, "a wrong token over the ceiling cost its source the rest of its burst")
+	assert.True(t, fail(l, "192.0.2.98"), "one a second")
+	assert.False(t, fail(l, "192.0.2.97"))
+	c.add(time.Hour)
+	for i := range PerAddressBurst {
+		require.True(t, fail(l, "192.0.2.99"), "refilled: failure %d", i)
+	}
 }
 
 // Concurrent attempts cannot overrun the burst: the failure is reserved
@@ -151,4 +159,25 @@ func TestKey(t *testing.T) {
 		require.True(t, fail(l, fmt.Sprintf("2001:db8:1:2::%x", i+1)))
 	}
 	assert.False(t, fail(l, "2001:db8:1:2::ffff"), "one /64 is one source")
+}
+
+// Many addresses guessing together use up the global ceiling, yet the
+// right token still gets in, from a fresh address and from one of the
+// guessing addresses that has failures of its own left: only failures are
+// counted, and only after the token was compared.
+func TestRightTokenIsNeverRefusedForOtherAddressesFailures(t *testing.T) {
+	c := newClock()
+	l := New(Config{Now: c.Now, GlobalBurst: 50, GlobalPerSecond: 1})
+	for i := range 25 {
+		for range 2 {
+			require.True(t, fail(l, fmt.Sprintf("10.0.0.%d", i)), "address %d is within its own burst", i)
+		}
+	}
+	for _, addr := range []string{"192.0.2.1", "10.0.0.3", "2001:db8::1"} {
+		for range 3 {
+			done, ok := l.Attempt("api", addr)
+			require.True(t, ok, "%s: a right token is compared", addr)
+			done(true)
+		}
+	}
 }

@@ -10,11 +10,16 @@ import (
 	"unicode/utf8"
 )
 
-// MinInternalAPITokenLength is the shortest INTERNAL_API_TOKEN accepted
-// outside development mode (docs/design.md §3): the token guards purchases, pay now
-// and cancels on every merchant, so it must not be guessable
+// MinInternalAPITokenLength and MinInternalAPITokenDistinct are the
+// shortest INTERNAL_API_TOKEN accepted outside development mode, and the
+// fewest distinct characters in it (docs/design.md §3): the token guards
+// purchases, pay now and cancels on every merchant, so it must not be
+// guessable, and 32 of one character is as good as one
 // (`openssl rand -hex 32` makes a 64-character one).
-const MinInternalAPITokenLength = 32
+const (
+	MinInternalAPITokenLength   = 32
+	MinInternalAPITokenDistinct = 12
+)
 
 // AdminConfig is the operator side (docs/design.md §3 "Two listeners"): the admin
 // listener, which client addresses to believe behind a proxy, and the
@@ -70,12 +75,21 @@ func loadAdmin(get func(key, def string) string, c Config, uses Uses) (AdminConf
 	}
 	token := c.InternalAPIToken
 	if !c.Development && uses.InternalAPI && token != "" && token != InternalAPIDisabled &&
-		utf8.RuneCountInString(token) < MinInternalAPITokenLength {
-		errs = append(errs, fmt.Errorf("INTERNAL_API_TOKEN: at least %d characters outside development mode "+
+		(utf8.RuneCountInString(token) < MinInternalAPITokenLength || distinct(token) < MinInternalAPITokenDistinct) {
+		errs = append(errs, fmt.Errorf("INTERNAL_API_TOKEN: at least %d characters with at least %d distinct ones outside development mode "+
 			"(it guards purchases, pay now and cancels on every merchant); generate one with `openssl rand -hex 32`, "+
-			"or set it to %s to turn the internal routes off", MinInternalAPITokenLength, InternalAPIDisabled))
+			"or set it to %s to turn the internal routes off", MinInternalAPITokenLength, MinInternalAPITokenDistinct, InternalAPIDisabled))
 	}
 	return a, errors.Join(errs...)
+}
+
+// distinct counts the different characters of s.
+func distinct(s string) int {
+	seen := map[rune]bool{}
+	for _, r := range s {
+		seen[r] = true
+	}
+	return len(seen)
 }
 
 // LogValue renders the admin settings (no secrets among them).

@@ -10,8 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// Outside development mode INTERNAL_API_TOKEN has at least 32 characters
-// (docs/design.md §3); "disabled" still turns the routes off, and development mode
+// Outside development mode INTERNAL_API_TOKEN has at least 32 characters,
+// 12 of them distinct (docs/design.md §3); "disabled" still turns the routes off, and development mode
 // keeps its short dev token.
 func TestInternalAPITokenLength(t *testing.T) {
 	tests := []struct {
@@ -22,7 +22,8 @@ func TestInternalAPITokenLength(t *testing.T) {
 		{"31 characters", strings.Repeat("a", 31), false, true},
 		{"one character", "Z", false, true},
 		{"a weak password", "hunter2", false, true},
-		{"32 characters", strings.Repeat("a", 32), false, false},
+		{"32 characters", "0123456789abcdef0123456789abcdef", false, false},
+		{"32 of one character", strings.Repeat("a", 32), false, true},
 		{"openssl rand -hex 32", "4f1c2b8e9d0a7f3e6b5c4d2a1e0f9b8c7d6e5f4a3b2c1d0e9f8a7b6c5d4e3f2a", false, false},
 		{"disabled", "disabled", false, false},
 		{"short in development mode", "x", true, false},

@@ -251,8 +251,31 @@ func LoadFor(lookup Lookup, uses Uses) (Config, error) {
 	errs = append(errs, err)
 	c.Retention, err = loadRetention(get)
 	errs = append(errs, err)
+	if !dev {
+		errs = append(errs, c.productionRules(uses))
+	}
 	errs = append(errs, c.Validate())
 	return c, errors.Join(errs...)
+}
+
+// productionRules are the settings refused outside development mode
+// (docs/design.md §3 "Production fails closed"); INTERNAL_API_TOKEN's own
+// rule is in loadAdmin.
+func (c Config) productionRules(uses Uses) error {
+	var errs []error
+	// The key goes with every request to Stripe: never in clear text.
+	if u, err := url.Parse(c.StripeAPIBase); uses.StripeAPIKey && (err != nil || !strings.EqualFold(u.Scheme, "https") || u.Host == "") {
+		errs = append(errs, errors.New("STRIPE_API_BASE: must be an https:// URL outside development mode "+
+			"(the API key is sent with every request), such as https://api.stripe.com"))
+	}
+	// Profiles and traces show memory, requests and secrets in flight.
+	if c.PprofAddr != "" {
+		if err := LoopbackAddr(c.PprofAddr); err != nil {
+			errs = append(errs, fmt.Errorf("PPROF_ADDR: must bind to loopback outside development mode "+
+				"(profiles show what is in memory): %w", err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // missing names the required settings of uses that are empty (after the dev

@@ -312,7 +312,11 @@ func (c *Console) login(ec echo.Context) error {
 		return c.loginForm(ec, http.StatusTooManyRequests, "Too many wrong tokens from your address; wait a minute and try again.")
 	}
 	if !tokenOK(c.d.Token, r.PostFormValue("token")) {
-		done(false)
+		if done(false) {
+			c.d.Log.Warn("console login refused: wrong token over the ceiling of failures from all addresses", "remote", remote)
+			ec.Response().Header().Set("Retry-After", strconv.Itoa(int(c.d.Failures.RetryAfter().Seconds())))
+			return c.loginForm(ec, http.StatusTooManyRequests, "Too many wrong tokens; wait a minute and try again.")
+		}
 		c.d.Log.Warn("console login refused: wrong token", "remote", remote)
 		return c.loginForm(ec, http.StatusUnauthorized, "That is not the internal API token.")
 	}

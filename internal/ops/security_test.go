@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stripe-payments/stripe-payments/internal/apptest"
+	"github.com/stripe-payments/stripe-payments/internal/authlimit"
 	"github.com/stripe-payments/stripe-payments/internal/stripetest"
 	"github.com/stripe-payments/stripe-payments/internal/testenv"
 )
@@ -122,7 +123,8 @@ func TestConsoleHeadersAndNoInlineCode(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			overrides := []string{"INTERNAL_API_TOKEN", longToken, "STRIPE_PLATFORM_ACCOUNT", "acct_1OpsHeaders"}
 			if mode == "production" {
-				overrides = append(overrides, "APP_ENV", "production")
+				// Outside development mode Stripe is reached over https only.
+				overrides = append(overrides, "APP_ENV", "production", "STRIPE_API_BASE", "https://127.0.0.1:1")
 			}
 			a := startApp(t, "http://127.0.0.1:1", overrides...)
 			require.Equal(t, mode == "development", a.Config.Development)
@@ -404,6 +406,46 @@ func TestConsoleLoginCSRFIsADoubleSubmittedNonce(t *testing.T) {
 	r = c.do(http.MethodPost, "/login", url.Values{"csrf": {second[1]}, "token": {token}})
 	assert.Equal(t, http.StatusForbidden, r.status, "no cookie")
 	c.mustLogin(token)
+}
+
+// Many addresses guessing the token together (here at the internal API,
+// which shares the console's count of failures) go over the ceiling of
+// failures from all addresses; an operator still logs in, and a wrong
+// token at the login is then answered 429.
+func TestConsoleLoginIsNotLockedOutByManyGuessers(t *testing.T) {
+	a := apptest.Start(t, apptest.Options{Env: map[string]string{
+		"STRIPE_WEBHOOK_SECRET": secret, "STRIPE_API_KEY": "sk_test_fake_ops", "STRIPE_API_BASE": "http://127.0.0.1:1",
+		"INTERNAL_API_TOKEN": token, "TRUSTED_PROXIES": "127.0.0.1/32"}})
+	limited := false
+	for i := 0; !limited && i < 2*authlimit.GlobalBurst; i++ {
+		req, err := http.NewRequest(http.MethodGet, a.AdminURL+"/internal/v1/events/evt_missing", nil)
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer guess")
+		req.Header.Set("X-Forwarded-For", fmt.Sprintf("203.0.%d.%d", i/200, i%200+1))
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		limited = resp.StatusCode == http.StatusTooManyRequests
+	}
+	require.True(t, limited, "the guesses went over the global ceiling")
+
+	operator := newConsole(t, a.AdminURL+"/ops")
+	operator.xff = "198.51.100.8"
+	operator.mustLogin(token)
+	assert.Equal(t, http.StatusOK, operator.get("/").status)
+	// The ceiling refilled a little meanwhile (10 a second): wrong tokens
+	// from fresh addresses use that up, then are answered 429.
+	var r answer
+	for i := range 100 {
+		other := newConsole(t, a.AdminURL+"/ops")
+		other.xff = fmt.Sprintf("198.51.101.%d", i+1)
+		if r = other.login("typo"); r.status != http.StatusUnauthorized {
+			break
+		}
+	}
+	assert.Equal(t, http.StatusTooManyRequests, r.status, "over the ceiling a wrong token is limited")
+	assert.Contains(t, r.body, "Too many wrong tokens")
+	assert.NotEmpty(t, r.header.Get("Retry-After"))
 }
 
 // A flood of wrong tokens from one address locks that address out of the
