@@ -1,7 +1,6 @@
 package lock_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"net/http"
@@ -18,6 +17,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/lock"
 	"github.com/stripe-payments/stripe-payments/internal/metrics"
 	"github.com/stripe-payments/stripe-payments/internal/safego"
+	"github.com/stripe-payments/stripe-payments/internal/testenv"
 )
 
 // panicOnce panics on the first heartbeat (an UpdateItem) it carries, as a
@@ -40,23 +40,6 @@ func (p *panicOnce) RoundTrip(r *http.Request) (*http.Response, error) {
 	return http.DefaultTransport.RoundTrip(r)
 }
 
-type lockedBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *lockedBuf) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *lockedBuf) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
 // TestAPanickingHeartbeatIsRecoveredAndTheLockKept: a panic in one
 // heartbeat must not end the process (a lock is held while money moves) nor
 // the heartbeat: it is logged with its stack, counted, and the next beats
@@ -64,7 +47,7 @@ func (b *lockedBuf) String() string {
 func TestAPanickingHeartbeatIsRecoveredAndTheLockKept(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	var logs lockedBuf
+	var logs testenv.Logs
 	log := slog.New(slog.NewJSONHandler(&logs, nil))
 	reg := prometheus.NewRegistry()
 	panics := metrics.NewPanics(reg)
@@ -89,27 +72,7 @@ func TestAPanickingHeartbeatIsRecoveredAndTheLockKept(t *testing.T) {
 	}
 	assert.True(t, held.Valid())
 	assert.NoError(t, held.Context().Err())
-	assert.Equal(t, 1.0, panicCount(t, reg, "lock_heartbeat"))
+	assert.Equal(t, 1.0, testenv.PanicCount(t, reg, "lock_heartbeat"))
 	assert.Contains(t, logs.String(), "injected panic in a heartbeat")
 	assert.Contains(t, logs.String(), `"goroutine":"lock_heartbeat"`)
-}
-
-// panicCount reads stripe_payments_panics_total{goroutine=name} from reg.
-func panicCount(t *testing.T, reg *prometheus.Registry, name string) float64 {
-	t.Helper()
-	families, err := reg.Gather()
-	require.NoError(t, err)
-	for _, f := range families {
-		if f.GetName() != "stripe_payments_panics_total" {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "goroutine" && l.GetValue() == name {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return 0
 }
