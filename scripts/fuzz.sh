@@ -16,6 +16,7 @@ targets=(
 	"./internal/events/ FuzzParse"
 	"./internal/stripeevent/ FuzzParseAgreesWithStripeGo"
 	"./internal/tracking/ FuzzFlows"
+	"./internal/billing/store/ FuzzReplaceFold"
 )
 out="$(mktemp)"
 trap 'rm -f "$out"' EXIT

@@ -17,6 +17,7 @@ type ErasureResult struct {
 		Subscription   bool `json:"subscription"`
 		Periods        int  `json:"periods"`
 		HistoryEntries int  `json:"history_entries"`
+		QueuedEmails   int  `json:"queued_emails"`
 	} `json:"erased"`
 }
 
@@ -34,5 +35,6 @@ func (h billingRoutes) erase(c echo.Context) error {
 	}
 	res := ErasureResult{AccountID: account, SubscriptionID: subID}
 	res.Erased.Subscription, res.Erased.Periods, res.Erased.HistoryEntries = e.Subscription, e.Periods, e.HistoryEntries
+	res.Erased.QueuedEmails = e.QueuedEmails
 	return c.JSON(http.StatusOK, res)
 }

@@ -29,7 +29,7 @@ func (a *App) newBilling() error {
 	charges := stripeclient.New(stripeclient.Options{APIKey: a.Config.StripeAPIKey, BaseURL: a.Config.StripeAPIBase, Log: a.log,
 		HTTPClient: a.stripeBudget.Client(nil, stripebudget.Charges)})
 	charger := stripecharge.New(charges, stripecharge.Options{Rate: math.Inf(1)})
-	locks := lock.New(a.Dynamo, a.Config.LocksTable, lock.Options{Lease: c.LockLease, Heartbeat: c.LockHeartbeat, Log: a.log})
+	locks := lock.New(a.Dynamo, a.Config.LocksTable, lock.Options{Lease: c.LockLease, Heartbeat: c.LockHeartbeat, Log: a.log, Safe: a.safe})
 	store := billingstore.New(a.Dynamo, a.Config.BillingTable, a.Config.BillingHistoryTable, c.Shards)
 	cfg := billing.DefaultConfig()
 	cfg.Shards, cfg.WorkersPerShard, cfg.ReminderDays = c.Shards, c.WorkersPerShard, c.ReminderDays

@@ -14,7 +14,7 @@ func (a *App) newStripe() error {
 	cfg := a.Config
 	budget, err := stripebudget.New(stripebudget.PGStore{Pool: a.Pool}, stripebudget.Config{
 		Rate: cfg.Billing.StripeRateLimit, Replicas: cfg.Billing.StripeExpectedReplicas,
-		Log: a.log, Observer: metrics.NewStripeBudget(a.Metrics.Registry)})
+		Log: a.log, Observer: metrics.NewStripeBudget(a.Metrics.Registry), Safe: a.safe})
 	if err != nil {
 		return err
 	}

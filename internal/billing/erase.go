@@ -14,6 +14,16 @@ type Erasure struct {
 	Subscription   bool // the subscription's email was removed
 	Periods        int  // periods whose copy of the email was removed
 	HistoryEntries int  // history entries that quoted the address
+	QueuedEmails   int  // reminder emails (queued, dead-lettered or sent) that held the address
+}
+
+// QueuedEraser is a notifier that keeps copies of what it queued (package
+// notify: the reminder emails in the outbox, each holding the address it is
+// sent to); an erasure removes the subscriber's address from them.
+type QueuedEraser interface {
+	// EraseQueued erases the address from the messages of subscription
+	// sub of account; addr is the address the subscription has now.
+	EraseQueued(ctx context.Context, account, sub, addr string) (int, error)
 }
 
 // PersonalDataEraser is the store's erasure (package store implements it;
@@ -36,6 +46,16 @@ var ErrCannotErase = errors.New("this store cannot erase personal data")
 // account's billing lock, as every writer of these items does. The
 // subscription goes on as before: later reminders and payments carry no
 // email (no reminder email is sent) until a new one is set.
+//
+// The reminder emails already queued hold the address too, and the email
+// worker sends to the address stored in the message: those copies are
+// erased first (QueuedEraser), rather than having the worker look the
+// address up when it sends. Erasing the copies leaves no address at rest
+// in the outbox (dead letters are kept for weeks and may be re-driven),
+// keeps the worker free of the billing store (an outage of DynamoDB does
+// not stop emails), and under the lock no reminder with the old address
+// can be queued meanwhile. A message a worker already handed to SES
+// cannot be recalled.
 func (s *Service) ErasePersonalData(ctx context.Context, account, sub string) (Erasure, error) {
 	eraser, ok := s.store.(PersonalDataEraser)
 	if !ok {
@@ -49,14 +69,25 @@ func (s *Service) ErasePersonalData(ctx context.Context, account, sub string) (E
 		now := s.wall().UTC()
 		entry := HistoryEntry{AccountID: account, SubscriptionID: sub, BillingDate: s.today(Subscription{}),
 			Process: ProcAdmin, UpdatedEvent: ErasureEvent, LastRunDate: now, Cause: "api: personal data erased (email)"}
+		queued := 0
+		if qe, ok := s.notifier.(QueuedEraser); ok {
+			current, err := s.store.GetSubscription(ctx, account, sub)
+			if err != nil {
+				return err
+			}
+			if queued, err = qe.EraseQueued(ctx, account, sub, current.Email); err != nil {
+				return err
+			}
+		}
 		var err error
 		out, err = eraser.ErasePersonalData(ctx, account, sub, entry)
+		out.QueuedEmails = queued
 		return err
 	})
 	if err != nil {
 		return out, fmt.Errorf("erase personal data of %s: %w", sub, err)
 	}
 	s.log.Info("personal data erased", "account", account, "subscription_id", sub,
-		"periods", out.Periods, "history_entries", out.HistoryEntries)
+		"periods", out.Periods, "history_entries", out.HistoryEntries, "queued_emails", out.QueuedEmails)
 	return out, nil
 }

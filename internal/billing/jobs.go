@@ -163,7 +163,10 @@ func (s *Service) run(ctx context.Context, job string, date dates.Date, index In
 		retry []accountWork
 	)
 	work := func(w accountWork) {
-		err := s.account(ctx, w, date, locked, fn, rep)
+		// One account's panic fails that account only (logged and
+		// counted, and an error of the run like any other failure); its
+		// lock's lease lets the next run in.
+		err := s.safe.Do("billing_account", func() error { return s.account(ctx, w, date, locked, fn, rep) })
 		switch {
 		case errors.Is(err, ErrLocked):
 			mu.Lock()
@@ -229,9 +232,7 @@ func (s *Service) eachShard(ctx context.Context, index Index, from, date dates.D
 				go func() {
 					defer workers.Done()
 					for w := range ch {
-						// One account's panic fails that account only (logged
-						// and counted); its lock's lease lets the next run in.
-						_ = s.safe.Do("billing_account", func() error { work(w); return nil })
+						work(w)
 					}
 				}()
 			}

@@ -12,7 +12,8 @@ import (
 
 // TestAPanicForOneAccountSparesTheOthers: a panic while collecting one
 // account fails that account only; the job goes on with the others and the
-// process survives.
+// process survives. The run's report says so: the panicking account is an
+// error with its cause, so the run is not OK (a rerun is needed).
 func TestAPanicForOneAccountSparesTheOthers(t *testing.T) {
 	t.Parallel()
 	e := billingtest.NewEnv(t, billingtest.Options{Crash: func(step string, p billing.Period) error {
@@ -30,7 +31,14 @@ func TestAPanicForOneAccountSparesTheOthers(t *testing.T) {
 		good = append(good, s)
 	}
 	e.Clock.SetDate(d("2024-01-02"))
-	_, _ = e.Service.Collect(ctx, d("2024-01-02"))
+	rep, _ := e.Service.Collect(ctx, d("2024-01-02"))
+	require.NotNil(t, rep)
+	assert.Equal(t, 3, rep.Succeeded)
+	assert.Equal(t, 1, rep.Errors, "the panicking account is an error of the run")
+	assert.False(t, rep.OK(), "a run with a panicking account is not OK")
+	require.Len(t, rep.Causes, 1)
+	assert.Contains(t, rep.Causes[0], "acc-panics")
+	assert.Contains(t, rep.Causes[0], "injected panic for one account")
 	for _, s := range good {
 		got, err := e.Service.GetSubscription(ctx, s.AccountID, s.SubscriptionID)
 		require.NoError(t, err)

@@ -22,7 +22,7 @@ const (
 // often it is caused. a must carry its BillingDetails.
 func DedupeKey(a actions.Action) string {
 	b := a.BillingDetails
-	k := fmt.Sprintf("%s:%s:%s:%s", a.Type, a.Account, deref(a.SubscriptionID), b.BillingDate)
+	k := DedupeKeyPrefix(a.Type, a.Account, deref(a.SubscriptionID)) + b.BillingDate
 	if b.Period != "" && b.Period != b.BillingDate {
 		k += ":period-" + b.Period
 	}
@@ -33,6 +33,12 @@ func DedupeKey(a actions.Action) string {
 		k += fmt.Sprintf(":attempt-%d", b.Attempt)
 	}
 	return k
+}
+
+// DedupeKeyPrefix begins the DedupeKey of every action of type typ for
+// subscription sub of account.
+func DedupeKeyPrefix(typ, account, sub string) string {
+	return fmt.Sprintf("%s:%s:%s:", typ, account, sub)
 }
 
 func deref(s *string) string {

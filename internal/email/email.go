@@ -26,10 +26,21 @@ const Topic = "email"
 
 // Message is the payload of an email outbox message.
 type Message struct {
+	// To is the recipient; empty once the subscriber's email was erased
+	// (ErasedRecipient), and then nothing is sent.
 	To      string `json:"to"`
 	Subject string `json:"subject"`
 	Text    string `json:"text"`
+	// Account and SubscriptionID name whose personal data the message
+	// holds: an erasure finds the messages by them, whatever address the
+	// subscription had when each was queued.
+	Account        string `json:"account,omitempty"`
+	SubscriptionID string `json:"subscription_id,omitempty"`
 }
+
+// ErasedRecipient is the To of a message whose recipient's email was
+// erased.
+const ErasedRecipient = ""
 
 // Validate checks what SES would refuse, so a bad address fails at enqueue
 // time instead of being retried forever.
@@ -75,6 +86,12 @@ func (s Sender) Deliver(ctx context.Context, msg outbox.Message) error {
 	var m Message
 	if err := json.Unmarshal(msg.Payload, &m); err != nil {
 		return fmt.Errorf("decode email %s: %w", msg.ID, err)
+	}
+	if m.To == ErasedRecipient {
+		// The subscriber's email was erased after the message was queued
+		// (a dead letter may be re-driven long after): there is nobody to
+		// send it to, and it is settled rather than retried.
+		return nil
 	}
 	in := &sesv2.SendEmailInput{
 		FromEmailAddress: aws.String(s.From),

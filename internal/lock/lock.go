@@ -38,6 +38,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/google/uuid"
+
+	"github.com/stripe-payments/stripe-payments/internal/safego"
 )
 
 // Errors of the lock vocabulary.
@@ -59,6 +61,10 @@ type Options struct {
 	// Now is the clock: leases are measured with its monotonic readings.
 	Now func() time.Time
 	Log *slog.Logger
+	// Safe recovers a panic in a heartbeat (nil: a starter that only
+	// logs): the lock's holder may be moving money, and one bad beat must
+	// end neither the process nor the heartbeat.
+	Safe *safego.Starter
 }
 
 // Client acquires locks in one table.
@@ -92,6 +98,7 @@ func New(db *dynamodb.Client, table string, opts Options) *Client {
 	if opts.Log == nil {
 		opts.Log = slog.Default()
 	}
+	opts.Safe = opts.Safe.OrDefault(opts.Log)
 	if opts.Owner == "" {
 		host, _ := os.Hostname()
 		opts.Owner = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), uuid.NewString()[:8])
@@ -374,13 +381,19 @@ func (l *Lock) beat() {
 		cur := l.rvn
 		l.mu.Unlock()
 		next := uuid.NewString()
-		ctx, cancel := context.WithTimeout(context.Background(), l.c.opts.Lease/2)
-		// A contender may see the new RVN as soon as DynamoDB writes it,
-		// which can be long before the answer arrives: the lease is
-		// counted from the sending.
-		sent := l.c.opts.Now()
-		err := l.c.heartbeat(ctx, l.key, cur, next)
-		cancel()
+		var sent time.Time
+		// A panic in one beat (logged with its stack and counted) is a
+		// failed heartbeat: the next tick tries again, and the lease decides
+		// as for any other failure.
+		err := l.c.opts.Safe.Do("lock_heartbeat", func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), l.c.opts.Lease/2)
+			defer cancel()
+			// A contender may see the new RVN as soon as DynamoDB writes
+			// it, which can be long before the answer arrives: the lease is
+			// counted from the sending.
+			sent = l.c.opts.Now()
+			return l.c.heartbeat(ctx, l.key, cur, next)
+		})
 		l.mu.Lock()
 		switch {
 		case err == nil:

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
+
+	"github.com/stripe-payments/stripe-payments/internal/safego"
 )
 
 // Config of a Budget; zero fields take the defaults.
@@ -57,6 +59,9 @@ type Config struct {
 	Pause, MaxPause time.Duration
 	Log             *slog.Logger
 	Observer        Observer
+	// Safe recovers a panic in the leaser or the probe (nil: a starter
+	// that only logs): every Stripe request of the replica waits on them.
+	Safe *safego.Starter
 }
 
 // Budget is what a caller that does not go through Transport draws on
@@ -132,6 +137,8 @@ type Shared struct {
 	clock     clockOffset // leaser goroutine only
 	lag       leaseLag    // leaser goroutine only
 	back      leaseLag    // leaser goroutine only: the answers' way back
+
+	safe *safego.Starter
 }
 
 type waiter struct {
@@ -188,6 +195,7 @@ func New(store Store, cfg Config) (*Shared, error) {
 	if b.obs == nil {
 		b.obs = nopObserver{}
 	}
+	b.safe = cfg.Safe.OrDefault(b.log)
 	return b, nil
 }
 
@@ -266,7 +274,10 @@ func (b *Shared) enqueue(w *waiter, front bool) {
 	}
 	if !b.running {
 		b.running = true
-		go b.lease()
+		// A panic in the leaser restarts it after a pause (logged and
+		// counted): running stays true only while a leaser will run, and
+		// lease itself clears it when nobody waits.
+		go b.safe.Loop(context.Background(), "stripe_budget_leaser", func(context.Context) { b.lease() })
 		return
 	}
 	if w.class < b.sleepFor {
@@ -438,7 +449,9 @@ func (b *Shared) lease() {
 		if b.fallback.Load() {
 			if time.Now().After(b.nextProbe) && b.probing.CompareAndSwap(false, true) {
 				b.nextProbe = time.Now().Add(b.cfg.Probe)
-				go b.probe()
+				// probe clears probing itself, also when it panics, so
+				// the next probe comes Probe later.
+				go func() { _ = b.safe.Do("stripe_budget_probe", func() error { b.probe(); return nil }) }()
 			}
 			b.serveLocally(c)
 			next = time.Time{}

@@ -66,7 +66,7 @@ func (n Outbox) Notify(ctx context.Context, a actions.Action) error {
 // reminderEmail is the text of a payment reminder.
 func reminderEmail(a actions.Action) email.Message {
 	return email.Message{
-		To:      a.Email,
+		To: a.Email, Account: a.Account, SubscriptionID: deref(a.SubscriptionID),
 		Subject: fmt.Sprintf("Your %s payment is due on %s", a.SKU, a.BillingDate),
 		Text: fmt.Sprintf("Hello,\n\nyour %s subscription will be charged %s on %s.\n"+
 			"Nothing to do if your payment method is up to date.\n", a.SKU, formatAmount(a.Amount, a.Currency), a.BillingDate),
@@ -88,4 +88,35 @@ func formatAmount(minor int64, currency string) string {
 		sign, minor = "-", -minor
 	}
 	return fmt.Sprintf("%s%d.%02d %s", sign, minor/100, minor%100, cur)
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+// EraseQueued removes the subscriber's address from every reminder email
+// of subscription sub of account the outbox holds, queued, dead-lettered or
+// already delivered (billing.QueuedEraser): the worker then sends none of
+// them (a message with no recipient is settled unsent) and no stored copy
+// keeps the address. Messages queued before they named their subscription
+// are found by their dedupe key and addr, the address the subscription has
+// now. It answers how many messages it changed.
+func (n Outbox) EraseQueued(ctx context.Context, account, sub, addr string) (int, error) {
+	// The dedupe key of a reminder's email (Notify): "email:" and the
+	// action's key, which begins with its type, account and subscription.
+	// Ids may hold ':', so the prefix alone could name another
+	// subscription: the address must match too.
+	legacy := "email:" + billing.DedupeKeyPrefix(billing.ActionReminderDue, account, sub)
+	tag, err := n.Pool.Exec(ctx, `UPDATE outbox SET payload = jsonb_set(payload, '{to}', to_jsonb($5::text))
+		WHERE topic = $1 AND payload->>'to' <> $5
+		AND ((payload->>'account' = $2 AND payload->>'subscription_id' = $3)
+			OR (NOT payload ? 'account' AND starts_with(dedupe_key, $4) AND $6 <> '' AND lower(payload->>'to') = lower($6)))`,
+		email.Topic, account, sub, legacy, email.ErasedRecipient, addr)
+	if err != nil {
+		return 0, fmt.Errorf("erase queued emails of %s: %w", sub, err)
+	}
+	return int(tag.RowsAffected()), nil
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
@@ -115,7 +117,6 @@ func (s *Store) redactHistory(ctx context.Context, account, sub, addr string) (i
 	p := dynamodb.NewQueryPaginator(s.db, &dynamodb.QueryInput{TableName: aws.String(s.history),
 		KeyConditionExpression: kc.KeyCondition(), ExpressionAttributeNames: kc.Names(),
 		ExpressionAttributeValues: kc.Values(), ConsistentRead: aws.Bool(true)})
-	lower := strings.ToLower(addr)
 	for p.HasMorePages() {
 		page, err := p.NextPage(ctx)
 		if err != nil {
@@ -129,7 +130,7 @@ func (s *Store) redactHistory(ctx context.Context, account, sub, addr string) (i
 			var set expression.UpdateBuilder
 			changed := false
 			for name, v := range map[string]string{"Error": it.Error, "Cause": it.Cause, "UpdatedEvent": it.UpdatedEvent} {
-				if strings.Contains(strings.ToLower(v), lower) {
+				if containsFold(v, addr) {
 					set = set.Set(expression.Name(name), expression.Value(replaceFold(v, addr, redactedAddress)))
 					changed = true
 				}
@@ -156,18 +157,78 @@ func (s *Store) redactHistory(ctx context.Context, account, sub, addr string) (i
 	return n, nil
 }
 
-// replaceFold replaces every case-insensitive occurrence of old in s.
+// replaceFold replaces every case-insensitive occurrence of old in s,
+// leftmost first. It compares rune by rune, as strings.EqualFold does, on
+// the original text: lower-casing both sides first would shift the byte
+// offsets whenever a rune's lower case has another length (İ, ẞ, Ⱥ) and
+// cut the wrong bytes. A byte that is not UTF-8 matches only itself.
 func replaceFold(s, old, repl string) string {
-	var b strings.Builder
-	ls, lo := strings.ToLower(s), strings.ToLower(old)
-	for {
-		i := strings.Index(ls, lo)
-		if i < 0 {
-			b.WriteString(s)
-			return b.String()
-		}
-		b.WriteString(s[:i])
-		b.WriteString(repl)
-		s, ls = s[i+len(old):], ls[i+len(old):]
+	if old == "" {
+		return s
 	}
+	var b strings.Builder
+	for len(s) > 0 {
+		if n := prefixFold(s, old); n > 0 {
+			b.WriteString(repl)
+			s = s[n:]
+			continue
+		}
+		_, n := utf8.DecodeRuneInString(s)
+		b.WriteString(s[:n])
+		s = s[n:]
+	}
+	return b.String()
+}
+
+// containsFold reports whether s holds old case-insensitively (as
+// replaceFold matches).
+func containsFold(s, old string) bool {
+	if old == "" {
+		return true
+	}
+	for len(s) > 0 {
+		if prefixFold(s, old) > 0 {
+			return true
+		}
+		_, n := utf8.DecodeRuneInString(s)
+		s = s[n:]
+	}
+	return false
+}
+
+// prefixFold answers how many bytes of s begin with old case-insensitively
+// (0: s does not).
+func prefixFold(s, old string) int {
+	i := 0
+	for len(old) > 0 {
+		if i == len(s) {
+			return 0
+		}
+		sr, sn := utf8.DecodeRuneInString(s[i:])
+		or, on := utf8.DecodeRuneInString(old)
+		if (sr == utf8.RuneError && sn == 1) || (or == utf8.RuneError && on == 1) {
+			if sn != on || s[i] != old[0] {
+				return 0
+			}
+		} else if !equalFoldRune(sr, or) {
+			return 0
+		}
+		i += sn
+		old = old[on:]
+	}
+	return i
+}
+
+// equalFoldRune reports whether a and b are equal under Unicode simple case
+// folding (the orbit strings.EqualFold walks).
+func equalFoldRune(a, b rune) bool {
+	if a == b {
+		return true
+	}
+	for r := unicode.SimpleFold(a); r != a; r = unicode.SimpleFold(r) {
+		if r == b {
+			return true
+		}
+	}
+	return false
 }
