@@ -95,7 +95,7 @@ func (s *Store) PutReceived(ctx context.Context, r Record) error {
 // notification of the event is hydrated).
 type ThinHydrated struct {
 	Type          string
-	StripeAccount string // the copy's context, or the platform account
+	StripeAccount string // the copy's context, or the platform account ("" leaves the record's)
 	Created       time.Time
 	RelatedObject string // "" leaves the record's
 	// Hydration is HydrationHydrated or HydrationUnhandled.
@@ -115,13 +115,14 @@ func (s *Store) ThinDone(ctx context.Context, id string, h ThinHydrated, at time
 		Set(expression.Name("processed_at"), expression.Value(at.UTC().Format(bookkeepingTimeLayout))).
 		Set(expression.Name("hydration"), expression.Value(h.Hydration)).
 		Set(expression.Name("type"), expression.Value(h.Type)).
-		Set(expression.Name("stripe_account"), expression.Value(h.StripeAccount)).
 		Set(expression.Name("timestamp"), expression.Value(r.Timestamp())).
 		Set(expression.Name("date"), expression.Value(r.Date())).
 		Set(expression.Name("time"), expression.Value(r.Time())).
 		Set(expression.Name("expiration"), expression.Value(created.Add(s.ttl).Unix())).
 		Remove(expression.Name("last_error"))
-	for name, v := range map[string]string{"snapshot_event": h.SnapshotEvent, "related_object": h.RelatedObject, "severity": h.Severity} {
+	// Index keys cannot be empty: "" leaves the record's.
+	for name, v := range map[string]string{"stripe_account": h.StripeAccount, "snapshot_event": h.SnapshotEvent,
+		"related_object": h.RelatedObject, "severity": h.Severity} {
 		if v != "" {
 			u = u.Set(expression.Name(name), expression.Value(v))
 		}
