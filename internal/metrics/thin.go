@@ -47,6 +47,11 @@ func (m *Metrics) NewThin(backlog ThinBacklog) *Thin {
 	for _, o := range []stripeevent.Outcome{stripeevent.Received, stripeevent.Duplicate, stripeevent.Ignored, stripeevent.Failed} {
 		t.received.WithLabelValues(string(o))
 	}
+	// Every result exists from the start, so an alert on the first
+	// increase of one (refused) sees it.
+	for _, r := range []string{"hydrated", "account", "redriven", "unhandled", "retry", "refused"} {
+		t.hydrated.WithLabelValues(r)
+	}
 	for _, sev := range []string{stripeevent.SeverityCritical, stripeevent.SeverityNonCritical, stripeevent.SeverityUnknown} {
 		t.health.WithLabelValues(sev)
 	}
