@@ -37,7 +37,7 @@ func (a *App) newThin() {
 	})
 	store := a.Events
 	t.Hydrator = thin.NewHydrator(thin.HydratorConfig{Livemode: cfg.Livemode(), PlatformAccount: cfg.PlatformAccount,
-		Log: log, Observer: obs, Safe: a.safe},
+		Log: log, Observer: obs, Safe: a.safe, Problems: a.OpsProblems},
 		t.Queue, a.ThinRecords, store, thin.StripeAPI{BaseURL: cfg.StripeAPIBase, Key: cfg.StripeAPIKey}, t.Budget, a.Handler, t.Registry)
 	t.Intake = thin.NewIntake(thin.IntakeConfig{PlatformAccount: cfg.PlatformAccount, EventTTL: cfg.EventTTL,
 		Livemode: cfg.Livemode(), Log: log, Observer: obs}, store, t.Queue, t.Hydrator.Nudge)

@@ -754,6 +754,12 @@ func TestThinNotificationDisagreeingWithStripesCopyIsRefused(t *testing.T) {
 			require.NoError(t, e.app.Pool.QueryRow(t.Context(), `SELECT count(*) FROM thin_hydrations WHERE event_id = $1`,
 				change.thinID).Scan(&queued))
 			assert.Zero(t, queued, "not retried: Stripe's copy will say the same")
+			listed := func() (n int) {
+				require.NoError(t, e.app.Pool.QueryRow(t.Context(),
+					`SELECT count(*) FROM ops_event_problems WHERE event_id = $1 AND outcome = 'failed'`, change.thinID).Scan(&n))
+				return n
+			}
+			assert.Equal(t, 1, listed(), "on the operators' failed list")
 
 			// Stripe's own notification of the event.
 			status, ans = e.deliver(t, change.thin)
@@ -766,6 +772,7 @@ func TestThinNotificationDisagreeingWithStripesCopyIsRefused(t *testing.T) {
 			assert.Equal(t, pi, rec["related_object"])
 			assert.NotEqual(t, "2099", rec["date"].(string)[:4], "dated as Stripe's copy")
 			assert.Empty(t, rec["last_error"])
+			assert.Zero(t, listed(), "off the failed list once hydrated")
 			assert.Equal(t, "fulfilled", e.get(t, "/v1/purchases/"+id)["status"])
 			assert.NotEqual(t, "fulfilled", e.get(t, "/v1/purchases/"+otherID)["status"])
 			fulfilled++

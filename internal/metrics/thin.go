@@ -69,7 +69,7 @@ func (t *Thin) ThinReceived(o stripeevent.Outcome) { t.received.WithLabelValues(
 // ThinHydrated implements thin.Observer.
 func (t *Thin) ThinHydrated(result string, latency time.Duration) {
 	t.hydrated.WithLabelValues(result).Inc()
-	if result != "retry" {
+	if result != "retry" && result != "refused" { // neither was hydrated
 		t.latency.Observe(latency.Seconds())
 	}
 }

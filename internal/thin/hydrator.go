@@ -59,7 +59,17 @@ type HydratorConfig struct {
 	// counted as thin_hydration): the job is retried later, the other jobs
 	// and the loop go on. Nil: a starter that only logs.
 	Safe *safego.Starter
-	Now  func() time.Time
+	// Problems is the operators' list of failed events (opsdata.Problems;
+	// may be nil): a refused notification is put on it, and taken off
+	// when its event is hydrated.
+	Problems Problems
+	Now      func() time.Time
+}
+
+// Problems is the operators' list of failed events, as the hydrator feeds it.
+type Problems interface {
+	Listed(ctx context.Context, r events.Record, outcome, msg string)
+	Resolve(ctx context.Context, ids ...string) error
 }
 
 // Hydrator hydrates queued thin notifications.
@@ -261,6 +271,13 @@ func (h *Hydrator) hydrate(ctx, parent context.Context, j Job) {
 		// finds the snapshot a duplicate.
 		log.Warn("thin event hydrated but still queued", "error", err)
 	}
+	if h.cfg.Problems != nil {
+		// Listed if a notification of this id was refused before; a no-op
+		// delete by key otherwise.
+		if err := h.cfg.Problems.Resolve(ctx, j.EventID); err != nil {
+			log.Warn("thin event hydrated; still on the failed list", "error", err)
+		}
+	}
 	h.cfg.Observer.ThinHydrated(done.result, h.cfg.Now().Sub(j.ReceivedAt))
 	if done.result == ResultRedriven {
 		h.cfg.Observer.ThinHealth(done.record.Severity)
@@ -278,6 +295,13 @@ func (h *Hydrator) refuse(ctx context.Context, log *slog.Logger, j Job, ref *ref
 		// Not recorded: leave the job to its lease, to be refused again.
 		log.Warn("thin event: refusal not recorded", "error", err)
 		return
+	}
+	if h.cfg.Problems != nil {
+		account := j.Context
+		if account == "" {
+			account = h.cfg.PlatformAccount
+		}
+		h.cfg.Problems.Listed(ctx, events.Record{ID: j.EventID, Type: j.Type, StripeAccount: account}, "failed", ref.Error())
 	}
 	if err := h.queue.Drop(ctx, j.EventID); err != nil {
 		log.Warn("thin event refused but still queued; its lease brings it back", "error", err)
