@@ -35,11 +35,13 @@ type Event struct {
 	LastError     string  `json:"last_error,omitempty"`
 	// PayloadKind is "snapshot" or "thin" (docs/design.md §4); a thin record also
 	// has its hydration state, the object it is about and, once hydrated
-	// from a v1 resource, snapshot_event.
+	// from a v1 resource, snapshot_event; a hydrated health event has the
+	// severity Stripe gave it.
 	PayloadKind   string `json:"payload_kind"`
 	Hydration     string `json:"hydration,omitempty"`
 	SnapshotEvent string `json:"snapshot_event,omitempty"`
 	RelatedObject string `json:"related_object,omitempty"`
+	Severity      string `json:"severity,omitempty"`
 }
 
 // EventJSON renders a record.
@@ -61,6 +63,7 @@ func EventJSON(r events.Record) Event {
 	e.PayloadKind = string(stripeevent.KindSnapshot)
 	if r.PayloadKind == stripeevent.KindThin {
 		e.PayloadKind, e.Hydration, e.SnapshotEvent, e.RelatedObject = string(r.PayloadKind), r.Hydration, r.SnapshotEvent, r.RelatedObject
+		e.Severity = r.Severity
 	}
 	return e
 }

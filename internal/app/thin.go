@@ -36,7 +36,8 @@ func (a *App) newThin() {
 		return b.Count, b.Oldest, err
 	})
 	store := a.Events
-	t.Hydrator = thin.NewHydrator(thin.HydratorConfig{Livemode: cfg.Livemode(), Log: log, Observer: obs},
+	t.Hydrator = thin.NewHydrator(thin.HydratorConfig{Livemode: cfg.Livemode(), PlatformAccount: cfg.PlatformAccount,
+		Log: log, Observer: obs, Safe: a.safe, Problems: a.OpsProblems},
 		t.Queue, a.ThinRecords, store, thin.StripeAPI{BaseURL: cfg.StripeAPIBase, Key: cfg.StripeAPIKey}, t.Budget, a.Handler, t.Registry)
 	t.Intake = thin.NewIntake(thin.IntakeConfig{PlatformAccount: cfg.PlatformAccount, EventTTL: cfg.EventTTL,
 		Livemode: cfg.Livemode(), Log: log, Observer: obs}, store, t.Queue, t.Hydrator.Nudge)

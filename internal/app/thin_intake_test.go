@@ -75,7 +75,8 @@ func TestThinIntakeIsOneCommitFindableAtOnce(t *testing.T) {
 	assert.Equal(t, events.StatusReceived, rec.Status)
 
 	// Hydrated: the record processed, the job done.
-	require.NoError(t, raw.ThinDone(ctx, id, stripetest.NewID(), events.HydrationHydrated, time.Now()))
+	require.NoError(t, raw.ThinDone(ctx, id, events.ThinHydrated{Type: rec.Type, StripeAccount: rec.StripeAccount,
+		Created: rec.Created, SnapshotEvent: stripetest.NewID(), Hydration: events.HydrationHydrated}, time.Now()))
 	require.NoError(t, a.Thin.Queue.Done(ctx, id))
 	ingest(stripeevent.Duplicate)
 	assert.Zero(t, queued(), "a duplicate queues nothing")

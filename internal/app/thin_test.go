@@ -420,36 +420,55 @@ func TestOtherV2EventsAreRecordedUnhandled(t *testing.T) {
 }
 
 // TestHealthEventRedrivesItsObject: Stripe failed to generate the event of
-// a PaymentIntent's success; the resolved health event names it, and the
-// service fetches it and drives the purchase to fulfilled, once.
+// a PaymentIntent's success on a connected account; the resolved health
+// event, in Stripe's shape (the object in data.impact.related_object, the
+// account in data.impact.context, data.severity; the notification itself
+// names no object), is delivered signed, and the service fetches the object
+// on that account and drives the purchase to fulfilled, once. The record
+// keeps the severity and the metrics count it.
 func TestHealthEventRedrivesItsObject(t *testing.T) {
 	fake, sink := stripetest.New(t, stripetest.Options{}), newActionSink(t)
 	e := startThinApp(t, fake, sink, nil)
-	id, account, pi := e.legacyPurchase(t)
-	obj := fake.Object(pi)
-	require.NotNil(t, obj)
-	obj["status"] = "succeeded"
-	fake.Put(merchant, obj)
+	for i, c := range []struct {
+		name, context, severity string
+	}{
+		{"a platform notification", "", "critical"},
+		{"a notification on the account", merchant, "non_critical"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			id, account, pi := e.legacyPurchase(t)
+			obj := fake.Object(pi)
+			require.NotNil(t, obj)
+			obj["status"] = "succeeded"
+			fake.Put(merchant, obj)
 
-	health := stripetest.Thin{Fixture: "v2.core.health.event_generation_failure.resolved", RelatedID: pi}.Build(t)
-	fake.AddV2(health, "")
-	status, ans := e.deliver(t, health)
-	require.Equal(t, http.StatusOK, status, ans)
-	rec := e.waitHydrated(t, ans["event_id"].(string))
-	assert.Equal(t, "hydrated", rec["hydration"])
-	got := e.get(t, "/v1/purchases/"+id)
-	assert.Equal(t, "fulfilled", got["status"])
-	acts := waitActions(t, sink, 1)
-	assert.Equal(t, id, *acts[0].PurchaseID)
-	assert.Equal(t, account, acts[0].Account)
-	var fetched bool
-	for _, r := range fake.Requests() {
-		if r.Method == http.MethodGet && r.Path == "/v1/payment_intents/"+pi {
-			fetched = true
-			assert.Equal(t, merchant, r.StripeAccount)
-		}
+			healthID := stripetest.NewThinID()
+			health := stripetest.Thin{Fixture: "v2.core.health.event_generation_failure.resolved", ID: healthID,
+				Context: stripetest.Ptr(c.context)}.Build(t)
+			fake.AddV2Data(health, "", stripetest.HealthResolved{Context: merchant, ObjectID: pi, Severity: c.severity}.Data())
+			status, ans := e.deliver(t, health)
+			require.Equal(t, http.StatusOK, status, ans)
+			rec := e.waitHydrated(t, healthID)
+			assert.Equal(t, "hydrated", rec["hydration"])
+			assert.Equal(t, c.severity, rec["severity"])
+			assert.Empty(t, rec["last_error"])
+			got := e.get(t, "/v1/purchases/"+id)
+			assert.Equal(t, "fulfilled", got["status"])
+			acts := waitActions(t, sink, i+1)
+			assert.Equal(t, id, *acts[i].PurchaseID)
+			assert.Equal(t, account, acts[i].Account)
+			var fetched int
+			for _, r := range fake.Requests() {
+				if r.Method == http.MethodGet && r.Path == "/v1/payment_intents/"+pi {
+					fetched++
+					assert.Equal(t, merchant, r.StripeAccount, "fetched on the account data.impact.context names")
+				}
+			}
+			assert.Equal(t, 1, fetched, "the named object is fetched once")
+			assert.Contains(t, metricLines(t, e.url, "stripe_payments_thin_health_events_total"),
+				`stripe_payments_thin_health_events_total{severity="`+c.severity+`"} 1`)
+		})
 	}
-	assert.True(t, fetched, "the named object is fetched on its account")
 }
 
 // TestThinSweepTakesInUndeliveredThinEvents: thin events Stripe listed on
@@ -660,4 +679,118 @@ func TestAHangingHydrationHoldsNoOtherNotification(t *testing.T) {
 	assert.Less(t, time.Since(start), 15*time.Second, "hydrated beside the hanging one, not after its timeout")
 	assert.Equal(t, "received", e.event(t, c.thinID)["status"], "the first still hangs")
 	assert.Equal(t, "fulfilled", e.get(t, "/v1/purchases/"+id2)["status"])
+}
+
+// TestThinNotificationDisagreeingWithStripesCopyIsRefused: what the service
+// applies comes from Stripe's copy of the event (GET /v2/core/events/{id}),
+// never from the notification. A notification whose type, created, context
+// or related object differs from that copy is recorded failed with the
+// difference named and applies nothing: not the copy's change, not what
+// the notification claims (the case that re-types a PaymentIntent's
+// success as a health event dated 2099 naming another PaymentIntent would
+// have re-driven that one, dated 2099). Stripe's own notification of the
+// event, delivered after, is hydrated and applied from the copy.
+func TestThinNotificationDisagreeingWithStripesCopyIsRefused(t *testing.T) {
+	fake, sink := stripetest.New(t, stripetest.Options{}), newActionSink(t)
+	e := startThinApp(t, fake, sink, nil)
+	const otherAccount = "acct_1Qz9XkQ9RKHgCVdK"
+	cases := []struct {
+		name   string
+		forge  func(doc map[string]any, otherPI string)
+		naming []string // what last_error names
+	}{
+		{"re-typed as a health event dated 2099 naming another PaymentIntent", func(doc map[string]any, otherPI string) {
+			doc["type"] = "v2.core.health.event_generation_failure.resolved"
+			doc["created"] = "2099-01-01T00:00:00.000Z"
+			doc["related_object"] = map[string]any{"id": otherPI, "type": "payment_intent", "url": "/v1/payment_intents/" + otherPI}
+		}, []string{"type", "created", "related_object"}},
+		{"created", func(doc map[string]any, _ string) { doc["created"] = "2099-01-01T00:00:00.000Z" }, []string{"created"}},
+		{"context", func(doc map[string]any, _ string) { doc["context"] = otherAccount }, []string{"context"}},
+		{"related object", func(doc map[string]any, otherPI string) {
+			doc["related_object"] = map[string]any{"id": otherPI, "type": "payment_intent", "url": "/v1/payment_intents/" + otherPI}
+		}, []string{"related_object"}},
+	}
+	fulfilled := 0
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			id, account, pi := e.legacyPurchase(t)
+			otherID, _, otherPI := e.legacyPurchase(t)
+			other := fake.Object(otherPI)
+			require.NotNil(t, other)
+			other["status"] = "succeeded" // a re-drive of it would fulfil its purchase
+			fake.Put(merchant, other)
+			change := newPaidChange(t, fake, pi, id, account)
+			var doc map[string]any
+			require.NoError(t, json.Unmarshal(change.thin, &doc))
+			c.forge(doc, otherPI)
+			forged, err := json.Marshal(doc)
+			require.NoError(t, err)
+			// Stripe's copy, wherever the forged context sends the request.
+			fake.Answer(http.MethodGet, "/v2/core/events/"+change.thinID, http.StatusOK,
+				stripetest.V2Copy(change.thin, change.snapshotID, nil), 1)
+
+			status, ans := e.deliver(t, forged)
+			require.Equal(t, http.StatusOK, status, ans)
+			var rec map[string]any
+			waitFor(t, "the forged notification recorded failed", func() bool {
+				rec = e.event(t, change.thinID)
+				return rec != nil && rec["status"] == "failed"
+			})
+			assert.Equal(t, "refused", rec["hydration"])
+			assert.Contains(t, rec["last_error"], "Stripe's copy")
+			for _, field := range c.naming {
+				assert.Contains(t, rec["last_error"], field)
+			}
+			assert.Empty(t, rec["snapshot_event"])
+			assert.Nil(t, e.event(t, change.snapshotID), "the snapshot event is not applied")
+			for _, r := range fake.Requests() {
+				assert.NotEqual(t, "/v1/events/"+change.snapshotID, r.Path, "the snapshot event is not even fetched")
+				assert.NotEqual(t, "/v1/payment_intents/"+otherPI, r.Path, "the other PaymentIntent is not re-driven")
+			}
+			assert.NotEqual(t, "fulfilled", e.get(t, "/v1/purchases/"+id)["status"])
+			assert.NotEqual(t, "fulfilled", e.get(t, "/v1/purchases/"+otherID)["status"])
+			assert.Len(t, received(t, sink), fulfilled, "no action")
+			var queued int
+			require.NoError(t, e.app.Pool.QueryRow(t.Context(), `SELECT count(*) FROM thin_hydrations WHERE event_id = $1`,
+				change.thinID).Scan(&queued))
+			assert.Zero(t, queued, "not retried: Stripe's copy will say the same")
+			listed := func() (n int) {
+				require.NoError(t, e.app.Pool.QueryRow(t.Context(),
+					`SELECT count(*) FROM ops_event_problems WHERE event_id = $1 AND outcome = 'failed'`, change.thinID).Scan(&n))
+				return n
+			}
+			assert.Equal(t, 1, listed(), "on the operators' failed list")
+
+			// Stripe's own notification of the event.
+			status, ans = e.deliver(t, change.thin)
+			require.Equal(t, http.StatusOK, status, ans)
+			rec = e.waitHydrated(t, change.thinID)
+			assert.Equal(t, "hydrated", rec["hydration"])
+			assert.Equal(t, change.snapshotID, rec["snapshot_event"])
+			assert.Equal(t, "v1.payment_intent.succeeded", rec["type"])
+			assert.Equal(t, merchant, rec["stripe_account"])
+			assert.Equal(t, pi, rec["related_object"])
+			assert.NotEqual(t, "2099", rec["date"].(string)[:4], "dated as Stripe's copy")
+			assert.Empty(t, rec["last_error"])
+			assert.Zero(t, listed(), "off the failed list once hydrated")
+			assert.Equal(t, "fulfilled", e.get(t, "/v1/purchases/"+id)["status"])
+			assert.NotEqual(t, "fulfilled", e.get(t, "/v1/purchases/"+otherID)["status"])
+			fulfilled++
+			waitActions(t, sink, fulfilled)
+		})
+	}
+	assert.Contains(t, metricLines(t, e.url, "stripe_payments_thin_events_hydrated_total"),
+		`stripe_payments_thin_events_hydrated_total{result="refused"} 4`)
+}
+
+// metricLines is the exposition's sample lines of the metric name.
+func metricLines(t *testing.T, url, name string) []string {
+	t.Helper()
+	var out []string
+	for _, l := range strings.Split(metricsText(t, url), "\n") {
+		if strings.HasPrefix(l, name+"{") || strings.HasPrefix(l, name+" ") {
+			out = append(out, l)
+		}
+	}
+	return out
 }

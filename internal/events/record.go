@@ -72,11 +72,14 @@ type Record struct {
 	// Thin events (docs/design.md §4): PayloadKind is "thin" for them ("" or
 	// "snapshot" otherwise); SnapshotEvent is the snapshot event a v1 thin
 	// event was hydrated into; Hydration is where its hydration is (see
-	// thin.go); RelatedObject is the id of the object it is about.
+	// thin.go); RelatedObject is the id of the object it is about (for a
+	// health event, the object Stripe failed to generate an event for);
+	// Severity is a health event's data.severity, once hydrated.
 	PayloadKind   stripeevent.PayloadKind
 	SnapshotEvent string
 	Hydration     string
 	RelatedObject string
+	Severity      string
 }
 
 // Timestamp renders Created as the table's timestamp attribute.

@@ -40,6 +40,7 @@ type item struct {
 	SnapshotEvent string `dynamodbav:"snapshot_event,omitempty"`
 	Hydration     string `dynamodbav:"hydration,omitempty"`
 	RelatedObject string `dynamodbav:"related_object,omitempty"`
+	Severity      string `dynamodbav:"severity,omitempty"`
 }
 
 const bookkeepingTimeLayout = time.RFC3339Nano
@@ -55,7 +56,7 @@ func fromItem(it item) (Record, error) {
 		APIVersion: it.APIVersion, Livemode: it.Livemode, Status: Status(it.Status),
 		Source: stripeevent.Source(it.Source), Attempts: it.Attempts, LastError: it.LastError,
 		PayloadKind: stripeevent.PayloadKind(it.PayloadKind), SnapshotEvent: it.SnapshotEvent,
-		Hydration: it.Hydration, RelatedObject: it.RelatedObject,
+		Hydration: it.Hydration, RelatedObject: it.RelatedObject, Severity: it.Severity,
 	}
 	r.ReceivedAt, _ = time.Parse(bookkeepingTimeLayout, it.ReceivedAt)
 	if it.ProcessedAt != "" {

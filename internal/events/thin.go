@@ -25,6 +25,10 @@ const (
 	// HydrationUnhandled: a v2 type the service has no handler for;
 	// recorded with no effect.
 	HydrationUnhandled = "unhandled"
+	// HydrationRefused: the notification disagreed with Stripe's copy of
+	// the event (last_error names the difference); the record is failed
+	// and nothing was applied.
+	HydrationRefused = "refused"
 )
 
 // NewThinRecord builds the record of a verified thin notification: status
@@ -59,6 +63,9 @@ func thinAttributes(r Record, av map[string]types.AttributeValue) {
 	if r.RelatedObject != "" {
 		av["related_object"] = s(r.RelatedObject)
 	}
+	if r.Severity != "" {
+		av["severity"] = s(r.Severity)
+	}
 }
 
 // PutReceived writes a new thin record unless one with its id exists
@@ -81,28 +88,73 @@ func (s *Store) PutReceived(ctx context.Context, r Record) error {
 	return nil
 }
 
-// ThinDone marks a thin record processed: hydration is HydrationHydrated
-// or HydrationUnhandled, snapshotEvent the snapshot event it was hydrated
-// into ("" for a v2 type). The record must exist (apperr.ErrNotFound otherwise).
-func (s *Store) ThinDone(ctx context.Context, id, snapshotEvent, hydration string, at time.Time) error {
+// ThinHydrated is what a hydration settles on a thin record. All of it
+// comes from Stripe's copy of the event, which replaces what the
+// notification claimed when the record was written (a notification that
+// disagreed was refused: the record may hold its claims until Stripe's own
+// notification of the event is hydrated).
+type ThinHydrated struct {
+	Type          string
+	StripeAccount string // the copy's context, or the platform account ("" leaves the record's)
+	Created       time.Time
+	RelatedObject string // "" leaves the record's
+	// Hydration is HydrationHydrated or HydrationUnhandled.
+	Hydration string
+	// SnapshotEvent is the snapshot event a v1 type was hydrated into.
+	SnapshotEvent string
+	// Severity is a health event's (stripeevent.Severity*); "" for others.
+	Severity string
+}
+
+// ThinDone marks a thin record processed as h says. The record must exist
+// (apperr.ErrNotFound otherwise).
+func (s *Store) ThinDone(ctx context.Context, id string, h ThinHydrated, at time.Time) error {
+	created := h.Created.UTC().Truncate(time.Millisecond)
+	r := Record{Created: created}
 	u := expression.Set(expression.Name("status"), expression.Value(string(StatusProcessed))).
 		Set(expression.Name("processed_at"), expression.Value(at.UTC().Format(bookkeepingTimeLayout))).
-		Set(expression.Name("hydration"), expression.Value(hydration)).
+		Set(expression.Name("hydration"), expression.Value(h.Hydration)).
+		Set(expression.Name("type"), expression.Value(h.Type)).
+		Set(expression.Name("timestamp"), expression.Value(r.Timestamp())).
+		Set(expression.Name("date"), expression.Value(r.Date())).
+		Set(expression.Name("time"), expression.Value(r.Time())).
+		Set(expression.Name("expiration"), expression.Value(created.Add(s.ttl).Unix())).
 		Remove(expression.Name("last_error"))
-	if snapshotEvent != "" {
-		u = u.Set(expression.Name("snapshot_event"), expression.Value(snapshotEvent))
+	// Index keys cannot be empty: "" leaves the record's.
+	for name, v := range map[string]string{"stripe_account": h.StripeAccount, "snapshot_event": h.SnapshotEvent,
+		"related_object": h.RelatedObject, "severity": h.Severity} {
+		if v != "" {
+			u = u.Set(expression.Name(name), expression.Value(v))
+		}
 	}
 	return s.update(ctx, id, u, expression.AttributeExists(expression.Name("id")), false)
 }
 
-// ThinRetry records a failed hydration try on a thin record still
-// received: its last_error, the tries so far, hydration retrying. A record
-// already processed (another replica finished it) is left as it is.
+// ThinRefused records a notification that disagreed with Stripe's copy of
+// its event: status failed, hydration refused, lastError naming the
+// difference. A record already processed (Stripe's own notification of
+// the event was hydrated) is left as it is.
+func (s *Store) ThinRefused(ctx context.Context, id, lastError string, attempts int) error {
+	u := expression.Set(expression.Name("status"), expression.Value(string(StatusFailed))).
+		Set(expression.Name("last_error"), expression.Value(truncate(lastError, MaxLastError))).
+		Set(expression.Name("hydration"), expression.Value(HydrationRefused)).
+		Set(expression.Name("attempts"), expression.Value(attempts))
+	cond := expression.AttributeExists(expression.Name("id")).
+		And(expression.Name("status").NotEqual(expression.Value(string(StatusProcessed))))
+	return s.update(ctx, id, u, cond, true)
+}
+
+// ThinRetry records a failed hydration try on a thin record not processed
+// yet: its last_error, the tries so far, hydration retrying, status
+// received (a refused notification's record, being hydrated again from
+// another delivery, is received again). A record already processed
+// (another replica finished it) is left as it is.
 func (s *Store) ThinRetry(ctx context.Context, id, lastError string, attempts int) error {
 	u := expression.Set(expression.Name("last_error"), expression.Value(truncate(lastError, MaxLastError))).
 		Set(expression.Name("hydration"), expression.Value(HydrationRetrying)).
+		Set(expression.Name("status"), expression.Value(string(StatusReceived))).
 		Set(expression.Name("attempts"), expression.Value(attempts))
 	cond := expression.AttributeExists(expression.Name("id")).
-		And(expression.Name("status").Equal(expression.Value(string(StatusReceived))))
+		And(expression.Name("status").NotEqual(expression.Value(string(StatusProcessed))))
 	return s.update(ctx, id, u, cond, true)
 }

@@ -7,7 +7,7 @@ import "github.com/prometheus/client_golang/prometheus"
 var goroutineNames = []string{
 	"records_sweep", "records_writer", "records_write", "actions", "emails", "ops_counter",
 	"outbox_stats", "prune", "poller", "billing_feed", "billing_ticker",
-	"clock_advance", "clock_heartbeat", "billing_account", "eventbridge", "thin_hydrator", "thin_sweep",
+	"clock_advance", "clock_heartbeat", "billing_account", "eventbridge", "thin_hydrator", "thin_hydration", "thin_sweep",
 	"bulk_replay", "billing_batch", "lock_heartbeat", "stripe_budget_leaser", "stripe_budget_probe",
 }
 

@@ -14,6 +14,7 @@ import (
 type Thin struct {
 	received *prometheus.CounterVec
 	hydrated *prometheus.CounterVec
+	health   *prometheus.CounterVec
 	latency  prometheus.Histogram
 }
 
@@ -30,8 +31,13 @@ func (m *Metrics) NewThin(backlog ThinBacklog) *Thin {
 		}, []string{"outcome"}),
 		hydrated: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "stripe_payments_thin_events_hydrated_total",
-			Help: "Thin event hydrations, by result (hydrated, account, redriven, unhandled; retry for a failed try).",
+			Help: "Thin event hydrations, by result (hydrated, account, redriven, unhandled; retry for a failed try; refused for a notification that disagreed with Stripe's copy of the event).",
 		}, []string{"result"}),
+		// severity only: an account label would be one series per merchant.
+		health: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "stripe_payments_thin_health_events_total",
+			Help: "Event generation failure health events hydrated (their object re-driven), by data.severity (critical, non_critical; unknown when Stripe sent none or another).",
+		}, []string{"severity"}),
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "stripe_payments_thin_hydration_latency_seconds",
 			Help:    "From a thin notification's receipt to its hydration.",
@@ -41,7 +47,15 @@ func (m *Metrics) NewThin(backlog ThinBacklog) *Thin {
 	for _, o := range []stripeevent.Outcome{stripeevent.Received, stripeevent.Duplicate, stripeevent.Ignored, stripeevent.Failed} {
 		t.received.WithLabelValues(string(o))
 	}
-	m.Registry.MustRegister(t.received, t.hydrated, t.latency, &thinBacklog{read: backlog,
+	// Every result exists from the start, so an alert on the first
+	// increase of one (refused) sees it.
+	for _, r := range []string{"hydrated", "account", "redriven", "unhandled", "retry", "refused"} {
+		t.hydrated.WithLabelValues(r)
+	}
+	for _, sev := range []string{stripeevent.SeverityCritical, stripeevent.SeverityNonCritical, stripeevent.SeverityUnknown} {
+		t.health.WithLabelValues(sev)
+	}
+	m.Registry.MustRegister(t.received, t.hydrated, t.health, t.latency, &thinBacklog{read: backlog,
 		count: prometheus.NewDesc("stripe_payments_thin_hydration_backlog",
 			"Thin event notifications received and not yet hydrated.", nil, nil),
 		age: prometheus.NewDesc("stripe_payments_thin_hydration_oldest_age_seconds",
@@ -55,9 +69,18 @@ func (t *Thin) ThinReceived(o stripeevent.Outcome) { t.received.WithLabelValues(
 // ThinHydrated implements thin.Observer.
 func (t *Thin) ThinHydrated(result string, latency time.Duration) {
 	t.hydrated.WithLabelValues(result).Inc()
-	if result != "retry" {
+	if result != "retry" && result != "refused" { // neither was hydrated
 		t.latency.Observe(latency.Seconds())
 	}
+}
+
+// ThinHealth implements thin.Observer. A severity outside the known set is
+// counted as unknown, so the label set stays fixed.
+func (t *Thin) ThinHealth(severity string) {
+	if severity != stripeevent.SeverityCritical && severity != stripeevent.SeverityNonCritical {
+		severity = stripeevent.SeverityUnknown
+	}
+	t.health.WithLabelValues(severity).Inc()
 }
 
 // thinBacklog reads the backlog from Postgres on each scrape.

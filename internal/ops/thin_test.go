@@ -100,3 +100,38 @@ func TestConsoleShowsThinEventsAndTheirHydration(t *testing.T) {
 	snap := thinPage(t, c, base+"/ops/events/"+snapID)
 	assert.Regexp(t, `id="payload-kind">snapshot<`, snap)
 }
+
+// TestConsoleShowsARefusedThinNotification: a notification that disagrees
+// with Stripe's copy of its event (re-typed) is on the failed & rejected
+// page with the difference; its page tags the hydration refused, explains
+// it and offers no replay.
+func TestConsoleShowsARefusedThinNotification(t *testing.T) {
+	fake := stripetest.New(t, stripetest.Options{})
+	a := startApp(t, fake.URL)
+	base := a.Admin.URL()
+	thinID := stripetest.NewThinID()
+	genuine := stripetest.Thin{Fixture: "v1.customer.subscription.updated", ID: thinID}.Build(t)
+	fake.AddV2(genuine, stripetest.NewID())
+	forged := strings.Replace(string(genuine), `"v1.customer.subscription.updated"`, `"v1.customer.subscription.deleted"`, 1)
+	require.NotEqual(t, string(genuine), forged)
+	require.Equal(t, http.StatusOK, deliver(t, a, []byte(forged)))
+
+	c := thinConsole(t, base)
+	deadline := time.Now().Add(20 * time.Second)
+	var ev string
+	for {
+		ev = thinPage(t, c, base+"/ops/events/"+thinID)
+		if strings.Contains(ev, `id="hydration">refused<`) {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "never refused")
+		time.Sleep(100 * time.Millisecond)
+	}
+	assert.Contains(t, ev, `class="tag bad" id="hydration">refused<`)
+	assert.Contains(t, ev, `id="refused-hint"`)
+	assert.Contains(t, ev, "Stripe&#39;s copy")
+	assert.NotContains(t, ev, `id="replay"`)
+	problems := thinPage(t, c, base+"/ops/problems")
+	assert.Contains(t, problems, thinID)
+	assert.Contains(t, problems, "disagrees with Stripe")
+}

@@ -153,3 +153,122 @@ func ObjectOf(payload []byte) string {
 	}
 	return head.Object
 }
+
+// ThinCopy is Stripe's own copy of a thin event, as GET /v2/core/events/{id}
+// returns it: the notification's fields, and what only the copy has. What
+// hydration applies comes from it, never from the notification.
+type ThinCopy struct {
+	Thin
+	// SnapshotEvent is the v1 event a v1 type stands for ("" for a v2 one).
+	SnapshotEvent string
+	// Data is the event's data (a health event's impact and severity).
+	Data json.RawMessage
+}
+
+// ParseThinCopy decodes Stripe's copy of a thin event, checked as a
+// notification is (ErrMalformed otherwise).
+func ParseThinCopy(raw []byte) (ThinCopy, error) {
+	t, err := ParseThin(raw)
+	if err != nil {
+		return ThinCopy{}, err
+	}
+	var rest struct {
+		SnapshotEvent string          `json:"snapshot_event"`
+		Data          json.RawMessage `json:"data"`
+	}
+	if err := json.Unmarshal(raw, &rest); err != nil {
+		return ThinCopy{}, fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	return ThinCopy{Thin: t, SnapshotEvent: rest.SnapshotEvent, Data: rest.Data}, nil
+}
+
+// Disagreements names every field where notification n says something
+// other than Stripe's copy c of the same event: type, created, context,
+// livemode, related_object. None means n may be hydrated from c.
+func Disagreements(n, c Thin) []string {
+	var out []string
+	differ := func(field, said, stripes string) {
+		if said != stripes {
+			out = append(out, fmt.Sprintf("%s %q (Stripe's copy: %q)", field, truncate(said, 64), truncate(stripes, 64)))
+		}
+	}
+	if n.ID != c.ID {
+		differ("id", n.ID, c.ID)
+	}
+	differ("type", n.Type, c.Type)
+	if !n.Created.Equal(c.Created) {
+		differ("created", n.Created.Format(time.RFC3339Nano), c.Created.Format(time.RFC3339Nano))
+	}
+	differ("context", n.Context, c.Context)
+	if n.Livemode != c.Livemode {
+		differ("livemode", fmt.Sprint(n.Livemode), fmt.Sprint(c.Livemode))
+	}
+	if n.RelatedObject != c.RelatedObject {
+		ro := func(r RelatedObject) string {
+			if r == (RelatedObject{}) {
+				return ""
+			}
+			return r.Type + " " + r.ID + " " + r.URL
+		}
+		differ("related_object", ro(n.RelatedObject), ro(c.RelatedObject))
+	}
+	return out
+}
+
+// Severities of a health event (data.severity, since 2026-11-18).
+const (
+	SeverityCritical    = "critical"
+	SeverityNonCritical = "non_critical"
+	// SeverityUnknown stands for a severity Stripe did not send (events
+	// from before it had one) or one this code does not know.
+	SeverityUnknown = "unknown"
+)
+
+// HealthResolved is the data of a
+// v2.core.health.event_generation_failure.resolved event: Stripe failed to
+// generate an event of EventType about RelatedObject on Context (the
+// connected account; "" the platform) and has resolved it.
+type HealthResolved struct {
+	Context       string
+	EventType     string
+	RelatedObject RelatedObject
+	// Severity is SeverityCritical, SeverityNonCritical or SeverityUnknown.
+	Severity string
+}
+
+// ParseHealthResolved reads a health event's data where Stripe puts it:
+// data.impact.{context, event_type, related_object} and data.severity.
+func ParseHealthResolved(data json.RawMessage) (HealthResolved, error) {
+	var doc struct {
+		Severity string `json:"severity"`
+		Impact   *struct {
+			Context       string         `json:"context"`
+			EventType     string         `json:"event_type"`
+			RelatedObject *RelatedObject `json:"related_object"`
+		} `json:"impact"`
+	}
+	if err := json.Unmarshal(data, &doc); err != nil {
+		return HealthResolved{}, fmt.Errorf("%w: health event data: %v", ErrMalformed, err)
+	}
+	h := HealthResolved{Severity: SeverityUnknown}
+	if doc.Severity == SeverityCritical || doc.Severity == SeverityNonCritical {
+		h.Severity = doc.Severity
+	}
+	im := doc.Impact
+	if im == nil || im.RelatedObject == nil {
+		return h, fmt.Errorf("%w: health event names no object (data.impact.related_object)", ErrMalformed)
+	}
+	ro := *im.RelatedObject
+	switch {
+	case !validObjectID(ro.ID):
+		return h, fmt.Errorf("%w: data.impact.related_object.id %q is not an object id", ErrMalformed, truncate(ro.ID, 64))
+	case ro.URL == "" || len(ro.URL) > 2048 || len(ro.Type) > 255:
+		return h, fmt.Errorf("%w: data.impact.related_object has no usable url", ErrMalformed)
+	case im.Context != "" && !stripeid.Valid(im.Context, "acct_"):
+		return h, fmt.Errorf("%w: data.impact.context %q is not an account id", ErrMalformed, truncate(im.Context, 64))
+	case len(im.EventType) > 255:
+		return h, fmt.Errorf("%w: data.impact.event_type too long", ErrMalformed)
+	}
+	h.Context, h.EventType, h.RelatedObject = im.Context, im.EventType, ro
+	return h, nil
+}

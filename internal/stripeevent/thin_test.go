@@ -33,9 +33,12 @@ func TestParseThinTakesEveryFixture(t *testing.T) {
 			} else {
 				assert.Empty(t, th.Context)
 			}
-			ro := doc["related_object"].(map[string]any)
-			assert.Equal(t, ro["id"], th.RelatedObject.ID)
-			assert.Equal(t, ro["url"], th.RelatedObject.URL)
+			if ro, ok := doc["related_object"].(map[string]any); ok {
+				assert.Equal(t, ro["id"], th.RelatedObject.ID)
+				assert.Equal(t, ro["url"], th.RelatedObject.URL)
+			} else { // a health event names its object in its data only
+				assert.Zero(t, th.RelatedObject)
+			}
 			assert.Equal(t, strings.HasPrefix(name, "v1."), th.V1())
 			// A thin body is never a snapshot event.
 			_, err = stripeevent.Parse(raw)
@@ -99,4 +102,68 @@ func TestParseThinRefusesBadInput(t *testing.T) {
 	}
 	_, err := stripeevent.ParseThin([]byte(`not json`))
 	assert.ErrorIs(t, err, stripeevent.ErrMalformed)
+}
+
+// TestDisagreements: every field a notification can claim, differing from
+// Stripe's copy, is named with both values; an identical one has none.
+func TestDisagreements(t *testing.T) {
+	stripes, err := stripeevent.ParseThin(stripetest.Thin{Fixture: "v1.payment_intent.succeeded"}.Build(t))
+	require.NoError(t, err)
+	assert.Empty(t, stripeevent.Disagreements(stripes, stripes))
+	for _, c := range []struct {
+		field string
+		forge func(*stripeevent.Thin)
+	}{
+		{"type", func(n *stripeevent.Thin) { n.Type = "v2.core.health.event_generation_failure.resolved" }},
+		{"created", func(n *stripeevent.Thin) { n.Created = n.Created.AddDate(73, 0, 0) }},
+		{"context", func(n *stripeevent.Thin) { n.Context = "" }},
+		{"livemode", func(n *stripeevent.Thin) { n.Livemode = !n.Livemode }},
+		{"related_object", func(n *stripeevent.Thin) { n.RelatedObject.ID = "pi_3OtherLkdIwHu7ix28a3tqPa" }},
+		{"related_object", func(n *stripeevent.Thin) { n.RelatedObject = stripeevent.RelatedObject{} }},
+	} {
+		n := stripes
+		c.forge(&n)
+		diff := stripeevent.Disagreements(n, stripes)
+		require.Len(t, diff, 1, c.field)
+		assert.True(t, strings.HasPrefix(diff[0], c.field+" "), diff[0])
+		assert.Contains(t, diff[0], "Stripe's copy")
+	}
+}
+
+// TestParseHealthResolved reads the health event's data where Stripe's
+// SDKs put it (data.impact.{context, event_type, related_object},
+// data.severity) and refuses data that names no usable object.
+func TestParseHealthResolved(t *testing.T) {
+	const pi = "pi_3MtwBwLkdIwHu7ix28a3tqPa"
+	raw := func(d map[string]any) json.RawMessage {
+		b, err := json.Marshal(d)
+		require.NoError(t, err)
+		return b
+	}
+	h, err := stripeevent.ParseHealthResolved(raw(stripetest.HealthResolved{Context: "acct_1Nv0FGQ9RKHgCVdK", ObjectID: pi,
+		Severity: "critical"}.Data()))
+	require.NoError(t, err)
+	assert.Equal(t, stripeevent.HealthResolved{Context: "acct_1Nv0FGQ9RKHgCVdK", EventType: "payment_intent.succeeded",
+		RelatedObject: stripeevent.RelatedObject{ID: pi, Type: "payment_intent", URL: "/v1/payment_intents/" + pi},
+		Severity:      stripeevent.SeverityCritical}, h)
+
+	for sent, want := range map[string]string{"non_critical": stripeevent.SeverityNonCritical, "": stripeevent.SeverityUnknown,
+		"catastrophic": stripeevent.SeverityUnknown} {
+		h, err := stripeevent.ParseHealthResolved(raw(stripetest.HealthResolved{ObjectID: pi, Severity: sent}.Data()))
+		require.NoError(t, err, sent)
+		assert.Equal(t, want, h.Severity, sent)
+		assert.Empty(t, h.Context, "the platform")
+	}
+
+	for name, data := range map[string]map[string]any{
+		"no impact":          {"severity": "critical"},
+		"no related object":  {"impact": map[string]any{"event_type": "payment_intent.succeeded"}},
+		"top-level object":   {"related_object": map[string]any{"id": pi, "type": "payment_intent", "url": "/v1/payment_intents/" + pi}},
+		"bad object id":      {"impact": map[string]any{"related_object": map[string]any{"id": "nope", "url": "/v1/x/nope"}}},
+		"no url":             {"impact": map[string]any{"related_object": map[string]any{"id": pi, "type": "payment_intent"}}},
+		"context no account": {"impact": map[string]any{"context": "cus_123", "related_object": map[string]any{"id": pi, "url": "/v1/payment_intents/" + pi}}},
+	} {
+		_, err := stripeevent.ParseHealthResolved(raw(data))
+		assert.ErrorIs(t, err, stripeevent.ErrMalformed, name)
+	}
 }

@@ -105,6 +105,48 @@ func (e Thin) Build(t testing.TB) []byte {
 	return b
 }
 
+// HealthResolved is the `data` of a
+// v2.core.health.event_generation_failure.resolved event as Stripe's copy
+// has it (stripe-go, stripe-node, stripe-python's
+// V2CoreHealthEventGenerationFailureResolvedEventData): the object Stripe
+// failed to generate an event for is data.impact.related_object
+// {id, type, url}, on the account data.impact.context (absent for the
+// platform), for the type data.impact.event_type; data.severity is
+// critical or non_critical.
+type HealthResolved struct {
+	Context    string // the connected account; "" the platform
+	EventType  string // default payment_intent.succeeded
+	ObjectID   string
+	ObjectType string // default payment_intent
+	Severity   string // "" leaves it out
+}
+
+// Data renders it as Stripe does.
+func (h HealthResolved) Data() map[string]any {
+	typ, evType := h.ObjectType, h.EventType
+	if typ == "" {
+		typ = "payment_intent"
+	}
+	if evType == "" {
+		evType = typ + ".succeeded"
+	}
+	path := typ + "s"
+	impact := map[string]any{"event_type": evType,
+		"related_object": map[string]any{"id": h.ObjectID, "type": typ, "url": "/v1/" + path + "/" + h.ObjectID}}
+	if h.Context != "" {
+		impact["context"] = h.Context
+	}
+	data := map[string]any{
+		"alert_id": "alert_test_" + strings.ReplaceAll(uuid.NewString(), "-", "")[:16], "grouping_key": "event_generation_failure",
+		"impact": impact, "resolved_at": time.Now().UTC().Format(time.RFC3339),
+		"summary": "Stripe could not generate some events; they are available again.",
+	}
+	if h.Severity != "" {
+		data["severity"] = h.Severity
+	}
+	return data
+}
+
 // v2Events is the fake's Events API v2; guarded by Stripe.mu.
 type v2Events struct {
 	byID  map[string]v2Event
@@ -122,12 +164,27 @@ type v2Event struct {
 // as Stripe returns it: the notification plus `snapshot_event` (the v1
 // event it stands for; "" for a v2 type) and `data` and `changes`.
 func (f *Stripe) AddV2(notification []byte, snapshotEvent string) {
+	f.AddV2Data(notification, snapshotEvent, nil)
+}
+
+// AddV2Data is AddV2 with the event's `data` (a thin notification never
+// carries it: only Stripe's copy of the event does); nil is {}.
+func (f *Stripe) AddV2Data(notification []byte, snapshotEvent string, data map[string]any) {
+	f.v2Add(V2Copy(notification, snapshotEvent, data))
+}
+
+// V2Copy is Stripe's copy of the thin event notification names, as
+// GET /v2/core/events/{id} returns it (see AddV2Data).
+func V2Copy(notification []byte, snapshotEvent string, data map[string]any) []byte {
 	var doc map[string]any
 	if err := json.Unmarshal(notification, &doc); err != nil {
 		panic(fmt.Sprintf("stripetest: not a thin event: %v", err))
 	}
 	if snapshotEvent != "" {
 		doc["snapshot_event"] = snapshotEvent
+	}
+	if data != nil {
+		doc["data"] = data
 	}
 	if _, ok := doc["data"]; !ok {
 		doc["data"] = map[string]any{}
@@ -136,6 +193,13 @@ func (f *Stripe) AddV2(notification []byte, snapshotEvent string) {
 		doc["changes"] = nil
 	}
 	raw, _ := json.Marshal(doc)
+	return raw
+}
+
+// v2Add stores a copy made by V2Copy.
+func (f *Stripe) v2Add(raw []byte) {
+	var doc map[string]any
+	_ = json.Unmarshal(raw, &doc) // V2Copy's own output
 	id, _ := doc["id"].(string)
 	ctx, _ := doc["context"].(string)
 	created, _ := time.Parse(time.RFC3339Nano, fmt.Sprint(doc["created"]))

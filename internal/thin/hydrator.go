@@ -2,7 +2,6 @@ package thin
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/stripe-payments/stripe-payments/internal/events"
+	"github.com/stripe-payments/stripe-payments/internal/safego"
 	"github.com/stripe-payments/stripe-payments/internal/stripebudget"
 	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
 	"github.com/stripe-payments/stripe-payments/internal/stripeid"
@@ -27,6 +27,9 @@ const (
 	ResultRedriven  = "redriven"
 	ResultUnhandled = "unhandled"
 	ResultRetry     = "retry"
+	// ResultRefused: the notification disagreed with Stripe's copy of the
+	// event; recorded failed, nothing applied.
+	ResultRefused = "refused"
 )
 
 // HydratorConfig configures the hydrator; zero values take the defaults.
@@ -47,9 +50,26 @@ type HydratorConfig struct {
 	// RetryBase × 2^(tries-1), at most RetryMax (defaults 2 s and 10 min).
 	RetryBase, RetryMax time.Duration
 	Livemode            bool
-	Log                 *slog.Logger
-	Observer            Observer // may be nil
-	Now                 func() time.Time
+	// PlatformAccount is the account of a record whose event has no
+	// context (as the intake files it).
+	PlatformAccount string
+	Log             *slog.Logger
+	Observer        Observer // may be nil
+	// Safe recovers a panic in one job's hydration (logged with its stack,
+	// counted as thin_hydration): the job is retried later, the other jobs
+	// and the loop go on. Nil: a starter that only logs.
+	Safe *safego.Starter
+	// Problems is the operators' list of failed events (opsdata.Problems;
+	// may be nil): a refused notification is put on it, and taken off
+	// when its event is hydrated.
+	Problems Problems
+	Now      func() time.Time
+}
+
+// Problems is the operators' list of failed events, as the hydrator feeds it.
+type Problems interface {
+	Listed(ctx context.Context, r events.Record, outcome, msg string)
+	Resolve(ctx context.Context, ids ...string) error
 }
 
 // Hydrator hydrates queued thin notifications.
@@ -94,6 +114,7 @@ func NewHydrator(cfg HydratorConfig, q *Queue, rec *Recorder, store Store, api S
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	cfg.Safe = cfg.Safe.OrDefault(cfg.Log)
 	return &Hydrator{cfg: cfg, queue: q, recorder: rec, store: store, api: api, budget: budget, handler: h, registry: reg,
 		wake: make(chan struct{}, 1)}
 }
@@ -158,7 +179,7 @@ func (h *Hydrator) Run(ctx context.Context) error {
 					defer wg.Done()
 					jctx, cancel := context.WithTimeout(ctx, h.cfg.JobTimeout)
 					defer cancel()
-					h.hydrate(jctx, ctx, j)
+					h.hydrateSafely(jctx, ctx, j)
 					mu.Lock()
 					delete(running, j.EventID)
 					mu.Unlock()
@@ -196,6 +217,23 @@ func (h *Hydrator) Run(ctx context.Context) error {
 	}
 }
 
+// PanicName is the name a panic in one job's hydration is logged and
+// counted under (stripe_payments_panics_total{goroutine}).
+const PanicName = "thin_hydration"
+
+// hydrateSafely is hydrate with a panic recovered: without it a panic in
+// one job ends the process that also takes the webhooks. The job is
+// rescheduled with the usual backoff (a job that panics every time neither
+// spins nor is lost; its lease would bring it back anyway).
+func (h *Hydrator) hydrateSafely(ctx, parent context.Context, j Job) {
+	err := h.cfg.Safe.Do(PanicName, func() error { h.hydrate(ctx, parent, j); return nil })
+	if err == nil || parent.Err() != nil {
+		return
+	}
+	log := h.cfg.Log.With("event_id", j.EventID, "event_type", j.Type, "stripe_account", j.Context, "attempt", j.Attempts)
+	_ = h.cfg.Safe.Do(PanicName, func() error { h.retry(ctx, log, j, err); return nil })
+}
+
 // hydrate processes one job and settles it: done, or retried later.
 // parent is the hydrator's context: when it has ended (shutdown) a failed
 // job is left to its lease.
@@ -210,20 +248,21 @@ func (h *Hydrator) hydrate(ctx, parent context.Context, j Job) {
 			return
 		}
 	}
-	result, snapshot, err := h.process(ctx, j)
+	done, err := h.process(ctx, j)
 	if err != nil && parent.Err() != nil {
 		log.Info("thin event hydration abandoned at shutdown; its lease brings it back", "error", err)
+		return
+	}
+	var ref *refusal
+	if errors.As(err, &ref) {
+		h.refuse(ctx, log, j, ref)
 		return
 	}
 	if err != nil {
 		h.retry(ctx, log, j, err)
 		return
 	}
-	hydration := events.HydrationHydrated
-	if result == ResultUnhandled {
-		hydration = events.HydrationUnhandled
-	}
-	if err := h.store.ThinDone(ctx, j.EventID, snapshot, hydration, h.cfg.Now()); err != nil {
+	if err := h.store.ThinDone(ctx, j.EventID, done.record, h.cfg.Now()); err != nil {
 		h.retry(ctx, log, j, fmt.Errorf("record hydrated thin event: %w", err))
 		return
 	}
@@ -232,8 +271,42 @@ func (h *Hydrator) hydrate(ctx, parent context.Context, j Job) {
 		// finds the snapshot a duplicate.
 		log.Warn("thin event hydrated but still queued", "error", err)
 	}
-	h.cfg.Observer.ThinHydrated(result, h.cfg.Now().Sub(j.ReceivedAt))
-	log.Info("thin event hydrated", "result", result, "snapshot_event", snapshot)
+	if h.cfg.Problems != nil {
+		// Listed if a notification of this id was refused before; a no-op
+		// delete by key otherwise.
+		if err := h.cfg.Problems.Resolve(ctx, j.EventID); err != nil {
+			log.Warn("thin event hydrated; still on the failed list", "error", err)
+		}
+	}
+	h.cfg.Observer.ThinHydrated(done.result, h.cfg.Now().Sub(j.ReceivedAt))
+	if done.result == ResultRedriven {
+		h.cfg.Observer.ThinHealth(done.record.Severity)
+	}
+	log.Info("thin event hydrated", "result", done.result, "snapshot_event", done.record.SnapshotEvent,
+		"severity", done.record.Severity)
+}
+
+// refuse records a notification that disagreed with Stripe's copy of its
+// event as failed, naming the difference, and drops its job: it applied
+// nothing and is not retried.
+func (h *Hydrator) refuse(ctx context.Context, log *slog.Logger, j Job, ref *refusal) {
+	log.Warn("thin notification refused: it disagrees with Stripe's copy of the event; nothing applied", "error", ref.Error())
+	if err := h.store.ThinRefused(ctx, j.EventID, ref.Error(), j.Attempts); err != nil {
+		// Not recorded: leave the job to its lease, to be refused again.
+		log.Warn("thin event: refusal not recorded", "error", err)
+		return
+	}
+	if h.cfg.Problems != nil {
+		account := j.Context
+		if account == "" {
+			account = h.cfg.PlatformAccount
+		}
+		h.cfg.Problems.Listed(ctx, events.Record{ID: j.EventID, Type: j.Type, StripeAccount: account}, "failed", ref.Error())
+	}
+	if err := h.queue.Drop(ctx, j.EventID); err != nil {
+		log.Warn("thin event refused but still queued; its lease brings it back", "error", err)
+	}
+	h.cfg.Observer.ThinHydrated(ResultRefused, 0)
 }
 
 // retry records the failure on the thin record and reschedules the job.
@@ -257,60 +330,84 @@ func (h *Hydrator) retry(ctx context.Context, log *slog.Logger, j Job, cause err
 	}
 }
 
-// v2Event is what hydration reads of a fetched thin event.
-type v2Event struct {
-	ID            string                     `json:"id"`
-	Type          string                     `json:"type"`
-	Context       string                     `json:"context"`
-	SnapshotEvent string                     `json:"snapshot_event"`
-	RelatedObject *stripeevent.RelatedObject `json:"related_object"`
+// refusal is a notification that disagrees with Stripe's copy of its
+// event: it is recorded failed and applies nothing. Retrying would fetch
+// the same copy, so it is not retried; Stripe's own delivery of the event
+// is hydrated as any other.
+type refusal struct{ differences []string }
+
+func (r *refusal) Error() string {
+	return "the notification disagrees with Stripe's copy of the event: " + strings.Join(r.differences, "; ")
 }
 
-// process hydrates one job; it returns the result and, for a v1 type, the
-// snapshot event's id.
-func (h *Hydrator) process(ctx context.Context, j Job) (string, string, error) {
-	t, err := stripeevent.ParseThin(j.Payload)
+// hydrated is what a successful hydration settles.
+type hydrated struct {
+	result string
+	record events.ThinHydrated
+}
+
+// process hydrates one job. Everything it applies (type, created, context,
+// related object, data, snapshot event) comes from Stripe's copy of the
+// event; the notification only says which event to fetch, and a
+// notification that says anything else than the copy is a *refusal.
+func (h *Hydrator) process(ctx context.Context, j Job) (hydrated, error) {
+	n, err := stripeevent.ParseThin(j.Payload)
 	if err != nil {
-		return "", "", fmt.Errorf("queued payload: %w", err)
+		return hydrated{}, fmt.Errorf("queued payload: %w", err)
 	}
 	if err := h.budget.Wait(ctx, stripebudget.Hydration); err != nil {
-		return "", "", err
+		return hydrated{}, err
 	}
-	raw, err := h.api.V2Event(ctx, t.ID, t.Context)
+	raw, err := h.api.V2Event(ctx, n.ID, n.Context)
 	if err != nil {
-		return "", "", fmt.Errorf("retrieve thin event: %w", err)
+		return hydrated{}, fmt.Errorf("retrieve thin event: %w", err)
 	}
-	var full v2Event
-	if err := json.Unmarshal(raw, &full); err != nil {
-		return "", "", fmt.Errorf("retrieve thin event: decode: %w", err)
+	c, err := stripeevent.ParseThinCopy(raw)
+	if err != nil {
+		return hydrated{}, fmt.Errorf("retrieve thin event: Stripe's copy: %w", err)
 	}
-	if full.ID != t.ID {
-		return "", "", fmt.Errorf("retrieve thin event: Stripe answered event %q", truncate(full.ID, 64))
+	if c.ID != n.ID {
+		return hydrated{}, fmt.Errorf("retrieve thin event: Stripe answered event %q", truncate(c.ID, 64))
 	}
+	if diff := stripeevent.Disagreements(n, c.Thin); len(diff) > 0 {
+		return hydrated{}, &refusal{differences: diff}
+	}
+	account := c.Context
+	if account == "" {
+		account = h.cfg.PlatformAccount
+	}
+	out := hydrated{record: events.ThinHydrated{Type: c.Type, StripeAccount: account, Created: c.Created,
+		RelatedObject: c.RelatedObject.ID, Hydration: events.HydrationHydrated}}
+	source := stripeevent.Source(j.Source)
 	switch {
-	case t.V1():
-		snap, err := h.snapshot(ctx, t, full, stripeevent.Source(j.Source))
-		return ResultHydrated, snap, err
-	case isAccountEvent(t.Type):
-		return ResultAccount, "", h.account(ctx, t)
-	case t.Type == HealthResolved:
-		return ResultRedriven, "", h.redrive(ctx, t, full, stripeevent.Source(j.Source))
+	case c.V1():
+		out.result = ResultHydrated
+		out.record.SnapshotEvent, err = h.snapshot(ctx, c, source)
+	case isAccountEvent(c.Type):
+		out.result = ResultAccount
+		err = h.account(ctx, c.Thin)
+	case c.Type == HealthResolved:
+		out.result = ResultRedriven
+		var health stripeevent.HealthResolved
+		health, err = h.redrive(ctx, c, source)
+		out.record.Severity, out.record.RelatedObject = health.Severity, health.RelatedObject.ID
 	default:
-		return ResultUnhandled, "", nil
+		out.result, out.record.Hydration = ResultUnhandled, events.HydrationUnhandled
 	}
+	return out, err
 }
 
-// snapshot fetches the snapshot event a v1 thin event names and hands it
-// to the one handler, keyed by its own id.
-func (h *Hydrator) snapshot(ctx context.Context, t stripeevent.Thin, full v2Event, source stripeevent.Source) (string, error) {
-	id := full.SnapshotEvent
+// snapshot fetches the snapshot event Stripe's copy c of a v1 thin event
+// names and hands it to the one handler, keyed by its own id.
+func (h *Hydrator) snapshot(ctx context.Context, c stripeevent.ThinCopy, source stripeevent.Source) (string, error) {
+	id := c.SnapshotEvent
 	if !stripeid.Valid(id, "evt_") {
 		return "", fmt.Errorf("thin event names no snapshot_event (got %q)", truncate(id, 64))
 	}
 	if err := h.budget.Wait(ctx, stripebudget.Hydration); err != nil {
 		return "", err
 	}
-	payload, err := h.api.V1Event(ctx, id, t.Context)
+	payload, err := h.api.V1Event(ctx, id, c.Context)
 	if err != nil {
 		return "", fmt.Errorf("retrieve snapshot event: %w", err)
 	}
@@ -321,13 +418,13 @@ func (h *Hydrator) snapshot(ctx context.Context, t stripeevent.Thin, full v2Even
 	if ev.ID != id {
 		return "", fmt.Errorf("retrieve snapshot event: Stripe answered event %q for %s", truncate(ev.ID, 64), id)
 	}
-	if string(ev.Type) != t.SnapshotType() {
-		return "", fmt.Errorf("snapshot event %s is %s, the thin event %s", id, truncate(string(ev.Type), 64), t.Type)
+	if string(ev.Type) != c.SnapshotType() {
+		return "", fmt.Errorf("snapshot event %s is %s, the thin event %s", id, truncate(string(ev.Type), 64), c.Type)
 	}
-	if ev.Account == "" && t.Context != "" {
+	if ev.Account == "" && c.Context != "" {
 		// Listed on a connected account without its `account`: it is that
 		// account's (as the poller files such events).
-		ev.Account = t.Context
+		ev.Account = c.Context
 	}
 	outcome, err := h.handler.Handle(ctx, ev, payload, source)
 	if err != nil {
@@ -349,7 +446,8 @@ func isAccountEvent(typ string) bool {
 	return strings.HasPrefix(typ, "v2.core.account[") && strings.HasSuffix(typ, "].updated")
 }
 
-// account keeps the registry: the related object is the account.
+// account keeps the registry: the related object (of Stripe's copy t) is
+// the account.
 func (h *Hydrator) account(ctx context.Context, t stripeevent.Thin) error {
 	id := t.RelatedObject.ID
 	if !stripeid.Valid(id, "acct_") {

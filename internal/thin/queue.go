@@ -132,6 +132,16 @@ func (q *Queue) Done(ctx context.Context, id string) error {
 	return nil
 }
 
+// Drop removes a job without remembering its id: a refused notification
+// (it disagreed with Stripe's copy of its event). Stripe's own delivery of
+// that event, or the thin sweep, then queues and hydrates it as usual.
+func (q *Queue) Drop(ctx context.Context, id string) error {
+	if _, err := q.pool.Exec(ctx, `DELETE FROM thin_hydrations WHERE event_id = $1`, id); err != nil {
+		return fmt.Errorf("drop thin event %s: %w", id, err)
+	}
+	return nil
+}
+
 // Retry releases a job until next, with the error of its last try.
 func (q *Queue) Retry(ctx context.Context, id, lastError string, next time.Time) error {
 	_, err := q.pool.Exec(ctx, `UPDATE thin_hydrations SET leased_until = NULL, next_attempt_at = $2, last_error = $3

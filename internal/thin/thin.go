@@ -10,7 +10,13 @@
 //     as a snapshot and as a thin event applies once;
 //   - v2.core.account.created|updated|closed and v2.core.account[...].updated
 //     keep the registry of connected accounts the poller walks;
+//   - v2.core.health.event_generation_failure.resolved re-drives the object
+//     Stripe failed to generate an event for (redrive.go);
 //   - other v2.* types are recorded as unhandled, with no effect.
+//
+// What the hydrator applies comes from Stripe's copy of the event
+// (GET /v2/core/events/{id}), never from the notification: a notification
+// that disagrees with that copy is recorded failed, naming the difference.
 //
 // A hydration that fails (404/403 included) stays received with its
 // last_error and is retried with backoff; it never blocks other events.
@@ -29,20 +35,25 @@ import (
 type Store interface {
 	Get(ctx context.Context, id string) (events.Record, error)
 	PutReceived(ctx context.Context, r events.Record) error
-	ThinDone(ctx context.Context, id, snapshotEvent, hydration string, at time.Time) error
+	ThinDone(ctx context.Context, id string, h events.ThinHydrated, at time.Time) error
 	ThinRetry(ctx context.Context, id, lastError string, attempts int) error
+	ThinRefused(ctx context.Context, id, lastError string, attempts int) error
 }
 
 // Observer is told what thin events do (metrics); see package metrics.
 type Observer interface {
 	ThinReceived(outcome stripeevent.Outcome)
 	ThinHydrated(result string, latency time.Duration)
+	// ThinHealth counts a hydrated health event by its severity
+	// (stripeevent.Severity*).
+	ThinHealth(severity string)
 }
 
 type nopObserver struct{}
 
 func (nopObserver) ThinReceived(stripeevent.Outcome)   {}
 func (nopObserver) ThinHydrated(string, time.Duration) {}
+func (nopObserver) ThinHealth(string)                  {}
 
 // IntakeConfig configures the intake.
 type IntakeConfig struct {
