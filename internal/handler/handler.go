@@ -55,7 +55,9 @@ type Observer interface {
 }
 
 // DeliveryObserver, when the Observer also implements it, is told of every
-// event given to the handler: where it came from, its api_version and whether that is the expected one (Config.APIVersion).
+// event given to the handler: where it came from, its api_version and
+// whether that is the expected one (Config.APIVersion). Not the account it
+// is about: a metric labelled by account has one series per merchant.
 // An event with another version may lack fields the handler reads (the
 // silent field loss of an unpinned version change), so it is counted.
 type DeliveryObserver interface {

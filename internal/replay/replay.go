@@ -130,14 +130,9 @@ func NewStore(pool *pgxpool.Pool, inc IncidentReader) *Store {
 	return &Store{pool: pool, incidents: inc, now: time.Now, page: matchPage, maxItems: MaxItems}
 }
 
-// querier runs the matching queries: the pool, or Start's transaction.
-type querier interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-}
-
 // match calls each with every event (or dead letter) f selects, oldest
 // first, reading them a page at a time; an error from each stops it.
-func (s *Store) match(ctx context.Context, q querier, f Filter, each func(Item) error) error {
+func (s *Store) match(ctx context.Context, f Filter, each func(Item) error) error {
 	if err := s.checkFilter(f); err != nil {
 		return err
 	}
@@ -155,7 +150,7 @@ func (s *Store) match(ctx context.Context, q querier, f Filter, each func(Item) 
 			if (f.Status != "" && f.Status != StatusDead) || f.Type != "" || f.StripeAccount != "" {
 				return apperr.Invalid("incident %s is of dead letters: name it alone, or with since and until", f.Incident)
 			}
-			return s.matchDead(ctx, q, inc.EventType, inc.Cause, f, each)
+			return s.matchDead(ctx, inc.EventType, inc.Cause, f, each)
 		}
 		if f.Status == StatusDead {
 			return apperr.Invalid("incident %s is not of dead letters: status dead selects outbox dead letters", f.Incident)
@@ -169,7 +164,7 @@ func (s *Store) match(ctx context.Context, q querier, f Filter, each func(Item) 
 		cause, typ, account = inc.Cause, inc.EventType, inc.StripeAccount
 	}
 	if f.Status == StatusDead {
-		return s.matchDead(ctx, q, f.Type, "", f, each)
+		return s.matchDead(ctx, f.Type, "", f, each)
 	}
 	// Keyset pages on (at, event_id), the order a replay re-drives in.
 	var (
@@ -177,7 +172,7 @@ func (s *Store) match(ctx context.Context, q querier, f Filter, each func(Item) 
 		afterID string
 	)
 	for {
-		rows, err := q.Query(ctx, `SELECT event_id, event_type, stripe_account, outcome, error, at FROM ops_event_problems
+		rows, err := s.pool.Query(ctx, `SELECT event_id, event_type, stripe_account, outcome, error, at FROM ops_event_problems
 			WHERE ($1 = '' OR outcome = $1) AND ($2 = '' OR event_type = $2) AND ($3 = '' OR stripe_account = $3)
 			  AND ($4::timestamptz IS NULL OR at >= $4) AND ($5::timestamptz IS NULL OR at < $5)
 			  AND ($6::timestamptz IS NULL OR (at, event_id) > ($6, $7))
@@ -231,7 +226,7 @@ func (s *Store) checkFilter(f Filter) error {
 func (s *Store) DryRun(ctx context.Context, f Filter) (Preview, error) {
 	matched := 0
 	sample := []Item{}
-	err := s.match(ctx, s.pool, f, func(it Item) error {
+	err := s.match(ctx, f, func(it Item) error {
 		matched++
 		if len(sample) < SampleSize {
 			sample = append(sample, it)
@@ -304,7 +299,8 @@ func (s *Store) Start(ctx context.Context, f Filter, actor string) (Replay, erro
 			r.ID, raw, r.Status, actor, r.CreatedAt); err != nil {
 			return fmt.Errorf("insert replay: %w", err)
 		}
-		// The match is read on another connection: this one copies.
+		// The match is read on another connection, a page at a time; this
+		// one copies each page.
 		page := make([][]any, 0, s.page)
 		flush := func() error {
 			if len(page) == 0 {
@@ -317,7 +313,7 @@ func (s *Store) Start(ctx context.Context, f Filter, actor string) (Replay, erro
 			page = page[:0]
 			return nil
 		}
-		err := s.match(ctx, s.pool, f, func(it Item) error {
+		err := s.match(ctx, f, func(it Item) error {
 			if r.Matched == s.maxItems {
 				return errTooMany
 			}
@@ -409,13 +405,13 @@ func (s *Store) Cancel(ctx context.Context, id, actor string) (Replay, error) {
 // matchDead calls each with the outbox dead letters of topic/type typ (""
 // any) and cause class ("" any: a delivery incident's cause selects its
 // own), within f's time range on dead_at, oldest first, a page at a time.
-func (s *Store) matchDead(ctx context.Context, q querier, typ, cause string, f Filter, each func(Item) error) error {
+func (s *Store) matchDead(ctx context.Context, typ, cause string, f Filter, each func(Item) error) error {
 	var (
 		afterAt *time.Time
 		afterID = uuid.Nil.String() // unread while afterAt is nil, but a valid uuid to send
 	)
 	for {
-		rows, err := q.Query(ctx, `SELECT id::text, topic || '/' || type, coalesce(last_error, ''), dead_at FROM outbox
+		rows, err := s.pool.Query(ctx, `SELECT id::text, topic || '/' || type, coalesce(last_error, ''), dead_at FROM outbox
 			WHERE dead_at IS NOT NULL AND delivered_at IS NULL AND ($1 = '' OR topic || '/' || type = $1)
 			  AND ($2::timestamptz IS NULL OR dead_at >= $2) AND ($3::timestamptz IS NULL OR dead_at < $3)
 			  AND ($4::timestamptz IS NULL OR (dead_at, id) > ($4, $5::uuid))
