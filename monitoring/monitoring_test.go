@@ -98,10 +98,9 @@ func TestEveryMetricNamedIsExported(t *testing.T) {
 
 	a := apptest.New(t, apptest.Options{})
 	reg := a.Metrics.Registry
-	// serve registers the poller's collectors when it starts polling
-	// (POLL_EVERY); register them as it does.
-	metrics.NewPoller(reg)
-	// and the EventBridge intake's when it runs (EVENTBRIDGE_QUEUE_URL).
+	// The poller's collectors are registered with the registry (serve's
+	// poller and the console share them); the EventBridge intake's only
+	// when it runs (EVENTBRIDGE_QUEUE_URL): register them as it does.
 	metrics.NewEventBridge(reg)
 
 	check := func(source string, names map[string]bool) {

@@ -63,6 +63,16 @@ type Observer interface {
 	// recorded: the webhook never arrived (or was never accepted).
 	WebhookGap(account string, n int)
 	CheckpointAge(account string, age time.Duration)
+	// Accounts names the accounts a run reconciles, before the first.
+	Accounts(ids []string)
+	// Silent says, after a complete full listing of a checkpointed run,
+	// whether the account looks cut off: the listing found events no
+	// delivery had recorded and not one recorded from a webhook or
+	// EventBridge delivery. (An undelivered listing lists only what was
+	// not delivered, so it cannot tell; an account that goes silent is
+	// listed in full again by the next run or the one after, as its
+	// undelivered rate reaches its full rate.)
+	Silent(account string, silent bool)
 }
 
 // Deps are the poller's collaborators.

@@ -51,6 +51,8 @@ type env struct {
 	logs    *testenv.Logs
 
 	vars map[string]string
+	// observer, when set, is the pollers' Observer.
+	observer poller.Observer
 
 	mu   sync.Mutex
 	now  time.Time
@@ -164,6 +166,7 @@ func (e *env) pollerWith(mode string, cfg poller.Config, api poller.APIConfig) *
 		Locker:      checkpoints,
 		Accounts:    ledger.NewAccounts(e.app.Pool),
 		Replayer:    replayer,
+		Observer:    e.observer,
 		Log:         log,
 		Now:         e.clock,
 	})

@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/stripe-payments/stripe-payments/internal/events"
+	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
 )
 
 // Poller reconciles the service's events with the Stripe Events API.
@@ -141,11 +142,11 @@ func (p *Poller) Run(ctx context.Context, w Window) (Report, error) {
 		return rep, err
 	}
 	if !p.cfg.DryRun && p.d.Observer != nil {
-		// Every listed account's gap series exists (at 0) before its first
-		// gap, so the silence alert's increase() sees that gap.
-		for _, a := range accounts {
-			p.d.Observer.WebhookGap(a.id, 0)
+		ids := make([]string, len(accounts))
+		for i, a := range accounts {
+			ids[i] = a.id
 		}
+		p.d.Observer.Accounts(ids)
 	}
 	for _, a := range accounts {
 		if ctx.Err() != nil {
@@ -253,6 +254,9 @@ func (p *Poller) reconcile(ctx context.Context, a account, w Window, checkpointe
 			if hasCheckpoint {
 				p.d.Observer.CheckpointAge(a.id, p.now().Sub(old))
 			}
+			if checkpointed && ar.Listing == ListFull && !held && ar.Err == nil {
+				p.d.Observer.Silent(a.id, ar.Missing > 0 && ar.Delivered == 0)
+			}
 		}
 	}
 	log.Info("account reconciled", "listing", string(ar.Listing), "from", ar.From, "until", ar.Until, "listed", ar.Listed,
@@ -305,6 +309,9 @@ func (p *Poller) listAndDiff(ctx context.Context, a account, sl span, listing Li
 			default:
 				ar.Unprocessed++
 				todo = append(todo, candidate(a, ev, Reason(rec.Status)))
+			}
+			if ok && (rec.Source == stripeevent.SourceWebhook || rec.Source == stripeevent.SourceEventBridge) {
+				ar.Delivered++
 			}
 		}
 		p.progress(a.id, &ar.Counts, len(todo))

@@ -2,7 +2,6 @@ package poller_test
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -430,10 +429,10 @@ func TestServeRunsThePollerWhenPollEveryIsSet(t *testing.T) {
 		return strings.Contains(text, "stripe_payments_poller_checkpoint_age_seconds")
 	}, 10*time.Second, 50*time.Millisecond)
 	for _, want := range []string{
-		fmt.Sprintf(`stripe_payments_poller_events_listed_total{stripe_account=%q} `, platform),
-		fmt.Sprintf(`stripe_payments_poller_events_replayed_total{stripe_account=%q} 1`, platform),
-		fmt.Sprintf(`stripe_payments_poller_webhook_gap_total{stripe_account=%q} 1`, platform),
-		fmt.Sprintf(`stripe_payments_poller_events_failed_total{stripe_account=%q} 0`, platform),
+		"\nstripe_payments_poller_events_listed_total ",
+		"\nstripe_payments_poller_events_replayed_total 1\n",
+		"\nstripe_payments_poller_webhook_gap_total 1\n",
+		"\nstripe_payments_poller_events_failed_total 0\n",
 		`stripe_payments_http_requests_total{code="200",method="POST",route="/webhooks/stripe"} 1`,
 	} {
 		assert.Contains(t, text, want)

@@ -47,6 +47,9 @@ type AccountReport struct {
 	// Listing is the Events API listing used (Poller.listingFor).
 	Listing Listing
 	Counts
+	// Delivered counts the listed events recorded from a webhook or
+	// EventBridge delivery (Observer.Silent).
+	Delivered int
 	// Checkpoint is the account's checkpoint after the run (zero: none).
 	Checkpoint time.Time
 	// WouldReplay lists, in a dry run, what would have been replayed.

@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"strings"
 
 	"github.com/labstack/echo/v4"
 
@@ -61,9 +60,11 @@ type Response struct {
 
 func (ep *Endpoint) serve(c echo.Context) error {
 	req := c.Request()
-	// No signature, no read: an unsigned request costs no body buffer.
-	if strings.TrimSpace(req.Header.Get("Stripe-Signature")) == "" {
-		return verificationError(ErrMissingSignature)
+	// No signature, no read: a request whose header no body could verify
+	// against (absent, malformed, without a v1 signature) costs no body
+	// buffer.
+	if _, err := CheckHeader(req.Header.Get("Stripe-Signature")); err != nil {
+		return verificationError(err)
 	}
 	if req.ContentLength > ep.maxBody {
 		return apperr.New(apperr.CodePayloadTooLarge, "body exceeds %d bytes", ep.maxBody)

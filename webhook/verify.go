@@ -3,6 +3,8 @@
 package webhook
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"strconv"
 	"strings"
@@ -39,10 +41,7 @@ func NewVerifier(secrets []string, tolerance time.Duration, now func() time.Time
 // Verify checks header against payload. The signature is checked before the
 // timestamp so that only a holder of the secret learns about the clock.
 func (v *Verifier) Verify(payload []byte, header string) error {
-	if strings.TrimSpace(header) == "" {
-		return ErrMissingSignature
-	}
-	ts, err := signedAt(header)
+	ts, err := CheckHeader(header)
 	if err != nil {
 		return err
 	}
@@ -67,26 +66,43 @@ func (v *Verifier) Verify(payload []byte, header string) error {
 	return nil
 }
 
-// signedAt extracts the t= timestamp of a signature header.
-func signedAt(header string) (time.Time, error) {
+// CheckHeader parses a Stripe-Signature header ("t=1495999758,v1=<hex>,...")
+// without the payload and returns its timestamp. It refuses a header that
+// no payload could verify against, so that the endpoint answers it before
+// reading the body: ErrMissingSignature when blank, ErrMalformedHeader when
+// it is not comma-separated key=value pairs with exactly one integer t=,
+// ErrNoValidSignature when no v1= is a hex HMAC-SHA256. The pairs are read
+// as stripe-go reads them, so that a header passing here is one stripe-go
+// parses too.
+func CheckHeader(header string) (time.Time, error) {
+	if strings.TrimSpace(header) == "" {
+		return time.Time{}, ErrMissingSignature
+	}
 	var ts time.Time
-	found := false
+	found, signed := false, false
 	for _, pair := range strings.Split(header, ",") {
-		k, val, ok := strings.Cut(strings.TrimSpace(pair), "=")
-		if !ok {
+		kv := strings.Split(strings.TrimSpace(pair), "=")
+		if len(kv) != 2 {
 			return time.Time{}, ErrMalformedHeader
 		}
-		if k != "t" {
-			continue
+		switch kv[0] {
+		case "t":
+			secs, err := strconv.ParseInt(kv[1], 10, 64)
+			if err != nil || found {
+				return time.Time{}, ErrMalformedHeader
+			}
+			ts, found = time.Unix(secs, 0), true
+		case "v1":
+			if sig, err := hex.DecodeString(kv[1]); err == nil && len(sig) == sha256.Size {
+				signed = true
+			}
 		}
-		secs, err := strconv.ParseInt(val, 10, 64)
-		if err != nil || found {
-			return time.Time{}, ErrMalformedHeader
-		}
-		ts, found = time.Unix(secs, 0), true
 	}
 	if !found {
 		return time.Time{}, ErrMalformedHeader
+	}
+	if !signed {
+		return time.Time{}, ErrNoValidSignature
 	}
 	return ts, nil
 }

@@ -94,6 +94,9 @@ type App struct {
 	stripeBudget *stripebudget.Shared
 	ledger       *ledger.Ledger
 	tracking     *tracking.Store
+	// pollerMetrics counts what serve's poller finds, and keeps its
+	// per-account figures for the console.
+	pollerMetrics *metrics.Poller
 	// recordMetrics watches the write-behind and the handler's batches.
 	recordMetrics *metrics.Records
 	// emails sends reminder emails through SES; nil unless SES_FROM_ADDRESS.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -227,6 +228,27 @@ func TestBulkReplayAPIBadInput(t *testing.T) {
 	assert.Equal(t, http.StatusNotFound, status)
 	status, _ = replayCall(t, http.MethodGet, url+"/nope", nil)
 	assert.Equal(t, http.StatusBadRequest, status)
+
+	// While replay.MaxRunning replays run (held by another instance's
+	// runner), a further one is a 409 that writes nothing; a dry run still
+	// answers.
+	for i := range replay.MaxRunning {
+		_, err := a.Pool.Exec(ctx, `INSERT INTO replays (id, filter, status, matched, created_by, created_at, lease_owner, leased_until)
+			VALUES ($1, '{"type":"invoice.paid"}', 'running', 1, 't', now(), 'another-instance', now() + interval '1 hour')`,
+			fmt.Sprintf("rpl_%024d", i+1))
+		require.NoError(t, err)
+	}
+	_, err = a.Pool.Exec(ctx, `INSERT INTO ops_event_problems (event_id, outcome, event_type, stripe_account, error, at) VALUES ('evt_capped', 'failed', 'invoice.paid', $1, 'x', now())`, replayMerchant)
+	require.NoError(t, err)
+	status, body = replayCall(t, http.MethodPost, url, map[string]any{"filter": map[string]any{"type": "invoice.paid"}})
+	require.Equal(t, http.StatusConflict, status, body)
+	assert.Equal(t, "conflict", body["error"].(map[string]any)["code"])
+	assert.Contains(t, body["error"].(map[string]any)["message"], fmt.Sprintf("%d replays are running", replay.MaxRunning))
+	require.NoError(t, a.Pool.QueryRow(ctx, `SELECT count(*) FROM replays`).Scan(&replays))
+	assert.Equal(t, replay.MaxRunning, replays, "the refused replay wrote nothing")
+	status, body = replayCall(t, http.MethodPost, url, map[string]any{"filter": map[string]any{"type": "invoice.paid"}, "dry_run": true})
+	require.Equal(t, http.StatusOK, status, body)
+	assert.EqualValues(t, 1, body["matched"])
 }
 
 // replayMerchant is the connected account of the events failEvents records.

@@ -10,7 +10,6 @@ import (
 
 	billingstore "github.com/stripe-payments/stripe-payments/internal/billing/store"
 	"github.com/stripe-payments/stripe-payments/internal/ledger"
-	"github.com/stripe-payments/stripe-payments/internal/metrics"
 	"github.com/stripe-payments/stripe-payments/internal/stripebudget"
 	"github.com/stripe-payments/stripe-payments/internal/thin"
 	"github.com/stripe-payments/stripe-payments/poller"
@@ -112,7 +111,7 @@ func (a *App) startPolling(ctx context.Context) (stop func(), err error) {
 	}
 	p, err := a.NewPoller(PollerOptions{
 		Target:   webhookURL(a.Server.Addr()),
-		Observer: metrics.NewPoller(a.Metrics.Registry),
+		Observer: a.pollerMetrics,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("start poller: %w", err)

@@ -64,7 +64,7 @@ func (a *App) registerRoutes() error {
 		Token: cfg.InternalAPIToken, Events: a.Events, Replayer: replayer,
 		Billing: a.Billing, TestClocks: a.Clocks, Counter: a.opsCounter, Problems: a.OpsProblems, Runs: a.opsRuns, Outbox: a.outbox,
 		Sessions: opsdata.NewSessions(a.Pool), Checkpoints: ledger.NewCheckpoints(a.Pool), Thin: a.Thin.Queue, Quarantine: a.Records,
-		Gatherer: a.Metrics.Registry, Log: log.With("component", "ops"), Livemode: cfg.Livemode(), Clocks: a.clockLife,
+		Poller: a.pollerMetrics, Log: log.With("component", "ops"), Livemode: cfg.Livemode(), Clocks: a.clockLife,
 		Development: cfg.Development, Failures: a.authFailures,
 		SessionIdle: cfg.Admin.SessionIdle, SessionMaxAge: cfg.Admin.SessionMaxAge,
 		Incidents: a.Incidents, Replays: a.Replays.Store, ReplayNudge: a.Replays.Runner.Nudge,

@@ -31,6 +31,6 @@ func newStorage(ctx context.Context, cfg config.Config, log *slog.Logger) (*App,
 	if err != nil {
 		return nil, err
 	}
-	return &App{Config: cfg, log: log, Dynamo: ddb, Pool: pool, Metrics: m,
+	return &App{Config: cfg, log: log, Dynamo: ddb, Pool: pool, Metrics: m, pollerMetrics: metrics.NewPoller(m.Registry),
 		safe: safego.New(log, metrics.NewPanics(m.Registry), time.Second)}, nil
 }

@@ -72,6 +72,11 @@ type ListStore interface {
 	// attempt whose outcome is not recorded, and those left unpaid (ERROR,
 	// STALE).
 	ListPeriodsToWatch(ctx context.Context, account string) ([]Period, error)
+	// ListPeriodsPage pages through a subscription's periods, newest first.
+	ListPeriodsPage(ctx context.Context, account, sub string, limit int32, cursor string) (Page[Period], error)
+	// ListOpenPeriods reads at most limit periods of a subscription that
+	// are SCHEDULED or ERROR, or have an attempt in flight, oldest first.
+	ListOpenPeriods(ctx context.Context, account, sub string, limit int32) ([]Period, error)
 	// FindSubscriptions reads the subscriptions a subscription id, a
 	// Stripe customer or an email finds (at most limit), in any account.
 	FindSubscriptions(ctx context.Context, by LookupBy, value string, limit int32) ([]Subscription, error)

@@ -29,10 +29,18 @@ func (s *Service) ListHistory(ctx context.Context, account, sub string, limit in
 	return s.store.ListHistory(ctx, account, sub, limit, cursor)
 }
 
-// ListPeriods reads every billing period of a subscription, oldest first
-// (the console's subscription page).
-func (s *Service) ListPeriods(ctx context.Context, account, sub string) ([]Period, error) {
-	return s.store.ListPeriods(ctx, account, sub)
+// PeriodsPage pages through a subscription's periods, newest first (the
+// console's subscription page; a page at a time, however many periods a
+// long-lived subscription has).
+func (s *Service) PeriodsPage(ctx context.Context, account, sub string, limit int32, cursor string) (Page[Period], error) {
+	return s.store.ListPeriodsPage(ctx, account, sub, limit, cursor)
+}
+
+// OpenPeriods reads at most limit periods of a subscription that an
+// operator can still act on or must know about: SCHEDULED or ERROR (waive,
+// pay now), or with an attempt in flight. Oldest first.
+func (s *Service) OpenPeriods(ctx context.Context, account, sub string, limit int32) ([]Period, error) {
+	return s.store.ListOpenPeriods(ctx, account, sub, limit)
 }
 
 // PeriodsToWatch reads the periods of an account that an operator must

@@ -55,12 +55,13 @@ type Observer interface {
 }
 
 // DeliveryObserver, when the Observer also implements it, is told of every
-// event given to the handler: the account it is about, where it came from,
-// its api_version and whether that is the expected one (Config.APIVersion).
+// event given to the handler: where it came from, its api_version and
+// whether that is the expected one (Config.APIVersion). Not the account it
+// is about: a metric labelled by account has one series per merchant.
 // An event with another version may lack fields the handler reads (the
 // silent field loss of an unpinned version change), so it is counted.
 type DeliveryObserver interface {
-	Delivered(account string, source stripeevent.Source, apiVersion string, expected bool)
+	Delivered(source stripeevent.Source, apiVersion string, expected bool)
 }
 
 // IngestObserver is told about the ingest path's protections at work
@@ -231,7 +232,7 @@ func (h *Handler) handle(ctx context.Context, ev *stripe.Event, payload []byte, 
 	// ignored or refused delivery is not traffic to the silence alerts.
 	delivered := func() {
 		if d, ok := h.observer.(DeliveryObserver); ok {
-			d.Delivered(rec.StripeAccount, source, rec.APIVersion,
+			d.Delivered(source, rec.APIVersion,
 				h.cfg.APIVersion == "" || rec.APIVersion == "" || rec.APIVersion == h.cfg.APIVersion)
 		}
 	}

@@ -21,10 +21,10 @@ func (o Observers) Handled(eventType string, outcome stripeevent.Outcome, elapse
 }
 
 // Delivered implements DeliveryObserver for the observers that do.
-func (o Observers) Delivered(account string, source stripeevent.Source, apiVersion string, expected bool) {
+func (o Observers) Delivered(source stripeevent.Source, apiVersion string, expected bool) {
 	for _, x := range o {
 		if d, ok := x.(DeliveryObserver); ok {
-			d.Delivered(account, source, apiVersion, expected)
+			d.Delivered(source, apiVersion, expected)
 		}
 	}
 }

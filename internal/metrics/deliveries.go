@@ -6,8 +6,8 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
 )
 
-// deliveries counts the events the handler is given, by the account they
-// are about and where they came from, and those whose api_version is not
+// deliveries counts the events the handler is given, by where they came
+// from (never by account: one series per merchant is unbounded), and those whose api_version is not
 // the one the service expects (STRIPE_API_VERSION): the silence and
 // version-drift alerts read them (monitoring/prometheus/alerts.yml).
 type deliveries struct {
@@ -23,8 +23,8 @@ func newDeliveries(reg prometheus.Registerer) deliveries {
 	d := deliveries{
 		received: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "stripe_payments_events_received_total",
-			Help: "Events given to the handler, by stripe_account and source (webhook, eventbridge, poller, replay).",
-		}, []string{"stripe_account", "source"}),
+			Help: "Events given to the handler, by source (webhook, eventbridge, poller, replay).",
+		}, []string{"source"}),
 		unexpected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "stripe_payments_events_unexpected_api_version_total",
 			Help: "Events whose api_version is not the configured STRIPE_API_VERSION, by api_version and source.",
@@ -42,8 +42,8 @@ func newDeliveries(reg prometheus.Registerer) deliveries {
 }
 
 // Delivered implements handler.DeliveryObserver.
-func (m *Metrics) Delivered(account string, source stripeevent.Source, apiVersion string, expected bool) {
-	m.deliveries.received.WithLabelValues(account, string(source)).Inc()
+func (m *Metrics) Delivered(source stripeevent.Source, apiVersion string, expected bool) {
+	m.deliveries.received.WithLabelValues(string(source)).Inc()
 	if !expected {
 		m.deliveries.unexpected.WithLabelValues(apiVersion, string(source)).Inc()
 		m.deliveries.unexpectedBySource.WithLabelValues(string(source)).Inc()

@@ -17,8 +17,8 @@ func TestUnexpectedVersionCountBySourceStartsAtZero(t *testing.T) {
 	m := metrics.New()
 	const name = "stripe_payments_events_unexpected_api_version_deliveries_total"
 	assert.Equal(t, 2, count(t, m.Registry, name), "webhook and eventbridge, at 0")
-	m.Delivered("acct_1", stripeevent.SourceWebhook, "2099-01-01", false)
-	m.Delivered("acct_1", stripeevent.SourceWebhook, "2023-10-16", true)
+	m.Delivered(stripeevent.SourceWebhook, "2099-01-01", false)
+	m.Delivered(stripeevent.SourceWebhook, "2023-10-16", true)
 	assert.Equal(t, 2, count(t, m.Registry, name))
 	assert.Equal(t, 1, count(t, m.Registry, "stripe_payments_events_unexpected_api_version_total"))
 }

@@ -6,7 +6,7 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -212,12 +212,16 @@ func (c *Console) billingAccount(ec echo.Context) error {
 }
 
 type subscriptionData struct {
-	Sub      billing.Subscription
-	Periods  []billing.Period
-	History  []historyEntry
-	Newer    string // link to the page of newer history ("": this is the newest)
-	Older    string // link to the page of older history
-	Waivable []billing.Period
+	Sub     billing.Subscription
+	Periods []billing.Period // a page, newest first
+	// MorePeriods links the next (older) page of periods, FirstPeriods the
+	// newest ("": none).
+	MorePeriods  string
+	FirstPeriods string
+	History      []historyEntry
+	Newer        string // link to the page of newer history ("": this is the newest)
+	Older        string // link to the page of older history
+	Waivable     []billing.Period
 	// Unpaid: a period is in ERROR, so pay now has something to charge.
 	Unpaid bool
 	// InFlight: attempts whose outcome is unknown; while there is one,
@@ -253,11 +257,32 @@ func (c *Console) billingSubscription(ec echo.Context) error {
 		return c.unavailable(ec, "read the subscription", err)
 	}
 	d := subscriptionData{Sub: sub}
-	if d.Periods, err = c.d.Billing.ListPeriods(ctx, ids[0], ids[1]); err != nil {
+	// The periods a page at a time, newest first, like every list here: a
+	// subscription billed for years has hundreds.
+	periodsCursor := ec.QueryParam("periods")
+	periods, err := c.d.Billing.PeriodsPage(ctx, ids[0], ids[1], PageSize, periodsCursor)
+	if errors.Is(err, apperr.ErrInvalid) {
+		return c.fail(ec, http.StatusBadRequest, "That page link is not valid; open the subscription again.")
+	}
+	if err != nil {
 		return c.unavailable(ec, "read the periods", err)
 	}
-	sort.Slice(d.Periods, func(i, j int) bool { return d.Periods[i].BillingDate.After(d.Periods[j].BillingDate) })
-	for _, p := range d.Periods {
+	d.Periods = periods.Items
+	if periods.NextCursor != "" {
+		d.MorePeriods = subPath(sub) + "?" + url.Values{"periods": {periods.NextCursor}}.Encode() + "#per-h"
+	}
+	if periodsCursor != "" {
+		d.FirstPeriods = subPath(sub) + "#per-h"
+	}
+	// What the actions need, whatever page is shown: the periods still
+	// open (waive, pay now) and the attempts in flight (every action
+	// refused), at most a page of them.
+	open, err := c.d.Billing.OpenPeriods(ctx, ids[0], ids[1], PageSize)
+	if err != nil {
+		return c.unavailable(ec, "read the periods", err)
+	}
+	slices.Reverse(open) // newest first, as the periods
+	for _, p := range open {
 		if p.InFlightKey != "" {
 			d.InFlight = append(d.InFlight, inFlightOf(p))
 		}
@@ -494,7 +519,7 @@ func money(amount int64, currency string) string {
 
 // firstInFlight is sub's attempt whose outcome is unknown, if any.
 func (c *Console) firstInFlight(ec echo.Context, sub billing.Subscription) (*inFlight, error) {
-	periods, err := c.d.Billing.ListPeriods(ctxOf(ec), sub.AccountID, sub.SubscriptionID)
+	periods, err := c.d.Billing.OpenPeriods(ctxOf(ec), sub.AccountID, sub.SubscriptionID, PageSize)
 	if err != nil {
 		return nil, err
 	}

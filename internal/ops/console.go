@@ -21,7 +21,6 @@ import (
 
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/authlimit"
@@ -70,9 +69,11 @@ type Deps struct {
 	Thin        ThinReader
 	Quarantine  QuarantineCounter
 	Outbox      OutboxReader
-	Gatherer    prometheus.Gatherer
-	Log         *slog.Logger
-	Now         func() time.Time
+	// Poller gives this instance's poller figures per account (nil: no
+	// poller runs here).
+	Poller PollerFigures
+	Log    *slog.Logger
+	Now    func() time.Time
 	// Livemode: the Stripe key is live. Test clocks (issue 14) are then
 	// off: no navigation entry, and /ops/clocks answers 403.
 	Livemode bool

@@ -162,7 +162,9 @@ func (c *Console) incidentReplay(ec echo.Context) error {
 		return c.showIncident(ec, http.StatusOK, &p, "", "")
 	}
 	r, err := c.d.Replays.Start(ctx, f, ConsoleActor)
-	if errors.Is(err, apperr.ErrInvalid) {
+	// A filter the store refuses, or a replay over the most that run at
+	// once: the operator's answer, on the incident's page.
+	if errors.Is(err, apperr.ErrInvalid) || errors.Is(err, apperr.ErrConflict) {
 		return c.showIncident(ec, statusOf(err), nil, "", filterMessage(err)+" Nothing was started.")
 	}
 	if err != nil {

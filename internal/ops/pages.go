@@ -68,7 +68,7 @@ func (c *Console) overview(ec echo.Context) error {
 	if d.Problems, err = c.d.Problems.Counts(ctx); err != nil {
 		return c.unavailable(ec, "count the dead letters", err)
 	}
-	if d.Checkpoints, err = checkpoints(ctx, c.d.Checkpoints, c.d.Gatherer, now); err != nil {
+	if d.Checkpoints, err = checkpoints(ctx, c.d.Checkpoints, c.d.Poller, now); err != nil {
 		return c.unavailable(ec, "read the poller checkpoints", err)
 	}
 	if d.Outbox, err = c.d.Outbox.Stats(ctx); err != nil {

@@ -6,9 +6,9 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/stripe-payments/stripe-payments/internal/ledger"
+	"github.com/stripe-payments/stripe-payments/internal/metrics"
 	"github.com/stripe-payments/stripe-payments/internal/outbox"
 	"github.com/stripe-payments/stripe-payments/internal/thin"
 )
@@ -19,9 +19,12 @@ type Checkpoint struct {
 	Checkpoint time.Time
 	UpdatedAt  time.Time
 	// Age is now minus the checkpoint; Gap the webhooks the poller found
-	// missing since this instance started (-1: unknown).
-	Age time.Duration
-	Gap float64
+	// missing since this instance started (-1: unknown); Silent that its
+	// last full listing found a gap and no event delivered by webhook or
+	// EventBridge (the StripePaymentsAccountSilent alert's accounts).
+	Age    time.Duration
+	Gap    int
+	Silent bool
 }
 
 // CheckpointLister lists the poller's stored checkpoints
@@ -30,12 +33,18 @@ type CheckpointLister interface {
 	List(ctx context.Context, limit int) ([]ledger.Saved, error)
 }
 
+// PollerFigures is what this instance's poller found per account
+// (metrics.Poller): the per-account figures the metrics do not label.
+type PollerFigures interface {
+	Account(account string) (metrics.PollerAccount, bool)
+}
+
 // maxCheckpoints bounds the checkpoints the overview lists.
 const maxCheckpoints = 200
 
 // checkpoints reads the poller's checkpoints and joins this instance's
-// webhook-gap counters (the registry holds them; the table does not).
-func checkpoints(ctx context.Context, store CheckpointLister, gatherer prometheus.Gatherer, now time.Time) ([]Checkpoint, error) {
+// poller figures (memory holds them; the table does not).
+func checkpoints(ctx context.Context, store CheckpointLister, figures PollerFigures, now time.Time) ([]Checkpoint, error) {
 	saved, err := store.List(ctx, maxCheckpoints)
 	if err != nil {
 		return nil, fmt.Errorf("read checkpoints: %w", err)
@@ -43,48 +52,14 @@ func checkpoints(ctx context.Context, store CheckpointLister, gatherer prometheu
 	list := make([]Checkpoint, len(saved))
 	for i, s := range saved {
 		list[i] = Checkpoint{Account: s.Account, Checkpoint: s.Checkpoint, UpdatedAt: s.UpdatedAt, Age: now.Sub(s.Checkpoint), Gap: -1}
-	}
-	gaps := gathered(gatherer, "stripe_payments_poller_webhook_gap_total", "stripe_account")
-	for i := range list {
-		if n, ok := gaps[list[i].Account]; ok {
-			list[i].Gap = n
-		} else if gatherer != nil && len(gaps) > 0 {
-			list[i].Gap = 0
+		if figures == nil {
+			continue
+		}
+		if f, ok := figures.Account(s.Account); ok {
+			list[i].Gap, list[i].Silent = f.WebhookGap, f.Silent
 		}
 	}
 	return list, nil
-}
-
-// gathered reads a counter or gauge family from the registry by one label.
-func gathered(g prometheus.Gatherer, name, label string) map[string]float64 {
-	out := map[string]float64{}
-	if g == nil {
-		return out
-	}
-	families, err := g.Gather()
-	if err != nil {
-		return out
-	}
-	for _, f := range families {
-		if f.GetName() != name {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			key := ""
-			for _, l := range m.GetLabel() {
-				if l.GetName() == label {
-					key = l.GetValue()
-				}
-			}
-			switch {
-			case m.Counter != nil:
-				out[key] += m.Counter.GetValue()
-			case m.Gauge != nil:
-				out[key] += m.Gauge.GetValue()
-			}
-		}
-	}
-	return out
 }
 
 // OutboxReader is what the console reads of the outbox (outbox.Store).

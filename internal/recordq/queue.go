@@ -420,13 +420,27 @@ func (q *Queue) waitWritten(ctx context.Context, what string, left func() int) e
 	}
 }
 
+// SettleWait and SettleQueries bound Settled: a listing waits for the
+// records acknowledged before it (milliseconds at any load the writers keep
+// up with) but does not hold a request and a Postgres connection while the
+// table is down, and polls Postgres a bounded number of times (the backoff
+// between re-checks grows to settlePollMax).
+const (
+	SettleWait     = 2 * time.Second
+	SettleQueries  = 12
+	settlePollMin  = 5 * time.Millisecond
+	settlePollMax  = 250 * time.Millisecond
+	settleRechecks = SettleQueries - 1 // the first query reads the pending ids
+)
+
 // Settled waits until every record pending (in Postgres, from any
 // instance) when it is called has left: written to the table. Index
 // listings call it, so that a listing made after a 200 shows the event. It
-// gives up after 10 s (or when ctx ends), with an error, rather than list
-// without records it knows are missing.
+// gives up after SettleWait or SettleQueries queries (or when ctx ends),
+// with ErrUnavailable, rather than list without records it knows are
+// missing.
 func (q *Queue) Settled(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, SettleWait)
 	defer cancel()
 	rows, err := q.pool.Query(ctx, `SELECT event_id FROM event_records_pending`)
 	if err != nil {
@@ -436,23 +450,27 @@ func (q *Queue) Settled(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("read pending event records: %w", err)
 	}
-	if len(ids) == 0 {
-		return nil
-	}
-	wait := time.Millisecond
-	for {
-		select {
-		case <-time.After(wait):
-		case <-ctx.Done():
-			return fmt.Errorf("%w: %d event records still being written: %w", ErrUnavailable, len(ids), ctx.Err())
-		}
-		wait = min(2*wait, 20*time.Millisecond)
-		var left int
-		if err := q.pool.QueryRow(ctx, `SELECT count(*) FROM event_records_pending WHERE event_id = ANY($1)`, ids).Scan(&left); err != nil {
-			return fmt.Errorf("read pending event records: %w", err)
-		}
+	left := len(ids)
+	wait := settlePollMin
+	for range settleRechecks {
 		if left == 0 {
 			return nil
 		}
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return fmt.Errorf("%w: %d event records still being written: %w", ErrUnavailable, left, ctx.Err())
+		}
+		wait = min(2*wait, settlePollMax)
+		if err := q.pool.QueryRow(ctx, `SELECT count(*) FROM event_records_pending WHERE event_id = ANY($1)`, ids).Scan(&left); err != nil {
+			if ctx.Err() != nil {
+				return fmt.Errorf("%w: %d event records still being written: %w", ErrUnavailable, left, err)
+			}
+			return fmt.Errorf("read pending event records: %w", err)
+		}
 	}
+	if left == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %d event records still being written after %d checks", ErrUnavailable, left, settleRechecks)
 }

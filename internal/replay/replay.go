@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -25,6 +26,16 @@ import (
 // MaxItems bounds one replay (as Svix bounds a recovery): a filter matching
 // more is refused, to be narrowed.
 const MaxItems = 10000
+
+// MaxRunning bounds the replays running at once: each holds a runner and
+// draws on the Stripe API budget's bulk class, so more would only queue
+// behind each other while an operator loses track of them. A further one
+// is refused (409) until one finishes or is cancelled.
+const MaxRunning = 3
+
+// matchPage is how many matched rows are read at a time: matching holds
+// one page in memory, never the whole match.
+const matchPage = 500
 
 // SampleSize is how many matched events a dry run shows.
 const SampleSize = 10
@@ -110,90 +121,121 @@ type Store struct {
 	pool      *pgxpool.Pool
 	incidents IncidentReader
 	now       func() time.Time
+	// page and maxItems are matchPage and MaxItems (tests lower them).
+	page, maxItems int
 }
 
 // NewStore returns a Store.
 func NewStore(pool *pgxpool.Pool, inc IncidentReader) *Store {
-	return &Store{pool: pool, incidents: inc, now: time.Now}
+	return &Store{pool: pool, incidents: inc, now: time.Now, page: matchPage, maxItems: MaxItems}
 }
 
-// match returns every event f selects, oldest first.
-func (s *Store) match(ctx context.Context, f Filter) ([]Item, error) {
-	if f.Empty() {
-		return nil, apperr.Invalid("an empty filter without a time range would replay everything; name an incident, status, type, stripe_account, since or until")
-	}
-	if !ValidFilterStatus(f.Status) {
-		return nil, apperr.Invalid("status must be failed, rejected or dead")
-	}
-	if f.Status == StatusDead && f.StripeAccount != "" {
-		return nil, apperr.Invalid("dead letters have no stripe_account: filter them by type (topic/type), since and until")
-	}
-	if f.Since != nil && f.Until != nil && !f.Since.Before(*f.Until) {
-		return nil, apperr.Invalid("since must be before until")
+// match calls each with every event (or dead letter) f selects, oldest
+// first, reading them a page at a time; an error from each stops it.
+func (s *Store) match(ctx context.Context, f Filter, each func(Item) error) error {
+	if err := s.checkFilter(f); err != nil {
+		return err
 	}
 	var cause string
 	typ, account := f.Type, f.StripeAccount
 	if f.Incident != "" {
 		inc, err := s.incidents.Get(ctx, f.Incident)
 		if errors.Is(err, apperr.ErrNotFound) {
-			return nil, apperr.Invalid("no incident %s", f.Incident)
+			return apperr.Invalid("no incident %s", f.Incident)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("read incident %s: %w", f.Incident, err)
+			return fmt.Errorf("read incident %s: %w", f.Incident, err)
 		}
 		if inc.Kind == incidents.KindDelivery {
 			if (f.Status != "" && f.Status != StatusDead) || f.Type != "" || f.StripeAccount != "" {
-				return nil, apperr.Invalid("incident %s is of dead letters: name it alone, or with since and until", f.Incident)
+				return apperr.Invalid("incident %s is of dead letters: name it alone, or with since and until", f.Incident)
 			}
-			return s.matchDead(ctx, inc.EventType, inc.Cause, f)
+			return s.matchDead(ctx, inc.EventType, inc.Cause, f, each)
 		}
 		if f.Status == StatusDead {
-			return nil, apperr.Invalid("incident %s is not of dead letters: status dead selects outbox dead letters", f.Incident)
+			return apperr.Invalid("incident %s is not of dead letters: status dead selects outbox dead letters", f.Incident)
 		}
 		if inc.Kind != incidents.KindEvent || strings.HasPrefix(inc.Cause, "hydration.") {
-			return nil, apperr.Invalid("incident %s is a %s incident (%s): only failed and rejected events and dead letters are replayed; thin events are retried by the hydrator", f.Incident, inc.Kind, inc.Cause)
+			return apperr.Invalid("incident %s is a %s incident (%s): only failed and rejected events and dead letters are replayed; thin events are retried by the hydrator", f.Incident, inc.Kind, inc.Cause)
 		}
 		if (typ != "" && typ != inc.EventType) || (account != "" && account != inc.StripeAccount) {
-			return []Item{}, nil
+			return nil
 		}
 		cause, typ, account = inc.Cause, inc.EventType, inc.StripeAccount
 	}
 	if f.Status == StatusDead {
-		return s.matchDead(ctx, f.Type, "", f)
+		return s.matchDead(ctx, f.Type, "", f, each)
 	}
-	rows, err := s.pool.Query(ctx, `SELECT event_id, event_type, stripe_account, outcome, error, at FROM ops_event_problems
-		WHERE ($1 = '' OR outcome = $1) AND ($2 = '' OR event_type = $2) AND ($3 = '' OR stripe_account = $3)
-		  AND ($4::timestamptz IS NULL OR at >= $4) AND ($5::timestamptz IS NULL OR at < $5)
-		ORDER BY at, event_id`, f.Status, typ, account, f.Since, f.Until)
-	if err != nil {
-		return nil, fmt.Errorf("match replay filter: %w", err)
-	}
-	defer rows.Close()
-	out := []Item{}
-	for rows.Next() {
-		it := Item{Kind: string(incidents.KindEvent)}
-		if err := rows.Scan(&it.EventID, &it.EventType, &it.StripeAccount, &it.Status, &it.Error, &it.At); err != nil {
-			return nil, fmt.Errorf("match replay filter: %w", err)
+	// Keyset pages on (at, event_id), the order a replay re-drives in.
+	var (
+		afterAt *time.Time
+		afterID string
+	)
+	for {
+		rows, err := s.pool.Query(ctx, `SELECT event_id, event_type, stripe_account, outcome, error, at FROM ops_event_problems
+			WHERE ($1 = '' OR outcome = $1) AND ($2 = '' OR event_type = $2) AND ($3 = '' OR stripe_account = $3)
+			  AND ($4::timestamptz IS NULL OR at >= $4) AND ($5::timestamptz IS NULL OR at < $5)
+			  AND ($6::timestamptz IS NULL OR (at, event_id) > ($6, $7))
+			ORDER BY at, event_id LIMIT $8`, f.Status, typ, account, f.Since, f.Until, afterAt, afterID, s.page)
+		if err != nil {
+			return fmt.Errorf("match replay filter: %w", err)
 		}
-		if cause != "" && incidents.EventCause(it.Status, it.Error) != cause {
-			continue
+		page, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Item, error) {
+			it := Item{Kind: string(incidents.KindEvent)}
+			err := row.Scan(&it.EventID, &it.EventType, &it.StripeAccount, &it.Status, &it.Error, &it.At)
+			return it, err
+		})
+		if err != nil {
+			return fmt.Errorf("match replay filter: %w", err)
 		}
-		out = append(out, it)
+		for _, it := range page {
+			if cause != "" && incidents.EventCause(it.Status, it.Error) != cause {
+				continue
+			}
+			if err := each(it); err != nil {
+				return err
+			}
+		}
+		if len(page) < s.page {
+			return nil
+		}
+		last := page[len(page)-1]
+		afterAt, afterID = &last.At, last.EventID
 	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("match replay filter: %w", err)
+}
+
+// checkFilter refuses a filter that selects nothing sensible.
+func (s *Store) checkFilter(f Filter) error {
+	if f.Empty() {
+		return apperr.Invalid("an empty filter without a time range would replay everything; name an incident, status, type, stripe_account, since or until")
 	}
-	return out, nil
+	if !ValidFilterStatus(f.Status) {
+		return apperr.Invalid("status must be failed, rejected or dead")
+	}
+	if f.Status == StatusDead && f.StripeAccount != "" {
+		return apperr.Invalid("dead letters have no stripe_account: filter them by type (topic/type), since and until")
+	}
+	if f.Since != nil && f.Until != nil && !f.Since.Before(*f.Until) {
+		return apperr.Invalid("since must be before until")
+	}
+	return nil
 }
 
 // DryRun says how many events f matches and what replaying a sample of
 // them would do. It changes nothing.
 func (s *Store) DryRun(ctx context.Context, f Filter) (Preview, error) {
-	items, err := s.match(ctx, f)
+	matched := 0
+	sample := []Item{}
+	err := s.match(ctx, f, func(it Item) error {
+		matched++
+		if len(sample) < SampleSize {
+			sample = append(sample, it)
+		}
+		return nil
+	})
 	if err != nil {
 		return Preview{}, err
 	}
-	sample := items[:min(len(items), SampleSize)]
 	ids := make([]string, len(sample))
 	for i, it := range sample {
 		ids[i] = it.EventID
@@ -218,45 +260,84 @@ func (s *Store) DryRun(ctx context.Context, f Filter) (Preview, error) {
 			sample[i].Would = "duplicate"
 		}
 	}
-	return Preview{Matched: len(items), Sample: sample}, nil
+	return Preview{Matched: matched, Sample: sample}, nil
 }
 
 // Start records a replay of what f matches, asked for by actor, for the
 // runner to carry out. A filter matching nothing, or over MaxItems, is
-// refused and nothing is written.
+// refused (apperr.ErrInvalid), and so is a replay while MaxRunning run
+// (apperr.ErrConflict); nothing is written then. The matched items are
+// copied into replay_items a page at a time, in the transaction that
+// records the replay.
 func (s *Store) Start(ctx context.Context, f Filter, actor string) (Replay, error) {
-	items, err := s.match(ctx, f)
-	if err != nil {
+	if err := s.checkFilter(f); err != nil {
 		return Replay{}, err
-	}
-	switch {
-	case len(items) == 0:
-		return Replay{}, apperr.Invalid("the filter matches no failed or rejected event (or dead letter): nothing to replay")
-	case len(items) > MaxItems:
-		return Replay{}, apperr.Invalid("the filter matches %d events, over the %d one replay takes: narrow it (since/until)", len(items), MaxItems)
 	}
 	var b [12]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		return Replay{}, fmt.Errorf("replay id: %w", err)
 	}
-	r := Replay{ID: "rpl_" + hex.EncodeToString(b[:]), Status: StatusRunning, Filter: f, Matched: len(items),
+	r := Replay{ID: "rpl_" + hex.EncodeToString(b[:]), Status: StatusRunning, Filter: f,
 		CreatedBy: actor, CreatedAt: s.now().UTC()}
 	raw, err := json.Marshal(f)
 	if err != nil {
 		return Replay{}, fmt.Errorf("replay filter: %w", err)
 	}
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `INSERT INTO replays (id, filter, status, matched, created_by, created_at) VALUES ($1, $2, $3, $4, $5, $6)`,
-			r.ID, raw, r.Status, r.Matched, actor, r.CreatedAt); err != nil {
+		// Starts take turns, so that two cannot both see room for one more.
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('replays.start'))`); err != nil {
+			return fmt.Errorf("lock replay starts: %w", err)
+		}
+		var running int
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM replays WHERE status = 'running'`).Scan(&running); err != nil {
+			return fmt.Errorf("count running replays: %w", err)
+		}
+		if running >= MaxRunning {
+			return apperr.New(apperr.CodeConflict, "%d replays are running, the most at once: wait for one to finish, or cancel one", running)
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO replays (id, filter, status, matched, created_by, created_at) VALUES ($1, $2, $3, 0, $4, $5)`,
+			r.ID, raw, r.Status, actor, r.CreatedAt); err != nil {
 			return fmt.Errorf("insert replay: %w", err)
 		}
-		rowsIn := make([][]any, len(items))
-		for i, it := range items {
-			rowsIn[i] = []any{r.ID, i, it.Kind, it.EventID, it.StripeAccount}
+		// The match is read on another connection, a page at a time; this
+		// one copies each page.
+		page := make([][]any, 0, s.page)
+		flush := func() error {
+			if len(page) == 0 {
+				return nil
+			}
+			if _, err := tx.CopyFrom(ctx, pgx.Identifier{"replay_items"}, []string{"replay_id", "seq", "kind", "event_id", "stripe_account"},
+				pgx.CopyFromRows(page)); err != nil {
+				return fmt.Errorf("insert replay items: %w", err)
+			}
+			page = page[:0]
+			return nil
 		}
-		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"replay_items"}, []string{"replay_id", "seq", "kind", "event_id", "stripe_account"},
-			pgx.CopyFromRows(rowsIn)); err != nil {
-			return fmt.Errorf("insert replay items: %w", err)
+		err := s.match(ctx, f, func(it Item) error {
+			if r.Matched == s.maxItems {
+				return errTooMany
+			}
+			page = append(page, []any{r.ID, r.Matched, it.Kind, it.EventID, it.StripeAccount})
+			r.Matched++
+			if len(page) == s.page {
+				return flush()
+			}
+			return nil
+		})
+		switch {
+		case errors.Is(err, errTooMany):
+			return apperr.Invalid("the filter matches more than the %d events one replay takes: narrow it (since/until)", s.maxItems)
+		case err != nil:
+			return err
+		}
+		if err := flush(); err != nil {
+			return err
+		}
+		if r.Matched == 0 {
+			return apperr.Invalid("the filter matches no failed or rejected event (or dead letter): nothing to replay")
+		}
+		if _, err := tx.Exec(ctx, `UPDATE replays SET matched = $2 WHERE id = $1`, r.ID, r.Matched); err != nil {
+			return fmt.Errorf("count replay items: %w", err)
 		}
 		return nil
 	})
@@ -265,6 +346,9 @@ func (s *Store) Start(ctx context.Context, f Filter, actor string) (Replay, erro
 	}
 	return r, nil
 }
+
+// errTooMany stops a match past Store.maxItems.
+var errTooMany = errors.New("too many items")
 
 // Get returns replay id.
 func (s *Store) Get(ctx context.Context, id string) (Replay, error) {
@@ -318,30 +402,43 @@ func (s *Store) Cancel(ctx context.Context, id, actor string) (Replay, error) {
 	return r, nil
 }
 
-// matchDead returns the outbox dead letters of topic/type typ ("" any) and
-// cause class ("" any: a delivery incident's cause selects its own), within
-// f's time range on dead_at, oldest first.
-func (s *Store) matchDead(ctx context.Context, typ, cause string, f Filter) ([]Item, error) {
-	rows, err := s.pool.Query(ctx, `SELECT id::text, topic || '/' || type, coalesce(last_error, ''), dead_at FROM outbox
-		WHERE dead_at IS NOT NULL AND delivered_at IS NULL AND ($1 = '' OR topic || '/' || type = $1)
-		  AND ($2::timestamptz IS NULL OR dead_at >= $2) AND ($3::timestamptz IS NULL OR dead_at < $3)
-		ORDER BY dead_at, id`, typ, f.Since, f.Until)
-	if err != nil {
-		return nil, fmt.Errorf("match dead letters: %w", err)
-	}
-	defer rows.Close()
-	out := []Item{}
-	for rows.Next() {
-		it := Item{Kind: string(incidents.KindDelivery), Status: "dead"}
-		if err := rows.Scan(&it.EventID, &it.EventType, &it.Error, &it.At); err != nil {
-			return nil, fmt.Errorf("match dead letters: %w", err)
+// matchDead calls each with the outbox dead letters of topic/type typ (""
+// any) and cause class ("" any: a delivery incident's cause selects its
+// own), within f's time range on dead_at, oldest first, a page at a time.
+func (s *Store) matchDead(ctx context.Context, typ, cause string, f Filter, each func(Item) error) error {
+	var (
+		afterAt *time.Time
+		afterID = uuid.Nil.String() // unread while afterAt is nil, but a valid uuid to send
+	)
+	for {
+		rows, err := s.pool.Query(ctx, `SELECT id::text, topic || '/' || type, coalesce(last_error, ''), dead_at FROM outbox
+			WHERE dead_at IS NOT NULL AND delivered_at IS NULL AND ($1 = '' OR topic || '/' || type = $1)
+			  AND ($2::timestamptz IS NULL OR dead_at >= $2) AND ($3::timestamptz IS NULL OR dead_at < $3)
+			  AND ($4::timestamptz IS NULL OR (dead_at, id) > ($4, $5::uuid))
+			ORDER BY dead_at, id LIMIT $6`, typ, f.Since, f.Until, afterAt, afterID, s.page)
+		if err != nil {
+			return fmt.Errorf("match dead letters: %w", err)
 		}
-		if cause == "" || incidents.Classify(it.Error) == cause {
-			out = append(out, it)
+		page, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Item, error) {
+			it := Item{Kind: string(incidents.KindDelivery), Status: "dead"}
+			err := row.Scan(&it.EventID, &it.EventType, &it.Error, &it.At)
+			return it, err
+		})
+		if err != nil {
+			return fmt.Errorf("match dead letters: %w", err)
 		}
+		for _, it := range page {
+			if cause != "" && incidents.Classify(it.Error) != cause {
+				continue
+			}
+			if err := each(it); err != nil {
+				return err
+			}
+		}
+		if len(page) < s.page {
+			return nil
+		}
+		last := page[len(page)-1]
+		afterAt, afterID = &last.At, last.EventID
 	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("match dead letters: %w", err)
-	}
-	return out, nil
 }

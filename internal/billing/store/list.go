@@ -139,6 +139,48 @@ func (s *Store) listPage(ctx context.Context, table string, kc expression.KeyCon
 	}
 }
 
+// ListPeriodsPage lists a subscription's periods, newest first (their
+// sort keys end in the billing date), a page at a time.
+func (s *Store) ListPeriodsPage(ctx context.Context, account, sub string, limit int32, cursor string) (billing.Page[billing.Period], error) {
+	var page billing.Page[billing.Period]
+	kc := expression.Key("PK").Equal(expression.Value(accountPK(account))).And(expression.Key("SK").BeginsWith(prefixPeriod + sub + "#"))
+	items, next, err := s.listPage(ctx, s.table, kc, nil, false, accountPK(account), limit, cursor)
+	if err != nil {
+		return page, err
+	}
+	for _, raw := range items {
+		var it periodItem
+		if err := attributevalue.UnmarshalMap(raw, &it); err != nil {
+			return page, fmt.Errorf("decode period: %w", err)
+		}
+		page.Items = append(page.Items, it.period())
+	}
+	page.NextCursor = next
+	return page, nil
+}
+
+// ListOpenPeriods reads, oldest first, at most limit periods of a
+// subscription that are SCHEDULED or ERROR or have an attempt in flight:
+// one filtered query, holding at most limit periods.
+func (s *Store) ListOpenPeriods(ctx context.Context, account, sub string, limit int32) ([]billing.Period, error) {
+	kc := expression.Key("PK").Equal(expression.Value(accountPK(account))).And(expression.Key("SK").BeginsWith(prefixPeriod + sub + "#"))
+	filter := expression.Name("BillingStatus").In(expression.Value(string(billing.Scheduled)), expression.Value(string(billing.Error))).
+		Or(expression.AttributeExists(expression.Name("InFlightKey")))
+	items, _, err := s.listPage(ctx, s.table, kc, &filter, true, accountPK(account), limit, "")
+	if err != nil {
+		return nil, fmt.Errorf("list the open periods of %s: %w", sub, err)
+	}
+	out := make([]billing.Period, 0, len(items))
+	for _, raw := range items {
+		var it periodItem
+		if err := attributevalue.UnmarshalMap(raw, &it); err != nil {
+			return nil, fmt.Errorf("decode period: %w", err)
+		}
+		out = append(out, it.period())
+	}
+	return out, nil
+}
+
 // ListPeriodsToWatch reads the periods of an account that need an
 // operator's eye: those with a collection attempt whose outcome is not
 // recorded (InFlightKey set) and those left unpaid (ERROR, STALE). One
