@@ -37,6 +37,7 @@ var boundedLabels = map[string]string{
 	"reason":      "a fixed set of reasons per family",
 	"result":      "a fixed set of results per family",
 	"route":       "registered route patterns, never raw paths",
+	"severity":    "health event severities (critical, non_critical, unknown: folded by ThinHealth)",
 	"source":      "delivery sources (webhook, eventbridge, poller, replay)",
 	"stage":       "record write stages",
 	"state":       "incident states",
