@@ -23,7 +23,11 @@ var classes = []struct {
 	{"invalid_payload", regexp.MustCompile(`invalid character|unmarshal|cannot parse|not an event|malformed`)},
 }
 
-var stripeErrorType = regexp.MustCompile(`"type":\s*"(api_error|card_error|idempotency_error|invalid_request_error|rate_limit_error|authentication_error|api_connection_error|permission_error)"`)
+// stripeErrorTypes are the types of Stripe's API errors.
+var stripeErrorTypes = []string{"api_error", "card_error", "idempotency_error", "invalid_request_error",
+	"rate_limit_error", "authentication_error", "api_connection_error", "permission_error"}
+
+var stripeErrorType = regexp.MustCompile(`"type":\s*"(` + strings.Join(stripeErrorTypes, "|") + `)"`)
 
 // Classify returns the normalised cause class of an error message: one of
 // the known classes, or "other:" and the message normalised (Normalise)
