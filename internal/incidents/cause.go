@@ -23,6 +23,12 @@ var classes = []struct {
 	{"invalid_payload", regexp.MustCompile(`invalid character|unmarshal|cannot parse|not an event|malformed`)},
 }
 
+// CauseVersion names the classifier (Classify, Normalise) that computed a
+// stored cause: bump it whenever a change to them would give a message
+// another cause, and the next read of the incidents classifies the rows
+// an older one computed again.
+const CauseVersion = 1
+
 // stripeErrorTypes are the types of Stripe's API errors.
 var stripeErrorTypes = []string{"api_error", "card_error", "idempotency_error", "invalid_request_error",
 	"rate_limit_error", "authentication_error", "api_connection_error", "permission_error"}
