@@ -17,7 +17,7 @@ CREATE TABLE incident_event_groups (
     stripe_account text   NOT NULL,
     n              bigint NOT NULL,
     PRIMARY KEY (cause, event_type, stripe_account)
-);
+) WITH (fillfactor = 50); -- every listed event updates its group's row: room for HOT updates
 
 -- Statement-level, on the statement's transition tables: a statement that
 -- writes many rows touches each group once, in key order, so two

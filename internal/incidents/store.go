@@ -381,8 +381,11 @@ func (s *Store) derive(ctx context.Context) (map[string]*Incident, error) {
 	}
 	err := read("event problems", `SELECT g.event_type, g.stripe_account, g.cause, g.n, o.first, o.last, coalesce(x.samples, '{}')
 		FROM incident_event_groups g
-		CROSS JOIN LATERAL (SELECT min(p.at) AS first, max(p.at) AS last FROM ops_event_problems p
-			WHERE p.cause = g.cause AND p.event_type = g.event_type AND p.stripe_account = g.stripe_account) o
+		CROSS JOIN LATERAL (SELECT
+			(SELECT p.at FROM ops_event_problems p WHERE p.cause = g.cause AND p.event_type = g.event_type AND p.stripe_account = g.stripe_account
+			 ORDER BY p.at LIMIT 1) AS first,
+			(SELECT p.at FROM ops_event_problems p WHERE p.cause = g.cause AND p.event_type = g.event_type AND p.stripe_account = g.stripe_account
+			 ORDER BY p.at DESC LIMIT 1) AS last) o
 		CROSS JOIN LATERAL (SELECT array_agg(event_id) AS samples FROM (SELECT p.event_id FROM ops_event_problems p
 			WHERE p.cause = g.cause AND p.event_type = g.event_type AND p.stripe_account = g.stripe_account
 			ORDER BY p.at DESC, p.event_id LIMIT `+samples+`) s) x
