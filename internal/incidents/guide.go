@@ -33,6 +33,9 @@ const (
 	docsConfiguration   = "docs/configuration.md"
 	unrecognisedTitle   = "Unrecognised error: "
 	rejectedTitlePrefix = "Rejected: "
+	// unprocessableText ends the wrapping of a rejection's message
+	// (stripeevent.ErrUnprocessable).
+	unprocessableText = "cannot be processed: "
 )
 
 // classGuide is a cause class in words.
@@ -133,11 +136,16 @@ func Describe(inc Incident) Guide {
 	if class, ok := strings.CutPrefix(inc.Cause, "rejected."); ok {
 		title := describeClass(class).title
 		if text, ok := strings.CutPrefix(title, unrecognisedTitle); ok {
+			// "Rejected" says the object cannot be processed: the title is
+			// the reason after the wrappers that say so.
+			if _, reason, ok := strings.Cut(text, unprocessableText); ok && reason != "" {
+				text = reason
+			}
 			title = text
 		}
 		return Guide{Title: rejectedTitlePrefix + title,
-			Action: "A replay would be rejected again: the payload and the code are unchanged. " +
-				"Find why in a sample event's error, fix the cause (usually a bug: deploy the fix), then replay them (each event's page, or POST /internal/v1/replays naming this incident).",
+			Action: "Find why in a sample event's error and fix the cause (usually a bug: deploy the fix); " +
+				"a replay before the fix is rejected again, since the payload and the code are unchanged.",
 			Runbook: runbookRejected}
 	}
 	c := describeClass(inc.Cause)

@@ -9,7 +9,7 @@ import (
 
 // MaxCauseText bounds the text of an unclassified cause (in runes); a
 // longer one is cut between words and ends with "…".
-const MaxCauseText = 100
+const MaxCauseText = 160
 
 // The placeholders Normalise puts where a value was.
 const (
