@@ -1,9 +1,12 @@
 package incidents_test
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
@@ -103,4 +106,63 @@ func TestUnclassifiedProblemsAreClassifiedByTheNextRead(t *testing.T) {
 	assert.Equal(t, t0.Add(-2*hour), got[0].FirstSeen.UTC())
 	assert.Equal(t, t0, got[0].LastSeen.UTC())
 	assert.Equal(t, map[string]int64{"stripe_unreachable|invoice.paid|acct_L0000001": 3}, groupCounts(t, pool))
+}
+
+// Under concurrent writers (instances listing events and taking batches
+// off the list at once) every count stays exact and no write fails
+// (a deadlock would fail one).
+func TestKeptCountsStayExactUnderConcurrentWriters(t *testing.T) {
+	_, pool, _ := newStore(t)
+	ctx := context.Background()
+	var logged bytes.Buffer
+	var logMu sync.Mutex
+	list := opsdata.NewProblems(pool, slog.New(slog.NewTextHandler(&lockedWriter{w: &logged, mu: &logMu}, nil)))
+	causes := []string{"Stripe unreachable: EOF", "subscription sub_1X has 3 periods", "unknown purchase pur_1ABCDEFG"}
+	var wg sync.WaitGroup
+	errs := make(chan error, 1000)
+	for w := range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 40 {
+				id := fmt.Sprintf("evt_conc%02d", (w*7+i)%30) // writers share events
+				outcome := []string{"failed", "rejected"}[i%2]
+				list.Listed(ctx, events.Record{ID: id, Type: "invoice.paid", StripeAccount: fmt.Sprintf("acct_C%d", i%3)}, outcome, causes[(w+i)%3])
+				if i%5 == 4 {
+					if err := list.Resolve(ctx, fmt.Sprintf("evt_conc%02d", (w+i)%30), fmt.Sprintf("evt_conc%02d", (w*3+i)%30), fmt.Sprintf("evt_conc%02d", (i*7)%30)); err != nil {
+						errs <- err
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		assert.NoError(t, err)
+	}
+	assert.Empty(t, logged.String(), "no listing failed")
+
+	rows, err := pool.Query(ctx, `SELECT cause || '|' || event_type || '|' || stripe_account, count(*) FROM ops_event_problems GROUP BY 1`)
+	require.NoError(t, err)
+	want := map[string]int64{}
+	for rows.Next() {
+		var k string
+		var n int64
+		require.NoError(t, rows.Scan(&k, &n))
+		want[k] = n
+	}
+	require.NoError(t, rows.Err())
+	assert.Equal(t, want, groupCounts(t, pool))
+}
+
+type lockedWriter struct {
+	w  *bytes.Buffer
+	mu *sync.Mutex
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
