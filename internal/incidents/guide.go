@@ -93,13 +93,22 @@ func describeClass(class string) classGuide {
 		action: "Read a sample event's error and the service's log at its time."}
 }
 
+// reason is a class's title after a prefix that already says it failed:
+// an unrecognised error's text alone.
+func reason(title string) string {
+	if text, ok := strings.CutPrefix(title, unrecognisedTitle); ok {
+		return text
+	}
+	return title
+}
+
 // Describe says what an incident is in words, what to do and whether a
 // replay can succeed.
 func Describe(inc Incident) Guide {
 	switch inc.Kind {
 	case KindDelivery:
 		c := describeClass(inc.Cause)
-		return Guide{Title: "Dead letters: " + c.title,
+		return Guide{Title: "Dead letters: " + reason(c.title),
 			Action:  "The receiver kept failing: fix it (its logs, its URL), then re-drive them with Replay; the receiver deduplicates by message id.",
 			Runbook: runbookDeadLetters, Replayable: true}
 	case KindBilling:
@@ -118,7 +127,7 @@ func Describe(inc Incident) Guide {
 				Runbook: runbookBillingRun}
 		}
 		c := describeClass(inc.Cause)
-		return Guide{Title: "Billing run failed: " + c.title,
+		return Guide{Title: "Billing run failed: " + reason(c.title),
 			Action:  c.action + " Then rerun the job for the same date.",
 			Runbook: runbookBillingRun}
 	}
@@ -129,7 +138,7 @@ func Describe(inc Incident) Guide {
 				Runbook: runbookThin}
 		}
 		c := describeClass(class)
-		return Guide{Title: "Thin events not fetched: " + c.title,
+		return Guide{Title: "Thin events not fetched: " + reason(c.title),
 			Action:  c.action + " The hydrator retries them by itself.",
 			Runbook: runbookThin}
 	}
