@@ -39,6 +39,14 @@ type IncidentJSON struct {
 	StateChanged  *string  `json:"state_changed_at"`
 	StateBy       *string  `json:"state_changed_by"`
 	SampleIDs     []string `json:"sample_ids"`
+	// What the operator reads (incidents.Describe): the cause in words,
+	// one line of what to do, the runbook's path in the repository, and
+	// whether a replay can succeed now (false for a rejection: a replay is
+	// rejected again until the cause is fixed).
+	Title      string `json:"title"`
+	Action     string `json:"action"`
+	Runbook    string `json:"runbook"`
+	Replayable bool   `json:"replayable"`
 }
 
 // IncidentToJSON renders an incident.
@@ -53,6 +61,8 @@ func IncidentToJSON(i incidents.Incident) IncidentJSON {
 	out := IncidentJSON{ID: i.ID, Kind: string(i.Kind), Cause: i.Cause, EventType: i.EventType, Count: i.Count,
 		FirstSeen: ts(i.FirstSeen), LastSeen: ts(i.LastSeen), State: string(i.State), StateChanged: ts(i.StateAt),
 		SampleIDs: i.SampleIDs}
+	g := incidents.Describe(i)
+	out.Title, out.Action, out.Runbook, out.Replayable = g.Title, g.Action, g.Runbook, g.Replayable
 	if i.StripeAccount != "" {
 		out.StripeAccount = &i.StripeAccount
 	}

@@ -63,6 +63,12 @@ func TestIncidentRoutes(t *testing.T) {
 		assert.NoError(t, err, k)
 	}
 	assert.Nil(t, first["state_changed_by"])
+	// What it is in words, what to do, where the runbook is, and that a
+	// replay can succeed.
+	assert.Equal(t, "Stripe unreachable", first["title"])
+	assert.Contains(t, first["action"], "status.stripe.com")
+	assert.Equal(t, "docs/runbooks/StripePaymentsEventsFailing.md", first["runbook"])
+	assert.Equal(t, true, first["replayable"])
 
 	// Paging.
 	status, body = c.do(http.MethodGet, "/incidents?limit=1", nil)
@@ -72,7 +78,12 @@ func TestIncidentRoutes(t *testing.T) {
 	require.NotEmpty(t, next)
 	status, body = c.do(http.MethodGet, "/incidents?limit=1&cursor="+next, nil)
 	require.Equal(t, http.StatusOK, status)
-	assert.Equal(t, "rejected.other:unknown purchase <id>", body["data"].([]any)[0].(map[string]any)["cause"])
+	rejected := body["data"].([]any)[0].(map[string]any)
+	assert.Equal(t, "rejected.other:unknown purchase <id>", rejected["cause"])
+	assert.Equal(t, "Rejected: unknown purchase <id>", rejected["title"])
+	assert.Contains(t, rejected["action"], "rejected again")
+	assert.Equal(t, "docs/runbooks/StripePaymentsEventRejected.md", rejected["runbook"])
+	assert.Equal(t, false, rejected["replayable"], "a rejected payload is rejected again")
 	assert.Equal(t, "", body["next_cursor"])
 
 	// Bad input: a clear 4xx, nothing changed.

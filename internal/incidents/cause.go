@@ -23,22 +23,22 @@ var classes = []struct {
 	{"invalid_payload", regexp.MustCompile(`invalid character|unmarshal|cannot parse|not an event|malformed`)},
 }
 
-var (
-	stripeErrorType = regexp.MustCompile(`"type":\s*"(api_error|card_error|idempotency_error|invalid_request_error|rate_limit_error|authentication_error|api_connection_error|permission_error)"`)
-	stripeIDs       = regexp.MustCompile(`\b[a-z]{2,8}_(test_|live_)?[A-Za-z0-9]{6,}\b`)
-	uuids           = regexp.MustCompile(`(?i)\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b`)
-	quoted          = regexp.MustCompile(`"[^"]*"|'[^']*'`)
-	numbers         = regexp.MustCompile(`\b\d+([.:]\d+)*\b`)
-	spaces          = regexp.MustCompile(`\s+`)
-)
+// CauseVersion names the classifier (Classify, Normalise) that computed a
+// stored cause: bump it whenever a change to them would give a message
+// another cause, and the next read of the incidents classifies the rows
+// an older one computed again.
+const CauseVersion = 1
 
-// maxOther bounds the normalised message of an unclassified cause.
-const maxOther = 80
+// stripeErrorTypes are the types of Stripe's API errors.
+var stripeErrorTypes = []string{"api_error", "card_error", "idempotency_error", "invalid_request_error",
+	"rate_limit_error", "authentication_error", "api_connection_error", "permission_error"}
+
+var stripeErrorType = regexp.MustCompile(`"type":\s*"(` + strings.Join(stripeErrorTypes, "|") + `)"`)
 
 // Classify returns the normalised cause class of an error message: one of
-// the known classes, or "other:" and the message with its ids, quoted
-// values and numbers replaced, so two failures that differ only in the
-// object they were about share a cause.
+// the known classes, or "other:" and the message normalised (Normalise)
+// and cut between words to MaxCauseText, so two failures that differ only
+// in the objects they were about share a cause.
 func Classify(msg string) string {
 	msg = strings.TrimSpace(msg)
 	if msg == "" {
@@ -58,13 +58,6 @@ func Classify(msg string) string {
 			return c.class
 		}
 	}
-	s := uuids.ReplaceAllString(msg, "<id>")
-	s = stripeIDs.ReplaceAllString(s, "<id>")
-	s = quoted.ReplaceAllString(s, "<v>")
-	s = numbers.ReplaceAllString(s, "<n>")
-	s = strings.ToLower(spaces.ReplaceAllString(s, " "))
-	if len(s) > maxOther {
-		s = s[:maxOther]
-	}
+	s := cutWords(Normalise(msg), MaxCauseText)
 	return "other:" + s
 }

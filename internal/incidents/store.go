@@ -373,12 +373,25 @@ func (s *Store) derive(ctx context.Context) (map[string]*Incident, error) {
 		return nil
 	}
 	samples := strconv.Itoa(MaxSamples)
-	err := read("event problems", `SELECT event_type, stripe_account, outcome || E'\x1f' || error, count(*), min(at), max(at),
-			(array_agg(event_id ORDER BY at DESC, event_id))[1:`+samples+`]
-		FROM ops_event_problems GROUP BY 1, 2, 3`, nil,
-		func(msg, typ, account string) part {
-			outcome, text := splitOutcome(msg)
-			return part{kind: KindEvent, cause: eventCause(outcome, text, s.classify), eventType: typ, account: account}
+	// Failed and rejected events: their groups are kept as the rows are
+	// written (incident_event_groups); each group's first and last
+	// occurrence and newest samples are a few entries of the group index.
+	if err := s.classifyPending(ctx); err != nil {
+		return nil, err
+	}
+	err := read("event problems", `SELECT g.event_type, g.stripe_account, g.cause, g.n, o.first, o.last, coalesce(x.samples, '{}')
+		FROM incident_event_groups g
+		CROSS JOIN LATERAL (SELECT
+			(SELECT p.at FROM ops_event_problems p WHERE p.cause = g.cause AND p.event_type = g.event_type AND p.stripe_account = g.stripe_account
+			 ORDER BY p.at LIMIT 1) AS first,
+			(SELECT p.at FROM ops_event_problems p WHERE p.cause = g.cause AND p.event_type = g.event_type AND p.stripe_account = g.stripe_account
+			 ORDER BY p.at DESC LIMIT 1) AS last) o
+		CROSS JOIN LATERAL (SELECT array_agg(event_id) AS samples FROM (SELECT p.event_id FROM ops_event_problems p
+			WHERE p.cause = g.cause AND p.event_type = g.event_type AND p.stripe_account = g.stripe_account
+			ORDER BY p.at DESC, p.event_id LIMIT `+samples+`) s) x
+		WHERE g.n > 0 AND o.first IS NOT NULL`, nil,
+		func(cause, typ, account string) part {
+			return part{kind: KindEvent, cause: cause, eventType: typ, account: account}
 		})
 	if err != nil {
 		return nil, err
@@ -529,13 +542,55 @@ func runReportQuery(fields []string, named, samples string) string {
 		SELECT g.job, '', '', g.left_open::bigint, g.first, g.last, coalesce(` + namedSQL + `, g.runs) FROM g`
 }
 
-func splitOutcome(s string) (outcome, msg string) {
-	for i := 0; i < len(s); i++ {
-		if s[i] == 0x1f {
-			return s[:i], s[i+1:]
+// classifyBatch is how many unclassified problem rows one statement
+// classifies.
+const classifyBatch = 5000
+
+// maxClassifyBatches bounds what one read classifies, so a read after an
+// upgrade under a huge list still answers.
+const maxClassifyBatches = 40
+
+// classifyPending computes the cause of the problem rows that have none
+// from this classifier: rows listed before causes were kept, by an older
+// classifier, or by hand. It runs until none is left (after an upgrade, the
+// first read pays for the list once, up to maxClassifyBatches batches; a
+// longer list is finished by the reads after it). A row rewritten
+// meanwhile (another error) keeps what its writer computed.
+func (s *Store) classifyPending(ctx context.Context) error {
+	for range maxClassifyBatches {
+		rows, err := s.pool.Query(ctx, `SELECT event_id, outcome, error FROM ops_event_problems
+			WHERE cause_version IS NULL OR cause_version < $1 LIMIT `+strconv.Itoa(classifyBatch), CauseVersion)
+		if err != nil {
+			return fmt.Errorf("read unclassified problems: %w", err)
+		}
+		var ids, outcomes, msgs, causes []string
+		for rows.Next() {
+			var id, outcome, msg string
+			if err := rows.Scan(&id, &outcome, &msg); err != nil {
+				rows.Close()
+				return fmt.Errorf("read unclassified problems: %w", err)
+			}
+			ids, outcomes, msgs = append(ids, id), append(outcomes, outcome), append(msgs, msg)
+			causes = append(causes, eventCause(outcome, msg, s.classify))
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("read unclassified problems: %w", err)
+		}
+		if len(ids) == 0 {
+			return nil
+		}
+		if _, err := s.pool.Exec(ctx, `UPDATE ops_event_problems p SET cause = u.cause, cause_version = $5
+			FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) AS u(event_id, outcome, error, cause)
+			WHERE p.event_id = u.event_id AND p.outcome = u.outcome AND p.error = u.error
+			  AND (p.cause_version IS NULL OR p.cause_version < $5)`, ids, outcomes, msgs, causes, CauseVersion); err != nil {
+			return fmt.Errorf("classify problems: %w", err)
+		}
+		if len(ids) < classifyBatch {
+			return nil
 		}
 	}
-	return "", s
+	return nil
 }
 
 // EventCause is the cause of an event listed as failed or rejected with

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/stripe-payments/stripe-payments/internal/incidents"
 	"github.com/stripe-payments/stripe-payments/internal/opsdata"
 )
 
@@ -134,11 +135,14 @@ var funcs = template.FuncMap{
 	"money": func(amount int64, currency string) string {
 		return fmt.Sprintf("%d.%02d %s", amount/100, amount%100, strings.ToUpper(currency))
 	},
-	"path":       url.PathEscape,
-	"subPath":    subPath,
-	"clockPath":  clockPath,
-	"unresolved": func(r opsdata.Run) int { return r.Unresolved() },
-	"charges":    func(r opsdata.RunReport) int { return r.Succeeded + r.Processing + r.Declined },
+	"path":        url.PathEscape,
+	"guide":       incidents.Describe,
+	"runbookHref": runbookHref,
+	"runbookName": runbookName,
+	"subPath":     subPath,
+	"clockPath":   clockPath,
+	"unresolved":  func(r opsdata.Run) int { return r.Unresolved() },
+	"charges":     func(r opsdata.RunReport) int { return r.Succeeded + r.Processing + r.Declined },
 	"statusClass": func(s string) string {
 		switch s {
 		case "processed", "COMPLETED", "ACTIVE", "applied", "completed", "duplicate", "ready":

@@ -155,6 +155,7 @@ func Register(e *echo.Echo, d Deps) error {
 	g.GET("/outbox", c.outbox, c.auth)
 	g.POST("/outbox/:id/redrive", c.redriveDead, c.auth)
 	g.GET("/runs", c.runs, c.auth)
+	g.GET("/docs/*", c.docPage, c.auth)
 	c.registerIncidents(g)
 	if d.Billing != nil {
 		g.GET("/billing", c.billingSearch, c.auth)

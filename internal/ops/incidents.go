@@ -58,9 +58,16 @@ func (c *Console) incidentList(ec echo.Context) error {
 }
 
 type incidentData struct {
-	Incident   incidents.Incident
-	Audit      []incidents.AuditEntry
+	Incident incidents.Incident
+	Audit    []incidents.AuditEntry
+	// Guide is the incident in words: title, what to do, runbook.
+	Guide incidents.Guide
+	// Replayable: the console offers Replay (a replay can succeed and
+	// there is something to replay).
 	Replayable bool
+	// NoReplay says why Replay is not offered where an operator would
+	// look for it ("" when it is, or nothing fails).
+	NoReplay string
 	// Preview is the dry run shown before the replay is confirmed.
 	Preview *replay.Preview
 	// Samples are the incident's sample ids with the page each opens
@@ -115,10 +122,28 @@ func (c *Console) showIncident(ec echo.Context, status int, preview *replay.Prev
 	if notice == "" {
 		notice = ec.QueryParam("notice")
 	}
-	d := incidentData{Incident: inc, Audit: audit, Preview: preview, Samples: sampleLinks(inc),
-		Replayable: c.d.Replays != nil && inc.Count > 0 &&
-			(inc.Kind == incidents.KindDelivery || (inc.Kind == incidents.KindEvent && !strings.HasPrefix(inc.Cause, "hydration.")))}
-	return c.render(ec, status, "incident", view{Title: "Incident " + inc.Cause, Nav: "incidents", Notice: notice, Error: errMsg, Data: d})
+	g := incidents.Describe(inc)
+	d := incidentData{Incident: inc, Audit: audit, Preview: preview, Samples: sampleLinks(inc), Guide: g,
+		Replayable: c.d.Replays != nil && inc.Count > 0 && g.Replayable}
+	if c.d.Replays != nil && inc.Count > 0 && !g.Replayable {
+		d.NoReplay = noReplay(inc)
+	}
+	return c.render(ec, status, "incident", view{Title: g.Title, Nav: "incidents", Notice: notice, Error: errMsg, Data: d})
+}
+
+// noReplay is why an incident offers no Replay.
+func noReplay(inc incidents.Incident) string {
+	switch {
+	case inc.Kind == incidents.KindBilling:
+		return "No Replay: a billing incident is settled by rerunning its job for the same date."
+	case strings.HasPrefix(inc.Cause, "hydration."):
+		return "No Replay: the hydrator fetches these thin events by itself."
+	case strings.HasPrefix(inc.Cause, "rejected."):
+		return "No Replay: a replay would be rejected again, since the payload and the code are unchanged. " +
+			"Fix the cause first (see what to do above); once the fix is deployed, replay each event from its page, " +
+			"or all of them with POST /internal/v1/replays {\"filter\":{\"incident\":\"" + inc.ID + "\"}}."
+	}
+	return "No Replay: a replay cannot succeed for this cause."
 }
 
 func (c *Console) incidentState(ec echo.Context) error {

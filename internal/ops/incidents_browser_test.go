@@ -75,12 +75,23 @@ func TestConsoleIncidentInARealBrowser(t *testing.T) {
 	row := `#open-incidents tr[data-id="` + inc.ID + `"]`
 	assert.Contains(t, text(row), "50")
 	assert.Contains(t, text(row), "open")
+	assert.Contains(t, text(row), "Stripe refused a request as invalid", "the list reads the cause in words")
 	shot("01-overview")
 
 	step("open the incident", chromedp.Click(chromedp.CSS(row+" a")), chromedp.WaitVisible(chromedp.ID("incident-state")))
 	assert.Equal(t, "open", text("#incident-state"))
 	assert.Equal(t, "50", text("#incident-count"))
+	// What broke in words, what to do, and its runbook.
+	// (The fake Stripe, down, answers 400 invalid_request_error.)
+	assert.Equal(t, "Stripe refused a request as invalid", text("h1"))
+	assert.Contains(t, text("#incident-action"), "read a sample event's error")
+	assert.Contains(t, text("#incident-action"), "Then replay them")
+	assert.Equal(t, "stripe_invalid_request_error", text("#incident-cause"))
 	shot("02-incident")
+	step("open its runbook", chromedp.Click(chromedp.ID("incident-runbook")), chromedp.WaitVisible(chromedp.ID("doc")))
+	assert.Contains(t, text("#doc"), "StripePaymentsEventsFailing")
+	assert.Contains(t, text("#doc"), "What to do")
+	step("back to the incident", chromedp.Navigate(base+"/incidents/"+inc.ID), chromedp.WaitVisible(chromedp.ID("incident-state")))
 	step("acknowledge", chromedp.Click(chromedp.ID("acknowledge")), chromedp.WaitVisible(chromedp.CSS(`#incident-state[data-state="acknowledged"]`)))
 	assert.Contains(t, text("#audit"), "open → acknowledged by console")
 
@@ -134,4 +145,33 @@ func TestConsoleIncidentInARealBrowser(t *testing.T) {
 	var redrives int
 	require.NoError(t, a.Pool.QueryRow(context.Background(), `SELECT redrives FROM outbox WHERE id = $1`, dead).Scan(&redrives))
 	assert.Equal(t, 1, redrives)
+
+	// A rejected event: its incident says what to do instead of offering a
+	// Replay that would only be rejected again.
+	rejectedID := stripetest.NewID()
+	require.Equal(t, http.StatusOK, deliver(t, a, stripetest.Event{Fixture: "payment_intent.succeeded", ID: rejectedID,
+		Object: map[string]any{"invoice": "not-an-invoice"}}.Build(t)), "rejected")
+	list, err = a.Incidents.List(context.Background(), incidents.Open)
+	require.NoError(t, err)
+	var rejected incidents.Incident
+	for _, i := range list {
+		if strings.HasPrefix(i.Cause, "rejected.") {
+			rejected = i
+		}
+	}
+	require.NotEmpty(t, rejected.ID, "%+v", list)
+	step("rejected incident", chromedp.Navigate(base+"/incidents/"+rejected.ID), chromedp.WaitVisible(chromedp.ID("incident-state")))
+	assert.True(t, strings.HasPrefix(text("h1"), "Rejected: "), text("h1"))
+	assert.NotContains(t, text("h1"), "rejected.", "words, not the class")
+	assert.Contains(t, text("#incident-action"), "rejected again")
+	assert.Contains(t, text("#no-replay"), "rejected again")
+	replayButtons, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("#replay-form, #replay-dry-run").length`))
+	require.NoError(t, err)
+	assert.Zero(t, replayButtons, "no Replay on a rejected incident")
+	href, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector("#incident-runbook").getAttribute("href")`))
+	require.NoError(t, err)
+	assert.Equal(t, "/ops/docs/runbooks/StripePaymentsEventRejected.md", href)
+	shot("07-rejected")
+	step("its runbook", chromedp.Click(chromedp.ID("incident-runbook")), chromedp.WaitVisible(chromedp.ID("doc")))
+	assert.Contains(t, text("#doc"), "StripePaymentsEventRejected")
 }

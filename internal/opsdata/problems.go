@@ -11,6 +11,7 @@ import (
 
 	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/events"
+	"github.com/stripe-payments/stripe-payments/internal/incidents"
 )
 
 // Problems is the dead-letter list the console shows: events whose last
@@ -37,10 +38,14 @@ func (p *Problems) Listed(ctx context.Context, r events.Record, outcome, msg str
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	_, err := p.pool.Exec(ctx, `INSERT INTO ops_event_problems (event_id, outcome, event_type, stripe_account, error, at)
-		VALUES ($1, $2, $3, $4, $5, $6)
-		ON CONFLICT (event_id) DO UPDATE SET outcome = excluded.outcome, error = excluded.error, at = excluded.at`,
-		r.ID, outcome, r.Type, r.StripeAccount, msg, time.Now().UTC())
+	// The incident cause is computed here, once per write, so reading the
+	// incidents never classifies the whole list (incidents.Store).
+	cause := incidents.EventCause(outcome, msg)
+	_, err := p.pool.Exec(ctx, `INSERT INTO ops_event_problems (event_id, outcome, event_type, stripe_account, error, at, cause, cause_version)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+		ON CONFLICT (event_id) DO UPDATE SET outcome = excluded.outcome, error = excluded.error, at = excluded.at,
+			cause = excluded.cause, cause_version = excluded.cause_version`,
+		r.ID, outcome, r.Type, r.StripeAccount, msg, time.Now().UTC(), cause, incidents.CauseVersion)
 	if err != nil {
 		p.log.Warn("could not list event on the dead-letter list", "event_id", r.ID, "error", err)
 	}
