@@ -157,7 +157,11 @@ func TestFirstHourAndRestart(t *testing.T) {
 	sort.Strings(wantErrors)
 	assert.Equal(t, wantErrors, api.history("acct-demo", subs["silver"], "ERROR"))
 	assert.Equal(t, []string{"2027-01-15", "2027-02-15", "2027-03-15"}, dates(api.history("acct-demo", subs["bronze"], "ACHSENT")))
-	assert.Len(t, api.history("acct-demo", subs["bronze"], "COMPLETED"), 3)
+	// Each settled on the clock's day 4 business days after it was sent:
+	// the advance waited there for the local Stripe's webhook.
+	assert.Equal(t, []string{"2027-01-21 for 2027-01-15", "2027-02-19 for 2027-02-15", "2027-03-19 for 2027-03-15"},
+		api.history("acct-demo", subs["bronze"], "COMPLETED"))
+	assert.Contains(t, string(out), "2027-01-15 COMPLETED 2027-01-21\n", "the walk-through prints it")
 	assert.Equal(t, []string{"2027-01-15", "2027-02-15", "2027-03-15"}, api.receiptDates("acct-demo", subs["bronze"]))
 
 	// Every event of the local Stripe reached the webhook.
