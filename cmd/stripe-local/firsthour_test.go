@@ -46,15 +46,18 @@ func TestFirstHourAndRestart(t *testing.T) {
 	bins := buildBinaries(t, root)
 	dynamoDir := t.TempDir()
 	stack := &makeRun{t: t, bins: bins, dynamoDir: dynamoDir, env: map[string]string{
-		"APP_ENV":                 "development",
-		"LISTEN_ADDR":             freeAddr(t),
-		"ADMIN_LISTEN_ADDR":       freeAddr(t),
-		"LOCAL_STRIPE_ADDR":       freeAddr(t),
-		"DATABASE_URL":            testenv.DatabaseURL(t),
-		"STRIPE_WEBHOOK_SECRET":   "whsec_dev_local_only",
-		"INTERNAL_API_TOKEN":      "dev-internal-token",
-		"ACTIONS_SECRET":          "dev-actions-secret",
-		"LOCAL_STRIPE_ACH_DELAY":  "1s",
+		"APP_ENV":               "development",
+		"LISTEN_ADDR":           freeAddr(t),
+		"ADMIN_LISTEN_ADDR":     freeAddr(t),
+		"LOCAL_STRIPE_ADDR":     freeAddr(t),
+		"DATABASE_URL":          testenv.DatabaseURL(t),
+		"STRIPE_WEBHOOK_SECRET": "whsec_dev_local_only",
+		"INTERNAL_API_TOKEN":    "dev-internal-token",
+		"ACTIONS_SECRET":        "dev-actions-secret",
+		// make run's: longer than the clock takes to reach a debit's
+		// settlement day, so the debit settles on that day (a shorter
+		// delay would settle it on the clock's day its webhook came).
+		"LOCAL_STRIPE_ACH_DELAY":  "10s",
 		"LOCAL_STRIPE_RETRY_BASE": "200ms",
 		"LOG_LEVEL":               "warn",
 		"AWS_REGION":              "us-east-1",
