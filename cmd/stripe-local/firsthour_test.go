@@ -46,15 +46,18 @@ func TestFirstHourAndRestart(t *testing.T) {
 	bins := buildBinaries(t, root)
 	dynamoDir := t.TempDir()
 	stack := &makeRun{t: t, bins: bins, dynamoDir: dynamoDir, env: map[string]string{
-		"APP_ENV":                 "development",
-		"LISTEN_ADDR":             freeAddr(t),
-		"ADMIN_LISTEN_ADDR":       freeAddr(t),
-		"LOCAL_STRIPE_ADDR":       freeAddr(t),
-		"DATABASE_URL":            testenv.DatabaseURL(t),
-		"STRIPE_WEBHOOK_SECRET":   "whsec_dev_local_only",
-		"INTERNAL_API_TOKEN":      "dev-internal-token",
-		"ACTIONS_SECRET":          "dev-actions-secret",
-		"LOCAL_STRIPE_ACH_DELAY":  "1s",
+		"APP_ENV":               "development",
+		"LISTEN_ADDR":           freeAddr(t),
+		"ADMIN_LISTEN_ADDR":     freeAddr(t),
+		"LOCAL_STRIPE_ADDR":     freeAddr(t),
+		"DATABASE_URL":          testenv.DatabaseURL(t),
+		"STRIPE_WEBHOOK_SECRET": "whsec_dev_local_only",
+		"INTERNAL_API_TOKEN":    "dev-internal-token",
+		"ACTIONS_SECRET":        "dev-actions-secret",
+		// make run's: longer than the clock takes to reach a debit's
+		// settlement day, so the debit settles on that day (a shorter
+		// delay would settle it on the clock's day its webhook came).
+		"LOCAL_STRIPE_ACH_DELAY":  "10s",
 		"LOCAL_STRIPE_RETRY_BASE": "200ms",
 		"LOG_LEVEL":               "warn",
 		"AWS_REGION":              "us-east-1",
@@ -157,7 +160,11 @@ func TestFirstHourAndRestart(t *testing.T) {
 	sort.Strings(wantErrors)
 	assert.Equal(t, wantErrors, api.history("acct-demo", subs["silver"], "ERROR"))
 	assert.Equal(t, []string{"2027-01-15", "2027-02-15", "2027-03-15"}, dates(api.history("acct-demo", subs["bronze"], "ACHSENT")))
-	assert.Len(t, api.history("acct-demo", subs["bronze"], "COMPLETED"), 3)
+	// Each settled on the clock's day 4 business days after it was sent:
+	// the advance waited there for the local Stripe's webhook.
+	assert.Equal(t, []string{"2027-01-21 for 2027-01-15", "2027-02-19 for 2027-02-15", "2027-03-19 for 2027-03-15"},
+		api.history("acct-demo", subs["bronze"], "COMPLETED"))
+	assert.Contains(t, string(out), "2027-01-15 COMPLETED 2027-01-21\n", "the walk-through prints it")
 	assert.Equal(t, []string{"2027-01-15", "2027-02-15", "2027-03-15"}, api.receiptDates("acct-demo", subs["bronze"]))
 
 	// Every event of the local Stripe reached the webhook.

@@ -129,8 +129,9 @@ func (c clockE2E) onDates(sub, status string) []string {
 // TestTestClockEndToEnd drives the real binary through its HTTP API as a
 // QA engineer would (issue 14): a clock at 2027-01-01, a day-31 card, a
 // day-15 declined card and a day-10 bank debit settled later by a signed
-// webhook, advanced month by month to 2028-03-01; a second clock advanced
-// at the same time. Expectations come from docs/design.md §8 (payment days clamp
+// webhook (on the clock's settlement day: the advance waits for it),
+// advanced month by month to 2028-03-01; a second clock advanced at the
+// same time. Expectations come from docs/design.md §8 (payment days clamp
 // to the month's end, reminders BILLING_REMINDER_DAYS=7 before, retries on
 // days 1, 3, 5, 7 after a decline, STALE 30 days after the due date).
 func TestTestClockEndToEnd(t *testing.T) {
@@ -173,36 +174,58 @@ func TestTestClockEndToEnd(t *testing.T) {
 	ach := create(clock, "ach", 10, "pm_usBankAccount")
 	otherSub := create(other, "other", 31, "pm_card_visa")
 
-	// settle settles every bank debit in flight with a signed webhook, as
-	// Stripe would days later, and waits until the service applied it.
-	settled := map[string]bool{}
-	settle := func() {
+	// Stripe settles each bank debit a while (wall time) after it started
+	// processing and sends the signed webhook, on its own, during the
+	// advances: an advance waits on the debit's settlement day until the
+	// service recorded it (TEST_CLOCK_SETTLE_WAIT), so the settlement is
+	// dated on that day of the clock.
+	var (
+		settleMu sync.Mutex
+		seen     = map[string]time.Time{}
+	)
+	settleOnce := func() {
 		for _, pi := range bill.PIs() {
-			if pi.Status != "processing" || settled[pi.ID] {
+			settleMu.Lock()
+			first, ok := seen[pi.ID]
+			if !ok {
+				seen[pi.ID] = time.Now()
+			}
+			settleMu.Unlock()
+			// Longer than the clock needs to reach the settlement day, so
+			// that it is the clock that waits for Stripe, as with make run.
+			if pi.Status != "processing" || !ok || time.Since(first) < 1500*time.Millisecond {
 				continue
 			}
 			p, err := bill.Settle(pi.ID, true)
-			require.NoError(t, err)
+			if !assert.NoError(t, err) {
+				return
+			}
 			payload := bill.Event(p, "payment_intent.succeeded", time.Now())
 			req, _ := http.NewRequest(http.MethodPost, c.base+"/webhooks/stripe", bytes.NewReader(payload))
 			req.Header.Set("Content-Type", "application/json")
 			req.Header.Set("Stripe-Signature", stripetest.Sign(payload, clockSecret, time.Now()))
 			resp, err := c.client.Do(req)
-			require.NoError(t, err)
+			if !assert.NoError(t, err) {
+				return
+			}
 			resp.Body.Close()
-			require.Equal(t, http.StatusOK, resp.StatusCode)
-			settled[pi.ID] = true
-			date := pi.Metadata[billing.MetaDate]
-			require.Eventually(t, func() bool {
-				for _, e := range c.history(ach) {
-					if e["billing_date"] == date && e["billing_status"] == "COMPLETED" {
-						return true
-					}
-				}
-				return false
-			}, 5*time.Minute, 100*time.Millisecond, "the settlement of %s was applied", date)
+			assert.Equal(t, http.StatusOK, resp.StatusCode)
 		}
 	}
+	stopSettling := make(chan struct{})
+	var settling sync.WaitGroup
+	settling.Add(1)
+	go func() {
+		defer settling.Done()
+		for {
+			select {
+			case <-stopSettling:
+				return
+			case <-time.After(50 * time.Millisecond):
+				settleOnce()
+			}
+		}
+	}()
 
 	// The other clock advances while the first one does.
 	var wg sync.WaitGroup
@@ -215,11 +238,11 @@ func TestTestClockEndToEnd(t *testing.T) {
 		"2027-08-01", "2027-09-01", "2027-10-01", "2027-11-01", "2027-12-01", "2028-01-01", "2028-02-01", "2028-03-01"} {
 		began := time.Now()
 		c.advance(clock, to+"T00:00:00Z")
-		advanced := time.Since(began)
-		settle()
-		t.Logf("advanced to %s in %s, settled in %s", to, advanced.Round(time.Millisecond), (time.Since(began) - advanced).Round(time.Millisecond))
+		t.Logf("advanced to %s in %s", to, time.Since(began).Round(time.Millisecond))
 	}
 	wg.Wait()
+	close(stopSettling)
+	settling.Wait()
 
 	monthEnds := []string{"2027-01-31", "2027-02-28", "2027-03-31", "2027-04-30", "2027-05-31", "2027-06-30", "2027-07-31",
 		"2027-08-31", "2027-09-30", "2027-10-31", "2027-11-30", "2027-12-31", "2028-01-31", "2028-02-29"}
@@ -239,13 +262,24 @@ func TestTestClockEndToEnd(t *testing.T) {
 	assert.Equal(t, each(monthEnds, onItsDay), c.onDates(card, "COMPLETED"))
 	assert.Equal(t, each(monthEnds, func(d string) string { return day(d, -7) + " for " + d }), reminders(sink, card))
 
-	// The bank debit: ACHSENT on the 10th, COMPLETED by its webhook.
+	// The bank debit: ACHSENT on the 10th, COMPLETED by its webhook on
+	// the clock's day it settles, 4 business days later (docs/billing.md).
 	var tenths []string
 	for m := time.Date(2027, 1, 10, 0, 0, 0, 0, time.UTC); m.Before(time.Date(2028, 3, 1, 0, 0, 0, 0, time.UTC)); m = m.AddDate(0, 1, 0) {
 		tenths = append(tenths, m.Format("2006-01-02"))
 	}
 	assert.Equal(t, each(tenths, onItsDay), c.onDates(ach, "ACHSENT"))
-	assert.Len(t, c.onDates(ach, "COMPLETED"), len(tenths))
+	fourBusinessDaysLater := func(d string) string {
+		t, _ := time.Parse("2006-01-02", d)
+		for n := 0; n < 4; {
+			t = t.AddDate(0, 0, 1)
+			if t.Weekday() != time.Saturday && t.Weekday() != time.Sunday {
+				n++
+			}
+		}
+		return t.Format("2006-01-02") + " for " + d
+	}
+	assert.Equal(t, each(tenths, fourBusinessDaysLater), c.onDates(ach, "COMPLETED"))
 	assert.Equal(t, each(tenths, func(d string) string { return day(d, -7) + " for " + d }), reminders(sink, ach))
 
 	// The declined card: attempts on the due date and retries on days 1,
@@ -283,7 +317,7 @@ func TestTestClockEndToEnd(t *testing.T) {
 	assert.Equal(t, 5, perSub[otherSub], "the other clock: Jan 31 … May 31 2027, nothing of the first clock's")
 
 	// Receipts: one per successful charge, processed on the clock's date.
-	var receipts []string
+	var receipts, achReceipts []string
 	cursor := ""
 	for {
 		path := "/internal/v1/accounts/acc-clock/receipts?limit=1000"
@@ -294,8 +328,11 @@ func TestTestClockEndToEnd(t *testing.T) {
 		require.Equal(t, http.StatusOK, status)
 		for _, r := range page["data"].([]any) {
 			r := r.(map[string]any)
-			if r["subscription_id"] == card {
+			switch r["subscription_id"] {
+			case card:
 				receipts = append(receipts, r["processed_date"].(string)+" for "+r["billing_date"].(string))
+			case ach:
+				achReceipts = append(achReceipts, r["processed_date"].(string)+" for "+r["billing_date"].(string))
 			}
 		}
 		if cursor, _ = page["next_cursor"].(string); cursor == "" {
@@ -304,6 +341,8 @@ func TestTestClockEndToEnd(t *testing.T) {
 	}
 	sort.Strings(receipts)
 	assert.Equal(t, each(monthEnds, onItsDay), receipts)
+	sort.Strings(achReceipts)
+	assert.Equal(t, each(tenths, fourBusinessDaysLater), achReceipts, "a bank debit's receipt is dated on the clock's day it settled")
 
 	// An advance over days already passed does nothing.
 	before := len(bill.PIs())

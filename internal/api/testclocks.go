@@ -82,6 +82,10 @@ type TestClockRun struct {
 	Unresolved    int     `json:"unresolved"`
 	Errors        int     `json:"errors"`
 	Error         *string `json:"error"`
+	// DebitsSettled: bank debits whose outcome came while the clock stood
+	// on their settlement day; DebitsUnsettled: those it waited for in vain.
+	DebitsSettled   int `json:"debits_settled"`
+	DebitsUnsettled int `json:"debits_unsettled"`
 }
 
 // TestClockJSON renders a clock and its latest runs.
@@ -96,6 +100,7 @@ func TestClockJSON(c billing.Clock, runs []billing.ClockRun) TestClock {
 			Time: r.Time.UTC().Format(time.RFC3339), Date: r.Date.String(), Entries: r.Entries, Reminded: r.Reminded,
 			Charged: r.Charged, Processing: r.Processing, Declined: r.Declined, Stale: r.Stale,
 			PausedSkipped: r.PausedSkipped, Unresolved: r.Unresolved, Errors: r.Errors, Error: optString(r.Error),
+			DebitsSettled: r.DebitsSettled, DebitsUnsettled: r.DebitsUnsettled,
 		})
 	}
 	return out

@@ -45,7 +45,11 @@ func (a *App) newBilling() error {
 		return fmt.Errorf("billing: %w", err)
 	}
 	a.Billing, a.BillingStore = svc, store
-	a.Clocks, err = testclock.New(testclock.Config{MaxClocks: c.TestClocksMax}, testclock.Deps{Billing: svc, Store: store,
+	settleWait := c.TestClockSettleWait
+	if settleWait == 0 {
+		settleWait = -1 // TEST_CLOCK_SETTLE_WAIT=0: do not wait (testclock's zero is its default)
+	}
+	a.Clocks, err = testclock.New(testclock.Config{MaxClocks: c.TestClocksMax, SettleWait: settleWait}, testclock.Deps{Billing: svc, Store: store,
 		Log: log, Safe: a.safe, Runs: a.opsRuns})
 	if err != nil {
 		return fmt.Errorf("test clocks: %w", err)

@@ -76,6 +76,12 @@ type ClockRun struct {
 	PausedSkipped int
 	Unresolved    int
 	Errors        int
+	// DebitsSettled are the bank debits whose outcome Stripe's webhook
+	// brought while the clock waited on their settlement day;
+	// DebitsUnsettled the ones it waited for in vain (they settle on the
+	// clock's date of whenever the webhook comes).
+	DebitsSettled   int
+	DebitsUnsettled int
 	// Error: why the advance stopped at this run (status internal_failure).
 	Error string
 }

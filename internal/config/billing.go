@@ -58,6 +58,10 @@ type BillingConfig struct {
 	Every            time.Duration // BILLING_EVERY: in-process jobs in serve; 0 = off
 	StripeRateLimit  float64       // STRIPE_RATE_LIMIT, requests per second
 	TestClocksMax    int           // TEST_CLOCKS_MAX: test clocks that may exist at once
+	// TestClockSettleWait (TEST_CLOCK_SETTLE_WAIT) bounds how long a test
+	// clock's advance waits on a bank debit's settlement day for Stripe's
+	// outcome; 0: it does not wait (docs/billing.md, Test clocks).
+	TestClockSettleWait time.Duration
 	// StripeExpectedReplicas (STRIPE_EXPECTED_REPLICAS, default 1): a
 	// replica that cannot reach the shared Stripe budget's store spends
 	// StripeRateLimit / StripeExpectedReplicas alone (docs/stripe-budget.md).
@@ -66,6 +70,15 @@ type BillingConfig struct {
 
 // DefaultTestClocksMax is TEST_CLOCKS_MAX's default (docs/retention.md).
 const DefaultTestClocksMax = 100
+
+// DefaultTestClockSettleWait is TEST_CLOCK_SETTLE_WAIT's default: the local
+// Stripe settles a bank debit after 10 s, and its webhook takes a moment
+// through the feed. MaxTestClockSettleWait bounds it: an advance holds one
+// of the instance's advance slots while it waits.
+const (
+	DefaultTestClockSettleWait = 30 * time.Second
+	MaxTestClockSettleWait     = 10 * time.Minute
+)
 
 // loadBilling reads the BILLING_* variables and STRIPE_RATE_LIMIT.
 func loadBilling(get func(key, def string) string) (BillingConfig, error) {
@@ -95,6 +108,10 @@ func loadBilling(get func(key, def string) string) (BillingConfig, error) {
 		LockHeartbeat:   dur("BILLING_LOCK_HEARTBEAT", shortDuration(DefaultBillingLockHeartbeat), false),
 		Every:           dur("BILLING_EVERY", "0s", true),
 		TestClocksMax:   atoi("TEST_CLOCKS_MAX", strconv.Itoa(DefaultTestClocksMax), 1, 10000),
+	}
+	b.TestClockSettleWait = dur("TEST_CLOCK_SETTLE_WAIT", shortDuration(DefaultTestClockSettleWait), true)
+	if b.TestClockSettleWait > MaxTestClockSettleWait {
+		errs = append(errs, fmt.Errorf("TEST_CLOCK_SETTLE_WAIT: at most %s (0: do not wait)", shortDuration(MaxTestClockSettleWait)))
 	}
 	retry := make([]string, 0, len(DefaultBillingRetryDays()))
 	for _, d := range DefaultBillingRetryDays() {
@@ -138,6 +155,7 @@ func (b BillingConfig) LogValue() slog.Value {
 		slog.Int("lookback_days", b.LookbackDays), slog.Duration("lock_lease", b.LockLease),
 		slog.Duration("lock_heartbeat", b.LockHeartbeat), slog.Duration("every", b.Every),
 		slog.Float64("stripe_rate_limit", b.StripeRateLimit), slog.Int("test_clocks_max", b.TestClocksMax),
+		slog.Duration("test_clock_settle_wait", b.TestClockSettleWait),
 		slog.Int("stripe_expected_replicas", b.StripeExpectedReplicas),
 	)
 }

@@ -16,6 +16,7 @@ func TestHardeningDefaults(t *testing.T) {
 	assert.Equal(t, 2160*time.Hour, c.Retention.DeadLetters)
 	assert.Equal(t, 2160*time.Hour, c.Retention.Ops)
 	assert.Equal(t, 100, c.Billing.TestClocksMax)
+	assert.Equal(t, 30*time.Second, c.Billing.TestClockSettleWait)
 	assert.EqualValues(t, 64<<20, c.IngestRecords.BacklogBytes)
 	assert.Equal(t, 5, c.IngestRecords.QuarantineAfter)
 }
@@ -32,6 +33,11 @@ func TestHardeningSettings(t *testing.T) {
 		{name: "retention not a duration", env: map[string]string{"OPS_RETENTION": "90 days"}, wantErr: "OPS_RETENTION"},
 		{name: "one test clock", env: map[string]string{"TEST_CLOCKS_MAX": "1"}},
 		{name: "no test clock", env: map[string]string{"TEST_CLOCKS_MAX": "0"}, wantErr: "TEST_CLOCKS_MAX"},
+		{name: "test clocks do not wait for bank debits", env: map[string]string{"TEST_CLOCK_SETTLE_WAIT": "0"}},
+		{name: "test clocks wait 10 minutes for a bank debit", env: map[string]string{"TEST_CLOCK_SETTLE_WAIT": "10m"}},
+		{name: "test clocks wait longer than 10 minutes", env: map[string]string{"TEST_CLOCK_SETTLE_WAIT": "11m"}, wantErr: "TEST_CLOCK_SETTLE_WAIT"},
+		{name: "test clock wait not a duration", env: map[string]string{"TEST_CLOCK_SETTLE_WAIT": "30"}, wantErr: "TEST_CLOCK_SETTLE_WAIT"},
+		{name: "test clock wait negative", env: map[string]string{"TEST_CLOCK_SETTLE_WAIT": "-1s"}, wantErr: "TEST_CLOCK_SETTLE_WAIT"},
 		{name: "backlog of 1 MiB", env: map[string]string{"INGEST_RECORD_BACKLOG_BYTES": "1048576"}},
 		{name: "backlog under 1 MiB", env: map[string]string{"INGEST_RECORD_BACKLOG_BYTES": "1000"}, wantErr: "INGEST_RECORD_BACKLOG_BYTES"},
 		{name: "quarantine at once", env: map[string]string{"INGEST_RECORD_QUARANTINE_AFTER": "1"}},

@@ -52,9 +52,12 @@ const consoleInvoice = "in_1OpsConsole"
 
 func newFakeStripe(t *testing.T) *fakeStripe {
 	f := &fakeStripe{Stripe: stripetest.New(t, stripetest.Options{})}
-	f.Decide = func(stripetest.PI) stripetest.Behavior {
+	f.Decide = func(p stripetest.PI) stripetest.Behavior {
 		if g := f.gate.Load(); g != nil {
 			<-*g
+		}
+		if b := stripetest.TestPaymentMethod(p.PaymentMethod).Behavior; b == stripetest.Process {
+			return b // a bank debit (pm_usBankAccount): processing, settled by the test
 		}
 		if f.unknown.Load() {
 			return stripetest.Fail500
@@ -561,6 +564,94 @@ func TestConsoleInARealBrowser(t *testing.T) {
 		assert.Equal(t, "CANCELLED", got["status"])
 		status, _ = apiJSON(t, a, http.MethodGet, "/internal/v1/test_clocks/"+clockID, nil)
 		assert.Equal(t, http.StatusNotFound, status)
+	})
+
+	t.Run("test clocks: a bank debit is COMPLETED in its own month, on the clock's settlement day", func(t *testing.T) {
+		status, clock := apiJSON(t, a, http.MethodPost, "/internal/v1/test_clocks", map[string]any{"frozen_time": "2027-01-01T00:00:00Z", "name": "bank debit"})
+		require.Equal(t, http.StatusCreated, status, clock)
+		clockID := clock["id"].(string)
+		status, sub := apiJSON(t, a, http.MethodPost, "/internal/v1/accounts/merchant-ach/subscriptions", map[string]any{
+			"sku": "bronze", "email": "ach@example.com", "payment_day": 15, "amount": 2500, "currency": "usd",
+			"term": "MONTHLY", "customer": "cus_ach", "payment_method": "pm_usBankAccount", "test_clock": clockID})
+		require.Equal(t, http.StatusCreated, status, sub)
+		achSub := sub["subscription_id"].(string)
+
+		// Stripe settles each debit a while after it started processing
+		// (longer than the clock needs to reach the settlement day) and
+		// sends the signed webhook, on its own, during the advance.
+		stop := make(chan struct{})
+		var settling sync.WaitGroup
+		settling.Add(1)
+		go func() {
+			defer settling.Done()
+			seen := map[string]time.Time{}
+			for {
+				select {
+				case <-stop:
+					return
+				case <-time.After(50 * time.Millisecond):
+				}
+				for _, pi := range stripe.PIs() {
+					if pi.Status != "processing" {
+						continue
+					}
+					if first, ok := seen[pi.ID]; !ok {
+						seen[pi.ID] = time.Now()
+						continue
+					} else if time.Since(first) < 1500*time.Millisecond {
+						continue
+					}
+					p, err := stripe.Settle(pi.ID, true)
+					if !assert.NoError(t, err) {
+						return
+					}
+					payload := stripe.Event(p, "payment_intent.succeeded", time.Now())
+					req, _ := http.NewRequest(http.MethodPost, a.URL+"/webhooks/stripe", bytes.NewReader(payload))
+					req.Header.Set("Content-Type", "application/json")
+					req.Header.Set("Stripe-Signature", a.Sign(payload))
+					if resp, err := http.DefaultClient.Do(req); assert.NoError(t, err) {
+						resp.Body.Close()
+						assert.Equal(t, http.StatusOK, resp.StatusCode)
+					}
+				}
+			}
+		}()
+		defer func() { close(stop); settling.Wait() }()
+
+		status, clock = apiJSON(t, a, http.MethodPost, "/internal/v1/test_clocks/"+clockID+"/advance", map[string]any{"frozen_time": "2027-04-01T00:00:00Z"})
+		require.Contains(t, []int{http.StatusOK, http.StatusAccepted}, status, clock)
+		require.Eventually(t, func() bool {
+			_, clock = apiJSON(t, a, http.MethodGet, "/internal/v1/test_clocks/"+clockID, nil)
+			return clock["status"] != "advancing"
+		}, 3*time.Minute, 200*time.Millisecond)
+		require.Equal(t, "ready", clock["status"], clock)
+
+		step("the clock's runs", chromedp.Navigate(base+"/clocks/"+clockID), chromedp.WaitVisible(chromedp.CSS("table.clock-runs")))
+		settled, err := chromedp.Run(ctx, chromedp.Evaluate[int](
+			`[...document.querySelectorAll("table.clock-runs td.debits")].reduce((s, td) => s + parseInt(td.textContent, 10), 0)`))
+		require.NoError(t, err)
+		assert.Equal(t, 3, settled, "three debits settled while the clock waited")
+		assert.Zero(t, count("table.clock-runs .unsettled"), "none missed its day")
+		shot("27-test-clock-bank-debits")
+
+		step("the subscription's page", chromedp.Click(chromedp.CSS(`table.clock-subs a`)), chromedp.WaitVisible(chromedp.ID("history")))
+		assert.Contains(t, text("main"), achSub)
+		for _, period := range []string{"2027-01-15", "2027-02-15", "2027-03-15"} {
+			assert.Equal(t, "COMPLETED", text(`table.periods tr[data-date="`+period+`"] .tag`), period)
+		}
+		// The history dates each COMPLETED entry on the clock's day: Jan 15
+		// (a Friday) four business days later is Jan 21; Feb 15 and Mar 15
+		// (Mondays) the Friday after.
+		completed, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll("#history li")]
+			.filter(li => li.querySelector(".tag").textContent === "COMPLETED")
+			.map(li => li.querySelector("time").textContent.slice(0, 10) + " for " + li.textContent.match(/period (\d{4}-\d\d-\d\d)/)[1])
+			.sort()`))
+		require.NoError(t, err)
+		assert.Equal(t, []string{"2027-01-21 for 2027-01-15", "2027-02-19 for 2027-02-15", "2027-03-19 for 2027-03-15"}, completed,
+			"each bank debit COMPLETED in its own month")
+		shot("28-test-clock-bank-debit-subscription")
+		status, _ = apiJSON(t, a, http.MethodDelete, "/internal/v1/test_clocks/"+clockID, nil)
+		assert.Equal(t, http.StatusOK, status)
 	})
 
 	t.Run("a request without the cookie or with a bad CSRF token changes nothing", func(t *testing.T) {

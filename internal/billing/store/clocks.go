@@ -93,6 +93,9 @@ type runItem struct {
 	Unresolved    int    `dynamodbav:"Unresolved"`
 	Errors        int    `dynamodbav:"Errors"`
 	Error         string `dynamodbav:"Error,omitempty"`
+	// Absent on runs recorded before bank debits were waited for: zero.
+	DebitsSettled   int `dynamodbav:"DebitsSettled,omitempty"`
+	DebitsUnsettled int `dynamodbav:"DebitsUnsettled,omitempty"`
 }
 
 type clockRegistryItem struct {
@@ -153,6 +156,7 @@ func (s *Store) PutClockRun(ctx context.Context, clock string, r billing.ClockRu
 		PK: clockPK(clock), SK: prefixRun + formatTime(r.Time), Type: "RUN", Time: formatTime(r.Time), Date: r.Date.String(),
 		Entries: r.Entries, Reminded: r.Reminded, Charged: r.Charged, Processing: r.Processing, Declined: r.Declined,
 		Stale: r.Stale, PausedSkipped: r.PausedSkipped, Unresolved: r.Unresolved, Errors: r.Errors, Error: r.Error,
+		DebitsSettled: r.DebitsSettled, DebitsUnsettled: r.DebitsUnsettled,
 	})
 	if err != nil {
 		return err
@@ -188,6 +192,7 @@ func (s *Store) ClockRuns(ctx context.Context, clock string, limit int32) ([]bil
 			Time: parseTime(it.Time), Date: parseDate(it.Date), Entries: it.Entries, Reminded: it.Reminded,
 			Charged: it.Charged, Processing: it.Processing, Declined: it.Declined, Stale: it.Stale,
 			PausedSkipped: it.PausedSkipped, Unresolved: it.Unresolved, Errors: it.Errors, Error: it.Error,
+			DebitsSettled: it.DebitsSettled, DebitsUnsettled: it.DebitsUnsettled,
 		})
 	}
 	return runs, nil

@@ -117,34 +117,64 @@ func (s *Service) advanceClock(ctx context.Context, c billing.Clock, owner strin
 	var at time.Time
 	cs := s.billing.OnClock(c.ID, func() time.Time { return at })
 	reached := c.ReachedTime
+	// renew keeps the claim and records how far the jobs got: the clock's
+	// subscriptions (the webhook feed's included) take today from it. False
+	// when the advance must stop (it said so).
+	renew := func() bool {
+		err := s.store.RenewClockLease(ctx, c.ID, owner, reached, s.wall().Add(s.cfg.Lease), s.wall())
+		if err == nil {
+			return true
+		}
+		log.Warn("test clock: advance stopped", "error", err)
+		if !errors.Is(err, billing.ErrConflict) { // else lost the claim: whoever holds it now goes on
+			// Shutting down, or the table failed: say so at once rather
+			// than when the lease runs out; the next advance goes on.
+			s.endAdvance(context.WithoutCancel(ctx), c.ID, owner, reached, billing.ClockFailed, "the advance stopped: "+err.Error())
+		}
+		return false
+	}
+	var pending *debits // nil: bank debits are not waited for
+	if s.cfg.SettleWait > 0 {
+		pending = newDebits(c.ID, c.ReachedTime)
+	}
 	for k := 1; ; k++ {
 		at = c.ReachedTime.AddDate(0, 0, k)
 		if !at.Before(c.FrozenTime) {
 			at = c.FrozenTime
 		}
 		run, err := s.clockDay(ctx, c.ID, cs, at)
-		if run.Entries > 0 || err != nil {
+		if err == nil && pending != nil && (k == 1 || run.Processing > 0) {
+			err = s.refreshDebits(ctx, pending) // the debits submitted before this advance, or this day
+		}
+		if err != nil {
+			run.Error = err.Error()
 			if perr := s.store.PutClockRun(context.WithoutCancel(ctx), c.ID, run); perr != nil {
 				log.Warn("test clock: could not record a run", "error", perr)
 			}
-		}
-		if err != nil {
 			log.Error("test clock: advance stopped", "at", at.Format(time.RFC3339), "error", err)
 			s.endAdvance(context.WithoutCancel(ctx), c.ID, owner, reached, billing.ClockFailed, err.Error())
 			return
 		}
 		reached = at
+		if due := pending.due(at); len(due) > 0 {
+			if !renew() { // the clock stands on this day while it waits
+				return
+			}
+			run.DebitsSettled, run.DebitsUnsettled = s.awaitSettlements(ctx, due)
+			if run.DebitsUnsettled > 0 {
+				log.Warn("test clock: bank debits did not settle in time; the advance goes on",
+					"at", at.Format(time.RFC3339), "unsettled", run.DebitsUnsettled, "waited", s.cfg.SettleWait.String())
+			}
+		}
+		if run.Entries > 0 || run.DebitsSettled > 0 || run.DebitsUnsettled > 0 {
+			if perr := s.store.PutClockRun(context.WithoutCancel(ctx), c.ID, run); perr != nil {
+				log.Warn("test clock: could not record a run", "error", perr)
+			}
+		}
 		if at.Equal(c.FrozenTime) {
 			break
 		}
-		if err := s.store.RenewClockLease(ctx, c.ID, owner, reached, s.wall().Add(s.cfg.Lease), s.wall()); err != nil {
-			log.Warn("test clock: advance stopped", "error", err)
-			if errors.Is(err, billing.ErrConflict) {
-				return // lost the claim: whoever holds it now goes on
-			}
-			// Shutting down, or the table failed: say so at once rather
-			// than when the lease runs out; the next advance goes on.
-			s.endAdvance(context.WithoutCancel(ctx), c.ID, owner, reached, billing.ClockFailed, "the advance stopped: "+err.Error())
+		if !renew() {
 			return
 		}
 	}

@@ -25,6 +25,7 @@ import (
 
 	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/billing"
+	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
 	"github.com/stripe-payments/stripe-payments/internal/config"
 	"github.com/stripe-payments/stripe-payments/internal/safego"
 )
@@ -50,6 +51,10 @@ type Store interface {
 	// holds it.
 	RenewClockLease(ctx context.Context, id, owner string, reached, until, now time.Time) error
 	GetSubscription(ctx context.Context, account, id string) (billing.Subscription, error)
+	// ListPeriods and GetPeriod read a clock subscription's periods: its
+	// bank debits waiting to settle (settle.go).
+	ListPeriods(ctx context.Context, account, sub string) ([]billing.Period, error)
+	GetPeriod(ctx context.Context, account, sub string, d dates.Date) (billing.Period, error)
 }
 
 // Config bounds the test clocks (limits.go).
@@ -60,11 +65,16 @@ type Config struct {
 	// MaxClocks bounds the clocks that may exist at once (TEST_CLOCKS_MAX);
 	// MaxAdvancing the advances this instance runs at once.
 	MaxClocks, MaxAdvancing int
+	// SettleWait bounds, in wall time, how long an advance waits on a bank
+	// debit's settlement day for Stripe's outcome (TEST_CLOCK_SETTLE_WAIT;
+	// negative: it does not wait). settle.go says why.
+	SettleWait time.Duration
 }
 
 // DefaultConfig is the test clocks' default bounds.
 func DefaultConfig() Config {
-	return Config{Lease: 2 * time.Minute, MaxClocks: config.DefaultTestClocksMax, MaxAdvancing: DefaultMaxAdvancing}
+	return Config{Lease: 2 * time.Minute, MaxClocks: config.DefaultTestClocksMax, MaxAdvancing: DefaultMaxAdvancing,
+		SettleWait: DefaultSettleWait}
 }
 
 // Deps are the service's collaborators.
@@ -115,6 +125,9 @@ func New(cfg Config, d Deps) (*Service, error) {
 	}
 	if cfg.MaxAdvancing <= 0 {
 		cfg.MaxAdvancing = def.MaxAdvancing
+	}
+	if cfg.SettleWait == 0 {
+		cfg.SettleWait = def.SettleWait
 	}
 	if d.Billing == nil || d.Store == nil {
 		return nil, errors.New("testclock: billing and store are required")
