@@ -181,7 +181,7 @@ func (s *Service) recordOutcome(ctx context.Context, sub Subscription, p Period,
 	if resolved {
 		cause = s.cause("resolve", p, today) // the history says the outcome was looked up
 	}
-	if err := s.record(ctx, NewTx(cause, in.Now), &sub, &st, today); err != nil {
+	if err := s.record(ctx, s.log, NewTx(cause, in.Now), &sub, &st, today); err != nil {
 		return sub, p, fmt.Errorf("record attempt (the charge is in Stripe; a rerun or its webhook records it): %w", err)
 	}
 	rep.add(func(r *Report) {

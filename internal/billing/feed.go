@@ -255,7 +255,7 @@ func (s *Service) applySettle(ctx context.Context, log *slog.Logger, sub Subscri
 		// It collects the period: its receipt says how it was paid.
 		st.withMethod(s.chargeMethod(ctx, in.Period.PaymentDetails.StripeAccount, in.PaymentIntent, log))
 	}
-	if err := s.record(ctx, NewTx(cause, in.Now), &sub, &st, in.Today); err != nil {
+	if err := s.record(ctx, log, NewTx(cause, in.Now), &sub, &st, in.Today); err != nil {
 		return err
 	}
 	log.Info("billing feed applied", "status", string(st.Period.Status), "updated_event", st.Period.UpdatedEvent)

@@ -3,6 +3,7 @@ package billing
 import (
 	"context"
 	"fmt"
+	"log/slog"
 
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
 )
@@ -20,8 +21,8 @@ func (s *Service) settleInput(sub Subscription, p Period, h Happened, pi string,
 // the history), then the action (it states what Stripe did, so it goes out
 // before the write: a rerun sends the same dedupe key), then the period,
 // its receipt and reference and the subscription moved on, in one
-// transaction. sub is updated as written.
-func (s *Service) record(ctx context.Context, tx *Tx, sub *Subscription, st *Settled, today dates.Date) error {
+// transaction. sub is updated as written; log names the change's subject.
+func (s *Service) record(ctx context.Context, log *slog.Logger, tx *Tx, sub *Subscription, st *Settled, today dates.Date) error {
 	if st.Declined != "" {
 		if o, ok := s.obs.(DeclineObserver); ok {
 			o.Declined(st.Declined)
@@ -32,9 +33,8 @@ func (s *Service) record(ctx context.Context, tx *Tx, sub *Subscription, st *Set
 		if s.charger == nil {
 			return fmt.Errorf("refund duplicate %s: no Stripe charger configured", st.Refund)
 		}
-		s.log.Error("billing feed: a second successful charge for one period (or one that ended "+string(p.Status)+"); refunding it",
-			"account", p.AccountID, "subscription_id", p.SubscriptionID, "billing_date", p.BillingDate.String(),
-			"payment_intent", st.Refund, "recorded_payment_intent", p.TransactionID, "status", string(p.Status))
+		log.Error("billing feed: a second successful charge for one period (or one that ended "+string(p.Status)+"); refunding it",
+			"recorded_payment_intent", p.TransactionID, "status", string(p.Status))
 		id, err := s.charger.Refund(ctx, p.PaymentDetails.StripeAccount, st.Refund, RefundKey(st.Refund))
 		if err != nil {
 			return fmt.Errorf("refund duplicate %s: %w", st.Refund, err)

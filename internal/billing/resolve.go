@@ -101,7 +101,7 @@ func (s *Service) resolveLost(ctx context.Context, sub Subscription, p Period, p
 	s.obs.OutcomeResolved("not_found")
 	in := s.settleInput(sub, p, HappenedLost, "", proc, today)
 	st := settle(in)
-	if err := s.record(ctx, NewTx(s.cause("resolve", p, today), in.Now), &sub, &st, today); err != nil {
+	if err := s.record(ctx, log, NewTx(s.cause("resolve", p, today), in.Now), &sub, &st, today); err != nil {
 		return sub, p, res, false, false, fmt.Errorf("record lost attempt: %w", err)
 	}
 	p, stale := st.Period, st.GaveUp
