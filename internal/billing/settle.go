@@ -37,17 +37,18 @@ const (
 	HappenedLost
 )
 
-// happenedOf maps a charge's answer to what happened.
+// happenedOf maps an answer Stripe gave to a charge (or a lookup found) to
+// what happened. An answer is never unknown (no answer is an error, and the
+// attempt stays in flight without settling): what is neither a success nor
+// a processing debit left the PaymentIntent unpaid, a decline.
 func happenedOf(o Outcome) Happened {
 	switch o {
 	case Succeeded:
 		return HappenedSucceeded
 	case Processing:
 		return HappenedProcessing
-	case Declined:
-		return HappenedDeclined
 	}
-	return HappenedUnknown
+	return HappenedDeclined
 }
 
 // Settle is the input of settle: a period as read, and what happened to one

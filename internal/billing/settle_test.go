@@ -373,3 +373,13 @@ func TestSettleTable(t *testing.T) {
 		})
 	}
 }
+
+// An answer Stripe gave is settled as a decline unless it says the money
+// moved or a debit is processing: an attempt answered never stays in flight.
+func TestSettleAnAnswerIsNeverUnknown(t *testing.T) {
+	for _, o := range []Outcome{Unknown, Declined} {
+		assert.Equal(t, HappenedDeclined, happenedOf(o), "outcome %d", o)
+	}
+	assert.Equal(t, HappenedSucceeded, happenedOf(Succeeded))
+	assert.Equal(t, HappenedProcessing, happenedOf(Processing))
+}
