@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
@@ -170,37 +169,19 @@ func (s *Service) claimAndCharge(ctx context.Context, l *lock.Lock, sub Subscrip
 	return p, res, false, nil
 }
 
-// recordOutcome sends the action of what Stripe did with attempt n on p and
-// records it (record): resolved says it was looked up, not a charge's
-// answer. It returns the subscription and the period as written.
+// recordOutcome records what Stripe did with attempt n on p (settle):
+// resolved says it was looked up, not a charge's answer. It returns the
+// subscription and the period as written.
 func (s *Service) recordOutcome(ctx context.Context, sub Subscription, p Period, res ChargeResult, resolved bool, attemptNo int,
 	proc Process, today dates.Date, rep *Report) (Subscription, Period, error) {
-	now := s.now()
-	// The action reflects what Stripe did, so it goes out before the write:
-	// a rerun gets the same PaymentIntent and the same dedupe key.
-	var err error
-	switch res.Outcome {
-	case Succeeded:
-		a := paymentAction(ActionPaymentCompleted, p, res.PaymentIntent, attemptNo, "", now)
-		a.BillingDetails.PaymentMethodType, a.BillingDetails.PaymentMethodLast4 = res.Method.Type, res.Method.Last4
-		err = s.notifier.Notify(ctx, a)
-	case Declined:
-		a := paymentAction(ActionPaymentFailed, p, res.PaymentIntent, attemptNo, res.Error, now)
-		a.BillingDetails.DeclineCode, a.BillingDetails.NotRetried = res.DeclineCode, s.HardDecline(res.DeclineCode)
-		err = s.notifier.Notify(ctx, a)
-	}
-	if err != nil {
-		return sub, p, err
-	}
+	in := s.settleInput(sub, p, happenedOf(res.Outcome), res.PaymentIntent, proc, today)
+	in.OfAttempt, in.AttemptNo, in.Error, in.DeclineCode, in.Method = true, attemptNo, res.Error, res.DeclineCode, res.Method
+	st := settle(in)
 	cause := s.cause("collect", p, today)
 	if resolved {
 		cause = s.cause("resolve", p, today) // the history says the outcome was looked up
 	}
-	tx := NewTx(cause, now)
-	if err := s.record(ctx, tx, &sub, &p, res, proc, today, today, now); err != nil {
-		return sub, p, err
-	}
-	if err := s.store.Commit(ctx, tx); err != nil {
+	if err := s.record(ctx, s.log, NewTx(cause, in.Now), &sub, &st, today); err != nil {
 		return sub, p, fmt.Errorf("record attempt (the charge is in Stripe; a rerun or its webhook records it): %w", err)
 	}
 	rep.add(func(r *Report) {
@@ -216,7 +197,7 @@ func (s *Service) recordOutcome(ctx context.Context, sub Subscription, p Period,
 			r.Declined++
 		}
 	})
-	return sub, p, nil
+	return sub, st.Period, nil
 }
 
 // afterDecline follows a decline recorded late: the retry due since the
@@ -275,40 +256,6 @@ func (s *Service) charge(ctx context.Context, l *lock.Lock, p Period, n int) (Ch
 	})
 }
 
-// record writes the outcome of an attempt into tx: the period's new status,
-// a receipt for a success, and the subscription moved on when this was the
-// first attempt on its next period.
-func (s *Service) record(ctx context.Context, tx *Tx, sub *Subscription, p *Period, res ChargeResult, proc Process, today, processed dates.Date, now time.Time) error {
-	// A decline's retries count from the day the attempt was made: when its
-	// answer comes only later (resent, looked up, a webhook), the retry due
-	// since then is due at once, and stays so in the index should this run
-	// crash before making it (finding F14).
-	retryFrom := today
-	if p.InFlightKey != "" && !p.InFlightAt.IsZero() {
-		if d := dates.In(p.InFlightAt, sub.Location()); d.Before(today) {
-			retryFrom = d
-		}
-	}
-	p.Attempts++
-	p.InFlightKey, p.InFlightAt, p.InFlightSent = "", time.Time{}, time.Time{}
-	p.Process = proc
-	if res.PaymentIntent != "" {
-		p.TransactionID = res.PaymentIntent
-		tx.PutPaymentRef(attemptRef(*p, res.PaymentIntent))
-	}
-	switch res.Outcome {
-	case Succeeded:
-		s.complete(tx, p, res.PaymentIntent, res.Method, processed, now)
-	case Processing:
-		p.Status, p.UpdatedEvent, p.Error, p.NextAttemptDate = ACHSent, "ach-sent", "", dates.Date{}
-		p.DeclineCode, p.NotRetried = "", false
-	default:
-		s.declined(p, res, "attempt-failed", retryFrom)
-	}
-	tx.PutPeriod(p, false)
-	return s.movedOn(ctx, tx, sub, *p, today, proc, now)
-}
-
 // movedOn updates sub after a charge of p was recorded (by a job or a
 // webhook): the last charged period and the last payment, and the cursor
 // moves past p when p was the next period.
@@ -335,19 +282,4 @@ func (s *Service) movedOn(ctx context.Context, tx *Tx, sub *Subscription, p Peri
 		tx.PutSubscription(sub)
 	}
 	return nil
-}
-
-// complete marks p COMPLETED and writes its receipt.
-func (s *Service) complete(tx *Tx, p *Period, pi string, m PaymentMethodUsed, processed dates.Date, now time.Time) {
-	tx.PutReceipt(Receipt{
-		AccountID: p.AccountID, SubscriptionID: p.SubscriptionID, SKU: p.SKU, ProcessedDate: processed,
-		BillingDate: p.BillingDate, Amount: p.Amount, Currency: p.Currency, PaymentIntent: pi,
-		PaymentMethodType: m.Type, PaymentMethodLast4: m.Last4,
-		ExpiresAt: s.wall().Add(s.cfg.ReceiptTTL), // kept for real time, whatever a test clock says
-	})
-	p.Status, p.Error, p.NextAttemptDate, p.CompletionDate = Completed, "", dates.Date{}, now
-	p.DeclineCode, p.NotRetried = "", false
-	if !strings.HasPrefix(p.UpdatedEvent, "late-success") {
-		p.UpdatedEvent = "completed"
-	}
 }

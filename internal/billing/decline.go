@@ -1,9 +1,5 @@
 package billing
 
-import (
-	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
-)
-
 // docs/design.md §8 "Declines that retrying cannot fix are not retried": when
 // Stripe's decline code says the card or account will never be approved as
 // it is (Config.HardDeclineCodes: lost or stolen card, closed account,
@@ -25,22 +21,6 @@ func hardCodes(codes []string) map[string]bool {
 // HardDecline reports whether Stripe's decline code is one retrying cannot
 // fix.
 func (s *Service) HardDecline(code string) bool { return code != "" && s.hard[code] }
-
-// declined writes a declined attempt's outcome into p: ERROR with the
-// code, and its next look — the first retry day after retryFrom, or, for a
-// hard decline, its stale date.
-func (s *Service) declined(p *Period, res ChargeResult, event string, retryFrom dates.Date) {
-	p.Status, p.UpdatedEvent, p.Error, p.DeclineCode, p.NotRetried = Error, event, res.Error, res.DeclineCode, false
-	p.NextAttemptDate, _ = s.cfg.Retry.NextAttempt(p.Due(), retryFrom)
-	if s.HardDecline(res.DeclineCode) {
-		p.NotRetried, p.UpdatedEvent = true, "declined-not-retried"
-		p.Error = "not retried: " + res.DeclineCode + " (" + res.Error + ")"
-		p.NextAttemptDate = s.cfg.Retry.StaleDate(p.Due())
-	}
-	if o, ok := s.obs.(DeclineObserver); ok {
-		o.Declined(declineClass(p.NotRetried))
-	}
-}
 
 // DeclineObserver is an Observer that also counts declines by class
 // (stripe_payments_billing_declines_total{class="hard"|"soft"}).

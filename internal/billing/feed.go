@@ -10,7 +10,6 @@ import (
 
 	"github.com/stripe/stripe-go/v76"
 
-	"github.com/stripe-payments/stripe-payments/internal/actions"
 	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
 	"github.com/stripe-payments/stripe-payments/internal/lock"
@@ -201,196 +200,64 @@ func (s *Service) applyFeed(ctx context.Context, msg FeedMessage, date dates.Dat
 		// date, whatever Stripe's real time of the event.
 		evDate = today
 	}
-	inFlight := p.InFlightKey != "" && !v.known
-	c := &feedChange{msg: msg, log: log, sub: sub, p: p, pi: msg.PaymentIntent, inFlight: inFlight, known: v.known, ref: v.ref,
-		now: now, today: today, evDate: evDate, tx: NewTx("evt:"+msg.EventID, now)}
-	var (
-		action *actions.Action
-		apply  bool
-	)
-	switch msg.Type {
-	case "payment_intent.processing":
-		apply, err = s.feedProcessing(ctx, c)
-	case "payment_intent.succeeded":
-		action, apply, err = s.feedSucceeded(ctx, c)
-	case "payment_intent.payment_failed":
-		action, apply, err = s.feedFailed(ctx, c)
-	case "charge.refunded":
-		apply, err = s.feedRefunded(c)
+	h := map[string]Happened{"payment_intent.processing": HappenedProcessing, "payment_intent.succeeded": HappenedSucceeded,
+		"payment_intent.payment_failed": HappenedDeclined, "charge.refunded": HappenedRefunded}[msg.Type]
+	if h == HappenedUnknown {
+		return nil
 	}
-	if err != nil || !apply {
-		return err
+	in := s.settleInput(sub, p, h, msg.PaymentIntent, ProcWebhook, today)
+	in.Now, in.Processed = now, evDate
+	// The event answers the attempt in flight when its PaymentIntent is not
+	// one recorded for the period (feedRefusal matched it by its metadata).
+	in.OfAttempt, in.Known = p.InFlightKey != "" && !v.known, v.known
+	in.Error, in.DeclineCode = msg.Error, msg.DeclineCode
+	in.Amount, in.Currency, in.SKU = msg.Amount, msg.Currency, msg.SKU
+	if v.ref != nil {
+		in.RefAmount, in.RefCurrency, in.RefundedAlready = v.ref.Amount, v.ref.Currency, v.ref.RefundID != ""
 	}
-	if action != nil {
-		if err := s.notifier.Notify(ctx, *action); err != nil {
-			return err
-		}
-	}
-	if err := s.store.Commit(ctx, c.tx); err != nil {
+	if err := s.applySettle(ctx, log, sub, in, "evt:"+msg.EventID); err != nil {
 		return fmt.Errorf("apply %s: %w", msg.Type, err)
 	}
-	if c.refunded {
-		if o, ok := s.obs.(DuplicateObserver); ok {
-			o.DuplicateRefunded()
-		}
-	}
-	log.Info("billing feed applied", "status", string(c.p.Status), "updated_event", c.p.UpdatedEvent)
 	return nil
 }
 
-// feedChange is one feed event being applied under the account's lock: the
-// period and its subscription as read, and the change built in tx.
-type feedChange struct {
-	msg           FeedMessage
-	log           *slog.Logger
-	sub           Subscription
-	p             Period
-	pi            string
-	inFlight      bool // the period's attempt in flight is not recorded with pi
-	known         bool // pi is recorded for the period (an attempt's)
-	ref           *PaymentRef
-	refunded      bool // the change refunds a duplicate success
-	now           time.Time
-	today, evDate dates.Date
-	tx            *Tx
-}
-
-// feedProcessing: a bank debit was submitted. apply is false when there is
-// nothing to write.
-func (s *Service) feedProcessing(ctx context.Context, c *feedChange) (apply bool, err error) {
-	p := &c.p
+// applySettle settles a period with what happened to one of its
+// PaymentIntents as Stripe told it (an event, or a read), under the
+// account's lock: the kernel decides (settle), then Stripe is asked what
+// the decision needs (the debit still processing, how a success was paid)
+// and the change is written with cause.
+func (s *Service) applySettle(ctx context.Context, log *slog.Logger, sub Subscription, in Settle, cause string) error {
+	st := settle(in)
 	switch {
-	case c.inFlight && (p.Status == Scheduled || p.Status == Error):
-		res := ChargeResult{Outcome: Processing, PaymentIntent: c.pi}
-		if err := s.record(ctx, c.tx, &c.sub, p, res, ProcWebhook, c.today, c.evDate, c.now); err != nil {
-			return false, err
+	case st.RetryLater != "":
+		return fmt.Errorf("%s: %w", st.RetryLater, ErrRetryLater)
+	case st.Warn != "":
+		log.Warn(st.Warn, "status", string(in.Period.Status), "recorded_payment_intent", in.Period.TransactionID)
+	}
+	if !st.Write {
+		return nil
+	}
+	if st.Confirm {
+		// A redelivered event of a debit that failed since is not one
+		// that is processing: Stripe says what the PaymentIntent is now.
+		if s.charger == nil {
+			return nil
 		}
-		return true, nil
-	case c.known && p.InFlightKey == "" && p.Status == Error && s.charger != nil:
-		// The customer paid an earlier PaymentIntent of the period with a
-		// bank debit: it settles later; no attempt is made meanwhile. A
-		// redelivered event of a debit that failed since is not that:
-		// Stripe says what the PaymentIntent is now.
-		pi, err := s.charger.Retrieve(ctx, p.PaymentDetails.StripeAccount, c.pi)
+		pi, err := s.charger.Retrieve(ctx, in.Period.PaymentDetails.StripeAccount, in.PaymentIntent)
 		if err != nil {
-			return false, err
+			return err
 		}
 		if pi.Status != stripe.PaymentIntentStatusProcessing {
-			return false, nil
+			return nil
 		}
-		p.Status, p.Process, p.UpdatedEvent, p.Error, p.NextAttemptDate = ACHSent, ProcWebhook, "ach-sent", "", dates.Date{}
-		p.TransactionID = c.pi
-		c.tx.PutPeriod(p, false)
-		return true, nil
-	default:
-		return false, nil // recorded already, or an older event
 	}
-}
-
-// feedSucceeded: money moved. A customer may pay any payable
-// PaymentIntent of a period at any time (docs/design.md §8): the success collects
-// the period, or is refunded when the period already has one or ended
-// WAIVED or CANCELLED (payable.go).
-func (s *Service) feedSucceeded(ctx context.Context, c *feedChange) (*actions.Action, bool, error) {
-	p, pi := &c.p, c.pi
-	a := paymentAction(ActionPaymentCompleted, *p, pi, 0, "", c.now)
-	var m PaymentMethodUsed
-	if p.Status != Completed && p.Status != Refunded && p.Status != Waived && p.Status != Cancelled && p.Status != PausedSkipped &&
-		!(p.InFlightKey != "" && c.known) {
+	if st.Receipt != nil && in.Method == (PaymentMethodUsed{}) {
 		// It collects the period: its receipt says how it was paid.
-		m = s.chargeMethod(ctx, p.PaymentDetails.StripeAccount, pi, c.log)
-		a.BillingDetails.PaymentMethodType, a.BillingDetails.PaymentMethodLast4 = m.Type, m.Last4
+		st.withMethod(s.chargeMethod(ctx, in.Period.PaymentDetails.StripeAccount, in.PaymentIntent, log))
 	}
-	switch {
-	case (p.Status == Completed || p.Status == Refunded) && p.TransactionID == pi:
-		return nil, false, nil // the job recorded it
-	case p.InFlightKey != "" && c.known:
-		// An earlier attempt's PaymentIntent succeeded while another is in
-		// flight: once that one's outcome is recorded, this one completes
-		// the period or is refunded.
-		return nil, false, fmt.Errorf("success of %s while an attempt is in flight: %w", pi, ErrRetryLater)
-	case p.Status == Completed || p.Status == Refunded || p.Status == Waived || p.Status == Cancelled || p.Status == PausedSkipped:
-		apply, err := s.refundDuplicate(ctx, c)
-		return nil, apply, err
-	case c.inFlight:
-		res := ChargeResult{Outcome: Succeeded, PaymentIntent: pi, Method: m}
-		if err := s.record(ctx, c.tx, &c.sub, p, res, ProcWebhook, c.today, c.evDate, c.now); err != nil {
-			return nil, false, err
-		}
-	default:
-		// Money moved: the period (SCHEDULED, ERROR, ACHSENT, or STALE: a
-		// late payment) is collected, at the amount of the attempt that
-		// was paid.
-		if p.Status != ACHSent && p.Status != Error && p.Status != Scheduled {
-			c.log.Warn("billing feed: payment succeeded on a period that had ended", "status", string(p.Status))
-			p.UpdatedEvent = "late-success-after-" + string(p.Status)
-		}
-		lateAmount(p, c.msg.Amount, c.msg.Currency)
-		latePlan(p, c.msg.SKU)
-		// The action says what was paid: the paying attempt's amount and plan.
-		a.BillingDetails.SKU, a.BillingDetails.Amount, a.BillingDetails.Currency = p.SKU, p.Amount, p.Currency
-		p.TransactionID, p.Process = pi, ProcWebhook
-		s.complete(c.tx, p, pi, m, c.evDate, c.now)
-		c.tx.PutPeriod(p, false)
-		ref := attemptRef(*p, pi)
-		if c.ref != nil && c.ref.Currency != "" {
-			ref.Amount, ref.Currency = c.ref.Amount, c.ref.Currency
-		}
-		c.tx.PutPaymentRef(ref)
-		if err := s.movedOn(ctx, c.tx, &c.sub, *p, c.today, ProcWebhook, c.now); err != nil {
-			return nil, false, err
-		}
+	if err := s.record(ctx, log, NewTx(cause, in.Now), &sub, &st, in.Today); err != nil {
+		return err
 	}
-	return &a, true, nil
-}
-
-// feedFailed: the charge (or a submitted bank debit) failed.
-func (s *Service) feedFailed(ctx context.Context, c *feedChange) (*actions.Action, bool, error) {
-	p, pi, msg := &c.p, c.pi, c.msg
-	a := paymentAction(ActionPaymentFailed, *p, pi, 0, msg.Error, c.now)
-	a.BillingDetails.DeclineCode, a.BillingDetails.NotRetried = msg.DeclineCode, s.HardDecline(msg.DeclineCode)
-	switch {
-	case c.inFlight && (p.Status == Scheduled || p.Status == Error):
-		res := ChargeResult{Outcome: Declined, PaymentIntent: pi, Error: msg.Error, DeclineCode: msg.DeclineCode}
-		if err := s.record(ctx, c.tx, &c.sub, p, res, ProcWebhook, c.today, c.evDate, c.now); err != nil {
-			return nil, false, err
-		}
-	case p.Status == ACHSent && p.TransactionID == pi:
-		s.declined(p, ChargeResult{Outcome: Declined, PaymentIntent: pi, Error: msg.Error, DeclineCode: msg.DeclineCode}, "ach-failed", c.today)
-		p.Process = ProcWebhook
-		// The debit was in flight, so an amount, plan or payment method
-		// change made meanwhile passed it by; its retries are new charges of
-		// a period not charged: they take the subscription's (docs/design.md §8).
-		p.Amount, p.SKU, p.PaymentDetails.PaymentMethod = c.sub.Amount, c.sub.SKU, c.sub.PaymentDetails.PaymentMethod
-		if c.sub.Status == SubCancelled {
-			p.Status, p.NextAttemptDate, p.CompletionDate = Cancelled, dates.Date{}, c.now
-		}
-		c.tx.PutPeriod(p, false)
-	default:
-		return nil, false, nil // recorded already, or an older event
-	}
-	return &a, true, nil
-}
-
-// feedRefunded: a full refund ends a collected period.
-func (s *Service) feedRefunded(c *feedChange) (bool, error) {
-	p, pi := &c.p, c.pi
-	switch {
-	case p.Status == Completed && p.TransactionID == pi:
-		p.Status, p.Process, p.UpdatedEvent, p.CompletionDate = Refunded, ProcWebhook, "refunded", c.now
-		c.tx.PutPeriod(p, false)
-		return true, nil
-	case p.Status == Refunded:
-		return false, nil
-	case c.ref != nil && c.ref.RefundID != "":
-		return false, nil // the refund of a duplicate success (payable.go)
-	case p.Status == Scheduled || p.Status == ACHSent || p.Status == Error:
-		// The success has not been applied yet (events arrive out of
-		// order): the outbox delivers this again later.
-		return false, fmt.Errorf("refund of %s before its success: %w", pi, ErrRetryLater)
-	default:
-		c.log.Warn("billing feed: refund of a charge this period does not record; ignored", "status", string(p.Status),
-			"recorded_payment_intent", p.TransactionID)
-		return false, nil
-	}
+	log.Info("billing feed applied", "status", string(st.Period.Status), "updated_event", st.Period.UpdatedEvent)
+	return nil
 }

@@ -4,10 +4,12 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 
 	"github.com/stripe/stripe-go/v76"
 
+	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
 )
 
@@ -90,19 +92,38 @@ func (s *Service) cancelPayable(ctx context.Context, p Period) (paid *stripe.Pay
 	return nil, nil
 }
 
-// applyPaid applies a PaymentIntent of p the customer paid, read from
-// Stripe, exactly as its webhook would (the webhook that follows changes
-// nothing more). The account's lock is held.
+// applyPaid settles p with a PaymentIntent of its own the customer paid
+// (succeeded, or processing: a bank debit), as read from Stripe; its
+// webhook, when it comes, changes nothing more. The account's lock is
+// held.
 func (s *Service) applyPaid(ctx context.Context, p Period, pi *stripe.PaymentIntent) error {
-	typ := "payment_intent.succeeded"
-	if pi.Status == stripe.PaymentIntentStatusProcessing {
-		typ = "payment_intent.processing"
+	p, err := s.store.GetPeriod(ctx, p.AccountID, p.SubscriptionID, p.BillingDate) // as it is now
+	if err != nil {
+		return err
 	}
-	msg := FeedMessage{EventID: "read:" + pi.ID + ":" + string(pi.Status), Type: typ, Created: s.now().Unix(),
-		PaymentIntent: pi.ID, Account: p.AccountID, Subscription: p.SubscriptionID, BillingDate: p.BillingDate.String(),
-		V: 2, StripeAccount: p.PaymentDetails.StripeAccount, Amount: pi.Amount, Currency: string(pi.Currency),
-		Attempt: pi.Metadata[MetaAttempt], SKU: pi.Metadata[MetaSKU]}
-	return s.applyFeed(ctx, msg, p.BillingDate)
+	sub, err := s.store.GetSubscription(ctx, p.AccountID, p.SubscriptionID)
+	if err != nil {
+		return err
+	}
+	s, err = s.forSub(ctx, sub) // its test clock's "today", if it has one
+	if err != nil {
+		return err
+	}
+	h := HappenedSucceeded
+	if pi.Status == stripe.PaymentIntentStatusProcessing {
+		h = HappenedProcessing
+	}
+	in := s.settleInput(sub, p, h, pi.ID, ProcWebhook, s.today(sub))
+	// pi is the period's latest attempt's (cancelPayable cancels no other).
+	in.Known, in.Amount, in.Currency, in.SKU = true, pi.Amount, string(pi.Currency), pi.Metadata[MetaSKU]
+	if ref, err := s.store.GetPaymentRef(ctx, pi.ID); err == nil && ref.of(p) {
+		in.RefAmount, in.RefCurrency, in.RefundedAlready = ref.Amount, ref.Currency, ref.RefundID != ""
+	} else if err != nil && !errors.Is(err, apperr.ErrNotFound) {
+		return err
+	}
+	log := s.log.With("payment_intent", pi.ID, "account", p.AccountID, "subscription_id", p.SubscriptionID,
+		"billing_date", p.BillingDate.String())
+	return s.applySettle(ctx, log, sub, in, "evt:read:"+pi.ID+":"+string(pi.Status))
 }
 
 // cancelChanged cancels, after a change was written, the payable
@@ -142,51 +163,4 @@ func (s *Service) cancelChanged(ctx context.Context, before, after []Period) (ch
 		}
 	}
 	return changed
-}
-
-// refundDuplicate refunds a success that arrived for a period that already
-// has one, or ended WAIVED or CANCELLED: once per PaymentIntent (its
-// PaymentRef records the refund; the idempotency key is derived from the
-// PaymentIntent), with a history entry. apply is false when it was refunded
-// already (a redelivery, another replica).
-func (s *Service) refundDuplicate(ctx context.Context, c *feedChange) (apply bool, err error) {
-	p, pi := &c.p, c.pi
-	if c.ref != nil && c.ref.RefundID != "" {
-		return false, nil
-	}
-	if s.charger == nil {
-		return false, fmt.Errorf("refund duplicate %s: no Stripe charger configured", pi)
-	}
-	c.log.Error("billing feed: a second successful charge for one period (or one that ended "+string(p.Status)+"); refunding it",
-		"recorded_payment_intent", p.TransactionID, "status", string(p.Status))
-	id, err := s.charger.Refund(ctx, p.PaymentDetails.StripeAccount, pi, RefundKey(pi))
-	if err != nil {
-		return false, fmt.Errorf("refund duplicate %s: %w", pi, err)
-	}
-	ref := PaymentRef{PaymentIntent: pi, AccountID: p.AccountID, SubscriptionID: p.SubscriptionID, BillingDate: p.BillingDate,
-		Amount: c.msg.Amount, Currency: c.msg.Currency, RefundID: id}
-	c.tx.PutPaymentRef(ref)
-	p.UpdatedEvent, p.Process = UpdatedEventDuplicateRefunded, ProcWebhook
-	p.Error = fmt.Sprintf("second successful charge %s (%d %s) refunded: %s", pi, c.msg.Amount, c.msg.Currency, id)
-	c.tx.PutPeriod(p, false)
-	c.refunded = true
-	return true, nil
-}
-
-// lateAmount sets p's amount to what the PaymentIntent that paid it
-// charged (an earlier attempt's, when the amount changed since).
-func lateAmount(p *Period, amount int64, currency string) {
-	if amount > 0 && currency != "" {
-		p.Amount, p.Currency = amount, currency
-	}
-}
-
-// latePlan sets p's SKU to the plan the PaymentIntent that paid it was
-// made for (an earlier attempt's, when the plan changed since), so its
-// receipt and action name what was paid for. "" (a PaymentIntent of an
-// older version, without it) keeps p's.
-func latePlan(p *Period, sku string) {
-	if sku != "" {
-		p.SKU = sku
-	}
 }

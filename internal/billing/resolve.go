@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"time"
 
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
 )
@@ -100,27 +99,12 @@ func (s *Service) resolveLost(ctx context.Context, sub Subscription, p Period, p
 	// Stripe never made it: the attempt is over. Record it, then charge
 	// anew (or give up when the period is too old).
 	s.obs.OutcomeResolved("not_found")
-	now := s.now()
-	tx := NewTx(s.cause("resolve", p, today), now)
-	p.Attempts++
-	p.InFlightKey, p.InFlightAt, p.InFlightSent = "", time.Time{}, time.Time{}
-	p.Process, p.UpdatedEvent = proc, "attempt-lost"
-	p.Error = fmt.Sprintf("attempt %d: no PaymentIntent at Stripe (its outcome was unknown); not charged", p.Attempts)
-	stale := s.cfg.Retry.IsStale(p.Due(), today)
-	if stale {
-		p.Status, p.UpdatedEvent, p.CompletionDate, p.NextAttemptDate = Stale, "stale", now, dates.Date{}
-	}
-	tx.PutPeriod(&p, false)
-	if stale && sub.Status != SubCancelled && sub.NextPeriodDate.Equal(p.BillingDate) {
-		// Given up on the subscription's next period: it moves on.
-		if err := s.advance(ctx, tx, &sub, p.BillingDate, today, proc, now); err != nil {
-			return sub, p, res, false, false, err
-		}
-		tx.PutSubscription(&sub)
-	}
-	if err := s.store.Commit(ctx, tx); err != nil {
+	in := s.settleInput(sub, p, HappenedLost, "", proc, today)
+	st := settle(in)
+	if err := s.record(ctx, log, NewTx(s.cause("resolve", p, today), in.Now), &sub, &st, today); err != nil {
 		return sub, p, res, false, false, fmt.Errorf("record lost attempt: %w", err)
 	}
+	p, stale := st.Period, st.GaveUp
 	rep.add(func(r *Report) {
 		r.Resolved++
 		if stale {
