@@ -59,6 +59,7 @@ func (a *App) registerRoutes() error {
 	}
 	apiDeps.Replays = a.newReplays(replayer)
 	apiDeps.Batches = a.newBatches()
+	apiDeps.Reconciliations = a.newReconciliations()
 	api.Register(a.Admin.Echo, cfg.InternalAPIToken, apiDeps)
 	if err := ops.Register(a.Admin.Echo, ops.Deps{
 		Token: cfg.InternalAPIToken, Events: a.Events, Replayer: replayer,

@@ -1,0 +1,236 @@
+package app_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/stripe-payments/stripe-payments/internal/stripetest"
+)
+
+// Reconciliation (docs/design.md §11): what the service holds compared
+// with what Stripe holds now, healed through the one handler.
+
+// testClock is the fake Stripe's clock, moved by the test.
+type testClock struct {
+	mu sync.Mutex
+	at time.Time
+}
+
+func (c *testClock) now() time.Time  { c.mu.Lock(); defer c.mu.Unlock(); return c.at }
+func (c *testClock) set(t time.Time) { c.mu.Lock(); defer c.mu.Unlock(); c.at = t }
+
+func startReconcileApp(t *testing.T, fake *stripetest.Stripe, env map[string]string) *purchaseEnv {
+	t.Helper()
+	e := &purchaseEnv{stripe: fake, sink: newActionSink(t)}
+	vars := map[string]string{
+		"STRIPE_API_KEY":  "sk_test_fake_reconcile",
+		"STRIPE_API_BASE": fake.URL,
+		"ACTIONS_URL":     e.sink.URL,
+		"ACTIONS_SECRET":  actionsSecret,
+	}
+	for k, v := range env {
+		vars[k] = v
+	}
+	a := startApp(t, nil, vars)
+	e.app, e.url = a, a.Admin.URL()
+	return e
+}
+
+// reconcile starts a run through the API and waits for its end.
+func (e *purchaseEnv) reconcile(t *testing.T, body string) (run map[string]any, findings []map[string]any) {
+	t.Helper()
+	status, started := e.send(t, http.MethodPost, "/internal/v1/reconciliations", body)
+	require.Equal(t, http.StatusAccepted, status, started)
+	id := started["id"].(string)
+	require.Regexp(t, `^rec_[0-9a-f]{24}$`, id)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		run = e.get(t, "/internal/v1/reconciliations/"+id)
+		if run["status"] == "done" {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "reconciliation %s still %v: %v", id, run["status"], run)
+		time.Sleep(50 * time.Millisecond)
+	}
+	list := e.get(t, "/internal/v1/reconciliations/"+id+"/findings")
+	for _, f := range list["data"].([]any) {
+		findings = append(findings, f.(map[string]any))
+	}
+	return run, findings
+}
+
+func (e *purchaseEnv) send(t *testing.T, method, path, body string) (int, map[string]any) {
+	t.Helper()
+	req, err := http.NewRequest(method, e.url+path, bytes.NewReader([]byte(body)))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	var out map[string]any
+	require.NoError(t, json.Unmarshal(raw, &out), string(raw))
+	return resp.StatusCode, out
+}
+
+func counts(run map[string]any) map[string]any {
+	return map[string]any{"checked": run["checked"], "drifted": run["drifted"], "healed": run["healed"], "failed": run["failed"]}
+}
+
+func count(n int) map[string]any {
+	return map[string]any{"checked": float64(n), "drifted": float64(0), "healed": float64(0), "failed": float64(0)}
+}
+
+// A purchase whose success event was lost 40 days ago, beyond the Events
+// API's 30 days: the reconciliation finds it and fulfils it once, through
+// the handler; a second run finds nothing.
+func TestReconcileFulfilsAPurchaseWhoseSuccessWasLost(t *testing.T) {
+	clock := &testClock{at: time.Now().Add(-40 * 24 * time.Hour)}
+	fake := stripetest.New(t, stripetest.Options{Now: clock.now})
+	e := startReconcileApp(t, fake, nil)
+
+	lost, _, lostPI := e.legacyPurchase(t)
+	_, _, okPI := e.legacyPurchase(t) // still unpaid at Stripe: in sync
+	_, err := fake.DashboardChange(lostPI, "succeeded")
+	require.NoError(t, err)
+	clock.set(time.Now())
+	require.Equal(t, "new", e.get(t, "/v1/purchases/"+lost)["status"], "no event reached the service")
+
+	run, findings := e.reconcile(t, `{"dry_run": false}`)
+	assert.Equal(t, map[string]any{"checked": float64(2), "drifted": float64(1), "healed": float64(1), "failed": float64(0)}, counts(run))
+	require.Len(t, findings, 1)
+	f := findings[0]
+	assert.Equal(t, lostPI, f["object"])
+	assert.Equal(t, "payment_intent", f["kind"])
+	assert.Equal(t, merchant, f["stripe_account"])
+	assert.Equal(t, "payment_intent new, purchase new", f["local"])
+	assert.Equal(t, "payment_intent succeeded", f["stripe"])
+	assert.Contains(t, f["action"], "payment_intent.succeeded evt_reconcile_"+lostPI+"_")
+	assert.Nil(t, f["error"])
+
+	got := e.get(t, "/v1/purchases/"+lost)
+	assert.Equal(t, "fulfilled", got["status"])
+	assert.Equal(t, "paid", got["payment_status"])
+	acts := waitActions(t, e.sink, 1)
+	assert.Equal(t, "purchase.fulfilled", acts[0].Type)
+	assert.Equal(t, lost, *acts[0].PurchaseID)
+
+	// Every read was at Stripe, on the merchant's account: the two
+	// PaymentIntents (created 40 days before the purchases' rows, outside
+	// the listing's window) retrieved one by one.
+	var reads []string
+	for _, r := range fake.Requests() {
+		if r.Method == http.MethodGet && strings.HasPrefix(r.Path, "/v1/payment_intents") {
+			assert.Equal(t, merchant, r.StripeAccount)
+			reads = append(reads, r.Path)
+		}
+	}
+	assert.ElementsMatch(t, []string{"/v1/payment_intents", "/v1/payment_intents/" + lostPI, "/v1/payment_intents/" + okPI}, reads)
+
+	// A second run finds nothing; nothing is fulfilled twice.
+	run, findings = e.reconcile(t, `{"dry_run": false}`)
+	assert.Equal(t, count(2), counts(run), "the unpaid purchase, and the fulfilled one (final, but changed within the window)")
+	assert.Empty(t, findings)
+	time.Sleep(300 * time.Millisecond)
+	assert.Len(t, received(t, e.sink), 1, "fulfilled once")
+}
+
+// A subscription cancelled in Stripe's Dashboard, whose event never came:
+// the reconciliation unsubscribes it once.
+func TestReconcileUnsubscribesASubscriptionCancelledInTheDashboard(t *testing.T) {
+	fake := stripetest.New(t, stripetest.Options{})
+	e := startReconcileApp(t, fake, nil)
+	account := uuid.NewString()
+	status, p, _ := e.purchase(t, map[string]any{"account": account, "stripe_account": merchant, "mode": "product",
+		"customer": "cus_PfYl2mB3cD4eF5", "payment_method": "pm_1OqDcI2eZvKYlo2CkLmNoPqR", "recurring_price": "price_M1"}, "")
+	require.Equal(t, http.StatusCreated, status, p)
+	id, sub := p["id"].(string), p["subscription"].(string)
+	other, _, _ := e.legacyPurchase(t) // another kind on the same account: not touched
+	md := map[string]any{"purchase_id": id, "account": account}
+	e.webhook(t, stripetest.Event{Fixture: "customer.subscription.created", Object: map[string]any{"id": sub, "status": "active", "metadata": md}})
+	require.Equal(t, "active", e.get(t, "/internal/v1/subscriptions/"+sub)["status"])
+	waitActions(t, e.sink, 1) // purchase.fulfilled
+
+	_, err := fake.DashboardChange(sub, "canceled")
+	require.NoError(t, err)
+	run, findings := e.reconcile(t, `{"dry_run": false, "kinds": ["subscription"]}`)
+	assert.Equal(t, map[string]any{"checked": float64(1), "drifted": float64(1), "healed": float64(1), "failed": float64(0)}, counts(run))
+	require.Len(t, findings, 1)
+	assert.Equal(t, sub, findings[0]["object"])
+	assert.Equal(t, "subscription", findings[0]["kind"])
+	assert.Equal(t, "subscription active, purchase fulfilled", findings[0]["local"])
+	assert.Equal(t, "subscription canceled", findings[0]["stripe"])
+	assert.Contains(t, findings[0]["action"], "customer.subscription.deleted")
+	assert.Equal(t, "terminated", e.get(t, "/internal/v1/subscriptions/"+sub)["status"])
+	acts := waitActions(t, e.sink, 2)
+	assert.Equal(t, "subscription.terminated", acts[1].Type)
+	assert.Equal(t, sub, *acts[1].SubscriptionID)
+
+	run, findings = e.reconcile(t, `{"dry_run": false}`)
+	assert.Equal(t, count(2), counts(run), "the terminated subscription (changed just now) and the unpaid purchase")
+	assert.Empty(t, findings)
+	time.Sleep(300 * time.Millisecond)
+	assert.Len(t, received(t, e.sink), 2, "unsubscribed once")
+	assert.Equal(t, "new", e.get(t, "/v1/purchases/"+other)["status"])
+}
+
+// A dry run reports the drift and changes nothing: no state, no action,
+// no event handed to the handler.
+func TestReconcileDryRunChangesNothing(t *testing.T) {
+	fake := stripetest.New(t, stripetest.Options{})
+	e := startReconcileApp(t, fake, nil)
+	id, _, pi := e.legacyPurchase(t)
+	_, err := fake.DashboardChange(pi, "succeeded")
+	require.NoError(t, err)
+
+	run, findings := e.reconcile(t, `{"dry_run": true}`)
+	assert.Equal(t, true, run["dry_run"])
+	assert.Equal(t, map[string]any{"checked": float64(1), "drifted": float64(1), "healed": float64(0), "failed": float64(0)}, counts(run))
+	require.Len(t, findings, 1)
+	assert.Equal(t, "none (dry run): would hand the handler payment_intent.succeeded", findings[0]["action"])
+	assert.Equal(t, "new", e.get(t, "/v1/purchases/"+id)["status"])
+	assert.Equal(t, "new", e.get(t, "/internal/v1/payments/"+pi)["status"])
+	time.Sleep(300 * time.Millisecond)
+	assert.Empty(t, received(t, e.sink))
+	status, _ := get(t, e.url+"/internal/v1/events?stripe_account="+merchant, token)
+	require.Equal(t, http.StatusOK, status)
+	_, list := get(t, e.url+"/internal/v1/events?stripe_account="+merchant, token)
+	assert.Empty(t, list["data"], "no snapshot event was recorded")
+}
+
+// Bad requests are refused with a clear error and start nothing.
+func TestReconcileRefusesBadRequests(t *testing.T) {
+	e := startReconcileApp(t, stripetest.New(t, stripetest.Options{}), nil)
+	for _, tc := range []struct{ name, body, want string }{
+		{"dry_run missing", `{}`, "dry_run"},
+		{"dry_run null", `{"dry_run": null}`, "dry_run"},
+		{"unknown kind", `{"dry_run": true, "kinds": ["charge"]}`, "kinds"},
+		{"since malformed", `{"dry_run": true, "since": "yesterday"}`, "since"},
+		{"since in the future", `{"dry_run": true, "since": "2999-01-01"}`, "since"},
+		{"unknown field", `{"dry_run": true, "window": "1d"}`, "window"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			status, body := e.send(t, http.MethodPost, "/internal/v1/reconciliations", tc.body)
+			assert.Equal(t, http.StatusBadRequest, status, body)
+			assert.Contains(t, body["error"].(map[string]any)["message"], tc.want)
+		})
+	}
+	status, _ := e.send(t, http.MethodGet, "/internal/v1/reconciliations/rec_nope", "")
+	assert.Equal(t, http.StatusBadRequest, status)
+	status, _ = e.send(t, http.MethodGet, "/internal/v1/reconciliations/rec_000000000000000000000000", "")
+	assert.Equal(t, http.StatusNotFound, status)
+	var n int
+	require.NoError(t, e.app.Pool.QueryRow(t.Context(), `SELECT count(*) FROM reconciliations`).Scan(&n))
+	assert.Zero(t, n, "no run was started")
+}
