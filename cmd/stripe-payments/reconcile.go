@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/stripe-payments/stripe-payments/internal/api"
 	"github.com/stripe-payments/stripe-payments/internal/app"
 	"github.com/stripe-payments/stripe-payments/internal/config"
 	"github.com/stripe-payments/stripe-payments/internal/reconcile"
@@ -51,7 +50,7 @@ func reconcileCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	req := reconcile.Request{DryRun: *dryRun}
 	var err error
-	if req.Since, err = api.ParseReconcileSince(*since); err != nil {
+	if req.Since, err = reconcile.ParseSince(*since); err != nil {
 		return fmt.Errorf("--since: %w", err)
 	}
 	if *kinds != "" {

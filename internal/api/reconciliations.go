@@ -98,21 +98,6 @@ func registerReconciliations(g router, r *Reconciliations) {
 	g.GET("/reconciliations/:id/findings", rr.findings)
 }
 
-// ParseReconcileSince reads `since`: an RFC 3339 time or a date
-// (YYYY-MM-DD, midnight UTC); "" is the window's start.
-func ParseReconcileSince(raw string) (time.Time, error) {
-	if raw == "" {
-		return time.Time{}, nil
-	}
-	if t, err := time.Parse(time.RFC3339, raw); err == nil {
-		return t.UTC(), nil
-	}
-	if t, err := time.Parse(time.DateOnly, raw); err == nil {
-		return t, nil
-	}
-	return time.Time{}, apperr.Invalid("since must be an RFC 3339 time or a date (YYYY-MM-DD)")
-}
-
 func (h reconcileRoutes) create(c echo.Context) error {
 	var req reconcileRequest
 	if err := decodeBody(c, &req); err != nil {
@@ -121,7 +106,7 @@ func (h reconcileRoutes) create(c echo.Context) error {
 	if req.DryRun == nil {
 		return apperr.Invalid("dry_run: required, true or false (a run that is not dry heals what it finds)")
 	}
-	since, err := ParseReconcileSince(req.Since)
+	since, err := reconcile.ParseSince(req.Since)
 	if err != nil {
 		return err
 	}

@@ -118,6 +118,21 @@ type Finding struct {
 	At            time.Time
 }
 
+// ParseSince reads a run's `since`: an RFC 3339 time or a date
+// (YYYY-MM-DD, midnight UTC); "" is the window's start (zero).
+func ParseSince(raw string) (time.Time, error) {
+	if raw == "" {
+		return time.Time{}, nil
+	}
+	if t, err := time.Parse(time.RFC3339, raw); err == nil {
+		return t.UTC(), nil
+	}
+	if t, err := time.Parse(time.DateOnly, raw); err == nil {
+		return t, nil
+	}
+	return time.Time{}, apperr.Invalid("since must be an RFC 3339 time or a date (YYYY-MM-DD)")
+}
+
 func clip(s string) string {
 	if len(s) > 64 {
 		return s[:64] + "…"
