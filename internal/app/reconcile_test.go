@@ -234,3 +234,60 @@ func TestReconcileRefusesBadRequests(t *testing.T) {
 	require.NoError(t, e.app.Pool.QueryRow(t.Context(), `SELECT count(*) FROM reconciliations`).Scan(&n))
 	assert.Zero(t, n, "no run was started")
 }
+
+// A run under a storm of 429s slows down (every retry waits: the budget
+// pauses every replica, the reader backs off) and finishes with nothing
+// failed.
+func TestReconcileUnderA429StormSlowsDownAndFinishes(t *testing.T) {
+	fake := stripetest.New(t, stripetest.Options{})
+	e := startReconcileApp(t, fake, nil)
+	id, _, pi := e.legacyPurchase(t)
+	_, err := fake.DashboardChange(pi, "succeeded")
+	require.NoError(t, err)
+	const storm = 4
+	fake.Fail(http.MethodGet, "/v1/payment_intents*", http.StatusTooManyRequests, "invalid_request_error", "rate_limit",
+		"Request rate limit exceeded.", storm)
+
+	started := time.Now()
+	run, findings := e.reconcile(t, `{"dry_run": false}`)
+	assert.Equal(t, map[string]any{"checked": float64(1), "drifted": float64(1), "healed": float64(1), "failed": float64(0)}, counts(run))
+	require.Len(t, findings, 1)
+	assert.Equal(t, "fulfilled", e.get(t, "/v1/purchases/"+id)["status"])
+
+	var reads []time.Time
+	for _, r := range fake.Requests() {
+		if r.Method == http.MethodGet && r.Path == "/v1/payment_intents/"+pi {
+			reads = append(reads, r.At)
+		}
+	}
+	require.Len(t, reads, storm+1, "each 429 retried once, then the answer")
+	for i := 1; i < len(reads); i++ {
+		assert.GreaterOrEqual(t, reads[i].Sub(reads[i-1]), 500*time.Millisecond, "retry %d waited (no tight loop)", i)
+	}
+	t.Logf("%d answers 429 in a row: the run took %s", storm, time.Since(started).Round(time.Millisecond))
+}
+
+// RECONCILE_EVERY starts one run per period across every replica: two
+// replicas on one database start one scheduled run between them, and it
+// runs to its end.
+func TestReconcileEveryStartsOneRunAcrossReplicas(t *testing.T) {
+	fake := stripetest.New(t, stripetest.Options{})
+	e := startReconcileApp(t, fake, map[string]string{"RECONCILE_EVERY": "1h"})
+	startReconcileApp(t, fake, map[string]string{"RECONCILE_EVERY": "1h", "DATABASE_URL": e.app.Env["DATABASE_URL"]})
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var n, done int
+		require.NoError(t, e.app.Pool.QueryRow(t.Context(), `SELECT count(*), count(*) FILTER (WHERE status = 'done')
+			FROM reconciliations WHERE created_by = 'schedule' AND NOT dry_run`).Scan(&n, &done))
+		if n == 1 && done == 1 {
+			break
+		}
+		require.LessOrEqual(t, n, 1, "one scheduled run per period")
+		require.True(t, time.Now().Before(deadline), "no scheduled run done: %d started, %d done", n, done)
+		time.Sleep(100 * time.Millisecond)
+	}
+	time.Sleep(time.Second)
+	var n int
+	require.NoError(t, e.app.Pool.QueryRow(t.Context(), `SELECT count(*) FROM reconciliations`).Scan(&n))
+	assert.Equal(t, 1, n, "the second replica started none")
+}
