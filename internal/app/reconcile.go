@@ -27,10 +27,10 @@ type Reconciliations struct {
 // Stripe budget must exist.
 func (a *App) newReconciliations() *api.Reconciliations {
 	cfg := a.Config
-	store := reconcile.NewStore(a.Pool, cfg.ReconcileWindow)
+	store := reconcile.NewStore(a.Pool, cfg.ReconcileWindow, a.BillingStore)
 	reader := reconcile.HTTPReader{Client: a.stripeBudget.Client(nil, stripebudget.Background), Key: cfg.StripeAPIKey,
 		BaseURL: cfg.StripeAPIBase, Platform: cfg.PlatformAccount}
-	runner := reconcile.NewRunner(store, reader, a.Handler, reconcile.RunnerConfig{
+	runner := reconcile.NewRunner(store, reader, a.Handler, a.Billing, reconcile.RunnerConfig{
 		Log: a.log.With("component", "reconcile"), Observer: metrics.NewReconcile(a.Metrics.Registry),
 		APIVersion: cfg.StripeAPIVersion})
 	a.Reconciliations = &Reconciliations{Store: store, Runner: runner}

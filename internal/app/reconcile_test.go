@@ -291,3 +291,90 @@ func TestReconcileEveryStartsOneRunAcrossReplicas(t *testing.T) {
 	require.NoError(t, e.app.Pool.QueryRow(t.Context(), `SELECT count(*) FROM reconciliations`).Scan(&n))
 	assert.Equal(t, 1, n, "the second replica started none")
 }
+
+// An ACH debit whose settlement event was lost: its period stays ACHSENT
+// until the reconciliation reads the PaymentIntent and settles the period
+// through the billing feed, as the webhook would have (COMPLETED, a
+// receipt, one billing.payment_completed action); a second run finds
+// nothing.
+func TestReconcileSettlesAnACHDebitWhoseSettlementWasLost(t *testing.T) {
+	fake := stripetest.New(t, stripetest.Options{})
+	fake.Decide = func(p stripetest.PI) stripetest.Behavior {
+		if strings.Contains(p.PaymentMethod, "Bank") {
+			return stripetest.Process
+		}
+		return stripetest.Succeed
+	}
+	e := startReconcileApp(t, fake, nil)
+	base := e.url + "/internal/v1"
+	day := time.Now().UTC().AddDate(0, 0, -20)
+	status, clock := send(t, http.MethodPost, base+"/test_clocks", map[string]any{"frozen_time": day.Format("2006-01-02") + "T12:00:00Z"})
+	require.Equal(t, http.StatusCreated, status, clock)
+	clockID := clock["id"].(string)
+	payDay := day.AddDate(0, 0, 2)
+	status, sub := send(t, http.MethodPost, base+"/accounts/acc-ach/subscriptions", map[string]any{
+		"sku": "gold", "email": "r@example.com", "payment_day": payDay.Day(), "amount": 1200, "currency": "usd",
+		"term": "MONTHLY", "customer": "cus_ach", "payment_method": "pm_usBankAccount_success", "stripe_account": merchant,
+		"test_clock": clockID})
+	require.Equal(t, http.StatusCreated, status, sub)
+	subID := sub["subscription_id"].(string)
+	status, body := send(t, http.MethodPost, base+"/test_clocks/"+clockID+"/advance",
+		map[string]any{"frozen_time": payDay.Format("2006-01-02") + "T12:00:00Z"})
+	require.Contains(t, []int{http.StatusOK, http.StatusAccepted}, status, body)
+	require.Eventually(t, func() bool {
+		_, c := get(t, base+"/test_clocks/"+clockID, token)
+		return c["status"] == "ready"
+	}, 2*time.Minute, 50*time.Millisecond)
+	pis := fake.PIs()
+	require.Len(t, pis, 1)
+	debit := pis[0]
+	require.Equal(t, "processing", debit.Status)
+	history := func() []map[string]any {
+		_, h := get(t, base+"/accounts/acc-ach/subscriptions/"+subID+"/history", token)
+		var out []map[string]any
+		for _, x := range h["data"].([]any) {
+			out = append(out, x.(map[string]any))
+		}
+		return out
+	}
+	// The latest history entry of the charged period (oldest first; the
+	// next period is scheduled beside it).
+	latest := func() map[string]any {
+		var last map[string]any
+		for _, h := range history() {
+			if h["billing_date"] == payDay.Format("2006-01-02") {
+				last = h
+			}
+		}
+		return last
+	}
+	require.Equal(t, "ACHSENT", latest()["billing_status"])
+
+	// The debit settles at Stripe; its event never reaches the service.
+	_, err := fake.Settle(debit.ID, true)
+	require.NoError(t, err)
+
+	run, findings := e.reconcile(t, `{"dry_run": false, "kinds": ["billing_attempt"]}`)
+	assert.Equal(t, map[string]any{"checked": float64(1), "drifted": float64(1), "healed": float64(1), "failed": float64(0)}, counts(run))
+	require.Len(t, findings, 1)
+	f := findings[0]
+	assert.Equal(t, debit.ID, f["object"])
+	assert.Equal(t, "billing_attempt", f["kind"])
+	assert.Equal(t, merchant, f["stripe_account"])
+	assert.Equal(t, "billing period ACHSENT", f["local"])
+	assert.Equal(t, "payment_intent succeeded", f["stripe"])
+	assert.Contains(t, f["action"], "settled the period from payment_intent.succeeded evt_reconcile_"+debit.ID+"_")
+
+	last := latest()
+	assert.Equal(t, "COMPLETED", last["billing_status"], "settled as the webhook would have")
+	assert.Equal(t, debit.ID, last["transaction_id"])
+	_, receipts := get(t, base+"/accounts/acc-ach/receipts", token)
+	require.Len(t, receipts["data"], 1)
+
+	run, findings = e.reconcile(t, `{"dry_run": false, "kinds": ["billing_attempt"]}`)
+	assert.Equal(t, count(0), counts(run), "nothing is ACHSENT any more")
+	assert.Empty(t, findings)
+	var completed int
+	require.NoError(t, e.app.Pool.QueryRow(t.Context(), `SELECT count(*) FROM outbox WHERE type = 'billing.payment_completed'`).Scan(&completed))
+	assert.Equal(t, 1, completed, "one billing.payment_completed action")
+}

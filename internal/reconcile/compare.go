@@ -52,6 +52,24 @@ func compare(kind string, l localState, obj stripeObject) (d drift, found bool) 
 				return d, true
 			}
 		}
+	case KindBillingAttempt:
+		// A bank debit settles succeeded, or fails (requires_payment_method
+		// with its error, or canceled), as payment_intent.succeeded or
+		// .payment_failed would have said; processing is still in flight.
+		d.stripeState = "payment_intent " + obj.Status
+		if !l.exists || l.period != "ACHSENT" || l.transaction != obj.ID {
+			return d, false // settled since, or another attempt's now
+		}
+		switch {
+		case obj.Status == string(stripe.PaymentIntentStatusSucceeded):
+			d.eventType = "payment_intent.succeeded"
+			return d, true
+		case obj.LastPaymentError != nil && (obj.Status == string(stripe.PaymentIntentStatusRequiresPaymentMethod) ||
+			obj.Status == string(stripe.PaymentIntentStatusCanceled)):
+			d.stripeState += " (payment failed: " + obj.LastPaymentError.Code + ")"
+			d.eventType = "payment_intent.payment_failed"
+			return d, true
+		}
 	case KindSubscription:
 		d.stripeState = "subscription " + obj.Status
 		var target string
@@ -101,7 +119,9 @@ func snapshot(account, eventType, apiVersion string, raw json.RawMessage, obj st
 		"pending_webhooks": 0,
 		"request":          map[string]any{"id": nil, "idempotency_key": nil},
 		"data":             map[string]any{"object": raw},
-		"account":          account,
+	}
+	if account != "" { // "": the platform's own object, as Stripe sends it
+		ev["account"] = account
 	}
 	b, err := json.Marshal(ev)
 	if err != nil {

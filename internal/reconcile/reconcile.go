@@ -26,10 +26,13 @@ const (
 	KindPaymentIntent = "payment_intent"
 	// KindSubscription: a recurring purchase's Stripe subscription.
 	KindSubscription = "subscription"
+	// KindBillingAttempt: the billing core's attempt whose bank debit
+	// waits to settle (period ACHSENT): its PaymentIntent.
+	KindBillingAttempt = "billing_attempt"
 )
 
 // AllKinds are the kinds a run compares when none are named.
-var AllKinds = []string{KindPaymentIntent, KindSubscription}
+var AllKinds = []string{KindPaymentIntent, KindSubscription, KindBillingAttempt}
 
 // DefaultWindow is RECONCILE_WINDOW's default: final objects changed
 // within it are compared again.

@@ -35,18 +35,27 @@ type RunnerConfig struct {
 	Batch int
 }
 
+// Settler settles a billing attempt from a snapshot event as the webhook
+// feed would (billing.Service.SettleFromStripe).
+type Settler interface {
+	SettleFromStripe(ctx context.Context, ev *stripe.Event, wait time.Duration) (applies bool, err error)
+}
+
 // Runner carries out runs: compares each item with Stripe and heals
-// through the one handler.
+// through the one handler (a purchase's objects) or the billing core's
+// feed (a billing attempt).
 type Runner struct {
 	store   *Store
 	stripe  StripeReader
 	handler stripeevent.Handler
+	settler Settler
 	cfg     RunnerConfig
 	lease   *lease.Runner
 }
 
-// NewRunner returns a Runner.
-func NewRunner(store *Store, sr StripeReader, h stripeevent.Handler, cfg RunnerConfig) *Runner {
+// NewRunner returns a Runner; settler may be nil when the store has no
+// billing periods.
+func NewRunner(store *Store, sr StripeReader, h stripeevent.Handler, settler Settler, cfg RunnerConfig) *Runner {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
@@ -61,7 +70,7 @@ func NewRunner(store *Store, sr StripeReader, h stripeevent.Handler, cfg RunnerC
 	}
 	l := lease.New(store.pool, lease.Config{Table: "reconciliations", What: "reconciliation", Name: "reconciliation",
 		Lease: cfg.Lease, Poll: cfg.Poll, Log: cfg.Log})
-	return &Runner{store: store, stripe: sr, handler: h, cfg: cfg, lease: l}
+	return &Runner{store: store, stripe: sr, handler: h, settler: settler, cfg: cfg, lease: l}
 }
 
 // Nudge wakes the runner: a run was started.
@@ -211,8 +220,14 @@ func (r *Runner) check(ctx context.Context, run Run, it item, objects map[string
 	if err != nil {
 		return fail(f.Local, f.Stripe, "none", err)
 	}
-	outcome, err := r.handler.Handle(ctx, ev, payload, stripeevent.SourceReplay)
-	f.Action = fmt.Sprintf("handed %s %s to the handler: %s", d.eventType, ev.ID, outcome)
+	if it.kind == KindBillingAttempt {
+		err = r.settle(ctx, ev)
+		f.Action = fmt.Sprintf("settled the period from %s %s through the billing feed", d.eventType, ev.ID)
+	} else {
+		var outcome stripeevent.Outcome
+		outcome, err = r.handler.Handle(ctx, ev, payload, stripeevent.SourceReplay)
+		f.Action = fmt.Sprintf("handed %s %s to the handler: %s", d.eventType, ev.ID, outcome)
+	}
 	if err != nil {
 		f.Error = clipErr(err)
 		return result{outcome: OutcomeFailed, finding: f}
@@ -224,11 +239,25 @@ func (r *Runner) check(ctx context.Context, run Run, it item, objects map[string
 	}
 	if _, still := compare(it.kind, after, obj); still {
 		// The rules refused to move it (an object of another account, a
-		// purchase its metadata does not name): an operator looks.
-		f.Error = "the handler left the state as it was: " + after.String(it.kind)
+		// purchase its metadata does not name, a billing charge that fails
+		// the feed's trust checks): an operator looks.
+		f.Error = "the rules left the state as it was: " + after.String(it.kind)
 		return result{outcome: OutcomeFailed, finding: f}
 	}
 	return result{outcome: OutcomeHealed, finding: f}
+}
+
+// settle applies a billing attempt's snapshot through the billing core's
+// feed: the same trust checks and transitions as the webhook's event.
+func (r *Runner) settle(ctx context.Context, ev *stripe.Event) error {
+	if r.settler == nil {
+		return errors.New("no billing core in this process to settle the attempt")
+	}
+	applies, err := r.settler.SettleFromStripe(ctx, ev, 30*time.Second)
+	if err == nil && !applies {
+		err = errors.New("the PaymentIntent carries no billing period in its metadata")
+	}
+	return err
 }
 
 // record writes an item's outcome, its finding and the counters in one

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -14,6 +16,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/stripe-payments/stripe-payments/internal/apperr"
+	"github.com/stripe-payments/stripe-payments/internal/billing"
+	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
 )
 
 // IDPattern is a run's id: rec_ and 24 hex digits.
@@ -21,17 +25,28 @@ var IDPattern = regexp.MustCompile(`^rec_[0-9a-f]{24}$`)
 
 // Store keeps runs, their items and findings in Postgres.
 type Store struct {
-	pool   *pgxpool.Pool
-	window time.Duration
-	now    func() time.Time
+	pool    *pgxpool.Pool
+	window  time.Duration
+	now     func() time.Time
+	billing BillingPeriods // nil: billing attempts are not compared
 }
 
-// NewStore returns a Store; window is RECONCILE_WINDOW (0: DefaultWindow).
-func NewStore(pool *pgxpool.Pool, window time.Duration) *Store {
+// BillingPeriods is what a run reads of the billing core's periods
+// (billing/store.Store).
+type BillingPeriods interface {
+	// PeriodsAchSent lists the periods whose bank debit waits to settle.
+	PeriodsAchSent(ctx context.Context) ([]billing.Period, error)
+	GetPeriod(ctx context.Context, account, sub string, d dates.Date) (billing.Period, error)
+}
+
+// NewStore returns a Store; window is RECONCILE_WINDOW (0: DefaultWindow);
+// periods may be nil (no billing core: runs of kind billing_attempt are
+// refused).
+func NewStore(pool *pgxpool.Pool, window time.Duration, periods BillingPeriods) *Store {
 	if window <= 0 {
 		window = DefaultWindow
 	}
-	return &Store{pool: pool, window: window, now: time.Now}
+	return &Store{pool: pool, window: window, now: time.Now, billing: periods}
 }
 
 // WithClock replaces time.Now (tests).
@@ -56,10 +71,14 @@ var scope = map[string]string{
 // Start records a run of r and its items (the objects in scope now); the
 // runner carries it out.
 func (s *Store) Start(ctx context.Context, r Request, actor string) (Run, error) {
+	r, periods, err := s.prepare(ctx, r)
+	if err != nil {
+		return Run{}, err
+	}
 	var run Run
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var err error
-		run, err = s.start(ctx, tx, r, actor)
+		run, err = s.start(ctx, tx, r, periods, actor)
 		return err
 	})
 	if err != nil {
@@ -73,6 +92,10 @@ func (s *Store) Start(ctx context.Context, r Request, actor string) (Run, error)
 // one run per period (the check and the start hold one advisory lock).
 // started is false when none was due.
 func (s *Store) StartDue(ctx context.Context, r Request, actor string, every time.Duration) (run Run, started bool, err error) {
+	r, periods, err := s.prepare(ctx, r)
+	if err != nil {
+		return Run{}, false, err
+	}
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('stripe-payments:reconcile-schedule'))`); err != nil {
 			return errorf("schedule lock: %w", err)
@@ -85,19 +108,32 @@ func (s *Store) StartDue(ctx context.Context, r Request, actor string, every tim
 		if recent {
 			return nil
 		}
-		run, err = s.start(ctx, tx, r, actor)
+		run, err = s.start(ctx, tx, r, periods, actor)
 		started = err == nil
 		return err
 	})
 	return run, started, err
 }
 
-func (s *Store) start(ctx context.Context, tx pgx.Tx, r Request, actor string) (Run, error) {
-	now := s.now().UTC()
-	r, err := r.Normalize(now, s.window)
-	if err != nil {
-		return Run{}, err
+// prepare checks r and reads the billing periods in scope (from DynamoDB,
+// before any Postgres transaction opens).
+func (s *Store) prepare(ctx context.Context, r Request) (Request, []billing.Period, error) {
+	r, err := r.Normalize(s.now().UTC(), s.window)
+	if err != nil || !slices.Contains(r.Kinds, KindBillingAttempt) {
+		return r, nil, err
 	}
+	if s.billing == nil {
+		return r, nil, apperr.Invalid("kinds: billing_attempt needs the billing core, which this process does not run")
+	}
+	periods, err := s.billing.PeriodsAchSent(ctx)
+	if err != nil {
+		return r, nil, apperr.Wrap(err, apperr.CodeUnavailable, "could not read the billing periods")
+	}
+	return r, periods, nil
+}
+
+func (s *Store) start(ctx context.Context, tx pgx.Tx, r Request, periods []billing.Period, actor string) (Run, error) {
+	now := s.now().UTC()
 	var b [12]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		return Run{}, errorf("run id: %w", err)
@@ -109,19 +145,38 @@ func (s *Store) start(ctx context.Context, tx pgx.Tx, r Request, actor string) (
 		return Run{}, errorf("record run: %w", err)
 	}
 	var union string
-	for i, k := range r.Kinds {
-		if i > 0 {
-			union += " UNION ALL "
+	for _, k := range r.Kinds {
+		if q, ok := scope[k]; ok {
+			if union != "" {
+				union += " UNION ALL "
+			}
+			union += "(" + q + ")"
 		}
-		union += "(" + scope[k] + ")"
 	}
-	tag, err := tx.Exec(ctx, `INSERT INTO reconcile_items (reconciliation_id, seq, kind, object_id, stripe_account, purchase, created)
-		SELECT $2, row_number() OVER (ORDER BY s.stripe_account, s.kind, s.created, s.object_id), s.*
-		FROM (`+union+`) AS s (kind, object_id, stripe_account, purchase, created)`, run.Since, run.ID)
-	if err != nil {
-		return Run{}, errorf("list objects in scope: %w", err)
+	if union != "" {
+		tag, err := tx.Exec(ctx, `INSERT INTO reconcile_items (reconciliation_id, seq, kind, object_id, stripe_account, purchase, created)
+			SELECT $2, row_number() OVER (ORDER BY s.stripe_account, s.kind, s.created, s.object_id), s.*
+			FROM (`+union+`) AS s (kind, object_id, stripe_account, purchase, created)`, run.Since, run.ID)
+		if err != nil {
+			return Run{}, errorf("list objects in scope: %w", err)
+		}
+		run.Matched = int(tag.RowsAffected())
 	}
-	run.Matched = int(tag.RowsAffected())
+	// The billing attempts, sorted by account as the others are.
+	slices.SortFunc(periods, func(a, b billing.Period) int {
+		return strings.Compare(a.PaymentDetails.StripeAccount+"|"+a.BillingDate.String(), b.PaymentDetails.StripeAccount+"|"+b.BillingDate.String())
+	})
+	for _, p := range periods {
+		if p.TransactionID == "" {
+			continue // no PaymentIntent recorded: nothing Stripe could be asked about
+		}
+		run.Matched++
+		if _, err := tx.Exec(ctx, `INSERT INTO reconcile_items (reconciliation_id, seq, kind, object_id, stripe_account, period, created)
+			VALUES ($1, $2, 'billing_attempt', $3, $4, $5, $6)`, run.ID, run.Matched, p.TransactionID, p.PaymentDetails.StripeAccount,
+			periodRef(p.AccountID, p.SubscriptionID, p.BillingDate), p.BillingDate.Time()); err != nil {
+			return Run{}, errorf("list billing attempts in scope: %w", err)
+		}
+	}
 	if _, err := tx.Exec(ctx, `UPDATE reconciliations SET matched = $2 WHERE id = $1`, run.ID, run.Matched); err != nil {
 		return Run{}, errorf("record run: %w", err)
 	}
@@ -201,19 +256,36 @@ type item struct {
 	kind          string
 	objectID      string
 	stripeAccount string
-	purchase      uuid.UUID
+	purchase      uuid.UUID // a purchase's object
+	period        string    // a billing attempt's (periodRef)
 	created       time.Time
 }
 
+// periodRef names a billing period in an item: account, subscription and
+// date, which the billing core's ids never contain a tab in.
+func periodRef(account, sub string, d dates.Date) string {
+	return account + "\t" + sub + "\t" + d.String()
+}
+
+func parsePeriodRef(ref string) (account, sub string, d dates.Date, err error) {
+	parts := strings.Split(ref, "\t")
+	if len(parts) != 3 {
+		return "", "", d, fmt.Errorf("billing period %q is not account, subscription and date", clip(ref))
+	}
+	d, err = dates.Parse(parts[2])
+	return parts[0], parts[1], d, err
+}
+
 func (s *Store) pending(ctx context.Context, id string, n int) ([]item, error) {
-	rows, err := s.pool.Query(ctx, `SELECT seq, kind, object_id, stripe_account, purchase, created FROM reconcile_items
+	rows, err := s.pool.Query(ctx, `SELECT seq, kind, object_id, stripe_account, coalesce(purchase, '00000000-0000-0000-0000-000000000000'),
+			coalesce(period, ''), created FROM reconcile_items
 		WHERE reconciliation_id = $1 AND outcome IS NULL ORDER BY seq LIMIT $2`, id, n)
 	if err != nil {
 		return nil, errorf("%s: pending items: %w", id, err)
 	}
 	items, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (item, error) {
 		var it item
-		err := row.Scan(&it.seq, &it.kind, &it.objectID, &it.stripeAccount, &it.purchase, &it.created)
+		err := row.Scan(&it.seq, &it.kind, &it.objectID, &it.stripeAccount, &it.purchase, &it.period, &it.created)
 		return it, err
 	})
 	if err != nil {
@@ -229,9 +301,18 @@ type localState struct {
 	kind         string // the purchase's kind
 	payment      string // payment status, "" without a row
 	subscription string // subscription status, "" without a row
+	// A billing attempt's period: its status and the PaymentIntent of its
+	// latest attempt.
+	period, transaction string
 }
 
 func (l localState) String(kind string) string {
+	if kind == KindBillingAttempt {
+		if !l.exists {
+			return "billing period missing"
+		}
+		return "billing period " + l.period
+	}
 	if !l.exists {
 		return "purchase missing"
 	}
@@ -251,6 +332,24 @@ func (l localState) String(kind string) string {
 
 func (s *Store) local(ctx context.Context, it item) (localState, error) {
 	var l localState
+	if it.kind == KindBillingAttempt {
+		if s.billing == nil {
+			return l, errorf("billing attempt %s: no billing core in this process", it.objectID)
+		}
+		account, sub, d, err := parsePeriodRef(it.period)
+		if err != nil {
+			return l, err
+		}
+		p, err := s.billing.GetPeriod(ctx, account, sub, d)
+		if errors.Is(err, apperr.ErrNotFound) {
+			return l, nil
+		}
+		if err != nil {
+			return l, errorf("read billing period %s %s: %w", sub, d, err)
+		}
+		l.exists, l.period, l.transaction = true, string(p.Status), p.TransactionID
+		return l, nil
+	}
 	err := s.pool.QueryRow(ctx, `SELECT p.fulfilled, p.kind::text,
 			coalesce((SELECT status::text FROM payments WHERE id = $2 AND purchase = p.id), ''),
 			coalesce((SELECT status::text FROM subscriptions WHERE id = $2 AND purchase = p.id), '')

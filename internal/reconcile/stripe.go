@@ -47,14 +47,18 @@ type HTTPReader struct {
 }
 
 var paths = map[string]string{
-	KindPaymentIntent: "/v1/payment_intents",
-	KindSubscription:  "/v1/subscriptions",
+	KindPaymentIntent:  "/v1/payment_intents",
+	KindSubscription:   "/v1/subscriptions",
+	KindBillingAttempt: "/v1/payment_intents",
 }
 
-var prefixes = map[string]string{KindPaymentIntent: "pi_", KindSubscription: "sub_"}
+var prefixes = map[string]string{KindPaymentIntent: "pi_", KindSubscription: "sub_", KindBillingAttempt: "pi_"}
 
 // List implements StripeReader.
 func (r HTTPReader) List(ctx context.Context, kind, account string, from, to time.Time) (map[string]json.RawMessage, error) {
+	if paths[kind] == "" {
+		return nil, fmt.Errorf("list: no Stripe object for kind %q", kind)
+	}
 	out := map[string]json.RawMessage{}
 	q := url.Values{}
 	q.Set("limit", "100")
@@ -95,7 +99,7 @@ func (r HTTPReader) List(ctx context.Context, kind, account string, from, to tim
 
 // Retrieve implements StripeReader.
 func (r HTTPReader) Retrieve(ctx context.Context, kind, account, id string) (json.RawMessage, error) {
-	if !stripeid.Valid(id, prefixes[kind]) {
+	if paths[kind] == "" || !stripeid.Valid(id, prefixes[kind]) {
 		return nil, fmt.Errorf("retrieve %s: %q is not a %s id", kind, clip(id), kind)
 	}
 	body, status, err := r.get(ctx, account, paths[kind]+"/"+id, nil)
