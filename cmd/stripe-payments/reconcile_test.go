@@ -52,6 +52,7 @@ func TestReconcileCommand(t *testing.T) {
 	require.NoError(t, err)
 	_, err = db.Exec(ctx, `INSERT INTO payments (id, account, stripe_account, purchase) VALUES ($1, $2, $3, $4)`, pi, account, merchant, purchase)
 	require.NoError(t, err)
+	fake.Put("", stripetest.Account(merchant, "standard", "", time.Now().Unix())) // connected to the platform
 	fake.Put(merchant, map[string]any{"id": pi, "object": "payment_intent", "amount": 2000, "currency": "usd", "status": "succeeded",
 		"created": time.Now().Unix(), "livemode": false, "invoice": nil, "latest_charge": "ch_1",
 		"metadata": map[string]any{"purchase_id": purchase.String(), "account": account.String()}})
@@ -64,7 +65,7 @@ func TestReconcileCommand(t *testing.T) {
 	out, err := cmd("reconcile", "--dry-run")
 	require.NoError(t, err, out)
 	assert.Contains(t, out, `payment_intent `+pi+` on `+merchant+`: local "payment_intent new, purchase new", Stripe "payment_intent succeeded": none (dry run)`)
-	assert.Contains(t, out, "done: 1 checked, 1 drifted, 0 healed, 0 failed")
+	assert.Contains(t, out, "done: 2 checked, 1 drifted, 0 healed, 0 failed", "the PaymentIntent and the merchant's account")
 	assert.False(t, fulfilled(), "a dry run changes nothing")
 
 	// A run a stopped process left behind (its lease ran out) is resumed.
@@ -78,7 +79,7 @@ func TestReconcileCommand(t *testing.T) {
 
 	out, err = cmd("reconcile")
 	require.NoError(t, err, out)
-	assert.Contains(t, out, "done: 1 checked, 1 drifted, 1 healed, 0 failed")
+	assert.Contains(t, out, "done: 2 checked, 1 drifted, 1 healed, 0 failed")
 	assert.Contains(t, out, "handed payment_intent.succeeded evt_reconcile_"+pi+"_")
 	assert.True(t, fulfilled())
 	var status string
@@ -92,7 +93,7 @@ func TestReconcileCommand(t *testing.T) {
 
 	out, err = cmd("reconcile")
 	require.NoError(t, err, out)
-	assert.Contains(t, out, "done: 1 checked, 0 drifted, 0 healed, 0 failed")
+	assert.Contains(t, out, "done: 2 checked, 0 drifted, 0 healed, 0 failed")
 
 	_, err = cmd("reconcile", "--kinds", "charge")
 	assert.ErrorContains(t, err, "kinds")

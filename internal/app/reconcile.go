@@ -6,9 +6,13 @@ import (
 	"time"
 
 	"github.com/stripe-payments/stripe-payments/internal/api"
+	billingstore "github.com/stripe-payments/stripe-payments/internal/billing/store"
+	"github.com/stripe-payments/stripe-payments/internal/ledger"
 	"github.com/stripe-payments/stripe-payments/internal/metrics"
 	"github.com/stripe-payments/stripe-payments/internal/reconcile"
 	"github.com/stripe-payments/stripe-payments/internal/stripebudget"
+	"github.com/stripe-payments/stripe-payments/internal/thin"
+	"github.com/stripe-payments/stripe-payments/poller"
 )
 
 // ScheduleActor is who a run started by RECONCILE_EVERY names.
@@ -27,12 +31,15 @@ type Reconciliations struct {
 // Stripe budget must exist.
 func (a *App) newReconciliations() *api.Reconciliations {
 	cfg := a.Config
-	store := reconcile.NewStore(a.Pool, cfg.ReconcileWindow, a.BillingStore)
+	// The accounts the poller walks, from the same sources as the poller.
+	polled := thin.Polled{Registry: a.Thin.Registry,
+		Others: poller.Accounts{ledger.NewAccounts(a.Pool), billingstore.ChargedAccounts{Store: a.BillingStore}}}
+	store := reconcile.NewStore(a.Pool, cfg.ReconcileWindow, a.BillingStore).WithAccounts(polled, cfg.PlatformAccount)
 	reader := reconcile.HTTPReader{Client: a.stripeBudget.Client(nil, stripebudget.Background), Key: cfg.StripeAPIKey,
 		BaseURL: cfg.StripeAPIBase, Platform: cfg.PlatformAccount}
 	runner := reconcile.NewRunner(store, reader, a.Handler, a.Billing, reconcile.RunnerConfig{
 		Log: a.log.With("component", "reconcile"), Observer: metrics.NewReconcile(a.Metrics.Registry),
-		APIVersion: cfg.StripeAPIVersion})
+		APIVersion: cfg.StripeAPIVersion, Accounts: a.Thin.Registry})
 	a.Reconciliations = &Reconciliations{Store: store, Runner: runner}
 	return &api.Reconciliations{Service: store, Nudge: runner.Nudge}
 }

@@ -14,7 +14,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/stripe-payments/stripe-payments/internal/ledger"
 	"github.com/stripe-payments/stripe-payments/internal/stripetest"
+	"github.com/stripe-payments/stripe-payments/internal/thin"
 )
 
 // Reconciliation (docs/design.md §11): what the service holds compared
@@ -32,6 +34,8 @@ func (c *testClock) set(t time.Time) { c.mu.Lock(); defer c.mu.Unlock(); c.at = 
 func startReconcileApp(t *testing.T, fake *stripetest.Stripe, env map[string]string) *purchaseEnv {
 	t.Helper()
 	e := &purchaseEnv{stripe: fake, sink: newActionSink(t)}
+	// The merchant is a connected account of the platform at Stripe.
+	fake.Put("", stripetest.Account(merchant, "standard", "", time.Now().Unix()))
 	vars := map[string]string{
 		"STRIPE_API_KEY":  "sk_test_fake_reconcile",
 		"STRIPE_API_BASE": fake.URL,
@@ -108,7 +112,8 @@ func TestReconcileFulfilsAPurchaseWhoseSuccessWasLost(t *testing.T) {
 	require.Equal(t, "new", e.get(t, "/v1/purchases/"+lost)["status"], "no event reached the service")
 
 	run, findings := e.reconcile(t, `{"dry_run": false}`)
-	assert.Equal(t, map[string]any{"checked": float64(2), "drifted": float64(1), "healed": float64(1), "failed": float64(0)}, counts(run))
+	assert.Equal(t, map[string]any{"checked": float64(3), "drifted": float64(1), "healed": float64(1), "failed": float64(0)}, counts(run),
+		"two PaymentIntents and the merchant's account")
 	require.Len(t, findings, 1)
 	f := findings[0]
 	assert.Equal(t, lostPI, f["object"])
@@ -140,7 +145,7 @@ func TestReconcileFulfilsAPurchaseWhoseSuccessWasLost(t *testing.T) {
 
 	// A second run finds nothing; nothing is fulfilled twice.
 	run, findings = e.reconcile(t, `{"dry_run": false}`)
-	assert.Equal(t, count(2), counts(run), "the unpaid purchase, and the fulfilled one (final, but changed within the window)")
+	assert.Equal(t, count(3), counts(run), "the unpaid purchase, the fulfilled one (final, but changed within the window), the account")
 	assert.Empty(t, findings)
 	time.Sleep(300 * time.Millisecond)
 	assert.Len(t, received(t, e.sink), 1, "fulfilled once")
@@ -178,7 +183,7 @@ func TestReconcileUnsubscribesASubscriptionCancelledInTheDashboard(t *testing.T)
 	assert.Equal(t, sub, *acts[1].SubscriptionID)
 
 	run, findings = e.reconcile(t, `{"dry_run": false}`)
-	assert.Equal(t, count(2), counts(run), "the terminated subscription (changed just now) and the unpaid purchase")
+	assert.Equal(t, count(3), counts(run), "the terminated subscription (changed just now), the unpaid purchase, the account")
 	assert.Empty(t, findings)
 	time.Sleep(300 * time.Millisecond)
 	assert.Len(t, received(t, e.sink), 2, "unsubscribed once")
@@ -196,7 +201,7 @@ func TestReconcileDryRunChangesNothing(t *testing.T) {
 
 	run, findings := e.reconcile(t, `{"dry_run": true}`)
 	assert.Equal(t, true, run["dry_run"])
-	assert.Equal(t, map[string]any{"checked": float64(1), "drifted": float64(1), "healed": float64(0), "failed": float64(0)}, counts(run))
+	assert.Equal(t, map[string]any{"checked": float64(2), "drifted": float64(1), "healed": float64(0), "failed": float64(0)}, counts(run))
 	require.Len(t, findings, 1)
 	assert.Equal(t, "none (dry run): would hand the handler payment_intent.succeeded", findings[0]["action"])
 	assert.Equal(t, "new", e.get(t, "/v1/purchases/"+id)["status"])
@@ -249,7 +254,7 @@ func TestReconcileUnderA429StormSlowsDownAndFinishes(t *testing.T) {
 		"Request rate limit exceeded.", storm)
 
 	started := time.Now()
-	run, findings := e.reconcile(t, `{"dry_run": false}`)
+	run, findings := e.reconcile(t, `{"dry_run": false, "kinds": ["payment_intent"]}`)
 	assert.Equal(t, map[string]any{"checked": float64(1), "drifted": float64(1), "healed": float64(1), "failed": float64(0)}, counts(run))
 	require.Len(t, findings, 1)
 	assert.Equal(t, "fulfilled", e.get(t, "/v1/purchases/"+id)["status"])
@@ -377,4 +382,56 @@ func TestReconcileSettlesAnACHDebitWhoseSettlementWasLost(t *testing.T) {
 	var completed int
 	require.NoError(t, e.app.Pool.QueryRow(t.Context(), `SELECT count(*) FROM outbox WHERE type = 'billing.payment_completed'`).Scan(&completed))
 	assert.Equal(t, 1, completed, "one billing.payment_completed action")
+}
+
+// A connected account that disconnected the platform (Stripe answers 403
+// account_invalid) is found and closed in the poller's account registry:
+// the poller stops walking it; a second run finds nothing. A dry run only
+// reports it.
+func TestReconcileStopsPollingADeauthorizedAccount(t *testing.T) {
+	fake := stripetest.New(t, stripetest.Options{})
+	e := startReconcileApp(t, fake, map[string]string{"STRIPE_PLATFORM_ACCOUNT": "acct_1PlatformReconcile"})
+	e.legacyPurchase(t) // the poller walks the merchant's account
+	const other = "acct_1OtherMerchant"
+	fake.Put("", stripetest.Account(other, "standard", "", time.Now().Unix()))
+	_, err := e.app.Pool.Exec(t.Context(), `INSERT INTO processed_events (event_id, stripe_account, event_type, event_created)
+		VALUES ('evt_other_1', $1, 'customer.created', now())`, other)
+	require.NoError(t, err)
+	_, err = fake.DashboardChange(merchant, "deauthorized")
+	require.NoError(t, err)
+
+	run, findings := e.reconcile(t, `{"dry_run": true, "kinds": ["account"]}`)
+	assert.Equal(t, map[string]any{"checked": float64(2), "drifted": float64(1), "healed": float64(0), "failed": float64(0)}, counts(run))
+	require.Len(t, findings, 1)
+	assert.Equal(t, "none (dry run): would stop polling the account", findings[0]["action"])
+	// What the poller walks, its grace after a close passed.
+	reg := thin.NewRegistry(e.app.Pool)
+	reg.ClosedGrace = 0
+	polled := func() []string {
+		accounts, err := thin.Polled{Registry: reg, Others: ledger.NewAccounts(e.app.Pool)}.Accounts(t.Context())
+		require.NoError(t, err)
+		return accounts
+	}
+	assert.Contains(t, polled(), merchant, "a dry run closes nothing")
+
+	run, findings = e.reconcile(t, `{"dry_run": false, "kinds": ["account"]}`)
+	assert.Equal(t, map[string]any{"checked": float64(2), "drifted": float64(1), "healed": float64(1), "failed": float64(0)}, counts(run))
+	require.Len(t, findings, 1)
+	f := findings[0]
+	assert.Equal(t, merchant, f["object"])
+	assert.Equal(t, "account", f["kind"])
+	assert.Equal(t, "account polled", f["local"])
+	assert.Contains(t, f["stripe"], "access revoked")
+	assert.Contains(t, f["action"], "closed in the poller's account registry (evt_reconcile_"+merchant+"_")
+	assert.NotContains(t, polled(), merchant, "the poller stops walking it")
+	assert.Contains(t, polled(), other)
+	for _, r := range fake.Requests() {
+		if strings.HasPrefix(r.Path, "/v1/accounts/") {
+			assert.Empty(t, r.StripeAccount, "the platform asks about its connected account")
+		}
+	}
+
+	run, findings = e.reconcile(t, `{"dry_run": false, "kinds": ["account"]}`)
+	assert.Equal(t, count(1), counts(run), "the closed account is not compared again; the other one is in sync")
+	assert.Empty(t, findings)
 }

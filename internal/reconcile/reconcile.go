@@ -29,10 +29,13 @@ const (
 	// KindBillingAttempt: the billing core's attempt whose bank debit
 	// waits to settle (period ACHSENT): its PaymentIntent.
 	KindBillingAttempt = "billing_attempt"
+	// KindAccount: a connected account the poller walks; one whose access
+	// Stripe revoked (deauthorized) stops being polled.
+	KindAccount = "account"
 )
 
 // AllKinds are the kinds a run compares when none are named.
-var AllKinds = []string{KindPaymentIntent, KindSubscription, KindBillingAttempt}
+var AllKinds = []string{KindPaymentIntent, KindSubscription, KindBillingAttempt, KindAccount}
 
 // DefaultWindow is RECONCILE_WINDOW's default: final objects changed
 // within it are compared again.

@@ -33,6 +33,8 @@ type RunnerConfig struct {
 	Now func() time.Time
 	// Batch is how many items are read from Stripe together (0: 100).
 	Batch int
+	// Accounts closes deauthorized accounts (nil: such a finding fails).
+	Accounts AccountCloser
 }
 
 // Settler settles a billing attempt from a snapshot event as the webhook
@@ -143,7 +145,7 @@ func sameAccount(items []item) []item {
 // window, or on the listing's edge).
 func (r *Runner) fetch(ctx context.Context, group []item) (map[string]json.RawMessage, error) {
 	out := map[string]json.RawMessage{}
-	if len(group) > 1 {
+	if len(group) > 1 && group[0].kind != KindAccount { // Stripe lists no connected accounts by creation for this
 		from, to := group[0].created, group[0].created
 		for _, it := range group {
 			from, to = minTime(from, it.created), maxTime(to, it.created)
@@ -192,6 +194,9 @@ func (r *Runner) check(ctx context.Context, run Run, it item, objects map[string
 		return fail(l.String(it.kind), "unknown", "none: Stripe could not be read; the next run compares it again", fetchErr)
 	}
 	raw, ok := objects[it.objectID]
+	if it.kind == KindAccount {
+		return r.checkAccount(ctx, run, it, l, ok, now)
+	}
 	if !ok {
 		return result{outcome: OutcomeDrift, finding: &Finding{Object: it.objectID, Kind: it.kind, StripeAccount: it.stripeAccount,
 			Local: l.String(it.kind), Stripe: "no such object on this account", Action: "none: nothing to heal from", At: now}}
@@ -242,6 +247,44 @@ func (r *Runner) check(ctx context.Context, run Run, it item, objects map[string
 		// purchase its metadata does not name, a billing charge that fails
 		// the feed's trust checks): an operator looks.
 		f.Error = "the rules left the state as it was: " + after.String(it.kind)
+		return result{outcome: OutcomeFailed, finding: f}
+	}
+	return result{outcome: OutcomeHealed, finding: f}
+}
+
+// AccountCloser records that the poller stops walking an account
+// (thin.Registry.Close: what an Accounts v2 account.closed event does).
+type AccountCloser interface {
+	Close(ctx context.Context, account, eventID string, eventAt time.Time) error
+}
+
+// checkAccount compares a connected account: one Stripe no longer lets the
+// platform read (deauthorized) is closed in the poller's registry, so the
+// poller stops walking it once the registry's grace has passed. The
+// handler has no rule for accounts (their v2 events go to the registry
+// too), so this is the one change made outside it; the event id it records
+// is the snapshot's, stable for the state.
+func (r *Runner) checkAccount(ctx context.Context, run Run, it item, l localState, found bool, now time.Time) result {
+	if found || l.closed {
+		return result{outcome: OutcomeInSync}
+	}
+	if r.cfg.Observer != nil {
+		r.cfg.Observer.DriftFound(it.kind)
+	}
+	f := &Finding{Object: it.objectID, Kind: it.kind, StripeAccount: it.stripeAccount, Local: l.String(it.kind),
+		Stripe: "access revoked: the platform may no longer read the account (deauthorized)", At: now}
+	if run.DryRun {
+		f.Action = "none (dry run): would stop polling the account"
+		return result{outcome: OutcomeDrift, finding: f}
+	}
+	id := snapshotID(it.objectID, "account.application.deauthorized", stripeObject{ID: it.objectID, Status: "revoked"})
+	if r.cfg.Accounts == nil {
+		f.Error = "no account registry in this process"
+		return result{outcome: OutcomeFailed, finding: f}
+	}
+	f.Action = "closed in the poller's account registry (" + id + "): no longer polled after its grace period"
+	if err := r.cfg.Accounts.Close(ctx, it.objectID, id, now); err != nil {
+		f.Error = clipErr(err)
 		return result{outcome: OutcomeFailed, finding: f}
 	}
 	return result{outcome: OutcomeHealed, finding: f}

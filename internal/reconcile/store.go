@@ -29,6 +29,24 @@ type Store struct {
 	window  time.Duration
 	now     func() time.Time
 	billing BillingPeriods // nil: billing attempts are not compared
+	// accounts lists the connected accounts the poller walks (nil: accounts
+	// are not compared); platform is STRIPE_PLATFORM_ACCOUNT, never one.
+	accounts AccountLister
+	platform string
+}
+
+// AccountLister lists the connected accounts the poller walks
+// (thin.Polled, the poller's own source).
+type AccountLister interface {
+	Accounts(ctx context.Context) ([]string, error)
+}
+
+// WithAccounts returns the store comparing the accounts src lists, less
+// the platform's own.
+func (s *Store) WithAccounts(src AccountLister, platform string) *Store {
+	c := *s
+	c.accounts, c.platform = src, platform
+	return &c
 }
 
 // BillingPeriods is what a run reads of the billing core's periods
@@ -71,14 +89,14 @@ var scope = map[string]string{
 // Start records a run of r and its items (the objects in scope now); the
 // runner carries it out.
 func (s *Store) Start(ctx context.Context, r Request, actor string) (Run, error) {
-	r, periods, err := s.prepare(ctx, r)
+	r, sc, err := s.prepare(ctx, r)
 	if err != nil {
 		return Run{}, err
 	}
 	var run Run
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var err error
-		run, err = s.start(ctx, tx, r, periods, actor)
+		run, err = s.start(ctx, tx, r, sc, actor)
 		return err
 	})
 	if err != nil {
@@ -92,7 +110,7 @@ func (s *Store) Start(ctx context.Context, r Request, actor string) (Run, error)
 // one run per period (the check and the start hold one advisory lock).
 // started is false when none was due.
 func (s *Store) StartDue(ctx context.Context, r Request, actor string, every time.Duration) (run Run, started bool, err error) {
-	r, periods, err := s.prepare(ctx, r)
+	r, sc, err := s.prepare(ctx, r)
 	if err != nil {
 		return Run{}, false, err
 	}
@@ -108,7 +126,7 @@ func (s *Store) StartDue(ctx context.Context, r Request, actor string, every tim
 		if recent {
 			return nil
 		}
-		run, err = s.start(ctx, tx, r, periods, actor)
+		run, err = s.start(ctx, tx, r, sc, actor)
 		started = err == nil
 		return err
 	})
@@ -117,22 +135,41 @@ func (s *Store) StartDue(ctx context.Context, r Request, actor string, every tim
 
 // prepare checks r and reads the billing periods in scope (from DynamoDB,
 // before any Postgres transaction opens).
-func (s *Store) prepare(ctx context.Context, r Request) (Request, []billing.Period, error) {
+func (s *Store) prepare(ctx context.Context, r Request) (Request, scoped, error) {
 	r, err := r.Normalize(s.now().UTC(), s.window)
-	if err != nil || !slices.Contains(r.Kinds, KindBillingAttempt) {
-		return r, nil, err
+	if err != nil {
+		return r, scoped{}, err
+	}
+	var sc scoped
+	if slices.Contains(r.Kinds, KindAccount) {
+		if s.accounts == nil {
+			return r, sc, apperr.Invalid("kinds: account needs the poller's account list, which this process does not have")
+		}
+		if sc.accounts, err = s.accounts.Accounts(ctx); err != nil {
+			return r, sc, apperr.Wrap(err, apperr.CodeUnavailable, "could not list the connected accounts")
+		}
+	}
+	if !slices.Contains(r.Kinds, KindBillingAttempt) {
+		return r, sc, nil
 	}
 	if s.billing == nil {
-		return r, nil, apperr.Invalid("kinds: billing_attempt needs the billing core, which this process does not run")
+		return r, sc, apperr.Invalid("kinds: billing_attempt needs the billing core, which this process does not run")
 	}
-	periods, err := s.billing.PeriodsAchSent(ctx)
-	if err != nil {
-		return r, nil, apperr.Wrap(err, apperr.CodeUnavailable, "could not read the billing periods")
+	if sc.periods, err = s.billing.PeriodsAchSent(ctx); err != nil {
+		return r, sc, apperr.Wrap(err, apperr.CodeUnavailable, "could not read the billing periods")
 	}
-	return r, periods, nil
+	return r, sc, nil
 }
 
-func (s *Store) start(ctx context.Context, tx pgx.Tx, r Request, periods []billing.Period, actor string) (Run, error) {
+// scoped is what a run's scope holds outside Postgres, read before its
+// transaction opens.
+type scoped struct {
+	periods  []billing.Period
+	accounts []string
+}
+
+func (s *Store) start(ctx context.Context, tx pgx.Tx, r Request, sc scoped, actor string) (Run, error) {
+	periods := sc.periods
 	now := s.now().UTC()
 	var b [12]byte
 	if _, err := rand.Read(b[:]); err != nil {
@@ -176,6 +213,19 @@ func (s *Store) start(ctx context.Context, tx pgx.Tx, r Request, periods []billi
 			periodRef(p.AccountID, p.SubscriptionID, p.BillingDate), p.BillingDate.Time()); err != nil {
 			return Run{}, errorf("list billing attempts in scope: %w", err)
 		}
+	}
+	// The connected accounts, less the platform and those the registry
+	// already holds closed (the poller stops walking them).
+	if len(sc.accounts) > 0 {
+		tag, err := tx.Exec(ctx, `INSERT INTO reconcile_items (reconciliation_id, seq, kind, object_id, stripe_account, created)
+			SELECT $1, $2 + row_number() OVER (ORDER BY a), 'account', a, a, $5
+			FROM (SELECT DISTINCT unnest($3::text[]) AS a) accounts
+			WHERE a <> $4 AND NOT EXISTS (SELECT 1 FROM connected_accounts c WHERE c.account = a AND c.status = 'closed')`,
+			run.ID, run.Matched, sc.accounts, s.platform, now)
+		if err != nil {
+			return Run{}, errorf("list connected accounts in scope: %w", err)
+		}
+		run.Matched += int(tag.RowsAffected())
 	}
 	if _, err := tx.Exec(ctx, `UPDATE reconciliations SET matched = $2 WHERE id = $1`, run.ID, run.Matched); err != nil {
 		return Run{}, errorf("record run: %w", err)
@@ -304,9 +354,17 @@ type localState struct {
 	// A billing attempt's period: its status and the PaymentIntent of its
 	// latest attempt.
 	period, transaction string
+	// An account: closed in the poller's registry.
+	closed bool
 }
 
 func (l localState) String(kind string) string {
+	if kind == KindAccount {
+		if l.closed {
+			return "account closed (no longer polled)"
+		}
+		return "account polled"
+	}
 	if kind == KindBillingAttempt {
 		if !l.exists {
 			return "billing period missing"
@@ -332,6 +390,15 @@ func (l localState) String(kind string) string {
 
 func (s *Store) local(ctx context.Context, it item) (localState, error) {
 	var l localState
+	if it.kind == KindAccount {
+		var status string
+		err := s.pool.QueryRow(ctx, `SELECT status FROM connected_accounts WHERE account = $1`, it.objectID).Scan(&status)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return l, errorf("read account %s: %w", it.objectID, err)
+		}
+		l.exists, l.closed = true, status == "closed"
+		return l, nil
+	}
 	if it.kind == KindBillingAttempt {
 		if s.billing == nil {
 			return l, errorf("billing attempt %s: no billing core in this process", it.objectID)

@@ -24,7 +24,8 @@ type StripeReader interface {
 	// List returns account's objects of kind created within [from, to],
 	// by id.
 	List(ctx context.Context, kind, account string, from, to time.Time) (map[string]json.RawMessage, error)
-	// Retrieve returns one object; nil when Stripe has no such object.
+	// Retrieve returns one object; nil when Stripe has no such object (for
+	// an account: none the platform may access, i.e. deauthorized).
 	Retrieve(ctx context.Context, kind, account, id string) (json.RawMessage, error)
 }
 
@@ -50,9 +51,10 @@ var paths = map[string]string{
 	KindPaymentIntent:  "/v1/payment_intents",
 	KindSubscription:   "/v1/subscriptions",
 	KindBillingAttempt: "/v1/payment_intents",
+	KindAccount:        "/v1/accounts",
 }
 
-var prefixes = map[string]string{KindPaymentIntent: "pi_", KindSubscription: "sub_", KindBillingAttempt: "pi_"}
+var prefixes = map[string]string{KindPaymentIntent: "pi_", KindSubscription: "sub_", KindBillingAttempt: "pi_", KindAccount: "acct_"}
 
 // List implements StripeReader.
 func (r HTTPReader) List(ctx context.Context, kind, account string, from, to time.Time) (map[string]json.RawMessage, error) {
@@ -102,16 +104,36 @@ func (r HTTPReader) Retrieve(ctx context.Context, kind, account, id string) (jso
 	if paths[kind] == "" || !stripeid.Valid(id, prefixes[kind]) {
 		return nil, fmt.Errorf("retrieve %s: %q is not a %s id", kind, clip(id), kind)
 	}
+	if kind == KindAccount {
+		account = "" // the platform asks about its connected account
+	}
 	body, status, err := r.get(ctx, account, paths[kind]+"/"+id, nil)
 	switch {
 	case err != nil:
 		return nil, err
 	case status == http.StatusNotFound:
 		return nil, nil
+	case kind == KindAccount && revoked(status, body):
+		return nil, nil
 	case status != http.StatusOK:
 		return nil, fmt.Errorf("retrieve %s of %s: Stripe answered %d: %s", id, account, status, clip(string(body)))
 	}
 	return body, nil
+}
+
+// revoked reports Stripe's answer to a platform that lost access to a
+// connected account (it deauthorized the platform): 401 or 403 with code
+// account_invalid ("does not have access to account").
+func revoked(status int, body []byte) bool {
+	if status != http.StatusForbidden && status != http.StatusUnauthorized {
+		return false
+	}
+	var e struct {
+		Error struct {
+			Code string `json:"code"`
+		} `json:"error"`
+	}
+	return json.Unmarshal(body, &e) == nil && e.Error.Code == "account_invalid"
 }
 
 // get sends one GET, retrying 429 and 5xx answers and network errors.

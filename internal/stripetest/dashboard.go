@@ -114,7 +114,9 @@ func toInt64(v any) int64 {
 // service can only learn of by reconciling. status is the new status:
 // succeeded, or requires_payment_method (a failed attempt, with
 // insufficient_funds) for a PaymentIntent; canceled, active, unpaid or
-// past_due for a subscription. It returns the object as changed.
+// past_due for a subscription; deauthorized for a connected account (it
+// disconnects the platform: reading it answers 403 account_invalid). It
+// returns the object as changed.
 func (f *Stripe) DashboardChange(id, status string) (map[string]any, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -124,6 +126,10 @@ func (f *Stripe) DashboardChange(id, status string) (map[string]any, error) {
 	}
 	now := f.now().Unix()
 	switch {
+	case obj["object"] == "account" && status == "deauthorized":
+		// The account disconnected the platform (OAuth deauthorization):
+		// the platform may no longer read it.
+		f.deauthorized[id] = true
 	case obj["object"] == "payment_intent" && status == "succeeded":
 		obj["status"], obj["last_payment_error"] = status, nil
 		obj["latest_charge"] = "ch_" + strings.TrimPrefix(id, "pi_")
