@@ -19,9 +19,12 @@ const reconcileUsage = `usage: stripe-payments reconcile [--dry-run] [--since D]
 Compares what the service holds with what Stripe holds now, beyond the 30
 days of the Events API (docs/operations.md "Reconciliation"): every
 purchase's PaymentIntent and subscription not final, and those changed
-since D (default: now less RECONCILE_WINDOW). Each difference is a
-finding; unless --dry-run it is healed through the event handler, as the
-event Stripe would have sent. The run is recorded: if this process stops,
+since D (default: now less RECONCILE_WINDOW); every billing period whose
+bank debit waits to settle (ACHSENT); every connected account the poller
+walks. Each difference is a finding; unless --dry-run it is healed as the
+event Stripe would have sent would have healed it (through the event
+handler, or the billing feed), and a deauthorized account stops being
+polled. The run is recorded: if this process stops,
 serve (or the next reconcile) resumes it. Exit status 1 when an object
 could not be compared or healed.
 
@@ -90,7 +93,7 @@ func reconcileCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		if run, err = rec.Store.Get(ctx, run.ID); err != nil {
 			return err
 		}
-		if !worked && run.Status != reconcile.StatusDone {
+		if (!worked || err != nil) && run.Status != reconcile.StatusDone { // never a tight loop on an error
 			select {
 			case <-ctx.Done():
 			case <-time.After(time.Second):

@@ -12,6 +12,7 @@ import (
 	"github.com/stripe/stripe-go/v76"
 
 	"github.com/stripe-payments/stripe-payments/internal/lease"
+	"github.com/stripe-payments/stripe-payments/internal/stripebudget"
 	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
 )
 
@@ -89,6 +90,10 @@ func (r *Runner) RunOnce(ctx context.Context) (worked bool, err error) {
 	if err != nil || id == "" {
 		return false, err
 	}
+	// Every Stripe request of the run, the reads and what healing asks
+	// (an invoice the handler expands, the billing feed's checks), draws
+	// on the shared budget at the background class (docs/design.md §9).
+	ctx = stripebudget.WithClass(ctx, stripebudget.Background)
 	run, err := r.store.Get(ctx, id)
 	if err != nil {
 		return true, err

@@ -133,8 +133,9 @@ func (s *Store) StartDue(ctx context.Context, r Request, actor string, every tim
 	return run, started, err
 }
 
-// prepare checks r and reads the billing periods in scope (from DynamoDB,
-// before any Postgres transaction opens).
+// prepare checks r and reads what is in scope outside Postgres (the
+// billing periods from DynamoDB, the poller's accounts) before any
+// Postgres transaction opens.
 func (s *Store) prepare(ctx context.Context, r Request) (Request, scoped, error) {
 	r, err := r.Normalize(s.now().UTC(), s.window)
 	if err != nil {
@@ -271,9 +272,9 @@ func (s *Store) Recent(ctx context.Context, n int) ([]Run, error) {
 	return out, nil
 }
 
-// Findings lists a run's findings in the order they were found, from
-// offset after, at most limit; next is the offset of the next page (0:
-// none).
+// Findings lists a run's findings in the order they were found, those
+// after item number after, at most limit; next is the after of the next
+// page (0: none).
 func (s *Store) Findings(ctx context.Context, id string, after, limit int) (list []Finding, next int, err error) {
 	if _, err := s.Get(ctx, id); err != nil {
 		return nil, 0, err
