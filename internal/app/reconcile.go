@@ -18,6 +18,10 @@ import (
 // ScheduleActor is who a run started by RECONCILE_EVERY names.
 const ScheduleActor = "schedule"
 
+// ReconcileLease is how long a run is held without progress before
+// another process takes it over.
+const ReconcileLease = 5 * time.Minute
+
 // Reconciliations (docs/design.md §11): the store the API, the console
 // and the CLI start runs in, and the runner serve (or the CLI) carries
 // them out with, through the one handler, its Stripe requests at the
@@ -38,7 +42,11 @@ func (a *App) newReconciliations() *api.Reconciliations {
 	reader := reconcile.HTTPReader{Client: a.stripeBudget.Client(nil, stripebudget.Background), Key: cfg.StripeAPIKey,
 		BaseURL: cfg.StripeAPIBase, Platform: cfg.PlatformAccount}
 	runner := reconcile.NewRunner(store, reader, a.Handler, a.Billing, reconcile.RunnerConfig{
-		Log: a.log.With("component", "reconcile"), Observer: metrics.NewReconcile(a.Metrics.Registry),
+		// Longer than the reader's worst wait under a 429 storm (about 3.5
+		// min of backoff on one request), so a throttled run is not taken
+		// over half-way; a stopped process's run resumes after it.
+		Lease: ReconcileLease,
+		Log:   a.log.With("component", "reconcile"), Observer: metrics.NewReconcile(a.Metrics.Registry),
 		APIVersion: cfg.StripeAPIVersion, Accounts: a.Thin.Registry})
 	a.Reconciliations = &Reconciliations{Store: store, Runner: runner}
 	return &api.Reconciliations{Service: store, Nudge: runner.Nudge}
