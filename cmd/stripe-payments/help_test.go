@@ -29,6 +29,7 @@ func TestHelpAndVersionNeedNoConfiguration(t *testing.T) {
 		{[]string{"help"}, "version        print the version"},
 		{[]string{"poll", "--help"}, "usage: stripe-payments poll"},
 		{[]string{"billing", "--help"}, "usage: stripe-payments billing"},
+		{[]string{"reconcile", "--help"}, "usage: stripe-payments reconcile"},
 		{[]string{"billing", "collect", "-h"}, "-date"},
 		{[]string{"events", "--help"}, "usage: stripe-payments events sign"},
 		{[]string{"events", "sign", "--help"}, "-secret"},

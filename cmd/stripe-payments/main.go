@@ -31,6 +31,8 @@ commands:
   events sign    print a Stripe-Signature header for a payload read from stdin
   billing remind|collect [--date D]
                  run the recurring billing reminder or collection job
+  reconcile [--dry-run] [--since D] [--kinds K,...]
+                 compare the service with Stripe's objects and heal the drift (reconcile -h)
   healthcheck [--live]
                  exit 0 when the admin listener answers /readyz (/healthz) 200 (healthcheck -h)
   version        print the version
@@ -88,6 +90,8 @@ func dispatch(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		return poll(ctx, args[1:], stdout, stderr)
 	case "billing":
 		return billingCmd(ctx, args[1:], stdout, stderr)
+	case "reconcile":
+		return reconcileCmd(ctx, args[1:], stdout, stderr)
 	case "healthcheck":
 		return healthcheck(ctx, args[1:], os.Getenv, stdout, stderr)
 	case "help", "-h", "--help":

@@ -76,6 +76,8 @@ type App struct {
 	Incidents   *incidents.Store
 	Replays     *Replays
 	Batches     *Batches
+	// Reconciliations compare the service with Stripe (docs/design.md §11).
+	Reconciliations *Reconciliations
 
 	// Server is the public listener (LISTEN_ADDR): the webhook and
 	// /healthz only. Admin (ADMIN_LISTEN_ADDR) serves the console, the
@@ -222,6 +224,7 @@ func (a *App) startBackground() {
 	a.startThin(ctx, &wg)
 	a.startReplays(ctx, &wg)
 	a.startBatches(ctx, &wg)
+	a.startReconciliations(ctx, &wg)
 	if a.emails != nil {
 		a.safe.Go(ctx, &wg, "emails", func(ctx context.Context) { _ = a.emails.Run(ctx) })
 	}

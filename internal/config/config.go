@@ -85,6 +85,8 @@ type Config struct {
 	IngestFlushers        int
 	IngestRecords         IngestRecords // the events table's write-behind: INGEST_WRITE_BEHIND, INGEST_RECORD_WRITERS, INGEST_RECORD_BACKLOG
 	PollEvery             time.Duration // POLL_EVERY: run the poller inside serve; 0 = off
+	ReconcileEvery        time.Duration // RECONCILE_EVERY: start a reconciliation inside serve this often; 0 = off
+	ReconcileWindow       time.Duration // RECONCILE_WINDOW: final objects changed within it are reconciled (default 90 days)
 	EventBridgeQueueURL   string        // EVENTBRIDGE_QUEUE_URL: the EventBridge intake's SQS queue; empty = off
 	SQSEndpoint           string        // SQS_ENDPOINT: SQS API endpoint override (the local SQS server); empty = AWS
 	StripeAPIVersion      string        // STRIPE_API_VERSION: the api_version events are expected to carry (default: the version stripe-go pins)
@@ -240,6 +242,16 @@ func LoadFor(lookup Lookup, uses Uses) (Config, error) {
 			errs = append(errs, errors.New("POLL_EVERY: at least 1s (empty turns polling off)"))
 		}
 	}
+	if v := get("RECONCILE_EVERY", ""); v != "" {
+		if c.ReconcileEvery, err = time.ParseDuration(v); err != nil {
+			errs = append(errs, fmt.Errorf("RECONCILE_EVERY: %w", err))
+		} else if c.ReconcileEvery < time.Minute {
+			errs = append(errs, errors.New("RECONCILE_EVERY: at least 1m (empty turns it off)"))
+		}
+	}
+	if c.ReconcileWindow, err = time.ParseDuration(get("RECONCILE_WINDOW", "2160h")); err != nil || c.ReconcileWindow < 24*time.Hour {
+		errs = append(errs, errors.New("RECONCILE_WINDOW: a duration of at least 24h, such as 2160h (90 days)"))
+	}
 	if err := c.LogLevel.UnmarshalText([]byte(get("LOG_LEVEL", "info"))); err != nil {
 		errs = append(errs, fmt.Errorf("LOG_LEVEL: %w", err))
 	}
@@ -389,6 +401,8 @@ func (c Config) LogValue() slog.Value {
 		slog.Bool("actions_enabled", c.ActionsURL != ""),
 		slog.Bool("reminder_emails", c.SESFromAddress != ""),
 		slog.String("poll_every", c.PollEvery.String()),
+		slog.String("reconcile_every", c.ReconcileEvery.String()),
+		slog.String("reconcile_window", c.ReconcileWindow.String()),
 		slog.String("eventbridge_queue_url", c.EventBridgeQueueURL),
 		slog.String("sqs_endpoint", c.SQSEndpoint),
 		slog.Any("billing", durationsReadable(c.Billing)),

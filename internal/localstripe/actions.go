@@ -95,12 +95,24 @@ func (a *Actions) notify(changed func()) {
 }
 
 // LocalHandler serves the local Stripe's own routes, beside Stripe's API:
-// /_local/webhooks (every event's delivery state) and /_local/actions
+// /_local/webhooks (every event's delivery state), /_local/dashboard/{id}
+// (a Dashboard change without its event) and /_local/actions
 // (the actions sink, when actions is not nil).
 func (s *Server) LocalHandler(actions *Actions) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /_local/webhooks", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": s.Deliveries()})
+	})
+	// A change made in Stripe's Dashboard, with no event sent: only the
+	// reconciliation (docs/design.md §11) can find it. Form: status.
+	mux.HandleFunc("POST /_local/dashboard/{id}", func(w http.ResponseWriter, r *http.Request) {
+		obj, err := s.fake.DashboardChange(r.PathValue("id"), r.FormValue("status"))
+		if err != nil {
+			writeError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		s.changed()
+		writeJSON(w, http.StatusOK, obj)
 	})
 	if actions != nil {
 		mux.Handle("/_local/actions", actions)

@@ -30,6 +30,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/events"
 	"github.com/stripe-payments/stripe-payments/internal/incidents"
 	"github.com/stripe-payments/stripe-payments/internal/opsdata"
+	"github.com/stripe-payments/stripe-payments/internal/reconcile"
 	"github.com/stripe-payments/stripe-payments/internal/replay"
 )
 
@@ -95,6 +96,10 @@ type Deps struct {
 	Incidents   *incidents.Store
 	Replays     *replay.Store
 	ReplayNudge func()
+	// Reconciliations (nil: no reconciliation pages); ReconcileNudge
+	// wakes their runner.
+	Reconciliations *reconcile.Store
+	ReconcileNudge  func()
 }
 
 // Replayer re-drives one event (replay.One, as the internal API does).
@@ -157,6 +162,7 @@ func Register(e *echo.Echo, d Deps) error {
 	g.GET("/runs", c.runs, c.auth)
 	g.GET("/docs/*", c.docPage, c.auth)
 	c.registerIncidents(g)
+	c.registerReconciliations(g)
 	if d.Billing != nil {
 		g.GET("/billing", c.billingSearch, c.auth)
 		g.GET("/billing/:account", c.billingAccount, c.auth)

@@ -23,7 +23,7 @@ func TestConsoleServesRunbooksOnly(t *testing.T) {
 	assert.Contains(t, r.body, "What to do")
 	assert.Equal(t, http.StatusOK, c.get("/docs/incidents.md").status)
 	for _, p := range []string{"/docs/runbooks/NoSuchAlert.md", "/docs/../README.md", "/docs/%2e%2e/go.mod",
-		"/docs/runbooks/../../sql/00040_incident_event_groups.sql", "/docs/docs.go", "/docs/"} {
+		"/docs/runbooks/../../sql/00039_incident_event_groups.sql", "/docs/docs.go", "/docs/"} {
 		r := c.get(p)
 		assert.Equal(t, http.StatusNotFound, r.status, p)
 		assert.NotContains(t, r.body, "module github.com", p)

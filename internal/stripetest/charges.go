@@ -362,6 +362,16 @@ func (f *Stripe) listCharges(w http.ResponseWriter, r *http.Request) {
 		}
 		data = append(data, f.expand(q, "data.", p, p.JSON()))
 	}
+	if customer == "" {
+		// Without a customer (the reconciliation's listing), the purchase
+		// API's PaymentIntents are listed too, in pages.
+		for _, obj := range f.storedObjects(account, "payment_intent", q) {
+			data = append(data, obj)
+		}
+		f.mu.Unlock()
+		writeJSON(w, page("/v1/payment_intents", data, q))
+		return
+	}
 	f.mu.Unlock()
 	writeJSON(w, map[string]any{"object": "list", "url": "/v1/payment_intents", "has_more": false, "data": data})
 }

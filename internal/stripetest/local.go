@@ -36,6 +36,10 @@ func (f *Stripe) localRoute(req Request) (reply, bool) {
 		if !ok || obj["object"] != "account" {
 			return notFound(parts[2]), true
 		}
+		if f.deauthorized[parts[2]] { // DashboardChange: the account disconnected the platform
+			return reply{403, errBody("invalid_request_error", "account_invalid", "The provided key does not have access to account '"+
+				parts[2]+"' (or that account does not exist). Application access may have been revoked.", nil)}, true
+		}
 		return f.json(obj), true
 	case post && len(parts) == 2 && parts[1] == "customers":
 		cus := map[string]any{"id": newID("cus_"), "object": "customer", "email": nilIfEmpty(form.Get("email")),

@@ -109,6 +109,9 @@ func (f *Stripe) route(req Request) reply {
 	if rep, ok := f.payableRoute(req); ok { // a billing charge's cancel, customer confirm, refund (payable.go)
 		return rep
 	}
+	if rep, ok := f.subscriptionRoute(req); ok { // dashboard.go
+		return rep
+	}
 	if rep, ok := f.localRoute(req); ok { // local.go
 		return rep
 	}

@@ -83,6 +83,9 @@ type Stripe struct {
 	charges  charges
 	events   eventList
 	v2       v2Events // thin.go
+	// deauthorized: connected accounts that disconnected the platform
+	// (DashboardChange), answered 403 account_invalid.
+	deauthorized map[string]bool
 }
 
 // Options of a fake Stripe; the zero value is a fake with no rate limit on
@@ -153,7 +156,7 @@ func New(t testing.TB, o Options) *Stripe {
 // and sets URL.
 func NewHandler(o Options) *Stripe {
 	f := &Stripe{Key: o.Key, now: o.Now, replies: map[string]reply{}, objects: map[string]map[string]any{},
-		owner: map[string]string{}, created: map[string]int{}}
+		owner: map[string]string{}, created: map[string]int{}, deauthorized: map[string]bool{}}
 	if f.now == nil {
 		f.now = time.Now
 	}
