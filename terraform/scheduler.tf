@@ -27,6 +27,12 @@ locals {
       command  = ["billing", "collect"]
       schedule = var.collect_schedule
     }
+    # Drift older than the Events API's 30 days (docs/operations.md
+    # "Reconciliation"): daily, at the budget's background priority.
+    reconcile = {
+      command  = ["reconcile"]
+      schedule = var.reconcile_schedule
+    }
   }
   # The time zone of the billing date (the binary's "tomorrow in UTC").
   billing_time_zone = "UTC"

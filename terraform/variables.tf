@@ -264,6 +264,12 @@ variable "collect_schedule" {
   default     = "cron(20 * * * ? *)"
 }
 
+variable "reconcile_schedule" {
+  description = "When the reconciliation against Stripe's objects runs (in UTC). Daily: it finds drift the poller's 30 days cannot see."
+  type        = string
+  default     = "cron(40 3 * * ? *)"
+}
+
 variable "http_5xx_alarm_threshold" {
   description = "Alarm when a balancer answers more 5xx than this in five minutes (its targets', and its own: no healthy target, timeouts)."
   type        = number
