@@ -174,26 +174,26 @@ func TestTestClockEndToEnd(t *testing.T) {
 	ach := create(clock, "ach", 10, "pm_usBankAccount")
 	otherSub := create(other, "other", 31, "pm_card_visa")
 
-	// Stripe settles each bank debit a while (wall time) after it started
-	// processing and sends the signed webhook, on its own, during the
-	// advances: an advance waits on the debit's settlement day until the
-	// service recorded it (TEST_CLOCK_SETTLE_WAIT), so the settlement is
-	// dated on that day of the clock.
-	var (
-		settleMu sync.Mutex
-		seen     = map[string]time.Time{}
-	)
+	// Stripe settles each bank debit on its own and sends the signed
+	// webhook during the advances: an advance waits on the debit's
+	// settlement day until the service recorded it (TEST_CLOCK_SETTLE_WAIT),
+	// so the settlement is dated on that day of the clock. This Stripe
+	// settles a debit once the clock has reached that day (as a Stripe
+	// test clock would), not after a wall-clock delay: on a loaded machine
+	// the clock can take longer than any fixed delay to get there, and the
+	// debit would settle days early.
 	settleOnce := func() {
+		status, got := c.api(http.MethodGet, "/internal/v1/test_clocks/"+clock, nil)
+		if status != http.StatusOK {
+			return
+		}
+		reached, _ := got["advanced_to"].(string)
 		for _, pi := range bill.PIs() {
-			settleMu.Lock()
-			first, ok := seen[pi.ID]
-			if !ok {
-				seen[pi.ID] = time.Now()
+			if pi.Status != "processing" || len(reached) < 10 {
+				continue
 			}
-			settleMu.Unlock()
-			// Longer than the clock needs to reach the settlement day, so
-			// that it is the clock that waits for Stripe, as with make run.
-			if pi.Status != "processing" || !ok || time.Since(first) < 1500*time.Millisecond {
+			due := fourBusinessDaysAfter(pi.Metadata[billing.MetaDate])
+			if due == "" || reached[:10] < due {
 				continue
 			}
 			p, err := bill.Settle(pi.ID, true)
@@ -269,16 +269,7 @@ func TestTestClockEndToEnd(t *testing.T) {
 		tenths = append(tenths, m.Format("2006-01-02"))
 	}
 	assert.Equal(t, each(tenths, onItsDay), c.onDates(ach, "ACHSENT"))
-	fourBusinessDaysLater := func(d string) string {
-		t, _ := time.Parse("2006-01-02", d)
-		for n := 0; n < 4; {
-			t = t.AddDate(0, 0, 1)
-			if t.Weekday() != time.Saturday && t.Weekday() != time.Sunday {
-				n++
-			}
-		}
-		return t.Format("2006-01-02") + " for " + d
-	}
+	fourBusinessDaysLater := func(d string) string { return fourBusinessDaysAfter(d) + " for " + d }
 	assert.Equal(t, each(tenths, fourBusinessDaysLater), c.onDates(ach, "COMPLETED"))
 	assert.Equal(t, each(tenths, func(d string) string { return day(d, -7) + " for " + d }), reminders(sink, ach))
 
@@ -364,4 +355,20 @@ func TestTestClockEndToEnd(t *testing.T) {
 	assert.Empty(t, sink.bad, "every action delivery was signed")
 	sink.mu.Unlock()
 	require.NoError(t, srv.stop(30*time.Second), fmt.Sprintf("serve exited uncleanly\n%s", srv.allLogs()))
+}
+
+// fourBusinessDaysAfter is the day a bank debit made on d settles
+// (docs/billing.md, Test clocks): four weekdays later ("" for a bad date).
+func fourBusinessDaysAfter(d string) string {
+	t, err := time.Parse("2006-01-02", d)
+	if err != nil {
+		return ""
+	}
+	for n := 0; n < 4; {
+		t = t.AddDate(0, 0, 1)
+		if t.Weekday() != time.Saturday && t.Weekday() != time.Sunday {
+			n++
+		}
+	}
+	return t.Format("2006-01-02")
 }
