@@ -262,6 +262,15 @@ func (h *Hydrator) hydrate(ctx, parent context.Context, j Job) {
 		h.retry(ctx, log, j, err)
 		return
 	}
+	if h.cfg.Problems != nil {
+		// Listed if a notification of this id was refused before; a no-op
+		// delete by key otherwise. Before the record says hydrated, so that
+		// a reader who sees it hydrated never finds it still on the failed
+		// list (if the record's write then fails, the retry hydrates it).
+		if err := h.cfg.Problems.Resolve(ctx, j.EventID); err != nil {
+			log.Warn("thin event hydrated; still on the failed list", "error", err)
+		}
+	}
 	if err := h.store.ThinDone(ctx, j.EventID, done.record, h.cfg.Now()); err != nil {
 		h.retry(ctx, log, j, fmt.Errorf("record hydrated thin event: %w", err))
 		return
@@ -270,13 +279,6 @@ func (h *Hydrator) hydrate(ctx, parent context.Context, j Job) {
 		// The record is processed; the job comes back after its lease and
 		// finds the snapshot a duplicate.
 		log.Warn("thin event hydrated but still queued", "error", err)
-	}
-	if h.cfg.Problems != nil {
-		// Listed if a notification of this id was refused before; a no-op
-		// delete by key otherwise.
-		if err := h.cfg.Problems.Resolve(ctx, j.EventID); err != nil {
-			log.Warn("thin event hydrated; still on the failed list", "error", err)
-		}
 	}
 	h.cfg.Observer.ThinHydrated(done.result, h.cfg.Now().Sub(j.ReceivedAt))
 	if done.result == ResultRedriven {
