@@ -159,6 +159,11 @@ func (s *Service) resolveInFlight(ctx context.Context, l *lock.Lock, req InFligh
 	if err != nil {
 		return res, err
 	}
+	if sub.Status == SubCancelled {
+		// As the collection: cannot happen (changes are refused while an
+		// attempt is in flight), so nothing is recorded on it unseen.
+		return res, errors.New("attempt in flight on a CANCELLED subscription; left for an operator")
+	}
 	svc, err := s.forSub(ctx, sub)
 	if err != nil {
 		return res, err
