@@ -216,15 +216,17 @@ func (r *Runner) check(ctx context.Context, run Run, it item, objects map[string
 		return result{outcome: OutcomeFailed, finding: &Finding{Object: it.objectID, Kind: it.kind, StripeAccount: it.stripeAccount,
 			Local: local, Stripe: stripeState, Action: action, Error: clipErr(err), At: now}}
 	}
+	if inFlight(it) {
+		// Nothing was read for it: the resolver reads the period and asks
+		// Stripe itself.
+		return r.checkInFlight(ctx, run, it, now)
+	}
 	l, err := r.store.local(ctx, it)
 	if err != nil {
 		return fail("unknown", "unknown", "none: the local state could not be read", err)
 	}
 	if fetchErr != nil {
 		return fail(l.String(it.kind), "unknown", "none: Stripe could not be read; the next run compares it again", fetchErr)
-	}
-	if inFlight(it) {
-		return r.checkInFlight(ctx, run, it, now)
 	}
 	raw, ok := objects[it.objectID]
 	if it.kind == KindAccount {
