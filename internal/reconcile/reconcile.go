@@ -27,7 +27,9 @@ const (
 	// KindSubscription: a recurring purchase's Stripe subscription.
 	KindSubscription = "subscription"
 	// KindBillingAttempt: the billing core's attempt whose bank debit
-	// waits to settle (period ACHSENT): its PaymentIntent.
+	// waits to settle (period ACHSENT), named by its PaymentIntent; or
+	// whose outcome is unknown (an attempt in flight), named by its
+	// idempotency key and settled by the billing core's resolver.
 	KindBillingAttempt = "billing_attempt"
 	// KindAccount: a connected account the poller walks; one whose access
 	// Stripe revoked (deauthorized) stops being polled.

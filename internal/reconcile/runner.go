@@ -6,11 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stripe/stripe-go/v76"
 
+	"github.com/stripe-payments/stripe-payments/internal/billing"
 	"github.com/stripe-payments/stripe-payments/internal/lease"
 	"github.com/stripe-payments/stripe-payments/internal/stripebudget"
 	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
@@ -36,12 +38,27 @@ type RunnerConfig struct {
 	Batch int
 	// Accounts closes deauthorized accounts (nil: such a finding fails).
 	Accounts AccountCloser
+	// InFlightMinAge: a billing attempt in flight sent more recently is
+	// not resolved (0: DefaultInFlightMinAge).
+	InFlightMinAge time.Duration
 }
 
-// Settler settles a billing attempt from a snapshot event as the webhook
-// feed would (billing.Service.SettleFromStripe).
+// DefaultInFlightMinAge is how old an attempt whose outcome is unknown must
+// be before a run asks Stripe about it: a younger one may still be running
+// at Stripe (a request timed out on our side goes on there), and the next
+// collection run resends it with its key anyway.
+const DefaultInFlightMinAge = 5 * time.Minute
+
+// lockWait is how long a run waits for an account's billing lock (a
+// collection run holds it) before it leaves the item to the next run.
+const lockWait = 30 * time.Second
+
+// Settler settles billing attempts (billing.Service): from a snapshot
+// event as the webhook feed would, or, for an attempt whose outcome is
+// unknown, by asking Stripe as the collection run would.
 type Settler interface {
 	SettleFromStripe(ctx context.Context, ev *stripe.Event, wait time.Duration) (applies bool, err error)
+	ResolveInFlight(ctx context.Context, req billing.InFlightRequest) (billing.Resolution, error)
 }
 
 // Runner carries out runs: compares each item with Stripe and heals
@@ -70,6 +87,9 @@ func NewRunner(store *Store, sr StripeReader, h stripeevent.Handler, settler Set
 	}
 	if cfg.Batch <= 0 {
 		cfg.Batch = 100
+	}
+	if cfg.InFlightMinAge <= 0 {
+		cfg.InFlightMinAge = DefaultInFlightMinAge
 	}
 	l := lease.New(store.pool, lease.Config{Table: "reconciliations", What: "reconciliation", Name: "reconciliation",
 		Lease: cfg.Lease, Poll: cfg.Poll, Log: cfg.Log})
@@ -150,6 +170,11 @@ func sameAccount(items []item) []item {
 // window, or on the listing's edge).
 func (r *Runner) fetch(ctx context.Context, group []item) (map[string]json.RawMessage, error) {
 	out := map[string]json.RawMessage{}
+	// An attempt in flight has no object to read: the resolver asks Stripe.
+	group = slices.DeleteFunc(slices.Clone(group), inFlight)
+	if len(group) == 0 {
+		return out, nil
+	}
 	if len(group) > 1 && group[0].kind != KindAccount { // Stripe lists no connected accounts by creation for this
 		from, to := group[0].created, group[0].created
 		for _, it := range group {
@@ -190,6 +215,11 @@ func (r *Runner) check(ctx context.Context, run Run, it item, objects map[string
 	fail := func(local, stripeState, action string, err error) result {
 		return result{outcome: OutcomeFailed, finding: &Finding{Object: it.objectID, Kind: it.kind, StripeAccount: it.stripeAccount,
 			Local: local, Stripe: stripeState, Action: action, Error: clipErr(err), At: now}}
+	}
+	if inFlight(it) {
+		// Nothing was read for it: the resolver reads the period and asks
+		// Stripe itself.
+		return r.checkInFlight(ctx, run, it, now)
 	}
 	l, err := r.store.local(ctx, it)
 	if err != nil {
@@ -255,6 +285,54 @@ func (r *Runner) check(ctx context.Context, run Run, it item, objects map[string
 		return result{outcome: OutcomeFailed, finding: f}
 	}
 	return result{outcome: OutcomeHealed, finding: f}
+}
+
+// inFlight: the item is a billing attempt whose outcome is unknown, named
+// by its idempotency key.
+func inFlight(it item) bool {
+	return it.kind == KindBillingAttempt && billing.IsAttemptKey(it.objectID)
+}
+
+// checkInFlight resolves a billing attempt whose outcome is unknown through
+// the billing core's resolver (billing.Service.ResolveInFlight): under the
+// account's lock, as the collection would, never charging. A dry run only
+// asks Stripe. An attempt younger than InFlightMinAge, or settled since the
+// run listed it, is no difference.
+func (r *Runner) checkInFlight(ctx context.Context, run Run, it item, now time.Time) result {
+	f := &Finding{Object: it.objectID, Kind: it.kind, StripeAccount: it.stripeAccount, Local: "attempt outcome unknown", At: now}
+	if r.settler == nil {
+		f.Stripe, f.Action, f.Error = "unknown", "none", "no billing core in this process to resolve the attempt"
+		return result{outcome: OutcomeFailed, finding: f}
+	}
+	account, sub, d, err := parsePeriodRef(it.period)
+	if err != nil {
+		f.Stripe, f.Action, f.Error = "unknown", "none", clipErr(err)
+		return result{outcome: OutcomeFailed, finding: f}
+	}
+	res, err := r.settler.ResolveInFlight(ctx, billing.InFlightRequest{Account: account, Subscription: sub, BillingDate: d,
+		Key: it.objectID, MinAge: r.cfg.InFlightMinAge, DryRun: run.DryRun, Wait: lockWait})
+	if res.Attempt > 0 {
+		f.Local = fmt.Sprintf("attempt %d outcome unknown (sent %s)", res.Attempt, res.Since.UTC().Format(time.RFC3339))
+	}
+	if err != nil {
+		f.Stripe, f.Action, f.Error = res.Stripe, "none: the next run asks again", clipErr(err)
+		if f.Stripe == "" {
+			f.Stripe = "unknown"
+		}
+		return result{outcome: OutcomeFailed, finding: f}
+	}
+	switch res.Outcome {
+	case billing.ResolveNotInFlight, billing.ResolveTooYoung:
+		return result{outcome: OutcomeInSync}
+	}
+	if r.cfg.Observer != nil {
+		r.cfg.Observer.DriftFound(it.kind)
+	}
+	f.Stripe, f.Action = res.Stripe, res.Action
+	if res.Outcome == billing.ResolveSettled {
+		return result{outcome: OutcomeHealed, finding: f}
+	}
+	return result{outcome: OutcomeDrift, finding: f}
 }
 
 // AccountCloser records that the poller stops walking an account

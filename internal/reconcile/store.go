@@ -52,8 +52,9 @@ func (s *Store) WithAccounts(src AccountLister, platform string) *Store {
 // BillingPeriods is what a run reads of the billing core's periods
 // (billing/store.Store).
 type BillingPeriods interface {
-	// PeriodsAchSent lists the periods whose bank debit waits to settle.
-	PeriodsAchSent(ctx context.Context) ([]billing.Period, error)
+	// PeriodsToReconcile lists the periods whose bank debit waits to
+	// settle (ACHSENT) and those with an attempt whose outcome is unknown.
+	PeriodsToReconcile(ctx context.Context) ([]billing.Period, error)
 	GetPeriod(ctx context.Context, account, sub string, d dates.Date) (billing.Period, error)
 }
 
@@ -156,7 +157,7 @@ func (s *Store) prepare(ctx context.Context, r Request) (Request, scoped, error)
 	if s.billing == nil {
 		return r, sc, apperr.Invalid("kinds: billing_attempt needs the billing core, which this process does not run")
 	}
-	if sc.periods, err = s.billing.PeriodsAchSent(ctx); err != nil {
+	if sc.periods, err = s.billing.PeriodsToReconcile(ctx); err != nil {
 		return r, sc, apperr.Wrap(err, apperr.CodeUnavailable, "could not read the billing periods")
 	}
 	return r, sc, nil
@@ -205,14 +206,23 @@ func (s *Store) start(ctx context.Context, tx pgx.Tx, r Request, sc scoped, acto
 		return strings.Compare(a.PaymentDetails.StripeAccount+"|"+a.BillingDate.String(), b.PaymentDetails.StripeAccount+"|"+b.BillingDate.String())
 	})
 	for _, p := range periods {
-		if p.TransactionID == "" {
-			continue // no PaymentIntent recorded: nothing Stripe could be asked about
+		// A bank debit waiting to settle is named by its PaymentIntent; an
+		// attempt whose outcome is unknown by its idempotency key (no
+		// PaymentIntent is known until Stripe is asked).
+		var objects []string
+		if p.Status == billing.ACHSent && p.TransactionID != "" {
+			objects = append(objects, p.TransactionID)
 		}
-		run.Matched++
-		if _, err := tx.Exec(ctx, `INSERT INTO reconcile_items (reconciliation_id, seq, kind, object_id, stripe_account, period, created)
-			VALUES ($1, $2, 'billing_attempt', $3, $4, $5, $6)`, run.ID, run.Matched, p.TransactionID, p.PaymentDetails.StripeAccount,
-			periodRef(p.AccountID, p.SubscriptionID, p.BillingDate), p.BillingDate.Time()); err != nil {
-			return Run{}, errorf("list billing attempts in scope: %w", err)
+		if p.InFlightKey != "" {
+			objects = append(objects, p.InFlightKey)
+		}
+		for _, object := range objects {
+			run.Matched++
+			if _, err := tx.Exec(ctx, `INSERT INTO reconcile_items (reconciliation_id, seq, kind, object_id, stripe_account, period, created)
+				VALUES ($1, $2, 'billing_attempt', $3, $4, $5, $6)`, run.ID, run.Matched, object, p.PaymentDetails.StripeAccount,
+				periodRef(p.AccountID, p.SubscriptionID, p.BillingDate), p.BillingDate.Time()); err != nil {
+				return Run{}, errorf("list billing attempts in scope: %w", err)
+			}
 		}
 	}
 	// The connected accounts, less the platform and those the registry

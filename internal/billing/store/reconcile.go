@@ -12,15 +12,18 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/billing"
 )
 
-// PeriodsAchSent reads every billing period waiting for Stripe to settle a
-// bank debit (ACHSENT), for the reconciliation (docs/design.md §11): a
-// settlement whose event was lost leaves its period there for good. No
-// index holds periods by status, so this is a strongly consistent Scan of
-// the table, filtered: it reads (and bills) every item once, which a
-// daily job can afford where a per-request path could not.
-func (s *Store) PeriodsAchSent(ctx context.Context) ([]billing.Period, error) {
+// PeriodsToReconcile reads every billing period the reconciliation
+// compares with Stripe (docs/design.md §11): those waiting for Stripe to
+// settle a bank debit (ACHSENT; a settlement whose event was lost leaves
+// its period there for good) and those with an attempt whose outcome is
+// unknown (InFlightKey set). No index holds periods by status, so this is
+// one strongly consistent Scan of the table, filtered: it reads (and
+// bills) every item once, which a daily job can afford where a
+// per-request path could not.
+func (s *Store) PeriodsToReconcile(ctx context.Context) ([]billing.Period, error) {
 	filter := expression.Name("SK").BeginsWith(prefixPeriod).
-		And(expression.Name("BillingStatus").Equal(expression.Value(string(billing.ACHSent))))
+		And(expression.Or(expression.Name("BillingStatus").Equal(expression.Value(string(billing.ACHSent))),
+			expression.Name("InFlightKey").AttributeExists()))
 	expr, err := expression.NewBuilder().WithFilter(filter).Build()
 	if err != nil {
 		return nil, err
@@ -33,7 +36,7 @@ func (s *Store) PeriodsAchSent(ctx context.Context) ([]billing.Period, error) {
 	for p.HasMorePages() {
 		page, err := p.NextPage(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("scan the ACHSENT periods: %w", err)
+			return nil, fmt.Errorf("scan the ACHSENT and in-flight periods: %w", err)
 		}
 		for _, raw := range page.Items {
 			var it periodItem
