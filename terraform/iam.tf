@@ -57,6 +57,17 @@ data "aws_iam_policy_document" "service" {
     resources = [aws_dynamodb_table.billing.arn]
   }
 
+  # The reconciliation (docs/operations.md "Reconciliation") finds the
+  # periods whose outcome it must compare with Stripe (bank debits still
+  # ACHSENT, attempts in flight) with one filtered Scan of the billing
+  # table a run: no index holds periods by status. Daily, at the budget's
+  # background priority; its read capacity grows with the table.
+  statement {
+    sid       = "BillingReconcileScan"
+    actions   = ["dynamodb:Scan"]
+    resources = [aws_dynamodb_table.billing.arn]
+  }
+
   # History is append-only: PutItem only, every put conditioned on the entry
   # not existing (the code's side, checked by the test). No UpdateItem, no
   # DeleteItem, and no BatchWriteItem, which allows deletes and
