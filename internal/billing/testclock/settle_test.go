@@ -27,6 +27,12 @@ type bankSettler struct {
 	t     *testing.T
 	e     *billingtest.Env
 	delay time.Duration
+	// onClock, when set, replaces the delay: a debit settles once this
+	// clock has reached its settlement day, four weekdays after its
+	// billing date (as a Stripe test clock would settle it). A wall-clock
+	// delay races the clock: on a loaded machine the clock takes longer
+	// than the delay to get there, and the debit settles days early.
+	onClock string
 
 	mu      sync.Mutex
 	seen    map[string]time.Time // processing PaymentIntent -> when first seen
@@ -34,8 +40,35 @@ type bankSettler struct {
 }
 
 func startSettler(t *testing.T, e *billingtest.Env, delay time.Duration) *bankSettler {
+	return startSettlerOn(t, e, delay, "")
+}
+
+// startSettlerOnClock settles each debit once clock reached its settlement
+// day (bankSettler.onClock).
+func startSettlerOnClock(t *testing.T, e *billingtest.Env, clock string) *bankSettler {
+	return startSettlerOn(t, e, 0, clock)
+}
+
+// fourWeekdaysAfter is the settlement day of a debit made on d, computed
+// here on its own (weekdays only), not with the code under test ("~" for a
+// bad date, after every date: never settled).
+func fourWeekdaysAfter(d string) string {
+	t, err := time.Parse("2006-01-02", d)
+	if err != nil {
+		return "~"
+	}
+	for n := 0; n < 4; {
+		t = t.AddDate(0, 0, 1)
+		if t.Weekday() != time.Saturday && t.Weekday() != time.Sunday {
+			n++
+		}
+	}
+	return t.Format("2006-01-02")
+}
+
+func startSettlerOn(t *testing.T, e *billingtest.Env, delay time.Duration, clock string) *bankSettler {
 	t.Helper()
-	s := &bankSettler{t: t, e: e, delay: delay, seen: map[string]time.Time{}}
+	s := &bankSettler{t: t, e: e, delay: delay, onClock: clock, seen: map[string]time.Time{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -64,7 +97,12 @@ func (s *bankSettler) tick(ctx context.Context) {
 			s.seen[pi.ID] = time.Now()
 		}
 		s.mu.Unlock()
-		if !ok || time.Since(first) < s.delay {
+		if s.onClock != "" {
+			c, _, err := s.e.Clocks.GetClock(ctx, s.onClock, 1)
+			if err != nil || c.ReachedTime.UTC().Format("2006-01-02") < fourWeekdaysAfter(pi.Metadata[billing.MetaDate]) {
+				continue
+			}
+		} else if !ok || time.Since(first) < s.delay {
 			continue
 		}
 		outcome := stripetest.TestPaymentMethod(pi.PaymentMethod)
@@ -159,13 +197,13 @@ func runTotals(t *testing.T, e *billingtest.Env, clock string) (settled, unsettl
 // submitted on the clock's Jan 15 settles (Stripe: up to 4 business days)
 // while the clock is on its settlement day, Thursday Jan 21, not weeks of
 // clock time later when Stripe's webhook happens to arrive in wall time.
-// Stripe here takes longer in wall time than the clock needs for the days
-// between, so without waiting the clock would race ahead of it.
+// Stripe here settles only once the clock reached that day, so without
+// waiting the clock would race ahead of it.
 func TestBankDebitOnAClockSettlesInTheClocksTime(t *testing.T) {
 	t.Parallel()
 	e := billingtest.NewEnv(t, billingtest.Options{Clocks: testclock.Config{SettleWait: 30 * time.Second}})
 	clock, sub := bankDebitOnClock(t, e, "acc-ach-clock", 15)
-	startSettler(t, e, 3*time.Second)
+	startSettlerOnClock(t, e, clock.ID)
 
 	c := advance(t, e, clock.ID, "2027-04-01T00:00:00Z")
 	require.Equal(t, billing.ClockReady, c.Status, c.Error)
