@@ -1,5 +1,6 @@
 -- +goose Up
--- Thin intake on one durable Postgres commit (issue 25): the answer waits
+-- Thin intake on one durable Postgres commit, so the answer pays for one
+-- write, not two: the answer waits
 -- for the queue row only; the events table's record is written behind it
 -- (recorded), read through from this table until then. thin_done remembers
 -- the hydrated ones for a while, so a redelivery is answered duplicate with

@@ -15,7 +15,8 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/recordq"
 )
 
-// Issue 26 finding 5: the backlog is bounded in bytes as well as records,
+// The backlog is bounded in bytes as well as records, so big payloads
+// cannot exhaust memory while the table is down; it
 // holds no payload (the writers read it from Postgres), sweeps by pages of
 // bounded bytes, and a record the table refuses for good is quarantined
 // while admission goes on.

@@ -1,5 +1,6 @@
 // Package retention deletes the rows kept for operators once they are past
-// their retention (issue 26 finding 7): outbox dead letters (a reminder
+// their retention, so that personal data and operator history are not
+// kept for ever: outbox dead letters (a reminder
 // email's carries its recipient), the console's ops_* tables, finished bulk
 // replays and incident audit rows, event records quarantined by the
 // write-behind, and its marks of earlier record versions. Delivered outbox rows and the
@@ -47,7 +48,7 @@ func Rules(deadLetters, ops, eventTTL time.Duration) []Rule {
 		{Name: "incident_audit", Table: "incident_audit", Column: "at",
 			Filter: "incident_id IN (SELECT id FROM incidents WHERE state = 'resolved')", Keep: ops},
 		// An event's mark that a failed or rejected version of its record
-		// may be in the events table (docs/architecture.md, issue 32): it
+		// may be in the events table (docs/architecture.md): it
 		// must outlive that record, which the table expires EVENT_TTL after
 		// it is written, so it is kept twice that. Dropped too early, the
 		// write-behind would skip the read and lose the earlier attempts'

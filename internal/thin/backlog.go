@@ -8,7 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Hydrations is the thin events waiting for hydration (issue 25): how
+// Hydrations is the thin events waiting for hydration: how
 // many, how many of them failed a try, the oldest's age, and the oldest
 // failing ones, read from the hydration queue (thin_hydrations).
 type Hydrations struct {
