@@ -258,3 +258,17 @@ func (s *Store) PruneDelivered(ctx context.Context, retention time.Duration, bat
 		}
 	}
 }
+
+// DeleteDeadBefore deletes up to limit dead letters that died before
+// before (never a delivered or pending message) and answers how many: the
+// retention of dead letters (package retention), since a reminder email's
+// carries its recipient. Rows another replica is deleting are skipped.
+func DeleteDeadBefore(ctx context.Context, pool *pgxpool.Pool, before time.Time, limit int) (int64, error) {
+	tag, err := pool.Exec(ctx, `DELETE FROM outbox WHERE id IN (
+		SELECT id FROM outbox WHERE dead_at < $1 AND delivered_at IS NULL
+		LIMIT $2 FOR UPDATE SKIP LOCKED)`, before, limit)
+	if err != nil {
+		return 0, fmt.Errorf("delete dead letters: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
