@@ -143,3 +143,36 @@ func (p *Problems) Counts(ctx context.Context) (map[string]int64, error) {
 	}
 	return out, rows.Err()
 }
+
+// ProblemFilter selects listed events oldest first, the order a bulk
+// replay re-drives them in. Empty fields and nil times select all.
+type ProblemFilter struct {
+	Outcome, EventType, StripeAccount string
+	Since, Until                      *time.Time // at in [Since, Until)
+	// AfterAt and AfterID are the keyset of the previous page's last row
+	// (AfterAt nil: from the first).
+	AfterAt *time.Time
+	AfterID string
+}
+
+// Oldest reads up to limit listed events f selects, oldest first (package
+// replay pages through them by f's keyset).
+func (p *Problems) Oldest(ctx context.Context, f ProblemFilter, limit int) ([]Problem, error) {
+	rows, err := p.pool.Query(ctx, `SELECT event_id, outcome, event_type, stripe_account, error, at FROM ops_event_problems
+		WHERE ($1 = '' OR outcome = $1) AND ($2 = '' OR event_type = $2) AND ($3 = '' OR stripe_account = $3)
+		  AND ($4::timestamptz IS NULL OR at >= $4) AND ($5::timestamptz IS NULL OR at < $5)
+		  AND ($6::timestamptz IS NULL OR (at, event_id) > ($6, $7))
+		ORDER BY at, event_id LIMIT $8`, f.Outcome, f.EventType, f.StripeAccount, f.Since, f.Until, f.AfterAt, f.AfterID, limit)
+	if err != nil {
+		return nil, fmt.Errorf("read problems oldest first: %w", err)
+	}
+	list, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Problem, error) {
+		var x Problem
+		err := row.Scan(&x.EventID, &x.Outcome, &x.EventType, &x.StripeAccount, &x.Error, &x.At)
+		return x, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read problems oldest first: %w", err)
+	}
+	return list, nil
+}

@@ -272,3 +272,37 @@ func DeleteDeadBefore(ctx context.Context, pool *pgxpool.Pool, before time.Time,
 	}
 	return tag.RowsAffected(), nil
 }
+
+// DeadFilter selects dead letters oldest first, the order a bulk replay
+// re-drives them in. Empty fields and nil times select all.
+type DeadFilter struct {
+	TopicType    string     // "topic/type"
+	Since, Until *time.Time // dead_at in [Since, Until)
+	// AfterAt and AfterID are the keyset of the previous page's last row
+	// (AfterAt nil: from the first).
+	AfterAt *time.Time
+	AfterID uuid.UUID
+}
+
+// OldestDead returns up to limit dead letters f selects, oldest dead
+// first (package replay pages through them by f's keyset).
+func (s *Store) OldestDead(ctx context.Context, f DeadFilter, limit int) ([]DeadLetter, error) {
+	rows, err := s.pool.Query(ctx, `SELECT id, topic, type, dedupe_key, attempts, redrives, created_at, dead_at, coalesce(last_error, '')
+		FROM outbox
+		WHERE dead_at IS NOT NULL AND delivered_at IS NULL AND ($1 = '' OR topic || '/' || type = $1)
+		  AND ($2::timestamptz IS NULL OR dead_at >= $2) AND ($3::timestamptz IS NULL OR dead_at < $3)
+		  AND ($4::timestamptz IS NULL OR (dead_at, id) > ($4, $5::uuid))
+		ORDER BY dead_at, id LIMIT $6`, f.TopicType, f.Since, f.Until, f.AfterAt, f.AfterID, limit)
+	if err != nil {
+		return nil, fmt.Errorf("read dead letters oldest first: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (DeadLetter, error) {
+		var d DeadLetter
+		err := row.Scan(&d.ID, &d.Topic, &d.Type, &d.DedupeKey, &d.Attempts, &d.Redrives, &d.CreatedAt, &d.DeadAt, &d.LastError)
+		return d, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read dead letters oldest first: %w", err)
+	}
+	return out, nil
+}
