@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/stripe-payments/stripe-payments/internal/apperr"
+	"github.com/stripe-payments/stripe-payments/internal/failcause"
 )
 
 // Store is the operator's view of the outbox: dead letters, their re-drive,
@@ -303,6 +304,26 @@ func (s *Store) OldestDead(ctx context.Context, f DeadFilter, limit int) ([]Dead
 	})
 	if err != nil {
 		return nil, fmt.Errorf("read dead letters oldest first: %w", err)
+	}
+	return out, nil
+}
+
+// DeadGroups are the dead letters grouped by topic/type (Type) and last
+// error (Message): the incidents' view of the outbox.
+func (s *Store) DeadGroups(ctx context.Context, samples int) ([]failcause.Group, error) {
+	rows, err := s.pool.Query(ctx, `SELECT topic || '/' || type, '', coalesce(last_error, ''), count(*), min(dead_at), max(dead_at),
+			(array_agg(id::text ORDER BY dead_at DESC, id))[1:$1]
+		FROM outbox WHERE dead_at IS NOT NULL AND delivered_at IS NULL GROUP BY topic, type, 3`, samples)
+	if err != nil {
+		return nil, fmt.Errorf("read dead letter groups: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (failcause.Group, error) {
+		var g failcause.Group
+		err := r.Scan(&g.Type, &g.Account, &g.Message, &g.Count, &g.First, &g.Last, &g.Samples)
+		return g, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read dead letter groups: %w", err)
 	}
 	return out, nil
 }

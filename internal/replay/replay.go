@@ -21,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/stripe-payments/stripe-payments/internal/apperr"
+	"github.com/stripe-payments/stripe-payments/internal/failcause"
 	"github.com/stripe-payments/stripe-payments/internal/incidents"
 	"github.com/stripe-payments/stripe-payments/internal/ledger"
 	"github.com/stripe-payments/stripe-payments/internal/opsdata"
@@ -192,7 +193,7 @@ func (s *Store) match(ctx context.Context, f Filter, each func(Item) error) erro
 				StripeAccount: p.StripeAccount, Status: p.Outcome, Error: p.Error, At: p.At}
 		}
 		for _, it := range page {
-			if cause != "" && incidents.EventCause(it.Status, it.Error) != cause {
+			if cause != "" && failcause.OfEvent(it.Status, it.Error) != cause {
 				continue
 			}
 			if err := each(it); err != nil {
@@ -417,7 +418,7 @@ func (s *Store) matchDead(ctx context.Context, typ, cause string, f Filter, each
 				EventType: d.Topic + "/" + d.Type, Error: d.LastError, At: d.DeadAt}
 		}
 		for _, it := range page {
-			if cause != "" && incidents.Classify(it.Error) != cause {
+			if cause != "" && failcause.Classify(it.Error) != cause {
 				continue
 			}
 			if err := each(it); err != nil {
