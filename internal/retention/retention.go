@@ -1,10 +1,11 @@
 // Package retention deletes the rows kept for operators once they are past
 // their retention, so that personal data and operator history are not
-// kept for ever: outbox dead letters (a reminder
-// email's carries its recipient), the console's ops_* tables, finished bulk
-// replays and incident audit rows, event records quarantined by the
-// write-behind, and its marks of earlier record versions. Delivered outbox rows and the
-// ledger have their own pruners (outbox.PruneDelivered,
+// kept for ever: outbox dead letters (a reminder email's carries its
+// recipient), the console's ops_* tables, finished bulk replays and
+// incident audit rows, event records quarantined by the write-behind, and
+// its marks of earlier record versions. It owns the schedule and the
+// batching; each table's owner package does the delete. Delivered outbox
+// rows and the ledger have their own pruners (outbox.PruneDelivered,
 // ledger.Prune). docs/retention.md lists the defaults.
 package retention
 
