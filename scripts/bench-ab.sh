@@ -8,7 +8,7 @@
 # DynamoDB Local (the process listening on DYNAMODB_ENDPOINT's port), of
 # the service and of the whole machine, then each build's medians per
 # event. For A/B measurements on a machine others use: the ratios of
-# medians are what holds (BENCHMARKS.md, issue 32).
+# medians are what holds (BENCHMARKS.md).
 #
 #   git archive main | tar -x -C /tmp/main && (cd /tmp/main && go build -o /tmp/a ./cmd/stripe-payments)
 #   go build -o /tmp/b ./cmd/stripe-payments && BENCH_ROUNDS=3 scripts/bench-ab.sh /tmp/a /tmp/b

@@ -341,7 +341,7 @@ start_dynamodb() {
 	# does not kill it before the service has shut down. fd 9 (our lock) is
 	# closed so the long-lived child does not hold it. The serial collector:
 	# a 256 MB heap needs no GC threads of its own, and G1's cost about 10 %
-	# more of DynamoDB Local's CPU per item written (BENCHMARKS.md, issue 32).
+	# more of DynamoDB Local's CPU per item written (BENCHMARKS.md).
 	(
 		cd "$DEV"
 		# shellcheck disable=SC2016 # $$, $0 and $@ belong to the inner bash

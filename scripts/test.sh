@@ -188,8 +188,8 @@ fi
 
 status=0
 if [ "$mode" = test ]; then
-	# The billing oracle at the size of issue 12 ("a few hundred
-	# sequences"): without -race, in the background beside the -race run
+	# The billing oracle at full size (a few hundred sequences, the
+	# size its schedule bugs were found at): without -race, in the background beside the -race run
 	# (which skips it), since it waits on DynamoDB Local far more than it
 	# computes. 24 universes, not more: TestSimulation under -race shares
 	# the same 2 cores and DynamoDB Local.

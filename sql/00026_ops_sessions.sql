@@ -1,5 +1,5 @@
 -- +goose Up
--- Operator console sessions (issue 26), kept on the server so that every
+-- Operator console sessions, kept on the server so that every
 -- replica sees a logout at once and an idle session ends. The cookie holds
 -- a random id; only its SHA-256 is stored, so reading this table gives no
 -- usable cookie. token_tag ties a session to the INTERNAL_API_TOKEN it was

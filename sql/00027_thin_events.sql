@@ -1,5 +1,5 @@
 -- +goose Up
--- Thin events (docs/design.md §4, issue 25). A thin notification is recorded in the
+-- Thin events (docs/design.md §4). A thin notification is recorded in the
 -- events table (status received, payload_kind thin) and queued here in the
 -- same delivery, before the 200: the hydrator claims due rows with a lease,
 -- hydrates them through Stripe's API and the one handler, and deletes the row

@@ -1,5 +1,5 @@
 -- +goose Up
--- Incidents (docs/design.md §4, issue 30): failures are grouped by kind, normalised
+-- Incidents (docs/design.md §4): failures are grouped by kind, normalised
 -- cause, event type and stripe_account from the rows that already say what
 -- is broken (ops_event_problems, thin_hydrations, outbox dead letters,
 -- ops_billing_runs). Only an incident's state is stored: a group without a

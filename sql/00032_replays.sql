@@ -1,5 +1,5 @@
 -- +goose Up
--- Bulk replays (docs/design.md §4, issue 30). A replay's items are the events its
+-- Bulk replays (docs/design.md §4). A replay's items are the events its
 -- filter matched when it was asked for, in order; the runner re-drives them
 -- through the one replay path and records each outcome with the counters in
 -- one transaction, so a restart resumes at the first item without one. An

@@ -1,5 +1,5 @@
 -- +goose Up
--- A bulk replay can be cancelled (issue 30): the runner stops before its
+-- A bulk replay can be cancelled: the runner stops before its
 -- next item; what it re-drove stays as recorded. The replays row stays the
 -- audit row: who cancelled it and when (finished_at).
 ALTER TABLE replays DROP CONSTRAINT replays_status_check;

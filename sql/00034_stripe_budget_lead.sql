@@ -1,5 +1,5 @@
 -- +goose Up
--- stripe_budget_lease with a lead (issue 29, measured): a slot the store
+-- stripe_budget_lease with a lead (measured, docs/design.md §9): a slot the store
 -- grants at its "now" reaches the replica half a round trip later, already
 -- late. When a lease's round trip is longer than a request's worth (a
 -- loaded Postgres or replica), every slot granted into an idle schedule

@@ -1,6 +1,7 @@
 -- +goose Up
--- Thin intake on one durable Postgres commit (issue 25): the answer waits
--- for the queue row only; the events table's record is written behind it
+-- Thin intake on one durable Postgres commit, so the answer waits for one
+-- write, not two: it waits for the queue row only; the events table's
+-- record is written behind it
 -- (recorded), read through from this table until then. thin_done remembers
 -- the hydrated ones for a while, so a redelivery is answered duplicate with
 -- no second hydration.

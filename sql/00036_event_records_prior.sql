@@ -1,7 +1,7 @@
 -- +goose Up
 -- The write-behind reads an event's record from the events table before it
 -- writes it (to keep an earlier failed attempt's bookkeeping) only when an
--- earlier version can be there (issue 32):
+-- earlier version can be there, since every read costs DynamoDB capacity:
 --
 -- fresh: the row was inserted by the transaction that claimed the event in
 -- the ledger. Rows inserted otherwise (older binaries, tools) are read.

@@ -1,5 +1,5 @@
 -- +goose Up
--- Batch collections (docs/design.md §4, §8 "Batch collection", issue 27). A batch's
+-- Batch collections (docs/design.md §4, §8 "Batch collection"). A batch's
 -- items are the subscriptions its selection matched when it was asked for,
 -- each with the ERROR period it is to charge. The runner records, before any
 -- Stripe request, the attempt it is about to make (billing_date and

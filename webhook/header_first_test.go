@@ -40,8 +40,8 @@ func (refuseAll) Ingest(context.Context, []byte, stripeevent.Source) (ingest.Res
 
 // TestUnsignedRequestIsRefusedBeforeTheBodyIsRead: a request without a
 // Stripe-Signature header (absent or blank) is answered 400
-// missing_signature without reading a byte of its body (issue 26 finding
-// 10: it used to read up to 1 MiB first).
+// missing_signature without reading a byte of its body: an unsigned sender
+// must not make the server read up to 1 MiB for nothing.
 func TestUnsignedRequestIsRefusedBeforeTheBodyIsRead(t *testing.T) {
 	for _, header := range []string{"", "   "} {
 		e := httpserver.New(slog.New(slog.DiscardHandler), metrics.New(), nil).Echo

@@ -99,7 +99,8 @@ func perEvent(s summary, without ...string) time.Duration {
 	return time.Duration(float64(max(busy, 0)) / s.events)
 }
 
-// machinePerEventTable is issue 32's "machine CPU per acknowledged event":
+// machinePerEventTable is the "machine CPU per acknowledged event" the
+// throughput goal is judged by (BENCHMARKS.md):
 // the machine's busy time (/proc/stat) from the phase's start until every
 // record was written, the load generator's (and the events-table stub's)
 // taken out, per event acknowledged: every process a service needs,
@@ -126,8 +127,8 @@ func (r compareReport) machinePerEventTable(w io.Writer) {
 	}
 }
 
-// goalRatio is issue 32's goal at the highest concurrency: this service at
-// 1.2× the peer, counting the drain.
+// goalRatio is the throughput goal at the highest concurrency
+// (BENCHMARKS.md): this service at 1.2× the peer, counting the drain.
 const goalRatio = 1.2
 
 // goalTable bounds, from this run's own figures, what the cores alone let

@@ -169,8 +169,8 @@ func TestCrashRecovery(t *testing.T) {
 	loadTime := time.Since(loadStart)
 
 	// Before any recovery: every event answered 200 is already applied and
-	// recorded processed (issue 26 finding 11: the poll below would mend a
-	// lost acknowledged event, so it must not run first).
+	// recorded processed (the poll below would mend a lost acknowledged
+	// event and hide the loss, so it must not run first).
 	pool := connect(t, dbURL)
 	acked := run.checkAcknowledged(pool, table)
 

@@ -14,7 +14,7 @@ import (
 )
 
 // The real binary keeps the operator's door off the public listener (docs/design.md
-// §3 "Two listeners", issue 26): serve on two random loopback ports, the
+// §3 "Two listeners"): serve on two random loopback ports, the
 // public one answers only the webhook and /healthz, and 404 to the console,
 // the internal API, the purchase API, /metrics and /readyz; the admin one
 // serves those and not the webhook.

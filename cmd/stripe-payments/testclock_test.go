@@ -127,7 +127,7 @@ func (c clockE2E) onDates(sub, status string) []string {
 }
 
 // TestTestClockEndToEnd drives the real binary through its HTTP API as a
-// QA engineer would (issue 14): a clock at 2027-01-01, a day-31 card, a
+// QA engineer would: a clock at 2027-01-01, a day-31 card, a
 // day-15 declined card and a day-10 bank debit settled later by a signed
 // webhook (on the clock's settlement day: the advance waits for it),
 // advanced month by month to 2028-03-01; a second clock advanced at the

@@ -25,7 +25,7 @@ const (
 // and answers 200; Stripe's Events API v2 fails, so hydration has not
 // happened when the process is killed with SIGKILL. After a restart (Stripe
 // back) the notification is hydrated and its purchase fulfilled: nothing a
-// 200 acknowledged is lost (issue 25).
+// 200 acknowledged is lost, since Stripe does not send it again.
 func TestThinNotificationSurvivesSIGKILL(t *testing.T) {
 	t.Parallel()
 	bin := binary(t)

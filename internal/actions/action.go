@@ -54,7 +54,8 @@ type BillingDetails struct {
 	// Email is the subscriber's address, for the reminder email written
 	// beside the action (package notify). It is never in the action's
 	// JSON: action payloads, their dead letters and ACTIONS_URL carry no
-	// email (issue 26 finding 7); a consumer reads it from the internal API.
+	// email, so personal data stays where it can be erased; a consumer
+	// reads it from the internal API.
 	Email         string `json:"-"`
 	BillingDate   string `json:"billing_date"`
 	Amount        int64  `json:"amount"`

@@ -32,7 +32,7 @@ func (c client) send(method, path, contentType, body string) (int, map[string]an
 	return resp.StatusCode, out
 }
 
-// Issue 24, strict input on the billing API (docs/design.md §4): currency one of
+// Strict input on the billing API (docs/design.md §4): currency one of
 // Stripe's supported currencies as its API writes them (lowercase ISO
 // 4217), term exactly MONTHLY or YEARLY when given (absent: MONTHLY, as
 // before), field names exact (Go's decoder

@@ -335,7 +335,7 @@ func TestPatchTerm(t *testing.T) {
 	require.NoError(t, err)
 	e.Clock.SetDate(dates.MustParse("2024-02-05"))
 
-	// Exactly YEARLY: "yearly" is a 400 since issue 24 (TestBillingAPIInputIsStrict).
+	// Exactly YEARLY: "yearly" is a 400 (TestBillingAPIInputIsStrict).
 	status, got := c.do(http.MethodPatch, path, map[string]any{"term": "yearly"})
 	require.Equal(t, http.StatusBadRequest, status, got)
 	status, got = c.do(http.MethodPatch, path, map[string]any{"term": "YEARLY"})
@@ -394,7 +394,7 @@ func TestCreateWithoutStripeAccountChargesOnThePlatform(t *testing.T) {
 	assert.Len(t, list["data"].([]any), 1, "the platform charge has its receipt")
 }
 
-// TestErasePersonalDataRoute (issue 26 finding 7): DELETE .../personal-data
+// TestErasePersonalDataRoute: DELETE .../personal-data
 // answers what it erased; the subscription then has no email; a missing
 // subscription is 404.
 func TestErasePersonalDataRoute(t *testing.T) {

@@ -17,7 +17,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/metrics"
 )
 
-// TestTestClockLimitsAnswer409And400 (issue 26 finding 9): one clock past
+// TestTestClockLimitsAnswer409And400: one clock past
 // TEST_CLOCKS_MAX is a 409 conflict naming the limit; an advance past the
 // year-2100 ceiling is a 400 changing nothing.
 func TestTestClockLimitsAnswer409And400(t *testing.T) {

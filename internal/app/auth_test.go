@@ -29,7 +29,8 @@ func apiFrom(t *testing.T, base, path, bearer, xff string) (int, http.Header) {
 	return resp.StatusCode, resp.Header
 }
 
-// Wrong bearer tokens are limited per client address (issue 26): after
+// Wrong bearer tokens are limited per client address, so a token cannot be
+// guessed at speed: after
 // authlimit.PerAddressBurst failures an address is answered 429 whatever
 // token it sends, while another address still gets in with the right
 // token and is told 401, not 429, for a wrong one. Refusals are logged

@@ -19,7 +19,7 @@ import (
 )
 
 // docs/design.md §8 "One successful charge per period, also when the customer pays
-// an old PaymentIntent" (issue 24), end to end: the real program on
+// an old PaymentIntent", end to end: the real program on
 // DynamoDB Local and Postgres, a subscription on a test clock advanced
 // through the API, the fake Stripe at the HTTP level, the customer
 // confirming an old PaymentIntent over HTTP as Stripe.js would, and the

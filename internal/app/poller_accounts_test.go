@@ -16,7 +16,7 @@ import (
 // The poller lists events for every Stripe account the billing table
 // charges on, even one that no event, ledger row or purchase ever named: a
 // billing account whose webhooks were all missed still has its settlements
-// and refunds replayed (issue 12).
+// and refunds replayed.
 func TestPollerListsTheAccountsBillingChargesOn(t *testing.T) {
 	a := startApp(t, nil, nil)
 

@@ -10,7 +10,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/replay"
 )
 
-// Bulk replays (docs/design.md §4, issue 30): the store the API starts them in and
+// Bulk replays (docs/design.md §4): the store the API starts them in and
 // the runner serve carries them out with, through the one replay path
 // (replay.One), its Stripe requests at the shared budget's bulk class.
 type Replays struct {

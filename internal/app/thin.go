@@ -12,7 +12,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/poller"
 )
 
-// ThinEvents is the thin-event side of the program (issue 25).
+// ThinEvents is the thin-event side of the program.
 type ThinEvents struct {
 	Queue    *thin.Queue
 	Registry *thin.Registry

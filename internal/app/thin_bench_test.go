@@ -15,7 +15,7 @@ import (
 
 // BenchmarkThinVsSnapshotIntake measures notifications accepted per second
 // (answered 200) by the real server, thin against snapshot, at concurrency
-// 1 and 32, in the same run (BENCHMARKS.md, issue 25). A snapshot event is
+// 1 and 32, in the same run (BENCHMARKS.md). A snapshot event is
 // answered once recorded and processed; a thin one once recorded and
 // queued, its hydration (two Stripe calls to the fake, then the same
 // processing) running behind the answer on the same machine.

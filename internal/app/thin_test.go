@@ -20,7 +20,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/poller"
 )
 
-// Thin events end to end (issue 25): the real program on DynamoDB Local and
+// Thin events end to end: the real program on DynamoDB Local and
 // Postgres, Stripe faked at the HTTP level with its Events API v1 and v2.
 
 // startThinApp runs the program against fake and sink; env overrides.

@@ -15,8 +15,9 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/stripetest"
 )
 
-// Bad selections of a batch (docs/design.md §4, issue 27 "a batch with no selection
-// and no time range"): refused as invalid input before anything is read.
+// Bad selections of a batch (docs/design.md §4; a batch with no selection
+// and no time range would charge every account): refused as invalid input
+// before anything is read.
 func TestBatchSelectionValidate(t *testing.T) {
 	d := dates.MustParse
 	many := make([]string, billing.MaxBatchAccounts+1)

@@ -23,7 +23,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/testenv"
 )
 
-// BenchmarkCollectSharedBudget is issue 29's benchmark (docs/design.md §9): N
+// BenchmarkCollectSharedBudget measures the shared Stripe budget (docs/design.md §9): N
 // replicas, each a billing service with its own Stripe budget client on
 // its own Postgres pool, all on one stack (the same DynamoDB tables, the
 // same stripe_budget row), collect BILLING_BENCH_SUBS (default 3000)
@@ -41,7 +41,7 @@ func BenchmarkCollectSharedBudget(b *testing.B) {
 		name     string
 		replicas int
 		others   bool
-		separate bool // a budget per replica: the per-process limiter before issue 29
+		separate bool // a budget per replica: the per-process limiter before the shared budget
 	}{
 		{"replicas=1", 1, false, false},
 		{"replicas=3", 3, false, false},

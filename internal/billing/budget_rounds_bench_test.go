@@ -24,7 +24,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/testenv"
 )
 
-// BenchmarkCollectBudgetRounds answers issue 29's open questions in one
+// BenchmarkCollectBudgetRounds compares the Stripe budget's variants in one
 // run, so that the machine's load (a 2-core box shared by many) is the same
 // for what is compared: it runs BUDGET_BENCH_ROUNDS (default 2) rounds of
 // the variants in BUDGET_BENCH_VARIANTS (default all, below), each round in
@@ -38,7 +38,8 @@ import (
 //
 //   - none: one replica, no limiter at all and no limit at the fake: what
 //     this machine's billing core collects per second (its ceiling).
-//   - bucket: one replica, the per-process token bucket of before issue 29.
+//   - bucket: one replica, the per-process token bucket of before the
+//     shared budget.
 //   - shared: one replica on the shared budget.
 //   - shared3: three replicas on the shared budget.
 //   - shared3+burst: three replicas while a thin-hydration burst (16
@@ -188,7 +189,7 @@ func collectVariant(b *testing.B, v string, n int, limit float64) variantResult 
 
 // newLimitedReplica is a replica without the shared budget: its charger's
 // own token bucket of rate requests per second (+Inf: none), as the
-// billing core was wired before issue 29, on the same HTTP client settings
+// billing core was wired before the shared budget, on the same HTTP client settings
 // as newBudgetReplica so that only the limiter differs.
 func newLimitedReplica(tb testing.TB, e *billingtest.Env, cfg billing.Config, rate float64, log *slog.Logger) budgetReplica {
 	tb.Helper()

@@ -12,8 +12,8 @@ import (
 	"github.com/stretchr/testify/assert"
 )
 
-// A run that was not OK says why in words (issue 30: a test clock's error
-// gave counters, not the cause): a charge with no answer because Stripe
+// A run that was not OK says why in words (counters alone do not tell an
+// operator what to fix): a charge with no answer because Stripe
 // could not be reached is "Stripe unreachable: …", an answer that was an
 // error keeps what it was; the same failure seen twice (by the attempt,
 // then by its entry) is one cause; at most MaxCauses are kept.

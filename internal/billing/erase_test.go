@@ -58,7 +58,7 @@ func dump(v any) string {
 	}
 }
 
-// TestErasePersonalData (issue 26 finding 7): the erasure leaves the
+// TestErasePersonalData: the erasure leaves the
 // subscriber's address nowhere in the billing and history tables (the
 // subscription, every period, a history entry that quoted it, the
 // indexes' copies), changes no other history entry, appends one entry

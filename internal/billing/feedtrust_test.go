@@ -15,7 +15,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/testenv"
 )
 
-// Issue 12, the feed-trust hole: any connected account can create a
+// The feed-trust hole: any connected account can create a
 // PaymentIntent carrying another period's billing_* metadata. Such an event
 // moves no period, writes no receipt, leaves the subscription as it was, and
 // is logged (WARN, ids only) and counted.

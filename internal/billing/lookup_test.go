@@ -11,7 +11,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/billing/billingtest"
 )
 
-// TestFindSubscriptions (issue 30): an operator finds a subscription by its
+// TestFindSubscriptions: an operator finds a subscription by its
 // id, its Stripe customer or its email (whatever the case) without knowing
 // its account; an erased email finds nothing any more; and the periods of
 // an account with an attempt in flight are listed, the others are not.

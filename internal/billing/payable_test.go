@@ -242,7 +242,7 @@ func TestSecondSuccessIsRefundedOnceAcrossRedeliveriesAndReplicas(t *testing.T) 
 	assert.Equal(t, refunds[0].ID, ref.RefundID)
 }
 
-// Issue 26, point 8: the feed's trust checks come before the account lock,
+// The feed's trust checks come before the account lock,
 // which merchant-writable metadata names. A forged event about an account
 // whose lock is held is refused at once; before, it waited for (and here
 // failed on) the lock, and could hold up that account's billing.

@@ -2,7 +2,7 @@ package billing
 
 import "github.com/stripe-payments/stripe-payments/internal/apperr"
 
-// Plan change (docs/design.md §8 "Plan change"; issue 27): PATCH with a new `sku`
+// Plan change (docs/design.md §8 "Plan change"): PATCH with a new `sku`
 // and its `amount`. It is an amount change that also renames what is sold:
 //
 //   - every period not yet charged (SCHEDULED, PAUSED, ERROR awaiting a

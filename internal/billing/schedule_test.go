@@ -18,7 +18,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
 )
 
-// Regression tests of issue 12 (bugs 1, 2, 4, 5, 6, 7), one per scenario,
+// Regression tests of the billing schedule, one per scenario,
 // written from docs/design.md §8 "Billing schedule semantics": each runs the daily
 // reminder and collection jobs over the scenario's dates against DynamoDB
 // Local and the httptest Stripe, and checks what was charged, when, and

@@ -56,7 +56,7 @@ type Config struct {
 	Livemode bool
 }
 
-// DefaultConfig is the configuration of docs/design.md §8 and issue 6. What a
+// DefaultConfig is the configuration of docs/design.md §8. What a
 // BILLING_* variable sets defaults to package config's value, the one
 // source; the rest is billing's own.
 func DefaultConfig() Config {

@@ -74,8 +74,8 @@ func receiptsOf(t *testing.T, e *billingtest.Env, account string) []billing.Rece
 	return page.Items
 }
 
-// Issue 12, scenario 3: "A charge whose outcome is unknown is stuck for
-// good." Stripe answers 500 on the first run; the following daily runs
+// A charge whose outcome is unknown must not be stuck for good.
+// Stripe answers 500 on the first run; the following daily runs
 // resolve it by asking Stripe for the PaymentIntent, never park it, and
 // every run that leaves it unresolved is not OK and says so in a metric.
 func TestScenario3UnknownOutcomeIsResolvedNotStuck(t *testing.T) {

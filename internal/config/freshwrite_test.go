@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// INGEST_RECORD_FRESH_WRITE (issue 32): unset or auto, one conditional
+// INGEST_RECORD_FRESH_WRITE: unset or auto, one conditional
 // PutItem each on AWS (a transactional write costs twice the write
 // capacity there) and transactions against an endpoint of its own
 // (DynamoDB Local, where CPU per record is the cost); either on request

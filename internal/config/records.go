@@ -38,7 +38,7 @@ type IngestRecords struct {
 	// capacity on AWS) or "item" (one conditional PutItem each: plain write
 	// capacity). Unset ("auto") picks by what pays: item on AWS, where write
 	// capacity is the bill, transaction with DYNAMODB_ENDPOINT set, where
-	// DynamoDB Local's CPU is. BENCHMARKS.md, issue 32.
+	// DynamoDB Local's CPU is (BENCHMARKS.md).
 	FreshWrite string
 }
 

@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// The settings of issue 26's hardening (docs/retention.md): defaults and
+// The retention and hardening settings (docs/retention.md): defaults and
 // bounds.
 func TestHardeningDefaults(t *testing.T) {
 	c, err := load(dev(nil))

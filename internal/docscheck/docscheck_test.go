@@ -2,7 +2,7 @@
 // newcomer walks through honest. The README stays short and its map of
 // docs/ names exactly the pages there; every relative link in the README and
 // docs/ reaches a file; every Prometheus alert has a runbook page that names
-// it (issue 31).
+// it, so a reader following any of them lands somewhere true.
 package docscheck
 
 import (
@@ -149,7 +149,8 @@ func section(text, heading string) (string, bool) {
 	return b.String(), in
 }
 
-// README holds what the front door needs and no more (issue 31: ≤ 250 lines).
+// README holds what the front door needs and no more (≤ 250 lines), so a
+// newcomer reads it whole.
 func TestREADMEIsShort(t *testing.T) {
 	readme, err := os.ReadFile(filepath.Join(repoRoot(t), "README.md"))
 	require.NoError(t, err)

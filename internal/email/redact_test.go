@@ -9,8 +9,8 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/email"
 )
 
-// Errors that become dead letters' last_error and log lines carry no email
-// (issue 26 finding 7).
+// Errors that become dead letters' last_error and log lines carry no email,
+// since those are kept and read where personal data must not spread.
 func TestErrorsCarryNoAddress(t *testing.T) {
 	tests := []struct{ in, want string }{
 		{"Email address is not verified. The following identities failed the check in region US-EAST-1: payer@example.com",

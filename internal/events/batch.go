@@ -126,7 +126,7 @@ func (s *Store) batchWrite(ctx context.Context, recs []Record) error {
 			// Encoding a batch (gzip above all) is about a millisecond of
 			// CPU, and Go preempts a goroutine only after 10 ms: on a small
 			// machine the answer path's goroutines queued behind it. Yielding per record
-			// took c=1 from ≈ 800 to ≈ 925/s (BENCHMARKS.md, issue 16).
+			// took c=1 from ≈ 800 to ≈ 925/s (BENCHMARKS.md).
 			runtime.Gosched()
 		}
 		request := map[string][]types.WriteRequest{s.table: writes}
@@ -255,12 +255,12 @@ func condition(r Record, fresh expression.Expression) (expression.Expression, er
 // belief can be wrong: a failure recorded while Postgres was down or by an
 // older replica goes unmarked, and one can race the writer between its
 // load and this put. The condition makes that harmless: putIfAbsent
-// answers the ids it did not write (issue 32). Records with IfUnchanged
+// answers the ids it did not write. Records with IfUnchanged
 // are written the same way, each on its own condition (condition).
 //
 // TransactWriteItems because BatchWriteItem takes no conditions; 100 a
 // transaction cost DynamoDB Local less CPU per record than BatchWriteItem
-// of 25 and conditional PutItems far more (BENCHMARKS.md, issue 32).
+// of 25 and conditional PutItems far more (BENCHMARKS.md).
 func (s *Store) putIfAbsent(ctx context.Context, recs []Record, perTx int) (refused []string, err error) {
 	if len(recs) == 0 {
 		return nil, nil

@@ -22,7 +22,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/stripetest"
 )
 
-// How a cancelled transaction of first records is answered (issue 32),
+// How a cancelled transaction of first records is answered,
 // against DynamoDB's wire answers at HTTP level: a conflict with another
 // write (a failure being recorded) or throttling is tried again; an item
 // the table refuses for good comes back as the API error a plain write
@@ -47,8 +47,8 @@ func TestACancelledTransactionOfFirstRecords(t *testing.T) {
 		{name: "one item refused for good", answers: []string{cancelled("None", "ValidationError")}, calls: 1, code: "ValidationException"},
 		{name: "item collection too large", answers: []string{cancelled("ItemCollectionSizeLimitExceeded", "None")}, calls: 1, code: "ItemCollectionSizeLimitExceededException"},
 		// A cancellation that names no cause is tried again after a
-		// backoff, never in a tight loop (a review found 1,380 calls in
-		// 500 ms), and is an error after nine tries.
+		// backoff, never in a tight loop (without one it made 1,380
+		// calls in 500 ms), and is an error after nine tries.
 		{name: "cancelled for no reason named, then written", answers: []string{cancelled("None", "None")}, calls: 2},
 		{name: "cancelled for no reason named, every time", answers: slices.Repeat([]string{cancelled("None", "")}, 50), calls: 9, code: "TransactionCanceledException"},
 		{name: "conflicting every time", answers: slices.Repeat([]string{cancelled("TransactionConflict", "None")}, 50), calls: 9, code: "TransactionCanceledException"},

@@ -24,7 +24,7 @@ var writeModes = []struct {
 	{"one PutItem each", (*events.Store).WithItemPuts},
 }
 
-// PutProcessed with IfAbsent (issue 32): more records than one transaction
+// PutProcessed with IfAbsent: more records than one transaction
 // holds, some of whose events the table already holds. Every record whose
 // event has no record, or only an expired one, is written; the others are
 // left exactly as they were and named in a *NotWrittenError, so the

@@ -15,7 +15,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/stripetest"
 )
 
-// PutProcessed with IfUnchanged (issue 32 follow-up): the write-behind
+// PutProcessed with IfUnchanged: the write-behind
 // supersedes a record it read on condition that the table still holds it
 // as read. Any write since (a failure recorded: one more attempt; a
 // processed or rejected record) refuses the put, names it in a

@@ -33,7 +33,7 @@ func (m *tableMarker) Mark(ctx context.Context, ids []string) error {
 	return m.fail
 }
 
-// issue 32: every record written to the table outside the write-behind
+// Every record written to the table outside the write-behind
 // that a later claim could find (a failure, a rejection, a tool's Put) is
 // marked before it is written, so the write-behind reads it; a processed
 // record written by the write-behind's own path is not (its event is

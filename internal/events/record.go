@@ -66,7 +66,7 @@ type Record struct {
 	// IfUnchanged is not stored: it asks PutProcessed to write the record
 	// only where the table still holds this earlier record of its event,
 	// as read (its status, attempts and last_error): a failure recorded
-	// since the read must be superseded, not overwritten (issue 32).
+	// since the read must be superseded, not overwritten.
 	IfUnchanged *Record
 
 	// Thin events (docs/design.md §4): PayloadKind is "thin" for them ("" or

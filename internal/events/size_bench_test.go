@@ -82,7 +82,7 @@ func gzipLevel(tb testing.TB, level int, payload []byte) []byte {
 }
 
 // BenchmarkCompressLevel is this process's CPU to gzip one bench-peer
-// payload at each level, and the stored item's size (issue 32, lever 2).
+// payload at each level, and the stored item's size (BENCHMARKS.md).
 //
 //	go test ./internal/events -run '^$' -bench CompressLevel
 func BenchmarkCompressLevel(b *testing.B) {

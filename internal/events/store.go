@@ -87,7 +87,7 @@ type Store struct {
 // conditional PutItem each, in parallel, instead of TransactWriteItems of
 // up to 100. On AWS a transactional write costs twice the write capacity
 // of a plain one; on DynamoDB Local the transactions cost less CPU per
-// record (BENCHMARKS.md, issue 32). INGEST_RECORD_FRESH_WRITE chooses.
+// record (BENCHMARKS.md). INGEST_RECORD_FRESH_WRITE chooses.
 func (s *Store) WithItemPuts() *Store {
 	c := *s
 	c.itemPuts = true
@@ -106,7 +106,8 @@ type Pending interface {
 // Marker is a Pending that must be told, before a record is written to the
 // table outside it (a failure, a rejection, a tool's Put), which events it
 // is about to write: its writer then reads those records before writing a
-// processed one over them (issue 32). Mark commits before it returns.
+// processed one over them, so an earlier attempt's bookkeeping is kept.
+// Mark commits before it returns.
 type Marker interface {
 	Mark(ctx context.Context, ids []string) error
 }

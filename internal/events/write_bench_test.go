@@ -13,8 +13,8 @@ import (
 )
 
 // BenchmarkFreshWrite compares ways of writing the write-behind's fresh
-// records (issue 32): "batch" is BatchWriteItem×25, unconditional (lever 1,
-// which cannot refuse to overwrite an unmarked failure); "tx25" and "tx100"
+// records: "batch" is BatchWriteItem×25, unconditional (cheapest, but it
+// cannot refuse to overwrite an unmarked failure); "tx25" and "tx100"
 // are PutProcessed's IfAbsent writes, conditional TransactWriteItems of
 // 25 and 100 (putIfAbsent); "put" is a conditional PutItem per record
 // (WithItemPuts), 25 in flight per writer. Four writers, as the

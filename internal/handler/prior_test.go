@@ -291,7 +291,7 @@ func TestWriteBehindKeepsTheBookkeepingOfAFailureRacingASuccessOnAnotherReplica(
 	}
 }
 
-// docs/design.md §5 (bookkeeping), issue 32: replica A's transaction for an
+// docs/design.md §5 (bookkeeping): replica A's transaction for an
 // event fails before replica B claims it, and A records the failure (mark,
 // then table) only after B's writer has loaded B's pending row (not marked
 // then) and before that writer's put. B's processed record must still keep
@@ -366,7 +366,7 @@ func (r readRacedTable) BatchGet(ctx context.Context, ids []string) (map[string]
 	return found, err
 }
 
-// docs/design.md §5 (bookkeeping), issue 32 follow-up: replicas A and C
+// docs/design.md §5 (bookkeeping): replicas A and C
 // fail to process an event and B processes it. C records its failure
 // (mark, then table) after B's writer has read the table's record of the
 // event and before that writer writes its processed record over it. The

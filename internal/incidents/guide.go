@@ -45,7 +45,8 @@ type classGuide struct {
 	runbook string
 }
 
-// classGuides has an entry for every class Classify names (Classes).
+// classGuides has an entry for every class failcause.Classify names
+// (failcause.Classes).
 var classGuides = map[string]classGuide{
 	"stripe_rate_limited":          {"Stripe rate limit or API budget exhausted", "Stripe or the shared API budget throttled the calls; they succeed once the load drops.", runbookRateLimited},
 	"stripe_rate_limit_error":      {"Stripe rate limit reached", "Stripe throttled the calls; they succeed once the load drops.", runbookRateLimited},
@@ -65,18 +66,6 @@ var classGuides = map[string]classGuide{
 	"network":                      {"Network error", "Connections were refused or reset: check the network path to the dependencies.", ""},
 	"invalid_payload":              {"Payload could not be decoded", "The event or an answer to it did not decode: read a sample event's error and payload.", ""},
 	"unknown":                      {"Failed without an error message", "Read a sample event's page and the service's log at its time.", ""},
-}
-
-// Classes are the cause classes Classify names besides "other:…".
-func Classes() []string {
-	out := make([]string, 0, len(classes)+len(stripeErrorTypes)+1)
-	for _, c := range classes {
-		out = append(out, c.class)
-	}
-	for _, t := range stripeErrorTypes {
-		out = append(out, "stripe_"+t)
-	}
-	return append(out, "unknown")
 }
 
 // describeClass is a cause class (or "other:<text>") in words.

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/stripe-payments/stripe-payments/internal/failcause"
 	"github.com/stripe-payments/stripe-payments/internal/incidents"
 )
 
@@ -25,7 +26,7 @@ func repoFile(t *testing.T, path string) string {
 // human title, a line of what to do and a runbook (or docs page) that
 // exists; the title never shows the raw class.
 func TestGuideForEveryClass(t *testing.T) {
-	classes := incidents.Classes()
+	classes := failcause.Classes()
 	require.Contains(t, classes, "stripe_unreachable")
 	require.Contains(t, classes, "stripe_invalid_request_error")
 	require.Contains(t, classes, "unknown")
@@ -89,12 +90,12 @@ func TestGuideReplayableOnlyWhereAReplayCanSucceed(t *testing.T) {
 // An unclassified cause gets a generic title that quotes the normalised
 // message whole (cut only between words, as Classify cut it).
 func TestGuideUnclassifiedTitle(t *testing.T) {
-	cause := incidents.Classify(`apply event evt-bad-1: event object cannot be processed: payment intent id "i/d" is not a PaymentIntent id, and the invoice it names has no subscription, nor any line with a price`)
+	cause := failcause.Classify(`apply event evt-bad-1: event object cannot be processed: payment intent id "i/d" is not a PaymentIntent id, and the invoice it names has no subscription, nor any line with a price`)
 	g := incidents.Describe(incidents.Incident{Kind: incidents.KindEvent, Cause: "rejected." + cause})
 	assert.True(t, strings.HasPrefix(g.Title, "Rejected: payment intent id <v> is not a PaymentIntent id, and the invoice it names has no subscription"), "the reason, without the wrappers that say it was rejected: %q", g.Title)
 	assert.NotContains(t, g.Title, "other:")
 	// A cause cut by Classify keeps its mark.
-	long := incidents.Classify("apply event evt_1: event object cannot be processed: " + strings.Repeat("the invoice names a subscription whose schedule overlaps ", 4))
+	long := failcause.Classify("apply event evt_1: event object cannot be processed: " + strings.Repeat("the invoice names a subscription whose schedule overlaps ", 4))
 	g = incidents.Describe(incidents.Incident{Kind: incidents.KindEvent, Cause: "rejected." + long})
 	assert.True(t, strings.HasSuffix(g.Title, "…"), g.Title)
 	words := map[string]bool{"the": true, "invoice": true, "names": true, "a": true, "subscription": true, "whose": true, "schedule": true, "overlaps": true}

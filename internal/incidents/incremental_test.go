@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stripe-payments/stripe-payments/internal/events"
-	"github.com/stripe-payments/stripe-payments/internal/incidents"
+	"github.com/stripe-payments/stripe-payments/internal/failcause"
 	"github.com/stripe-payments/stripe-payments/internal/opsdata"
 )
 
@@ -57,7 +57,7 @@ func TestIncidentsAreKeptAsProblemsAreWritten(t *testing.T) {
 	for _, id := range ids {
 		list.Listed(ctx, rec(id), "rejected", rejection(id))
 	}
-	cause := incidents.EventCause("rejected", rejection("evt_x"))
+	cause := failcause.OfEvent("rejected", rejection("evt_x"))
 	key := cause + "|payment_intent.succeeded|acct_K0000001"
 	assert.Equal(t, map[string]int64{key: 4}, groupCounts(t, pool))
 

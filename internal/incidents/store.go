@@ -11,9 +11,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sort"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -21,7 +20,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/stripe-payments/stripe-payments/internal/apperr"
+	"github.com/stripe-payments/stripe-payments/internal/failcause"
 	"github.com/stripe-payments/stripe-payments/internal/metrics"
+	"github.com/stripe-payments/stripe-payments/internal/opsdata"
+	"github.com/stripe-payments/stripe-payments/internal/outbox"
+	"github.com/stripe-payments/stripe-payments/internal/thin"
 )
 
 // Kind says where an incident's occurrences come from.
@@ -105,6 +108,12 @@ type Store struct {
 	pool *pgxpool.Pool
 	cfg  Config
 
+	// The failing rows are read through their tables' owners.
+	problems   *opsdata.Problems
+	runs       *opsdata.Runs
+	hydrations *thin.Queue
+	dead       *outbox.Store
+
 	// classes caches Classify by message: the failures stay listed between
 	// reads, and classifying 10,000 distinct messages costs ~200 ms of CPU
 	// a read (BenchmarkList).
@@ -123,7 +132,7 @@ func (s *Store) classify(msg string) string {
 	if ok {
 		return c
 	}
-	c = Classify(msg)
+	c = failcause.Classify(msg)
 	s.classMu.Lock()
 	if s.classes == nil || len(s.classes) >= maxCachedClasses {
 		s.classes = map[string]string{}
@@ -144,7 +153,9 @@ func New(pool *pgxpool.Pool, cfg Config) *Store {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Store{pool: pool, cfg: cfg}
+	return &Store{pool: pool, cfg: cfg,
+		problems: opsdata.NewProblems(pool, slog.Default()), runs: opsdata.NewRuns(pool, nil),
+		hydrations: thin.NewQueue(pool), dead: outbox.NewStore(pool, slog.Default(), cfg.Now)}
 }
 
 // ID is the stable id of a group.
@@ -349,103 +360,63 @@ type part struct {
 // derive groups every source's rows by kind, cause, type and account.
 func (s *Store) derive(ctx context.Context) (map[string]*Incident, error) {
 	var parts []part
-	read := func(name, query string, args []any, mk func(class, typ, account string) part) error {
-		rows, err := s.pool.Query(ctx, query, args...)
-		if err != nil {
-			return fmt.Errorf("read %s: %w", name, err)
+	add := func(groups []failcause.Group, mk func(g failcause.Group) part) {
+		for _, g := range groups {
+			p := mk(g)
+			p.count, p.first, p.last, p.samples = g.Count, g.First, g.Last, g.Samples
+			parts = append(parts, p)
 		}
-		defer rows.Close()
-		for rows.Next() {
-			var (
-				msg, typ, account string
-				p                 part
-			)
-			if err := rows.Scan(&typ, &account, &msg, &p.count, &p.first, &p.last, &p.samples); err != nil {
-				return fmt.Errorf("read %s: %w", name, err)
-			}
-			q := mk(msg, typ, account)
-			q.count, q.first, q.last, q.samples = p.count, p.first, p.last, p.samples
-			parts = append(parts, q)
-		}
-		if err := rows.Err(); err != nil {
-			return fmt.Errorf("read %s: %w", name, err)
-		}
-		return nil
 	}
-	samples := strconv.Itoa(MaxSamples)
 	// Failed and rejected events: their groups are kept as the rows are
-	// written (incident_event_groups); each group's first and last
-	// occurrence and newest samples are a few entries of the group index.
+	// written; rows with no cause of this classifier get one first.
 	if err := s.classifyPending(ctx); err != nil {
 		return nil, err
 	}
-	err := read("event problems", `SELECT g.event_type, g.stripe_account, g.cause, g.n, o.first, o.last, coalesce(x.samples, '{}')
-		FROM incident_event_groups g
-		CROSS JOIN LATERAL (SELECT
-			(SELECT p.at FROM ops_event_problems p WHERE p.cause = g.cause AND p.event_type = g.event_type AND p.stripe_account = g.stripe_account
-			 ORDER BY p.at LIMIT 1) AS first,
-			(SELECT p.at FROM ops_event_problems p WHERE p.cause = g.cause AND p.event_type = g.event_type AND p.stripe_account = g.stripe_account
-			 ORDER BY p.at DESC LIMIT 1) AS last) o
-		CROSS JOIN LATERAL (SELECT array_agg(event_id) AS samples FROM (SELECT p.event_id FROM ops_event_problems p
-			WHERE p.cause = g.cause AND p.event_type = g.event_type AND p.stripe_account = g.stripe_account
-			ORDER BY p.at DESC, p.event_id LIMIT `+samples+`) s) x
-		WHERE g.n > 0 AND o.first IS NOT NULL`, nil,
-		func(cause, typ, account string) part {
-			return part{kind: KindEvent, cause: cause, eventType: typ, account: account}
-		})
+	gs, err := s.problems.Groups(ctx, MaxSamples)
 	if err != nil {
 		return nil, err
 	}
-	pendingBefore := s.cfg.Now().Add(-s.cfg.PendingAfter)
-	err = read("thin hydrations", `SELECT event_type, context, coalesce(last_error, ''), count(*), min(received_at), max(received_at),
-			(array_agg(event_id ORDER BY received_at DESC, event_id))[1:`+samples+`]
-		FROM thin_hydrations WHERE last_error IS NOT NULL OR received_at < $1 GROUP BY 1, 2, 3`, []any{pendingBefore},
-		func(msg, typ, account string) part {
-			if account == "" {
-				account = s.cfg.PlatformAccount
-			}
-			cause := "hydration.pending"
-			if msg != "" {
-				cause = "hydration." + s.classify(msg)
-			}
-			return part{kind: KindEvent, cause: cause, eventType: typ, account: account}
-		})
+	add(gs, func(g failcause.Group) part {
+		return part{kind: KindEvent, cause: g.Message, eventType: g.Type, account: g.Account}
+	})
+	gs, err = s.hydrations.FailingGroups(ctx, s.cfg.Now().Add(-s.cfg.PendingAfter), MaxSamples)
 	if err != nil {
 		return nil, err
 	}
-	err = read("outbox dead letters", `SELECT topic || '/' || type, '', coalesce(last_error, ''), count(*), min(dead_at), max(dead_at),
-			(array_agg(id::text ORDER BY dead_at DESC, id))[1:`+samples+`]
-		FROM outbox WHERE dead_at IS NOT NULL AND delivered_at IS NULL GROUP BY topic, type, 3`, nil,
-		func(msg, typ, _ string) part {
-			return part{kind: KindDelivery, cause: s.classify(msg), eventType: typ}
-		})
+	add(gs, func(g failcause.Group) part {
+		account := g.Account
+		if account == "" {
+			account = s.cfg.PlatformAccount
+		}
+		cause := "hydration.pending"
+		if g.Message != "" {
+			cause = "hydration." + s.classify(g.Message)
+		}
+		return part{kind: KindEvent, cause: cause, eventType: g.Type, account: account}
+	})
+	gs, err = s.dead.DeadGroups(ctx, MaxSamples)
 	if err != nil {
 		return nil, err
 	}
-	// A job's failed runs that no later successful run of the same date or
-	// a later one settled (an older date's run never read theirs).
-	err = read("billing runs", `SELECT r.job, '', r.error, count(*), min(r.started_at), max(r.started_at),
-			(array_agg(r.id::text ORDER BY r.started_at DESC, r.id))[1:`+samples+`]
-		FROM ops_billing_runs r
-		WHERE coalesce(r.error, '') <> ''
-		  AND NOT EXISTS (SELECT 1 FROM ops_billing_runs ok
-		                  WHERE ok.job = r.job AND coalesce(ok.error, '') = '' AND ok.started_at > r.started_at AND ok.date >= r.date)
-		GROUP BY r.job, r.error`, nil,
-		func(msg, typ, _ string) part {
-			return part{kind: KindBilling, cause: s.classify(msg), eventType: typ}
-		})
+	add(gs, func(g failcause.Group) part {
+		return part{kind: KindDelivery, cause: s.classify(g.Message), eventType: g.Type}
+	})
+	gs, err = s.runs.FailedGroups(ctx, MaxSamples)
 	if err != nil {
 		return nil, err
 	}
+	add(gs, func(g failcause.Group) part {
+		return part{kind: KindBilling, cause: s.classify(g.Message), eventType: g.Type}
+	})
 	// Runs that ended without an error yet left work behind (runReportSources).
 	for _, src := range runReportSources {
-		err = read(src.cause, runReportQuery(src.fields, src.named, samples), nil,
-			func(_, typ, _ string) part {
-				return part{kind: KindBilling, cause: src.cause, eventType: typ}
-			})
+		gs, err = s.runs.LeftGroups(ctx, src.fields, src.named, MaxSamples)
 		if err != nil {
 			return nil, err
 		}
+		add(gs, func(g failcause.Group) part {
+			return part{kind: KindBilling, cause: src.cause, eventType: g.Type}
+		})
 	}
 	// Newest parts first, so the samples merged below are the newest.
 	sort.Slice(parts, func(i, j int) bool { return parts[i].last.After(parts[j].last) })
@@ -496,52 +467,6 @@ var runReportSources = []struct {
 	{CauseRunAccountsLocked, []string{"locked"}, ""},
 }
 
-// runReportQuery groups, per job, the runs that left some of fields and
-// that no later run of the job ended without an error, leaving none, for
-// the same date or a later one: count is what the newest
-// of them left (the greatest of fields); the samples are what the newest
-// run's report list named names, else those runs' ids (the console's runs
-// page shows their reports). Field and list names are the code's constants,
-// never input.
-func runReportQuery(fields []string, named, samples string) string {
-	left := func(alias string) string {
-		parts := make([]string, len(fields))
-		for i, f := range fields {
-			parts[i] = "coalesce((" + alias + ".report->>'" + f + "')::int, 0)"
-		}
-		if len(parts) == 1 {
-			return parts[0]
-		}
-		return "greatest(" + strings.Join(parts, ", ") + ")"
-	}
-	namedSQL := "NULL::text[]"
-	if named != "" {
-		// The newest run's names, when it has any.
-		namedSQL = `(SELECT nullif(array_agg(e), '{}') FROM ops_billing_runs x,
-				LATERAL (SELECT jsonb_array_elements_text(CASE WHEN jsonb_typeof(x.report->'` + named + `') = 'array'
-					THEN x.report->'` + named + `' ELSE '[]' END) AS e LIMIT ` + samples + `) n
-			WHERE x.id = g.newest)`
-	}
-	// The runs that left some and no later clean run of their job covered:
-	// a clean run settles a run only if its date is on or after that run's
-	// (collect --date D never reads a later date's charges in flight).
-	// covered: the latest date of the job's clean runs started after this one.
-	return `WITH x AS (SELECT x.id, x.job, x.date, x.started_at, coalesce(x.error, '') = '' AND ` + left("x") + ` = 0 AS clean,
-		           ` + left("x") + ` AS left_open
-		           FROM ops_billing_runs x),
-		r AS (SELECT x.*, max(x.date) FILTER (WHERE x.clean) OVER (PARTITION BY x.job ORDER BY x.started_at DESC, x.id DESC
-		                  ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS covered
-		      FROM x),
-		g AS (SELECT r.job, (array_agg(r.left_open ORDER BY r.started_at DESC, r.id DESC))[1] AS left_open,
-		             min(r.started_at) AS first, max(r.started_at) AS last,
-		             (array_agg(r.id ORDER BY r.started_at DESC, r.id DESC))[1] AS newest,
-		             (array_agg(r.id::text ORDER BY r.started_at DESC, r.id DESC))[1:` + samples + `] AS runs
-		      FROM r
-		      WHERE r.left_open > 0 AND (r.covered IS NULL OR r.covered < r.date)
-		      GROUP BY r.job)
-		SELECT g.job, '', '', g.left_open::bigint, g.first, g.last, coalesce(` + namedSQL + `, g.runs) FROM g`
-}
-
 // classifyBatch is how many unclassified problem rows one statement
 // classifies.
 const classifyBatch = 5000
@@ -557,52 +482,17 @@ const maxClassifyBatches = 40
 // longer list is finished by the reads after it). A row rewritten
 // meanwhile (another error) keeps what its writer computed.
 func (s *Store) classifyPending(ctx context.Context) error {
+	cause := func(outcome, msg string) string { return failcause.ForOutcome(outcome, s.classify(msg)) }
 	for range maxClassifyBatches {
-		rows, err := s.pool.Query(ctx, `SELECT event_id, outcome, error FROM ops_event_problems
-			WHERE cause_version IS NULL OR cause_version < $1 LIMIT `+strconv.Itoa(classifyBatch), CauseVersion)
+		n, err := s.problems.ClassifyPending(ctx, failcause.Version, cause, classifyBatch)
 		if err != nil {
-			return fmt.Errorf("read unclassified problems: %w", err)
+			return err
 		}
-		var ids, outcomes, msgs, causes []string
-		for rows.Next() {
-			var id, outcome, msg string
-			if err := rows.Scan(&id, &outcome, &msg); err != nil {
-				rows.Close()
-				return fmt.Errorf("read unclassified problems: %w", err)
-			}
-			ids, outcomes, msgs = append(ids, id), append(outcomes, outcome), append(msgs, msg)
-			causes = append(causes, eventCause(outcome, msg, s.classify))
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return fmt.Errorf("read unclassified problems: %w", err)
-		}
-		if len(ids) == 0 {
-			return nil
-		}
-		if _, err := s.pool.Exec(ctx, `UPDATE ops_event_problems p SET cause = u.cause, cause_version = $5
-			FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) AS u(event_id, outcome, error, cause)
-			WHERE p.event_id = u.event_id AND p.outcome = u.outcome AND p.error = u.error
-			  AND (p.cause_version IS NULL OR p.cause_version < $5)`, ids, outcomes, msgs, causes, CauseVersion); err != nil {
-			return fmt.Errorf("classify problems: %w", err)
-		}
-		if len(ids) < classifyBatch {
+		if n < classifyBatch {
 			return nil
 		}
 	}
 	return nil
-}
-
-// EventCause is the cause of an event listed as failed or rejected with
-// error msg: its class, prefixed "rejected." for a rejection.
-func EventCause(outcome, msg string) string { return eventCause(outcome, msg, Classify) }
-
-// eventCause is EventCause with classify (the store's is cached).
-func eventCause(outcome, msg string, classify func(string) string) string {
-	if outcome == "rejected" {
-		return "rejected." + classify(msg)
-	}
-	return classify(msg)
 }
 
 // Counts groups the incidents by kind and state: how many, and how many

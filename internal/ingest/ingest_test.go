@@ -72,7 +72,7 @@ func TestIngestDispatchesByObject(t *testing.T) {
 // BenchmarkParse is the snapshot Parse alone; BenchmarkIngestSnapshot the
 // entry point's snapshot path around it (with a handler that does
 // nothing): the dispatch costs nothing on top of Parse, which is the code
-// the webhook ran before (BENCHMARKS.md, issue 25).
+// the webhook ran before (BENCHMARKS.md).
 func BenchmarkParse(b *testing.B) {
 	ev := stripetest.Event{Fixture: "payment_intent.succeeded"}.Build(b)
 	b.ReportAllocs()

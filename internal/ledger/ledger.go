@@ -114,6 +114,24 @@ func (l *Ledger) Processed(ctx context.Context, id string) (bool, error) {
 	return exists, nil
 }
 
+// ProcessedOf reports which of ids the ledger holds (package replay's dry
+// run: an event held is a duplicate when replayed).
+func (l *Ledger) ProcessedOf(ctx context.Context, ids []string) (map[string]bool, error) {
+	rows, err := l.pool.Query(ctx, `SELECT event_id FROM processed_events WHERE event_id = ANY($1)`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("look up ledger: %w", err)
+	}
+	held, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("look up ledger: %w", err)
+	}
+	out := make(map[string]bool, len(held))
+	for _, id := range held {
+		out[id] = true
+	}
+	return out, nil
+}
+
 // ApplyBatch is Apply for many events in one transaction (group commit):
 // one statement claims every id (in id order, so concurrent batches lock
 // ledger rows in the same order), then effects runs for each newly claimed

@@ -9,7 +9,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/stripeevent"
 )
 
-// Thin holds the thin-event collectors (issue 25); it implements
+// Thin holds the thin-event collectors; it implements
 // thin.Observer.
 type Thin struct {
 	received *prometheus.CounterVec

@@ -19,7 +19,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/stripetest"
 )
 
-// TestConsoleBatchCollection (docs/design.md §8 "Batch collection", issue 27): the
+// TestConsoleBatchCollection (docs/design.md §8 "Batch collection"): the
 // subscription page with an ERROR period offers a batch beside pay now; the
 // batch form's dry run lists what would be charged and charges nothing; the
 // confirmed batch runs in the background to done, its page showing each

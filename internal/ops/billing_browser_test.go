@@ -22,7 +22,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/stripetest"
 )
 
-// TestConsoleBillingDangerousStatesInARealBrowser (issue 30): a charge
+// TestConsoleBillingDangerousStatesInARealBrowser: a charge
 // whose outcome is unknown is visible on the account and subscription pages
 // (attempt n, since when, idempotency key, "outcome unknown: the next
 // collection asks Stripe first") and the actions the API would refuse are

@@ -16,8 +16,8 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/billing/testclock"
 )
 
-// Test clocks (issue 14) in the console: list, create, advance and delete,
-// in test mode only. An advance outlives its request (it runs within
+// Test clocks in the console: list, create, advance and delete, in test
+// mode only (Stripe has no test clocks in live mode). An advance outlives its request (it runs within
 // Deps.Clocks); the page then shows how far it got, and a refresh follows it.
 
 // clockAdvanceWait is how long the console waits for an advance before

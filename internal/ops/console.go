@@ -75,8 +75,9 @@ type Deps struct {
 	Poller PollerFigures
 	Log    *slog.Logger
 	Now    func() time.Time
-	// Livemode: the Stripe key is live. Test clocks (issue 14) are then
-	// off: no navigation entry, and /ops/clocks answers 403.
+	// Livemode: the Stripe key is live. Test clocks, which Stripe has in
+	// test mode only, are then off: no navigation entry, and /ops/clocks
+	// answers 403.
 	Livemode bool
 	// Clocks bounds the test clocks' advances, which outlive the request
 	// that starts them: the process's lifetime. nil: context.Background().

@@ -13,7 +13,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
 )
 
-// docs/design.md §8 (issue 24): a success refunded automatically because its
+// docs/design.md §8: a success refunded automatically because its
 // period already had one (or had ended WAIVED or CANCELLED) is shown on the
 // subscription page: the period and its history entry carry a "duplicate
 // refunded" tag next to the refund's details.

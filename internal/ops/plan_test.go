@@ -13,7 +13,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
 )
 
-// Issue 27 plan change: the subscription page tags a pending downgrade
+// Plan change: the subscription page tags a pending downgrade
 // (docs/design.md §4 pending_downgrade; none while CANCELLED) and names each
 // period's plan, so an operator sees which periods the change reached.
 func TestConsoleShowsPendingDowngradeAndEachPeriodsPlan(t *testing.T) {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -11,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/stripe-payments/stripe-payments/internal/billing"
+	"github.com/stripe-payments/stripe-payments/internal/failcause"
 )
 
 // Runs records billing job runs for the overview and counts them in
@@ -133,4 +136,81 @@ func (r *Runs) Last(ctx context.Context, n int) ([]Run, error) {
 		}
 		return x, nil
 	})
+}
+
+// FailedGroups are the failed runs, per job and error (Message), that no
+// later successful run of the same job settled: one of the same date or a
+// later one (an older date's run never read theirs).
+func (r *Runs) FailedGroups(ctx context.Context, samples int) ([]failcause.Group, error) {
+	rows, err := r.pool.Query(ctx, `SELECT r.job, '', r.error, count(*), min(r.started_at), max(r.started_at),
+			(array_agg(r.id::text ORDER BY r.started_at DESC, r.id))[1:$1]
+		FROM ops_billing_runs r
+		WHERE coalesce(r.error, '') <> ''
+		  AND NOT EXISTS (SELECT 1 FROM ops_billing_runs ok
+		                  WHERE ok.job = r.job AND coalesce(ok.error, '') = '' AND ok.started_at > r.started_at AND ok.date >= r.date)
+		GROUP BY r.job, r.error`, samples)
+	if err != nil {
+		return nil, fmt.Errorf("read failed runs: %w", err)
+	}
+	return collectGroups(rows, "failed runs")
+}
+
+// LeftGroups are, per job, the runs that ended without an error yet left
+// some of the report's fields (counters) non-zero, and that no later run
+// of the job settled (see runReportQuery). named is the report's list
+// naming what was left, whose newest entries are the samples ("": the
+// runs' ids are). fields and named are the caller's constants, never
+// input: they are written into the statement.
+func (r *Runs) LeftGroups(ctx context.Context, fields []string, named string, samples int) ([]failcause.Group, error) {
+	rows, err := r.pool.Query(ctx, runReportQuery(fields, named, strconv.Itoa(samples)))
+	if err != nil {
+		return nil, fmt.Errorf("read runs that left work: %w", err)
+	}
+	return collectGroups(rows, "runs that left work")
+}
+
+// runReportQuery groups, per job, the runs that left some of fields and
+// that no later run of the job ended without an error, leaving none, for
+// the same date or a later one: count is what the newest
+// of them left (the greatest of fields); the samples are what the newest
+// run's report list named names, else those runs' ids (the console's runs
+// page shows their reports). Field and list names are the code's constants,
+// never input.
+func runReportQuery(fields []string, named, samples string) string {
+	left := func(alias string) string {
+		parts := make([]string, len(fields))
+		for i, f := range fields {
+			parts[i] = "coalesce((" + alias + ".report->>'" + f + "')::int, 0)"
+		}
+		if len(parts) == 1 {
+			return parts[0]
+		}
+		return "greatest(" + strings.Join(parts, ", ") + ")"
+	}
+	namedSQL := "NULL::text[]"
+	if named != "" {
+		// The newest run's names, when it has any.
+		namedSQL = `(SELECT nullif(array_agg(e), '{}') FROM ops_billing_runs x,
+				LATERAL (SELECT jsonb_array_elements_text(CASE WHEN jsonb_typeof(x.report->'` + named + `') = 'array'
+					THEN x.report->'` + named + `' ELSE '[]' END) AS e LIMIT ` + samples + `) n
+			WHERE x.id = g.newest)`
+	}
+	// The runs that left some and no later clean run of their job covered:
+	// a clean run settles a run only if its date is on or after that run's
+	// (collect --date D never reads a later date's charges in flight).
+	// covered: the latest date of the job's clean runs started after this one.
+	return `WITH x AS (SELECT x.id, x.job, x.date, x.started_at, coalesce(x.error, '') = '' AND ` + left("x") + ` = 0 AS clean,
+		           ` + left("x") + ` AS left_open
+		           FROM ops_billing_runs x),
+		r AS (SELECT x.*, max(x.date) FILTER (WHERE x.clean) OVER (PARTITION BY x.job ORDER BY x.started_at DESC, x.id DESC
+		                  ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS covered
+		      FROM x),
+		g AS (SELECT r.job, (array_agg(r.left_open ORDER BY r.started_at DESC, r.id DESC))[1] AS left_open,
+		             min(r.started_at) AS first, max(r.started_at) AS last,
+		             (array_agg(r.id ORDER BY r.started_at DESC, r.id DESC))[1] AS newest,
+		             (array_agg(r.id::text ORDER BY r.started_at DESC, r.id DESC))[1:` + samples + `] AS runs
+		      FROM r
+		      WHERE r.left_open > 0 AND (r.covered IS NULL OR r.covered < r.date)
+		      GROUP BY r.job)
+		SELECT g.job, '', '', g.left_open::bigint, g.first, g.last, coalesce(` + namedSQL + `, g.runs) FROM g`
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/stripe-payments/stripe-payments/internal/apperr"
+	"github.com/stripe-payments/stripe-payments/internal/failcause"
 )
 
 // Store is the operator's view of the outbox: dead letters, their re-drive,
@@ -257,4 +258,72 @@ func (s *Store) PruneDelivered(ctx context.Context, retention time.Duration, bat
 			return total, ctx.Err()
 		}
 	}
+}
+
+// DeleteDeadBefore deletes up to limit dead letters that died before
+// before (never a delivered or pending message) and answers how many: the
+// retention of dead letters (package retention), since a reminder email's
+// carries its recipient. Rows another replica is deleting are skipped.
+func DeleteDeadBefore(ctx context.Context, pool *pgxpool.Pool, before time.Time, limit int) (int64, error) {
+	tag, err := pool.Exec(ctx, `DELETE FROM outbox WHERE id IN (
+		SELECT id FROM outbox WHERE dead_at < $1 AND delivered_at IS NULL
+		LIMIT $2 FOR UPDATE SKIP LOCKED)`, before, limit)
+	if err != nil {
+		return 0, fmt.Errorf("delete dead letters: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// DeadFilter selects dead letters oldest first, the order a bulk replay
+// re-drives them in. Empty fields and nil times select all.
+type DeadFilter struct {
+	TopicType    string     // "topic/type"
+	Since, Until *time.Time // dead_at in [Since, Until)
+	// AfterAt and AfterID are the keyset of the previous page's last row
+	// (AfterAt nil: from the first).
+	AfterAt *time.Time
+	AfterID uuid.UUID
+}
+
+// OldestDead returns up to limit dead letters f selects, oldest dead
+// first (package replay pages through them by f's keyset).
+func (s *Store) OldestDead(ctx context.Context, f DeadFilter, limit int) ([]DeadLetter, error) {
+	rows, err := s.pool.Query(ctx, `SELECT id, topic, type, dedupe_key, attempts, redrives, created_at, dead_at, coalesce(last_error, '')
+		FROM outbox
+		WHERE dead_at IS NOT NULL AND delivered_at IS NULL AND ($1 = '' OR topic || '/' || type = $1)
+		  AND ($2::timestamptz IS NULL OR dead_at >= $2) AND ($3::timestamptz IS NULL OR dead_at < $3)
+		  AND ($4::timestamptz IS NULL OR (dead_at, id) > ($4, $5::uuid))
+		ORDER BY dead_at, id LIMIT $6`, f.TopicType, f.Since, f.Until, f.AfterAt, f.AfterID, limit)
+	if err != nil {
+		return nil, fmt.Errorf("read dead letters oldest first: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (DeadLetter, error) {
+		var d DeadLetter
+		err := row.Scan(&d.ID, &d.Topic, &d.Type, &d.DedupeKey, &d.Attempts, &d.Redrives, &d.CreatedAt, &d.DeadAt, &d.LastError)
+		return d, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read dead letters oldest first: %w", err)
+	}
+	return out, nil
+}
+
+// DeadGroups are the dead letters grouped by topic/type (Type) and last
+// error (Message): the incidents' view of the outbox.
+func (s *Store) DeadGroups(ctx context.Context, samples int) ([]failcause.Group, error) {
+	rows, err := s.pool.Query(ctx, `SELECT topic || '/' || type, '', coalesce(last_error, ''), count(*), min(dead_at), max(dead_at),
+			(array_agg(id::text ORDER BY dead_at DESC, id))[1:$1]
+		FROM outbox WHERE dead_at IS NOT NULL AND delivered_at IS NULL GROUP BY topic, type, 3`, samples)
+	if err != nil {
+		return nil, fmt.Errorf("read dead letter groups: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (failcause.Group, error) {
+		var g failcause.Group
+		err := r.Scan(&g.Type, &g.Account, &g.Message, &g.Count, &g.First, &g.Last, &g.Samples)
+		return g, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read dead letter groups: %w", err)
+	}
+	return out, nil
 }

@@ -15,8 +15,9 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/recordq"
 )
 
-// Issue 26 finding 5: the backlog is bounded in bytes as well as records,
-// holds no payload (the writers read it from Postgres), sweeps by pages of
+// The backlog is bounded in bytes as well as records, so a run of big
+// events cannot exhaust memory while the table is slow; it holds no
+// payload (the writers read it from Postgres), sweeps by pages of
 // bounded bytes, and a record the table refuses for good is quarantined
 // while admission goes on.
 

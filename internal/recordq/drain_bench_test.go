@@ -17,7 +17,7 @@ import (
 
 // BenchmarkWriteBehindDrain drains the write-behind (load the pending rows,
 // read the table when needed, write, delete) of customer.updated records,
-// as the bench-peer stream: "read-all" is the queue before issue 32 (every
+// as the bench-peer stream: "read-all" is the queue before fresh rows (every
 // record read first, then BatchWriteItem×25; what Enqueue rows still get),
 // "fresh-25" and "fresh-100" rows inserted by their claim (EnqueueClaimed),
 // none marked, written IfAbsent (one conditional TransactWriteItems per

@@ -39,7 +39,7 @@ func (r racingTable) PutProcessed(ctx context.Context, recs []events.Record) err
 	return r.Store.PutProcessed(ctx, recs)
 }
 
-// docs/design.md §5 (bookkeeping), issue 32: a processed record the
+// docs/design.md §5 (bookkeeping): a processed record the
 // write-behind writes for an event its own claim inserted (a fresh row)
 // never overwrites an earlier failed or rejected record without keeping
 // its bookkeeping (first received_at and source, attempts + 1), even when

@@ -25,7 +25,7 @@ func (p *panicTable) PutProcessed(ctx context.Context, recs []events.Record) err
 	return p.Table.PutProcessed(ctx, recs)
 }
 
-// TestAPanicInAWriteIsRetried (issue 26 finding 6): a panic while writing
+// TestAPanicInAWriteIsRetried: a panic while writing
 // a batch is recovered; the batch is retried like a failed write and
 // reaches the table; the process survives.
 func TestAPanicInAWriteIsRetried(t *testing.T) {

@@ -11,7 +11,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/testenv"
 )
 
-// TestQuarantinedRecordsAreCountedForTheOverview (issue 26 finding 5): the
+// TestQuarantinedRecordsAreCountedForTheOverview: the
 // console overview's warning counts the rows of event_records_quarantined.
 func TestQuarantinedRecordsAreCountedForTheOverview(t *testing.T) {
 	pool := testenv.Postgres(t)

@@ -64,7 +64,7 @@ type Config struct {
 	// behind (HelpAfter), so at a rate one writer keeps up with, one write
 	// is in flight: DynamoDB Local runs conditional transactions one at a
 	// time, and four in flight only made each wait for the others while
-	// the answer path shared their cores (BENCHMARKS.md, issue 32).
+	// the answer path shared their cores (BENCHMARKS.md).
 	Writers int
 	// HelpAfter: a writer beyond the first takes a batch only when a full
 	// one (Batch) waits or the oldest waiting record has waited Linger and
@@ -88,7 +88,7 @@ type Config struct {
 	QuarantineAfter int
 	// Batch is how many records one writer takes at a time (100, at most
 	// 100): its fresh records go in one conditional TransactWriteItems,
-	// the others in BatchWriteItems of 25 (BENCHMARKS.md, issue 32).
+	// the others in BatchWriteItems of 25 (BENCHMARKS.md).
 	Batch int
 	// Linger is how long the oldest waiting record may wait for a batch to
 	// fill (10 ms): it delays only the table write, never
@@ -201,7 +201,8 @@ func (q *Queue) EnqueueClaimed(ctx context.Context, tx pgtx.Tx, recs []events.Re
 // Mark notes, durably, that the records of ids are about to be written to
 // the events table outside this queue (a failure, a rejection). It must
 // commit before that write: a writer that loads a claimed event's pending
-// row after it reads the table before writing (issue 32).
+// row after it reads the table before writing, and so supersedes that
+// record instead of overwriting it.
 func (q *Queue) Mark(ctx context.Context, ids []string) error {
 	if len(ids) == 0 {
 		return nil

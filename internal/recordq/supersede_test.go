@@ -62,7 +62,7 @@ func (o *errorsSeen) count() int {
 	return len(o.errs)
 }
 
-// docs/design.md §5 (bookkeeping), issue 32 follow-up: failures recorded by
+// docs/design.md §5 (bookkeeping): failures recorded by
 // other replicas between the writer's read of an event's record and its
 // put are superseded, never overwritten: every attempt is counted. While
 // they keep coming the writer gives up the batch after a few reads (its

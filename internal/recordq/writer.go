@@ -343,7 +343,7 @@ func (q *Queue) Quarantined(ctx context.Context) (int64, error) {
 // DynamoDB Local's CPU. The others are written IfAbsent, since the marks
 // can miss a failure (one recorded while Postgres was down, by an older
 // replica, or racing this write after load); those the table refuses are
-// read and written superseded like the rest (issue 32). Every write goes
+// read and written superseded like the rest. Every write goes
 // through Table's PutProcessed, whose wrappers see them all.
 func (q *Queue) put(ctx context.Context, recs []events.Record, read []string) error {
 	mayExist := make(map[string]bool, len(read))

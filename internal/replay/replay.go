@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"time"
@@ -20,7 +21,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/stripe-payments/stripe-payments/internal/apperr"
+	"github.com/stripe-payments/stripe-payments/internal/failcause"
 	"github.com/stripe-payments/stripe-payments/internal/incidents"
+	"github.com/stripe-payments/stripe-payments/internal/ledger"
+	"github.com/stripe-payments/stripe-payments/internal/opsdata"
+	"github.com/stripe-payments/stripe-payments/internal/outbox"
 )
 
 // MaxItems bounds one replay (as Svix bounds a recovery): a filter matching
@@ -120,14 +125,19 @@ type IncidentReader interface {
 type Store struct {
 	pool      *pgxpool.Pool
 	incidents IncidentReader
-	now       func() time.Time
+	// The tables a replay selects from are read through their owners.
+	problems *opsdata.Problems
+	dead     *outbox.Store
+	ledger   *ledger.Ledger
+	now      func() time.Time
 	// page and maxItems are matchPage and MaxItems (tests lower them).
 	page, maxItems int
 }
 
 // NewStore returns a Store.
 func NewStore(pool *pgxpool.Pool, inc IncidentReader) *Store {
-	return &Store{pool: pool, incidents: inc, now: time.Now, page: matchPage, maxItems: MaxItems}
+	return &Store{pool: pool, incidents: inc, now: time.Now, page: matchPage, maxItems: MaxItems,
+		problems: opsdata.NewProblems(pool, slog.Default()), dead: outbox.NewStore(pool, slog.Default(), nil), ledger: ledger.New(pool)}
 }
 
 // match calls each with every event (or dead letter) f selects, oldest
@@ -172,24 +182,18 @@ func (s *Store) match(ctx context.Context, f Filter, each func(Item) error) erro
 		afterID string
 	)
 	for {
-		rows, err := s.pool.Query(ctx, `SELECT event_id, event_type, stripe_account, outcome, error, at FROM ops_event_problems
-			WHERE ($1 = '' OR outcome = $1) AND ($2 = '' OR event_type = $2) AND ($3 = '' OR stripe_account = $3)
-			  AND ($4::timestamptz IS NULL OR at >= $4) AND ($5::timestamptz IS NULL OR at < $5)
-			  AND ($6::timestamptz IS NULL OR (at, event_id) > ($6, $7))
-			ORDER BY at, event_id LIMIT $8`, f.Status, typ, account, f.Since, f.Until, afterAt, afterID, s.page)
+		problems, err := s.problems.Oldest(ctx, opsdata.ProblemFilter{Outcome: f.Status, EventType: typ, StripeAccount: account,
+			Since: f.Since, Until: f.Until, AfterAt: afterAt, AfterID: afterID}, s.page)
 		if err != nil {
 			return fmt.Errorf("match replay filter: %w", err)
 		}
-		page, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Item, error) {
-			it := Item{Kind: string(incidents.KindEvent)}
-			err := row.Scan(&it.EventID, &it.EventType, &it.StripeAccount, &it.Status, &it.Error, &it.At)
-			return it, err
-		})
-		if err != nil {
-			return fmt.Errorf("match replay filter: %w", err)
+		page := make([]Item, len(problems))
+		for i, p := range problems {
+			page[i] = Item{Kind: string(incidents.KindEvent), EventID: p.EventID, EventType: p.EventType,
+				StripeAccount: p.StripeAccount, Status: p.Outcome, Error: p.Error, At: p.At}
 		}
 		for _, it := range page {
-			if cause != "" && incidents.EventCause(it.Status, it.Error) != cause {
+			if cause != "" && failcause.OfEvent(it.Status, it.Error) != cause {
 				continue
 			}
 			if err := each(it); err != nil {
@@ -240,17 +244,9 @@ func (s *Store) DryRun(ctx context.Context, f Filter) (Preview, error) {
 	for i, it := range sample {
 		ids[i] = it.EventID
 	}
-	applied := map[string]bool{}
-	rows, err := s.pool.Query(ctx, `SELECT event_id FROM processed_events WHERE event_id = ANY($1)`, ids)
+	applied, err := s.ledger.ProcessedOf(ctx, ids)
 	if err != nil {
 		return Preview{}, fmt.Errorf("dry run: %w", err)
-	}
-	done, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return Preview{}, fmt.Errorf("dry run: %w", err)
-	}
-	for _, id := range done {
-		applied[id] = true
 	}
 	for i := range sample {
 		sample[i].Would = "apply"
@@ -408,27 +404,21 @@ func (s *Store) Cancel(ctx context.Context, id, actor string) (Replay, error) {
 func (s *Store) matchDead(ctx context.Context, typ, cause string, f Filter, each func(Item) error) error {
 	var (
 		afterAt *time.Time
-		afterID = uuid.Nil.String() // unread while afterAt is nil, but a valid uuid to send
+		afterID uuid.UUID
 	)
 	for {
-		rows, err := s.pool.Query(ctx, `SELECT id::text, topic || '/' || type, coalesce(last_error, ''), dead_at FROM outbox
-			WHERE dead_at IS NOT NULL AND delivered_at IS NULL AND ($1 = '' OR topic || '/' || type = $1)
-			  AND ($2::timestamptz IS NULL OR dead_at >= $2) AND ($3::timestamptz IS NULL OR dead_at < $3)
-			  AND ($4::timestamptz IS NULL OR (dead_at, id) > ($4, $5::uuid))
-			ORDER BY dead_at, id LIMIT $6`, typ, f.Since, f.Until, afterAt, afterID, s.page)
+		dead, err := s.dead.OldestDead(ctx, outbox.DeadFilter{TopicType: typ, Since: f.Since, Until: f.Until,
+			AfterAt: afterAt, AfterID: afterID}, s.page)
 		if err != nil {
 			return fmt.Errorf("match dead letters: %w", err)
 		}
-		page, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Item, error) {
-			it := Item{Kind: string(incidents.KindDelivery), Status: "dead"}
-			err := row.Scan(&it.EventID, &it.EventType, &it.Error, &it.At)
-			return it, err
-		})
-		if err != nil {
-			return fmt.Errorf("match dead letters: %w", err)
+		page := make([]Item, len(dead))
+		for i, d := range dead {
+			page[i] = Item{Kind: string(incidents.KindDelivery), Status: "dead", EventID: d.ID.String(),
+				EventType: d.Topic + "/" + d.Type, Error: d.LastError, At: d.DeadAt}
 		}
 		for _, it := range page {
-			if cause != "" && incidents.Classify(it.Error) != cause {
+			if cause != "" && failcause.Classify(it.Error) != cause {
 				continue
 			}
 			if err := each(it); err != nil {
@@ -438,7 +428,7 @@ func (s *Store) matchDead(ctx context.Context, typ, cause string, f Filter, each
 		if len(page) < s.page {
 			return nil
 		}
-		last := page[len(page)-1]
-		afterAt, afterID = &last.At, last.EventID
+		last := dead[len(dead)-1]
+		afterAt, afterID = &last.DeadAt, last.ID
 	}
 }

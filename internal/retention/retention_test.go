@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/stripe-payments/stripe-payments/internal/outbox"
 	"github.com/stripe-payments/stripe-payments/internal/retention"
 	"github.com/stripe-payments/stripe-payments/internal/testenv"
 )
@@ -104,7 +105,8 @@ func TestPruneDeletesOnlyRowsPastTheirRetention(t *testing.T) {
 	for name, n := range got {
 		assert.Zero(t, n, name)
 	}
-	assert.Error(t, retention.Prune(ctx, pool, now, []retention.Rule{{Name: "x", Table: "outbox", Column: "dead_at"}}, 2, nil))
+	assert.Error(t, retention.Prune(ctx, pool, now, []retention.Rule{{Name: "x", Table: "outbox", Delete: outbox.DeleteDeadBefore}}, 2, nil))
+	assert.Error(t, retention.Prune(ctx, pool, now, []retention.Rule{{Name: "x", Table: "outbox", Keep: time.Hour}}, 2, nil), "a rule no owner deletes")
 }
 
 // An incident not resolved keeps its whole audit trail, however old: who

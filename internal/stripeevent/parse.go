@@ -25,8 +25,8 @@ var eventTypePattern = regexp.MustCompile(`^[A-Za-z0-9_.]{1,255}$`)
 // kept raw. stripe.Event's decoder builds a generic map of the whole object
 // (and scans it three times); nearly every consumer decodes the raw object
 // into a typed struct instead, so Parse leaves the map to Object, on demand.
-// That was the largest CPU item of an ingest (issue 16: 80 µs of a 1.8 KB
-// customer.updated, now a quarter of it).
+// That was the largest CPU item of an ingest (BENCHMARKS.md: 80 µs of a
+// 1.8 KB customer.updated, now a quarter of it).
 type envelope struct {
 	ID              string               `json:"id"`
 	Object          string               `json:"object"`
@@ -146,7 +146,7 @@ func SubscriptionID(ev *stripe.Event) string {
 // mayHoldSubscriptionID reports whether raw can hold a subscription id: its
 // "sub_" written out, or a \u escape that could spell it (JSON has no other
 // escape for those letters). Most objects hold neither, and splitting them
-// into fields was 5 % of an ingest's CPU (BENCHMARKS.md, issue 32).
+// into fields was 5 % of an ingest's CPU (BENCHMARKS.md).
 func mayHoldSubscriptionID(raw json.RawMessage) bool {
 	return bytes.Contains(raw, []byte("sub_")) || bytes.Contains(raw, []byte(`\u`))
 }

@@ -15,7 +15,7 @@ import (
 	"github.com/google/uuid"
 )
 
-// Thin events (issue 25): fixtures in the shape Stripe delivers to an event
+// Thin events: fixtures in the shape Stripe delivers to an event
 // destination with the thin payload, and the Events API v2 of the fake
 // (GET /v2/core/events/{id}, GET /v2/core/events), which honours
 // Stripe-Context as Stripe does: an event of a connected account is found

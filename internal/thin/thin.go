@@ -1,4 +1,4 @@
-// Package thin takes in Stripe's thin events (docs/design.md §4, issue 25): the
+// Package thin takes in Stripe's thin events (docs/design.md §4): the
 // intake records a verified notification durably (the events table, status
 // received, payload_kind thin, and the hydration queue in Postgres) and
 // answers at once; the hydrator then fetches the event from Stripe within

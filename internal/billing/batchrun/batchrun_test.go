@@ -81,8 +81,8 @@ func (b *beginThenDie) BatchCharge(ctx context.Context, account, subID string, w
 }
 
 // TestBatchResumesAfterACrashAtEveryStep (docs/design.md §8 "Batch collection":
-// exactly as pay now, the same claim and idempotency key rules; issue 27:
-// resumable after a restart): the process running a batch of three dies
+// exactly as pay now, the same claim and idempotency key rules; resumable
+// after a restart, since a batch charges money): the process running a batch of three dies
 // while charging the second item — after recording the attempt it is about
 // to make, after the claim, after Stripe charged, after the outcome was
 // committed — and a new runner finishes the batch: each period charged

@@ -130,7 +130,7 @@ func TestFirstPeriodIsAfterTodayAndOnOrAfterStart(t *testing.T) {
 }
 
 func TestMoveOnePeriodKeepsTheOthers(t *testing.T) {
-	// Issue 12 item 1: day 1, paid Feb 1, Mar 1 moved to Feb 25 on Feb 20.
+	// Day 1, paid Feb 1, Mar 1 moved to Feb 25 on Feb 20.
 	w := newWorld(t, Rule{Day: 1}, "2024-01-20", NoDate)
 	w.until("2024-02-20")
 	require.NoError(t, w.s.Move(w.day, d("2024-03-01"), d("2024-02-25")))
@@ -156,7 +156,7 @@ func TestMoveOnePeriodKeepsTheOthers(t *testing.T) {
 }
 
 func TestRuleChangeKeepsOneTermAfterTheLastCharge(t *testing.T) {
-	// Issue 12 item 2: day 31 paid Jan 31, changed to day 2 on Feb 1.
+	// Day 31 paid Jan 31, changed to day 2 on Feb 1.
 	w := newWorld(t, Rule{Day: 31}, "2024-01-02", NoDate)
 	w.until("2024-02-01")
 	require.NoError(t, w.s.ChangeRule(w.day, 2, 0))
@@ -282,7 +282,7 @@ func TestTermChangeKeepsOneTermOfTheKeptPeriod(t *testing.T) {
 }
 
 func TestPauseSkipsNPeriodsAndResumeReschedules(t *testing.T) {
-	// Issue 12 item 4: Friday billing paused one month skips one period.
+	// Friday billing paused one month skips one period.
 	w := newWorld(t, Rule{Week: 5}, "2024-01-02", NoDate)
 	w.until("2024-01-27")
 	require.NoError(t, w.s.Pause(w.day, 1))

@@ -17,7 +17,7 @@ import (
 )
 
 // Lookup items let an operator find a subscription without its account
-// (the console's search, issue 30): written by the create, in its
+// (the console's search): written by the create, in its
 // transaction, one per way to find it:
 //
 //	PK=LKP#SUB#<subscription>        SK=ACC#<account>#SUB#<subscription>

@@ -8,7 +8,7 @@ import (
 )
 
 // Test clocks share the process, the tables and the Stripe rate limit with
-// real billing (issue 26 finding 9), so they are bounded: at most
+// real billing, so they are bounded: at most
 // Config.MaxClocks clocks exist (TEST_CLOCKS_MAX), at most
 // Config.MaxAdvancing advances run on one instance at once, and a clock's
 // time stays below the same absolute ceiling at an advance as at its

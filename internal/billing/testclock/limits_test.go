@@ -16,8 +16,8 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/billing/testclock"
 )
 
-// Issue 26 findings 6 and 9 (the bounds of limits.go), against DynamoDB
-// Local and the httptest Stripe.
+// The bounds of limits.go (test clocks share real billing's tables and
+// Stripe rate limit), against DynamoDB Local and the httptest Stripe.
 
 // TestTestClocksAreBounded: at most MaxClocks clocks exist (TEST_CLOCKS_MAX;
 // deleting one makes room), and a clock's time stays below the year-2100

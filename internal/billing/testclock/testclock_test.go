@@ -18,7 +18,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/stripetest"
 )
 
-// Test clocks (docs/design.md §4, issue 14), against DynamoDB Local and the httptest
+// Test clocks (docs/design.md §4), against DynamoDB Local and the httptest
 // Stripe. The end-to-end test through the binary is in cmd/stripe-payments.
 
 func utc(s string) time.Time {
@@ -311,7 +311,7 @@ func TestTestClockUnknownOutcomeIsResolvedOnStripesTime(t *testing.T) {
 	assert.Len(t, e.Stripe.PIs(), 1, "no second charge")
 }
 
-// Issue 30: a test clock whose advance stopped says why, not only its
+// A test clock whose advance stopped says why, not only its
 // counters: a charge Stripe answered with a 500 leaves its outcome unknown
 // and the clock's error names that charge and Stripe's answer.
 func TestTestClockErrorSaysWhy(t *testing.T) {

@@ -15,7 +15,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/replay"
 )
 
-// Issue 30: a bulk replay whose items failed again says why (the cause
+// A bulk replay whose items failed again says why (the cause
 // their incident still groups them under), and says nothing of the kind
 // when none failed.
 func TestReplayPageSaysWhyItemsFailedAgain(t *testing.T) {
@@ -48,7 +48,8 @@ func TestReplayPageSaysWhyItemsFailedAgain(t *testing.T) {
 	}
 }
 
-// Issue 30: each history entry says what changed, in words.
+// Each history entry says what changed, in words, so an operator need
+// not decode field names.
 func TestDescribeChange(t *testing.T) {
 	day := dates.MustParse("2024-01-10")
 	for _, tc := range []struct {
@@ -73,8 +74,8 @@ func TestDescribeChange(t *testing.T) {
 	}
 }
 
-// Issue 30: an attempt whose outcome is unknown hides every action on the
-// subscription page and says why; the account page lists it.
+// An attempt whose outcome is unknown hides every action on the
+// subscription page (any of them could charge twice) and says why; the account page lists it.
 func TestUnknownOutcomeHidesTheActions(t *testing.T) {
 	c := &Console{pages: map[string]*template.Template{}}
 	require.NoError(t, c.parse())

@@ -1,4 +1,4 @@
-package incidents_test
+package failcause_test
 
 import (
 	"strings"
@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/stripe-payments/stripe-payments/internal/incidents"
+	"github.com/stripe-payments/stripe-payments/internal/failcause"
 )
 
 // Every variable part of an error message is taken out, whatever its shape:
@@ -50,7 +50,7 @@ func TestNormaliseTakesOutEveryValue(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			assert.Equal(t, tc.want, incidents.Normalise(tc.msg))
+			assert.Equal(t, tc.want, failcause.Normalise(tc.msg))
 		})
 	}
 }
@@ -76,10 +76,10 @@ func TestClassifyGroupsEquivalentMessages(t *testing.T) {
 		},
 	}
 	for _, g := range groups {
-		want := incidents.Classify(g[0])
+		want := failcause.Classify(g[0])
 		require.True(t, strings.HasPrefix(want, "other:"), want)
 		for _, msg := range g[1:] {
-			assert.Equal(t, want, incidents.Classify(msg), msg)
+			assert.Equal(t, want, failcause.Classify(msg), msg)
 		}
 	}
 }
@@ -88,19 +88,19 @@ func TestClassifyGroupsEquivalentMessages(t *testing.T) {
 // never inside a word or a placeholder.
 func TestClassifyNeverCutsMidWord(t *testing.T) {
 	long := "apply event evt_1AbCdEf123456: event object cannot be processed: payment intent id \"pi_x\" is not a PaymentIntent id and the invoice names a subscription schedule whose phases overlap"
-	c := incidents.Classify(long)
+	c := failcause.Classify(long)
 	require.True(t, strings.HasPrefix(c, "other:"), c)
 	text := strings.TrimPrefix(c, "other:")
-	assert.LessOrEqual(t, utf8.RuneCountInString(text), incidents.MaxCauseText+1)
+	assert.LessOrEqual(t, utf8.RuneCountInString(text), failcause.MaxText+1)
 	require.True(t, strings.HasSuffix(text, "…"), "a cut cause says it was cut: %q", text)
 	kept := strings.Fields(strings.TrimSuffix(text, "…"))
-	full := strings.Fields(incidents.Normalise(long))
+	full := strings.Fields(failcause.Normalise(long))
 	require.Less(t, len(kept), len(full))
 	for i, w := range kept {
 		assert.Equal(t, full[i], w, "word %d of %q is whole", i, text)
 	}
 	// Short ones are whole, without the mark.
-	assert.Equal(t, "other:subscription <id> has <n> periods", incidents.Classify("subscription sub_1AbcDEF has 3 periods"))
+	assert.Equal(t, "other:subscription <id> has <n> periods", failcause.Classify("subscription sub_1AbcDEF has 3 periods"))
 }
 
 // Whatever the message, no digit survives (every number and id is taken
@@ -120,8 +120,8 @@ func FuzzNormalise(f *testing.F) {
 		if !utf8.ValidString(msg) {
 			t.Skip("error messages are UTF-8")
 		}
-		once := incidents.Normalise(msg)
-		assert.Equal(t, once, incidents.Normalise(once), "idempotent")
+		once := failcause.Normalise(msg)
+		assert.Equal(t, once, failcause.Normalise(once), "idempotent")
 		if !strings.ContainsAny(msg, `"'`+"`“‘") { // an unterminated quote keeps what follows it
 			assert.False(t, strings.ContainsFunc(once, func(r rune) bool { return r >= '0' && r <= '9' }), "no digit left in %q", once)
 		}

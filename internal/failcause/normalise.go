@@ -1,4 +1,4 @@
-package incidents
+package failcause
 
 import (
 	"regexp"
@@ -7,9 +7,9 @@ import (
 	"unicode/utf8"
 )
 
-// MaxCauseText bounds the text of an unclassified cause (in runes); a
+// MaxText bounds the text of an unclassified cause (in runes); a
 // longer one is cut between words and ends with "…".
-const MaxCauseText = 160
+const MaxText = 160
 
 // The placeholders Normalise puts where a value was.
 const (

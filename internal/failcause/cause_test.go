@@ -1,11 +1,11 @@
-package incidents_test
+package failcause_test
 
 import (
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 
-	"github.com/stripe-payments/stripe-payments/internal/incidents"
+	"github.com/stripe-payments/stripe-payments/internal/failcause"
 )
 
 func TestClassify(t *testing.T) {
@@ -27,10 +27,10 @@ func TestClassify(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.want, func(t *testing.T) {
-			assert.Equal(t, tc.want, incidents.Classify(tc.msg))
+			assert.Equal(t, tc.want, failcause.Classify(tc.msg))
 		})
 	}
 	// Two messages that differ only in their ids and numbers share a cause.
-	assert.Equal(t, incidents.Classify("amount 100 of pi_1AAAAAAA does not match sub_1BBBBBBB"),
-		incidents.Classify("amount 2500 of pi_9ZZZZZZZ does not match sub_8YYYYYYY"))
+	assert.Equal(t, failcause.Classify("amount 100 of pi_1AAAAAAA does not match sub_1BBBBBBB"),
+		failcause.Classify("amount 2500 of pi_9ZZZZZZZ does not match sub_8YYYYYYY"))
 }

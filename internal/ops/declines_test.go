@@ -13,7 +13,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
 )
 
-// Issue 27: the subscription page tags a period declined with a code
+// The subscription page tags a period declined with a code
 // retrying cannot fix "not retried: <code>" (docs/design.md §8), and the account
 // page shows how each receipt was paid (docs/design.md §4 payment_method_type and
 // payment_method_last4).

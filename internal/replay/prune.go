@@ -1,0 +1,23 @@
+package replay
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// DeleteFinishedBefore deletes up to limit replays that finished (done or
+// cancelled) before before, their items with them (ON DELETE CASCADE), and
+// answers how many (package retention). A running replay is never deleted,
+// however old: its runner is still working through it.
+func DeleteFinishedBefore(ctx context.Context, pool *pgxpool.Pool, before time.Time, limit int) (int64, error) {
+	tag, err := pool.Exec(ctx, `DELETE FROM replays WHERE id IN (
+		SELECT id FROM replays WHERE finished_at < $1 AND status <> 'running'
+		LIMIT $2 FOR UPDATE SKIP LOCKED)`, before, limit)
+	if err != nil {
+		return 0, fmt.Errorf("delete finished replays: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
