@@ -217,7 +217,7 @@ if [ "$mode" = test ]; then
 	# plan changes and batch races joined it); the full size is a command of
 	# RELIABILITY.md. Set BILLING_SIM_SUBS / BILLING_SIM_MONTHS to change it.
 	BILLING_SIM_SUBS="${BILLING_SIM_SUBS:-120}" BILLING_SIM_MONTHS="${BILLING_SIM_MONTHS:-12}" \
-		go test -race -count=1 -timeout 12m "${skip[@]}" "${extra[@]}" -json ./... | .dev/testsummary "${verbose[@]}" || status=$?
+		go test -race -count=1 -timeout 20m "${skip[@]}" "${extra[@]}" -json ./... | .dev/testsummary "${verbose[@]}" || status=$?
 	if [ -n "$oracle_pid" ]; then
 		echo "== billing oracle, ${ORACLE_SEQUENCES:-240} sequences × 12 months (no -race)"
 		if wait "$oracle_pid"; then
