@@ -43,10 +43,10 @@ var contractSecrets = []string{"STRIPE_WEBHOOK_SECRET", "STRIPE_API_KEY", "INTER
 // environment is loaded by the binary's configuration: valid production
 // values, none of them a development default.
 var secretValues = map[string]string{
-	"STRIPE_WEBHOOK_SECRET": "whsec_9f8e7d6c5b4a39281706f5e4d3c2b1a0",
-	"STRIPE_API_KEY":        "sk_test_51NvQd2Kp8Lm3Xr7Ty4Wz9Bc6Hf1Jg5Sa0",
-	"INTERNAL_API_TOKEN":    "b7e1c94f0a2d8356e9c1f4a7d0b3e6925c8f1a4d7e0b3c6f",
-	"ACTIONS_SECRET":        "a3f9c2e7b1d5084f6e2a9c7b3d1f5e08",
+	"STRIPE_WEBHOOK_SECRET": "whsec_FAKE_deploycheck_not_a_real_secret",
+	"STRIPE_API_KEY":        "sk_test_FAKE_deploycheck_not_a_real_key",
+	"INTERNAL_API_TOKEN":    "FAKE-deploycheck-token-not-real-0123456789",
+	"ACTIONS_SECRET":        "FAKE-deploycheck-actions-secret-not-real",
 	"DATABASE_URL":          "postgres://stripe_payments:pw@db.internal.example:5432/stripe_payments?sslmode=verify-full",
 }
 
@@ -933,7 +933,7 @@ func TestTerraformComputeSecretMovedToPlainEnvironment(t *testing.T) {
 		edit{"ecs.tf", `["STRIPE_WEBHOOK_SECRET", "STRIPE_API_KEY", "INTERNAL_API_TOKEN", "DATABASE_URL"]`,
 			`["STRIPE_WEBHOOK_SECRET", "INTERNAL_API_TOKEN", "DATABASE_URL"]`},
 		edit{"ecs.tf", `AWS_REGION              = var.region`, `AWS_REGION = var.region
-      STRIPE_API_KEY = "sk_test_51NvQd2Kp8Lm3Xr7Ty4Wz9Bc6Hf1Jg5Sa0"`},
+      STRIPE_API_KEY = "sk_test_FAKE_deploycheck_not_a_real_key"`},
 	)
 	m := loadModule(t, dir, vars(true))
 	assert.Empty(t, checkRequiredSettings(t, m, c), "the binary itself would run with it")
