@@ -2,10 +2,11 @@ package incidents
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/stripe-payments/stripe-payments/internal/postgres"
 )
 
 // DeleteResolvedAuditBefore deletes up to limit audit rows written before
@@ -14,12 +15,8 @@ import (
 // acknowledged it, when); the incidents rows themselves stay, since
 // without its row a group still failing would read as open again.
 func DeleteResolvedAuditBefore(ctx context.Context, pool *pgxpool.Pool, before time.Time, limit int) (int64, error) {
-	tag, err := pool.Exec(ctx, `DELETE FROM incident_audit WHERE id IN (
+	return postgres.DeleteBatch(ctx, pool, "incident audit", `DELETE FROM incident_audit WHERE id IN (
 		SELECT id FROM incident_audit
 		WHERE at < $1 AND incident_id IN (SELECT id FROM incidents WHERE state = 'resolved')
 		LIMIT $2 FOR UPDATE SKIP LOCKED)`, before, limit)
-	if err != nil {
-		return 0, fmt.Errorf("delete incident audit: %w", err)
-	}
-	return tag.RowsAffected(), nil
 }

@@ -2,10 +2,11 @@ package opsdata
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/stripe-payments/stripe-payments/internal/postgres"
 )
 
 // The console's tables are kept OPS_RETENTION (package retention calls
@@ -14,34 +15,22 @@ import (
 
 // DeleteProblemsBefore deletes event problems listed before before.
 func DeleteProblemsBefore(ctx context.Context, pool *pgxpool.Pool, before time.Time, limit int) (int64, error) {
-	tag, err := pool.Exec(ctx, `DELETE FROM ops_event_problems WHERE event_id IN (
+	return postgres.DeleteBatch(ctx, pool, "event problems", `DELETE FROM ops_event_problems WHERE event_id IN (
 		SELECT event_id FROM ops_event_problems WHERE at < $1
 		LIMIT $2 FOR UPDATE SKIP LOCKED)`, before, limit)
-	if err != nil {
-		return 0, fmt.Errorf("delete event problems: %w", err)
-	}
-	return tag.RowsAffected(), nil
 }
 
 // DeleteBillingRunsBefore deletes billing runs started before before.
 func DeleteBillingRunsBefore(ctx context.Context, pool *pgxpool.Pool, before time.Time, limit int) (int64, error) {
-	tag, err := pool.Exec(ctx, `DELETE FROM ops_billing_runs WHERE id IN (
+	return postgres.DeleteBatch(ctx, pool, "billing runs", `DELETE FROM ops_billing_runs WHERE id IN (
 		SELECT id FROM ops_billing_runs WHERE started_at < $1
 		LIMIT $2 FOR UPDATE SKIP LOCKED)`, before, limit)
-	if err != nil {
-		return 0, fmt.Errorf("delete billing runs: %w", err)
-	}
-	return tag.RowsAffected(), nil
 }
 
 // DeleteEventHoursBefore deletes the hourly event counts of hours before
 // before.
 func DeleteEventHoursBefore(ctx context.Context, pool *pgxpool.Pool, before time.Time, limit int) (int64, error) {
-	tag, err := pool.Exec(ctx, `DELETE FROM ops_event_hours WHERE (hour, outcome) IN (
+	return postgres.DeleteBatch(ctx, pool, "event hours", `DELETE FROM ops_event_hours WHERE (hour, outcome) IN (
 		SELECT hour, outcome FROM ops_event_hours WHERE hour < $1
 		LIMIT $2 FOR UPDATE SKIP LOCKED)`, before, limit)
-	if err != nil {
-		return 0, fmt.Errorf("delete event hours: %w", err)
-	}
-	return tag.RowsAffected(), nil
 }

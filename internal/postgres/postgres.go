@@ -117,3 +117,15 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 	}
 	return nil
 }
+
+// DeleteBatch runs one batch of a retention delete: query is its owner's
+// DELETE, with $1 the cut-off time and $2 the batch size, deleting rows
+// that no other replica has locked. It answers how many rows went; what
+// names them in an error ("delete <what>: …").
+func DeleteBatch(ctx context.Context, pool *pgxpool.Pool, what, query string, before time.Time, limit int) (int64, error) {
+	tag, err := pool.Exec(ctx, query, before, limit)
+	if err != nil {
+		return 0, fmt.Errorf("delete %s: %w", what, err)
+	}
+	return tag.RowsAffected(), nil
+}

@@ -2,23 +2,20 @@ package recordq
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/stripe-payments/stripe-payments/internal/postgres"
 )
 
 // DeleteQuarantinedBefore deletes up to limit quarantined records set aside
 // before before and answers how many (package retention). Rows another
 // replica is deleting are skipped.
 func DeleteQuarantinedBefore(ctx context.Context, pool *pgxpool.Pool, before time.Time, limit int) (int64, error) {
-	tag, err := pool.Exec(ctx, `DELETE FROM event_records_quarantined WHERE event_id IN (
+	return postgres.DeleteBatch(ctx, pool, "quarantined records", `DELETE FROM event_records_quarantined WHERE event_id IN (
 		SELECT event_id FROM event_records_quarantined WHERE quarantined_at < $1
 		LIMIT $2 FOR UPDATE SKIP LOCKED)`, before, limit)
-	if err != nil {
-		return 0, fmt.Errorf("delete quarantined records: %w", err)
-	}
-	return tag.RowsAffected(), nil
 }
 
 // DeleteMarksBefore deletes up to limit marks of earlier record versions
@@ -27,11 +24,7 @@ func DeleteQuarantinedBefore(ctx context.Context, pool *pgxpool.Pool, before tim
 // mark: dropped too early, a writer would skip the read and lose the
 // earlier attempts' bookkeeping.
 func DeleteMarksBefore(ctx context.Context, pool *pgxpool.Pool, before time.Time, limit int) (int64, error) {
-	tag, err := pool.Exec(ctx, `DELETE FROM event_records_prior WHERE event_id IN (
+	return postgres.DeleteBatch(ctx, pool, "record marks", `DELETE FROM event_records_prior WHERE event_id IN (
 		SELECT event_id FROM event_records_prior WHERE at < $1
 		LIMIT $2 FOR UPDATE SKIP LOCKED)`, before, limit)
-	if err != nil {
-		return 0, fmt.Errorf("delete record marks: %w", err)
-	}
-	return tag.RowsAffected(), nil
 }

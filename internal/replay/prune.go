@@ -2,10 +2,11 @@ package replay
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/stripe-payments/stripe-payments/internal/postgres"
 )
 
 // DeleteFinishedBefore deletes up to limit replays that finished (done or
@@ -13,11 +14,7 @@ import (
 // answers how many (package retention). A running replay is never deleted,
 // however old: its runner is still working through it.
 func DeleteFinishedBefore(ctx context.Context, pool *pgxpool.Pool, before time.Time, limit int) (int64, error) {
-	tag, err := pool.Exec(ctx, `DELETE FROM replays WHERE id IN (
+	return postgres.DeleteBatch(ctx, pool, "finished replays", `DELETE FROM replays WHERE id IN (
 		SELECT id FROM replays WHERE finished_at < $1 AND status <> 'running'
 		LIMIT $2 FOR UPDATE SKIP LOCKED)`, before, limit)
-	if err != nil {
-		return 0, fmt.Errorf("delete finished replays: %w", err)
-	}
-	return tag.RowsAffected(), nil
 }
