@@ -230,7 +230,7 @@ func BenchmarkChargeRateSharedBudget(b *testing.B) {
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			for range b.N {
-				r := chargeShared(b, n, limit, tc.replicas, tc.others, false)
+				r := chargeShared(b, n, limit, chargeVariant{replicas: tc.replicas, others: tc.others})
 				b.ReportMetric(r.charged/limit, "charge-rate/limit")
 				b.ReportMetric(100*float64(r.refused)/float64(r.all), "%refused")
 				b.ReportMetric(r.hydration, "hydration-req/s")
@@ -243,70 +243,121 @@ func BenchmarkChargeRateSharedBudget(b *testing.B) {
 
 // BenchmarkChargeRateRounds is BenchmarkChargeRateSharedBudget in
 // BUDGET_BENCH_ROUNDS (default 3) interleaved rounds, each in a rotated
-// order, with the lease as first built (stripebudget.Config.FixedLease: a
-// fixed 100 ms batch, slots from the store's now) beside the adaptive one:
-// ratios of one run, on a machine whose load moves between runs. Not run
+// order: ratios of one run, on a machine whose load moves between runs.
+// BUDGET_BENCH_VARIANTS (comma-separated, default the five below: one and
+// three replicas with the late tolerance before (one request's worth) and
+// now (the default), and three under the lower classes' load) picks
+// the variants; a variant's name is its replicas ("replicas=3"), then
+// optionally "+hydration+backfill" (the lower classes' load of
+// BenchmarkCollectSharedBudget), "/fixed-lease" (the lease as first
+// built: stripebudget.Config.FixedLease) and "/late=K" (the late
+// tolerance, stripebudget.Config.Late, K requests' worth). Each line also
+// goes to stderr, where the benchmark's log limit does not cut it. Not run
 // by make test; the command is in BENCHMARKS.md.
 func BenchmarkChargeRateRounds(b *testing.B) {
 	const limit = 100.0
 	n := envInt("BILLING_BENCH_CHARGES", 2000)
 	rounds := envInt("BUDGET_BENCH_ROUNDS", 3)
-	type variant struct {
-		name     string
-		replicas int
-		others   bool
-		fixed    bool
+	names := []string{"replicas=1/late=1", "replicas=1", "replicas=3/late=1", "replicas=3", "replicas=3+hydration+backfill"}
+	if v := os.Getenv("BUDGET_BENCH_VARIANTS"); v != "" {
+		names = strings.Split(v, ",")
 	}
-	variants := []variant{
-		{"replicas=1", 1, false, false},
-		{"replicas=3", 3, false, false},
-		{"replicas=3,fixed-lease", 3, false, true},
-		{"replicas=3+hydration+backfill", 3, true, false},
+	variants := make([]chargeVariant, len(names))
+	for i, name := range names {
+		v, err := parseChargeVariant(name)
+		require.NoError(b, err)
+		variants[i] = v
 	}
 	sums := map[string]float64{}
 	for range b.N {
 		for r := range rounds {
 			for i := range variants {
 				v := variants[(i+r)%len(variants)]
-				res := chargeShared(b, n, limit, v.replicas, v.others, v.fixed)
+				res := chargeShared(b, n, limit, v)
 				sums[v.name] += res.charged / limit
-				b.Logf("round %d %-30s %s", r+1, v.name, res)
+				line := fmt.Sprintf("round %d %-34s %s", r+1, v.name, res)
+				fmt.Fprintln(os.Stderr, line)
+				b.Log(line)
 			}
 		}
 	}
 	for _, v := range variants {
-		b.ReportMetric(sums[v.name]/float64(rounds*b.N), strings.NewReplacer("=", "", "+", "-", ",", "-").Replace(v.name)+"-charge/limit")
+		mean := sums[v.name] / float64(rounds*b.N)
+		fmt.Fprintf(os.Stderr, "mean of %d rounds: %-34s charges %.3f of the limit\n", rounds, v.name, mean)
+		b.ReportMetric(mean, strings.NewReplacer("=", "", "+", "-", "/", "-").Replace(v.name)+"-charge/limit")
 	}
+}
+
+// chargeVariant is one setup of BenchmarkChargeRateRounds.
+type chargeVariant struct {
+	name     string
+	replicas int
+	others   bool // the hydration burst and the poller backfill run too
+	fixed    bool // stripebudget.Config.FixedLease
+	late     int  // stripebudget.Config.Late in requests' worth (0: its default)
+}
+
+// parseChargeVariant reads a variant's name (BenchmarkChargeRateRounds).
+func parseChargeVariant(name string) (chargeVariant, error) {
+	v := chargeVariant{name: name}
+	parts := strings.Split(name, "/")
+	head := parts[0]
+	if rest, ok := strings.CutSuffix(head, "+hydration+backfill"); ok {
+		v.others, head = true, rest
+	}
+	if _, err := fmt.Sscanf(head, "replicas=%d", &v.replicas); err != nil || v.replicas < 1 {
+		return v, fmt.Errorf("variant %q: want replicas=N first", name)
+	}
+	for _, p := range parts[1:] {
+		switch {
+		case p == "fixed-lease":
+			v.fixed = true
+		case strings.HasPrefix(p, "late="):
+			if _, err := fmt.Sscanf(p, "late=%d", &v.late); err != nil || v.late < 1 {
+				return v, fmt.Errorf("variant %q: late=K wants K of 1 or more", name)
+			}
+		default:
+			return v, fmt.Errorf("variant %q: unknown part %q", name, p)
+		}
+	}
+	return v, nil
 }
 
 type chargeResult struct {
 	secs                         float64
 	charged, hydration, backfill float64 // per second, at the fake
 	refused, all, maxPerSecond   int
+	burst                        float64 // the token-bucket burst the arrivals needed (burstNeeded)
 	p50, p90                     time.Duration
 	late                         int
+	slots                        stripebudget.Stats // summed over the replicas
+	limit                        float64
 }
 
 func (r chargeResult) String() string {
-	return fmt.Sprintf("%5.1f s  charges %5.1f/s (%.3f of the limit)  hydration %4.1f/s  backfill %4.1f/s  refused %d of %d (%.2f %%)  at most %d in one second  charge wait p50 %v p90 %v  late slots %d",
+	s := r.slots
+	return fmt.Sprintf("%5.1f s  charges %5.1f/s (%.3f of the limit)  hydration %4.1f/s  backfill %4.1f/s  refused %d of %d (%.2f %%)  at most %d in one second  burst needed %.1f  charge wait p50 %v p90 %v  late slots %d\n"+
+		"    slots: never leased %.0f  leased %d in %d leases  used %d  late %d (handed late %d)  paused %d  spare expired %d  unwanted %d  woke after slot (requests' worth <1,1-2,2-3,3-5,5-10,10+) %v",
 		r.secs, r.charged, r.charged/100, r.hydration, r.backfill, r.refused, r.all, 100*float64(r.refused)/float64(max(r.all, 1)),
-		r.maxPerSecond, r.p50.Round(time.Millisecond), r.p90.Round(time.Millisecond), r.late)
+		r.maxPerSecond, r.burst, r.p50.Round(time.Millisecond), r.p90.Round(time.Millisecond), r.late,
+		r.limit*r.secs-float64(s.Leased), s.Leased, s.Leases, s.Used, s.Late, s.HandedLate, s.Paused, s.SpareExpired, s.Unwanted, s.Woke)
 }
 
-func chargeShared(b *testing.B, n int, limit float64, replicas int, others, fixed bool) chargeResult {
+func chargeShared(b *testing.B, n int, limit float64, v chargeVariant) chargeResult {
 	b.StopTimer()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	e := billingtest.NewEnv(b, billingtest.Options{StripeLimit: limit, Log: log})
 	dbURL := testenv.DatabaseURL(b)
-	reps := make([]budgetReplica, replicas)
+	reps := make([]budgetReplica, v.replicas)
 	waits := &chargeWaits{}
 	for i := range reps {
 		reps[i] = newBudgetReplica(b, e, dbURL, "stripe", billing.DefaultConfig(),
-			stripebudget.Config{Rate: limit, Replicas: replicas, Observer: waits, FixedLease: fixed}, log)
+			stripebudget.Config{Rate: limit, Replicas: v.replicas, Observer: waits, FixedLease: v.fixed,
+				Late: time.Duration(v.late) * time.Duration(float64(time.Second)/limit)}, log)
 	}
 	ctx, stopOthers := context.WithCancel(context.Background())
 	var bg sync.WaitGroup
-	if others {
+	if v.others {
 		othersLoad(ctx, &bg, e.Stripe.URL, reps)
 	}
 	var next atomic.Int64
@@ -357,9 +408,34 @@ func chargeShared(b *testing.B, n int, limit float64, replicas int, others, fixe
 	res.hydration /= res.secs
 	res.backfill /= res.secs
 	res.maxPerSecond = mostInOneSecond(at)
+	res.burst = burstNeeded(at, limit)
 	res.p50, res.p90 = waits.percentiles()
 	res.late = waits.late
+	res.limit = limit
+	for _, r := range reps {
+		res.slots = res.slots.Add(r.budget.Stats())
+	}
 	return res
+}
+
+// burstNeeded is the smallest burst a token bucket of rate per second
+// (Stripe's limiter, the fake's) must allow to refuse none of the
+// arrivals ts: a GCRA's largest lead of its theoretical arrival time over
+// an arrival, in requests' worth. Arrivals exactly 1/rate apart need 1.
+func burstNeeded(ts []time.Time, rate float64) float64 {
+	ts = append([]time.Time(nil), ts...)
+	sort.Slice(ts, func(i, j int) bool { return ts[i].Before(ts[j]) })
+	interval := time.Duration(float64(time.Second) / rate)
+	var tat time.Time
+	most := 0.0
+	for _, t := range ts {
+		if tat.Before(t) {
+			tat = t
+		}
+		tat = tat.Add(interval)
+		most = max(most, float64(tat.Sub(t))/float64(interval))
+	}
+	return most
 }
 
 // mostInOneSecond is the most arrivals in any window [t, t+1s).

@@ -48,11 +48,16 @@ type Config struct {
 	// is lost, which costs nothing unless the budget is short, and then
 	// requests wait and take every slot.
 	Spare int
-	// Late is how late a slot may still be used (default one request's
-	// worth, 1/Rate): a request that wakes later drops its slot and takes
-	// another, so that stalled requests do not bunch at Stripe. Each
-	// request's worth of tolerance allows one more request in a
-	// one-second window at Stripe.
+	// Late is how late a slot may still be used (default
+	// DefaultLateRequests requests' worth, 3/Rate): a request that wakes
+	// later drops its slot and takes another, so that stalled requests do
+	// not bunch at Stripe. The tolerance is spent from Stripe's burst:
+	// slots are 1/Rate apart and a request goes at most Late after its
+	// slot, so any one-second window holds at most Late×Rate requests more
+	// than the rate (plus one for the window's edge), and a token bucket
+	// at Stripe needs a burst of Late×Rate+1. A dropped slot is lost for
+	// good (nobody else can use a slot in the past), so a tolerance too
+	// tight for the machine's wake-ups loses a share of the budget.
 	Late time.Duration
 	// Pause is how long a 429 without Retry-After stops every replica
 	// (default 1 s); MaxPause caps a Retry-After (default 60 s).
@@ -94,6 +99,13 @@ type Observer interface {
 	// dropped; the request waits for another.
 	Late(c Class)
 }
+
+// DefaultLateRequests is Config.Late's default in requests' worth. On a
+// 2-core machine at load 13–18, one request's worth dropped a fifth of
+// the slots at 100/s and three dropped a twentieth, while the arrivals at
+// the fake Stripe needed a burst of 5 at most (BENCHMARKS.md, "Where the
+// rest of the budget went"); five needed 11 and drew 429s.
+const DefaultLateRequests = 3
 
 type nopObserver struct{}
 
@@ -138,7 +150,10 @@ type Shared struct {
 	lag       leaseLag    // leaser goroutine only
 	back      leaseLag    // leaser goroutine only: the answers' way back
 
-	safe *safego.Starter
+	safe  *safego.Starter
+	stats stats
+	// wakeAt sleeps until a slot (sleepUntil; tests stall it).
+	wakeAt func(ctx context.Context, t time.Time) error
 }
 
 type waiter struct {
@@ -165,7 +180,7 @@ func New(store Store, cfg Config) (*Shared, error) {
 	}
 	cfg.MaxAhead = max(cfg.MaxAhead, cfg.Ahead)
 	if cfg.Late == 0 {
-		cfg.Late = interval
+		cfg.Late = DefaultLateRequests * interval
 	}
 	if cfg.Spare == 0 {
 		cfg.Spare = 2
@@ -187,7 +202,7 @@ func New(store Store, cfg Config) (*Shared, error) {
 		cfg.MaxPause = time.Minute
 	}
 	b := &Shared{store: store, cfg: cfg, log: cfg.Log, obs: cfg.Observer, interval: interval,
-		local: rate.NewLimiter(rate.Limit(cfg.Rate/float64(cfg.Replicas)), 1), wake: make(chan struct{}, 1)}
+		local: rate.NewLimiter(rate.Limit(cfg.Rate/float64(cfg.Replicas)), 1), wake: make(chan struct{}, 1), wakeAt: sleepUntil}
 	if b.log == nil {
 		b.log = slog.Default()
 	}
@@ -219,14 +234,17 @@ func (b *Shared) Wait(ctx context.Context, c Class) error {
 		b.enqueue(w, front)
 		select {
 		case at := <-w.slot:
-			if err := sleepUntil(ctx, at); err != nil {
+			if err := b.wakeAt(ctx, at); err != nil {
 				return fmt.Errorf("stripe budget: %w", err)
 			}
-			// A slot used more than a request's worth late (this goroutine
-			// or the leaser woke late: a stalled machine) would bunch with
-			// the next slots at Stripe; it is dropped, and the request
-			// takes the next one, first in its class.
+			b.stats.wokeAfter(time.Since(at), b.interval)
+			// A slot used more than Late late (this goroutine or the
+			// leaser woke late: a stalled machine) would bunch with the
+			// next slots at Stripe beyond the burst Late allows; it is
+			// dropped, and the request takes the next one, first in its
+			// class.
 			if time.Since(at) > b.cfg.Late {
+				b.stats.late.Add(1)
 				b.obs.Late(c)
 				front = true
 				continue
@@ -234,9 +252,11 @@ func (b *Shared) Wait(ctx context.Context, c Class) error {
 			// Stripe answered 429 since the slot was handed out: this
 			// replica pauses too, slots in hand included.
 			if b.isPaused() {
+				b.stats.paused.Add(1)
 				front = true
 				continue
 			}
+			b.stats.used.Add(1)
 			b.obs.Granted(c, time.Since(start))
 			return nil
 		case <-ctx.Done():
@@ -265,6 +285,7 @@ func (b *Shared) enqueue(w *waiter, front bool) {
 				w.slot <- at
 				return
 			}
+			b.stats.spareExpired.Add(1)
 		}
 	}
 	if front {
@@ -373,7 +394,9 @@ func (b *Shared) keepSpare(c Class, at time.Time) {
 	defer b.mu.Unlock()
 	if c == Charges && len(b.spare) < b.cfg.Spare {
 		b.spare = append(b.spare, at)
+		return
 	}
+	b.stats.unwanted.Add(1)
 }
 
 // give hands the slot at to a waiter of class prefer (the class it was
@@ -421,6 +444,9 @@ func (b *Shared) pop(c Class, at time.Time) bool {
 		b.queues[c] = b.queues[c][1:]
 		if !w.gone.Load() {
 			b.lastLocal[c] = at
+			if time.Since(at) > b.cfg.Late {
+				b.stats.handedLate.Add(1)
+			}
 			w.slot <- at
 			return true
 		}
@@ -490,7 +516,7 @@ func (b *Shared) leaseShared(c Class, n int, due time.Time) time.Time {
 	req := LeaseRequest{Class: c, Want: want, Interval: b.interval, Ahead: b.interval,
 		DemandTTL: 2*b.cfg.Ahead + 100*time.Millisecond, Lead: b.back.median()}
 	if c == Charges {
-		req.Ahead = min(max(b.cfg.Ahead, 2*(b.lag.high()+b.cfg.Late)), b.cfg.MaxAhead)
+		req.Ahead = min(max(b.cfg.Ahead, 2*(b.lag.high()+b.interval)), b.cfg.MaxAhead)
 	}
 	if b.cfg.FixedLease {
 		req.Lead = 0
@@ -520,6 +546,8 @@ func (b *Shared) leaseShared(c Class, n int, due time.Time) time.Time {
 		}
 		return time.Time{}
 	}
+	b.stats.leases.Add(1)
+	b.stats.leased.Add(int64(l.Granted))
 	offset := b.clock.offset(sent, received, l.Now)
 	b.back.add(received.Sub(l.Now.Add(offset)))
 	for i := 0; i < l.Granted; i++ {

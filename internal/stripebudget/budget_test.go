@@ -68,12 +68,21 @@ func newFakeStripe(t *testing.T) *fakeStripe {
 // windowSlack is how many requests more than the rate the tests allow in
 // a one-second window of releases. The slots are 1/rate apart, so no
 // window of one second holds more than rate of them, and a slot a request
-// would use more than one interval late is dropped; but a request is
+// would use more than one interval late is dropped (these tests pin
+// Config.Late to one interval: oneRequestLate); but a request is
 // released when its goroutine wakes after its slot (the race detector, a
 // 2-core machine shared by many suites). One request more is the window's
 // edge (slots 0 and 1000 ms of a window released at 0 and 993 ms); one
 // more is that wake-up's jitter.
 const windowSlack = 2
+
+// oneRequestLate is Config.Late at one request's worth, the tolerance
+// windowSlack counts. The default tolerance, DefaultLateRequests requests'
+// worth, adds that many requests to a window instead of one
+// (TestLateToleranceSpendsStalledSlots holds it to that).
+func oneRequestLate(rate float64) time.Duration {
+	return time.Duration(float64(time.Second) / rate)
+}
 
 // warmUp is how long the tests that measure a rate let the replicas open
 // their connections first. A replica keeps its connections to Stripe
@@ -249,7 +258,7 @@ func TestThreeReplicasShareOneRate(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), warmUp+4*time.Second)
 			defer cancel()
 			for i, row := range tc.rows {
-				r := newReplica(t, dbURL, row, stripebudget.Config{Rate: rate, Log: quietLog()})
+				r := newReplica(t, dbURL, row, stripebudget.Config{Rate: rate, Late: oneRequestLate(rate), Log: quietLog()})
 				r.send(ctx, t, fake.URL, []stripebudget.Class{stripebudget.Charges, stripebudget.Hydration, stripebudget.Background}[i], 8)
 			}
 			fake.warmedUp()
@@ -316,7 +325,7 @@ func TestSlowStoreStillUsesTheRate(t *testing.T) {
 			require.NoError(t, err)
 			t.Cleanup(pool.Close)
 			b, err := stripebudget.New(slowStore{Store: stripebudget.PGStore{Pool: pool, Name: "slow-" + fmt.Sprint(tc.adaptive)}, delay: 100 * time.Millisecond},
-				stripebudget.Config{Rate: rate, FixedLease: !tc.adaptive, Log: quietLog()})
+				stripebudget.Config{Rate: rate, FixedLease: !tc.adaptive, Late: oneRequestLate(rate), Log: quietLog()})
 			require.NoError(t, err)
 			tr := http.DefaultTransport.(*http.Transport).Clone()
 			tr.MaxIdleConnsPerHost = 64

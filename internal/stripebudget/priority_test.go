@@ -52,7 +52,7 @@ func TestPrioritiesUnderContention(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), warmUp+seconds*time.Second)
 	defer cancel()
 	for _, c := range []stripebudget.Class{stripebudget.Background, stripebudget.Hydration, stripebudget.Charges} {
-		newReplica(t, dbURL, "stripe", stripebudget.Config{Rate: rate, Log: quietLog()}).send(ctx, t, fake.URL, c, 8)
+		newReplica(t, dbURL, "stripe", stripebudget.Config{Rate: rate, Late: oneRequestLate(rate), Log: quietLog()}).send(ctx, t, fake.URL, c, 8)
 	}
 	fake.warmedUp()
 	<-ctx.Done()
@@ -124,7 +124,7 @@ func TestFallbackWhenTheStoreIsBlackHoled(t *testing.T) {
 	t.Cleanup(pool.Close)
 	logs := &testenv.Logs{}
 	obs := &recorder{}
-	r := newReplicaOn(t, pool, "stripe", stripebudget.Config{Rate: rate, Replicas: replicas,
+	r := newReplicaOn(t, pool, "stripe", stripebudget.Config{Rate: rate, Replicas: replicas, Late: oneRequestLate(rate),
 		StoreTimeout: 200 * time.Millisecond, Probe: 500 * time.Millisecond,
 		Log: slogTo(logs), Observer: obs})
 	fake := newFakeStripe(t)
@@ -176,7 +176,7 @@ func TestFallbackOfThreeReplicasStaysUnderTheRate(t *testing.T) {
 		require.NoError(t, err)
 		t.Cleanup(pool.Close)
 		obs[i] = &recorder{}
-		newReplicaOn(t, pool, "stripe", stripebudget.Config{Rate: rate, Replicas: replicas,
+		newReplicaOn(t, pool, "stripe", stripebudget.Config{Rate: rate, Replicas: replicas, Late: oneRequestLate(rate),
 			StoreTimeout: 200 * time.Millisecond, Probe: time.Hour, Log: quietLog(), Observer: obs[i]}).send(ctx, t, fake.URL, c, 8)
 	}
 	time.Sleep(time.Second)
