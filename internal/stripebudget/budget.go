@@ -100,11 +100,12 @@ type Observer interface {
 	Late(c Class)
 }
 
-// DefaultLateRequests is Config.Late's default in requests' worth. On a
-// 2-core machine at load 13–18, one request's worth dropped a fifth of
-// the slots at 100/s and three dropped a twentieth, while the arrivals at
-// the fake Stripe needed a burst of 5 at most (BENCHMARKS.md, "Where the
-// rest of the budget went"); five needed 11 and drew 429s.
+// DefaultLateRequests is Config.Late's default in requests' worth. Three
+// replicas at 100/s on a loaded 2-core machine dropped a fifth of their
+// slots as late with one request's worth and 3–11 % with three, whose
+// arrivals at the fake Stripe (burst 10) needed a burst of 8.5 at most;
+// five needed 11 and drew 429s (BENCHMARKS.md, "Where the rest of the
+// budget went").
 const DefaultLateRequests = 3
 
 type nopObserver struct{}

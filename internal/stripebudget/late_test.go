@@ -17,22 +17,28 @@ import (
 // costs:
 //
 //   - with the default tolerance (three requests' worth) the stalled
-//     requests go, no slot is dropped and nearly the whole rate is sent,
-//     and the releases still hold to the rate plus the tolerance's requests
-//     (plus the window's edge) in any one-second window;
+//     requests go, so nearly the whole rate is sent, and the releases
+//     still hold to the rate plus the tolerance's requests (plus the
+//     window's edge) in any one-second window;
 //   - the control, one request's worth (the budget's first default),
-//     drops every stalled slot and sends a fifth less.
+//     drops every stalled slot and sends about a fifth less.
+//
+// The machine's own late wake-ups drop slots in both (a 2-core machine
+// shared by many suites), so the two are compared with each other.
 func TestLateToleranceSpendsStalledSlots(t *testing.T) {
 	t.Parallel()
 	const rate, seconds = 50.0, 4
 	oneRequest := time.Duration(float64(time.Second) / rate)
 	dbURL := testenv.DatabaseURL(t)
+	type result struct{ sent, used, dropped int64 }
+	results := map[string]result{}
 	for _, tc := range []struct {
-		name string
-		late time.Duration // Config.Late (0: the default)
+		name  string
+		late  time.Duration // Config.Late (0: the default)
+		slack int           // requests above the rate in a one-second window of releases
 	}{
-		{"default tolerance", 0},
-		{"control: one request's worth", oneRequest},
+		{"default tolerance", 0, 1 + stripebudget.DefaultLateRequests},
+		{"control: one request's worth", oneRequest, windowSlack},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newReplica(t, dbURL, "late-"+tc.name, stripebudget.Config{Rate: rate, Late: tc.late, Log: quietLog()})
@@ -50,19 +56,16 @@ func TestLateToleranceSpendsStalledSlots(t *testing.T) {
 			before := r.budget.Stats()
 			<-ctx.Done()
 			after := r.budget.Stats()
-			used, dropped := after.Used-before.Used, after.Late-before.Late
-			sent := len(fake.times(""))
-			t.Logf("%d requests in %d s (%.2f of the rate), %d slots used and %d dropped as late", sent, seconds, float64(sent)/(rate*seconds), used, dropped)
-
-			if tc.late == 0 {
-				assertRateAtStripe(t, fake, rate, 1+stripebudget.DefaultLateRequests)
-				assert.GreaterOrEqual(t, float64(sent), 0.9*rate*seconds, "the stalled requests' slots were lost")
-				assert.LessOrEqual(t, float64(dropped), 0.05*float64(used), "slots within the tolerance were dropped")
-				return
-			}
-			assertRateAtStripe(t, fake, rate, windowSlack)
-			assert.GreaterOrEqual(t, float64(dropped), 0.1*float64(used), "the control should drop the stalled slots (else the test proves nothing)")
-			assert.Less(t, float64(sent), 0.9*rate*seconds, "the control should lose the dropped slots' share (else the test proves nothing)")
+			res := result{sent: int64(len(fake.times(""))), used: after.Used - before.Used, dropped: after.Late - before.Late}
+			results[tc.name] = res
+			t.Logf("%d requests in %d s (%.2f of the rate), %d slots used and %d dropped as late",
+				res.sent, seconds, float64(res.sent)/(rate*seconds), res.used, res.dropped)
+			assertRateAtStripe(t, fake, rate, tc.slack)
 		})
 	}
+	tolerant, control := results["default tolerance"], results["control: one request's worth"]
+	assert.GreaterOrEqual(t, float64(tolerant.sent), 0.85*rate*seconds, "the stalled requests' slots were lost")
+	assert.Less(t, tolerant.dropped*2, control.dropped, "slots within the tolerance were dropped")
+	assert.Greater(t, tolerant.sent, control.sent, "the tolerance kept no slot the control lost")
+	assert.GreaterOrEqual(t, float64(control.dropped), 0.15*float64(control.used), "the control should drop the stalled slots (else the test proves nothing)")
 }
