@@ -2,28 +2,14 @@ package billing
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
+	"github.com/stripe-payments/stripe-payments/internal/billing/model"
 	"github.com/stripe-payments/stripe-payments/internal/lock"
 )
-
-// IdempotencyKey of attempt n on a period: the same attempt always sends
-// the same key, so a rerun after a crash gets the same PaymentIntent back.
-// The attempt number is part of it because Stripe replays a declined
-// request's answer for its key: a retry on a later day is a new attempt.
-func IdempotencyKey(p Period, n int) string {
-	k := fmt.Sprintf("billing:%s:%s:%s:%d", p.AccountID, p.SubscriptionID, p.BillingDate, n)
-	if len(k) > 255 {
-		sum := sha256.Sum256([]byte(k))
-		k = "billing:" + hex.EncodeToString(sum[:])
-	}
-	return k
-}
 
 // attempt charges a period: claim (conditional write), charge, record.
 // An attempt already in flight (a crash, or no answer from Stripe) is
@@ -47,10 +33,10 @@ func (s *Service) attempt(ctx context.Context, l *lock.Lock, sub Subscription, p
 		// Cannot happen: changes are refused while an attempt is in flight.
 		s.log.Error("billing job: attempt in flight on a CANCELLED subscription; not charging",
 			"account", p.AccountID, "subscription_id", p.SubscriptionID, "billing_date", p.BillingDate.String())
-		s.leftUnresolved(rep, p)
+		rep.LeftUnresolved(p)
 		return sub, false, nil
 	}
-	if p.InFlightKey != "" && s.wall().Sub(p.sentAt()) > s.cfg.IdempotencyWindow { // Stripe's time, not a test clock's
+	if p.InFlightKey != "" && s.wall().Sub(p.SentAt()) > s.cfg.IdempotencyWindow { // Stripe's time, not a test clock's
 		var (
 			again bool
 			err   error
@@ -105,7 +91,7 @@ func (s *Service) claimAndCharge(ctx context.Context, l *lock.Lock, sub Subscrip
 			if err := s.applyPaid(ctx, p, paid); err != nil {
 				return p, res, false, fmt.Errorf("apply %s, paid by the customer: %w", paid.ID, err)
 			}
-			rep.add(func(r *Report) { r.PaidByCustomer++ })
+			rep.Add(func(r *Report) { r.PaidByCustomer++ })
 			return p, res, true, nil
 		}
 		// Claim: re-check on the table that the subscription is still
@@ -127,7 +113,7 @@ func (s *Service) claimAndCharge(ctx context.Context, l *lock.Lock, sub Subscrip
 		claim.PutPeriod(&p, true)
 		if err := s.store.Commit(ctx, claim); err != nil {
 			if errors.Is(err, ErrConflict) {
-				rep.add(func(r *Report) { r.Skipped++ })
+				rep.Add(func(r *Report) { r.Skipped++ })
 				return p, res, true, nil // changed since the index read: nothing to charge now
 			}
 			return p, res, false, fmt.Errorf("claim: %w", err)
@@ -140,30 +126,25 @@ func (s *Service) claimAndCharge(ctx context.Context, l *lock.Lock, sub Subscrip
 	if l != nil && !l.Valid() {
 		return p, res, false, fmt.Errorf("before charging: %w", lock.ErrNotOwner)
 	}
-	rep.add(func(r *Report) {
-		if r.chargedOn == nil {
-			r.chargedOn = map[string]bool{}
-		}
-		r.chargedOn[p.PaymentDetails.StripeAccount] = true
-	})
+	rep.ChargedOn(p.PaymentDetails.StripeAccount)
 	res, err = s.charge(ctx, l, p, attemptNo)
 	if err != nil && resent {
 		// Within the window Stripe replays a saved 500 for the key: ask
 		// it for the PaymentIntent instead. Only a find settles it here:
 		// the original request may still be running at Stripe.
-		if lk, lerr := s.charger.FindAttempt(ctx, attemptQuery(p)); lerr == nil && lk.Found {
+		if lk, lerr := s.charger.FindAttempt(ctx, model.AttemptQueryOf(p)); lerr == nil && lk.Found {
 			s.log.Info("billing job: unknown outcome resolved by asking Stripe", "account", p.AccountID,
 				"subscription_id", p.SubscriptionID, "billing_date", p.BillingDate.String(),
 				"payment_intent", lk.Result.PaymentIntent, "found_by", lk.How)
-			s.obs.OutcomeResolved(outcomeName(lk.Result.Outcome))
+			s.obs.OutcomeResolved(model.OutcomeName(lk.Result.Outcome))
 			res, err = lk.Result, nil
 		}
 	}
 	if err != nil {
 		s.obs.OutcomeUnknown()
-		rep.add(func(r *Report) { r.Unknown++ })
-		s.leftUnresolved(rep, p)
-		rep.because(fmt.Sprintf("charge of %s %s: outcome unknown", p.SubscriptionID, p.BillingDate), err)
+		rep.Add(func(r *Report) { r.Unknown++ })
+		rep.LeftUnresolved(p)
+		rep.Because(fmt.Sprintf("charge of %s %s: outcome unknown", p.SubscriptionID, p.BillingDate), err)
 		return p, res, false, fmt.Errorf("charge %s %s: %w", p.SubscriptionID, p.BillingDate, err)
 	}
 	return p, res, false, nil
@@ -184,7 +165,7 @@ func (s *Service) recordOutcome(ctx context.Context, sub Subscription, p Period,
 	if err := s.record(ctx, s.log, NewTx(cause, in.Now), &sub, &st, today); err != nil {
 		return sub, p, fmt.Errorf("record attempt (the charge is in Stripe; a rerun or its webhook records it): %w", err)
 	}
-	rep.add(func(r *Report) {
+	rep.Add(func(r *Report) {
 		if resolved {
 			r.Resolved++
 		}
@@ -236,7 +217,7 @@ func (s *Service) markStale(ctx context.Context, p *Period, proc Process, today 
 	if err := s.store.Commit(ctx, tx); err != nil {
 		return fmt.Errorf("mark stale: %w", err)
 	}
-	rep.add(func(r *Report) { r.Stale++ })
+	rep.Add(func(r *Report) { r.Stale++ })
 	return nil
 }
 
@@ -252,7 +233,7 @@ func (s *Service) charge(ctx context.Context, l *lock.Lock, p Period, n int) (Ch
 		StripeAccount: p.PaymentDetails.StripeAccount, Customer: p.PaymentDetails.Customer,
 		PaymentMethod: p.PaymentDetails.PaymentMethod, Amount: p.Amount, Currency: p.Currency,
 		IdempotencyKey: p.InFlightKey, Description: fmt.Sprintf("%s %s", p.SKU, p.BillingDate),
-		Metadata: attemptMeta(p, n),
+		Metadata: model.AttemptMeta(p, n),
 	})
 }
 

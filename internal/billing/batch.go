@@ -73,7 +73,7 @@ func (sel BatchSelection) Validate() error {
 	}
 	seen := map[string]bool{}
 	for _, a := range sel.AccountIDs {
-		if !validID(a) {
+		if !ValidID(a) {
 			return apperr.Invalid("account_ids: %q: 1-128 characters without '#', '/' or spaces", a)
 		}
 		if seen[a] {

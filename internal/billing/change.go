@@ -8,6 +8,7 @@ import (
 
 	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
+	"github.com/stripe-payments/stripe-payments/internal/billing/model"
 	"github.com/stripe-payments/stripe-payments/internal/stripeid"
 )
 
@@ -44,7 +45,7 @@ func nextAfterKept(sub Subscription, old dates.Rule, periods []Period) dates.Dat
 			endedAheadBeforeReactivation(sub, p) {
 			continue
 		}
-		after = dates.Max(after, p.oneTermAfter(old))
+		after = dates.Max(after, p.OneTermAfter(old))
 		seen = seen || p.BillingDate.Equal(sub.LastChargedPeriod)
 	}
 	if !seen && !sub.LastChargedPeriod.IsZero() {
@@ -85,7 +86,7 @@ func (s *Service) change(ctx context.Context, sub Subscription, ch Change) (Subs
 		}
 	}
 	if cur == nil {
-		p := newPeriod(sub, sub.NextPeriodDate, Scheduled, ProcAdmin, "recreated", now)
+		p := model.NewPeriod(sub, sub.NextPeriodDate, Scheduled, ProcAdmin, "recreated", now)
 		cur = ed.touch(p)
 	}
 	storedSKU := sub.SKU
@@ -275,7 +276,7 @@ func (s *Service) changeRule(sub *Subscription, ch Change, periods []Period, cur
 		}
 	}
 	if target == nil {
-		target = ed.touch(newPeriod(*sub, next, Scheduled, ProcAdmin, "rule-changed-from-"+cur.BillingDate.String(), now))
+		target = ed.touch(model.NewPeriod(*sub, next, Scheduled, ProcAdmin, "rule-changed-from-"+cur.BillingDate.String(), now))
 	}
 	target.ChargeDate = dates.Date{}
 	target.Term, target.BillingWeek = sub.Term, sub.BillingWeek // a period of the new rule, whatever its record was

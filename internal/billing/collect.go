@@ -7,6 +7,7 @@ import (
 
 	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
+	"github.com/stripe-payments/stripe-payments/internal/billing/model"
 	"github.com/stripe-payments/stripe-payments/internal/lock"
 )
 
@@ -18,7 +19,7 @@ func (s *Service) collectEntry(ctx context.Context, l *lock.Lock, e IndexEntry, 
 	case e.Kind == EntrySubscription:
 		sub, p, found, err := s.store.GetSubscriptionWithPeriod(ctx, e)
 		if errors.Is(err, apperr.ErrNotFound) {
-			rep.add(func(r *Report) { r.Skipped++ })
+			rep.Add(func(r *Report) { r.Skipped++ })
 			return nil
 		}
 		if err != nil {
@@ -32,7 +33,7 @@ func (s *Service) collectEntry(ctx context.Context, l *lock.Lock, e IndexEntry, 
 	case e.Kind == EntryPeriod:
 		return s.retryEntry(ctx, l, e, date, rep)
 	}
-	rep.add(func(r *Report) { r.Skipped++ })
+	rep.Add(func(r *Report) { r.Skipped++ })
 	return nil
 }
 
@@ -45,7 +46,7 @@ func (s *Service) collectDue(ctx context.Context, l *lock.Lock, sub Subscription
 		today := s.today(sub)
 		cursor, dueDate := sub.NextPeriodDate, sub.DueDate
 		if sub.Status == SubCancelled || dueDate.IsZero() || dueDate.After(date) || dueDate.After(today) {
-			rep.add(func(r *Report) { r.Skipped++ })
+			rep.Add(func(r *Report) { r.Skipped++ })
 			return nil
 		}
 		next, moved, err := s.collectFirst(ctx, l, sub, due, today, rep)
@@ -71,7 +72,7 @@ func (s *Service) collectFirst(ctx context.Context, l *lock.Lock, sub Subscripti
 		p, err = s.store.GetPeriod(ctx, sub.AccountID, sub.SubscriptionID, sub.NextPeriodDate)
 		switch {
 		case errors.Is(err, apperr.ErrNotFound):
-			p = newPeriod(sub, sub.NextPeriodDate, Scheduled, ProcInitial, "recreated", s.now())
+			p = model.NewPeriod(sub, sub.NextPeriodDate, Scheduled, ProcInitial, "recreated", s.now())
 		case err != nil:
 			return sub, false, err
 		}
@@ -89,10 +90,10 @@ func (s *Service) collectFirst(ctx context.Context, l *lock.Lock, sub Subscripti
 		// Its reminder has not gone out (its day had passed when the period
 		// was scheduled or moved, and no reminder run came in between): it
 		// goes out now, before the charge (deduplicated per charge date).
-		if err := s.notifier.Notify(ctx, reminderAction(sub, p.BillingDate, p.Due(), s.now())); err != nil {
+		if err := s.notifier.Notify(ctx, model.ReminderAction(sub, p.BillingDate, p.Due(), s.now())); err != nil {
 			return sub, false, err
 		}
-		rep.add(func(r *Report) { r.Reminded++ })
+		rep.Add(func(r *Report) { r.Reminded++ })
 	}
 	return s.attempt(ctx, l, sub, p, ProcInitial, today, rep)
 }
@@ -112,12 +113,12 @@ func (s *Service) skipPaused(ctx context.Context, sub Subscription, p Period, to
 	tx.PutSubscription(&sub)
 	if err := s.store.Commit(ctx, tx); err != nil {
 		if errors.Is(err, ErrConflict) {
-			rep.add(func(r *Report) { r.Skipped++ })
+			rep.Add(func(r *Report) { r.Skipped++ })
 			return sub, false, nil
 		}
 		return sub, false, fmt.Errorf("skip paused period: %w", err)
 	}
-	rep.add(func(r *Report) {
+	rep.Add(func(r *Report) {
 		r.PausedSkipped++
 		if sub.Status == SubActive {
 			r.Resumed++
@@ -145,7 +146,7 @@ func (s *Service) moveOn(ctx context.Context, sub Subscription, p Period, today 
 		}
 		return sub, false, fmt.Errorf("move on: %w", err)
 	}
-	rep.add(func(r *Report) { r.Skipped++ })
+	rep.Add(func(r *Report) { r.Skipped++ })
 	return sub, true, nil
 }
 
@@ -163,7 +164,7 @@ func (s *Service) markNextStale(ctx context.Context, sub Subscription, p Period,
 	if err := s.store.Commit(ctx, tx); err != nil {
 		return sub, false, fmt.Errorf("mark stale: %w", err)
 	}
-	rep.add(func(r *Report) { r.Stale++ })
+	rep.Add(func(r *Report) { r.Stale++ })
 	return sub, true, nil
 }
 
@@ -176,7 +177,7 @@ func (s *Service) cause(job string, p Period, today dates.Date) string {
 func (s *Service) retryEntry(ctx context.Context, l *lock.Lock, e IndexEntry, date dates.Date, rep *Report) error {
 	p, err := s.store.GetPeriodAt(ctx, e)
 	if errors.Is(err, apperr.ErrNotFound) {
-		rep.add(func(r *Report) { r.Skipped++ })
+		rep.Add(func(r *Report) { r.Skipped++ })
 		return nil
 	}
 	if err != nil {
@@ -188,7 +189,7 @@ func (s *Service) retryEntry(ctx context.Context, l *lock.Lock, e IndexEntry, da
 	}
 	today := s.today(sub)
 	if p.Status != Error || p.NextAttemptDate.IsZero() || p.NextAttemptDate.After(date) || p.NextAttemptDate.After(today) {
-		rep.add(func(r *Report) { r.Skipped++ })
+		rep.Add(func(r *Report) { r.Skipped++ })
 		return nil
 	}
 	now := s.now()
@@ -203,7 +204,7 @@ func (s *Service) retryEntry(ctx context.Context, l *lock.Lock, e IndexEntry, da
 		p.Status, p.Process, p.UpdatedEvent, p.CompletionDate, p.NextAttemptDate = Cancelled, ProcRetry, "cancelled", now, dates.Date{}
 	case s.cfg.Retry.IsStale(p.Due(), today):
 		p.Status, p.Process, p.UpdatedEvent, p.CompletionDate, p.NextAttemptDate = Stale, ProcRetry, "stale", now, dates.Date{}
-		rep.add(func(r *Report) { r.Stale++ })
+		rep.Add(func(r *Report) { r.Stale++ })
 	default:
 		// A pause is about periods not yet charged: a failed period's
 		// retries go on.

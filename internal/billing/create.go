@@ -12,6 +12,7 @@ import (
 
 	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
+	"github.com/stripe-payments/stripe-payments/internal/billing/model"
 	"github.com/stripe-payments/stripe-payments/internal/stripeid"
 )
 
@@ -38,13 +39,13 @@ type CreateInput struct {
 func (in CreateInput) Validate(account string) error {
 	var errs []string
 	add := func(format string, args ...any) { errs = append(errs, fmt.Sprintf(format, args...)) }
-	if !validID(account) {
+	if !ValidID(account) {
 		add("account_id: 1-128 characters without '#', '/' or spaces")
 	}
-	if in.SubscriptionID != "" && !validID(in.SubscriptionID) {
+	if in.SubscriptionID != "" && !ValidID(in.SubscriptionID) {
 		add("subscription_id: 1-128 characters without '#', '/' or spaces")
 	}
-	if !validID(in.SKU) {
+	if !ValidID(in.SKU) {
 		add("sku: required, 1-128 characters without '#', '/' or spaces")
 	}
 	if a, err := mail.ParseAddress(in.Email); err != nil || a.Address != in.Email || len(in.Email) > 254 {
@@ -143,7 +144,7 @@ func (s *Service) CreateSubscription(ctx context.Context, account string, in Cre
 	}
 	sub.StartDate = in.StartDate
 	first := sub.Rule().First(dates.Max(today.AddDays(1), in.StartDate))
-	p := newPeriod(sub, first, Scheduled, ProcInitial, "created", now)
+	p := model.NewPeriod(sub, first, Scheduled, ProcInitial, "created", now)
 	s.point(&sub, p, today, true)
 
 	// Registered before the subscription exists, so the poller's account

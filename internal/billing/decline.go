@@ -1,37 +1,5 @@
 package billing
 
-// docs/design.md §8 "Declines that retrying cannot fix are not retried": when
-// Stripe's decline code says the card or account will never be approved as
-// it is (Config.HardDeclineCodes: lost or stolen card, closed account,
-// authentication required, …), the period is ERROR with that code and gets
-// no automatic retries; its next look is its stale date, when the job marks
-// it STALE as any unpaid period. A pay now may still collect it, and a
-// payment method change makes it due at the next collection run (change.go).
-// Card networks penalise retries of such declines.
-
-// hardCodes is the set of codes.
-func hardCodes(codes []string) map[string]bool {
-	m := make(map[string]bool, len(codes))
-	for _, c := range codes {
-		m[c] = true
-	}
-	return m
-}
-
 // HardDecline reports whether Stripe's decline code is one retrying cannot
 // fix.
 func (s *Service) HardDecline(code string) bool { return code != "" && s.hard[code] }
-
-// DeclineObserver is an Observer that also counts declines by class
-// (stripe_payments_billing_declines_total{class="hard"|"soft"}).
-type DeclineObserver interface {
-	Declined(class string)
-}
-
-// declineClass names a decline's class in the metrics.
-func declineClass(hard bool) string {
-	if hard {
-		return "hard"
-	}
-	return "soft"
-}

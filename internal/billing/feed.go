@@ -137,7 +137,7 @@ func (s *Service) ApplyFeed(ctx context.Context, msg FeedMessage) error {
 		msg.Account, msg.Subscription, msg.BillingDate = ref.AccountID, ref.SubscriptionID, ref.BillingDate.String()
 	}
 	date, err := dates.Parse(msg.BillingDate)
-	if err != nil || !validID(msg.Account) || !validID(msg.Subscription) {
+	if err != nil || !ValidID(msg.Account) || !ValidID(msg.Subscription) {
 		s.log.Error("billing feed: bad billing metadata; ignored", "event_id", msg.EventID, "payment_intent", msg.PaymentIntent)
 		return nil
 	}

@@ -91,7 +91,7 @@ func (s *Service) feedRefusal(ctx context.Context, msg *FeedMessage, p Period) (
 	// the attempt that created it as recorded with it, not the period's
 	// today (an amount change since then applies to later attempts only).
 	amount, currency := p.Amount, p.Currency
-	if ref != nil && ref.of(p) && ref.Currency != "" {
+	if ref != nil && ref.Of(p) && ref.Currency != "" {
 		amount, currency = ref.Amount, ref.Currency
 	}
 	if msg.Amount != amount {
@@ -101,7 +101,7 @@ func (s *Service) feedRefusal(ctx context.Context, msg *FeedMessage, p Period) (
 		return verdict{reason: "currency"}, nil
 	}
 	switch {
-	case ref != nil && ref.of(p):
+	case ref != nil && ref.Of(p):
 		return verdict{known: true, ref: ref}, nil // an attempt of this period
 	case ref != nil:
 		return verdict{reason: "payment_intent"}, nil

@@ -5,119 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"slices"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
 	"github.com/stripe-payments/stripe-payments/internal/lock"
 )
-
-// Report summarises one job run.
-type Report struct {
-	Job  string `json:"job"`
-	Date string `json:"date"`
-	// Entries read from the index partitions.
-	Entries int `json:"entries"`
-	// Reminded: reminders sent.
-	Reminded int `json:"reminded"`
-	// Attempts answered by Stripe, by outcome.
-	Succeeded  int `json:"succeeded"`
-	Processing int `json:"processing"`
-	Declined   int `json:"declined"`
-	// Stale: periods given up on; PausedSkipped: paused periods whose date
-	// came; Resumed: pauses ended (after their last skipped period).
-	Stale         int `json:"stale"`
-	PausedSkipped int `json:"paused_skipped"`
-	Resumed       int `json:"resumed"`
-	// Skipped: entries with nothing to do (stale index reads, not due).
-	Skipped int `json:"skipped"`
-	// PaidByCustomer: periods not charged because the cancel before the
-	// attempt found their earlier PaymentIntent paid by the customer.
-	PaidByCustomer int `json:"paid_by_customer,omitempty"`
-	// Locked: accounts whose lock another holder kept for the whole run.
-	Locked int `json:"locked"`
-	// Unknown: charges of this run that got no trustworthy answer.
-	Unknown int `json:"unknown"`
-	// Resolved: attempts whose unknown outcome this run settled by asking
-	// Stripe (found and recorded, or not found and recorded as lost).
-	Resolved int `json:"resolved"`
-	// Unresolved: periods this run left with an attempt whose outcome is
-	// still unknown (resolve.go); the next run settles them. Not OK.
-	Unresolved int `json:"unresolved"`
-	// UnresolvedSamples names up to MaxUnresolvedSamples of those periods,
-	// "<account>/<subscription_id>", for the operator (the incident of
-	// unknown outcomes shows them).
-	UnresolvedSamples []string `json:"unresolved_samples,omitempty"`
-	// SweptFrom: the oldest index partition this run read (collect: the
-	// sweep watermark reaches back past the lookback after an outage).
-	SweptFrom string `json:"swept_from,omitempty"`
-	// Errors: entries that failed otherwise (see the logs).
-	Errors int `json:"errors"`
-	// Causes: why the run was not OK, in words (the first few distinct
-	// ones: "Stripe unreachable: …"), for a test clock's page and the logs.
-	Causes []string `json:"causes,omitempty"`
-
-	// chargedOn: the Stripe accounts this run charged on, registered for
-	// the poller at the end (subscriptions created before the registry).
-	chargedOn map[string]bool
-	// causeRoots: the innermost errors of Causes (because).
-	causeRoots map[string]bool
-
-	mu sync.Mutex
-}
-
-// MaxCauses bounds Report.Causes (package testclock adds up reports).
-const MaxCauses = 3
-
-// because records why an entry left the run not OK (a new cause only).
-func (r *Report) because(what string, err error) {
-	if err == nil {
-		return
-	}
-	c := what + ": " + err.Error()
-	if stripeUnreachable(err) {
-		c = "Stripe unreachable: " + err.Error()
-	}
-	// One cause once: the same failure seen by the attempt and then by
-	// its entry is one cause.
-	root := err
-	for u := errors.Unwrap(root); u != nil; u = errors.Unwrap(root) {
-		root = u
-	}
-	r.add(func(r *Report) {
-		if len(r.Causes) >= MaxCauses || slices.Contains(r.Causes, c) || r.causeRoots[root.Error()] {
-			return
-		}
-		if r.causeRoots == nil {
-			r.causeRoots = map[string]bool{}
-		}
-		r.causeRoots[root.Error()] = true
-		r.Causes = append(r.Causes, c)
-	})
-}
-
-// stripeUnreachable: no answer came back (connection refused, a timeout,
-// a DNS failure), as opposed to an answer that was an error.
-func stripeUnreachable(err error) bool {
-	var ne net.Error
-	var oe *net.OpError
-	return errors.As(err, &oe) || (errors.As(err, &ne) && ne.Timeout()) || errors.Is(err, context.DeadlineExceeded)
-}
-
-func (r *Report) add(f func(r *Report)) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	f(r)
-}
-
-// OK reports a run that left nothing for a rerun: no locked account, no
-// error, no period whose outcome is unknown.
-func (r *Report) OK() bool {
-	return r.Locked == 0 && r.Unknown == 0 && r.Unresolved == 0 && r.Errors == 0
-}
 
 type accountWork struct {
 	account string
@@ -176,8 +69,8 @@ func (s *Service) run(ctx context.Context, job string, date dates.Date, index In
 			cancel(err)
 		case err != nil && ctx.Err() == nil:
 			log.Error("billing job: account failed", "account", w.account, "error", err)
-			rep.add(func(r *Report) { r.Errors++ })
-			rep.because("account "+w.account, err)
+			rep.Add(func(r *Report) { r.Errors++ })
+			rep.Because("account "+w.account, err)
 		}
 	}
 	readErr := s.eachShard(ctx, index, from, date, rep, work)
@@ -224,7 +117,7 @@ func (s *Service) eachShard(ctx context.Context, index Index, from, date dates.D
 			for _, a := range accounts {
 				n += len(a.entries)
 			}
-			rep.add(func(r *Report) { r.Entries += n })
+			rep.Add(func(r *Report) { r.Entries += n })
 			ch := make(chan accountWork)
 			var workers sync.WaitGroup
 			for range s.cfg.WorkersPerShard {
@@ -275,12 +168,9 @@ func (s *Service) retryLocked(ctx context.Context, log *slog.Logger, retry *[]ac
 // registerChargedOn registers for the poller the Stripe accounts the run
 // charged on (subscriptions created before the registry).
 func (s *Service) registerChargedOn(ctx context.Context, log *slog.Logger, rep *Report) {
-	if len(rep.chargedOn) == 0 {
+	accounts := rep.ChargedAccounts()
+	if len(accounts) == 0 {
 		return
-	}
-	var accounts []string
-	for a := range rep.chargedOn {
-		accounts = append(accounts, a)
 	}
 	if err := s.store.RegisterChargedAccounts(context.WithoutCancel(ctx), accounts...); err != nil {
 		log.Warn("billing job: could not register the Stripe accounts charged on (the poller may miss them until the next run)", "error", err)
@@ -323,29 +213,6 @@ func (g *gaugeDate) set(date dates.Date, update func()) {
 	}
 	g.date = date
 	update()
-}
-
-// Why says why the run was not OK, in words, as far as it knows.
-func (r *Report) Why() string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	switch {
-	case len(r.Causes) > 0:
-		return strings.Join(r.Causes, "; ")
-	case r.Locked > 0:
-		return fmt.Sprintf("%d account(s) stayed locked by another holder", r.Locked)
-	case r.Unresolved > 0:
-		return fmt.Sprintf("%d period(s) left with an unknown outcome", r.Unresolved)
-	}
-	return "see the service logs"
-}
-
-// Summary is the run's counters on one line (logs, a test clock's error).
-func (r *Report) Summary() string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return fmt.Sprintf("entries=%d reminded=%d succeeded=%d processing=%d declined=%d stale=%d paused_skipped=%d resumed=%d skipped=%d locked=%d unknown=%d resolved=%d unresolved=%d errors=%d swept_from=%s",
-		r.Entries, r.Reminded, r.Succeeded, r.Processing, r.Declined, r.Stale, r.PausedSkipped, r.Resumed, r.Skipped, r.Locked, r.Unknown, r.Resolved, r.Unresolved, r.Errors, r.SweptFrom)
 }
 
 // readShard reads one shard's partitions from from to date, grouped by
@@ -392,8 +259,8 @@ func (s *Service) account(ctx context.Context, w accountWork, date dates.Date, l
 					return err
 				}
 				s.log.Error("billing job: entry failed", "account", w.account, "sk", e.SK, "error", err)
-				rep.add(func(r *Report) { r.Errors++ })
-				rep.because("account "+w.account, err)
+				rep.Add(func(r *Report) { r.Errors++ })
+				rep.Because("account "+w.account, err)
 			}
 		}
 		return nil

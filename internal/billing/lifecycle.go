@@ -9,6 +9,7 @@ import (
 
 	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
+	"github.com/stripe-payments/stripe-payments/internal/billing/model"
 	"github.com/stripe-payments/stripe-payments/internal/lock"
 )
 
@@ -114,7 +115,7 @@ func (s *Service) openPeriod(ctx context.Context, sub Subscription) (Period, err
 	if errors.Is(err, apperr.ErrNotFound) {
 		// Lost by an earlier crash between writes cannot happen (one
 		// transaction), but be lenient: recreate it.
-		return newPeriod(sub, sub.NextPeriodDate, Scheduled, ProcAdmin, "recreated", s.now()), nil
+		return model.NewPeriod(sub, sub.NextPeriodDate, Scheduled, ProcAdmin, "recreated", s.now()), nil
 	}
 	if err != nil {
 		return Period{}, err
@@ -165,7 +166,7 @@ func (s *Service) pause(ctx context.Context, sub Subscription, months int, cause
 			p, err = s.store.GetPeriod(ctx, sub.AccountID, sub.SubscriptionID, d)
 			switch {
 			case errors.Is(err, apperr.ErrNotFound):
-				p = newPeriod(sub, d, Paused, ProcPause, "paused", now)
+				p = model.NewPeriod(sub, d, Paused, ProcPause, "paused", now)
 			case err != nil:
 				return sub, err
 			case p.Status == Cancelled && p.Attempts == 0:

@@ -2,8 +2,6 @@ package billing
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 
@@ -11,6 +9,7 @@ import (
 
 	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
+	"github.com/stripe-payments/stripe-payments/internal/billing/model"
 )
 
 // One successful charge per period, also when the customer pays an old
@@ -30,52 +29,13 @@ import (
 //     recorded in the history as duplicate-refunded and counted; a success
 //     for a STALE period completes it (a late payment, with its receipt).
 
-// UpdatedEventDuplicateRefunded is the history cause of an automatic
-// refund of a second success.
-const UpdatedEventDuplicateRefunded = "duplicate-refunded"
-
-// CancelKey is the idempotency key of the cancel of PaymentIntent pi.
-func CancelKey(pi string) string { return derivedKey("billing-cancel:", pi) }
-
-// RefundKey is the idempotency key of the refund of PaymentIntent pi: one
-// refund per PaymentIntent, whichever replica or redelivery asks.
-func RefundKey(pi string) string { return derivedKey("billing-refund:", pi) }
-
-func derivedKey(prefix, pi string) string {
-	k := prefix + pi
-	if len(k) > 255 {
-		sum := sha256.Sum256([]byte(pi))
-		k = prefix + hex.EncodeToString(sum[:])
-	}
-	return k
-}
-
-// DuplicateObserver is an Observer that also counts automatic refunds of
-// duplicate successes (stripe_payments_billing_duplicate_refunds_total).
-type DuplicateObserver interface {
-	DuplicateRefunded()
-}
-
-// payable reports whether p may have a PaymentIntent a customer can still
-// pay: its latest attempt's, when that did not move money.
-func payable(p Period) bool {
-	if p.TransactionID == "" || p.InFlightKey != "" {
-		return false
-	}
-	switch p.Status {
-	case Error, Waived, Cancelled, Scheduled:
-		return true
-	}
-	return false
-}
-
 // cancelPayable cancels p's PaymentIntent that can still be paid. paid is
 // the PaymentIntent as read when the customer paid it before the cancel
 // (succeeded, or processing: a bank debit): the caller applies it and
 // charges nothing. The error is non-nil when Stripe could not be asked:
 // nothing may be charged then.
 func (s *Service) cancelPayable(ctx context.Context, p Period) (paid *stripe.PaymentIntent, err error) {
-	if !payable(p) || s.charger == nil {
+	if !model.Payable(p) || s.charger == nil {
 		return nil, nil
 	}
 	pi, err := s.charger.Cancel(ctx, p.PaymentDetails.StripeAccount, p.TransactionID, CancelKey(p.TransactionID))
@@ -116,7 +76,7 @@ func (s *Service) applyPaid(ctx context.Context, p Period, pi *stripe.PaymentInt
 	in := s.settleInput(sub, p, h, pi.ID, ProcWebhook, s.today(sub))
 	// pi is the period's latest attempt's (cancelPayable cancels no other).
 	in.Known, in.Amount, in.Currency, in.SKU = true, pi.Amount, string(pi.Currency), pi.Metadata[MetaSKU]
-	if ref, err := s.store.GetPaymentRef(ctx, pi.ID); err == nil && ref.of(p) {
+	if ref, err := s.store.GetPaymentRef(ctx, pi.ID); err == nil && ref.Of(p) {
 		in.RefAmount, in.RefCurrency, in.RefundedAlready = ref.Amount, ref.Currency, ref.RefundID != ""
 	} else if err != nil && !errors.Is(err, apperr.ErrNotFound) {
 		return err
@@ -140,7 +100,7 @@ func (s *Service) cancelChanged(ctx context.Context, before, after []Period) (ch
 	}
 	for _, q := range after {
 		b, ok := was[q.BillingDate]
-		if !ok || !payable(q) {
+		if !ok || !model.Payable(q) {
 			continue
 		}
 		if b.Status == q.Status && b.Amount == q.Amount && b.Currency == q.Currency && b.SKU == q.SKU &&

@@ -25,31 +25,6 @@ import "github.com/stripe-payments/stripe-payments/internal/apperr"
 //     first successful charge at the new plan and amount; a change to a
 //     higher amount ends it (superseded); one to the same amount keeps it.
 
-// OpMoveSubscription writes Subscription at its key (its SKU's) after
-// deleting the item at its old key (Write.FromSKU) if that is still at
-// Expect; the new key must not exist. Its value is apart from the iota list
-// of tx.go so that other writes can be added there.
-const OpMoveSubscription WriteOp = 64
-
-// MoveSubscription moves sub from the key of fromSKU to the key of its
-// SKU, if the old item is still at sub.Version, and advances sub.Version.
-func (tx *Tx) MoveSubscription(sub *Subscription, fromSKU string) {
-	expect := sub.Version
-	sub.Version++
-	sub.UpdatedAt = tx.now
-	tx.writes = append(tx.writes, Write{Op: OpMoveSubscription, Expect: expect, Subscription: *sub, FromSKU: fromSKU})
-}
-
-// UpdatedEventPlanChanged is the history cause of a period a plan change
-// moved to its new plan (updated_event "plan-changed-to-<sku>").
-const UpdatedEventPlanChanged = "plan-changed-to-"
-
-// PlanObserver is an Observer that also counts plan changes by direction
-// (up, down, same: the amount compared with the one before).
-type PlanObserver interface {
-	PlanChanged(direction string)
-}
-
 // validatePlan refuses a plan change that breaks a rule whatever the
 // periods are: the SKU must be able to be part of a key, and it comes with
 // its amount (docs/design.md §4: "plan: sku with its amount").
@@ -57,7 +32,7 @@ func validatePlan(ch Change) error {
 	if ch.SKU == nil {
 		return nil
 	}
-	if !validID(*ch.SKU) {
+	if !ValidID(*ch.SKU) {
 		return apperr.Invalid("sku: 1 to 128 characters, without '#', '/' or whitespace")
 	}
 	if ch.Amount == nil {

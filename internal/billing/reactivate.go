@@ -9,17 +9,10 @@ import (
 
 	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
+	"github.com/stripe-payments/stripe-payments/internal/billing/model"
 	"github.com/stripe-payments/stripe-payments/internal/lock"
 	"github.com/stripe-payments/stripe-payments/internal/stripeid"
 )
-
-// ProcReactivation is the process of the first period a reactivation
-// schedules (reference 003: REACTIVATION).
-const ProcReactivation Process = "REACTIVATION"
-
-// UpdatedEventReactivated is the history cause of a reactivation
-// (reference 003: user-reactivated).
-const UpdatedEventReactivated = "user-reactivated"
 
 // ErrNotCancelled: a reactivation of a subscription that is not CANCELLED.
 var ErrNotCancelled = apperr.New(apperr.CodeConflict, "the subscription is not cancelled: only a CANCELLED subscription is reactivated")
@@ -113,7 +106,7 @@ func (s *Service) reactivate(ctx context.Context, sub Subscription, r Reactivati
 		if p.Attempts > 0 || p.InFlightKey != "" || p.Status == Completed || p.Status == Refunded || p.Status == ACHSent {
 			// One term of the rule the period was scheduled under (a
 			// MONTHLY period charged before a change to YEARLY: a month).
-			lower = dates.Max(lower, p.oneTermAfter(rule))
+			lower = dates.Max(lower, p.OneTermAfter(rule))
 			seen = seen || p.BillingDate.Equal(sub.LastChargedPeriod)
 		}
 	}
@@ -139,7 +132,7 @@ func (s *Service) reactivate(ctx context.Context, sub Subscription, r Reactivati
 	if ok {
 		s.reopen(&p, sub, ProcReactivation, UpdatedEventReactivated)
 	} else {
-		p = newPeriod(sub, first, Scheduled, ProcReactivation, UpdatedEventReactivated, now)
+		p = model.NewPeriod(sub, first, Scheduled, ProcReactivation, UpdatedEventReactivated, now)
 	}
 	sub.Status = SubActive
 	sub.PausedFrom, sub.PausedUntil, sub.PauseMonths = dates.Date{}, dates.Date{}, 0

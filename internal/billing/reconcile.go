@@ -12,6 +12,7 @@ import (
 
 	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
+	"github.com/stripe-payments/stripe-payments/internal/billing/model"
 	"github.com/stripe-payments/stripe-payments/internal/lock"
 	"github.com/stripe-payments/stripe-payments/internal/stripebudget"
 )
@@ -154,7 +155,7 @@ func (s *Service) resolveInFlight(ctx context.Context, l *lock.Lock, req InFligh
 	if p.InFlightKey == "" || p.InFlightKey != req.Key {
 		return Resolution{Outcome: ResolveNotInFlight}, nil
 	}
-	res := Resolution{Attempt: p.Attempts + 1, Since: p.sentAt()}
+	res := Resolution{Attempt: p.Attempts + 1, Since: p.SentAt()}
 	sub, err := s.store.GetSubscription(ctx, req.Account, req.Subscription)
 	if err != nil {
 		return res, err
@@ -168,7 +169,7 @@ func (s *Service) resolveInFlight(ctx context.Context, l *lock.Lock, req InFligh
 	if err != nil {
 		return res, err
 	}
-	age := svc.wall().Sub(p.sentAt()) // Stripe's time, not a test clock's
+	age := svc.wall().Sub(p.SentAt()) // Stripe's time, not a test clock's
 	if age < req.MinAge {
 		res.Outcome = ResolveTooYoung
 		return res, nil
@@ -205,7 +206,7 @@ func (s *Service) resolveInFlight(ctx context.Context, l *lock.Lock, req InFligh
 		res.Outcome, res.Stripe, res.Action = ResolveLeft, "unknown", "still unknown: "+rep.Why()
 		return res, errors.New(res.Action)
 	}
-	lk, err := svc.charger.FindAttempt(ctx, attemptQuery(p))
+	lk, err := svc.charger.FindAttempt(ctx, model.AttemptQueryOf(p))
 	if err != nil {
 		return res, fmt.Errorf("asking Stripe about attempt %d: %w", res.Attempt, err)
 	}
@@ -230,7 +231,7 @@ func (s *Service) resolveInFlight(ctx context.Context, l *lock.Lock, req InFligh
 	svc.log.Info("reconciliation: unknown outcome resolved by asking Stripe", "account", p.AccountID,
 		"subscription_id", p.SubscriptionID, "billing_date", p.BillingDate.String(),
 		"payment_intent", lk.Result.PaymentIntent, "found_by", lk.How)
-	svc.obs.OutcomeResolved(outcomeName(lk.Result.Outcome))
+	svc.obs.OutcomeResolved(model.OutcomeName(lk.Result.Outcome))
 	res.Stripe = stripeSays(lk.Result)
 	return svc.settleFound(ctx, sub, p, lk.Result, proc, today, rep, res)
 }
@@ -255,7 +256,7 @@ func (s *Service) settleFound(ctx context.Context, sub Subscription, p Period, f
 
 // stripeSays is a found PaymentIntent in words.
 func stripeSays(r ChargeResult) string {
-	s := "payment_intent " + r.PaymentIntent + " " + outcomeName(r.Outcome)
+	s := "payment_intent " + r.PaymentIntent + " " + model.OutcomeName(r.Outcome)
 	if r.Outcome == Declined && r.DeclineCode != "" {
 		s += " (" + r.DeclineCode + ")"
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
+	"github.com/stripe-payments/stripe-payments/internal/billing/model"
 	"github.com/stripe-payments/stripe-payments/internal/lock"
 )
 
@@ -19,7 +20,7 @@ func (s *Service) remindEntry(ctx context.Context, _ *lock.Lock, e IndexEntry, d
 	}
 	sub, err := s.store.GetSubscriptionAt(ctx, e)
 	if errors.Is(err, apperr.ErrNotFound) {
-		rep.add(func(r *Report) { r.Skipped++ })
+		rep.Add(func(r *Report) { r.Skipped++ })
 		return nil
 	}
 	if err != nil {
@@ -27,7 +28,7 @@ func (s *Service) remindEntry(ctx context.Context, _ *lock.Lock, e IndexEntry, d
 	}
 	today := s.today(sub)
 	if sub.Status == SubCancelled || sub.NextReminderDate.IsZero() || sub.NextReminderDate.After(date) || sub.NextReminderDate.After(today) {
-		rep.add(func(r *Report) { r.Skipped++ })
+		rep.Add(func(r *Report) { r.Skipped++ })
 		return nil
 	}
 	// target is the period announced (its scheduled date), pay its charge
@@ -61,13 +62,13 @@ func (s *Service) remindEntry(ctx context.Context, _ *lock.Lock, e IndexEntry, d
 			claim.PutSubscription(&sub)
 			if err := s.store.Commit(ctx, claim); err != nil {
 				if errors.Is(err, ErrConflict) {
-					rep.add(func(r *Report) { r.Skipped++ })
+					rep.Add(func(r *Report) { r.Skipped++ })
 					return nil
 				}
 				return fmt.Errorf("claim reminder: %w", err)
 			}
 		}
-		if err := s.notifier.Notify(ctx, reminderAction(sub, target, pay, now)); err != nil {
+		if err := s.notifier.Notify(ctx, model.ReminderAction(sub, target, pay, now)); err != nil {
 			return err
 		}
 		sent := date
@@ -75,9 +76,9 @@ func (s *Service) remindEntry(ctx context.Context, _ *lock.Lock, e IndexEntry, d
 			sent = today
 		}
 		sub.LastReminderDate = sent
-		rep.add(func(r *Report) { r.Reminded++ })
+		rep.Add(func(r *Report) { r.Reminded++ })
 	} else {
-		rep.add(func(r *Report) { r.Skipped++ }) // too late to remind (the payment date passed), or not charged
+		rep.Add(func(r *Report) { r.Skipped++ }) // too late to remind (the payment date passed), or not charged
 	}
 	next := sub.Rule().Next(target)
 	sub.ReminderPending, sub.RemindFor = dates.Date{}, next

@@ -3,9 +3,9 @@ package billing
 import (
 	"context"
 	"fmt"
-	"slices"
 
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
+	"github.com/stripe-payments/stripe-payments/internal/billing/model"
 )
 
 // Unknown outcomes (docs/design.md §8 "Failures"). A charge that got no trustworthy
@@ -32,44 +32,6 @@ import (
 // report is not OK (the CLI exits 1), and the unresolved-periods gauge says
 // how many.
 
-// attemptQuery is how Stripe is asked for the PaymentIntent of p's attempt
-// in flight.
-func attemptQuery(p Period) AttemptQuery {
-	q := AttemptQuery{StripeAccount: p.PaymentDetails.StripeAccount, Customer: p.PaymentDetails.Customer,
-		Amount: p.Amount, Currency: p.Currency, Metadata: attemptMeta(p, p.Attempts+1), Since: p.sentAt(),
-		Exclude: map[string]bool{}}
-	if p.TransactionID != "" {
-		q.Exclude[p.TransactionID] = true // an earlier attempt's
-	}
-	return q
-}
-
-func outcomeName(o Outcome) string {
-	switch o {
-	case Succeeded:
-		return "succeeded"
-	case Processing:
-		return "processing"
-	case Declined:
-		return "declined"
-	}
-	return "unknown"
-}
-
-// MaxUnresolvedSamples bounds Report.UnresolvedSamples.
-const MaxUnresolvedSamples = 5
-
-// leftUnresolved counts period p left with its outcome unknown.
-func (s *Service) leftUnresolved(rep *Report, p Period) {
-	rep.add(func(r *Report) {
-		r.Unresolved++
-		ref := p.AccountID + "/" + p.SubscriptionID
-		if len(r.UnresolvedSamples) < MaxUnresolvedSamples && !slices.Contains(r.UnresolvedSamples, ref) {
-			r.UnresolvedSamples = append(r.UnresolvedSamples, ref)
-		}
-	})
-}
-
 // resolveLost settles an attempt in flight for longer than the idempotency
 // window by asking Stripe for its PaymentIntent. It returns, with the
 // subscription and period as they now are:
@@ -83,17 +45,17 @@ func (s *Service) resolveLost(ctx context.Context, sub Subscription, p Period, p
 	_ Subscription, _ Period, res ChargeResult, resolved, again bool, err error) {
 	log := s.log.With("account", p.AccountID, "subscription_id", p.SubscriptionID, "billing_date", p.BillingDate.String(),
 		"attempt", p.Attempts+1, "in_flight_since", p.InFlightAt)
-	lk, err := s.charger.FindAttempt(ctx, attemptQuery(p))
+	lk, err := s.charger.FindAttempt(ctx, model.AttemptQueryOf(p))
 	if err != nil {
 		log.Error("billing job: outcome of an attempt unknown past the idempotency window, and Stripe could not be asked; rerun the job (docs/runbooks/StripePaymentsBillingUnresolvedCharges.md)", "error", err)
-		s.leftUnresolved(rep, p)
-		rep.because(fmt.Sprintf("asking Stripe about the attempt on %s %s", p.SubscriptionID, p.BillingDate), err)
+		rep.LeftUnresolved(p)
+		rep.Because(fmt.Sprintf("asking Stripe about the attempt on %s %s", p.SubscriptionID, p.BillingDate), err)
 		return sub, p, res, false, false, nil
 	}
 	if lk.Found {
 		log.Info("billing job: unknown outcome resolved by asking Stripe", "payment_intent", lk.Result.PaymentIntent,
-			"found_by", lk.How, "outcome", outcomeName(lk.Result.Outcome))
-		s.obs.OutcomeResolved(outcomeName(lk.Result.Outcome))
+			"found_by", lk.How, "outcome", model.OutcomeName(lk.Result.Outcome))
+		s.obs.OutcomeResolved(model.OutcomeName(lk.Result.Outcome))
 		return sub, p, lk.Result, true, false, nil
 	}
 	// Stripe never made it: the attempt is over. Record it, then charge
@@ -105,7 +67,7 @@ func (s *Service) resolveLost(ctx context.Context, sub Subscription, p Period, p
 		return sub, p, res, false, false, fmt.Errorf("record lost attempt: %w", err)
 	}
 	p, stale := st.Period, st.GaveUp
-	rep.add(func(r *Report) {
+	rep.Add(func(r *Report) {
 		r.Resolved++
 		if stale {
 			r.Stale++

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stripe-payments/stripe-payments/internal/actions"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
+	"github.com/stripe-payments/stripe-payments/internal/billing/model"
 )
 
 // Settling a period with a payment outcome (docs/design.md §8): the one
@@ -185,19 +186,19 @@ func settleAttempt(in Settle) Settled {
 	out := Settled{Write: true, Charged: true}
 	if in.PaymentIntent != "" {
 		p.TransactionID = in.PaymentIntent
-		ref := attemptRef(p, in.PaymentIntent)
+		ref := model.AttemptRef(p, in.PaymentIntent)
 		out.Ref = &ref
 	}
 	switch in.Happened {
 	case HappenedSucceeded:
-		a := paymentAction(ActionPaymentCompleted, before, in.PaymentIntent, in.AttemptNo, "", in.Now)
+		a := model.PaymentAction(ActionPaymentCompleted, before, in.PaymentIntent, in.AttemptNo, "", in.Now)
 		out.Action = &a
 		out.Receipt = complete(&p, in)
 	case HappenedProcessing:
 		p.Status, p.UpdatedEvent, p.Error, p.NextAttemptDate = ACHSent, "ach-sent", "", dates.Date{}
 		p.DeclineCode, p.NotRetried = "", false
 	default:
-		a := paymentAction(ActionPaymentFailed, before, in.PaymentIntent, in.AttemptNo, in.Error, in.Now)
+		a := model.PaymentAction(ActionPaymentFailed, before, in.PaymentIntent, in.AttemptNo, in.Error, in.Now)
 		a.BillingDetails.DeclineCode, a.BillingDetails.NotRetried = in.DeclineCode, in.hard(in.DeclineCode)
 		out.Action = &a
 		out.Declined = declined(&p, in, "attempt-failed", retryFrom)
@@ -238,7 +239,7 @@ func settleSucceeded(in Settle) Settled {
 		out.Warn = "billing feed: payment succeeded on a period that had ended"
 		p.UpdatedEvent = "late-success-after-" + string(p.Status)
 	}
-	a := paymentAction(ActionPaymentCompleted, p, pi, in.AttemptNo, "", in.Now)
+	a := model.PaymentAction(ActionPaymentCompleted, p, pi, in.AttemptNo, "", in.Now)
 	if in.Amount > 0 && in.Currency != "" {
 		p.Amount, p.Currency = in.Amount, in.Currency
 	}
@@ -249,7 +250,7 @@ func settleSucceeded(in Settle) Settled {
 	out.Action = &a
 	p.TransactionID, p.Process = pi, in.Process
 	out.Receipt = complete(&p, in)
-	ref := attemptRef(p, pi)
+	ref := model.AttemptRef(p, pi)
 	if in.RefCurrency != "" {
 		ref.Amount, ref.Currency = in.RefAmount, in.RefCurrency
 	}
@@ -265,7 +266,7 @@ func settleSucceeded(in Settle) Settled {
 // by); a subscription cancelled meanwhile ends it.
 func settleReturned(in Settle) Settled {
 	p, sub := in.Period, in.Sub
-	a := paymentAction(ActionPaymentFailed, p, in.PaymentIntent, in.AttemptNo, in.Error, in.Now)
+	a := model.PaymentAction(ActionPaymentFailed, p, in.PaymentIntent, in.AttemptNo, in.Error, in.Now)
 	a.BillingDetails.DeclineCode, a.BillingDetails.NotRetried = in.DeclineCode, in.hard(in.DeclineCode)
 	class := declined(&p, in, "ach-failed", in.Today)
 	p.Process = in.Process
@@ -335,7 +336,7 @@ func declined(p *Period, in Settle, event string, retryFrom dates.Date) string {
 		p.Error = "not retried: " + in.DeclineCode + " (" + in.Error + ")"
 		p.NextAttemptDate = in.Rules.Retry.StaleDate(p.Due())
 	}
-	return declineClass(p.NotRetried)
+	return model.DeclineClass(p.NotRetried)
 }
 
 func (in Settle) hard(code string) bool {

@@ -1,19 +1,13 @@
-// Package billing is the recurring billing core (docs/design.md §8): the model
-// (subscriptions with a payment day, billing periods that move through the
-// lifecycle SCHEDULED → COMPLETED …, receipts, the append-only history) and
-// its rules, and the Service that applies them: lifecycle operations
-// (create, change, pause, resume, cancel, waive, pay now), the daily
-// reminder and collection jobs (unknown outcomes resolved, the sweep), the
-// feed of Stripe events about the PaymentIntents those jobs create, and
-// test clocks.
-//
-// The service works over small interfaces declared here (deps.go): a Store
-// it reads and commits a Tx to (a change in the model's terms), a Charger,
-// a Notifier and an Observer. Their implementations live at the edge and
-// are wired in by internal/app: internal/billing/store (the DynamoDB single
-// table), internal/billing/stripecharge (Stripe), internal/billing/notify
-// (the Postgres outbox). The core imports no driver (internal/depcheck).
-package billing
+// Package model is the billing core's vocabulary (docs/design.md §8):
+// subscriptions with a payment day, billing periods that move through the
+// lifecycle SCHEDULED → COMPLETED …, receipts, the append-only history, a
+// change as a Tx, a job's Report, and the small interfaces the core works
+// over (deps.go): a Store it reads and commits a Tx to, a Charger, a
+// Notifier and an Observer. It is the leaf of the billing packages: every
+// other one imports it, it imports none of them. The implementations of
+// its interfaces live at the edge (internal/billing/store, stripecharge,
+// notify) and import only this package.
+package model
 
 import (
 	"errors"
@@ -263,9 +257,9 @@ func (p Period) Due() dates.Date {
 	return p.ChargeDate
 }
 
-// oneTermAfter is one term of the period's own rule after its scheduled
+// OneTermAfter is one term of the period's own rule after its scheduled
 // date (fallback: the rule of a record that does not say).
-func (p Period) oneTermAfter(fallback dates.Rule) dates.Date {
+func (p Period) OneTermAfter(fallback dates.Rule) dates.Date {
 	r := fallback
 	if p.Term != "" {
 		r = dates.Rule{Week: p.BillingWeek, Term: p.Term}
@@ -273,8 +267,8 @@ func (p Period) oneTermAfter(fallback dates.Rule) dates.Date {
 	return r.OneTermAfter(p.BillingDate)
 }
 
-// sentAt is when the attempt in flight was sent, in real time.
-func (p Period) sentAt() time.Time {
+// SentAt is when the attempt in flight was sent, in real time.
+func (p Period) SentAt() time.Time {
 	if p.InFlightSent.IsZero() {
 		return p.InFlightAt
 	}
@@ -338,24 +332,38 @@ type PaymentRef struct {
 	RefundID string
 }
 
-// of reports whether ref belongs to period p.
-func (ref PaymentRef) of(p Period) bool {
+// Of reports whether ref belongs to period p.
+func (ref PaymentRef) Of(p Period) bool {
 	return ref.AccountID == p.AccountID && ref.SubscriptionID == p.SubscriptionID && ref.BillingDate.Equal(p.BillingDate)
 }
 
-// attemptRef is the reference of PaymentIntent pi made by an attempt on p,
+// AttemptRef is the reference of PaymentIntent pi made by an attempt on p,
 // with p's amount and currency (the attempt's: no change is accepted while
 // an attempt is in flight).
-func attemptRef(p Period, pi string) PaymentRef {
+func AttemptRef(p Period, pi string) PaymentRef {
 	return PaymentRef{PaymentIntent: pi, AccountID: p.AccountID, SubscriptionID: p.SubscriptionID,
 		BillingDate: p.BillingDate, Amount: p.Amount, Currency: p.Currency}
 }
 
 // ValidID reports whether s can be an account, subscription or SKU id: ids
 // become parts of keys, so '#', '/' and whitespace are refused.
-func ValidID(s string) bool { return validID(s) }
-
-// validID is the rule for ids that become part of keys.
-func validID(s string) bool {
+func ValidID(s string) bool {
 	return s != "" && len(s) <= 128 && !strings.ContainsAny(s, "#\x00/ \t\r\n")
+}
+
+// ProcReactivation is the process of the first period a reactivation
+// schedules (reference 003: REACTIVATION).
+const ProcReactivation Process = "REACTIVATION"
+
+// UpdatedEventReactivated is the history cause of a reactivation
+// (reference 003: user-reactivated).
+const UpdatedEventReactivated = "user-reactivated"
+
+// NewPeriod is a fresh period record of sub dated d.
+func NewPeriod(sub Subscription, d dates.Date, status Status, proc Process, event string, now time.Time) Period {
+	return Period{
+		AccountID: sub.AccountID, SubscriptionID: sub.SubscriptionID, SKU: sub.SKU, BillingDate: d,
+		Term: sub.Term, BillingWeek: sub.BillingWeek, Amount: sub.Amount, Currency: sub.Currency, PaymentDetails: sub.PaymentDetails, Email: sub.Email,
+		TestClock: sub.TestClock, Status: status, Process: proc, UpdatedEvent: event, CreatedDate: now,
+	}
 }

@@ -1,4 +1,4 @@
-package billing
+package model
 
 import (
 	"context"
@@ -35,7 +35,7 @@ func TestReportCauses(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var r Report
 			for _, err := range tc.errs {
-				r.because("charge of sub-1 2024-01-02: outcome unknown", err)
+				r.Because("charge of sub-1 2024-01-02: outcome unknown", err)
 			}
 			assert.Len(t, r.Causes, len(tc.want), "%q", r.Causes)
 			for i, w := range tc.want {

@@ -1,4 +1,4 @@
-package billing
+package model
 
 import (
 	"context"
@@ -64,7 +64,8 @@ func (n LogNotifier) Notify(_ context.Context, a actions.Action) error {
 	return nil
 }
 
-func paymentAction(typ string, p Period, pi string, attempt int, errMsg string, now time.Time) actions.Action {
+// PaymentAction is the action of an outcome of attempt attempt on p.
+func PaymentAction(typ string, p Period, pi string, attempt int, errMsg string, now time.Time) actions.Action {
 	sub := p.SubscriptionID
 	return actions.Action{
 		Type: typ, Account: p.AccountID, StripeAccount: p.PaymentDetails.StripeAccount,
@@ -75,9 +76,9 @@ func paymentAction(typ string, p Period, pi string, attempt int, errMsg string, 
 	}
 }
 
-// reminderAction announces the period scheduled on period, charged on
+// ReminderAction announces the period scheduled on period, charged on
 // payDate.
-func reminderAction(sub Subscription, period, payDate dates.Date, now time.Time) actions.Action {
+func ReminderAction(sub Subscription, period, payDate dates.Date, now time.Time) actions.Action {
 	id := sub.SubscriptionID
 	b := &actions.BillingDetails{SKU: sub.SKU, Email: sub.Email,
 		BillingDate: payDate.String(), Amount: sub.Amount, Currency: sub.Currency}

@@ -1,4 +1,4 @@
-package billing
+package model
 
 import (
 	"strconv"
@@ -122,8 +122,8 @@ type AttemptQuery struct {
 	Exclude map[string]bool
 }
 
-// attemptMeta is the metadata of attempt n on p.
-func attemptMeta(p Period, n int) map[string]string {
+// AttemptMeta is the metadata of attempt n on p.
+func AttemptMeta(p Period, n int) map[string]string {
 	return map[string]string{MetaAccount: p.AccountID, MetaSubscription: p.SubscriptionID,
 		MetaDate: p.BillingDate.String(), MetaSKU: p.SKU, MetaAttempt: strconv.Itoa(n)}
 }

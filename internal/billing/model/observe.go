@@ -1,4 +1,4 @@
-package billing
+package model
 
 // Observer receives the billing core's money-safety signals (the Prometheus
 // collectors of internal/metrics in serve; nothing in tests by default).
@@ -17,9 +17,10 @@ type Observer interface {
 	UnresolvedPeriods(n int)
 }
 
-type nopObserver struct{}
+// NopObserver observes nothing (the default).
+type NopObserver struct{}
 
-func (nopObserver) FeedRefused(string)     {}
-func (nopObserver) OutcomeUnknown()        {}
-func (nopObserver) OutcomeResolved(string) {}
-func (nopObserver) UnresolvedPeriods(int)  {}
+func (NopObserver) FeedRefused(string)     {}
+func (NopObserver) OutcomeUnknown()        {}
+func (NopObserver) OutcomeResolved(string) {}
+func (NopObserver) UnresolvedPeriods(int)  {}

@@ -1,4 +1,4 @@
-package billing
+package model
 
 // DeclineText is how a failed payment's error is stored and shown: "code:
 // message", or whichever of the two Stripe gave; with neither, a sentence
