@@ -8,6 +8,7 @@ import (
 
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
 	"github.com/stripe-payments/stripe-payments/internal/billing/model"
+	"github.com/stripe-payments/stripe-payments/internal/billing/settle"
 	"github.com/stripe-payments/stripe-payments/internal/lock"
 )
 
@@ -155,9 +156,9 @@ func (s *Service) claimAndCharge(ctx context.Context, l *lock.Lock, sub Subscrip
 // subscription and the period as written.
 func (s *Service) recordOutcome(ctx context.Context, sub Subscription, p Period, res ChargeResult, resolved bool, attemptNo int,
 	proc Process, today dates.Date, rep *Report) (Subscription, Period, error) {
-	in := s.settleInput(sub, p, happenedOf(res.Outcome), res.PaymentIntent, proc, today)
+	in := s.settleInput(sub, p, settle.HappenedOf(res.Outcome), res.PaymentIntent, proc, today)
 	in.OfAttempt, in.AttemptNo, in.Error, in.DeclineCode, in.Method = true, attemptNo, res.Error, res.DeclineCode, res.Method
-	st := settle(in)
+	st := settle.Decide(in)
 	cause := s.cause("collect", p, today)
 	if resolved {
 		cause = s.cause("resolve", p, today) // the history says the outcome was looked up

@@ -12,6 +12,7 @@ import (
 
 	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
+	"github.com/stripe-payments/stripe-payments/internal/billing/settle"
 	"github.com/stripe-payments/stripe-payments/internal/lock"
 )
 
@@ -200,9 +201,9 @@ func (s *Service) applyFeed(ctx context.Context, msg FeedMessage, date dates.Dat
 		// date, whatever Stripe's real time of the event.
 		evDate = today
 	}
-	h := map[string]Happened{"payment_intent.processing": HappenedProcessing, "payment_intent.succeeded": HappenedSucceeded,
-		"payment_intent.payment_failed": HappenedDeclined, "charge.refunded": HappenedRefunded}[msg.Type]
-	if h == HappenedUnknown {
+	h := map[string]settle.Happened{"payment_intent.processing": settle.HappenedProcessing, "payment_intent.succeeded": settle.HappenedSucceeded,
+		"payment_intent.payment_failed": settle.HappenedDeclined, "charge.refunded": settle.HappenedRefunded}[msg.Type]
+	if h == settle.HappenedUnknown {
 		return nil
 	}
 	in := s.settleInput(sub, p, h, msg.PaymentIntent, ProcWebhook, today)
@@ -226,8 +227,8 @@ func (s *Service) applyFeed(ctx context.Context, msg FeedMessage, date dates.Dat
 // account's lock: the kernel decides (settle), then Stripe is asked what
 // the decision needs (the debit still processing, how a success was paid)
 // and the change is written with cause.
-func (s *Service) applySettle(ctx context.Context, log *slog.Logger, sub Subscription, in Settle, cause string) error {
-	st := settle(in)
+func (s *Service) applySettle(ctx context.Context, log *slog.Logger, sub Subscription, in settle.Input, cause string) error {
+	st := settle.Decide(in)
 	switch {
 	case st.RetryLater != "":
 		return fmt.Errorf("%s: %w", st.RetryLater, ErrRetryLater)
@@ -253,7 +254,7 @@ func (s *Service) applySettle(ctx context.Context, log *slog.Logger, sub Subscri
 	}
 	if st.Receipt != nil && in.Method == (PaymentMethodUsed{}) {
 		// It collects the period: its receipt says how it was paid.
-		st.withMethod(s.chargeMethod(ctx, in.Period.PaymentDetails.StripeAccount, in.PaymentIntent, log))
+		st.WithMethod(s.chargeMethod(ctx, in.Period.PaymentDetails.StripeAccount, in.PaymentIntent, log))
 	}
 	if err := s.record(ctx, log, NewTx(cause, in.Now), &sub, &st, in.Today); err != nil {
 		return err

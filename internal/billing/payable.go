@@ -10,6 +10,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
 	"github.com/stripe-payments/stripe-payments/internal/billing/model"
+	"github.com/stripe-payments/stripe-payments/internal/billing/settle"
 )
 
 // One successful charge per period, also when the customer pays an old
@@ -69,9 +70,9 @@ func (s *Service) applyPaid(ctx context.Context, p Period, pi *stripe.PaymentInt
 	if err != nil {
 		return err
 	}
-	h := HappenedSucceeded
+	h := settle.HappenedSucceeded
 	if pi.Status == stripe.PaymentIntentStatusProcessing {
-		h = HappenedProcessing
+		h = settle.HappenedProcessing
 	}
 	in := s.settleInput(sub, p, h, pi.ID, ProcWebhook, s.today(sub))
 	// pi is the period's latest attempt's (cancelPayable cancels no other).

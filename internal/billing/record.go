@@ -6,14 +6,15 @@ import (
 	"log/slog"
 
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
+	"github.com/stripe-payments/stripe-payments/internal/billing/settle"
 )
 
 // settleInput is the input of settle for a period of sub, with the
 // service's rules and clocks filled in.
-func (s *Service) settleInput(sub Subscription, p Period, h Happened, pi string, proc Process, today dates.Date) Settle {
-	return Settle{Period: p, Sub: sub, Happened: h, PaymentIntent: pi, Process: proc, Today: today, Processed: today,
+func (s *Service) settleInput(sub Subscription, p Period, h settle.Happened, pi string, proc Process, today dates.Date) settle.Input {
+	return settle.Input{Period: p, Sub: sub, Happened: h, PaymentIntent: pi, Process: proc, Today: today, Processed: today,
 		Now: s.now(), ReceiptExpires: s.wall().Add(s.cfg.ReceiptTTL), // kept for real time, whatever a test clock says
-		Rules: SettleRules{Retry: s.cfg.Retry, Hard: s.HardDecline}}
+		Rules: settle.Rules{Retry: s.cfg.Retry, Hard: s.HardDecline}}
 }
 
 // record writes what settle decided, in tx (whose cause says what made the
@@ -22,7 +23,7 @@ func (s *Service) settleInput(sub Subscription, p Period, h Happened, pi string,
 // before the write: a rerun sends the same dedupe key), then the period,
 // its receipt and reference and the subscription moved on, in one
 // transaction. sub is updated as written; log names the change's subject.
-func (s *Service) record(ctx context.Context, log *slog.Logger, tx *Tx, sub *Subscription, st *Settled, today dates.Date) error {
+func (s *Service) record(ctx context.Context, log *slog.Logger, tx *Tx, sub *Subscription, st *settle.Settled, today dates.Date) error {
 	if st.Declined != "" {
 		if o, ok := s.obs.(DeclineObserver); ok {
 			o.Declined(st.Declined)
@@ -39,14 +40,14 @@ func (s *Service) record(ctx context.Context, log *slog.Logger, tx *Tx, sub *Sub
 		if err != nil {
 			return fmt.Errorf("refund duplicate %s: %w", st.Refund, err)
 		}
-		st.refunded(id)
+		st.Refunded(id)
 	}
 	if st.Action != nil {
 		if err := s.notifier.Notify(ctx, *st.Action); err != nil {
 			return err
 		}
 	}
-	st.put(tx)
+	st.Put(tx)
 	switch {
 	case st.Charged:
 		if err := s.movedOn(ctx, tx, sub, *p, today, p.Process, tx.Now()); err != nil {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
 	"github.com/stripe-payments/stripe-payments/internal/billing/model"
+	"github.com/stripe-payments/stripe-payments/internal/billing/settle"
 )
 
 // Unknown outcomes (docs/design.md §8 "Failures"). A charge that got no trustworthy
@@ -61,8 +62,8 @@ func (s *Service) resolveLost(ctx context.Context, sub Subscription, p Period, p
 	// Stripe never made it: the attempt is over. Record it, then charge
 	// anew (or give up when the period is too old).
 	s.obs.OutcomeResolved("not_found")
-	in := s.settleInput(sub, p, HappenedLost, "", proc, today)
-	st := settle(in)
+	in := s.settleInput(sub, p, settle.HappenedLost, "", proc, today)
+	st := settle.Decide(in)
 	if err := s.record(ctx, log, NewTx(s.cause("resolve", p, today), in.Now), &sub, &st, today); err != nil {
 		return sub, p, res, false, false, fmt.Errorf("record lost attempt: %w", err)
 	}

@@ -1,4 +1,6 @@
-package billing
+// Package settle is the billing core's kernel (docs/design.md §8): what one
+// payment outcome does to a period. It reads no clock, store or Stripe.
+package settle
 
 import (
 	"fmt"
@@ -38,28 +40,28 @@ const (
 	HappenedLost
 )
 
-// happenedOf maps an answer Stripe gave to a charge (or a lookup found) to
+// HappenedOf maps an answer Stripe gave to a charge (or a lookup found) to
 // what happened. An answer is never unknown (no answer is an error, and the
 // attempt stays in flight without settling): what is neither a success nor
 // a processing debit left the PaymentIntent unpaid, a decline.
-func happenedOf(o Outcome) Happened {
+func HappenedOf(o model.Outcome) Happened {
 	switch o {
-	case Succeeded:
+	case model.Succeeded:
 		return HappenedSucceeded
-	case Processing:
+	case model.Processing:
 		return HappenedProcessing
 	}
 	return HappenedDeclined
 }
 
-// Settle is the input of settle: a period as read, and what happened to one
+// Input is the input of settle: a period as read, and what happened to one
 // of its PaymentIntents.
-type Settle struct {
-	Period Period
+type Input struct {
+	Period model.Period
 	// Sub is the period's subscription as read: its time zone, its status
 	// and what a period not charged yet is charged with (a returned debit's
 	// retries).
-	Sub      Subscription
+	Sub      model.Subscription
 	Happened Happened
 	// PaymentIntent the outcome is about ("" when Stripe made none).
 	PaymentIntent string
@@ -76,7 +78,7 @@ type Settle struct {
 	Error       string
 	DeclineCode string
 	// Method is how a success was paid, when known already.
-	Method PaymentMethodUsed
+	Method model.PaymentMethodUsed
 	// Amount, Currency and SKU are what the PaymentIntent charged, and
 	// RefAmount, RefCurrency what its reference recorded (zero: none): a
 	// payment of an earlier attempt is for that attempt's amount and plan.
@@ -89,18 +91,18 @@ type Settle struct {
 	// duplicate success.
 	RefundedAlready bool
 	// Process of the change.
-	Process Process
+	Process model.Process
 	// Today is the subscription's date; Processed the receipt's (the
 	// event's date for a webhook).
 	Today, Processed dates.Date
 	Now              time.Time
 	// ReceiptExpires is when a receipt written now expires (real time).
 	ReceiptExpires time.Time
-	Rules          SettleRules
+	Rules          Rules
 }
 
-// SettleRules are the configured rules settle applies.
-type SettleRules struct {
+// Rules are the configured rules settle applies.
+type Rules struct {
 	Retry dates.RetryPolicy
 	// Hard reports whether a decline code is one retrying cannot fix.
 	Hard func(code string) bool
@@ -110,11 +112,11 @@ type SettleRules struct {
 type Settled struct {
 	// Write: Period is written, with a history entry.
 	Write  bool
-	Period Period
+	Period model.Period
 	// Receipt of a success that collects the period (nil: none).
-	Receipt *Receipt
+	Receipt *model.Receipt
 	// Ref is the PaymentIntent's reference to write (nil: none).
-	Ref *PaymentRef
+	Ref *model.PaymentRef
 	// Action is sent before the write (nil: none).
 	Action *actions.Action
 	// Charged: the period was attempted or paid: the subscription moves on
@@ -138,10 +140,10 @@ type Settled struct {
 	refundCurrency string
 }
 
-// settle applies one outcome to a period: the rules of docs/design.md §8
+// Decide applies one outcome to a period: the rules of docs/design.md §8
 // (one successful charge per period, duplicate refunds, hard declines,
 // retries and STALE, late payments) in one place.
-func settle(in Settle) Settled {
+func Decide(in Input) Settled {
 	p := in.Period
 	switch {
 	case in.Happened == HappenedUnknown:
@@ -152,15 +154,15 @@ func settle(in Settle) Settled {
 		return settleRefunded(in)
 	case in.Happened == HappenedSucceeded:
 		return settleSucceeded(in)
-	case in.OfAttempt && (p.Status == Scheduled || p.Status == Error):
+	case in.OfAttempt && (p.Status == model.Scheduled || p.Status == model.Error):
 		return settleAttempt(in) // a processing debit or a decline, answering the attempt
-	case in.Happened == HappenedProcessing && in.Known && p.InFlightKey == "" && p.Status == Error:
+	case in.Happened == HappenedProcessing && in.Known && p.InFlightKey == "" && p.Status == model.Error:
 		// The customer paid an earlier PaymentIntent of the period with a
 		// bank debit: it settles later, and no attempt is made meanwhile.
-		p.Status, p.Process, p.UpdatedEvent, p.Error, p.NextAttemptDate = ACHSent, in.Process, "ach-sent", "", dates.Date{}
+		p.Status, p.Process, p.UpdatedEvent, p.Error, p.NextAttemptDate = model.ACHSent, in.Process, "ach-sent", "", dates.Date{}
 		p.TransactionID = in.PaymentIntent
 		return Settled{Write: true, Period: p, Confirm: true}
-	case in.Happened == HappenedDeclined && p.Status == ACHSent && p.TransactionID == in.PaymentIntent:
+	case in.Happened == HappenedDeclined && p.Status == model.ACHSent && p.TransactionID == in.PaymentIntent:
 		return settleReturned(in)
 	}
 	return Settled{Period: p} // recorded already, or an older event
@@ -168,7 +170,7 @@ func settle(in Settle) Settled {
 
 // settleAttempt records the answer to the attempt in flight: COMPLETED
 // with a receipt, ACHSENT, or ERROR with its next look.
-func settleAttempt(in Settle) Settled {
+func settleAttempt(in Input) Settled {
 	p := in.Period
 	before := p
 	// A decline's retries count from the day the attempt was made: when its
@@ -191,20 +193,20 @@ func settleAttempt(in Settle) Settled {
 	}
 	switch in.Happened {
 	case HappenedSucceeded:
-		a := model.PaymentAction(ActionPaymentCompleted, before, in.PaymentIntent, in.AttemptNo, "", in.Now)
+		a := model.PaymentAction(model.ActionPaymentCompleted, before, in.PaymentIntent, in.AttemptNo, "", in.Now)
 		out.Action = &a
 		out.Receipt = complete(&p, in)
 	case HappenedProcessing:
-		p.Status, p.UpdatedEvent, p.Error, p.NextAttemptDate = ACHSent, "ach-sent", "", dates.Date{}
+		p.Status, p.UpdatedEvent, p.Error, p.NextAttemptDate = model.ACHSent, "ach-sent", "", dates.Date{}
 		p.DeclineCode, p.NotRetried = "", false
 	default:
-		a := model.PaymentAction(ActionPaymentFailed, before, in.PaymentIntent, in.AttemptNo, in.Error, in.Now)
+		a := model.PaymentAction(model.ActionPaymentFailed, before, in.PaymentIntent, in.AttemptNo, in.Error, in.Now)
 		a.BillingDetails.DeclineCode, a.BillingDetails.NotRetried = in.DeclineCode, in.hard(in.DeclineCode)
 		out.Action = &a
 		out.Declined = declined(&p, in, "attempt-failed", retryFrom)
 	}
 	out.Period = p
-	out.withMethod(in.Method)
+	out.WithMethod(in.Method)
 	return out
 }
 
@@ -212,11 +214,11 @@ func settleAttempt(in Settle) Settled {
 // PaymentIntent of a period at any time: the success collects the period,
 // or is refunded when the period already has one or ended WAIVED or
 // CANCELLED; a success for a STALE period completes it (a late payment).
-func settleSucceeded(in Settle) Settled {
+func settleSucceeded(in Input) Settled {
 	p, pi := in.Period, in.PaymentIntent
-	ended := p.Status == Completed || p.Status == Refunded || p.Status == Waived || p.Status == Cancelled || p.Status == PausedSkipped
+	ended := p.Status == model.Completed || p.Status == model.Refunded || p.Status == model.Waived || p.Status == model.Cancelled || p.Status == model.PausedSkipped
 	switch {
-	case (p.Status == Completed || p.Status == Refunded) && p.TransactionID == pi:
+	case (p.Status == model.Completed || p.Status == model.Refunded) && p.TransactionID == pi:
 		return Settled{Period: p} // recorded already
 	case p.InFlightKey != "" && in.Known:
 		// An earlier attempt's PaymentIntent succeeded while another is in
@@ -227,7 +229,7 @@ func settleSucceeded(in Settle) Settled {
 		if in.RefundedAlready {
 			return Settled{Period: p} // a redelivery, another replica
 		}
-		p.UpdatedEvent, p.Process = UpdatedEventDuplicateRefunded, in.Process
+		p.UpdatedEvent, p.Process = model.UpdatedEventDuplicateRefunded, in.Process
 		return Settled{Write: true, Period: p, Refund: pi, refundAmount: in.Amount, refundCurrency: in.Currency}
 	case in.OfAttempt:
 		return settleAttempt(in)
@@ -235,11 +237,11 @@ func settleSucceeded(in Settle) Settled {
 	// The period (SCHEDULED, ERROR, ACHSENT, or STALE: a late payment) is
 	// collected, at the amount and plan of the attempt that was paid.
 	out := Settled{Write: true, Charged: true}
-	if p.Status != ACHSent && p.Status != Error && p.Status != Scheduled {
+	if p.Status != model.ACHSent && p.Status != model.Error && p.Status != model.Scheduled {
 		out.Warn = "billing feed: payment succeeded on a period that had ended"
 		p.UpdatedEvent = "late-success-after-" + string(p.Status)
 	}
-	a := model.PaymentAction(ActionPaymentCompleted, p, pi, in.AttemptNo, "", in.Now)
+	a := model.PaymentAction(model.ActionPaymentCompleted, p, pi, in.AttemptNo, "", in.Now)
 	if in.Amount > 0 && in.Currency != "" {
 		p.Amount, p.Currency = in.Amount, in.Currency
 	}
@@ -256,7 +258,7 @@ func settleSucceeded(in Settle) Settled {
 	}
 	out.Ref = &ref
 	out.Period = p
-	out.withMethod(in.Method)
+	out.WithMethod(in.Method)
 	return out
 }
 
@@ -264,29 +266,29 @@ func settleSucceeded(in Settle) Settled {
 // charges of a period not charged: they take the subscription's amount,
 // plan and payment method (a change made while it was in flight passed it
 // by); a subscription cancelled meanwhile ends it.
-func settleReturned(in Settle) Settled {
+func settleReturned(in Input) Settled {
 	p, sub := in.Period, in.Sub
-	a := model.PaymentAction(ActionPaymentFailed, p, in.PaymentIntent, in.AttemptNo, in.Error, in.Now)
+	a := model.PaymentAction(model.ActionPaymentFailed, p, in.PaymentIntent, in.AttemptNo, in.Error, in.Now)
 	a.BillingDetails.DeclineCode, a.BillingDetails.NotRetried = in.DeclineCode, in.hard(in.DeclineCode)
 	class := declined(&p, in, "ach-failed", in.Today)
 	p.Process = in.Process
 	p.Amount, p.SKU, p.PaymentDetails.PaymentMethod = sub.Amount, sub.SKU, sub.PaymentDetails.PaymentMethod
-	if sub.Status == SubCancelled {
-		p.Status, p.NextAttemptDate, p.CompletionDate = Cancelled, dates.Date{}, in.Now
+	if sub.Status == model.SubCancelled {
+		p.Status, p.NextAttemptDate, p.CompletionDate = model.Cancelled, dates.Date{}, in.Now
 	}
 	return Settled{Write: true, Period: p, Action: &a, Declined: class}
 }
 
 // settleRefunded: a full refund ends a collected period.
-func settleRefunded(in Settle) Settled {
+func settleRefunded(in Input) Settled {
 	p, pi := in.Period, in.PaymentIntent
 	switch {
-	case p.Status == Completed && p.TransactionID == pi:
-		p.Status, p.Process, p.UpdatedEvent, p.CompletionDate = Refunded, in.Process, "refunded", in.Now
+	case p.Status == model.Completed && p.TransactionID == pi:
+		p.Status, p.Process, p.UpdatedEvent, p.CompletionDate = model.Refunded, in.Process, "refunded", in.Now
 		return Settled{Write: true, Period: p}
-	case p.Status == Refunded, in.RefundedAlready: // the refund of a duplicate success
+	case p.Status == model.Refunded, in.RefundedAlready: // the refund of a duplicate success
 		return Settled{Period: p}
-	case p.Status == Scheduled || p.Status == ACHSent || p.Status == Error:
+	case p.Status == model.Scheduled || p.Status == model.ACHSent || p.Status == model.Error:
 		// Events arrive out of order: the success has not been applied yet.
 		return Settled{Period: p, RetryLater: fmt.Sprintf("refund of %s before its success", pi)}
 	}
@@ -296,7 +298,7 @@ func settleRefunded(in Settle) Settled {
 // settleLost records an attempt Stripe never made: it is over (a new one
 // may be made), or the period is given up on when it is past its stale
 // date.
-func settleLost(in Settle) Settled {
+func settleLost(in Input) Settled {
 	p := in.Period
 	p.Attempts++
 	p.InFlightKey, p.InFlightAt, p.InFlightSent = "", time.Time{}, time.Time{}
@@ -304,19 +306,19 @@ func settleLost(in Settle) Settled {
 	p.Error = fmt.Sprintf("attempt %d: no PaymentIntent at Stripe (its outcome was unknown); not charged", p.Attempts)
 	stale := in.Rules.Retry.IsStale(p.Due(), in.Today)
 	if stale {
-		p.Status, p.UpdatedEvent, p.CompletionDate, p.NextAttemptDate = Stale, "stale", in.Now, dates.Date{}
+		p.Status, p.UpdatedEvent, p.CompletionDate, p.NextAttemptDate = model.Stale, "stale", in.Now, dates.Date{}
 	}
 	return Settled{Write: true, Period: p, GaveUp: stale}
 }
 
 // complete marks p COMPLETED and returns its receipt.
-func complete(p *Period, in Settle) *Receipt {
-	r := &Receipt{
+func complete(p *model.Period, in Input) *model.Receipt {
+	r := &model.Receipt{
 		AccountID: p.AccountID, SubscriptionID: p.SubscriptionID, SKU: p.SKU, ProcessedDate: in.Processed,
 		BillingDate: p.BillingDate, Amount: p.Amount, Currency: p.Currency, PaymentIntent: in.PaymentIntent,
 		ExpiresAt: in.ReceiptExpires,
 	}
-	p.Status, p.Error, p.NextAttemptDate, p.CompletionDate = Completed, "", dates.Date{}, in.Now
+	p.Status, p.Error, p.NextAttemptDate, p.CompletionDate = model.Completed, "", dates.Date{}, in.Now
 	p.DeclineCode, p.NotRetried = "", false
 	if !strings.HasPrefix(p.UpdatedEvent, "late-success") {
 		p.UpdatedEvent = "completed"
@@ -328,8 +330,8 @@ func complete(p *Period, in Settle) *Receipt {
 // code, and its next look — the first retry day after retryFrom, or, for a
 // hard decline (docs/design.md §8: retrying cannot fix it), its stale date.
 // It returns the decline's class.
-func declined(p *Period, in Settle, event string, retryFrom dates.Date) string {
-	p.Status, p.UpdatedEvent, p.Error, p.DeclineCode, p.NotRetried = Error, event, in.Error, in.DeclineCode, false
+func declined(p *model.Period, in Input, event string, retryFrom dates.Date) string {
+	p.Status, p.UpdatedEvent, p.Error, p.DeclineCode, p.NotRetried = model.Error, event, in.Error, in.DeclineCode, false
 	p.NextAttemptDate, _ = in.Rules.Retry.NextAttempt(p.Due(), retryFrom)
 	if in.hard(in.DeclineCode) {
 		p.NotRetried, p.UpdatedEvent = true, "declined-not-retried"
@@ -339,13 +341,13 @@ func declined(p *Period, in Settle, event string, retryFrom dates.Date) string {
 	return model.DeclineClass(p.NotRetried)
 }
 
-func (in Settle) hard(code string) bool {
+func (in Input) hard(code string) bool {
 	return code != "" && in.Rules.Hard != nil && in.Rules.Hard(code)
 }
 
-// withMethod records how a success was paid, on its receipt and action
+// WithMethod records how a success was paid, on its receipt and action
 // (known only after Stripe is asked, for a success that came by webhook).
-func (st *Settled) withMethod(m PaymentMethodUsed) {
+func (st *Settled) WithMethod(m model.PaymentMethodUsed) {
 	if st.Receipt == nil {
 		return
 	}
@@ -355,18 +357,18 @@ func (st *Settled) withMethod(m PaymentMethodUsed) {
 	}
 }
 
-// refunded records id, the refund of the second success st.Refund, on the
+// Refunded records id, the refund of the second success st.Refund, on the
 // period and on the PaymentIntent's reference (one refund per
 // PaymentIntent).
-func (st *Settled) refunded(id string) {
+func (st *Settled) Refunded(id string) {
 	p, amount, currency := &st.Period, st.refundAmount, st.refundCurrency
 	p.Error = fmt.Sprintf("second successful charge %s (%d %s) refunded: %s", st.Refund, amount, currency, id)
-	st.Ref = &PaymentRef{PaymentIntent: st.Refund, AccountID: p.AccountID, SubscriptionID: p.SubscriptionID,
+	st.Ref = &model.PaymentRef{PaymentIntent: st.Refund, AccountID: p.AccountID, SubscriptionID: p.SubscriptionID,
 		BillingDate: p.BillingDate, Amount: amount, Currency: currency, RefundID: id}
 }
 
-// put adds st's writes to tx.
-func (st *Settled) put(tx *Tx) {
+// Put adds st's writes to tx.
+func (st *Settled) Put(tx *model.Tx) {
 	if st.Ref != nil {
 		tx.PutPaymentRef(*st.Ref)
 	}
