@@ -237,31 +237,3 @@ func (s *Service) charge(ctx context.Context, l *lock.Lock, p Period, n int) (Ch
 		Metadata: model.AttemptMeta(p, n),
 	})
 }
-
-// movedOn updates sub after a charge of p was recorded (by a job or a
-// webhook): the last charged period and the last payment, and the cursor
-// moves past p when p was the next period.
-func (s *Service) movedOn(ctx context.Context, tx *Tx, sub *Subscription, p Period, today dates.Date, proc Process, now time.Time) error {
-	changed := false
-	if sub.Status != SubCancelled && sub.NextPeriodDate.Equal(p.BillingDate) {
-		if err := s.advance(ctx, tx, sub, p.BillingDate, today, proc, now); err != nil {
-			return err
-		}
-		changed = true
-	}
-	if p.BillingDate.After(sub.LastChargedPeriod) {
-		sub.LastChargedPeriod = p.BillingDate
-		changed = true
-	}
-	if (p.Status == Completed || p.Status == Refunded) && p.Due().After(sub.LastPaymentDate) {
-		sub.LastPaymentDate = p.Due()
-		changed = true
-	}
-	if downgradeApplied(*sub, p) { // the first period at the new, lower plan is paid (plan.go)
-		sub.PendingDowngrade, changed = false, true
-	}
-	if changed {
-		tx.PutSubscription(sub)
-	}
-	return nil
-}

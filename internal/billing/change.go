@@ -9,6 +9,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
 	"github.com/stripe-payments/stripe-payments/internal/billing/model"
+	"github.com/stripe-payments/stripe-payments/internal/billing/schedule"
 	"github.com/stripe-payments/stripe-payments/internal/stripeid"
 )
 
@@ -261,7 +262,7 @@ func (s *Service) changeRule(sub *Subscription, ch Change, periods []Period, cur
 	// rule, are scheduled again now (as the cursor would reopen them).
 	for _, p := range periods {
 		if p.BillingDate.After(next) && ofNewRule[p.BillingDate] && replacedByRule(p) && p.Attempts == 0 {
-			s.reopen(ed.touch(p), *sub, ProcAdmin, "rule-changed-from-"+cur.BillingDate.String())
+			schedule.Reopen(ed.touch(p), *sub, ProcAdmin, "rule-changed-from-"+cur.BillingDate.String())
 		}
 	}
 	if target == nil {
@@ -271,7 +272,7 @@ func (s *Service) changeRule(sub *Subscription, ch Change, periods []Period, cur
 					return fmt.Errorf("period %s exists and is %s: %w", next, p.Status, ErrConflict)
 				}
 				target = ed.touch(p)
-				s.reopen(target, *sub, ProcAdmin, "rule-changed-from-"+cur.BillingDate.String())
+				schedule.Reopen(target, *sub, ProcAdmin, "rule-changed-from-"+cur.BillingDate.String())
 			}
 		}
 	}
@@ -280,7 +281,7 @@ func (s *Service) changeRule(sub *Subscription, ch Change, periods []Period, cur
 	}
 	target.ChargeDate = dates.Date{}
 	target.Term, target.BillingWeek = sub.Term, sub.BillingWeek // a period of the new rule, whatever its record was
-	s.point(sub, *target, today, true)
+	s.sched.Point(sub, *target, today, true)
 	return nil
 }
 
@@ -309,6 +310,6 @@ func (s *Service) moveNextPayment(sub *Subscription, to dates.Date, periods []Pe
 	}
 	// The new charge date is announced (one reminder per charge date),
 	// unless it did not change.
-	s.point(sub, *q, today, !q.Due().Equal(cur.Due()))
+	s.sched.Point(sub, *q, today, !q.Due().Equal(cur.Due()))
 	return nil
 }

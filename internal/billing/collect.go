@@ -107,7 +107,7 @@ func (s *Service) skipPaused(ctx context.Context, sub Subscription, p Period, to
 	tx := NewTx(fmt.Sprintf("collect:%s:pause-skip", today), now)
 	p.Status, p.Process, p.UpdatedEvent, p.CompletionDate = PausedSkipped, ProcPause, "pause-skipped", now
 	tx.PutPeriod(&p, false)
-	if err := s.advance(ctx, tx, &sub, p.BillingDate, today, ProcPause, now); err != nil {
+	if err := s.sched.Advance(ctx, tx, &sub, p.BillingDate, today, ProcPause, now); err != nil {
 		return sub, false, err
 	}
 	tx.PutSubscription(&sub)
@@ -136,7 +136,7 @@ func (s *Service) moveOn(ctx context.Context, sub Subscription, p Period, today 
 		"account", sub.AccountID, "subscription_id", sub.SubscriptionID, "billing_date", p.BillingDate.String(), "status", string(p.Status))
 	now := s.now()
 	tx := NewTx(s.cause("collect", p, today), now)
-	if err := s.advance(ctx, tx, &sub, p.BillingDate, today, ProcInitial, now); err != nil {
+	if err := s.sched.Advance(ctx, tx, &sub, p.BillingDate, today, ProcInitial, now); err != nil {
 		return sub, false, err
 	}
 	tx.PutSubscription(&sub)
@@ -157,7 +157,7 @@ func (s *Service) markNextStale(ctx context.Context, sub Subscription, p Period,
 	tx := NewTx(s.cause("collect", p, today), now)
 	p.Status, p.Process, p.UpdatedEvent, p.CompletionDate = Stale, ProcInitial, "stale", now
 	tx.PutPeriod(&p, false)
-	if err := s.advance(ctx, tx, &sub, p.BillingDate, today, ProcInitial, now); err != nil {
+	if err := s.sched.Advance(ctx, tx, &sub, p.BillingDate, today, ProcInitial, now); err != nil {
 		return sub, false, err
 	}
 	tx.PutSubscription(&sub)

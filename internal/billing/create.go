@@ -145,7 +145,7 @@ func (s *Service) CreateSubscription(ctx context.Context, account string, in Cre
 	sub.StartDate = in.StartDate
 	first := sub.Rule().First(dates.Max(today.AddDays(1), in.StartDate))
 	p := model.NewPeriod(sub, first, Scheduled, ProcInitial, "created", now)
-	s.point(&sub, p, today, true)
+	s.sched.Point(&sub, p, today, true)
 
 	// Registered before the subscription exists, so the poller's account
 	// list always covers every account the table charges on.

@@ -10,6 +10,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
 	"github.com/stripe-payments/stripe-payments/internal/billing/model"
+	"github.com/stripe-payments/stripe-payments/internal/billing/schedule"
 	"github.com/stripe-payments/stripe-payments/internal/lock"
 )
 
@@ -170,7 +171,7 @@ func (s *Service) pause(ctx context.Context, sub Subscription, months int, cause
 			case err != nil:
 				return sub, err
 			case p.Status == Cancelled && p.Attempts == 0:
-				s.reopen(&p, sub, ProcPause, "paused")
+				schedule.Reopen(&p, sub, ProcPause, "paused")
 			case p.Status != Scheduled:
 				continue // ended already (waived ahead): not a period to pause
 			}
@@ -184,7 +185,7 @@ func (s *Service) pause(ctx context.Context, sub Subscription, months int, cause
 		paused++
 	}
 	sub.PausedFrom, sub.PauseMonths = first.BillingDate, months
-	s.point(&sub, first, today, true)
+	s.sched.Point(&sub, first, today, true)
 	tx.PutSubscription(&sub)
 	if err := s.store.Commit(ctx, tx); err != nil {
 		return sub, fmt.Errorf("pause: %w", err)
@@ -228,8 +229,8 @@ func (s *Service) resume(ctx context.Context, sub Subscription, cause string) (S
 	last := sub.PausedUntil
 	sub.Status, sub.PausedFrom, sub.PausedUntil, sub.PauseMonths = SubActive, dates.Date{}, dates.Date{}, 0
 	if first != nil {
-		s.point(&sub, *first, today, true)
-	} else if err := s.advance(ctx, tx, &sub, last, today, ProcPause, now); err != nil {
+		s.sched.Point(&sub, *first, today, true)
+	} else if err := s.sched.Advance(ctx, tx, &sub, last, today, ProcPause, now); err != nil {
 		return sub, err
 	}
 	tx.PutSubscription(&sub)
@@ -295,7 +296,7 @@ func (s *Service) waive(ctx context.Context, sub Subscription, d dates.Date, cau
 	tx.PutPeriod(&p, false)
 	switch {
 	case sub.Status != SubCancelled && sub.NextPeriodDate.Equal(d):
-		if err := s.advance(ctx, tx, &sub, d, today, ProcAdmin, now); err != nil {
+		if err := s.sched.Advance(ctx, tx, &sub, d, today, ProcAdmin, now); err != nil {
 			return sub, err
 		}
 		tx.PutSubscription(&sub)
@@ -303,7 +304,7 @@ func (s *Service) waive(ctx context.Context, sub Subscription, d dates.Date, cau
 		// A period ahead of the cursor (scheduled again by a resume): no
 		// reminder for it; announce the one after.
 		next := sub.Rule().Next(d)
-		s.scheduleReminder(&sub, next, chargeDate(sub, next), today, true)
+		s.sched.Remind(&sub, next, schedule.ChargeDate(sub, next), today, true)
 		tx.PutSubscription(&sub)
 	}
 	if err := s.store.Commit(ctx, tx); err != nil {

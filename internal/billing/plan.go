@@ -85,9 +85,3 @@ func (s *Service) observePlan(dir string) {
 		o.PlanChanged(dir)
 	}
 }
-
-// downgradeApplied reports that p's success ends sub's pending downgrade:
-// p was charged at the plan and amount sub has now.
-func downgradeApplied(sub Subscription, p Period) bool {
-	return sub.PendingDowngrade && p.Status == Completed && p.SKU == sub.SKU && p.Amount == sub.Amount
-}

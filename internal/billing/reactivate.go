@@ -10,6 +10,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
 	"github.com/stripe-payments/stripe-payments/internal/billing/model"
+	"github.com/stripe-payments/stripe-payments/internal/billing/schedule"
 	"github.com/stripe-payments/stripe-payments/internal/lock"
 	"github.com/stripe-payments/stripe-payments/internal/stripeid"
 )
@@ -130,13 +131,13 @@ func (s *Service) reactivate(ctx context.Context, sub Subscription, r Reactivati
 	}
 	p, ok := byDate[first]
 	if ok {
-		s.reopen(&p, sub, ProcReactivation, UpdatedEventReactivated)
+		schedule.Reopen(&p, sub, ProcReactivation, UpdatedEventReactivated)
 	} else {
 		p = model.NewPeriod(sub, first, Scheduled, ProcReactivation, UpdatedEventReactivated, now)
 	}
 	sub.Status = SubActive
 	sub.PausedFrom, sub.PausedUntil, sub.PauseMonths = dates.Date{}, dates.Date{}, 0
-	s.point(&sub, p, today, true)
+	s.sched.Point(&sub, p, today, true)
 	tx := NewTx(r.Cause, now)
 	tx.PutPeriod(&p, false)
 	putSubscription(tx, &sub, storedSKU) // a new plan: its new key

@@ -50,12 +50,12 @@ func (s *Service) record(ctx context.Context, log *slog.Logger, tx *Tx, sub *Sub
 	st.Put(tx)
 	switch {
 	case st.Charged:
-		if err := s.movedOn(ctx, tx, sub, *p, today, p.Process, tx.Now()); err != nil {
+		if err := s.sched.MovedOn(ctx, tx, sub, *p, today, p.Process, tx.Now()); err != nil {
 			return err
 		}
 	case st.GaveUp && sub.Status != SubCancelled && sub.NextPeriodDate.Equal(p.BillingDate):
 		// Given up on the subscription's next period: it moves on.
-		if err := s.advance(ctx, tx, sub, p.BillingDate, today, p.Process, tx.Now()); err != nil {
+		if err := s.sched.Advance(ctx, tx, sub, p.BillingDate, today, p.Process, tx.Now()); err != nil {
 			return err
 		}
 		tx.PutSubscription(sub)

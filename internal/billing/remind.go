@@ -8,6 +8,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
 	"github.com/stripe-payments/stripe-payments/internal/billing/model"
+	"github.com/stripe-payments/stripe-payments/internal/billing/schedule"
 	"github.com/stripe-payments/stripe-payments/internal/lock"
 )
 
@@ -37,7 +38,7 @@ func (s *Service) remindEntry(ctx context.Context, _ *lock.Lock, e IndexEntry, d
 	if target.IsZero() {
 		target = sub.NextPeriodDate
 	}
-	pay := chargeDate(sub, target)
+	pay := schedule.ChargeDate(sub, target)
 	if target.Equal(sub.NextPeriodDate) && sub.Status == SubPaused {
 		// Cannot happen (a pause announces the period after it), but a
 		// paused period is never announced.
@@ -82,7 +83,7 @@ func (s *Service) remindEntry(ctx context.Context, _ *lock.Lock, e IndexEntry, d
 	}
 	next := sub.Rule().Next(target)
 	sub.ReminderPending, sub.RemindFor = dates.Date{}, next
-	sub.NextReminderDate = dates.ReminderDate(chargeDate(sub, next), s.cfg.ReminderDays, today.AddDays(1))
+	sub.NextReminderDate = dates.ReminderDate(schedule.ChargeDate(sub, next), s.cfg.ReminderDays, today.AddDays(1))
 	tx := NewTx("remind", now)
 	tx.PutSubscription(&sub)
 	if err := s.store.Commit(ctx, tx); err != nil && !errors.Is(err, ErrConflict) {

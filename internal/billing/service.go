@@ -7,9 +7,9 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
 	"github.com/stripe-payments/stripe-payments/internal/billing/model"
+	"github.com/stripe-payments/stripe-payments/internal/billing/schedule"
 	"github.com/stripe-payments/stripe-payments/internal/lock"
 	"github.com/stripe-payments/stripe-payments/internal/safego"
 )
@@ -50,6 +50,7 @@ type Service struct {
 	hard map[string]bool
 	// gauge: the date of the run that last set the unresolved gauge.
 	gauge *gaugeDate
+	sched schedule.Schedule
 }
 
 // New returns the service.
@@ -99,7 +100,8 @@ func New(cfg Config, d Deps) (*Service, error) {
 	}
 	return &Service{cfg: cfg, store: d.Store, locks: d.Locks, charger: d.Charger, notifier: d.Notifier,
 		now: d.Now, wall: d.Now, log: d.Log, obs: d.Observer, safe: d.Safe.OrDefault(d.Log),
-		hard: model.HardCodes(cfg.HardDeclineCodes), gauge: &gaugeDate{}}, nil
+		hard: model.HardCodes(cfg.HardDeclineCodes), gauge: &gaugeDate{},
+		sched: schedule.Schedule{ReminderDays: cfg.ReminderDays, Periods: d.Store}}, nil
 }
 
 // Store is the service's store.
@@ -131,88 +133,4 @@ func (s *Service) withLock(ctx context.Context, account string, fn func(ctx cont
 		s.log.Warn("could not release billing lock", "account", account, "error", err)
 	}
 	return ferr
-}
-
-// scheduleReminder points the pending reminder at the period scheduled on
-// period, charged on pay: BILLING_REMINDER_DAYS before pay, or today when
-// that day has passed. It leaves a reminder that already points at that
-// period or a later one (one reminder per period), unless force (the
-// period's charge date changed and it was not announced yet).
-func (s *Service) scheduleReminder(sub *Subscription, period, pay, today dates.Date, force bool) {
-	if !force && !sub.RemindFor.IsZero() && !sub.RemindFor.Before(period) {
-		return
-	}
-	sub.RemindFor = period
-	sub.ReminderPending = dates.Date{}
-	sub.NextReminderDate = dates.ReminderDate(pay, s.cfg.ReminderDays, today)
-}
-
-// chargeDate is the date the period scheduled on period is charged: the
-// cursor's may have been moved, later ones are charged on their dates.
-func chargeDate(sub Subscription, period dates.Date) dates.Date {
-	if period.Equal(sub.NextPeriodDate) && sub.Status == SubActive && !sub.DueDate.IsZero() {
-		return sub.DueDate
-	}
-	return period
-}
-
-// point makes p (SCHEDULED or PAUSED) the subscription's next period: the
-// cursor, the due date, the next payment, the status (PAUSED while the
-// cursor is on a paused period) and the reminder of the next charge.
-// force re-announces the next charge (its date changed).
-func (s *Service) point(sub *Subscription, p Period, today dates.Date, force bool) {
-	sub.NextPeriodDate = p.BillingDate
-	next := p.BillingDate
-	if p.Status == Paused {
-		sub.Status, sub.DueDate = SubPaused, p.BillingDate
-		next = sub.Rule().Next(sub.PausedUntil)
-		sub.NextPaymentDate = next
-	} else {
-		if sub.Status == SubPaused {
-			sub.Status, sub.PausedFrom, sub.PausedUntil, sub.PauseMonths = SubActive, dates.Date{}, dates.Date{}, 0
-		}
-		sub.DueDate, sub.NextPaymentDate = p.Due(), p.Due()
-	}
-	s.scheduleReminder(sub, next, sub.NextPaymentDate, today, force)
-}
-
-// advance moves sub's cursor past the period scheduled on from (attempted,
-// skipped or given up on) to the next one: the rule's next date, whose
-// record is reused when it exists (PAUSED or SCHEDULED already, a period
-// cancelled by a rule change scheduled again) or created SCHEDULED;
-// periods that already ended (waived ahead) are stepped over.
-func (s *Service) advance(ctx context.Context, tx *Tx, sub *Subscription, from, today dates.Date, proc Process, now time.Time) error {
-	rule := sub.Rule()
-	next := rule.Next(from)
-	for range 120 {
-		p, err := s.store.GetPeriod(ctx, sub.AccountID, sub.SubscriptionID, next)
-		switch {
-		case errors.Is(err, apperr.ErrNotFound):
-			p = model.NewPeriod(*sub, next, Scheduled, proc, "scheduled", now)
-			tx.PutPeriod(&p, false)
-		case err != nil:
-			return fmt.Errorf("next period: %w", err)
-		case p.Status == Scheduled || p.Status == Paused:
-		case p.Status == Cancelled && p.Attempts == 0 && sub.Status != SubCancelled:
-			s.reopen(&p, *sub, proc, "rescheduled")
-			tx.PutPeriod(&p, false)
-		default:
-			next = rule.Next(next)
-			continue
-		}
-		s.point(sub, p, today, false)
-		return nil
-	}
-	return fmt.Errorf("next period after %s: no open period within 120 terms", from)
-}
-
-// reopen schedules again a period that a rule change had cancelled (the
-// rule brought its date back): its next version, with the subscription's
-// current amount and payment details.
-func (s *Service) reopen(p *Period, sub Subscription, proc Process, event string) {
-	p.Status, p.Process, p.UpdatedEvent = Scheduled, proc, event
-	p.Term, p.BillingWeek = sub.Term, sub.BillingWeek // a period of the current rule now
-	p.Amount, p.Currency, p.PaymentDetails, p.Email = sub.Amount, sub.Currency, sub.PaymentDetails, sub.Email
-	p.SKU = sub.SKU // and of its plan (a plan change since it ended)
-	p.ChargeDate, p.CompletionDate, p.NextAttemptDate, p.Error, p.PauseDurationMonths = dates.Date{}, time.Time{}, dates.Date{}, "", 0
 }
