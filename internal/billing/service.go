@@ -1,136 +1,105 @@
+// Package billing is the recurring billing core (docs/design.md §8), as the
+// rest of the service sees it: one Service that assembles the core's parts,
+// each a package of its own under internal/billing:
+//
+//   - model: the vocabulary (subscriptions, periods, the Tx, the Report, the
+//     Store/Charger/Notifier/Observer interfaces); every part imports it;
+//   - settle: the kernel, what one payment outcome does to a period (pure);
+//   - schedule: what is due when (the cursor, the reminder);
+//   - env: the configuration, the collaborators and the clock the parts
+//     run with (real time, or a test clock's);
+//   - outcome: records what settle decided (refund, action, write);
+//   - jobs: runs a daily job over the due-date indexes (the sweep);
+//   - collect: the collection job, pay now, batches, unknown outcomes;
+//   - feed: the Stripe events about the core's charges (trust, then settle);
+//   - lifecycle: create, change, pause, resume, cancel, waive, reactivate,
+//     erase;
+//   - remind: the reminder job;
+//   - reads: what the API and the console read.
+//
+// No part imports this package: it only wires them (and keeps the names
+// callers have always used, vocabulary.go). The implementations of the
+// model's interfaces live at the edge and are wired in by internal/app:
+// internal/billing/store (the DynamoDB single table),
+// internal/billing/stripecharge (Stripe), internal/billing/notify (the
+// Postgres outbox). The core imports no driver (internal/depcheck).
 package billing
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"log/slog"
 	"time"
 
+	"github.com/stripe-payments/stripe-payments/internal/billing/collect"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
-	"github.com/stripe-payments/stripe-payments/internal/billing/model"
-	"github.com/stripe-payments/stripe-payments/internal/billing/schedule"
-	"github.com/stripe-payments/stripe-payments/internal/lock"
-	"github.com/stripe-payments/stripe-payments/internal/safego"
+	"github.com/stripe-payments/stripe-payments/internal/billing/env"
+	"github.com/stripe-payments/stripe-payments/internal/billing/feed"
+	"github.com/stripe-payments/stripe-payments/internal/billing/jobs"
+	"github.com/stripe-payments/stripe-payments/internal/billing/lifecycle"
+	"github.com/stripe-payments/stripe-payments/internal/billing/reads"
+	"github.com/stripe-payments/stripe-payments/internal/billing/remind"
 )
 
 // Deps are the service's collaborators.
-type Deps struct {
-	Store    Store
-	Locks    *lock.Client
-	Charger  Charger
-	Notifier Notifier
-	Now      func() time.Time
-	Log      *slog.Logger
-	// Observer receives the money-safety metrics (nil: none).
-	Observer Observer
-	// Safe runs each account's work of a job, recovering a panic (nil: a
-	// starter that only logs).
-	Safe *safego.Starter
-}
+type Deps = env.Deps
 
-// Service is the billing core: lifecycle operations, jobs and the feed.
+// Service is the billing core: its parts, on one Env. The parts' methods
+// are the Service's (embedded); each part declares its own.
 type Service struct {
-	cfg      Config
-	store    Store
-	locks    *lock.Client
-	charger  Charger
-	notifier Notifier
-	now      func() time.Time
-	log      *slog.Logger
-	obs      Observer
+	env *env.Env
+	// gauge: the date of the run that last set the unresolved gauge,
+	// shared by the copies on other clocks.
+	gauge *jobs.Gauge
 
-	// clock is the test clock this instance runs the jobs of ("" for real
-	// time); now is then the clock's time, and wall the real time (leases,
-	// receipt expiry). See clock.go.
-	clock string
-	wall  func() time.Time
-	safe  *safego.Starter
-	// hard is the set of Config.HardDeclineCodes.
-	hard map[string]bool
-	// gauge: the date of the run that last set the unresolved gauge.
-	gauge *gaugeDate
-	sched schedule.Schedule
+	*lifecycle.Lifecycle
+	*collect.Collector
+	*feed.Feed
+	*remind.Reminder
+	*reads.Reads
 }
 
 // New returns the service.
 func New(cfg Config, d Deps) (*Service, error) {
-	def := DefaultConfig()
-	if cfg.Shards < 1 {
-		cfg.Shards = def.Shards
+	e, err := env.New(cfg, d)
+	if err != nil {
+		return nil, err
 	}
-	if cfg.WorkersPerShard < 1 {
-		cfg.WorkersPerShard = def.WorkersPerShard
-	}
-	if cfg.ReminderDays < 0 {
-		return nil, errors.New("billing: reminder days must not be negative")
-	}
-	if cfg.Retry.StaleDays == 0 {
-		cfg.Retry = def.Retry
-	}
-	if err := cfg.Retry.Validate(); err != nil {
-		return nil, fmt.Errorf("billing: retry policy: %w", err)
-	}
-	if cfg.ReceiptTTL <= 0 {
-		cfg.ReceiptTTL = def.ReceiptTTL
-	}
-	if cfg.IdempotencyWindow <= 0 {
-		cfg.IdempotencyWindow = def.IdempotencyWindow
-	}
-	if cfg.HardDeclineCodes == nil {
-		cfg.HardDeclineCodes = def.HardDeclineCodes
-	}
-	if cfg.MaxPauseMonths <= 0 {
-		cfg.MaxPauseMonths = def.MaxPauseMonths
-	}
-	if d.Store == nil || d.Locks == nil {
-		return nil, errors.New("billing: store and locks are required")
-	}
-	if d.Now == nil {
-		d.Now = time.Now
-	}
-	if d.Log == nil {
-		d.Log = slog.Default()
-	}
-	if d.Observer == nil {
-		d.Observer = NopObserver{}
-	}
-	if d.Notifier == nil {
-		d.Notifier = LogNotifier{Log: d.Log}
-	}
-	return &Service{cfg: cfg, store: d.Store, locks: d.Locks, charger: d.Charger, notifier: d.Notifier,
-		now: d.Now, wall: d.Now, log: d.Log, obs: d.Observer, safe: d.Safe.OrDefault(d.Log),
-		hard: model.HardCodes(cfg.HardDeclineCodes), gauge: &gaugeDate{},
-		sched: schedule.Schedule{ReminderDays: cfg.ReminderDays, Periods: d.Store}}, nil
+	return assemble(e, &jobs.Gauge{}), nil
+}
+
+// assemble builds the parts over e.
+func assemble(e *env.Env, gauge *jobs.Gauge) *Service {
+	return &Service{env: e, gauge: gauge,
+		Lifecycle: lifecycle.New(e), Collector: collect.New(e, gauge), Feed: feed.New(e),
+		Reminder: remind.New(e, gauge), Reads: &reads.Reads{Env: e}}
 }
 
 // Store is the service's store.
-func (s *Service) Store() Store { return s.store }
+func (s *Service) Store() Store { return s.env.Store }
 
 // Config is the service's configuration.
-func (s *Service) Config() Config { return s.cfg }
+func (s *Service) Config() Config { return s.env.Cfg }
 
-// today is the current date in the subscription's time zone.
-func (s *Service) today(sub Subscription) dates.Date { return dates.In(s.now(), sub.Location()) }
+// HardDecline reports whether Stripe's decline code is one retrying cannot
+// fix.
+func (s *Service) HardDecline(code string) bool { return s.env.HardDecline(code) }
 
-// withLock runs fn holding the account's billing lock (fail if locked).
-func (s *Service) withLock(ctx context.Context, account string, fn func(ctx context.Context, l *lock.Lock) error) error {
-	l, err := s.locks.Acquire(ctx, LockKey(account), true)
-	if errors.Is(err, lock.ErrAlreadyLocked) {
-		return fmt.Errorf("account %s: %w", account, ErrLocked)
-	}
-	if err != nil {
-		return fmt.Errorf("lock account %s: %w", account, err)
-	}
-	ferr := fn(ctx, l)
-	if errors.Is(ferr, ErrCrash) {
-		l.Abandon()
-		return ferr
-	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	if err := l.Release(rctx); err != nil {
-		s.log.Warn("could not release billing lock", "account", account, "error", err)
-	}
-	return ferr
+// OnClock is a copy of s on test clock clock ("": real time), whose time is
+// now: its jobs read only that clock's index partitions (package testclock
+// runs an advance's days through it).
+func (s *Service) OnClock(clock string, now func() time.Time) *Service {
+	return assemble(s.env.OnClock(clock, now), s.gauge)
 }
+
+// NowDate is the job date of a run without --date: tomorrow in UTC, so
+// that subscriptions in time zones ahead of UTC are seen on their own
+// date. Each subscription is acted on only once its payment (or reminder)
+// date has come in its own time zone.
+func (s *Service) NowDate() dates.Date { return dates.In(s.env.Now(), time.UTC).AddDays(1) }
+
+// CollectNow is Collect for the current date (the in-process ticker).
+func (s *Service) CollectNow(ctx context.Context) (*Report, error) {
+	return s.Collect(ctx, s.NowDate())
+}
+
+// RemindNow is Remind for the current date (the in-process ticker).
+func (s *Service) RemindNow(ctx context.Context) (*Report, error) { return s.Remind(ctx, s.NowDate()) }

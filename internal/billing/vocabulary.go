@@ -11,7 +11,12 @@ import (
 	"github.com/stripe/stripe-go/v76"
 
 	"github.com/stripe-payments/stripe-payments/internal/actions"
+	"github.com/stripe-payments/stripe-payments/internal/billing/collect"
+	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
+	"github.com/stripe-payments/stripe-payments/internal/billing/feed"
+	"github.com/stripe-payments/stripe-payments/internal/billing/lifecycle"
 	"github.com/stripe-payments/stripe-payments/internal/billing/model"
+	"github.com/stripe-payments/stripe-payments/internal/billing/reads"
 )
 
 type (
@@ -148,3 +153,60 @@ func NewTx(cause string, now time.Time) *Tx               { return model.NewTx(c
 func RefundKey(pi string) string                          { return model.RefundKey(pi) }
 func SupportedCurrency(c string) bool                     { return model.SupportedCurrency(c) }
 func ValidID(s string) bool                               { return model.ValidID(s) }
+
+// The parts' own names, under the same roof.
+type (
+	BatchAttempt    = collect.BatchAttempt
+	BatchCandidate  = collect.BatchCandidate
+	BatchResult     = collect.BatchResult
+	BatchSelection  = collect.BatchSelection
+	InFlightRequest = collect.InFlightRequest
+	Resolution      = collect.Resolution
+	ResolveOutcome  = collect.ResolveOutcome
+
+	FeedMessage = feed.FeedMessage
+
+	Change       = lifecycle.Change
+	CreateInput  = lifecycle.CreateInput
+	Reactivation = lifecycle.Reactivation
+
+	PeriodsToWatch = reads.PeriodsToWatch
+)
+
+const (
+	BatchDeclined         = collect.BatchDeclined
+	BatchNothing          = collect.BatchNothing
+	BatchPaid             = collect.BatchPaid
+	BatchProcessing       = collect.BatchProcessing
+	BatchSkippedCancelled = collect.BatchSkippedCancelled
+	BatchSkippedInFlight  = collect.BatchSkippedInFlight
+	MaxBatchAccounts      = collect.MaxBatchAccounts
+	MaxBatchRangeDays     = collect.MaxBatchRangeDays
+	ResolveLeft           = collect.ResolveLeft
+	ResolveNotInFlight    = collect.ResolveNotInFlight
+	ResolveSettled        = collect.ResolveSettled
+	ResolveTooYoung       = collect.ResolveTooYoung
+	SkipInFlight          = collect.SkipInFlight
+
+	FeedTopic = feed.FeedTopic
+
+	MaxStartMonths = lifecycle.MaxStartMonths
+)
+
+var (
+	ErrAttemptInFlight = collect.ErrAttemptInFlight
+	ErrNothingToPay    = collect.ErrNothingToPay
+	ErrNotCancelled    = lifecycle.ErrNotCancelled
+
+	// FeedEventTypes are the Stripe events that feed the billing core.
+	FeedEventTypes = feed.FeedEventTypes
+)
+
+// IsAttemptKey reports whether s is an attempt's idempotency key.
+func IsAttemptKey(s string) bool { return collect.IsAttemptKey(s) }
+
+// FeedFromEvent extracts the feed message of ev (feed.FeedFromEvent).
+func FeedFromEvent(ev *stripe.Event) (FeedMessage, bool, error) { return feed.FeedFromEvent(ev) }
+
+// MaxStartDate is the latest start_date of a subscription created on today.
+func MaxStartDate(today dates.Date) dates.Date { return lifecycle.MaxStartDate(today) }

@@ -1,4 +1,4 @@
-package billing
+package lifecycle
 
 import (
 	"context"
@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	"github.com/google/uuid"
-
 	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
 	"github.com/stripe-payments/stripe-payments/internal/billing/model"
@@ -36,37 +35,37 @@ type Change struct {
 
 // UpdateSubscription applies ch holding the account's lock; ErrLocked when a
 // collection holds it.
-func (s *Service) UpdateSubscription(ctx context.Context, account, subID string, ch Change) (Subscription, error) {
+func (lc *Lifecycle) UpdateSubscription(ctx context.Context, account, subID string, ch Change) (model.Subscription, error) {
 	if ch.Cause == "" {
 		ch.Cause = "api:" + uuid.NewString()[:8]
 	}
-	var out Subscription
-	err := s.withLock(ctx, account, func(ctx context.Context, _ *lock.Lock) error {
-		sub, err := s.store.GetSubscription(ctx, account, subID)
+	var out model.Subscription
+	err := lc.WithLock(ctx, account, func(ctx context.Context, _ *lock.Lock) error {
+		sub, err := lc.Store.GetSubscription(ctx, account, subID)
 		if err != nil {
 			return err
 		}
-		s, err := s.forSub(ctx, sub) // its test clock's "today", if it has one
+		lc, err := lc.forSub(ctx, sub) // its test clock's "today", if it has one
 		if err != nil {
 			return err
 		}
-		var before []Period
-		if sub.Status != SubCancelled {
-			if before, err = s.noAttemptInFlight(ctx, sub); err != nil {
+		var before []model.Period
+		if sub.Status != model.SubCancelled {
+			if before, err = lc.noAttemptInFlight(ctx, sub); err != nil {
 				return err
 			}
 		}
 		switch ch.Action {
 		case "pause":
-			out, err = s.pause(ctx, sub, ch.Months, ch.Cause)
+			out, err = lc.pause(ctx, sub, ch.Months, ch.Cause)
 		case "resume":
-			out, err = s.resume(ctx, sub, ch.Cause)
+			out, err = lc.resume(ctx, sub, ch.Cause)
 		case "cancel":
-			out, err = s.cancel(ctx, sub, ch.Cause)
+			out, err = lc.cancel(ctx, sub, ch.Cause)
 		case "waive":
-			out, err = s.waive(ctx, sub, ch.BillingDate, ch.Cause)
+			out, err = lc.waive(ctx, sub, ch.BillingDate, ch.Cause)
 		case "":
-			out, err = s.change(ctx, sub, ch)
+			out, err = lc.change(ctx, sub, ch)
 		default:
 			err = apperr.Invalid("unknown action %q", ch.Action)
 		}
@@ -76,14 +75,14 @@ func (s *Service) UpdateSubscription(ctx context.Context, account, subID string,
 		// The periods this change waived, cancelled, or gave a new amount
 		// or payment method: their PaymentIntents the customer could still
 		// pay are cancelled at Stripe (payable.go).
-		after, lerr := s.store.ListPeriods(ctx, account, subID)
+		after, lerr := lc.Store.ListPeriods(ctx, account, subID)
 		if lerr != nil {
-			s.log.Warn("billing: could not read the changed periods to cancel their payable PaymentIntents", "account", account,
+			lc.Log.Warn("billing: could not read the changed periods to cancel their payable PaymentIntents", "account", account,
 				"subscription_id", subID, "error", lerr)
 			return nil
 		}
-		if s.cancelChanged(ctx, before, after) {
-			if fresh, gerr := s.store.GetSubscription(ctx, account, subID); gerr == nil {
+		if lc.rec.CancelChanged(ctx, before, after) {
+			if fresh, gerr := lc.Store.GetSubscription(ctx, account, subID); gerr == nil {
 				out = fresh
 			}
 		}
@@ -96,14 +95,14 @@ func (s *Service) UpdateSubscription(ctx context.Context, account, subID string,
 // period of sub has no recorded outcome: the attempt's rerun must still find
 // the subscription as it charged it (a crash must not let a cancelled or
 // paused subscription be charged by the rerun).
-func (s *Service) noAttemptInFlight(ctx context.Context, sub Subscription) ([]Period, error) {
-	periods, err := s.store.ListPeriods(ctx, sub.AccountID, sub.SubscriptionID)
+func (lc *Lifecycle) noAttemptInFlight(ctx context.Context, sub model.Subscription) ([]model.Period, error) {
+	periods, err := lc.Store.ListPeriods(ctx, sub.AccountID, sub.SubscriptionID)
 	if err != nil {
 		return nil, err
 	}
 	for _, p := range periods {
 		if p.InFlightKey != "" {
-			return nil, fmt.Errorf("period %s has a collection attempt in flight; retry after the next collection run: %w", p.BillingDate, ErrConflict)
+			return nil, fmt.Errorf("period %s has a collection attempt in flight; retry after the next collection run: %w", p.BillingDate, model.ErrConflict)
 		}
 	}
 	return periods, nil
@@ -111,18 +110,18 @@ func (s *Service) noAttemptInFlight(ctx context.Context, sub Subscription) ([]Pe
 
 // openPeriod reads the subscription's next period (its cursor), refusing
 // one with an attempt in flight (its outcome is not known yet).
-func (s *Service) openPeriod(ctx context.Context, sub Subscription) (Period, error) {
-	p, err := s.store.GetPeriod(ctx, sub.AccountID, sub.SubscriptionID, sub.NextPeriodDate)
+func (lc *Lifecycle) openPeriod(ctx context.Context, sub model.Subscription) (model.Period, error) {
+	p, err := lc.Store.GetPeriod(ctx, sub.AccountID, sub.SubscriptionID, sub.NextPeriodDate)
 	if errors.Is(err, apperr.ErrNotFound) {
 		// Lost by an earlier crash between writes cannot happen (one
 		// transaction), but be lenient: recreate it.
-		return model.NewPeriod(sub, sub.NextPeriodDate, Scheduled, ProcAdmin, "recreated", s.now()), nil
+		return model.NewPeriod(sub, sub.NextPeriodDate, model.Scheduled, model.ProcAdmin, "recreated", lc.Now()), nil
 	}
 	if err != nil {
-		return Period{}, err
+		return model.Period{}, err
 	}
 	if p.InFlightKey != "" {
-		return Period{}, fmt.Errorf("period %s has a collection attempt in flight: %w", p.BillingDate, ErrConflict)
+		return model.Period{}, fmt.Errorf("period %s has a collection attempt in flight: %w", p.BillingDate, model.ErrConflict)
 	}
 	return p, nil
 }
@@ -133,21 +132,21 @@ func (s *Service) openPeriod(ctx context.Context, sub Subscription) (Period, err
 // subscription is ACTIVE again after the last one. Nothing shifts: the
 // first period after the pause keeps its scheduled date and is announced
 // as usual.
-func (s *Service) pause(ctx context.Context, sub Subscription, months int, cause string) (Subscription, error) {
-	if sub.Status != SubActive {
+func (lc *Lifecycle) pause(ctx context.Context, sub model.Subscription, months int, cause string) (model.Subscription, error) {
+	if sub.Status != model.SubActive {
 		return sub, apperr.Invalid("only an ACTIVE subscription can be paused (it is %s)", sub.Status)
 	}
-	if months < 1 || months > s.cfg.MaxPauseMonths {
-		return sub, apperr.Invalid("months: 1 to %d", s.cfg.MaxPauseMonths)
+	if months < 1 || months > lc.Cfg.MaxPauseMonths {
+		return sub, apperr.Invalid("months: 1 to %d", lc.Cfg.MaxPauseMonths)
 	}
-	cur, err := s.openPeriod(ctx, sub)
+	cur, err := lc.openPeriod(ctx, sub)
 	if err != nil {
 		return sub, err
 	}
-	if cur.Status != Scheduled {
-		return sub, fmt.Errorf("next period %s is %s: %w", cur.BillingDate, cur.Status, ErrConflict)
+	if cur.Status != model.Scheduled {
+		return sub, fmt.Errorf("next period %s is %s: %w", cur.BillingDate, cur.Status, model.ErrConflict)
 	}
-	now, today := s.now(), s.today(sub)
+	now, today := lc.Now(), lc.Today(sub)
 	n := months
 	if sub.Term == dates.Yearly {
 		if limit := dates.AddMonthsClamped(today, months); cur.BillingDate.After(limit) {
@@ -156,27 +155,27 @@ func (s *Service) pause(ctx context.Context, sub Subscription, months int, cause
 		n = 1
 	}
 	rule := sub.Rule()
-	tx := NewTx(cause, now)
-	var first Period
+	tx := model.NewTx(cause, now)
+	var first model.Period
 	for d, paused, steps := cur.BillingDate, 0, 0; paused < n; d, steps = rule.Next(d), steps+1 {
 		if steps > n+24 {
-			return sub, fmt.Errorf("pause: fewer than %d open periods after %s: %w", n, cur.BillingDate, ErrConflict)
+			return sub, fmt.Errorf("pause: fewer than %d open periods after %s: %w", n, cur.BillingDate, model.ErrConflict)
 		}
 		p := cur
 		if paused > 0 {
-			p, err = s.store.GetPeriod(ctx, sub.AccountID, sub.SubscriptionID, d)
+			p, err = lc.Store.GetPeriod(ctx, sub.AccountID, sub.SubscriptionID, d)
 			switch {
 			case errors.Is(err, apperr.ErrNotFound):
-				p = model.NewPeriod(sub, d, Paused, ProcPause, "paused", now)
+				p = model.NewPeriod(sub, d, model.Paused, model.ProcPause, "paused", now)
 			case err != nil:
 				return sub, err
-			case p.Status == Cancelled && p.Attempts == 0:
-				schedule.Reopen(&p, sub, ProcPause, "paused")
-			case p.Status != Scheduled:
+			case p.Status == model.Cancelled && p.Attempts == 0:
+				schedule.Reopen(&p, sub, model.ProcPause, "paused")
+			case p.Status != model.Scheduled:
 				continue // ended already (waived ahead): not a period to pause
 			}
 		}
-		p.Status, p.Process, p.UpdatedEvent, p.PauseDurationMonths, p.ChargeDate = Paused, ProcPause, "paused", months, dates.Date{}
+		p.Status, p.Process, p.UpdatedEvent, p.PauseDurationMonths, p.ChargeDate = model.Paused, model.ProcPause, "paused", months, dates.Date{}
 		tx.PutPeriod(&p, false)
 		if paused == 0 {
 			first = p
@@ -185,9 +184,9 @@ func (s *Service) pause(ctx context.Context, sub Subscription, months int, cause
 		paused++
 	}
 	sub.PausedFrom, sub.PauseMonths = first.BillingDate, months
-	s.sched.Point(&sub, first, today, true)
+	lc.Sched.Point(&sub, first, today, true)
 	tx.PutSubscription(&sub)
-	if err := s.store.Commit(ctx, tx); err != nil {
+	if err := lc.Store.Commit(ctx, tx); err != nil {
 		return sub, fmt.Errorf("pause: %w", err)
 	}
 	return sub, nil
@@ -196,45 +195,45 @@ func (s *Service) pause(ctx context.Context, sub Subscription, months int, cause
 // resume ends a pause early: the PAUSED periods still in the future are
 // SCHEDULED again (and announced, BILLING_REMINDER_DAYS before or at once),
 // the ones whose date has come are PAUSED_SKIPPED.
-func (s *Service) resume(ctx context.Context, sub Subscription, cause string) (Subscription, error) {
-	if sub.Status != SubPaused {
+func (lc *Lifecycle) resume(ctx context.Context, sub model.Subscription, cause string) (model.Subscription, error) {
+	if sub.Status != model.SubPaused {
 		return sub, apperr.Invalid("only a PAUSED subscription can be resumed (it is %s)", sub.Status)
 	}
-	now, today := s.now(), s.today(sub)
+	now, today := lc.Now(), lc.Today(sub)
 	rule := sub.Rule()
-	tx := NewTx(cause, now)
-	var first *Period
+	tx := model.NewTx(cause, now)
+	var first *model.Period
 	for d := sub.NextPeriodDate; !d.After(sub.PausedUntil); d = rule.Next(d) {
-		p, err := s.store.GetPeriod(ctx, sub.AccountID, sub.SubscriptionID, d)
+		p, err := lc.Store.GetPeriod(ctx, sub.AccountID, sub.SubscriptionID, d)
 		if errors.Is(err, apperr.ErrNotFound) {
 			continue
 		}
 		if err != nil {
 			return sub, err
 		}
-		if p.Status != Paused {
+		if p.Status != model.Paused {
 			continue
 		}
-		p.Process = ProcPause
+		p.Process = model.ProcPause
 		if d.After(today) {
-			p.Status, p.UpdatedEvent = Scheduled, "resumed"
+			p.Status, p.UpdatedEvent = model.Scheduled, "resumed"
 			if first == nil {
 				first = &p
 			}
 		} else {
-			p.Status, p.UpdatedEvent, p.CompletionDate = PausedSkipped, "pause-skipped", now
+			p.Status, p.UpdatedEvent, p.CompletionDate = model.PausedSkipped, "pause-skipped", now
 		}
 		tx.PutPeriod(&p, false)
 	}
 	last := sub.PausedUntil
-	sub.Status, sub.PausedFrom, sub.PausedUntil, sub.PauseMonths = SubActive, dates.Date{}, dates.Date{}, 0
+	sub.Status, sub.PausedFrom, sub.PausedUntil, sub.PauseMonths = model.SubActive, dates.Date{}, dates.Date{}, 0
 	if first != nil {
-		s.sched.Point(&sub, *first, today, true)
-	} else if err := s.sched.Advance(ctx, tx, &sub, last, today, ProcPause, now); err != nil {
+		lc.Sched.Point(&sub, *first, today, true)
+	} else if err := lc.Sched.Advance(ctx, tx, &sub, last, today, model.ProcPause, now); err != nil {
 		return sub, err
 	}
 	tx.PutSubscription(&sub)
-	if err := s.store.Commit(ctx, tx); err != nil {
+	if err := lc.Store.Commit(ctx, tx); err != nil {
 		return sub, fmt.Errorf("resume: %w", err)
 	}
 	return sub, nil
@@ -245,27 +244,27 @@ func (s *Service) resume(ctx context.Context, sub Subscription, cause string) (S
 // with a payment on its way (ACHSENT) is left for its webhook to settle: the
 // money moved or it did not. (UpdateSubscription refuses while an attempt
 // is in flight.)
-func (s *Service) cancel(ctx context.Context, sub Subscription, cause string) (Subscription, error) {
-	if sub.Status == SubCancelled {
+func (lc *Lifecycle) cancel(ctx context.Context, sub model.Subscription, cause string) (model.Subscription, error) {
+	if sub.Status == model.SubCancelled {
 		return sub, nil
 	}
-	now := s.now()
-	periods, err := s.store.ListPeriods(ctx, sub.AccountID, sub.SubscriptionID)
+	now := lc.Now()
+	periods, err := lc.Store.ListPeriods(ctx, sub.AccountID, sub.SubscriptionID)
 	if err != nil {
 		return sub, err
 	}
-	tx := NewTx(cause, now)
+	tx := model.NewTx(cause, now)
 	for _, p := range periods {
 		switch p.Status {
-		case Scheduled, Paused, Error:
-			p.Status, p.Process, p.UpdatedEvent, p.CompletionDate, p.NextAttemptDate = Cancelled, ProcAdmin, "cancelled", now, dates.Date{}
+		case model.Scheduled, model.Paused, model.Error:
+			p.Status, p.Process, p.UpdatedEvent, p.CompletionDate, p.NextAttemptDate = model.Cancelled, model.ProcAdmin, "cancelled", now, dates.Date{}
 			tx.PutPeriod(&p, false)
 		}
 	}
-	sub.Status = SubCancelled
+	sub.Status = model.SubCancelled
 	sub.NextReminderDate, sub.RemindFor, sub.ReminderPending = dates.Date{}, dates.Date{}, dates.Date{}
 	tx.PutSubscription(&sub)
-	if err := s.store.Commit(ctx, tx); err != nil {
+	if err := lc.Store.Commit(ctx, tx); err != nil {
 		return sub, fmt.Errorf("cancel: %w", err)
 	}
 	return sub, nil
@@ -273,41 +272,41 @@ func (s *Service) cancel(ctx context.Context, sub Subscription, cause string) (S
 
 // waive forgives one period (SCHEDULED or ERROR) without payment. Waiving
 // the next period moves the subscription on to the following one.
-func (s *Service) waive(ctx context.Context, sub Subscription, d dates.Date, cause string) (Subscription, error) {
+func (lc *Lifecycle) waive(ctx context.Context, sub model.Subscription, d dates.Date, cause string) (model.Subscription, error) {
 	if d.IsZero() {
 		return sub, apperr.Invalid("billing_date is required to waive")
 	}
-	p, err := s.store.GetPeriod(ctx, sub.AccountID, sub.SubscriptionID, d)
+	p, err := lc.Store.GetPeriod(ctx, sub.AccountID, sub.SubscriptionID, d)
 	if errors.Is(err, apperr.ErrNotFound) {
 		return sub, apperr.New(apperr.CodeNotFound, "period %s not found", d)
 	}
 	if err != nil {
 		return sub, err
 	}
-	if p.Status != Scheduled && p.Status != Error {
+	if p.Status != model.Scheduled && p.Status != model.Error {
 		return sub, apperr.Invalid("only a SCHEDULED or ERROR period can be waived (it is %s)", p.Status)
 	}
 	if p.InFlightKey != "" {
-		return sub, fmt.Errorf("period %s has a collection attempt in flight: %w", d, ErrConflict)
+		return sub, fmt.Errorf("period %s has a collection attempt in flight: %w", d, model.ErrConflict)
 	}
-	now, today := s.now(), s.today(sub)
-	tx := NewTx(cause, now)
-	p.Status, p.Process, p.UpdatedEvent, p.CompletionDate, p.NextAttemptDate = Waived, ProcAdmin, "waived", now, dates.Date{}
+	now, today := lc.Now(), lc.Today(sub)
+	tx := model.NewTx(cause, now)
+	p.Status, p.Process, p.UpdatedEvent, p.CompletionDate, p.NextAttemptDate = model.Waived, model.ProcAdmin, "waived", now, dates.Date{}
 	tx.PutPeriod(&p, false)
 	switch {
-	case sub.Status != SubCancelled && sub.NextPeriodDate.Equal(d):
-		if err := s.sched.Advance(ctx, tx, &sub, d, today, ProcAdmin, now); err != nil {
+	case sub.Status != model.SubCancelled && sub.NextPeriodDate.Equal(d):
+		if err := lc.Sched.Advance(ctx, tx, &sub, d, today, model.ProcAdmin, now); err != nil {
 			return sub, err
 		}
 		tx.PutSubscription(&sub)
-	case sub.Status != SubCancelled && sub.RemindFor.Equal(d):
+	case sub.Status != model.SubCancelled && sub.RemindFor.Equal(d):
 		// A period ahead of the cursor (scheduled again by a resume): no
 		// reminder for it; announce the one after.
 		next := sub.Rule().Next(d)
-		s.sched.Remind(&sub, next, schedule.ChargeDate(sub, next), today, true)
+		lc.Sched.Remind(&sub, next, schedule.ChargeDate(sub, next), today, true)
 		tx.PutSubscription(&sub)
 	}
-	if err := s.store.Commit(ctx, tx); err != nil {
+	if err := lc.Store.Commit(ctx, tx); err != nil {
 		return sub, fmt.Errorf("waive: %w", err)
 	}
 	return sub, nil

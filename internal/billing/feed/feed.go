@@ -1,4 +1,8 @@
-package billing
+// Package feed applies the Stripe events about the billing core's charges
+// (docs/design.md §8 "Webhook feed trust"): first trust (is this
+// PaymentIntent one the core created for the period it names?), then
+// settle, under the account's lock, through the outcome Recorder.
+package feed
 
 import (
 	"context"
@@ -8,13 +12,36 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/stripe/stripe-go/v76"
-
 	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
+	"github.com/stripe-payments/stripe-payments/internal/billing/env"
+	"github.com/stripe-payments/stripe-payments/internal/billing/model"
+	"github.com/stripe-payments/stripe-payments/internal/billing/outcome"
 	"github.com/stripe-payments/stripe-payments/internal/billing/settle"
 	"github.com/stripe-payments/stripe-payments/internal/lock"
+	"github.com/stripe/stripe-go/v76"
 )
+
+// Feed applies Stripe events to billing periods.
+type Feed struct {
+	*env.Env
+	rec *outcome.Recorder
+}
+
+// New is the feed over e.
+func New(e *env.Env) *Feed { return &Feed{Env: e, rec: &outcome.Recorder{Env: e}} }
+
+// forSub is the feed on sub's clock (env.Env.ForSub).
+func (f *Feed) forSub(ctx context.Context, sub model.Subscription) (*Feed, error) {
+	e, err := f.ForSub(ctx, sub)
+	if err != nil {
+		return nil, err
+	}
+	if e == f.Env {
+		return f, nil
+	}
+	return New(e), nil
+}
 
 // FeedTopic is the outbox topic of the webhook feed (internal/billing/feedqueue).
 const FeedTopic = "billing"
@@ -98,11 +125,11 @@ func FeedFromEvent(ev *stripe.Event) (FeedMessage, bool, error) {
 		return FeedMessage{}, false, fmt.Errorf("decode %s object: %w", ev.Type, err)
 	}
 	msg := FeedMessage{EventID: ev.ID, Type: string(ev.Type), Created: ev.Created, PaymentIntent: obj.paymentIntentID(),
-		Account: obj.Metadata[MetaAccount], Subscription: obj.Metadata[MetaSubscription], BillingDate: obj.Metadata[MetaDate],
-		V: 2, StripeAccount: ev.Account, Amount: obj.Amount, Currency: obj.Currency, Attempt: obj.Metadata[MetaAttempt],
-		SKU: obj.Metadata[MetaSKU]}
+		Account: obj.Metadata[model.MetaAccount], Subscription: obj.Metadata[model.MetaSubscription], BillingDate: obj.Metadata[model.MetaDate],
+		V: 2, StripeAccount: ev.Account, Amount: obj.Amount, Currency: obj.Currency, Attempt: obj.Metadata[model.MetaAttempt],
+		SKU: obj.Metadata[model.MetaSKU]}
 	if obj.LastPaymentError != nil {
-		msg.Error = DeclineText(obj.LastPaymentError.Code, obj.LastPaymentError.Message)
+		msg.Error = model.DeclineText(obj.LastPaymentError.Code, obj.LastPaymentError.Message)
 		msg.DeclineCode = obj.LastPaymentError.DeclineCode
 		if msg.DeclineCode == "" {
 			msg.DeclineCode = obj.LastPaymentError.Code
@@ -126,9 +153,9 @@ func FeedFromEvent(ev *stripe.Event) (FeedMessage, bool, error) {
 // waits for) that account's lock. Applying is idempotent: every transition
 // is conditional on the state it leaves, and the history entry's key is
 // derived from the event id.
-func (s *Service) ApplyFeed(ctx context.Context, msg FeedMessage) error {
+func (f *Feed) ApplyFeed(ctx context.Context, msg FeedMessage) error {
 	if msg.Account == "" {
-		ref, err := s.store.GetPaymentRef(ctx, msg.PaymentIntent)
+		ref, err := f.Store.GetPaymentRef(ctx, msg.PaymentIntent)
 		if errors.Is(err, apperr.ErrNotFound) {
 			return nil // not a billing-core charge
 		}
@@ -138,65 +165,65 @@ func (s *Service) ApplyFeed(ctx context.Context, msg FeedMessage) error {
 		msg.Account, msg.Subscription, msg.BillingDate = ref.AccountID, ref.SubscriptionID, ref.BillingDate.String()
 	}
 	date, err := dates.Parse(msg.BillingDate)
-	if err != nil || !ValidID(msg.Account) || !ValidID(msg.Subscription) {
-		s.log.Error("billing feed: bad billing metadata; ignored", "event_id", msg.EventID, "payment_intent", msg.PaymentIntent)
+	if err != nil || !model.ValidID(msg.Account) || !model.ValidID(msg.Subscription) {
+		f.Log.Error("billing feed: bad billing metadata; ignored", "event_id", msg.EventID, "payment_intent", msg.PaymentIntent)
 		return nil
 	}
-	log := s.feedLog(msg, date)
-	p, err := s.store.GetPeriod(ctx, msg.Account, msg.Subscription, date)
+	log := f.feedLog(msg, date)
+	p, err := f.Store.GetPeriod(ctx, msg.Account, msg.Subscription, date)
 	if errors.Is(err, apperr.ErrNotFound) {
-		s.refuse(log, msg, "period")
+		f.refuse(log, msg, "period")
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	if v, err := s.feedRefusal(ctx, &msg, p); err != nil {
+	if v, err := f.feedRefusal(ctx, &msg, p); err != nil {
 		return err
 	} else if v.reason != "" {
-		s.refuse(log, msg, v.reason)
+		f.refuse(log, msg, v.reason)
 		return nil
 	}
-	return s.withLock(ctx, msg.Account, func(ctx context.Context, _ *lock.Lock) error {
-		return s.applyFeed(ctx, msg, date)
+	return f.WithLock(ctx, msg.Account, func(ctx context.Context, _ *lock.Lock) error {
+		return f.applyFeed(ctx, msg, date)
 	})
 }
 
-func (s *Service) feedLog(msg FeedMessage, date dates.Date) *slog.Logger {
-	return s.log.With("event_id", msg.EventID, "event_type", msg.Type, "payment_intent", msg.PaymentIntent,
+func (f *Feed) feedLog(msg FeedMessage, date dates.Date) *slog.Logger {
+	return f.Log.With("event_id", msg.EventID, "event_type", msg.Type, "payment_intent", msg.PaymentIntent,
 		"account", msg.Account, "subscription_id", msg.Subscription, "billing_date", date.String())
 }
 
 // applyFeed applies msg under the account's lock: the period is read again
 // and the trust checks made again on it as it is now.
-func (s *Service) applyFeed(ctx context.Context, msg FeedMessage, date dates.Date) error {
-	log := s.feedLog(msg, date)
-	p, err := s.store.GetPeriod(ctx, msg.Account, msg.Subscription, date)
+func (f *Feed) applyFeed(ctx context.Context, msg FeedMessage, date dates.Date) error {
+	log := f.feedLog(msg, date)
+	p, err := f.Store.GetPeriod(ctx, msg.Account, msg.Subscription, date)
 	if errors.Is(err, apperr.ErrNotFound) {
-		s.refuse(log, msg, "period")
+		f.refuse(log, msg, "period")
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	v, err := s.feedRefusal(ctx, &msg, p)
+	v, err := f.feedRefusal(ctx, &msg, p)
 	if err != nil {
 		return err
 	} else if v.reason != "" {
-		s.refuse(log, msg, v.reason)
+		f.refuse(log, msg, v.reason)
 		return nil
 	}
-	sub, err := s.store.GetSubscription(ctx, msg.Account, msg.Subscription)
+	sub, err := f.Store.GetSubscription(ctx, msg.Account, msg.Subscription)
 	if err != nil {
 		return err
 	}
-	s, err = s.forSub(ctx, sub) // its test clock's "today", if it has one
+	f, err = f.forSub(ctx, sub) // its test clock's "today", if it has one
 	if err != nil {
 		return err
 	}
-	now, today := s.now(), s.today(sub)
+	now, today := f.Now(), f.Today(sub)
 	evDate := dates.In(time.Unix(msg.Created, 0), sub.Location())
-	if sub.TestClock != "" && s.clock != "" {
+	if sub.TestClock != "" && f.Clock != "" {
 		// On a test clock, what happened "today" happened on the clock's
 		// date, whatever Stripe's real time of the event.
 		evDate = today
@@ -206,7 +233,7 @@ func (s *Service) applyFeed(ctx context.Context, msg FeedMessage, date dates.Dat
 	if h == settle.HappenedUnknown {
 		return nil
 	}
-	in := s.settleInput(sub, p, h, msg.PaymentIntent, ProcWebhook, today)
+	in := f.rec.Input(sub, p, h, msg.PaymentIntent, model.ProcWebhook, today)
 	in.Now, in.Processed = now, evDate
 	// The event answers the attempt in flight when its PaymentIntent is not
 	// one recorded for the period (feedRefusal matched it by its metadata).
@@ -216,49 +243,37 @@ func (s *Service) applyFeed(ctx context.Context, msg FeedMessage, date dates.Dat
 	if v.ref != nil {
 		in.RefAmount, in.RefCurrency, in.RefundedAlready = v.ref.Amount, v.ref.Currency, v.ref.RefundID != ""
 	}
-	if err := s.applySettle(ctx, log, sub, in, "evt:"+msg.EventID); err != nil {
+	if err := f.rec.Apply(ctx, log, sub, in, "evt:"+msg.EventID); err != nil {
 		return fmt.Errorf("apply %s: %w", msg.Type, err)
 	}
 	return nil
 }
 
-// applySettle settles a period with what happened to one of its
-// PaymentIntents as Stripe told it (an event, or a read), under the
-// account's lock: the kernel decides (settle), then Stripe is asked what
-// the decision needs (the debit still processing, how a success was paid)
-// and the change is written with cause.
-func (s *Service) applySettle(ctx context.Context, log *slog.Logger, sub Subscription, in settle.Input, cause string) error {
-	st := settle.Decide(in)
-	switch {
-	case st.RetryLater != "":
-		return fmt.Errorf("%s: %w", st.RetryLater, ErrRetryLater)
-	case st.Warn != "":
-		log.Warn(st.Warn, "status", string(in.Period.Status), "recorded_payment_intent", in.Period.TransactionID)
+// SettleFromStripe settles a billing attempt from the event Stripe would
+// have sent about its PaymentIntent (the reconciliation's snapshot,
+// docs/design.md §11), exactly as the webhook feed does: the same trust
+// checks, the account's lock, the conditional transitions, a history entry
+// keyed by the event's id (so the same snapshot settles once). It waits
+// for a held lock (a collection run) up to wait. applies is false when the
+// event is not about a billing charge.
+func (f *Feed) SettleFromStripe(ctx context.Context, ev *stripe.Event, wait time.Duration) (applies bool, err error) {
+	msg, ok, err := FeedFromEvent(ev)
+	if err != nil || !ok {
+		return false, err
 	}
-	if !st.Write {
-		return nil
-	}
-	if st.Confirm {
-		// A redelivered event of a debit that failed since is not one
-		// that is processing: Stripe says what the PaymentIntent is now.
-		if s.charger == nil {
-			return nil
+	deadline := time.Now().Add(wait)
+	for {
+		err := f.ApplyFeed(ctx, msg)
+		if !errors.Is(err, model.ErrLocked) || time.Now().After(deadline) {
+			if err != nil {
+				return true, fmt.Errorf("settle %s from Stripe: %w", msg.PaymentIntent, err)
+			}
+			return true, nil
 		}
-		pi, err := s.charger.Retrieve(ctx, in.Period.PaymentDetails.StripeAccount, in.PaymentIntent)
-		if err != nil {
-			return err
-		}
-		if pi.Status != stripe.PaymentIntentStatusProcessing {
-			return nil
+		select {
+		case <-ctx.Done():
+			return true, ctx.Err()
+		case <-time.After(250 * time.Millisecond):
 		}
 	}
-	if st.Receipt != nil && in.Method == (PaymentMethodUsed{}) {
-		// It collects the period: its receipt says how it was paid.
-		st.WithMethod(s.chargeMethod(ctx, in.Period.PaymentDetails.StripeAccount, in.PaymentIntent, log))
-	}
-	if err := s.record(ctx, log, NewTx(cause, in.Now), &sub, &st, in.Today); err != nil {
-		return err
-	}
-	log.Info("billing feed applied", "status", string(st.Period.Status), "updated_event", st.Period.UpdatedEvent)
-	return nil
 }

@@ -1,4 +1,4 @@
-package billing
+package collect
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/stripe-payments/stripe-payments/internal/apperr"
+	"github.com/stripe-payments/stripe-payments/internal/billing/model"
 	"github.com/stripe-payments/stripe-payments/internal/lock"
 )
 
@@ -21,8 +22,8 @@ var (
 // PayNow charges the subscription's oldest ERROR period at once (docs/design.md §4
 // "pay now", process MANUAL_REPAYMENT) and returns the subscription as it
 // is afterwards. See Pay.
-func (s *Service) PayNow(ctx context.Context, account, subID string) (Subscription, error) {
-	sub, _, err := s.Pay(ctx, account, subID)
+func (c *Collector) PayNow(ctx context.Context, account, subID string) (model.Subscription, error) {
+	sub, _, err := c.Pay(ctx, account, subID)
 	return sub, err
 }
 
@@ -36,56 +37,56 @@ func (s *Service) PayNow(ctx context.Context, account, subID string) (Subscripti
 // is in flight (its outcome must be known first). A charge without a
 // trustworthy answer returns the error and leaves the attempt in flight:
 // the collection job resolves it.
-func (s *Service) Pay(ctx context.Context, account, subID string) (Subscription, Period, error) {
-	if s.charger == nil {
-		return Subscription{}, Period{}, errors.New("pay now: no Stripe charger configured")
+func (c *Collector) Pay(ctx context.Context, account, subID string) (model.Subscription, model.Period, error) {
+	if c.Charger == nil {
+		return model.Subscription{}, model.Period{}, errors.New("pay now: no Stripe charger configured")
 	}
 	var (
-		outSub Subscription
-		outP   Period
+		outSub model.Subscription
+		outP   model.Period
 	)
-	err := s.withLock(ctx, account, func(ctx context.Context, l *lock.Lock) error {
-		sub, err := s.store.GetSubscription(ctx, account, subID)
+	err := c.WithLock(ctx, account, func(ctx context.Context, l *lock.Lock) error {
+		sub, err := c.Store.GetSubscription(ctx, account, subID)
 		if err != nil {
 			return err
 		}
-		s, err := s.forSub(ctx, sub) // its test clock's "today", if it has one
+		c, err := c.forSub(ctx, sub) // its test clock's "today", if it has one
 		if err != nil {
 			return err
 		}
-		periods, err := s.store.ListPeriods(ctx, account, subID)
+		periods, err := c.Store.ListPeriods(ctx, account, subID)
 		if err != nil {
 			return err
 		}
-		var due *Period
+		var due *model.Period
 		for i := range periods { // oldest first
 			if periods[i].InFlightKey != "" {
 				return fmt.Errorf("period %s: %w", periods[i].BillingDate, ErrAttemptInFlight)
 			}
-			if due == nil && periods[i].Status == Error {
+			if due == nil && periods[i].Status == model.Error {
 				due = &periods[i]
 			}
 		}
 		if due == nil {
 			return ErrNothingToPay
 		}
-		if sub.Status == SubCancelled {
+		if sub.Status == model.SubCancelled {
 			return apperr.Invalid("the subscription is cancelled")
 		}
-		rep := &Report{Job: "pay"}
-		next, _, err := s.attempt(ctx, l, sub, *due, ProcManualRepayment, s.today(sub), rep)
+		rep := &model.Report{Job: "pay"}
+		next, _, err := c.attempt(ctx, l, sub, *due, model.ProcManualRepayment, c.Today(sub), rep)
 		if err != nil {
 			return err
 		}
 		if rep.Skipped > 0 {
-			return fmt.Errorf("pay now: the subscription changed meanwhile: %w", ErrConflict)
+			return fmt.Errorf("pay now: the subscription changed meanwhile: %w", model.ErrConflict)
 		}
-		p, err := s.store.GetPeriod(ctx, account, subID, due.BillingDate)
+		p, err := c.Store.GetPeriod(ctx, account, subID, due.BillingDate)
 		if err != nil {
 			return err
 		}
 		outSub, outP = next, p
-		if fresh, err := s.store.GetSubscription(ctx, account, subID); err == nil {
+		if fresh, err := c.Store.GetSubscription(ctx, account, subID); err == nil {
 			outSub = fresh
 		}
 		return nil

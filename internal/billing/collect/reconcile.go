@@ -1,4 +1,4 @@
-package billing
+package collect
 
 import (
 	"context"
@@ -8,43 +8,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/stripe/stripe-go/v76"
-
 	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
 	"github.com/stripe-payments/stripe-payments/internal/billing/model"
 	"github.com/stripe-payments/stripe-payments/internal/lock"
 	"github.com/stripe-payments/stripe-payments/internal/stripebudget"
 )
-
-// SettleFromStripe settles a billing attempt from the event Stripe would
-// have sent about its PaymentIntent (the reconciliation's snapshot,
-// docs/design.md §11), exactly as the webhook feed does: the same trust
-// checks, the account's lock, the conditional transitions, a history entry
-// keyed by the event's id (so the same snapshot settles once). It waits
-// for a held lock (a collection run) up to wait. applies is false when the
-// event is not about a billing charge.
-func (s *Service) SettleFromStripe(ctx context.Context, ev *stripe.Event, wait time.Duration) (applies bool, err error) {
-	msg, ok, err := FeedFromEvent(ev)
-	if err != nil || !ok {
-		return false, err
-	}
-	deadline := time.Now().Add(wait)
-	for {
-		err := s.ApplyFeed(ctx, msg)
-		if !errors.Is(err, ErrLocked) || time.Now().After(deadline) {
-			if err != nil {
-				return true, fmt.Errorf("settle %s from Stripe: %w", msg.PaymentIntent, err)
-			}
-			return true, nil
-		}
-		select {
-		case <-ctx.Done():
-			return true, ctx.Err()
-		case <-time.After(250 * time.Millisecond):
-		}
-	}
-}
 
 // IsAttemptKey reports whether s is an attempt's idempotency key
 // (IdempotencyKey), as opposed to a PaymentIntent's id: the reconciliation
@@ -109,23 +78,23 @@ type Resolution struct {
 // recorded as lost (the next collection run makes a new one, or the
 // period goes STALE); within it only a find settles it (the next
 // collection run resends it with its key).
-func (s *Service) ResolveInFlight(ctx context.Context, req InFlightRequest) (Resolution, error) {
-	if s.charger == nil {
+func (c *Collector) ResolveInFlight(ctx context.Context, req InFlightRequest) (Resolution, error) {
+	if c.Charger == nil {
 		return Resolution{}, errors.New("resolve an attempt in flight: no Stripe charger configured")
 	}
 	if req.DryRun {
 		// Only reads: the lock would hold a collection up for nothing.
-		return s.resolveInFlight(ctx, nil, req)
+		return c.resolveInFlight(ctx, nil, req)
 	}
 	var res Resolution
 	deadline := time.Now().Add(req.Wait)
 	for {
-		err := s.withLock(ctx, req.Account, func(ctx context.Context, l *lock.Lock) error {
+		err := c.WithLock(ctx, req.Account, func(ctx context.Context, l *lock.Lock) error {
 			var err error
-			res, err = s.resolveInFlight(ctx, l, req)
+			res, err = c.resolveInFlight(ctx, l, req)
 			return err
 		})
-		if !errors.Is(err, ErrLocked) || time.Now().After(deadline) {
+		if !errors.Is(err, model.ErrLocked) || time.Now().After(deadline) {
 			if err != nil {
 				return res, fmt.Errorf("resolve attempt %s: %w", req.Key, err)
 			}
@@ -140,12 +109,12 @@ func (s *Service) ResolveInFlight(ctx context.Context, req InFlightRequest) (Res
 }
 
 // resolveInFlight is ResolveInFlight with the lock held (l nil: a dry run).
-func (s *Service) resolveInFlight(ctx context.Context, l *lock.Lock, req InFlightRequest) (Resolution, error) {
+func (c *Collector) resolveInFlight(ctx context.Context, l *lock.Lock, req InFlightRequest) (Resolution, error) {
 	// The collection's lookups draw on the budget at the charges class
 	// (its charger's); a reconciliation's at background would let a busy
 	// poller hold up the settling of a charge.
 	ctx = stripebudget.WithClass(ctx, stripebudget.Charges)
-	p, err := s.store.GetPeriod(ctx, req.Account, req.Subscription, req.BillingDate)
+	p, err := c.Store.GetPeriod(ctx, req.Account, req.Subscription, req.BillingDate)
 	if errors.Is(err, apperr.ErrNotFound) {
 		return Resolution{Outcome: ResolveNotInFlight}, nil
 	}
@@ -156,31 +125,31 @@ func (s *Service) resolveInFlight(ctx context.Context, l *lock.Lock, req InFligh
 		return Resolution{Outcome: ResolveNotInFlight}, nil
 	}
 	res := Resolution{Attempt: p.Attempts + 1, Since: p.SentAt()}
-	sub, err := s.store.GetSubscription(ctx, req.Account, req.Subscription)
+	sub, err := c.Store.GetSubscription(ctx, req.Account, req.Subscription)
 	if err != nil {
 		return res, err
 	}
-	if sub.Status == SubCancelled {
+	if sub.Status == model.SubCancelled {
 		// As the collection: cannot happen (changes are refused while an
 		// attempt is in flight), so nothing is recorded on it unseen.
 		return res, errors.New("attempt in flight on a CANCELLED subscription; left for an operator")
 	}
-	svc, err := s.forSub(ctx, sub)
+	svc, err := c.forSub(ctx, sub)
 	if err != nil {
 		return res, err
 	}
-	age := svc.wall().Sub(p.SentAt()) // Stripe's time, not a test clock's
+	age := svc.Wall().Sub(p.SentAt()) // Stripe's time, not a test clock's
 	if age < req.MinAge {
 		res.Outcome = ResolveTooYoung
 		return res, nil
 	}
-	today := svc.today(sub)
-	proc := ProcInitial
-	if p.Status == Error {
-		proc = ProcRetry
+	today := svc.Today(sub)
+	proc := model.ProcInitial
+	if p.Status == model.Error {
+		proc = model.ProcRetry
 	}
-	rep := &Report{Job: "reconcile", Date: today.String()}
-	pastWindow := age > svc.cfg.IdempotencyWindow
+	rep := &model.Report{Job: "reconcile", Date: today.String()}
+	pastWindow := age > svc.Cfg.IdempotencyWindow
 	if pastWindow && !req.DryRun {
 		if l != nil && !l.Valid() {
 			return res, fmt.Errorf("before resolving: %w", lock.ErrNotOwner)
@@ -195,10 +164,10 @@ func (s *Service) resolveInFlight(ctx context.Context, l *lock.Lock, req InFligh
 		case resolved:
 			res.Stripe = stripeSays(looked)
 			return svc.settleFound(ctx, sub, p, looked, proc, today, rep, res)
-		case again || p2.Status == Stale:
+		case again || p2.Status == model.Stale:
 			res.Outcome, res.Stripe = ResolveSettled, "no PaymentIntent of the attempt"
 			res.Action = fmt.Sprintf("settled as lost (not charged): period %s, attempt %d recorded", p2.Status, res.Attempt)
-			if p2.Status != Stale {
+			if p2.Status != model.Stale {
 				res.Action += "; the next collection run makes a new attempt"
 			}
 			return res, nil
@@ -206,7 +175,7 @@ func (s *Service) resolveInFlight(ctx context.Context, l *lock.Lock, req InFligh
 		res.Outcome, res.Stripe, res.Action = ResolveLeft, "unknown", "still unknown: "+rep.Why()
 		return res, errors.New(res.Action)
 	}
-	lk, err := svc.charger.FindAttempt(ctx, model.AttemptQueryOf(p))
+	lk, err := svc.Charger.FindAttempt(ctx, model.AttemptQueryOf(p))
 	if err != nil {
 		return res, fmt.Errorf("asking Stripe about attempt %d: %w", res.Attempt, err)
 	}
@@ -228,10 +197,10 @@ func (s *Service) resolveInFlight(ctx context.Context, l *lock.Lock, req InFligh
 	if l != nil && !l.Valid() {
 		return res, fmt.Errorf("before recording: %w", lock.ErrNotOwner)
 	}
-	svc.log.Info("reconciliation: unknown outcome resolved by asking Stripe", "account", p.AccountID,
+	svc.Log.Info("reconciliation: unknown outcome resolved by asking Stripe", "account", p.AccountID,
 		"subscription_id", p.SubscriptionID, "billing_date", p.BillingDate.String(),
 		"payment_intent", lk.Result.PaymentIntent, "found_by", lk.How)
-	svc.obs.OutcomeResolved(model.OutcomeName(lk.Result.Outcome))
+	svc.Obs.OutcomeResolved(model.OutcomeName(lk.Result.Outcome))
 	res.Stripe = stripeSays(lk.Result)
 	return svc.settleFound(ctx, sub, p, lk.Result, proc, today, rep, res)
 }
@@ -240,24 +209,24 @@ func (s *Service) resolveInFlight(ctx context.Context, l *lock.Lock, req InFligh
 // flight as its outcome, as the collection does (recordOutcome, cause
 // "resolve"). A decline's retry is the next collection run's: the
 // reconciliation never charges.
-func (s *Service) settleFound(ctx context.Context, sub Subscription, p Period, found ChargeResult, proc Process, today dates.Date,
-	rep *Report, res Resolution) (Resolution, error) {
-	_, after, err := s.recordOutcome(ctx, sub, p, found, true, p.Attempts+1, proc, today, rep)
+func (c *Collector) settleFound(ctx context.Context, sub model.Subscription, p model.Period, found model.ChargeResult, proc model.Process, today dates.Date,
+	rep *model.Report, res Resolution) (Resolution, error) {
+	_, after, err := c.recordOutcome(ctx, sub, p, found, true, p.Attempts+1, proc, today, rep)
 	if err != nil {
 		return res, err
 	}
 	res.Outcome = ResolveSettled
 	res.Action = fmt.Sprintf("settled as %s from %s", after.Status, found.PaymentIntent)
-	if after.Status == Completed {
+	if after.Status == model.Completed {
 		res.Action += ", its receipt recorded"
 	}
 	return res, nil
 }
 
 // stripeSays is a found PaymentIntent in words.
-func stripeSays(r ChargeResult) string {
+func stripeSays(r model.ChargeResult) string {
 	s := "payment_intent " + r.PaymentIntent + " " + model.OutcomeName(r.Outcome)
-	if r.Outcome == Declined && r.DeclineCode != "" {
+	if r.Outcome == model.Declined && r.DeclineCode != "" {
 		s += " (" + r.DeclineCode + ")"
 	}
 	return s

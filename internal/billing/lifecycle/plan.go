@@ -1,6 +1,9 @@
-package billing
+package lifecycle
 
-import "github.com/stripe-payments/stripe-payments/internal/apperr"
+import (
+	"github.com/stripe-payments/stripe-payments/internal/apperr"
+	"github.com/stripe-payments/stripe-payments/internal/billing/model"
+)
 
 // Plan change (docs/design.md §8 "Plan change"): PATCH with a new `sku`
 // and its `amount`. It is an amount change that also renames what is sold:
@@ -32,7 +35,7 @@ func validatePlan(ch Change) error {
 	if ch.SKU == nil {
 		return nil
 	}
-	if !ValidID(*ch.SKU) {
+	if !model.ValidID(*ch.SKU) {
 		return apperr.Invalid("sku: 1 to 128 characters, without '#', '/' or whitespace")
 	}
 	if ch.Amount == nil {
@@ -44,7 +47,7 @@ func validatePlan(ch Change) error {
 // changePlan applies a plan change to sub (the periods follow in
 // changeAmounts, which gives them sub's SKU): the pending downgrade, and
 // the direction for the metric ("" when the plan does not change).
-func changePlan(sub *Subscription, ch Change) string {
+func changePlan(sub *model.Subscription, ch Change) string {
 	if ch.SKU == nil || ch.Amount == nil || (*ch.SKU == sub.SKU && *ch.Amount == sub.Amount) {
 		return ""
 	}
@@ -61,17 +64,17 @@ func changePlan(sub *Subscription, ch Change) string {
 
 // planPeriod gives period q, not yet charged, sub's plan; false when it has
 // it already.
-func planPeriod(sub Subscription, q *Period) bool {
+func planPeriod(sub model.Subscription, q *model.Period) bool {
 	if q.SKU == sub.SKU {
 		return false
 	}
-	q.SKU, q.UpdatedEvent = sub.SKU, UpdatedEventPlanChanged+sub.SKU
+	q.SKU, q.UpdatedEvent = sub.SKU, model.UpdatedEventPlanChanged+sub.SKU
 	return true
 }
 
 // putSubscription writes sub in tx: moved to its new key when its SKU is
 // no longer the one it was stored under.
-func putSubscription(tx *Tx, sub *Subscription, storedSKU string) {
+func putSubscription(tx *model.Tx, sub *model.Subscription, storedSKU string) {
 	if sub.SKU != storedSKU {
 		tx.MoveSubscription(sub, storedSKU)
 		return
@@ -80,8 +83,8 @@ func putSubscription(tx *Tx, sub *Subscription, storedSKU string) {
 }
 
 // observePlan counts a committed plan change.
-func (s *Service) observePlan(dir string) {
-	if o, ok := s.obs.(PlanObserver); ok && dir != "" {
+func (lc *Lifecycle) observePlan(dir string) {
+	if o, ok := lc.Obs.(model.PlanObserver); ok && dir != "" {
 		o.PlanChanged(dir)
 	}
 }

@@ -1,4 +1,4 @@
-package billing
+package collect
 
 import (
 	"context"
@@ -8,8 +8,17 @@ import (
 
 	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
+	"github.com/stripe-payments/stripe-payments/internal/billing/model"
 	"github.com/stripe-payments/stripe-payments/internal/lock"
 )
+
+// docs/design.md §8 "Batch collection": an operator's batch charges each selected
+// subscription's oldest ERROR period once, exactly as pay now would (the
+// same lock, claim and idempotency key rules), process BATCH; a
+// subscription with an attempt in flight is skipped and reported. Hard-
+// declined periods are collected too. This file selects the subscriptions
+// and charges one; the durable batch and its background run are
+// internal/billing/batchrun.
 
 // docs/design.md §8 "Batch collection": an operator's batch charges each selected
 // subscription's oldest ERROR period once, exactly as pay now would (the
@@ -73,7 +82,7 @@ func (sel BatchSelection) Validate() error {
 	}
 	seen := map[string]bool{}
 	for _, a := range sel.AccountIDs {
-		if !ValidID(a) {
+		if !model.ValidID(a) {
 			return apperr.Invalid("account_ids: %q: 1-128 characters without '#', '/' or spaces", a)
 		}
 		if seen[a] {
@@ -115,7 +124,7 @@ func (sel BatchSelection) inRange(d dates.Date) bool {
 // SelectBatch lists the subscriptions sel selects, each with the period a
 // batch would charge (its oldest ERROR period) or why it would skip it,
 // ordered by account and subscription. It changes nothing.
-func (s *Service) SelectBatch(ctx context.Context, sel BatchSelection) ([]BatchCandidate, error) {
+func (c *Collector) SelectBatch(ctx context.Context, sel BatchSelection) ([]BatchCandidate, error) {
 	if err := sel.Validate(); err != nil {
 		return nil, err
 	}
@@ -129,7 +138,7 @@ func (s *Service) SelectBatch(ctx context.Context, sel BatchSelection) ([]BatchC
 		for _, a := range sel.AccountIDs {
 			cursor := ""
 			for {
-				page, err := s.store.ListSubscriptions(ctx, a, 1000, cursor)
+				page, err := c.Store.ListSubscriptions(ctx, a, 1000, cursor)
 				if err != nil {
 					return nil, fmt.Errorf("batch selection: subscriptions of %s: %w", a, err)
 				}
@@ -151,23 +160,23 @@ func (s *Service) SelectBatch(ctx context.Context, sel BatchSelection) ([]BatchC
 		// charge date and their stale date; read the real-time partitions
 		// and each test clock's over that span.
 		since, until := sel.bounds()
-		clocks, err := s.store.ListClockIDs(ctx)
+		clocks, err := c.Store.ListClockIDs(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("batch selection: test clocks: %w", err)
 		}
-		last := s.cfg.Retry.StaleDate(until)
+		last := c.Cfg.Retry.StaleDate(until)
 		for _, clock := range append([]string{""}, clocks...) {
 			for d := since; !d.After(last); d = d.AddDays(1) {
-				for shard := 0; shard < s.store.Shards(); shard++ {
-					entries, err := s.store.QueryIndex(ctx, PaymentsIndex, clock, d, shard)
+				for shard := 0; shard < c.Store.Shards(); shard++ {
+					entries, err := c.Store.QueryIndex(ctx, model.PaymentsIndex, clock, d, shard)
 					if err != nil {
 						return nil, fmt.Errorf("batch selection: payments index %s: %w", d, err)
 					}
 					for _, e := range entries {
-						if e.Kind != EntryPeriod {
+						if e.Kind != model.EntryPeriod {
 							continue
 						}
-						p, err := s.store.GetPeriodAt(ctx, e)
+						p, err := c.Store.GetPeriodAt(ctx, e)
 						if errors.Is(err, apperr.ErrNotFound) {
 							continue
 						}
@@ -175,7 +184,7 @@ func (s *Service) SelectBatch(ctx context.Context, sel BatchSelection) ([]BatchC
 							return nil, fmt.Errorf("batch selection: %w", err)
 						}
 						k := key{p.AccountID, p.SubscriptionID}
-						if p.Status == Error && sel.inRange(p.Due()) && !seen[k] {
+						if p.Status == model.Error && sel.inRange(p.Due()) && !seen[k] {
 							seen[k] = true
 							subs = append(subs, k)
 						}
@@ -186,7 +195,7 @@ func (s *Service) SelectBatch(ctx context.Context, sel BatchSelection) ([]BatchC
 	}
 	out := []BatchCandidate{}
 	for _, k := range subs {
-		c, ok, err := s.batchCandidate(ctx, k.account, k.sub, sel)
+		c, ok, err := c.batchCandidate(ctx, k.account, k.sub, sel)
 		if err != nil {
 			return nil, err
 		}
@@ -205,41 +214,41 @@ func (s *Service) SelectBatch(ctx context.Context, sel BatchSelection) ([]BatchC
 
 // batchCandidate reads one subscription's periods: ok when its oldest ERROR
 // period is in sel's range and the subscription is not cancelled.
-func (s *Service) batchCandidate(ctx context.Context, account, subID string, sel BatchSelection) (BatchCandidate, bool, error) {
-	sub, err := s.store.GetSubscription(ctx, account, subID)
+func (c *Collector) batchCandidate(ctx context.Context, account, subID string, sel BatchSelection) (BatchCandidate, bool, error) {
+	sub, err := c.Store.GetSubscription(ctx, account, subID)
 	if errors.Is(err, apperr.ErrNotFound) {
 		return BatchCandidate{}, false, nil
 	}
 	if err != nil {
 		return BatchCandidate{}, false, fmt.Errorf("batch selection: %s: %w", subID, err)
 	}
-	if sub.Status == SubCancelled {
+	if sub.Status == model.SubCancelled {
 		return BatchCandidate{}, false, nil // pay now refuses it too
 	}
-	periods, err := s.store.ListPeriods(ctx, account, subID)
+	periods, err := c.Store.ListPeriods(ctx, account, subID)
 	if err != nil {
 		return BatchCandidate{}, false, fmt.Errorf("batch selection: periods of %s: %w", subID, err)
 	}
 	var (
-		due      *Period
+		due      *model.Period
 		inFlight bool
 	)
 	for i := range periods { // oldest first
 		inFlight = inFlight || periods[i].InFlightKey != ""
-		if due == nil && periods[i].Status == Error {
+		if due == nil && periods[i].Status == model.Error {
 			due = &periods[i]
 		}
 	}
 	if due == nil || !sel.inRange(due.Due()) {
 		return BatchCandidate{}, false, nil
 	}
-	c := BatchCandidate{AccountID: account, SubscriptionID: subID, SKU: sub.SKU, BillingDate: due.BillingDate,
+	cand := BatchCandidate{AccountID: account, SubscriptionID: subID, SKU: sub.SKU, BillingDate: due.BillingDate,
 		Amount: due.Amount, Currency: due.Currency, DeclineCode: due.DeclineCode, NotRetried: due.NotRetried,
 		Attempts: due.Attempts, TestClock: sub.TestClock}
 	if inFlight {
-		c.Skip = SkipInFlight
+		cand.Skip = SkipInFlight
 	}
-	return c, true, nil
+	return cand, true, nil
 }
 
 // BatchAttempt is the attempt a batch item began: the period and the
@@ -286,22 +295,22 @@ type BatchResult struct {
 // ErrLocked and ErrConflict mean nothing happened and the item may be tried
 // again; an error after the claim leaves the attempt in flight (the
 // outcome is unknown), for a resume of the item or the collection job.
-func (s *Service) BatchCharge(ctx context.Context, account, subID string, want dates.Date, prev *BatchAttempt,
+func (c *Collector) BatchCharge(ctx context.Context, account, subID string, want dates.Date, prev *BatchAttempt,
 	begin func(BatchAttempt) error) (BatchResult, error) {
-	if s.charger == nil {
+	if c.Charger == nil {
 		return BatchResult{}, errors.New("batch collection: no Stripe charger configured")
 	}
 	var out BatchResult
-	err := s.withLock(ctx, account, func(ctx context.Context, l *lock.Lock) error {
-		sub, err := s.store.GetSubscription(ctx, account, subID)
+	err := c.WithLock(ctx, account, func(ctx context.Context, l *lock.Lock) error {
+		sub, err := c.Store.GetSubscription(ctx, account, subID)
 		if err != nil {
 			return err
 		}
-		s, err := s.forSub(ctx, sub)
+		c, err := c.forSub(ctx, sub)
 		if err != nil {
 			return err
 		}
-		periods, err := s.store.ListPeriods(ctx, account, subID)
+		periods, err := c.Store.ListPeriods(ctx, account, subID)
 		if err != nil {
 			return err
 		}
@@ -311,9 +320,9 @@ func (s *Service) BatchCharge(ctx context.Context, account, subID string, want d
 					continue
 				}
 				switch {
-				case p.InFlightKey != "" && p.InFlightKey == IdempotencyKey(p, prev.AttemptNo):
+				case p.InFlightKey != "" && p.InFlightKey == model.IdempotencyKey(p, prev.AttemptNo):
 					// Our attempt, still in flight: settle it with its key.
-					return s.batchAttempt(ctx, l, sub, p, &out)
+					return c.batchAttempt(ctx, l, sub, p, &out)
 				case p.Attempts >= prev.AttemptNo:
 					// Settled by another path since (the collection job
 					// resolved it): report, charge nothing.
@@ -323,13 +332,13 @@ func (s *Service) BatchCharge(ctx context.Context, account, subID string, want d
 			}
 			// The claim was never written: nothing was sent; go on as new.
 		}
-		var due *Period
+		var due *model.Period
 		for i := range periods {
 			if periods[i].InFlightKey != "" {
 				out = BatchResult{Outcome: BatchSkippedInFlight, BillingDate: periods[i].BillingDate}
 				return nil
 			}
-			if due == nil && periods[i].Status == Error {
+			if due == nil && periods[i].Status == model.Error {
 				due = &periods[i]
 			}
 		}
@@ -337,29 +346,29 @@ func (s *Service) BatchCharge(ctx context.Context, account, subID string, want d
 		case due == nil || due.BillingDate != want:
 			out = BatchResult{Outcome: BatchNothing, BillingDate: want}
 			return nil
-		case sub.Status == SubCancelled:
+		case sub.Status == model.SubCancelled:
 			out = BatchResult{Outcome: BatchSkippedCancelled, BillingDate: want}
 			return nil
 		}
 		if err := begin(BatchAttempt{BillingDate: due.BillingDate, AttemptNo: due.Attempts + 1}); err != nil {
 			return fmt.Errorf("batch collection: record the attempt before charging: %w", err)
 		}
-		return s.batchAttempt(ctx, l, sub, *due, &out)
+		return c.batchAttempt(ctx, l, sub, *due, &out)
 	})
 	return out, err
 }
 
 // batchAttempt makes (or settles) the attempt on p, process BATCH, and
 // reports the period as it is afterwards.
-func (s *Service) batchAttempt(ctx context.Context, l *lock.Lock, sub Subscription, p Period, out *BatchResult) error {
-	rep := &Report{Job: "batch"}
-	if _, _, err := s.attempt(ctx, l, sub, p, ProcBatch, s.today(sub), rep); err != nil {
+func (c *Collector) batchAttempt(ctx context.Context, l *lock.Lock, sub model.Subscription, p model.Period, out *BatchResult) error {
+	rep := &model.Report{Job: "batch"}
+	if _, _, err := c.attempt(ctx, l, sub, p, model.ProcBatch, c.Today(sub), rep); err != nil {
 		return err
 	}
 	if rep.Skipped > 0 {
-		return fmt.Errorf("batch collection: the subscription changed meanwhile: %w", ErrConflict)
+		return fmt.Errorf("batch collection: the subscription changed meanwhile: %w", model.ErrConflict)
 	}
-	after, err := s.store.GetPeriod(ctx, p.AccountID, p.SubscriptionID, p.BillingDate)
+	after, err := c.Store.GetPeriod(ctx, p.AccountID, p.SubscriptionID, p.BillingDate)
 	if err != nil {
 		return err
 	}
@@ -371,14 +380,14 @@ func (s *Service) batchAttempt(ctx context.Context, l *lock.Lock, sub Subscripti
 }
 
 // batchOutcomeOf names a period's state after an attempt.
-func batchOutcomeOf(p Period) BatchResult {
+func batchOutcomeOf(p model.Period) BatchResult {
 	r := BatchResult{BillingDate: p.BillingDate, PaymentIntent: p.TransactionID, DeclineCode: p.DeclineCode}
 	switch p.Status {
-	case Completed, Refunded:
+	case model.Completed, model.Refunded:
 		r.Outcome = BatchPaid
-	case ACHSent:
+	case model.ACHSent:
 		r.Outcome = BatchProcessing
-	case Error:
+	case model.Error:
 		r.Outcome = BatchDeclined
 	default:
 		r.Outcome = BatchNothing

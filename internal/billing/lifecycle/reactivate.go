@@ -1,4 +1,4 @@
-package billing
+package lifecycle
 
 import (
 	"context"
@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	"github.com/google/uuid"
-
 	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
 	"github.com/stripe-payments/stripe-payments/internal/billing/model"
@@ -58,35 +57,35 @@ func (r Reactivation) Validate() error {
 // period has process REACTIVATION, and its history entry the cause
 // user-reactivated; its reminder goes out as for any period.
 // ErrNotCancelled (409) when it is not CANCELLED.
-func (s *Service) Reactivate(ctx context.Context, account, subID string, r Reactivation) (Subscription, error) {
+func (lc *Lifecycle) Reactivate(ctx context.Context, account, subID string, r Reactivation) (model.Subscription, error) {
 	if err := r.Validate(); err != nil {
-		return Subscription{}, err
+		return model.Subscription{}, err
 	}
 	if r.Cause == "" {
 		r.Cause = "api:reactivate:" + uuid.NewString()[:8]
 	}
-	var out Subscription
-	err := s.withLock(ctx, account, func(ctx context.Context, _ *lock.Lock) error {
-		sub, err := s.store.GetSubscription(ctx, account, subID)
+	var out model.Subscription
+	err := lc.WithLock(ctx, account, func(ctx context.Context, _ *lock.Lock) error {
+		sub, err := lc.Store.GetSubscription(ctx, account, subID)
 		if err != nil {
 			return err
 		}
-		if sub.Status != SubCancelled {
+		if sub.Status != model.SubCancelled {
 			return fmt.Errorf("subscription %s is %s: %w", subID, sub.Status, ErrNotCancelled)
 		}
-		s, err := s.forSub(ctx, sub) // its test clock's "today", if it has one
+		lc, err := lc.forSub(ctx, sub) // its test clock's "today", if it has one
 		if err != nil {
 			return err
 		}
-		out, err = s.reactivate(ctx, sub, r)
+		out, err = lc.reactivate(ctx, sub, r)
 		return err
 	})
 	return out, err
 }
 
-func (s *Service) reactivate(ctx context.Context, sub Subscription, r Reactivation) (Subscription, error) {
-	now, today := s.now(), s.today(sub)
-	periods, err := s.store.ListPeriods(ctx, sub.AccountID, sub.SubscriptionID)
+func (lc *Lifecycle) reactivate(ctx context.Context, sub model.Subscription, r Reactivation) (model.Subscription, error) {
+	now, today := lc.Now(), lc.Today(sub)
+	periods, err := lc.Store.ListPeriods(ctx, sub.AccountID, sub.SubscriptionID)
 	if err != nil {
 		return sub, err
 	}
@@ -100,11 +99,11 @@ func (s *Service) reactivate(ctx context.Context, sub Subscription, r Reactivati
 	}
 	rule := sub.Rule()
 	lower := dates.Max(today, sub.StartDate)
-	byDate := make(map[dates.Date]Period, len(periods))
+	byDate := make(map[dates.Date]model.Period, len(periods))
 	seen := false
 	for _, p := range periods {
 		byDate[p.BillingDate] = p
-		if p.Attempts > 0 || p.InFlightKey != "" || p.Status == Completed || p.Status == Refunded || p.Status == ACHSent {
+		if p.Attempts > 0 || p.InFlightKey != "" || p.Status == model.Completed || p.Status == model.Refunded || p.Status == model.ACHSent {
 			// One term of the rule the period was scheduled under (a
 			// MONTHLY period charged before a change to YEARLY: a month).
 			lower = dates.Max(lower, p.OneTermAfter(rule))
@@ -131,25 +130,25 @@ func (s *Service) reactivate(ctx context.Context, sub Subscription, r Reactivati
 	}
 	p, ok := byDate[first]
 	if ok {
-		schedule.Reopen(&p, sub, ProcReactivation, UpdatedEventReactivated)
+		schedule.Reopen(&p, sub, model.ProcReactivation, model.UpdatedEventReactivated)
 	} else {
-		p = model.NewPeriod(sub, first, Scheduled, ProcReactivation, UpdatedEventReactivated, now)
+		p = model.NewPeriod(sub, first, model.Scheduled, model.ProcReactivation, model.UpdatedEventReactivated, now)
 	}
-	sub.Status = SubActive
+	sub.Status = model.SubActive
 	sub.PausedFrom, sub.PausedUntil, sub.PauseMonths = dates.Date{}, dates.Date{}, 0
-	s.sched.Point(&sub, p, today, true)
-	tx := NewTx(r.Cause, now)
+	lc.Sched.Point(&sub, p, today, true)
+	tx := model.NewTx(r.Cause, now)
 	tx.PutPeriod(&p, false)
 	putSubscription(tx, &sub, storedSKU) // a new plan: its new key
-	if err := s.store.Commit(ctx, tx); err != nil {
+	if err := lc.Store.Commit(ctx, tx); err != nil {
 		return sub, fmt.Errorf("reactivate: %w", err)
 	}
-	s.observePlan(planDir)
+	lc.observePlan(planDir)
 	return sub, nil
 }
 
 // reusable reports a period a reactivation may schedule again: one the
 // cancel ended ahead of its date, never attempted.
-func reusable(p Period) bool {
-	return p.Status == Cancelled && p.Attempts == 0 && p.InFlightKey == ""
+func reusable(p model.Period) bool {
+	return p.Status == model.Cancelled && p.Attempts == 0 && p.InFlightKey == ""
 }

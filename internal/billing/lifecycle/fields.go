@@ -1,4 +1,4 @@
-package billing
+package lifecycle
 
 import (
 	"context"
@@ -15,8 +15,8 @@ import (
 
 // replacedByRule reports a period a rule change cancelled (it is no
 // period of the subscription's rule any more).
-func replacedByRule(p Period) bool {
-	return p.Status == Cancelled && strings.HasPrefix(p.UpdatedEvent, "rule-changed")
+func replacedByRule(p model.Period) bool {
+	return p.Status == model.Cancelled && strings.HasPrefix(p.UpdatedEvent, "rule-changed")
 }
 
 // endedAheadBeforeReactivation reports a period a cancel ended ahead of
@@ -25,8 +25,8 @@ func replacedByRule(p Period) bool {
 // the new schedule replaces it, and it is scheduled again when its date
 // comes), so like a period a rule change replaced it is no period to keep
 // a distance from.
-func endedAheadBeforeReactivation(sub Subscription, p Period) bool {
-	return p.Status == Cancelled && p.Attempts == 0 && !sub.NextPeriodDate.IsZero() &&
+func endedAheadBeforeReactivation(sub model.Subscription, p model.Period) bool {
+	return p.Status == model.Cancelled && p.Attempts == 0 && !sub.NextPeriodDate.IsZero() &&
 		!p.BillingDate.Before(sub.NextPeriodDate)
 }
 
@@ -38,11 +38,11 @@ func endedAheadBeforeReactivation(sub Subscription, p Period) bool {
 // the kept period's own (the rule it was scheduled under, old the
 // subscription's rule before the change): the period paid, or stood, for
 // one term of that rule, and the new rule starts after it.
-func nextAfterKept(sub Subscription, old dates.Rule, periods []Period) dates.Date {
+func nextAfterKept(sub model.Subscription, old dates.Rule, periods []model.Period) dates.Date {
 	var after dates.Date
 	seen := false
 	for _, p := range periods {
-		if p.Status == Scheduled && p.Attempts == 0 && p.InFlightKey == "" || p.Status == Paused || replacedByRule(p) ||
+		if p.Status == model.Scheduled && p.Attempts == 0 && p.InFlightKey == "" || p.Status == model.Paused || replacedByRule(p) ||
 			endedAheadBeforeReactivation(sub, p) {
 			continue
 		}
@@ -69,17 +69,17 @@ func nextAfterKept(sub Subscription, old dates.Rule, periods []Period) dates.Dat
 //   - next_payment_date (a move): that one period is charged on the new
 //     date, strictly between its neighbours' scheduled dates and not in the
 //     past; it keeps its scheduled date, and so do the periods after it.
-func (s *Service) change(ctx context.Context, sub Subscription, ch Change) (Subscription, error) {
+func (lc *Lifecycle) change(ctx context.Context, sub model.Subscription, ch Change) (model.Subscription, error) {
 	if err := validateChange(sub, ch); err != nil {
 		return sub, err
 	}
-	now, today := s.now(), s.today(sub)
-	periods, err := s.store.ListPeriods(ctx, sub.AccountID, sub.SubscriptionID)
+	now, today := lc.Now(), lc.Today(sub)
+	periods, err := lc.Store.ListPeriods(ctx, sub.AccountID, sub.SubscriptionID)
 	if err != nil {
 		return sub, err
 	}
-	ed := &edits{byDate: map[dates.Date]*Period{}}
-	var cur *Period
+	ed := &edits{byDate: map[dates.Date]*model.Period{}}
+	var cur *model.Period
 	for _, p := range periods {
 		if p.BillingDate.Equal(sub.NextPeriodDate) {
 			p := p
@@ -87,7 +87,7 @@ func (s *Service) change(ctx context.Context, sub Subscription, ch Change) (Subs
 		}
 	}
 	if cur == nil {
-		p := model.NewPeriod(sub, sub.NextPeriodDate, Scheduled, ProcAdmin, "recreated", now)
+		p := model.NewPeriod(sub, sub.NextPeriodDate, model.Scheduled, model.ProcAdmin, "recreated", now)
 		cur = ed.touch(p)
 	}
 	storedSKU := sub.SKU
@@ -97,30 +97,30 @@ func (s *Service) change(ctx context.Context, sub Subscription, ch Change) (Subs
 	}
 	switch {
 	case ch.PaymentDay != nil || ch.BillingWeek != nil || ch.Term != nil:
-		if err := s.changeRule(&sub, ch, periods, cur, ed, today, now); err != nil {
+		if err := lc.changeRule(&sub, ch, periods, cur, ed, today, now); err != nil {
 			return sub, err
 		}
 	case !ch.NextPaymentDate.IsZero():
-		if err := s.moveNextPayment(&sub, ch.NextPaymentDate, periods, cur, ed, today); err != nil {
+		if err := lc.moveNextPayment(&sub, ch.NextPaymentDate, periods, cur, ed, today); err != nil {
 			return sub, err
 		}
 	}
 
-	tx := NewTx(ch.Cause, now)
+	tx := model.NewTx(ch.Cause, now)
 	for _, d := range ed.order {
 		tx.PutPeriod(ed.byDate[d], false)
 	}
 	putSubscription(tx, &sub, storedSKU) // a plan change moves it to its new key
-	if err := s.store.Commit(ctx, tx); err != nil {
+	if err := lc.Store.Commit(ctx, tx); err != nil {
 		return sub, fmt.Errorf("change subscription: %w", err)
 	}
-	s.observePlan(planDir)
+	lc.observePlan(planDir)
 	return sub, nil
 }
 
 // validateChange refuses field changes that break a rule whatever the
 // periods are.
-func validateChange(sub Subscription, ch Change) error {
+func validateChange(sub model.Subscription, ch Change) error {
 	if ch.Amount == nil && ch.PaymentMethod == nil && ch.PaymentDay == nil && ch.BillingWeek == nil && ch.Term == nil && ch.NextPaymentDate.IsZero() && ch.SKU == nil {
 		return apperr.Invalid("nothing to change")
 	}
@@ -130,11 +130,11 @@ func validateChange(sub Subscription, ch Change) error {
 	if ch.PaymentMethod != nil && !stripeid.Valid(*ch.PaymentMethod, "pm_") {
 		return apperr.Invalid("payment_method: a Stripe payment method id (pm_...)")
 	}
-	if sub.Status == SubCancelled {
+	if sub.Status == model.SubCancelled {
 		return apperr.Invalid("the subscription is CANCELLED")
 	}
 	ruleChange := ch.PaymentDay != nil || ch.BillingWeek != nil || ch.Term != nil
-	if (ruleChange || !ch.NextPaymentDate.IsZero()) && sub.Status != SubActive {
+	if (ruleChange || !ch.NextPaymentDate.IsZero()) && sub.Status != model.SubActive {
 		return apperr.Invalid("billing dates change only on an ACTIVE subscription (it is %s)", sub.Status)
 	}
 	if ruleChange && !ch.NextPaymentDate.IsZero() {
@@ -149,13 +149,13 @@ func validateChange(sub Subscription, ch Change) error {
 // edits are the periods a change writes: each once, in its final state, in
 // the order first touched.
 type edits struct {
-	byDate map[dates.Date]*Period
+	byDate map[dates.Date]*model.Period
 	order  []dates.Date
 }
 
 // touch is the period of p's date as edited so far (p itself the first
 // time).
-func (e *edits) touch(p Period) *Period {
+func (e *edits) touch(p model.Period) *model.Period {
 	if q, ok := e.byDate[p.BillingDate]; ok {
 		return q
 	}
@@ -169,7 +169,7 @@ func (e *edits) touch(p Period) *Period {
 // period due at the next collection run (its index entry moves to today;
 // the job retries it, process RETRY), hard-declined ones included (docs/design.md
 // §8 "Amount or payment method change").
-func changeAmounts(sub *Subscription, ch Change, periods []Period, cur *Period, ed *edits, today dates.Date) {
+func changeAmounts(sub *model.Subscription, ch Change, periods []model.Period, cur *model.Period, ed *edits, today dates.Date) {
 	if ch.Amount != nil {
 		sub.Amount = *ch.Amount
 	}
@@ -178,7 +178,7 @@ func changeAmounts(sub *Subscription, ch Change, periods []Period, cur *Period, 
 	}
 	for _, p := range append(periods, *cur) {
 		// Not yet charged: scheduled, paused, or failed (its retries).
-		if p.InFlightKey != "" || !(p.Status == Scheduled || p.Status == Paused || p.Status == Error) {
+		if p.InFlightKey != "" || !(p.Status == model.Scheduled || p.Status == model.Paused || p.Status == model.Error) {
 			continue
 		}
 		q := ed.touch(p)
@@ -187,12 +187,12 @@ func changeAmounts(sub *Subscription, ch Change, periods []Period, cur *Period, 
 		}
 		if ch.PaymentMethod != nil && q.PaymentDetails.PaymentMethod != *ch.PaymentMethod {
 			q.PaymentDetails.PaymentMethod, q.UpdatedEvent = *ch.PaymentMethod, "payment-method-changed"
-			if q.Status == Error && !q.NextAttemptDate.IsZero() && q.NextAttemptDate.After(today) {
+			if q.Status == model.Error && !q.NextAttemptDate.IsZero() && q.NextAttemptDate.After(today) {
 				q.NextAttemptDate = today
 			}
 		}
 		planPeriod(*sub, q) // a plan change: charged at the new plan, and records it
-		q.Process = ProcAdmin
+		q.Process = model.ProcAdmin
 	}
 }
 
@@ -200,7 +200,7 @@ func changeAmounts(sub *Subscription, ch Change, periods []Period, cur *Period, 
 // period is the new rule's first date at least one term after the last
 // kept period, and the periods of the old rule from the cursor on are
 // cancelled.
-func (s *Service) changeRule(sub *Subscription, ch Change, periods []Period, cur *Period, ed *edits, today dates.Date, now time.Time) error {
+func (lc *Lifecycle) changeRule(sub *model.Subscription, ch Change, periods []model.Period, cur *model.Period, ed *edits, today dates.Date, now time.Time) error {
 	old := sub.Rule()
 	rule := old
 	if ch.PaymentDay != nil {
@@ -239,9 +239,9 @@ func (s *Service) changeRule(sub *Subscription, ch Change, periods []Period, cur
 	}
 	// Every other period scheduled from the cursor on belongs to the old
 	// rule: cancelled.
-	var target *Period
+	var target *model.Period
 	for _, p := range append(periods, *cur) {
-		if p.Status != Scheduled || p.InFlightKey != "" || p.BillingDate.Before(cur.BillingDate) {
+		if p.Status != model.Scheduled || p.InFlightKey != "" || p.BillingDate.Before(cur.BillingDate) {
 			continue
 		}
 		switch {
@@ -250,11 +250,11 @@ func (s *Service) changeRule(sub *Subscription, ch Change, periods []Period, cur
 		case ofNewRule[p.BillingDate]:
 			if p.Term != sub.Term || p.BillingWeek != sub.BillingWeek {
 				q := ed.touch(p)
-				q.Term, q.BillingWeek, q.Process, q.UpdatedEvent = sub.Term, sub.BillingWeek, ProcAdmin, "rule-changed-kept"
+				q.Term, q.BillingWeek, q.Process, q.UpdatedEvent = sub.Term, sub.BillingWeek, model.ProcAdmin, "rule-changed-kept"
 			}
 		default:
 			q := ed.touch(p)
-			q.Status, q.Process, q.UpdatedEvent = Cancelled, ProcAdmin, "rule-changed-to-"+next.String()
+			q.Status, q.Process, q.UpdatedEvent = model.Cancelled, model.ProcAdmin, "rule-changed-to-"+next.String()
 			q.ChargeDate, q.CompletionDate = dates.Date{}, now
 		}
 	}
@@ -262,34 +262,34 @@ func (s *Service) changeRule(sub *Subscription, ch Change, periods []Period, cur
 	// rule, are scheduled again now (as the cursor would reopen them).
 	for _, p := range periods {
 		if p.BillingDate.After(next) && ofNewRule[p.BillingDate] && replacedByRule(p) && p.Attempts == 0 {
-			schedule.Reopen(ed.touch(p), *sub, ProcAdmin, "rule-changed-from-"+cur.BillingDate.String())
+			schedule.Reopen(ed.touch(p), *sub, model.ProcAdmin, "rule-changed-from-"+cur.BillingDate.String())
 		}
 	}
 	if target == nil {
 		for _, p := range periods {
 			if p.BillingDate.Equal(next) {
 				if !replacedByRule(p) || p.Attempts > 0 {
-					return fmt.Errorf("period %s exists and is %s: %w", next, p.Status, ErrConflict)
+					return fmt.Errorf("period %s exists and is %s: %w", next, p.Status, model.ErrConflict)
 				}
 				target = ed.touch(p)
-				schedule.Reopen(target, *sub, ProcAdmin, "rule-changed-from-"+cur.BillingDate.String())
+				schedule.Reopen(target, *sub, model.ProcAdmin, "rule-changed-from-"+cur.BillingDate.String())
 			}
 		}
 	}
 	if target == nil {
-		target = ed.touch(model.NewPeriod(*sub, next, Scheduled, ProcAdmin, "rule-changed-from-"+cur.BillingDate.String(), now))
+		target = ed.touch(model.NewPeriod(*sub, next, model.Scheduled, model.ProcAdmin, "rule-changed-from-"+cur.BillingDate.String(), now))
 	}
 	target.ChargeDate = dates.Date{}
 	target.Term, target.BillingWeek = sub.Term, sub.BillingWeek // a period of the new rule, whatever its record was
-	s.sched.Point(sub, *target, today, true)
+	lc.Sched.Point(sub, *target, today, true)
 	return nil
 }
 
 // moveNextPayment moves the charge of the next period to to: strictly
 // between its neighbours' scheduled dates and not in the past.
-func (s *Service) moveNextPayment(sub *Subscription, to dates.Date, periods []Period, cur *Period, ed *edits, today dates.Date) error {
-	if cur.Status != Scheduled || cur.InFlightKey != "" {
-		return fmt.Errorf("next period %s is %s: %w", cur.BillingDate, cur.Status, ErrConflict)
+func (lc *Lifecycle) moveNextPayment(sub *model.Subscription, to dates.Date, periods []model.Period, cur *model.Period, ed *edits, today dates.Date) error {
+	if cur.Status != model.Scheduled || cur.InFlightKey != "" {
+		return fmt.Errorf("next period %s is %s: %w", cur.BillingDate, cur.Status, model.ErrConflict)
 	}
 	if to.Before(today) {
 		return apperr.Invalid("next_payment_date must not be in the past (today is %s)", today)
@@ -304,12 +304,12 @@ func (s *Service) moveNextPayment(sub *Subscription, to dates.Date, periods []Pe
 		}
 	}
 	q := ed.touch(*cur)
-	q.ChargeDate, q.Process, q.UpdatedEvent = to, ProcAdmin, "charge-date-moved-to-"+to.String()
+	q.ChargeDate, q.Process, q.UpdatedEvent = to, model.ProcAdmin, "charge-date-moved-to-"+to.String()
 	if to.Equal(q.BillingDate) {
 		q.ChargeDate = dates.Date{}
 	}
 	// The new charge date is announced (one reminder per charge date),
 	// unless it did not change.
-	s.sched.Point(sub, *q, today, !q.Due().Equal(cur.Due()))
+	lc.Sched.Point(sub, *q, today, !q.Due().Equal(cur.Due()))
 	return nil
 }

@@ -1,4 +1,4 @@
-package billing
+package collect
 
 import (
 	"context"
@@ -18,10 +18,10 @@ import (
 // key; past it, or when the resend has no answer either, Stripe is asked for
 // the PaymentIntent it made (resolve.go). It returns the subscription as
 // written, and whether it was.
-func (s *Service) attempt(ctx context.Context, l *lock.Lock, sub Subscription, p Period, proc Process, today dates.Date, rep *Report) (Subscription, bool, error) {
-	now := s.now()
+func (c *Collector) attempt(ctx context.Context, l *lock.Lock, sub model.Subscription, p model.Period, proc model.Process, today dates.Date, rep *model.Report) (model.Subscription, bool, error) {
+	now := c.Now()
 	var (
-		res      ChargeResult
+		res      model.ChargeResult
 		resolved bool // res is what Stripe said when asked, not a charge's answer
 		// attemptDay: the day the attempt in flight was made, when its
 		// answer comes only now (resent or looked up); zero for a new one.
@@ -30,19 +30,19 @@ func (s *Service) attempt(ctx context.Context, l *lock.Lock, sub Subscription, p
 	if p.InFlightKey != "" && !p.InFlightAt.IsZero() {
 		attemptDay = dates.In(p.InFlightAt, sub.Location())
 	}
-	if p.InFlightKey != "" && sub.Status == SubCancelled {
+	if p.InFlightKey != "" && sub.Status == model.SubCancelled {
 		// Cannot happen: changes are refused while an attempt is in flight.
-		s.log.Error("billing job: attempt in flight on a CANCELLED subscription; not charging",
+		c.Log.Error("billing job: attempt in flight on a CANCELLED subscription; not charging",
 			"account", p.AccountID, "subscription_id", p.SubscriptionID, "billing_date", p.BillingDate.String())
 		rep.LeftUnresolved(p)
 		return sub, false, nil
 	}
-	if p.InFlightKey != "" && s.wall().Sub(p.SentAt()) > s.cfg.IdempotencyWindow { // Stripe's time, not a test clock's
+	if p.InFlightKey != "" && c.Wall().Sub(p.SentAt()) > c.Cfg.IdempotencyWindow { // Stripe's time, not a test clock's
 		var (
 			again bool
 			err   error
 		)
-		sub, p, res, resolved, again, err = s.resolveLost(ctx, sub, p, proc, today, rep)
+		sub, p, res, resolved, again, err = c.resolveLost(ctx, sub, p, proc, today, rep)
 		if err != nil || (!resolved && !again) {
 			return sub, false, err
 		}
@@ -59,16 +59,16 @@ func (s *Service) attempt(ctx context.Context, l *lock.Lock, sub Subscription, p
 			skipped bool
 			err     error
 		)
-		p, res, skipped, err = s.claimAndCharge(ctx, l, sub, p, attemptNo, today, now, rep)
+		p, res, skipped, err = c.claimAndCharge(ctx, l, sub, p, attemptNo, today, now, rep)
 		if skipped || err != nil {
 			return sub, false, err
 		}
 	}
-	sub, p, err := s.recordOutcome(ctx, sub, p, res, resolved, attemptNo, proc, today, rep)
+	sub, p, err := c.recordOutcome(ctx, sub, p, res, resolved, attemptNo, proc, today, rep)
 	if err != nil {
 		return sub, false, err
 	}
-	return s.afterDecline(ctx, l, sub, p, res, attemptDay, today, rep)
+	return c.afterDecline(ctx, l, sub, p, res, attemptDay, today, rep)
 }
 
 // claimAndCharge makes attempt n on p at Stripe: a new attempt is claimed
@@ -76,30 +76,30 @@ func (s *Service) attempt(ctx context.Context, l *lock.Lock, sub Subscription, p
 // resent with its key. skipped: the subscription changed since the index
 // read (nothing to charge now). The error is non-nil when the outcome is
 // unknown (the attempt stays in flight) or the claim failed.
-func (s *Service) claimAndCharge(ctx context.Context, l *lock.Lock, sub Subscription, p Period, attemptNo int, today dates.Date, now time.Time, rep *Report) (
-	_ Period, res ChargeResult, skipped bool, err error) {
+func (c *Collector) claimAndCharge(ctx context.Context, l *lock.Lock, sub model.Subscription, p model.Period, attemptNo int, today dates.Date, now time.Time, rep *model.Report) (
+	_ model.Period, res model.ChargeResult, skipped bool, err error) {
 	resent := p.InFlightKey != ""
 	if !resent {
 		// One successful charge per period (payable.go): the period's
 		// earlier PaymentIntent the customer could still pay is cancelled
 		// first; when the customer has just paid it, that payment is
 		// applied and nothing is charged.
-		paid, err := s.cancelPayable(ctx, p)
+		paid, err := c.rec.CancelPayable(ctx, p)
 		if err != nil {
 			return p, res, false, fmt.Errorf("before attempt %d on %s %s: %w", attemptNo, p.SubscriptionID, p.BillingDate, err)
 		}
 		if paid != nil {
-			if err := s.applyPaid(ctx, p, paid); err != nil {
+			if err := c.rec.ApplyPaid(ctx, p, paid); err != nil {
 				return p, res, false, fmt.Errorf("apply %s, paid by the customer: %w", paid.ID, err)
 			}
-			rep.Add(func(r *Report) { r.PaidByCustomer++ })
+			rep.Add(func(r *model.Report) { r.PaidByCustomer++ })
 			return p, res, true, nil
 		}
 		// Claim: re-check on the table that the subscription is still
 		// ACTIVE and unchanged, and record the attempt's idempotency key
 		// before charging.
-		p.InFlightKey, p.InFlightAt, p.InFlightSent = IdempotencyKey(p, attemptNo), now, s.wall()
-		if p.Status == Error && (p.NextAttemptDate.IsZero() || p.NextAttemptDate.After(today)) {
+		p.InFlightKey, p.InFlightAt, p.InFlightSent = model.IdempotencyKey(p, attemptNo), now, c.Wall()
+		if p.Status == model.Error && (p.NextAttemptDate.IsZero() || p.NextAttemptDate.After(today)) {
 			// A pay now ahead of the retry days (or on a period with no
 			// next look, hence no index entry): should its outcome be
 			// unknown, the next job run must find the period (the index
@@ -109,12 +109,12 @@ func (s *Service) claimAndCharge(ctx context.Context, l *lock.Lock, sub Subscrip
 		if p.InitialRunDate.IsZero() {
 			p.InitialRunDate = now
 		}
-		claim := NewTx("claim", now)
+		claim := model.NewTx("claim", now)
 		claim.CheckSubscription(sub)
 		claim.PutPeriod(&p, true)
-		if err := s.store.Commit(ctx, claim); err != nil {
-			if errors.Is(err, ErrConflict) {
-				rep.Add(func(r *Report) { r.Skipped++ })
+		if err := c.Store.Commit(ctx, claim); err != nil {
+			if errors.Is(err, model.ErrConflict) {
+				rep.Add(func(r *model.Report) { r.Skipped++ })
 				return p, res, true, nil // changed since the index read: nothing to charge now
 			}
 			return p, res, false, fmt.Errorf("claim: %w", err)
@@ -128,22 +128,22 @@ func (s *Service) claimAndCharge(ctx context.Context, l *lock.Lock, sub Subscrip
 		return p, res, false, fmt.Errorf("before charging: %w", lock.ErrNotOwner)
 	}
 	rep.ChargedOn(p.PaymentDetails.StripeAccount)
-	res, err = s.charge(ctx, l, p, attemptNo)
+	res, err = c.charge(ctx, l, p, attemptNo)
 	if err != nil && resent {
 		// Within the window Stripe replays a saved 500 for the key: ask
 		// it for the PaymentIntent instead. Only a find settles it here:
 		// the original request may still be running at Stripe.
-		if lk, lerr := s.charger.FindAttempt(ctx, model.AttemptQueryOf(p)); lerr == nil && lk.Found {
-			s.log.Info("billing job: unknown outcome resolved by asking Stripe", "account", p.AccountID,
+		if lk, lerr := c.Charger.FindAttempt(ctx, model.AttemptQueryOf(p)); lerr == nil && lk.Found {
+			c.Log.Info("billing job: unknown outcome resolved by asking Stripe", "account", p.AccountID,
 				"subscription_id", p.SubscriptionID, "billing_date", p.BillingDate.String(),
 				"payment_intent", lk.Result.PaymentIntent, "found_by", lk.How)
-			s.obs.OutcomeResolved(model.OutcomeName(lk.Result.Outcome))
+			c.Obs.OutcomeResolved(model.OutcomeName(lk.Result.Outcome))
 			res, err = lk.Result, nil
 		}
 	}
 	if err != nil {
-		s.obs.OutcomeUnknown()
-		rep.Add(func(r *Report) { r.Unknown++ })
+		c.Obs.OutcomeUnknown()
+		rep.Add(func(r *model.Report) { r.Unknown++ })
 		rep.LeftUnresolved(p)
 		rep.Because(fmt.Sprintf("charge of %s %s: outcome unknown", p.SubscriptionID, p.BillingDate), err)
 		return p, res, false, fmt.Errorf("charge %s %s: %w", p.SubscriptionID, p.BillingDate, err)
@@ -154,26 +154,26 @@ func (s *Service) claimAndCharge(ctx context.Context, l *lock.Lock, sub Subscrip
 // recordOutcome records what Stripe did with attempt n on p (settle):
 // resolved says it was looked up, not a charge's answer. It returns the
 // subscription and the period as written.
-func (s *Service) recordOutcome(ctx context.Context, sub Subscription, p Period, res ChargeResult, resolved bool, attemptNo int,
-	proc Process, today dates.Date, rep *Report) (Subscription, Period, error) {
-	in := s.settleInput(sub, p, settle.HappenedOf(res.Outcome), res.PaymentIntent, proc, today)
+func (c *Collector) recordOutcome(ctx context.Context, sub model.Subscription, p model.Period, res model.ChargeResult, resolved bool, attemptNo int,
+	proc model.Process, today dates.Date, rep *model.Report) (model.Subscription, model.Period, error) {
+	in := c.rec.Input(sub, p, settle.HappenedOf(res.Outcome), res.PaymentIntent, proc, today)
 	in.OfAttempt, in.AttemptNo, in.Error, in.DeclineCode, in.Method = true, attemptNo, res.Error, res.DeclineCode, res.Method
 	st := settle.Decide(in)
-	cause := s.cause("collect", p, today)
+	cause := c.Cause("collect", p, today)
 	if resolved {
-		cause = s.cause("resolve", p, today) // the history says the outcome was looked up
+		cause = c.Cause("resolve", p, today) // the history says the outcome was looked up
 	}
-	if err := s.record(ctx, s.log, NewTx(cause, in.Now), &sub, &st, today); err != nil {
+	if err := c.rec.Record(ctx, c.Log, model.NewTx(cause, in.Now), &sub, &st, today); err != nil {
 		return sub, p, fmt.Errorf("record attempt (the charge is in Stripe; a rerun or its webhook records it): %w", err)
 	}
-	rep.Add(func(r *Report) {
+	rep.Add(func(r *model.Report) {
 		if resolved {
 			r.Resolved++
 		}
 		switch res.Outcome {
-		case Succeeded:
+		case model.Succeeded:
 			r.Succeeded++
-		case Processing:
+		case model.Processing:
 			r.Processing++
 		default:
 			r.Declined++
@@ -185,24 +185,24 @@ func (s *Service) recordOutcome(ctx context.Context, sub Subscription, p Period,
 // afterDecline follows a decline recorded late: the retry due since the
 // attempt's day is made at once, or the period is given up on when its
 // stale date has come. It returns the subscription as written.
-func (s *Service) afterDecline(ctx context.Context, l *lock.Lock, sub Subscription, p Period, res ChargeResult, attemptDay, today dates.Date, rep *Report) (
-	Subscription, bool, error) {
-	if res.Outcome == Declined && !p.NotRetried && !attemptDay.IsZero() && attemptDay.Before(today) && sub.Status != SubCancelled {
+func (c *Collector) afterDecline(ctx context.Context, l *lock.Lock, sub model.Subscription, p model.Period, res model.ChargeResult, attemptDay, today dates.Date, rep *model.Report) (
+	model.Subscription, bool, error) {
+	if res.Outcome == model.Declined && !p.NotRetried && !attemptDay.IsZero() && attemptDay.Before(today) && sub.Status != model.SubCancelled {
 		// The declined attempt was made on attemptDay and its answer came
 		// only now (resent within the idempotency window, or looked up): a
 		// retry due since then (its day-1 retry) is due now (finding F14).
-		if next, stale := s.cfg.Retry.NextAttempt(p.Due(), attemptDay); !stale && !next.After(today) &&
-			!s.cfg.Retry.IsStale(p.Due(), today) {
-			retried, _, err := s.attempt(ctx, l, sub, p, ProcRetry, today, rep)
+		if next, stale := c.Cfg.Retry.NextAttempt(p.Due(), attemptDay); !stale && !next.After(today) &&
+			!c.Cfg.Retry.IsStale(p.Due(), today) {
+			retried, _, err := c.attempt(ctx, l, sub, p, model.ProcRetry, today, rep)
 			return retried, true, err
 		}
 	}
-	if res.Outcome == Declined && p.Status == Error && s.cfg.Retry.IsStale(p.Due(), today) {
+	if res.Outcome == model.Declined && p.Status == model.Error && c.Cfg.Retry.IsStale(p.Due(), today) {
 		// Its answer came on or after the stale date (a pay now, or an
 		// attempt resolved late): no retry is left, the period is given up
 		// on today, as a retry day would have (a crash before this write
 		// leaves it due today in the index: the rerun marks it).
-		if err := s.markStale(ctx, &p, ProcRetry, today, rep); err != nil {
+		if err := c.markStale(ctx, &p, model.ProcRetry, today, rep); err != nil {
 			return sub, true, err
 		}
 	}
@@ -210,27 +210,27 @@ func (s *Service) afterDecline(ctx context.Context, l *lock.Lock, sub Subscripti
 }
 
 // markStale gives up on a failed period past its stale date.
-func (s *Service) markStale(ctx context.Context, p *Period, proc Process, today dates.Date, rep *Report) error {
-	now := s.now()
-	tx := NewTx(s.cause("stale", *p, today), now)
-	p.Status, p.Process, p.UpdatedEvent, p.CompletionDate, p.NextAttemptDate = Stale, proc, "stale", now, dates.Date{}
+func (c *Collector) markStale(ctx context.Context, p *model.Period, proc model.Process, today dates.Date, rep *model.Report) error {
+	now := c.Now()
+	tx := model.NewTx(c.Cause("stale", *p, today), now)
+	p.Status, p.Process, p.UpdatedEvent, p.CompletionDate, p.NextAttemptDate = model.Stale, proc, "stale", now, dates.Date{}
 	tx.PutPeriod(p, false)
-	if err := s.store.Commit(ctx, tx); err != nil {
+	if err := c.Store.Commit(ctx, tx); err != nil {
 		return fmt.Errorf("mark stale: %w", err)
 	}
-	rep.Add(func(r *Report) { r.Stale++ })
+	rep.Add(func(r *model.Report) { r.Stale++ })
 	return nil
 }
 
 // charge makes attempt n on p at Stripe, with the attempt's idempotency key.
 // The charge stops when the job is cancelled or the lock is lost.
-func (s *Service) charge(ctx context.Context, l *lock.Lock, p Period, n int) (ChargeResult, error) {
+func (c *Collector) charge(ctx context.Context, l *lock.Lock, p model.Period, n int) (model.ChargeResult, error) {
 	cctx, stop := context.WithCancel(ctx)
 	defer stop()
 	if l != nil {
 		defer context.AfterFunc(l.Context(), stop)()
 	}
-	return s.charger.Charge(cctx, ChargeRequest{
+	return c.Charger.Charge(cctx, model.ChargeRequest{
 		StripeAccount: p.PaymentDetails.StripeAccount, Customer: p.PaymentDetails.Customer,
 		PaymentMethod: p.PaymentDetails.PaymentMethod, Amount: p.Amount, Currency: p.Currency,
 		IdempotencyKey: p.InFlightKey, Description: fmt.Sprintf("%s %s", p.SKU, p.BillingDate),

@@ -1,4 +1,8 @@
-package billing
+// Package jobs runs the billing core's daily jobs (collect, remind): it reads
+// the due-date index partitions of a date and the days before it (the
+// sweep), shard by shard in parallel, and hands each account's entries to
+// the job's EntryFunc, under the account's lock when the job charges.
+package jobs
 
 import (
 	"context"
@@ -9,43 +13,40 @@ import (
 	"time"
 
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
+	"github.com/stripe-payments/stripe-payments/internal/billing/env"
+	"github.com/stripe-payments/stripe-payments/internal/billing/model"
 	"github.com/stripe-payments/stripe-payments/internal/lock"
 )
 
+// Runner runs jobs with an Env's collaborators, on its clock.
+type Runner struct {
+	*env.Env
+	// Gauge is shared by every copy of the core: the unresolved gauge is
+	// set by the newest date's run only.
+	Gauge *Gauge
+}
+
 type accountWork struct {
 	account string
-	entries []IndexEntry
+	entries []model.IndexEntry
 }
 
-// Collect charges what is due on date (collect --date D): subscriptions
-// whose next period is due (paused periods are skipped on their dates),
-// failed periods whose retry is due. It reads the payments index partitions of date and the LookbackDays
-// before it, shard by shard in parallel, and works account by account under
-// the account's lease lock.
-func (s *Service) Collect(ctx context.Context, date dates.Date) (*Report, error) {
-	if s.charger == nil {
-		return nil, errors.New("collect: no Stripe charger configured")
-	}
-	return s.run(ctx, "collect", date, PaymentsIndex, true, s.collectEntry)
-}
+// EntryFunc acts on one index entry of an account (under its lock when
+// the run is locked).
+type EntryFunc func(ctx context.Context, l *lock.Lock, e model.IndexEntry, date dates.Date, rep *model.Report) error
 
-// Remind sends the reminders due on date (remind --date D).
-func (s *Service) Remind(ctx context.Context, date dates.Date) (*Report, error) {
-	return s.run(ctx, "remind", date, RemindersIndex, false, s.remindEntry)
-}
-
-type entryFunc func(ctx context.Context, l *lock.Lock, e IndexEntry, date dates.Date, rep *Report) error
-
-func (s *Service) run(ctx context.Context, job string, date dates.Date, index Index, locked bool, fn entryFunc) (*Report, error) {
-	rep := &Report{Job: job, Date: date.String()}
+// Run runs job for date over index: fn acts on each entry, under the
+// account's lock when locked.
+func (r *Runner) Run(ctx context.Context, job string, date dates.Date, index model.Index, locked bool, fn EntryFunc) (*model.Report, error) {
+	rep := &model.Report{Job: job, Date: date.String()}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	log := s.log.With("job", job, "date", date.String())
+	log := r.Log.With("job", job, "date", date.String())
 	start := time.Now()
-	from := date.AddDays(-s.cfg.LookbackDays)
+	from := date.AddDays(-r.Cfg.LookbackDays)
 	if locked { // collect: reach back to what the last clean run left
 		var err error
-		if from, err = s.sweepFrom(ctx, s.sweepKey(job), date); err != nil {
+		if from, err = r.sweepFrom(ctx, r.sweepKey(job), date); err != nil {
 			return rep, err
 		}
 	}
@@ -59,29 +60,29 @@ func (s *Service) run(ctx context.Context, job string, date dates.Date, index In
 		// One account's panic fails that account only (logged and
 		// counted, and an error of the run like any other failure); its
 		// lock's lease lets the next run in.
-		err := s.safe.Do("billing_account", func() error { return s.account(ctx, w, date, locked, fn, rep) })
+		err := r.Safe.Do("billing_account", func() error { return r.account(ctx, w, date, locked, fn, rep) })
 		switch {
-		case errors.Is(err, ErrLocked):
+		case errors.Is(err, model.ErrLocked):
 			mu.Lock()
 			retry = append(retry, w)
 			mu.Unlock()
-		case errors.Is(err, ErrCrash):
+		case errors.Is(err, model.ErrCrash):
 			cancel(err)
 		case err != nil && ctx.Err() == nil:
 			log.Error("billing job: account failed", "account", w.account, "error", err)
-			rep.Add(func(r *Report) { r.Errors++ })
+			rep.Add(func(r *model.Report) { r.Errors++ })
 			rep.Because("account "+w.account, err)
 		}
 	}
-	readErr := s.eachShard(ctx, index, from, date, rep, work)
-	s.retryLocked(ctx, log, &retry, work)
-	s.registerChargedOn(ctx, log, rep)
+	readErr := r.eachShard(ctx, index, from, date, rep, work)
+	r.retryLocked(ctx, log, &retry, work)
+	r.registerChargedOn(ctx, log, rep)
 	rep.Locked = len(retry)
 	for _, w := range retry {
 		log.Warn("billing job: account locked for the whole run; rerun the job", "account", w.account)
 	}
 	if locked {
-		s.endSweep(ctx, log, job, date, rep, readErr)
+		r.endSweep(ctx, log, job, date, rep, readErr)
 	}
 	log.Info("billing job done", "report", rep.Summary(), "elapsed", time.Since(start).String())
 	if cause := context.Cause(ctx); cause != nil {
@@ -96,17 +97,17 @@ func (s *Service) run(ctx context.Context, job string, date dates.Date, index In
 // eachShard reads every shard's partitions from from to date in parallel
 // and hands each account's entries to work, WorkersPerShard at a time per
 // shard; it returns the read errors.
-func (s *Service) eachShard(ctx context.Context, index Index, from, date dates.Date, rep *Report, work func(accountWork)) error {
+func (r *Runner) eachShard(ctx context.Context, index model.Index, from, date dates.Date, rep *model.Report, work func(accountWork)) error {
 	var (
 		mu      sync.Mutex
 		wg      sync.WaitGroup
 		readErr error
 	)
-	for shard := 0; shard < s.indexShards(); shard++ {
+	for shard := 0; shard < r.indexShards(); shard++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			accounts, err := s.readShard(ctx, index, from, date, shard)
+			accounts, err := r.readShard(ctx, index, from, date, shard)
 			if err != nil {
 				mu.Lock()
 				readErr = errors.Join(readErr, err)
@@ -117,10 +118,10 @@ func (s *Service) eachShard(ctx context.Context, index Index, from, date dates.D
 			for _, a := range accounts {
 				n += len(a.entries)
 			}
-			rep.Add(func(r *Report) { r.Entries += n })
+			rep.Add(func(r *model.Report) { r.Entries += n })
 			ch := make(chan accountWork)
 			var workers sync.WaitGroup
-			for range s.cfg.WorkersPerShard {
+			for range r.Cfg.WorkersPerShard {
 				workers.Add(1)
 				go func() {
 					defer workers.Done()
@@ -146,14 +147,14 @@ func (s *Service) eachShard(ctx context.Context, index Index, from, date dates.D
 // retryLocked works once more, after LockedRetryWait (a lease: enough to
 // take over a crashed holder's lock), the accounts found locked; work adds
 // the ones still locked to *retry again.
-func (s *Service) retryLocked(ctx context.Context, log *slog.Logger, retry *[]accountWork, work func(accountWork)) {
-	if len(*retry) == 0 || s.cfg.LockedRetryWait <= 0 || ctx.Err() != nil {
+func (r *Runner) retryLocked(ctx context.Context, log *slog.Logger, retry *[]accountWork, work func(accountWork)) {
+	if len(*retry) == 0 || r.Cfg.LockedRetryWait <= 0 || ctx.Err() != nil {
 		return
 	}
-	log.Info("billing job: retrying locked accounts after a lease", "accounts", len(*retry), "wait", s.cfg.LockedRetryWait.String())
+	log.Info("billing job: retrying locked accounts after a lease", "accounts", len(*retry), "wait", r.Cfg.LockedRetryWait.String())
 	select {
 	case <-ctx.Done():
-	case <-time.After(s.cfg.LockedRetryWait):
+	case <-time.After(r.Cfg.LockedRetryWait):
 	}
 	again := *retry
 	*retry = nil
@@ -167,28 +168,28 @@ func (s *Service) retryLocked(ctx context.Context, log *slog.Logger, retry *[]ac
 
 // registerChargedOn registers for the poller the Stripe accounts the run
 // charged on (subscriptions created before the registry).
-func (s *Service) registerChargedOn(ctx context.Context, log *slog.Logger, rep *Report) {
+func (r *Runner) registerChargedOn(ctx context.Context, log *slog.Logger, rep *model.Report) {
 	accounts := rep.ChargedAccounts()
 	if len(accounts) == 0 {
 		return
 	}
-	if err := s.store.RegisterChargedAccounts(context.WithoutCancel(ctx), accounts...); err != nil {
+	if err := r.Store.RegisterChargedAccounts(context.WithoutCancel(ctx), accounts...); err != nil {
 		log.Warn("billing job: could not register the Stripe accounts charged on (the poller may miss them until the next run)", "error", err)
 	}
 }
 
 // endSweep ends a collection run: the unresolved-periods gauge, and the
 // sweep watermark moved on when the run left nothing behind.
-func (s *Service) endSweep(ctx context.Context, log *slog.Logger, job string, date dates.Date, rep *Report, readErr error) {
-	if s.clock == "" { // the gauge is about real time; a clock reports its own runs
-		s.gauge.set(date, func() { s.obs.UnresolvedPeriods(rep.Unresolved) })
+func (r *Runner) endSweep(ctx context.Context, log *slog.Logger, job string, date dates.Date, rep *model.Report, readErr error) {
+	if r.Clock == "" { // the gauge is about real time; a clock reports its own runs
+		r.Gauge.set(date, func() { r.Obs.UnresolvedPeriods(rep.Unresolved) })
 	}
 	if readErr == nil && context.Cause(ctx) == nil && rep.OK() {
 		// Everything due by date was handled: later runs need not read
 		// those partitions again (but for the lookback).
 		// Two days back, not one: an entry of the last days may not be
 		// due yet in its own time zone (up to 14 h either side of UTC).
-		if err := s.store.AdvanceSweep(context.WithoutCancel(ctx), s.sweepKey(job), date.AddDays(-2)); err != nil {
+		if err := r.Store.AdvanceSweep(context.WithoutCancel(ctx), r.sweepKey(job), date.AddDays(-2)); err != nil {
 			log.Warn("billing job: could not advance the sweep watermark (the next run reads further back)", "error", err)
 		}
 	} else if rep.Unresolved > 0 {
@@ -196,16 +197,16 @@ func (s *Service) endSweep(ctx context.Context, log *slog.Logger, job string, da
 	}
 }
 
-// gaugeDate keeps the unresolved gauge to the newest date's run: a run
+// Gauge keeps the unresolved gauge to the newest date's run: a run
 // for an older date never reads a later date's charges in flight, so its
-// count must not replace that run's.
-type gaugeDate struct {
+// count must not replace that run'r.
+type Gauge struct {
 	mu   sync.Mutex
 	date dates.Date // zero: never set
 }
 
 // set calls update when date is on or after the date that last set it.
-func (g *gaugeDate) set(date dates.Date, update func()) {
+func (g *Gauge) set(date dates.Date, update func()) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if !g.date.IsZero() && date.Before(g.date) {
@@ -217,12 +218,12 @@ func (g *gaugeDate) set(date dates.Date, update func()) {
 
 // readShard reads one shard's partitions from from to date, grouped by
 // account in order of first appearance.
-func (s *Service) readShard(ctx context.Context, index Index, from, date dates.Date, shard int) ([]accountWork, error) {
+func (r *Runner) readShard(ctx context.Context, index model.Index, from, date dates.Date, shard int) ([]accountWork, error) {
 	var accounts []accountWork
 	pos := map[string]int{}
 	seen := map[string]bool{}
 	for d := from; !d.After(date); d = d.AddDays(1) {
-		entries, err := s.store.QueryIndex(ctx, index, s.clock, d, shard)
+		entries, err := r.Store.QueryIndex(ctx, index, r.Clock, d, shard)
 		if err != nil {
 			return nil, err
 		}
@@ -245,7 +246,7 @@ func (s *Service) readShard(ctx context.Context, index Index, from, date dates.D
 }
 
 // account processes one account's entries, under its lock when locked.
-func (s *Service) account(ctx context.Context, w accountWork, date dates.Date, locked bool, fn entryFunc, rep *Report) error {
+func (r *Runner) account(ctx context.Context, w accountWork, date dates.Date, locked bool, fn EntryFunc, rep *model.Report) error {
 	each := func(ctx context.Context, l *lock.Lock) error {
 		for _, e := range w.entries {
 			if ctx.Err() != nil {
@@ -255,11 +256,11 @@ func (s *Service) account(ctx context.Context, w accountWork, date dates.Date, l
 				return fmt.Errorf("account %s: %w", w.account, lock.ErrNotOwner)
 			}
 			if err := fn(ctx, l, e, date, rep); err != nil {
-				if errors.Is(err, ErrCrash) || errors.Is(err, lock.ErrNotOwner) {
+				if errors.Is(err, model.ErrCrash) || errors.Is(err, lock.ErrNotOwner) {
 					return err
 				}
-				s.log.Error("billing job: entry failed", "account", w.account, "sk", e.SK, "error", err)
-				rep.Add(func(r *Report) { r.Errors++ })
+				r.Log.Error("billing job: entry failed", "account", w.account, "sk", e.SK, "error", err)
+				rep.Add(func(r *model.Report) { r.Errors++ })
 				rep.Because("account "+w.account, err)
 			}
 		}
@@ -268,37 +269,23 @@ func (s *Service) account(ctx context.Context, w accountWork, date dates.Date, l
 	if !locked {
 		return each(ctx, nil)
 	}
-	return s.withLock(ctx, w.account, each)
+	return r.WithLock(ctx, w.account, each)
 }
 
 // indexShards is how many index shards a run reads: a test clock's entries
 // are all in shard 0 (the store keeps a clock's entries in partitions of its own).
-func (s *Service) indexShards() int {
-	if s.clock != "" {
+func (r *Runner) indexShards() int {
+	if r.Clock != "" {
 		return 1
 	}
-	return s.store.Shards()
+	return r.Store.Shards()
 }
 
 // sweepKey is the sweep watermark's key of job: each test clock has its own,
 // so an advance never moves the real-time jobs' watermark, nor they its.
-func (s *Service) sweepKey(job string) string {
-	if s.clock != "" {
-		return job + "@" + s.clock
+func (r *Runner) sweepKey(job string) string {
+	if r.Clock != "" {
+		return job + "@" + r.Clock
 	}
 	return job
 }
-
-// NowDate is the job date of a run without --date: tomorrow in UTC, so
-// that subscriptions in time zones ahead of UTC are seen on their own
-// date. Each subscription is acted on only once its payment (or reminder)
-// date has come in its own time zone.
-func (s *Service) NowDate() dates.Date { return dates.In(s.now(), time.UTC).AddDays(1) }
-
-// CollectNow is Collect for the current date (the in-process ticker).
-func (s *Service) CollectNow(ctx context.Context) (*Report, error) {
-	return s.Collect(ctx, s.NowDate())
-}
-
-// RemindNow is Remind for the current date (the in-process ticker).
-func (s *Service) RemindNow(ctx context.Context) (*Report, error) { return s.Remind(ctx, s.NowDate()) }

@@ -1,10 +1,11 @@
-package billing
+package lifecycle
 
 import (
 	"context"
 	"fmt"
 
 	"github.com/stripe-payments/stripe-payments/internal/apperr"
+	"github.com/stripe-payments/stripe-payments/internal/billing/model"
 	"github.com/stripe-payments/stripe-payments/internal/lock"
 )
 
@@ -25,22 +26,22 @@ import (
 // not stop emails), and under the lock no reminder with the old address
 // can be queued meanwhile. A message a worker already handed to SES
 // cannot be recalled.
-func (s *Service) ErasePersonalData(ctx context.Context, account, sub string) (Erasure, error) {
-	eraser, ok := s.store.(PersonalDataEraser)
+func (lc *Lifecycle) ErasePersonalData(ctx context.Context, account, sub string) (model.Erasure, error) {
+	eraser, ok := lc.Store.(model.PersonalDataEraser)
 	if !ok {
-		return Erasure{}, ErrCannotErase
+		return model.Erasure{}, model.ErrCannotErase
 	}
-	if !ValidID(account) || !ValidID(sub) {
-		return Erasure{}, apperr.New(apperr.CodeNotFound, "not found")
+	if !model.ValidID(account) || !model.ValidID(sub) {
+		return model.Erasure{}, apperr.New(apperr.CodeNotFound, "not found")
 	}
-	var out Erasure
-	err := s.withLock(ctx, account, func(ctx context.Context, _ *lock.Lock) error {
-		now := s.wall().UTC()
-		entry := HistoryEntry{AccountID: account, SubscriptionID: sub, BillingDate: s.today(Subscription{}),
-			Process: ProcAdmin, UpdatedEvent: ErasureEvent, LastRunDate: now, Cause: "api: personal data erased (email)"}
+	var out model.Erasure
+	err := lc.WithLock(ctx, account, func(ctx context.Context, _ *lock.Lock) error {
+		now := lc.Wall().UTC()
+		entry := model.HistoryEntry{AccountID: account, SubscriptionID: sub, BillingDate: lc.Today(model.Subscription{}),
+			Process: model.ProcAdmin, UpdatedEvent: model.ErasureEvent, LastRunDate: now, Cause: "api: personal data erased (email)"}
 		queued := 0
-		if qe, ok := s.notifier.(QueuedEraser); ok {
-			current, err := s.store.GetSubscription(ctx, account, sub)
+		if qe, ok := lc.Notifier.(model.QueuedEraser); ok {
+			current, err := lc.Store.GetSubscription(ctx, account, sub)
 			if err != nil {
 				return err
 			}
@@ -56,7 +57,7 @@ func (s *Service) ErasePersonalData(ctx context.Context, account, sub string) (E
 	if err != nil {
 		return out, fmt.Errorf("erase personal data of %s: %w", sub, err)
 	}
-	s.log.Info("personal data erased", "account", account, "subscription_id", sub,
+	lc.Log.Info("personal data erased", "account", account, "subscription_id", sub,
 		"periods", out.Periods, "history_entries", out.HistoryEntries, "queued_emails", out.QueuedEmails)
 	return out, nil
 }

@@ -1,4 +1,4 @@
-package billing
+package lifecycle
 
 import (
 	"context"
@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-
 	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
 	"github.com/stripe-payments/stripe-payments/internal/billing/model"
@@ -39,13 +38,13 @@ type CreateInput struct {
 func (in CreateInput) Validate(account string) error {
 	var errs []string
 	add := func(format string, args ...any) { errs = append(errs, fmt.Sprintf(format, args...)) }
-	if !ValidID(account) {
+	if !model.ValidID(account) {
 		add("account_id: 1-128 characters without '#', '/' or spaces")
 	}
-	if in.SubscriptionID != "" && !ValidID(in.SubscriptionID) {
+	if in.SubscriptionID != "" && !model.ValidID(in.SubscriptionID) {
 		add("subscription_id: 1-128 characters without '#', '/' or spaces")
 	}
-	if !ValidID(in.SKU) {
+	if !model.ValidID(in.SKU) {
 		add("sku: required, 1-128 characters without '#', '/' or spaces")
 	}
 	if a, err := mail.ParseAddress(in.Email); err != nil || a.Address != in.Email || len(in.Email) > 254 {
@@ -60,7 +59,7 @@ func (in CreateInput) Validate(account string) error {
 	if in.Amount < 1 || in.Amount > 99_999_999 {
 		add("amount: 1 to 99999999 minor units")
 	}
-	if !SupportedCurrency(in.Currency) {
+	if !model.SupportedCurrency(in.Currency) {
 		add("currency: one of Stripe's supported currencies, as a lowercase ISO 4217 code (usd, eur, ...)")
 	}
 	if !stripeid.Valid(in.Customer, "cus_") {
@@ -98,61 +97,61 @@ func MaxStartDate(today dates.Date) dates.Date { return dates.AddMonthsClamped(t
 // CreateSubscription creates a subscription and its first SCHEDULED period
 // (createSubscription). The first payment is on the first payment day after
 // today (or on/after start_date when later): today's job may have run.
-func (s *Service) CreateSubscription(ctx context.Context, account string, in CreateInput) (Subscription, error) {
+func (lc *Lifecycle) CreateSubscription(ctx context.Context, account string, in CreateInput) (model.Subscription, error) {
 	// No stripe_account: the platform charges its own customer on its own
 	// account, with no Stripe-Account header (docs/design.md §4), whatever account_id.
 	if err := in.Validate(account); err != nil {
-		return Subscription{}, err
+		return model.Subscription{}, err
 	}
 	if in.TestClock != "" {
-		if s.cfg.Livemode {
-			return Subscription{}, ErrLivemode
+		if lc.Cfg.Livemode {
+			return model.Subscription{}, model.ErrLivemode
 		}
-		if _, err := s.store.GetClock(ctx, in.TestClock); errors.Is(err, apperr.ErrNotFound) {
-			return Subscription{}, apperr.Invalid("test_clock: no test clock %s", in.TestClock)
+		if _, err := lc.Store.GetClock(ctx, in.TestClock); errors.Is(err, apperr.ErrNotFound) {
+			return model.Subscription{}, apperr.Invalid("test_clock: no test clock %s", in.TestClock)
 		} else if err != nil {
-			return Subscription{}, err
+			return model.Subscription{}, err
 		}
 	}
-	s, err := s.forSub(ctx, Subscription{TestClock: in.TestClock})
+	lc, err := lc.forSub(ctx, model.Subscription{TestClock: in.TestClock})
 	if err != nil {
-		return Subscription{}, err
+		return model.Subscription{}, err
 	}
-	now := s.now()
-	sub := Subscription{
+	now := lc.Now()
+	sub := model.Subscription{
 		AccountID: account, SubscriptionID: in.SubscriptionID, SKU: in.SKU, Email: in.Email,
 		PaymentDay: in.PaymentDay, BillingWeek: in.BillingWeek, Amount: in.Amount, Currency: in.Currency,
-		Term: in.Term, Timezone: in.Timezone, Status: SubActive, CreatedAt: now, TestClock: in.TestClock,
-		PaymentDetails: PaymentDetails{Customer: in.Customer, PaymentMethod: in.PaymentMethod, StripeAccount: in.StripeAccount},
+		Term: in.Term, Timezone: in.Timezone, Status: model.SubActive, CreatedAt: now, TestClock: in.TestClock,
+		PaymentDetails: model.PaymentDetails{Customer: in.Customer, PaymentMethod: in.PaymentMethod, StripeAccount: in.StripeAccount},
 	}
 	if sub.SubscriptionID == "" {
 		sub.SubscriptionID = uuid.NewString()
 	}
-	today := s.today(sub)
+	today := lc.Today(sub)
 	if limit := MaxStartDate(today); in.StartDate.After(limit) {
-		return Subscription{}, apperr.Invalid("start_date: at most %d months after today (%s), so on or before %s", MaxStartMonths, today, limit)
+		return model.Subscription{}, apperr.Invalid("start_date: at most %d months after today (%s), so on or before %s", MaxStartMonths, today, limit)
 	}
 	// Subscriptions created before ids were claimed have no claim: the
 	// read finds them (any SKU).
-	if existing, err := s.store.GetSubscription(ctx, account, sub.SubscriptionID); err == nil {
+	if existing, err := lc.Store.GetSubscription(ctx, account, sub.SubscriptionID); err == nil {
 		if retried(existing, sub) {
 			return existing, nil // a retried create
 		}
-		return Subscription{}, fmt.Errorf("subscription %s: %w", sub.SubscriptionID, ErrDuplicate)
+		return model.Subscription{}, fmt.Errorf("subscription %s: %w", sub.SubscriptionID, model.ErrDuplicate)
 	} else if !errors.Is(err, apperr.ErrNotFound) {
-		return Subscription{}, err
+		return model.Subscription{}, err
 	}
 	sub.StartDate = in.StartDate
 	first := sub.Rule().First(dates.Max(today.AddDays(1), in.StartDate))
-	p := model.NewPeriod(sub, first, Scheduled, ProcInitial, "created", now)
-	s.sched.Point(&sub, p, today, true)
+	p := model.NewPeriod(sub, first, model.Scheduled, model.ProcInitial, "created", now)
+	lc.Sched.Point(&sub, p, today, true)
 
 	// Registered before the subscription exists, so the poller's account
 	// list always covers every account the table charges on.
-	if err := s.store.RegisterChargedAccounts(ctx, sub.PaymentDetails.StripeAccount); err != nil {
-		return Subscription{}, err
+	if err := lc.Store.RegisterChargedAccounts(ctx, sub.PaymentDetails.StripeAccount); err != nil {
+		return model.Subscription{}, err
 	}
-	tx := NewTx("create:"+sub.SubscriptionID, now)
+	tx := model.NewTx("create:"+sub.SubscriptionID, now)
 	// The create takes no lock: two creates of one id race to this
 	// transaction, and the id's claim lets exactly one of them write (the
 	// subscription's own key names the SKU, so it alone would not).
@@ -162,18 +161,18 @@ func (s *Service) CreateSubscription(ctx context.Context, account string, in Cre
 	if sub.TestClock != "" {
 		tx.PutClockMember(sub) // DELETE of the clock cancels it
 	}
-	if err := s.store.Commit(ctx, tx); err != nil {
-		if errors.Is(err, ErrConflict) {
-			return s.lostCreate(ctx, sub)
+	if err := lc.Store.Commit(ctx, tx); err != nil {
+		if errors.Is(err, model.ErrConflict) {
+			return lc.lostCreate(ctx, sub)
 		}
-		return Subscription{}, fmt.Errorf("create subscription: %w", err)
+		return model.Subscription{}, fmt.Errorf("create subscription: %w", err)
 	}
 	return sub, nil
 }
 
 // retried reports whether want is a retry of the create that made
 // existing (the same request), which answers with existing.
-func retried(existing, want Subscription) bool {
+func retried(existing, want model.Subscription) bool {
 	return existing.SKU == want.SKU && existing.Amount == want.Amount && existing.PaymentDetails == want.PaymentDetails &&
 		existing.TestClock == want.TestClock
 }
@@ -182,15 +181,15 @@ func retried(existing, want Subscription) bool {
 // change of the same id: the winner's subscription when it is the same
 // request (a retry racing itself), else ErrDuplicate (409), or ErrConflict
 // when the winner is not readable yet (retry).
-func (s *Service) lostCreate(ctx context.Context, sub Subscription) (Subscription, error) {
-	existing, err := s.store.GetSubscription(ctx, sub.AccountID, sub.SubscriptionID)
+func (lc *Lifecycle) lostCreate(ctx context.Context, sub model.Subscription) (model.Subscription, error) {
+	existing, err := lc.Store.GetSubscription(ctx, sub.AccountID, sub.SubscriptionID)
 	switch {
 	case errors.Is(err, apperr.ErrNotFound):
-		return Subscription{}, fmt.Errorf("subscription %s is being created concurrently: %w", sub.SubscriptionID, ErrConflict)
+		return model.Subscription{}, fmt.Errorf("subscription %s is being created concurrently: %w", sub.SubscriptionID, model.ErrConflict)
 	case err != nil:
-		return Subscription{}, err
+		return model.Subscription{}, err
 	case retried(existing, sub):
 		return existing, nil
 	}
-	return Subscription{}, fmt.Errorf("subscription %s: %w", sub.SubscriptionID, ErrDuplicate)
+	return model.Subscription{}, fmt.Errorf("subscription %s: %w", sub.SubscriptionID, model.ErrDuplicate)
 }

@@ -1,4 +1,27 @@
-package billing
+// Webhook feed trust (docs/design.md §8): a billing event moves a period only when
+// its PaymentIntent is one the service created for that period. Metadata is
+// merchant-writable: any connected account can create a PaymentIntent that
+// carries another period's billing_* keys, so the metadata only says which
+// period an event claims to be about. It may move it when
+//   - the event's account is the period's stripe_account (the platform for
+//     a period charged on the platform's own account),
+//   - the object's amount and currency are those of the attempt that
+//     created it, as recorded with it (its PaymentRef; the period's for a
+//     reference written before they were recorded, and for the attempt in
+//     flight), not the period's amount today, and
+//   - its id is one the service recorded for the period (the latest
+//     attempt's TransactionID, or a PaymentIntent reference the service
+//     wrote for this period), or the period has an attempt in flight, no
+//     PaymentIntent on record at all, and the metadata (attempt number
+//     included) names exactly that attempt: the webhook of a charge whose
+//     answer was lost.
+// A refused event moves nothing, is logged (WARN, ids only) and counted
+// (stripe_payments_billing_feed_refused_total{reason}). The checks take no
+// lock: the metadata names the account whose lock applying the event takes,
+// so only a message that passed them may take it (they are made again under
+// the lock, on the period as it is then).
+
+package feed
 
 import (
 	"context"
@@ -7,9 +30,9 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/stripe/stripe-go/v76"
-
 	"github.com/stripe-payments/stripe-payments/internal/apperr"
+	"github.com/stripe-payments/stripe-payments/internal/billing/model"
+	"github.com/stripe/stripe-go/v76"
 )
 
 // Webhook feed trust (docs/design.md §8): a billing event moves a period only when
@@ -44,22 +67,22 @@ type verdict struct {
 	// in flight matched by its metadata.
 	known bool
 	// ref is the PaymentIntent's reference, when it has one.
-	ref *PaymentRef
+	ref *model.PaymentRef
 }
 
 // feedRefusal checks whether msg may move p. An error means the check
 // could not be made (Stripe or DynamoDB unavailable): retried. msg is
 // completed with the facts read from Stripe for an old message (V < 2), so
 // a second check (under the lock) needs no Stripe call.
-func (s *Service) feedRefusal(ctx context.Context, msg *FeedMessage, p Period) (verdict, error) {
+func (f *Feed) feedRefusal(ctx context.Context, msg *FeedMessage, p model.Period) (verdict, error) {
 	if msg.V < 2 {
 		// Enqueued before messages carried the facts to check: read them
 		// from Stripe, on the period's account (another account's
 		// PaymentIntent does not exist there).
-		if s.charger == nil {
+		if f.Charger == nil {
 			return verdict{reason: "payment_intent"}, nil
 		}
-		pi, err := s.charger.Retrieve(ctx, p.PaymentDetails.StripeAccount, msg.PaymentIntent)
+		pi, err := f.Charger.Retrieve(ctx, p.PaymentDetails.StripeAccount, msg.PaymentIntent)
 		var se *stripe.Error
 		if errors.As(err, &se) && se.HTTPStatusCode == 404 {
 			return verdict{reason: "account"}, nil
@@ -68,18 +91,18 @@ func (s *Service) feedRefusal(ctx context.Context, msg *FeedMessage, p Period) (
 			return verdict{}, err
 		}
 		msg.StripeAccount, msg.Amount, msg.Currency = p.PaymentDetails.StripeAccount, pi.Amount, string(pi.Currency)
-		msg.Attempt = pi.Metadata[MetaAttempt]
+		msg.Attempt = pi.Metadata[model.MetaAttempt]
 		if msg.Type == "charge.refunded" && pi.LatestCharge != nil && pi.LatestCharge.Amount != 0 {
 			msg.Amount = pi.LatestCharge.Amount
 		}
 		msg.V = 2
 	}
-	if s.platform(msg.StripeAccount) != s.platform(p.PaymentDetails.StripeAccount) {
+	if f.platform(msg.StripeAccount) != f.platform(p.PaymentDetails.StripeAccount) {
 		return verdict{reason: "account"}, nil
 	}
-	var ref *PaymentRef
+	var ref *model.PaymentRef
 	if msg.PaymentIntent != "" {
-		r, err := s.store.GetPaymentRef(ctx, msg.PaymentIntent)
+		r, err := f.Store.GetPaymentRef(ctx, msg.PaymentIntent)
 		switch {
 		case err == nil:
 			ref = &r
@@ -119,16 +142,16 @@ func (s *Service) feedRefusal(ctx context.Context, msg *FeedMessage, p Period) (
 
 // platform maps the platform's own account id to "" (events about the
 // platform's own objects carry no account).
-func (s *Service) platform(account string) string {
-	if account == s.cfg.PlatformAccount {
+func (f *Feed) platform(account string) string {
+	if account == f.Cfg.PlatformAccount {
 		return ""
 	}
 	return account
 }
 
 // refuse logs and counts a refused feed event. Ids only: no secrets.
-func (s *Service) refuse(log *slog.Logger, msg FeedMessage, reason string) {
+func (f *Feed) refuse(log *slog.Logger, msg FeedMessage, reason string) {
 	log.Warn("billing feed: event refused: the PaymentIntent is not one the service created for this period; nothing moved",
 		"reason", reason, "event_stripe_account", msg.StripeAccount, "event_amount", msg.Amount, "event_currency", msg.Currency)
-	s.obs.FeedRefused(reason)
+	f.Obs.FeedRefused(reason)
 }
