@@ -15,6 +15,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/billing/jobs"
 	"github.com/stripe-payments/stripe-payments/internal/billing/model"
 	"github.com/stripe-payments/stripe-payments/internal/billing/outcome"
+	"github.com/stripe-payments/stripe-payments/internal/billing/schedule"
 	"github.com/stripe-payments/stripe-payments/internal/lock"
 )
 
@@ -44,56 +45,117 @@ func (c *Collector) forSub(ctx context.Context, sub model.Subscription) (*Collec
 
 // Collect charges what is due on date (collect --date D): subscriptions
 // whose next period is due (paused periods are skipped on their dates),
-// failed periods whose retry is due. It reads the payments index partitions of date and the LookbackDays
-// before it, shard by shard in parallel, and works account by account under
-// the account's lease lock.
+// failed periods whose retry is due. It reads the payments index
+// partitions of date and the LookbackDays before it, shard by shard in
+// parallel, and works account by account under the account's lease lock.
+//
+// Following one collection: Collect → jobs.Runner.Run (the index read, an
+// account at a time) → collectAccount (the lock, an entry at a time) →
+// collectDue (what is due: schedule.Due, schedule.NextStep) → attempt
+// (claim, Stripe's Charge, settle.Decide, outcome.Recorder.Record).
 func (c *Collector) Collect(ctx context.Context, date dates.Date) (*model.Report, error) {
 	if c.Charger == nil {
 		return nil, errors.New("collect: no Stripe charger configured")
 	}
-	return c.runner.Run(ctx, "collect", date, model.PaymentsIndex, true, c.collectEntry)
+	return c.runner.Run(ctx, "collect", date, model.PaymentsIndex, true, c.collectAccount)
 }
 
-// collectEntry acts on one payments-index entry of an account whose lock is
-// held: a subscription whose next period is due (to charge, or to skip when
-// paused), or a failed period whose retry is due.
-func (c *Collector) collectEntry(ctx context.Context, l *lock.Lock, e model.IndexEntry, date dates.Date, rep *model.Report) error {
-	switch {
-	case e.Kind == model.EntrySubscription:
-		sub, p, found, err := c.Store.GetSubscriptionWithPeriod(ctx, e)
-		if errors.Is(err, apperr.ErrNotFound) {
-			rep.Add(func(r *model.Report) { r.Skipped++ })
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		var due *model.Period
-		if found && p.BillingDate.Equal(sub.NextPeriodDate) {
-			due = &p
-		}
-		return c.collectDue(ctx, l, sub, due, date, rep)
-	case e.Kind == model.EntryPeriod:
-		return c.retryEntry(ctx, l, e, date, rep)
+// collectAccount works one account's payments-index entries holding the
+// account's lock: a subscription whose next period is due (collectDue), or
+// a failed period whose retry is due (retryEntry). An entry that fails is
+// logged and counted and the next one is worked; a crash or the loss of
+// the lock ends the account's work.
+func (c *Collector) collectAccount(ctx context.Context, account string, entries []model.IndexEntry, date dates.Date, rep *model.Report) error {
+	l, err := c.Lock(ctx, account)
+	if err != nil {
+		return err
 	}
-	rep.Add(func(r *model.Report) { r.Skipped++ })
-	return nil
+	for _, e := range entries {
+		if err = ctx.Err(); err != nil {
+			break
+		}
+		if !l.Valid() {
+			err = fmt.Errorf("account %s: %w", account, lock.ErrNotOwner)
+			break
+		}
+		var eerr error
+		switch e.Kind {
+		case model.EntrySubscription:
+			eerr = c.collectDue(ctx, l, e, date, rep)
+		case model.EntryPeriod:
+			eerr = c.retryEntry(ctx, l, e, date, rep)
+		default:
+			rep.Add(func(r *model.Report) { r.Skipped++ })
+		}
+		if jobs.Fatal(eerr) {
+			err = eerr
+			break
+		}
+		if eerr != nil {
+			c.runner.EntryFailed(account, e, eerr, rep)
+		}
+	}
+	return c.Unlock(ctx, account, l, err)
 }
 
-// collectDue acts on a subscription's next period if it is due by date
-// (charges it, or skips it when paused), and keeps going while the next one
-// is due too (catching up after days the job did not run).
-// due, when known, is the subscription's next period as read with it.
-func (c *Collector) collectDue(ctx context.Context, l *lock.Lock, sub model.Subscription, due *model.Period, date dates.Date, rep *model.Report) error {
+// collectDue acts on the next period of the subscription at e if it is due
+// by date: charges it, or skips it when paused, moves past it when it was
+// settled elsewhere, or gives up on it when it is too old to collect
+// (schedule.NextStep); and keeps going while the next one is due too
+// (catching up after days the job did not run).
+func (c *Collector) collectDue(ctx context.Context, l *lock.Lock, e model.IndexEntry, date dates.Date, rep *model.Report) error {
+	sub, p, found, err := c.Store.GetSubscriptionWithPeriod(ctx, e)
+	if errors.Is(err, apperr.ErrNotFound) {
+		rep.Add(func(r *model.Report) { r.Skipped++ })
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	// p, read with the subscription, is its next period when it is dated
+	// on the cursor; after a move the next one is read.
+	read := !found || !p.BillingDate.Equal(sub.NextPeriodDate)
 	for range 48 {
 		today := c.Today(sub)
-		cursor, dueDate := sub.NextPeriodDate, sub.DueDate
-		if sub.Status == model.SubCancelled || dueDate.IsZero() || dueDate.After(date) || dueDate.After(today) {
+		if !schedule.Due(sub, date, today) {
 			rep.Add(func(r *model.Report) { r.Skipped++ })
 			return nil
 		}
-		next, moved, err := c.collectFirst(ctx, l, sub, due, today, rep)
-		due = nil
+		cursor := sub.NextPeriodDate
+		if read {
+			p, err = c.Store.GetPeriod(ctx, sub.AccountID, sub.SubscriptionID, sub.NextPeriodDate)
+			switch {
+			case errors.Is(err, apperr.ErrNotFound):
+				p = model.NewPeriod(sub, sub.NextPeriodDate, model.Scheduled, model.ProcInitial, "recreated", c.Now())
+			case err != nil:
+				return err
+			}
+		}
+		read = true
+		var (
+			next  model.Subscription
+			moved bool
+		)
+		switch schedule.NextStep(p, today, c.Cfg.Retry) {
+		case schedule.SkipPaused:
+			next, moved, err = c.skipPaused(ctx, sub, p, today, rep)
+		case schedule.MoveOn:
+			next, moved, err = c.moveOn(ctx, sub, p, today, rep)
+		case schedule.GiveUp:
+			next, moved, err = c.markNextStale(ctx, sub, p, today, rep)
+		default:
+			if sub.RemindFor.Equal(p.BillingDate) && p.InFlightKey == "" {
+				// Its reminder has not gone out (its day had passed when
+				// the period was scheduled or moved, and no reminder run
+				// came in between): it goes out now, before the charge
+				// (deduplicated per charge date).
+				if err := c.Notifier.Notify(ctx, model.ReminderAction(sub, p.BillingDate, p.Due(), c.Now())); err != nil {
+					return err
+				}
+				rep.Add(func(r *model.Report) { r.Reminded++ })
+			}
+			next, moved, err = c.attempt(ctx, l, sub, p, model.ProcInitial, today, rep)
+		}
 		if err != nil || !moved || next.NextPeriodDate.Equal(cursor) || next.Status == model.SubCancelled ||
 			next.DueDate.After(date) || next.DueDate.After(today) {
 			return err
@@ -103,46 +165,8 @@ func (c *Collector) collectDue(ctx context.Context, l *lock.Lock, sub model.Subs
 	return nil
 }
 
-// collectFirst makes the first attempt on sub's next period, or marks it
-// STALE when it is too old to collect, or PAUSED_SKIPPED when it is paused.
-// It returns the subscription as written when it moved on.
-func (c *Collector) collectFirst(ctx context.Context, l *lock.Lock, sub model.Subscription, due *model.Period, today dates.Date, rep *model.Report) (model.Subscription, bool, error) {
-	var p model.Period
-	if due != nil {
-		p = *due
-	} else {
-		var err error
-		p, err = c.Store.GetPeriod(ctx, sub.AccountID, sub.SubscriptionID, sub.NextPeriodDate)
-		switch {
-		case errors.Is(err, apperr.ErrNotFound):
-			p = model.NewPeriod(sub, sub.NextPeriodDate, model.Scheduled, model.ProcInitial, "recreated", c.Now())
-		case err != nil:
-			return sub, false, err
-		}
-	}
-	if p.Status == model.Paused {
-		return c.skipPaused(ctx, sub, p, today, rep)
-	}
-	if p.Status != model.Scheduled {
-		return c.moveOn(ctx, sub, p, today, rep)
-	}
-	if c.Cfg.Retry.IsStale(p.Due(), today) && p.InFlightKey == "" {
-		return c.markNextStale(ctx, sub, p, today, rep)
-	}
-	if sub.RemindFor.Equal(p.BillingDate) && p.InFlightKey == "" {
-		// Its reminder has not gone out (its day had passed when the period
-		// was scheduled or moved, and no reminder run came in between): it
-		// goes out now, before the charge (deduplicated per charge date).
-		if err := c.Notifier.Notify(ctx, model.ReminderAction(sub, p.BillingDate, p.Due(), c.Now())); err != nil {
-			return sub, false, err
-		}
-		rep.Add(func(r *model.Report) { r.Reminded++ })
-	}
-	return c.attempt(ctx, l, sub, p, model.ProcInitial, today, rep)
-}
-
 // skipPaused makes a paused period whose date came PAUSED_SKIPPED and
-// moves the subscription on (collectFirst).
+// moves the subscription on (collectDue).
 func (c *Collector) skipPaused(ctx context.Context, sub model.Subscription, p model.Period, today dates.Date, rep *model.Report) (model.Subscription, bool, error) {
 	// A paused period whose date came: skipped, and the subscription
 	// moves on (ACTIVE again after the last one).
@@ -171,7 +195,7 @@ func (c *Collector) skipPaused(ctx context.Context, sub model.Subscription, p mo
 }
 
 // moveOn moves the subscription past a next period that is no longer
-// SCHEDULED, without charging (collectFirst).
+// SCHEDULED, without charging (collectDue).
 func (c *Collector) moveOn(ctx context.Context, sub model.Subscription, p model.Period, today dates.Date, rep *model.Report) (model.Subscription, bool, error) {
 	// Settled elsewhere (a webhook about a charge made outside this job):
 	// nothing to charge, but the subscription must move on.
@@ -194,7 +218,7 @@ func (c *Collector) moveOn(ctx context.Context, sub model.Subscription, p model.
 }
 
 // markNextStale gives up on a next period too old to collect and moves the
-// subscription on (collectFirst).
+// subscription on (collectDue).
 func (c *Collector) markNextStale(ctx context.Context, sub model.Subscription, p model.Period, today dates.Date, rep *model.Report) (model.Subscription, bool, error) {
 	now := c.Now()
 	tx := model.NewTx(c.Cause("collect", p, today), now)

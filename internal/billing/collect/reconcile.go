@@ -11,6 +11,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
 	"github.com/stripe-payments/stripe-payments/internal/billing/model"
+	"github.com/stripe-payments/stripe-payments/internal/billing/settle"
 	"github.com/stripe-payments/stripe-payments/internal/lock"
 	"github.com/stripe-payments/stripe-payments/internal/stripebudget"
 )
@@ -206,15 +207,19 @@ func (c *Collector) resolveInFlight(ctx context.Context, l *lock.Lock, req InFli
 }
 
 // settleFound records the PaymentIntent Stripe made for p's attempt in
-// flight as its outcome, as the collection does (recordOutcome, cause
+// flight as its outcome, as the collection does (attempt, cause
 // "resolve"). A decline's retry is the next collection run's: the
 // reconciliation never charges.
 func (c *Collector) settleFound(ctx context.Context, sub model.Subscription, p model.Period, found model.ChargeResult, proc model.Process, today dates.Date,
 	rep *model.Report, res Resolution) (Resolution, error) {
-	_, after, err := c.recordOutcome(ctx, sub, p, found, true, p.Attempts+1, proc, today, rep)
-	if err != nil {
-		return res, err
+	in := c.rec.Input(sub, p, settle.HappenedOf(found.Outcome), found.PaymentIntent, proc, today)
+	answered(&in, found, p.Attempts+1)
+	st := settle.Decide(in)
+	if err := c.rec.Record(ctx, c.Log, model.NewTx(c.Cause("resolve", p, today), in.Now), &sub, &st, today); err != nil {
+		return res, fmt.Errorf("record attempt (the charge is in Stripe; a rerun or its webhook records it): %w", err)
 	}
+	counted(rep, found, true)
+	after := st.Period
 	res.Outcome = ResolveSettled
 	res.Action = fmt.Sprintf("settled as %s from %s", after.Status, found.PaymentIntent)
 	if after.Status == model.Completed {

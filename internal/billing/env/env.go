@@ -123,28 +123,41 @@ func (e *Env) Cause(job string, p model.Period, today dates.Date) string {
 	return fmt.Sprintf("%s:%s:attempt-%d", job, today, p.Attempts+1)
 }
 
-// WithLock runs fn holding the account's billing lock (fail if locked:
-// model.ErrLocked). A crash (model.ErrCrash) abandons the lock, as a dead
-// process leaves it.
+// WithLock runs fn holding the account's billing lock (Lock, Unlock).
 func (e *Env) WithLock(ctx context.Context, account string, fn func(ctx context.Context, l *lock.Lock) error) error {
+	l, err := e.Lock(ctx, account)
+	if err != nil {
+		return err
+	}
+	return e.Unlock(ctx, account, l, fn(ctx, l))
+}
+
+// Lock takes the account's billing lock (fail if locked: model.ErrLocked).
+func (e *Env) Lock(ctx context.Context, account string) (*lock.Lock, error) {
 	l, err := e.Locks.Acquire(ctx, model.LockKey(account), true)
 	if errors.Is(err, lock.ErrAlreadyLocked) {
-		return fmt.Errorf("account %s: %w", account, model.ErrLocked)
+		return nil, fmt.Errorf("account %s: %w", account, model.ErrLocked)
 	}
 	if err != nil {
-		return fmt.Errorf("lock account %s: %w", account, err)
+		return nil, fmt.Errorf("lock account %s: %w", account, err)
 	}
-	ferr := fn(ctx, l)
-	if errors.Is(ferr, model.ErrCrash) {
+	return l, nil
+}
+
+// Unlock gives back the lock of work that ended with err, and returns err:
+// released, or abandoned on a crash (model.ErrCrash), as a dead process
+// leaves it (the next holder takes it over after the lease).
+func (e *Env) Unlock(ctx context.Context, account string, l *lock.Lock, err error) error {
+	if errors.Is(err, model.ErrCrash) {
 		l.Abandon()
-		return ferr
+		return err
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	if err := l.Release(rctx); err != nil {
-		e.Log.Warn("could not release billing lock", "account", account, "error", err)
+	if rerr := l.Release(rctx); rerr != nil {
+		e.Log.Warn("could not release billing lock", "account", account, "error", rerr)
 	}
-	return ferr
+	return err
 }
 
 // Test clocks (docs/design.md §4), after Stripe's own: a clock is a frozen

@@ -1,13 +1,12 @@
 // Package jobs runs the billing core's daily jobs (collect, remind): it reads
 // the due-date index partitions of a date and the days before it (the
 // sweep), shard by shard in parallel, and hands each account's entries to
-// the job's EntryFunc, under the account's lock when the job charges.
+// the job (which takes the account's lock itself when it charges).
 package jobs
 
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -31,20 +30,27 @@ type accountWork struct {
 	entries []model.IndexEntry
 }
 
-// EntryFunc acts on one index entry of an account (under its lock when
-// the run is locked).
-type EntryFunc func(ctx context.Context, l *lock.Lock, e model.IndexEntry, date dates.Date, rep *model.Report) error
+// AccountFunc acts on the entries of one account a run read (a job takes
+// the account's lock itself when it charges).
+type AccountFunc func(ctx context.Context, account string, entries []model.IndexEntry, date dates.Date, rep *model.Report) error
 
-// Run runs job for date over index: fn acts on each entry, under the
-// account's lock when locked.
-func (r *Runner) Run(ctx context.Context, job string, date dates.Date, index model.Index, locked bool, fn EntryFunc) (*model.Report, error) {
+// EntryFunc acts on one index entry of an account (EachEntry).
+type EntryFunc func(ctx context.Context, e model.IndexEntry, date dates.Date, rep *model.Report) error
+
+// Run runs job for date over index: the index partitions of date and the
+// days before it are read shard by shard in parallel, and fn acts on each
+// account's entries, WorkersPerShard accounts at a time per shard (as each
+// shard's read ends). sweep: the run reaches back to what the last clean
+// run left, and moves the sweep watermark when it leaves nothing behind
+// (the collection).
+func (r *Runner) Run(ctx context.Context, job string, date dates.Date, index model.Index, sweep bool, fn AccountFunc) (*model.Report, error) {
 	rep := &model.Report{Job: job, Date: date.String()}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	log := r.Log.With("job", job, "date", date.String())
 	start := time.Now()
 	from := date.AddDays(-r.Cfg.LookbackDays)
-	if locked { // collect: reach back to what the last clean run left
+	if sweep {
 		var err error
 		if from, err = r.sweepFrom(ctx, r.sweepKey(job), date); err != nil {
 			return rep, err
@@ -53,14 +59,16 @@ func (r *Runner) Run(ctx context.Context, job string, date dates.Date, index mod
 	rep.SweptFrom = from.String()
 
 	var (
-		mu    sync.Mutex
-		retry []accountWork
+		mu      sync.Mutex
+		retry   []accountWork
+		wg      sync.WaitGroup
+		readErr error
 	)
 	work := func(w accountWork) {
 		// One account's panic fails that account only (logged and
 		// counted, and an error of the run like any other failure); its
 		// lock's lease lets the next run in.
-		err := r.Safe.Do("billing_account", func() error { return r.account(ctx, w, date, locked, fn, rep) })
+		err := r.Safe.Do("billing_account", func() error { return fn(ctx, w.account, w.entries, date, rep) })
 		switch {
 		case errors.Is(err, model.ErrLocked):
 			mu.Lock()
@@ -74,35 +82,6 @@ func (r *Runner) Run(ctx context.Context, job string, date dates.Date, index mod
 			rep.Because("account "+w.account, err)
 		}
 	}
-	readErr := r.eachShard(ctx, index, from, date, rep, work)
-	r.retryLocked(ctx, log, &retry, work)
-	r.registerChargedOn(ctx, log, rep)
-	rep.Locked = len(retry)
-	for _, w := range retry {
-		log.Warn("billing job: account locked for the whole run; rerun the job", "account", w.account)
-	}
-	if locked {
-		r.endSweep(ctx, log, job, date, rep, readErr)
-	}
-	log.Info("billing job done", "report", rep.Summary(), "elapsed", time.Since(start).String())
-	if cause := context.Cause(ctx); cause != nil {
-		return rep, cause
-	}
-	if readErr != nil {
-		return rep, readErr
-	}
-	return rep, nil
-}
-
-// eachShard reads every shard's partitions from from to date in parallel
-// and hands each account's entries to work, WorkersPerShard at a time per
-// shard; it returns the read errors.
-func (r *Runner) eachShard(ctx context.Context, index model.Index, from, date dates.Date, rep *model.Report, work func(accountWork)) error {
-	var (
-		mu      sync.Mutex
-		wg      sync.WaitGroup
-		readErr error
-	)
 	for shard := 0; shard < r.indexShards(); shard++ {
 		wg.Add(1)
 		go func() {
@@ -141,6 +120,27 @@ func (r *Runner) eachShard(ctx context.Context, index model.Index, from, date da
 		}()
 	}
 	wg.Wait()
+	r.retryLocked(ctx, log, &retry, work)
+	rep.Locked = len(retry)
+	for _, w := range retry {
+		log.Warn("billing job: account locked for the whole run; rerun the job", "account", w.account)
+	}
+	return rep, r.finish(ctx, log, job, date, sweep, rep, start, readErr)
+}
+
+// finish ends a run: the Stripe accounts it charged on registered, the
+// sweep ended, the report logged. The error is why the run stopped, if it
+// did (a crash, a read error).
+func (r *Runner) finish(ctx context.Context, log *slog.Logger, job string, date dates.Date, sweep bool, rep *model.Report,
+	start time.Time, readErr error) error {
+	r.registerChargedOn(ctx, log, rep)
+	if sweep {
+		r.endSweep(ctx, log, job, date, rep, readErr)
+	}
+	log.Info("billing job done", "report", rep.Summary(), "elapsed", time.Since(start).String())
+	if cause := context.Cause(ctx); cause != nil {
+		return cause
+	}
 	return readErr
 }
 
@@ -199,7 +199,7 @@ func (r *Runner) endSweep(ctx context.Context, log *slog.Logger, job string, dat
 
 // Gauge keeps the unresolved gauge to the newest date's run: a run
 // for an older date never reads a later date's charges in flight, so its
-// count must not replace that run'r.
+// count must not replace that run's.
 type Gauge struct {
 	mu   sync.Mutex
 	date dates.Date // zero: never set
@@ -245,31 +245,34 @@ func (r *Runner) readShard(ctx context.Context, index model.Index, from, date da
 	return accounts, nil
 }
 
-// account processes one account's entries, under its lock when locked.
-func (r *Runner) account(ctx context.Context, w accountWork, date dates.Date, locked bool, fn EntryFunc, rep *model.Report) error {
-	each := func(ctx context.Context, l *lock.Lock) error {
-		for _, e := range w.entries {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			if l != nil && !l.Valid() {
-				return fmt.Errorf("account %s: %w", w.account, lock.ErrNotOwner)
-			}
-			if err := fn(ctx, l, e, date, rep); err != nil {
-				if errors.Is(err, model.ErrCrash) || errors.Is(err, lock.ErrNotOwner) {
-					return err
-				}
-				r.Log.Error("billing job: entry failed", "account", w.account, "sk", e.SK, "error", err)
-				rep.Add(func(r *model.Report) { r.Errors++ })
-				rep.Because("account "+w.account, err)
-			}
+// EachEntry acts with fn on each of an account's entries, without its
+// lock (a job that charges nothing).
+func (r *Runner) EachEntry(ctx context.Context, account string, entries []model.IndexEntry, date dates.Date, rep *model.Report, fn EntryFunc) error {
+	for _, e := range entries {
+		if ctx.Err() != nil {
+			return ctx.Err()
 		}
-		return nil
+		if err := fn(ctx, e, date, rep); Fatal(err) {
+			return err
+		} else if err != nil {
+			r.EntryFailed(account, e, err, rep)
+		}
 	}
-	if !locked {
-		return each(ctx, nil)
-	}
-	return r.WithLock(ctx, w.account, each)
+	return nil
+}
+
+// Fatal reports an error that ends an account's work in a run: the
+// process is dying (model.ErrCrash) or the account's lock was lost.
+func Fatal(err error) bool {
+	return errors.Is(err, model.ErrCrash) || errors.Is(err, lock.ErrNotOwner)
+}
+
+// EntryFailed logs and counts an entry whose work failed; the run goes on
+// with the account's next entry.
+func (r *Runner) EntryFailed(account string, e model.IndexEntry, err error, rep *model.Report) {
+	r.Log.Error("billing job: entry failed", "account", account, "sk", e.SK, "error", err)
+	rep.Add(func(r *model.Report) { r.Errors++ })
+	rep.Because("account "+account, err)
 }
 
 // indexShards is how many index shards a run reads: a test clock's entries

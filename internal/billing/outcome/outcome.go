@@ -14,6 +14,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
 	"github.com/stripe-payments/stripe-payments/internal/billing/env"
 	"github.com/stripe-payments/stripe-payments/internal/billing/model"
+	"github.com/stripe-payments/stripe-payments/internal/billing/schedule"
 	"github.com/stripe-payments/stripe-payments/internal/billing/settle"
 	"github.com/stripe/stripe-go/v76"
 )
@@ -71,16 +72,16 @@ func (r *Recorder) Record(ctx context.Context, log *slog.Logger, tx *model.Tx, s
 		}
 	}
 	st.Put(tx)
-	switch {
-	case st.Charged:
-		if err := r.Sched.MovedOn(ctx, tx, sub, *p, today, p.Process, tx.Now()); err != nil {
-			return err
-		}
-	case st.GaveUp && sub.Status != model.SubCancelled && sub.NextPeriodDate.Equal(p.BillingDate):
-		// Given up on the subscription's next period: it moves on.
+	// The subscription moves on: past p when it was its next period (the
+	// cursor), and a charge of p is recorded on it.
+	moved := (st.Charged || st.GaveUp) && schedule.OnCursor(*sub, *p)
+	if moved {
 		if err := r.Sched.Advance(ctx, tx, sub, p.BillingDate, today, p.Process, tx.Now()); err != nil {
 			return err
 		}
+	}
+	charged := st.Charged && schedule.Charged(sub, *p)
+	if moved || charged {
 		tx.PutSubscription(sub)
 	}
 	if err := r.Store.Commit(ctx, tx); err != nil {

@@ -14,7 +14,6 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/billing/jobs"
 	"github.com/stripe-payments/stripe-payments/internal/billing/model"
 	"github.com/stripe-payments/stripe-payments/internal/billing/schedule"
-	"github.com/stripe-payments/stripe-payments/internal/lock"
 )
 
 // Reminder runs the reminder job.
@@ -30,13 +29,19 @@ func New(e *env.Env, gauge *jobs.Gauge) *Reminder {
 
 // Remind sends the reminders due on date (remind --date D).
 func (r *Reminder) Remind(ctx context.Context, date dates.Date) (*model.Report, error) {
-	return r.runner.Run(ctx, "remind", date, model.RemindersIndex, false, r.remindEntry)
+	return r.runner.Run(ctx, "remind", date, model.RemindersIndex, false, r.remindAccount)
+}
+
+// remindAccount sends the reminders due in one account's entries (no lock:
+// a reminder's claim is a conditional write).
+func (r *Reminder) remindAccount(ctx context.Context, account string, entries []model.IndexEntry, date dates.Date, rep *model.Report) error {
+	return r.runner.EachEntry(ctx, account, entries, date, rep, r.remindEntry)
 }
 
 // remindEntry sends a due reminder: claim (conditional write naming the
 // period it announces), notify (idempotent per subscription and payment
 // date), then move the reminder on to the following period.
-func (r *Reminder) remindEntry(ctx context.Context, _ *lock.Lock, e model.IndexEntry, date dates.Date, rep *model.Report) error {
+func (r *Reminder) remindEntry(ctx context.Context, e model.IndexEntry, date dates.Date, rep *model.Report) error {
 	if e.Kind != model.EntrySubscription {
 		return nil
 	}

@@ -113,17 +113,17 @@ func Reopen(p *model.Period, sub model.Subscription, proc model.Process, event s
 	p.ChargeDate, p.CompletionDate, p.NextAttemptDate, p.Error, p.PauseDurationMonths = dates.Date{}, time.Time{}, dates.Date{}, "", 0
 }
 
-// MovedOn updates sub after a charge of p was recorded (by a job or a
-// webhook): the last charged period and the last payment, and the cursor
-// moves past p when p was the next period.
-func (s Schedule) MovedOn(ctx context.Context, tx *model.Tx, sub *model.Subscription, p model.Period, today dates.Date, proc model.Process, now time.Time) error {
+// OnCursor reports whether p is sub's next period: once p is charged or
+// given up on, the cursor moves past it (Advance).
+func OnCursor(sub model.Subscription, p model.Period) bool {
+	return sub.Status != model.SubCancelled && sub.NextPeriodDate.Equal(p.BillingDate)
+}
+
+// Charged records on sub a charge of p (by a job or a webhook) whatever its
+// outcome: the last charged period, the last payment, the end of a pending
+// downgrade. It reports whether sub changed.
+func Charged(sub *model.Subscription, p model.Period) bool {
 	changed := false
-	if sub.Status != model.SubCancelled && sub.NextPeriodDate.Equal(p.BillingDate) {
-		if err := s.Advance(ctx, tx, sub, p.BillingDate, today, proc, now); err != nil {
-			return err
-		}
-		changed = true
-	}
 	if p.BillingDate.After(sub.LastChargedPeriod) {
 		sub.LastChargedPeriod = p.BillingDate
 		changed = true
@@ -135,14 +135,47 @@ func (s Schedule) MovedOn(ctx context.Context, tx *model.Tx, sub *model.Subscrip
 	if DowngradeApplied(*sub, p) { // the first period at the new, lower plan is paid
 		sub.PendingDowngrade, changed = false, true
 	}
-	if changed {
-		tx.PutSubscription(sub)
-	}
-	return nil
+	return changed
 }
 
 // DowngradeApplied reports that p's success ends sub's pending downgrade:
 // p was charged at the plan and amount sub has now.
 func DowngradeApplied(sub model.Subscription, p model.Period) bool {
 	return sub.PendingDowngrade && p.Status == model.Completed && p.SKU == sub.SKU && p.Amount == sub.Amount
+}
+
+// Due reports whether sub's next period is due by date (the job's date)
+// and by today (the subscription's own date): the collection acts on it.
+func Due(sub model.Subscription, date, today dates.Date) bool {
+	return sub.Status != model.SubCancelled && !sub.DueDate.IsZero() && !sub.DueDate.After(date) && !sub.DueDate.After(today)
+}
+
+// Step is what the collection does with a subscription's next period
+// once it is due.
+type Step int
+
+const (
+	// Charge: attempt it (or settle the attempt in flight).
+	Charge Step = iota
+	// SkipPaused: a paused period whose date came becomes PAUSED_SKIPPED.
+	SkipPaused
+	// MoveOn: it was settled elsewhere (no longer SCHEDULED): the cursor
+	// moves past it, nothing is charged.
+	MoveOn
+	// GiveUp: too old to collect: STALE, and the cursor moves on.
+	GiveUp
+)
+
+// NextStep decides what the collection does with p, the due next period
+// of a subscription, on today (its date).
+func NextStep(p model.Period, today dates.Date, retry dates.RetryPolicy) Step {
+	switch {
+	case p.Status == model.Paused:
+		return SkipPaused
+	case p.Status != model.Scheduled:
+		return MoveOn
+	case retry.IsStale(p.Due(), today) && p.InFlightKey == "":
+		return GiveUp
+	}
+	return Charge
 }
