@@ -90,6 +90,11 @@ func (s *Service) OnClock(clock string, now func() time.Time) *Service {
 	return assemble(s.env.OnClock(clock, now), s.gauge)
 }
 
+// DailyOn is the daily jobs of a copy of s on test clock clock (OnClock).
+func (s *Service) DailyOn(clock string, now func() time.Time) jobs.Daily {
+	return s.OnClock(clock, now)
+}
+
 // NowDate is the job date of a run without --date: tomorrow in UTC, so
 // that subscriptions in time zones ahead of UTC are seen on their own
 // date. Each subscription is acted on only once its payment (or reminder)

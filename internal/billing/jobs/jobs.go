@@ -292,3 +292,12 @@ func (r *Runner) sweepKey(job string) string {
 	}
 	return job
 }
+
+// Daily is the billing core's daily jobs on one clock, as package
+// testclock runs a test clock's days through them.
+type Daily interface {
+	// NowDate is the job date of a run without --date.
+	NowDate() dates.Date
+	Remind(ctx context.Context, date dates.Date) (*model.Report, error)
+	Collect(ctx context.Context, date dates.Date) (*model.Report, error)
+}
