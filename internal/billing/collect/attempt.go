@@ -19,7 +19,7 @@ import (
 //     its key; past it Stripe is asked for the PaymentIntent it made
 //     (resolve.go);
 //  2. a new attempt cancels the period's PaymentIntent the customer could
-//     still pay (outcome/payable.go), then is claimed: a conditional write
+//     still pay (package outcome, payable.go), then is claimed: a conditional write
 //     of its idempotency key, on the subscription as read;
 //  3. Stripe charges (the Charger), with the attempt's key;
 //  4. the kernel settles the answer (settle.Decide) and the Recorder

@@ -115,7 +115,7 @@ func New(cfg model.Config, d Deps) (*Env, error) {
 func (e *Env) Today(sub model.Subscription) dates.Date { return dates.In(e.Now(), sub.Location()) }
 
 // HardDecline reports whether Stripe's decline code is one retrying cannot
-// fix (model/decline.go).
+// fix (internal/billing/model/decline.go).
 func (e *Env) HardDecline(code string) bool { return code != "" && e.hard[code] }
 
 // Cause names an attempt of job on p in the history ("collect:<today>:attempt-n").

@@ -148,7 +148,7 @@ func FeedFromEvent(ev *stripe.Event) (FeedMessage, bool, error) {
 
 // ApplyFeed applies one Stripe event to its billing period, under the
 // account's lock (ErrLocked: the outbox retries it later). The trust checks
-// (feedtrust.go) come first and take no lock: the account is named by
+// (trust.go) come first and take no lock: the account is named by
 // merchant-writable metadata, so a message that fails them never takes (or
 // waits for) that account's lock. Applying is idempotent: every transition
 // is conditional on the state it leaves, and the history entry's key is

@@ -74,7 +74,7 @@ func (lc *Lifecycle) UpdateSubscription(ctx context.Context, account, subID stri
 		}
 		// The periods this change waived, cancelled, or gave a new amount
 		// or payment method: their PaymentIntents the customer could still
-		// pay are cancelled at Stripe (payable.go).
+		// pay are cancelled at Stripe (package outcome, payable.go).
 		after, lerr := lc.Store.ListPeriods(ctx, account, subID)
 		if lerr != nil {
 			lc.Log.Warn("billing: could not read the changed periods to cancel their payable PaymentIntents", "account", account,

@@ -35,7 +35,7 @@ type Config struct {
 	// resends an attempt in flight with its key; past it a resend could
 	// charge twice, so the job asks Stripe for the attempt's PaymentIntent
 	// (search by metadata, list by customer), records what happened, and
-	// only then makes a new attempt (resolve.go).
+	// only then makes a new attempt (internal/billing/collect/resolve.go).
 	IdempotencyWindow time.Duration
 	// PlatformAccount is STRIPE_PLATFORM_ACCOUNT: the platform's own account
 	// id, the same as "" (no Stripe-Account) to the webhook feed's checks.

@@ -6,7 +6,7 @@ package model
 // authentication required, …), the period is ERROR with that code and gets
 // no automatic retries; its next look is its stale date, when the job marks
 // it STALE as any unpaid period. A pay now may still collect it, and a
-// payment method change makes it due at the next collection run (change.go).
+// payment method change makes it due at the next collection run (internal/billing/lifecycle).
 // Card networks penalise retries of such declines.
 
 // HardCodes is the set of codes.

@@ -40,7 +40,7 @@ type Report struct {
 	// Stripe (found and recorded, or not found and recorded as lost).
 	Resolved int `json:"resolved"`
 	// Unresolved: periods this run left with an attempt whose outcome is
-	// still unknown (resolve.go); the next run settles them. Not OK.
+	// still unknown (internal/billing/collect/resolve.go); the next run settles them. Not OK.
 	Unresolved int `json:"unresolved"`
 	// UnresolvedSamples names up to MaxUnresolvedSamples of those periods,
 	// "<account>/<subscription_id>", for the operator (the incident of

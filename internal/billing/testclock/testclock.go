@@ -8,7 +8,7 @@
 // clock is the test clock's (Billing.DailyOn).
 //
 // The billing core knows only that a subscription may live on a clock
-// (internal/billing/clock.go); it never imports this package.
+// (internal/billing/env: ForSub, OnClock); it never imports this package.
 package testclock
 
 import (
