@@ -73,11 +73,19 @@ var rules = []struct {
 	{"internal/ops", "the console and the internal API sit side by side over the same services; the console never goes through the API",
 		[]string{module + "/internal/api"}},
 	{"internal/billing", "the billing core never reaches its test clocks: package internal/billing/testclock drives it " +
-		"through its exported surface (OnClock, Remind, Collect), never the other way (docs/architecture.md)",
+		"through its exported surface (DailyOn: Remind, Collect), never the other way (docs/architecture.md)",
 		[]string{module + "/internal/billing/testclock"}},
 	{"cmd/stripe-payments", "the local Stripe (cmd/stripe-local) and the tests' fake are development tools, never in the service's binary (docs/design.md §3)",
 		[]string{module + "/internal/localstripe", module + "/internal/stripetest"}},
 }
+
+// billingDrivers are what the billing core and each of its parts
+// (billingParts) must not import itself.
+var billingDrivers = []string{"github.com/jackc/pgx", "github.com/aws/aws-sdk-go-v2", "github.com/stripe/stripe-go/v76/client",
+	module + "/internal/dynamo", module + "/internal/outbox", module + "/internal/pgtx"}
+
+const billingDriversWhy = "the billing core holds the model and the rules over its own interfaces (internal/billing/model); " +
+	"the drivers are its implementations' business (internal/billing/store, stripecharge, notify, feedqueue), wired in by internal/app"
 
 // directRules name what a package must not import itself (it may still
 // reach it through a package it uses: the billing core reaches DynamoDB
@@ -87,10 +95,7 @@ var directRules = []struct {
 	pkg, why string
 	never    []string // import path prefixes
 }{
-	{"internal/billing", "the billing core holds the model and the rules over its own interfaces (deps.go); the drivers are " +
-		"its implementations' business (internal/billing/store, stripecharge, notify, feedqueue), wired in by internal/app",
-		[]string{"github.com/jackc/pgx", "github.com/aws/aws-sdk-go-v2", "github.com/stripe/stripe-go/v76/client", module + "/internal/dynamo",
-			module + "/internal/outbox", module + "/internal/pgtx"}},
+	{"internal/billing", billingDriversWhy, billingDrivers},
 	{"internal/ops", "the console only views and asks: no database driver, no pool, no store internals; the tables it " +
 		"shows are read through their owners (opsdata, outbox, tracking, thin, recordq)", consoleNever},
 }

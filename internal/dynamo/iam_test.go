@@ -60,7 +60,7 @@ var tableExprs = map[string]map[string][]string{
 }
 
 // skipDirs are not the service: test helpers, the load tool, benchmarks.
-var skipDirs = regexp.MustCompile(`(^|/)(testdata|internal/testenv|internal/stripetest|internal/apptest|internal/billing/billingtest|internal/loadtest|cmd/loadgen|bench|node_modules|\.dev|\.git)(/|$)`)
+var skipDirs = regexp.MustCompile(`(^|/)(testdata|internal/testenv|internal/stripetest|internal/apptest|internal/billingtest|internal/loadtest|cmd/loadgen|bench|node_modules|\.dev|\.git)(/|$)`)
 
 // call is one DynamoDB request the code makes.
 type call struct {

@@ -1,7 +1,7 @@
 // Package batchrun is the batch collection of docs/design.md §4 and §8: an
 // operator's selection of subscriptions with an ERROR period is recorded
 // durably in Postgres and charged in the background, each subscription's
-// oldest ERROR period exactly as pay now (billing.Service.BatchCharge),
+// oldest ERROR period exactly as pay now (collect.Collector.BatchCharge),
 // process BATCH, within the Stripe API budget at the charges class,
 // resuming after a restart without charging anything twice. The patterns
 // are the bulk replay's (internal/replay): items fixed when the batch is
@@ -22,7 +22,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/stripe-payments/stripe-payments/internal/apperr"
-	"github.com/stripe-payments/stripe-payments/internal/billing"
+	"github.com/stripe-payments/stripe-payments/internal/billing/collect"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
 )
 
@@ -36,9 +36,9 @@ const (
 	StatusDone    = "done"
 )
 
-// Selector is the billing core's side of a batch (billing.Service).
+// Selector is the billing core's side of a batch (collect.Collector).
 type Selector interface {
-	SelectBatch(ctx context.Context, sel billing.BatchSelection) ([]billing.BatchCandidate, error)
+	SelectBatch(ctx context.Context, sel collect.BatchSelection) ([]collect.BatchCandidate, error)
 }
 
 // Selection is a batch's selection as recorded (and shown).
@@ -49,7 +49,7 @@ type Selection struct {
 }
 
 // SelectionOf renders sel.
-func SelectionOf(sel billing.BatchSelection) Selection {
+func SelectionOf(sel collect.BatchSelection) Selection {
 	out := Selection{AccountIDs: sel.AccountIDs}
 	if !sel.Since.IsZero() {
 		out.Since = sel.Since.String()
@@ -68,7 +68,7 @@ type Item struct {
 	BillingDate    string
 	Amount         int64
 	Currency       string
-	// Outcome is "" until done (billing.Batch* outcomes, or "failed").
+	// Outcome is "" until done (collect.Batch* outcomes, or "failed").
 	Outcome       string
 	PaymentIntent string
 	DeclineCode   string
@@ -102,7 +102,7 @@ func NewStore(pool *pgxpool.Pool, sel Selector) *Store {
 
 // match runs the selection; a bad one is apperr.ErrInvalid (billing's
 // refusal as it is).
-func (s *Store) match(ctx context.Context, sel billing.BatchSelection) ([]billing.BatchCandidate, error) {
+func (s *Store) match(ctx context.Context, sel collect.BatchSelection) ([]collect.BatchCandidate, error) {
 	c, err := s.sel.SelectBatch(ctx, sel)
 	if errors.Is(err, apperr.ErrInvalid) {
 		return nil, err
@@ -122,14 +122,14 @@ func (s *Store) match(ctx context.Context, sel billing.BatchSelection) ([]billin
 // DryRun lists what a batch of sel would charge (and which subscriptions it
 // would skip, and why). It changes nothing; a selection matching nothing is
 // apperr.ErrInvalid.
-func (s *Store) DryRun(ctx context.Context, sel billing.BatchSelection) ([]billing.BatchCandidate, error) {
+func (s *Store) DryRun(ctx context.Context, sel collect.BatchSelection) ([]collect.BatchCandidate, error) {
 	return s.match(ctx, sel)
 }
 
 // Start records a batch of what sel matches, asked for by actor, for the
 // runner to carry out. A selection matching nothing, or over MaxItems, is
 // refused and nothing is written.
-func (s *Store) Start(ctx context.Context, sel billing.BatchSelection, actor string) (Batch, error) {
+func (s *Store) Start(ctx context.Context, sel collect.BatchSelection, actor string) (Batch, error) {
 	cands, err := s.match(ctx, sel)
 	if err != nil {
 		return Batch{}, err

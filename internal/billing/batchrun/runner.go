@@ -9,17 +9,18 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/stripe-payments/stripe-payments/internal/billing"
+	"github.com/stripe-payments/stripe-payments/internal/billing/collect"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
+	"github.com/stripe-payments/stripe-payments/internal/billing/model"
 	"github.com/stripe-payments/stripe-payments/internal/lease"
 	"github.com/stripe-payments/stripe-payments/internal/lock"
 	"github.com/stripe-payments/stripe-payments/internal/stripebudget"
 )
 
-// Charger charges one batch item (billing.Service.BatchCharge).
+// Charger charges one batch item (collect.Collector.BatchCharge).
 type Charger interface {
-	BatchCharge(ctx context.Context, account, subID string, want dates.Date, prev *billing.BatchAttempt,
-		begin func(billing.BatchAttempt) error) (billing.BatchResult, error)
+	BatchCharge(ctx context.Context, account, subID string, want dates.Date, prev *collect.BatchAttempt,
+		begin func(collect.BatchAttempt) error) (collect.BatchResult, error)
 }
 
 // Observer counts batch progress (metrics.Batches).
@@ -96,7 +97,7 @@ type pendingItem struct {
 	seq          int
 	account, sub string
 	billingDate  string
-	begun        *billing.BatchAttempt
+	begun        *collect.BatchAttempt
 }
 
 // RunOnce claims one running batch nobody holds and carries it out to its
@@ -131,7 +132,7 @@ func (r *Runner) RunOnce(ctx context.Context) (worked bool, err error) {
 					return true, cerr
 				}
 				outcome, msg = OutcomeFailed, cerr.Error()
-				if errors.Is(cerr, billing.ErrLocked) || errors.Is(cerr, billing.ErrConflict) {
+				if errors.Is(cerr, model.ErrLocked) || errors.Is(cerr, model.ErrConflict) {
 					outcome = OutcomeSkippedLocked
 				}
 				if len(msg) > 1000 {
@@ -155,17 +156,17 @@ func (r *Runner) RunOnce(ctx context.Context) (worked bool, err error) {
 var errLeaseLost = errors.New("lease lost to another runner")
 
 // chargeItem charges one item, trying again while its account is busy.
-func (r *Runner) chargeItem(ctx context.Context, id string, it pendingItem) (billing.BatchResult, error) {
+func (r *Runner) chargeItem(ctx context.Context, id string, it pendingItem) (collect.BatchResult, error) {
 	want, err := dates.Parse(it.billingDate)
 	if err != nil {
-		return billing.BatchResult{}, fmt.Errorf("item %d: billing date: %w", it.seq, err)
+		return collect.BatchResult{}, fmt.Errorf("item %d: billing date: %w", it.seq, err)
 	}
 	// Every Stripe request of the charge draws on the shared budget at the
 	// charges class: a batch collection is a collection (docs/design.md §9).
 	cctx := stripebudget.WithClass(ctx, stripebudget.Charges)
 	prev := it.begun
 	for try := 1; ; try++ {
-		res, err := r.charger.BatchCharge(cctx, it.account, it.sub, want, prev, func(a billing.BatchAttempt) error {
+		res, err := r.charger.BatchCharge(cctx, it.account, it.sub, want, prev, func(a collect.BatchAttempt) error {
 			if err := r.begin(ctx, id, it.seq, a); err != nil {
 				return err
 			}
@@ -175,7 +176,7 @@ func (r *Runner) chargeItem(ctx context.Context, id string, it pendingItem) (bil
 		// Busy: nothing was sent. The account's lock lost before the
 		// charge (lock.ErrNotOwner) leaves the claim in flight, unsent: the
 		// next try settles it with its own key (prev).
-		busy := errors.Is(err, billing.ErrLocked) || errors.Is(err, billing.ErrConflict) || errors.Is(err, lock.ErrNotOwner)
+		busy := errors.Is(err, model.ErrLocked) || errors.Is(err, model.ErrConflict) || errors.Is(err, lock.ErrNotOwner)
 		if !busy || try >= r.cfg.BusyTries {
 			return res, err
 		}
@@ -213,7 +214,7 @@ func (r *Runner) pending(ctx context.Context, id string, n int) ([]pendingItem, 
 			if err != nil {
 				return p, fmt.Errorf("item %d: begun date: %w", p.seq, err)
 			}
-			p.begun = &billing.BatchAttempt{BillingDate: d, AttemptNo: *begunNo}
+			p.begun = &collect.BatchAttempt{BillingDate: d, AttemptNo: *begunNo}
 		}
 		return p, nil
 	})
@@ -225,7 +226,7 @@ func (r *Runner) pending(ctx context.Context, id string, n int) ([]pendingItem, 
 
 // begin records, before the claim, the attempt an item is about to make;
 // it fails (and nothing is charged) when the lease is lost.
-func (r *Runner) begin(ctx context.Context, id string, seq int, a billing.BatchAttempt) error {
+func (r *Runner) begin(ctx context.Context, id string, seq int, a collect.BatchAttempt) error {
 	return pgx.BeginFunc(ctx, r.store.pool, func(tx pgx.Tx) error {
 		held, err := r.lease.Renew(ctx, tx, id)
 		if err != nil {
@@ -244,14 +245,14 @@ func (r *Runner) begin(ctx context.Context, id string, seq int, a billing.BatchA
 
 // record writes an item's outcome and the counters in one transaction and
 // renews the lease; held is false when another runner holds it now.
-func (r *Runner) record(ctx context.Context, id string, seq int, outcome string, res billing.BatchResult, msg string) (held bool, err error) {
+func (r *Runner) record(ctx context.Context, id string, seq int, outcome string, res collect.BatchResult, msg string) (held bool, err error) {
 	var paid, processing, declined, skipped, failed int
 	switch outcome {
-	case billing.BatchPaid:
+	case collect.BatchPaid:
 		paid = 1
-	case billing.BatchProcessing:
+	case collect.BatchProcessing:
 		processing = 1
-	case billing.BatchDeclined:
+	case collect.BatchDeclined:
 		declined = 1
 	case OutcomeFailed:
 		failed = 1

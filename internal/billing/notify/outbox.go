@@ -1,5 +1,5 @@
 // Package notify delivers the billing core's actions through the Postgres
-// outbox (billing.Notifier): each action is enqueued with actions.Enqueue,
+// outbox (model.Notifier): each action is enqueued with actions.Enqueue,
 // as every side effect is, and a reminder also enqueues its email (outbox
 // topic "email", sent through SES by internal/email). Keeping it here keeps
 // pgx and the outbox out of the billing core.
@@ -16,7 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/stripe-payments/stripe-payments/internal/actions"
-	"github.com/stripe-payments/stripe-payments/internal/billing"
+	"github.com/stripe-payments/stripe-payments/internal/billing/model"
 	"github.com/stripe-payments/stripe-payments/internal/email"
 	"github.com/stripe-payments/stripe-payments/internal/outbox"
 )
@@ -33,14 +33,14 @@ type Outbox struct {
 
 // Notify enqueues a (and its reminder email) in one transaction.
 func (n Outbox) Notify(ctx context.Context, a actions.Action) error {
-	key := billing.DedupeKey(a)
+	key := model.DedupeKey(a)
 	err := pgx.BeginFunc(ctx, n.Pool, func(tx pgx.Tx) error {
 		// The outbox message is dated by the wall clock (deliverable now);
 		// the action keeps the Created its job gave it.
 		if _, err := actions.Enqueue(ctx, tx, a, key, time.Now()); err != nil {
 			return err
 		}
-		if !n.Email || a.Type != billing.ActionReminderDue || a.Email == "" {
+		if !n.Email || a.Type != model.ActionReminderDue || a.Email == "" {
 			return nil
 		}
 		m := reminderEmail(a)
@@ -99,7 +99,7 @@ func deref(s *string) string {
 
 // EraseQueued removes the subscriber's address from every reminder email
 // of subscription sub of account the outbox holds, queued, dead-lettered or
-// already delivered (billing.QueuedEraser): the worker then sends none of
+// already delivered (model.QueuedEraser): the worker then sends none of
 // them (a message with no recipient is settled unsent) and no stored copy
 // keeps the address. Messages queued before they named their subscription
 // are found by their dedupe key and addr, the address the subscription has
@@ -109,7 +109,7 @@ func (n Outbox) EraseQueued(ctx context.Context, account, sub, addr string) (int
 	// action's key, which begins with its type, account and subscription.
 	// Ids may hold ':', so the prefix alone could name another
 	// subscription: the address must match too.
-	legacy := "email:" + billing.DedupeKeyPrefix(billing.ActionReminderDue, account, sub)
+	legacy := "email:" + model.DedupeKeyPrefix(model.ActionReminderDue, account, sub)
 	tag, err := n.Pool.Exec(ctx, `UPDATE outbox SET payload = jsonb_set(payload, '{to}', to_jsonb($5::text))
 		WHERE topic = $1 AND payload->>'to' <> $5
 		AND ((payload->>'account' = $2 AND payload->>'subscription_id' = $3)

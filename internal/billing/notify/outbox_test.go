@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stripe-payments/stripe-payments/internal/actions"
-	"github.com/stripe-payments/stripe-payments/internal/billing"
+	"github.com/stripe-payments/stripe-payments/internal/billing/model"
 	"github.com/stripe-payments/stripe-payments/internal/billing/notify"
 	"github.com/stripe-payments/stripe-payments/internal/testenv"
 )
@@ -24,7 +24,7 @@ func TestBillingActionsHaveTheActionShape(t *testing.T) {
 	ctx := context.Background()
 	n := notify.Outbox{Pool: pool}
 	sub := "sub-1"
-	a := actions.Action{Type: billing.ActionReminderDue, Account: "acc-1", StripeAccount: "acct_1X",
+	a := actions.Action{Type: model.ActionReminderDue, Account: "acc-1", StripeAccount: "acct_1X",
 		SubscriptionID: &sub, Created: time.Now().UTC().Format(time.RFC3339),
 		BillingDetails: &actions.BillingDetails{BillingDate: "2026-12-01", Amount: 1500, Currency: "usd"}}
 	require.NoError(t, n.Notify(ctx, a))

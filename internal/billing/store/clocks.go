@@ -13,7 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/stripe-payments/stripe-payments/internal/apperr"
-	"github.com/stripe-payments/stripe-payments/internal/billing"
+	"github.com/stripe-payments/stripe-payments/internal/billing/model"
 )
 
 // Key scheme of the test clocks in BILLING_TABLE (package testclock):
@@ -52,7 +52,7 @@ type clockItem struct {
 	Version     int64  `dynamodbav:"Version"`
 }
 
-func toClockItem(c billing.Clock) clockItem {
+func toClockItem(c model.Clock) clockItem {
 	return clockItem{
 		PK: clockPK(c.ID), SK: skClock, Type: "CLOCK", ClockID: c.ID, Name: c.Name,
 		FrozenTime: formatTime(c.FrozenTime), ReachedTime: formatTime(c.ReachedTime), Status: string(c.Status),
@@ -61,10 +61,10 @@ func toClockItem(c billing.Clock) clockItem {
 	}
 }
 
-func (it clockItem) clock() billing.Clock {
-	return billing.Clock{
+func (it clockItem) clock() model.Clock {
+	return model.Clock{
 		ID: it.ClockID, Name: it.Name, FrozenTime: parseTime(it.FrozenTime), ReachedTime: parseTime(it.ReachedTime),
-		Status: billing.ClockStatus(it.Status), Error: it.Error, CreatedAt: parseTime(it.CreatedAt), UpdatedAt: parseTime(it.UpdatedAt),
+		Status: model.ClockStatus(it.Status), Error: it.Error, CreatedAt: parseTime(it.CreatedAt), UpdatedAt: parseTime(it.UpdatedAt),
 		Version: it.Version, LeaseOwner: it.LeaseOwner, LeaseUntil: parseTime(it.LeaseUntil),
 	}
 }
@@ -108,7 +108,7 @@ type clockRegistryItem struct {
 // PutClock writes c if it is still at c.Version (0: creates it, with its
 // registry entry) and advances c.Version; ErrConflict when it changed
 // meanwhile.
-func (s *Store) PutClock(ctx context.Context, c *billing.Clock, now time.Time) error {
+func (s *Store) PutClock(ctx context.Context, c *model.Clock, now time.Time) error {
 	cond := versionCond(c.Version)
 	tx := &writes{store: s}
 	if c.Version == 0 {
@@ -125,33 +125,33 @@ func (s *Store) PutClock(ctx context.Context, c *billing.Clock, now time.Time) e
 }
 
 // GetClock reads a test clock (strongly consistent).
-func (s *Store) GetClock(ctx context.Context, id string) (billing.Clock, error) {
-	if !billing.ValidID(id) {
-		return billing.Clock{}, apperr.New(apperr.CodeNotFound, "test clock %s not found", id)
+func (s *Store) GetClock(ctx context.Context, id string) (model.Clock, error) {
+	if !model.ValidID(id) {
+		return model.Clock{}, apperr.New(apperr.CodeNotFound, "test clock %s not found", id)
 	}
 	var it clockItem
 	if err := s.getItem(ctx, clockPK(id), skClock, &it); err != nil {
-		return billing.Clock{}, err
+		return model.Clock{}, err
 	}
 	return it.clock(), nil
 }
 
 // ClockMembers lists the subscriptions created on clock.
-func (s *Store) ClockMembers(ctx context.Context, clock string) ([]billing.ClockMember, error) {
-	var out []billing.ClockMember
+func (s *Store) ClockMembers(ctx context.Context, clock string) ([]model.ClockMember, error) {
+	var out []model.ClockMember
 	err := s.queryAll(ctx, clockPK(clock), prefixMember, func(raw map[string]types.AttributeValue) error {
 		var it memberItem
 		if err := attributevalue.UnmarshalMap(raw, &it); err != nil {
 			return fmt.Errorf("decode clock member: %w", err)
 		}
-		out = append(out, billing.ClockMember{AccountID: it.AccountID, SubscriptionID: it.SubscriptionID})
+		out = append(out, model.ClockMember{AccountID: it.AccountID, SubscriptionID: it.SubscriptionID})
 		return nil
 	})
 	return out, err
 }
 
 // PutClockRun records one day of an advance.
-func (s *Store) PutClockRun(ctx context.Context, clock string, r billing.ClockRun) error {
+func (s *Store) PutClockRun(ctx context.Context, clock string, r model.ClockRun) error {
 	av, err := attributevalue.MarshalMap(runItem{
 		PK: clockPK(clock), SK: prefixRun + formatTime(r.Time), Type: "RUN", Time: formatTime(r.Time), Date: r.Date.String(),
 		Entries: r.Entries, Reminded: r.Reminded, Charged: r.Charged, Processing: r.Processing, Declined: r.Declined,
@@ -168,7 +168,7 @@ func (s *Store) PutClockRun(ctx context.Context, clock string, r billing.ClockRu
 }
 
 // ClockRuns reads the latest limit runs of clock, newest first.
-func (s *Store) ClockRuns(ctx context.Context, clock string, limit int32) ([]billing.ClockRun, error) {
+func (s *Store) ClockRuns(ctx context.Context, clock string, limit int32) ([]model.ClockRun, error) {
 	kc := expression.Key("PK").Equal(expression.Value(clockPK(clock))).And(expression.Key("SK").BeginsWith(prefixRun))
 	expr, err := expression.NewBuilder().WithKeyCondition(kc).Build()
 	if err != nil {
@@ -182,13 +182,13 @@ func (s *Store) ClockRuns(ctx context.Context, clock string, limit int32) ([]bil
 	if err != nil {
 		return nil, fmt.Errorf("read test clock runs: %w", err)
 	}
-	runs := make([]billing.ClockRun, 0, len(out.Items))
+	runs := make([]model.ClockRun, 0, len(out.Items))
 	for _, raw := range out.Items {
 		var it runItem
 		if err := attributevalue.UnmarshalMap(raw, &it); err != nil {
 			return nil, fmt.Errorf("decode test clock run: %w", err)
 		}
-		runs = append(runs, billing.ClockRun{
+		runs = append(runs, model.ClockRun{
 			Time: parseTime(it.Time), Date: parseDate(it.Date), Entries: it.Entries, Reminded: it.Reminded,
 			Charged: it.Charged, Processing: it.Processing, Declined: it.Declined, Stale: it.Stale,
 			PausedSkipped: it.PausedSkipped, Unresolved: it.Unresolved, Errors: it.Errors, Error: it.Error,
@@ -258,7 +258,7 @@ func (s *Store) RenewClockLease(ctx context.Context, id, owner string, reached, 
 		set = set.Set(expression.Name("ReachedTime"), expression.Value(formatTime(reached)))
 	}
 	cond := expression.Name("LeaseOwner").Equal(expression.Value(owner)).
-		And(expression.Name("Status").Equal(expression.Value(string(billing.ClockAdvancing))))
+		And(expression.Name("Status").Equal(expression.Value(string(model.ClockAdvancing))))
 	expr, err := expression.NewBuilder().WithUpdate(set).WithCondition(cond).Build()
 	if err != nil {
 		return err
@@ -269,7 +269,7 @@ func (s *Store) RenewClockLease(ctx context.Context, id, owner string, reached, 
 	})
 	var ccf *types.ConditionalCheckFailedException
 	if errors.As(err, &ccf) {
-		return fmt.Errorf("test clock %s: lease lost: %w", id, billing.ErrConflict)
+		return fmt.Errorf("test clock %s: lease lost: %w", id, model.ErrConflict)
 	}
 	if err != nil {
 		return fmt.Errorf("renew test clock lease: %w", err)

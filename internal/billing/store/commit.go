@@ -11,7 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/stripe-payments/stripe-payments/internal/billing"
+	"github.com/stripe-payments/stripe-payments/internal/billing/model"
 )
 
 // versionCond: the item is still at version v (v == 0: it does not exist).
@@ -58,8 +58,8 @@ func (tx *writes) put(item any, cond *expression.ConditionBuilder) {
 
 // check is a condition on sub without a write: still at version v and not
 // CANCELLED.
-func (tx *writes) check(sub billing.Subscription, v int64) {
-	cond := versionCond(v).And(expression.Name("Status").NotEqual(expression.Value(string(billing.SubCancelled))))
+func (tx *writes) check(sub model.Subscription, v int64) {
+	cond := versionCond(v).And(expression.Name("Status").NotEqual(expression.Value(string(model.SubCancelled))))
 	expr, err := expression.NewBuilder().WithCondition(cond).Build()
 	if err != nil {
 		tx.fail(err)
@@ -72,34 +72,34 @@ func (tx *writes) check(sub billing.Subscription, v int64) {
 	}})
 }
 
-// add renders one write of a billing.Tx: the item's index keys follow from
+// add renders one write of a model.Tx: the item's index keys follow from
 // its state (items.go), its condition from the version it was read at.
-func (tx *writes) add(w billing.Write) {
+func (tx *writes) add(w model.Write) {
 	shards := tx.store.shards
 	switch w.Op {
-	case billing.OpPutSubscription:
+	case model.OpPutSubscription:
 		cond := versionCond(w.Expect)
 		tx.put(toSubItem(w.Subscription, shards), &cond)
-	case billing.OpCheckSubscription:
+	case model.OpCheckSubscription:
 		tx.check(w.Subscription, w.Expect)
-	case billing.OpPutPeriod:
+	case model.OpPutPeriod:
 		cond := versionCond(w.Expect)
 		tx.put(toPeriodItem(w.Period, shards), &cond)
-	case billing.OpPutReceipt:
+	case model.OpPutReceipt:
 		cond := expression.AttributeNotExists(expression.Name("PK"))
 		tx.put(toReceiptItem(w.Receipt), &cond)
-	case billing.OpPutPaymentRef:
+	case model.OpPutPaymentRef:
 		ref := w.PaymentRef
 		tx.put(piItem{PK: piKey(ref.PaymentIntent), SK: piKey(ref.PaymentIntent), Type: "PI",
 			PaymentIntent: ref.PaymentIntent, AccountID: ref.AccountID, SubscriptionID: ref.SubscriptionID,
 			BillingDate: ref.BillingDate.String(), Amount: ref.Amount, Currency: ref.Currency, RefundID: ref.RefundID}, nil)
-	case billing.OpPutClockMember:
+	case model.OpPutClockMember:
 		sub := w.Subscription
 		tx.put(memberItem{PK: clockPK(sub.TestClock), SK: prefixMember + sub.AccountID + "#" + sub.SubscriptionID,
 			Type: "MEM", AccountID: sub.AccountID, SubscriptionID: sub.SubscriptionID}, nil)
-	case billing.OpMoveSubscription:
+	case model.OpMoveSubscription:
 		tx.move(w) // a plan change (plan.go)
-	case billing.OpClaimSubscriptionID:
+	case model.OpClaimSubscriptionID:
 		sub := w.Subscription
 		cond := expression.AttributeNotExists(expression.Name("PK"))
 		tx.put(idItem{PK: accountPK(sub.AccountID), SK: idSK(sub.SubscriptionID), Type: "SID",
@@ -116,7 +116,7 @@ func (tx *writes) add(w billing.Write) {
 // Commit applies every write of tx and appends its history entries in one
 // transaction. ErrConflict: an item changed since it was read (or a
 // concurrent transaction touched it); nothing was written.
-func (s *Store) Commit(ctx context.Context, tx *billing.Tx) error {
+func (s *Store) Commit(ctx context.Context, tx *model.Tx) error {
 	w := &writes{store: s}
 	for _, x := range tx.Writes() {
 		w.add(x)
@@ -125,7 +125,7 @@ func (s *Store) Commit(ctx context.Context, tx *billing.Tx) error {
 }
 
 // commit applies w and the put of every history entry as one change.
-func (s *Store) commit(ctx context.Context, tx *writes, history []billing.HistoryEntry) error {
+func (s *Store) commit(ctx context.Context, tx *writes, history []model.HistoryEntry) error {
 	if tx.err != nil {
 		return tx.err
 	}
@@ -152,13 +152,13 @@ func (s *Store) commit(ctx context.Context, tx *writes, history []billing.Histor
 		for _, r := range canceled.CancellationReasons {
 			switch aws.ToString(r.Code) {
 			case "ConditionalCheckFailed", "TransactionConflict":
-				return fmt.Errorf("billing transaction: %w", billing.ErrConflict)
+				return fmt.Errorf("billing transaction: %w", model.ErrConflict)
 			}
 		}
 	}
 	var inProgress *types.TransactionInProgressException
 	if errors.As(err, &inProgress) {
-		return fmt.Errorf("billing transaction: %w", billing.ErrConflict)
+		return fmt.Errorf("billing transaction: %w", model.ErrConflict)
 	}
 	if err != nil {
 		return fmt.Errorf("billing transaction: %w", err)
@@ -171,7 +171,7 @@ const maxTxItems = 100
 
 // historyWrite is the put of one history entry: it must not exist (no
 // write ever replaces an entry).
-func (s *Store) historyWrite(e billing.HistoryEntry) (types.TransactWriteItem, error) {
+func (s *Store) historyWrite(e model.HistoryEntry) (types.TransactWriteItem, error) {
 	av, err := attributevalue.MarshalMap(toHistoryItem(e))
 	if err != nil {
 		return types.TransactWriteItem{}, fmt.Errorf("marshal history: %w", err)
@@ -205,7 +205,7 @@ func (s *Store) single(ctx context.Context, w types.TransactWriteItem) error {
 	}
 	var ccf *types.ConditionalCheckFailedException
 	if errors.As(err, &ccf) {
-		return fmt.Errorf("billing write: %w", billing.ErrConflict)
+		return fmt.Errorf("billing write: %w", model.ErrConflict)
 	}
 	if err != nil {
 		return fmt.Errorf("billing write: %w", err)

@@ -15,7 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/stripe-payments/stripe-payments/internal/billing"
+	"github.com/stripe-payments/stripe-payments/internal/billing/model"
 )
 
 // erasedSKPrefix keys the history entry that records an erasure: it is not
@@ -32,8 +32,8 @@ const erasedSKPrefix = "ERASED#"
 // items does, so no write from a stale read puts the email back. It is
 // idempotent: a second call finds nothing left to erase and appends one more
 // entry. It answers how many items it changed.
-func (s *Store) ErasePersonalData(ctx context.Context, account, sub string, entry billing.HistoryEntry) (billing.Erasure, error) {
-	var out billing.Erasure
+func (s *Store) ErasePersonalData(ctx context.Context, account, sub string, entry model.HistoryEntry) (model.Erasure, error) {
+	var out model.Erasure
 	current, err := s.GetSubscription(ctx, account, sub)
 	if err != nil {
 		return out, err
@@ -95,7 +95,7 @@ func (s *Store) ErasePersonalData(ctx context.Context, account, sub string, entr
 		ConditionExpression: cond.Condition(), ExpressionAttributeNames: cond.Names()}); err != nil {
 		var ccf *types.ConditionalCheckFailedException
 		if errors.As(err, &ccf) {
-			return out, fmt.Errorf("erasure entry of %s: %w", sub, billing.ErrConflict)
+			return out, fmt.Errorf("erasure entry of %s: %w", sub, model.ErrConflict)
 		}
 		return out, fmt.Errorf("write the erasure entry of %s: %w", sub, err)
 	}

@@ -13,18 +13,18 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/stripe-payments/stripe-payments/internal/billing"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
+	"github.com/stripe-payments/stripe-payments/internal/billing/model"
 	"github.com/stripe-payments/stripe-payments/internal/dynamo"
 )
 
 // QueryIndex reads the partition of date and shard of a billing index
 // (eventually consistent: callers re-check on the table before acting):
 // of real time when clock is empty, else of that test clock.
-func (s *Store) QueryIndex(ctx context.Context, which billing.Index, clock string, date dates.Date, shard int) ([]billing.IndexEntry, error) {
+func (s *Store) QueryIndex(ctx context.Context, which model.Index, clock string, date dates.Date, shard int) ([]model.IndexEntry, error) {
 	partition := indexPartition(clock, date, shard)
 	index, pkAttr := dynamo.BillingRemindersIndex, dynamo.BillingGSI1PK
-	if which == billing.PaymentsIndex {
+	if which == model.PaymentsIndex {
 		index, pkAttr = dynamo.BillingPaymentsIndex, dynamo.BillingGSI2PK
 	}
 	kc := expression.Key(pkAttr).Equal(expression.Value(partition))
@@ -37,7 +37,7 @@ func (s *Store) QueryIndex(ctx context.Context, which billing.Index, clock strin
 		KeyConditionExpression: expr.KeyCondition(), ExpressionAttributeNames: expr.Names(),
 		ExpressionAttributeValues: expr.Values(),
 	})
-	var entries []billing.IndexEntry
+	var entries []model.IndexEntry
 	for p.HasMorePages() {
 		out, err := p.NextPage(ctx)
 		if err != nil {
@@ -59,33 +59,33 @@ func (s *Store) QueryIndex(ctx context.Context, which billing.Index, clock strin
 
 // indexEntry is the entry of the item at pk, sk read from the partition of
 // date: its account and what it is follow from the key scheme (items.go).
-func indexEntry(pk, sk string, date dates.Date) billing.IndexEntry {
-	e := billing.IndexEntry{PK: pk, SK: sk, Date: date, AccountID: strings.TrimPrefix(pk, prefixAccount)}
+func indexEntry(pk, sk string, date dates.Date) model.IndexEntry {
+	e := model.IndexEntry{PK: pk, SK: sk, Date: date, AccountID: strings.TrimPrefix(pk, prefixAccount)}
 	switch {
 	case strings.HasPrefix(sk, prefixSub):
-		e.Kind = billing.EntrySubscription
+		e.Kind = model.EntrySubscription
 	case strings.HasPrefix(sk, prefixPeriod):
-		e.Kind = billing.EntryPeriod
+		e.Kind = model.EntryPeriod
 	}
 	return e
 }
 
 // GetSubscriptionAt reads the subscription item at an index entry's keys.
-func (s *Store) GetSubscriptionAt(ctx context.Context, e billing.IndexEntry) (billing.Subscription, error) {
+func (s *Store) GetSubscriptionAt(ctx context.Context, e model.IndexEntry) (model.Subscription, error) {
 	var it subItem
 	if err := s.getItem(ctx, e.PK, e.SK, &it); isNotFound(err) {
 		return s.movedSubscription(ctx, e) // a plan change moved it (plan.go)
 	} else if err != nil {
-		return billing.Subscription{}, err
+		return model.Subscription{}, err
 	}
 	return it.subscription(), nil
 }
 
 // GetPeriodAt reads the period item at an index entry's keys.
-func (s *Store) GetPeriodAt(ctx context.Context, e billing.IndexEntry) (billing.Period, error) {
+func (s *Store) GetPeriodAt(ctx context.Context, e model.IndexEntry) (model.Period, error) {
 	var it periodItem
 	if err := s.getItem(ctx, e.PK, e.SK, &it); err != nil {
-		return billing.Period{}, err
+		return model.Period{}, err
 	}
 	return it.period(), nil
 }
@@ -94,7 +94,7 @@ func (s *Store) GetPeriodAt(ctx context.Context, e billing.IndexEntry) (billing.
 // the subscription at a payments-index entry and its period dated on the
 // entry's partition date (the period it is due for, unless it moved since
 // the index was read: found is false then).
-func (s *Store) GetSubscriptionWithPeriod(ctx context.Context, e billing.IndexEntry) (sub billing.Subscription, p billing.Period, found bool, err error) {
+func (s *Store) GetSubscriptionWithPeriod(ctx context.Context, e model.IndexEntry) (sub model.Subscription, p model.Period, found bool, err error) {
 	subID, _, ok := strings.Cut(strings.TrimPrefix(e.SK, prefixSub), "#SKU#")
 	if !ok {
 		return sub, p, false, fmt.Errorf("not a subscription key: %s", e.SK)

@@ -5,8 +5,8 @@ import (
 	"hash/fnv"
 	"time"
 
-	"github.com/stripe-payments/stripe-payments/internal/billing"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
+	"github.com/stripe-payments/stripe-payments/internal/billing/model"
 )
 
 // Key scheme of BILLING_TABLE (docs/design.md §8; docs/billing.md "Model"):
@@ -44,7 +44,7 @@ func subSK(sub, sku string) string { return prefixSub + sub + "#SKU#" + sku }
 
 func periodSK(sub string, d dates.Date) string { return prefixPeriod + sub + "#" + d.String() }
 
-func receiptSK(r billing.Receipt) string {
+func receiptSK(r model.Receipt) string {
 	return prefixReceipt + r.ProcessedDate.String() + "#SKU#" + r.SKU + "#SUB#" + r.SubscriptionID + "#" + r.BillingDate.String()
 }
 
@@ -63,7 +63,7 @@ func historyPK(account, sub string) string { return accountPK(account) + "#SUB#"
 // rule brings its date back), so versions never repeat; the entry is written
 // in the change's own transaction, conditioned on its key not existing: a
 // change that fails writes no entry, and no write ever replaces one.
-func historySK(e billing.HistoryEntry) string {
+func historySK(e model.HistoryEntry) string {
 	return fmt.Sprintf("%s#%06d", e.BillingDate, e.Version)
 }
 
@@ -122,50 +122,50 @@ func orSentinel(d dates.Date) string {
 
 // subItem is the stored subscription.
 type subItem struct {
-	PK               string                 `dynamodbav:"PK"`
-	SK               string                 `dynamodbav:"SK"`
-	Type             string                 `dynamodbav:"Type"`
-	AccountID        string                 `dynamodbav:"AccountId"`
-	SubscriptionID   string                 `dynamodbav:"SubscriptionId"`
-	SKU              string                 `dynamodbav:"SKU"`
-	Email            string                 `dynamodbav:"Email"`
-	PaymentDay       int                    `dynamodbav:"PaymentDay"`
-	BillingWeek      int                    `dynamodbav:"BillingWeek,omitempty"`
-	PaymentAmount    int64                  `dynamodbav:"PaymentAmount"`
-	Currency         string                 `dynamodbav:"Currency"`
-	Term             string                 `dynamodbav:"Term"`
-	Timezone         string                 `dynamodbav:"Timezone,omitempty"`
-	PaymentDetails   billing.PaymentDetails `dynamodbav:"PaymentDetails"`
-	Status           string                 `dynamodbav:"Status"`
-	TestClock        string                 `dynamodbav:"TestClock,omitempty"`
-	StartDate        string                 `dynamodbav:"StartDate,omitempty"`
-	NextPeriodDate   string                 `dynamodbav:"NextPeriodDate,omitempty"`
-	DueDate          string                 `dynamodbav:"DueDate,omitempty"`
-	NextPaymentDate  string                 `dynamodbav:"NextPaymentDate,omitempty"`
-	NextReminderDate string                 `dynamodbav:"NextReminderDate,omitempty"`
-	RemindFor        string                 `dynamodbav:"RemindFor,omitempty"`
-	LastPaymentDate  string                 `dynamodbav:"LastPaymentDate,omitempty"`
-	LastReminderDate string                 `dynamodbav:"LastReminderDate,omitempty"`
-	LastCharged      string                 `dynamodbav:"LastChargedPeriod,omitempty"`
-	ReminderPending  string                 `dynamodbav:"ReminderPending,omitempty"`
-	PausedFrom       string                 `dynamodbav:"PausedFrom,omitempty"`
-	PausedUntil      string                 `dynamodbav:"PausedUntil,omitempty"`
-	PauseMonths      int                    `dynamodbav:"PauseMonths,omitempty"`
-	PendingDowngrade bool                   `dynamodbav:"PendingDowngrade,omitempty"`
-	CreatedAt        string                 `dynamodbav:"CreatedAt"`
-	UpdatedAt        string                 `dynamodbav:"UpdatedAt"`
-	Version          int64                  `dynamodbav:"Version"`
-	GSI1PK           string                 `dynamodbav:"GSI1PK,omitempty"`
-	GSI1SK           string                 `dynamodbav:"GSI1SK,omitempty"`
-	GSI2PK           string                 `dynamodbav:"GSI2PK,omitempty"`
-	GSI2SK           string                 `dynamodbav:"GSI2SK,omitempty"`
+	PK               string               `dynamodbav:"PK"`
+	SK               string               `dynamodbav:"SK"`
+	Type             string               `dynamodbav:"Type"`
+	AccountID        string               `dynamodbav:"AccountId"`
+	SubscriptionID   string               `dynamodbav:"SubscriptionId"`
+	SKU              string               `dynamodbav:"SKU"`
+	Email            string               `dynamodbav:"Email"`
+	PaymentDay       int                  `dynamodbav:"PaymentDay"`
+	BillingWeek      int                  `dynamodbav:"BillingWeek,omitempty"`
+	PaymentAmount    int64                `dynamodbav:"PaymentAmount"`
+	Currency         string               `dynamodbav:"Currency"`
+	Term             string               `dynamodbav:"Term"`
+	Timezone         string               `dynamodbav:"Timezone,omitempty"`
+	PaymentDetails   model.PaymentDetails `dynamodbav:"PaymentDetails"`
+	Status           string               `dynamodbav:"Status"`
+	TestClock        string               `dynamodbav:"TestClock,omitempty"`
+	StartDate        string               `dynamodbav:"StartDate,omitempty"`
+	NextPeriodDate   string               `dynamodbav:"NextPeriodDate,omitempty"`
+	DueDate          string               `dynamodbav:"DueDate,omitempty"`
+	NextPaymentDate  string               `dynamodbav:"NextPaymentDate,omitempty"`
+	NextReminderDate string               `dynamodbav:"NextReminderDate,omitempty"`
+	RemindFor        string               `dynamodbav:"RemindFor,omitempty"`
+	LastPaymentDate  string               `dynamodbav:"LastPaymentDate,omitempty"`
+	LastReminderDate string               `dynamodbav:"LastReminderDate,omitempty"`
+	LastCharged      string               `dynamodbav:"LastChargedPeriod,omitempty"`
+	ReminderPending  string               `dynamodbav:"ReminderPending,omitempty"`
+	PausedFrom       string               `dynamodbav:"PausedFrom,omitempty"`
+	PausedUntil      string               `dynamodbav:"PausedUntil,omitempty"`
+	PauseMonths      int                  `dynamodbav:"PauseMonths,omitempty"`
+	PendingDowngrade bool                 `dynamodbav:"PendingDowngrade,omitempty"`
+	CreatedAt        string               `dynamodbav:"CreatedAt"`
+	UpdatedAt        string               `dynamodbav:"UpdatedAt"`
+	Version          int64                `dynamodbav:"Version"`
+	GSI1PK           string               `dynamodbav:"GSI1PK,omitempty"`
+	GSI1SK           string               `dynamodbav:"GSI1SK,omitempty"`
+	GSI2PK           string               `dynamodbav:"GSI2PK,omitempty"`
+	GSI2SK           string               `dynamodbav:"GSI2SK,omitempty"`
 }
 
 // toSubItem renders s; the index keys follow from its state: an ACTIVE or
 // PAUSED subscription is in the payments index on its due date (a paused
 // one, so that its PAUSED periods become PAUSED_SKIPPED as their dates
 // pass) and in the reminders index on its next reminder.
-func toSubItem(s billing.Subscription, shards int) subItem {
+func toSubItem(s model.Subscription, shards int) subItem {
 	it := subItem{
 		PK: accountPK(s.AccountID), SK: subSK(s.SubscriptionID, s.SKU), Type: "SUB",
 		AccountID: s.AccountID, SubscriptionID: s.SubscriptionID, SKU: s.SKU, Email: s.Email,
@@ -180,7 +180,7 @@ func toSubItem(s billing.Subscription, shards int) subItem {
 		PendingDowngrade: s.PendingDowngrade,
 		CreatedAt:        formatTime(s.CreatedAt), UpdatedAt: formatTime(s.UpdatedAt), Version: s.Version,
 	}
-	if s.Status == billing.SubActive || s.Status == billing.SubPaused {
+	if s.Status == model.SubActive || s.Status == model.SubPaused {
 		shard := Shard(s.AccountID, shards)
 		if !s.NextReminderDate.IsZero() {
 			it.GSI1PK, it.GSI1SK = indexPartition(s.TestClock, s.NextReminderDate, shard), orSentinel(s.LastReminderDate)
@@ -192,11 +192,11 @@ func toSubItem(s billing.Subscription, shards int) subItem {
 	return it
 }
 
-func (it subItem) subscription() billing.Subscription {
-	sub := billing.Subscription{
+func (it subItem) subscription() model.Subscription {
+	sub := model.Subscription{
 		AccountID: it.AccountID, SubscriptionID: it.SubscriptionID, SKU: it.SKU, Email: it.Email,
 		PaymentDay: it.PaymentDay, BillingWeek: it.BillingWeek, Amount: it.PaymentAmount, Currency: it.Currency,
-		Term: dates.Term(it.Term), Timezone: it.Timezone, PaymentDetails: it.PaymentDetails, Status: billing.SubStatus(it.Status),
+		Term: dates.Term(it.Term), Timezone: it.Timezone, PaymentDetails: it.PaymentDetails, Status: model.SubStatus(it.Status),
 		TestClock: it.TestClock, StartDate: parseDate(it.StartDate), NextPeriodDate: parseDate(it.NextPeriodDate), DueDate: parseDate(it.DueDate),
 		NextPaymentDate: parseDate(it.NextPaymentDate), NextReminderDate: parseDate(it.NextReminderDate),
 		RemindFor: parseDate(it.RemindFor), LastPaymentDate: parseDate(it.LastPaymentDate),
@@ -219,46 +219,46 @@ func (it subItem) subscription() billing.Subscription {
 
 // periodItem is the stored billing period.
 type periodItem struct {
-	PK                  string                 `dynamodbav:"PK"`
-	SK                  string                 `dynamodbav:"SK"`
-	Type                string                 `dynamodbav:"Type"`
-	AccountID           string                 `dynamodbav:"AccountId"`
-	SubscriptionID      string                 `dynamodbav:"SubscriptionId"`
-	SKU                 string                 `dynamodbav:"SKU"`
-	BillingDate         string                 `dynamodbav:"BillingDate"`
-	ChargeDate          string                 `dynamodbav:"ChargeDate,omitempty"`
-	Term                string                 `dynamodbav:"Term,omitempty"`
-	BillingWeek         int                    `dynamodbav:"BillingWeek,omitempty"`
-	PaymentAmount       int64                  `dynamodbav:"PaymentAmount"`
-	Currency            string                 `dynamodbav:"Currency"`
-	PaymentDetails      billing.PaymentDetails `dynamodbav:"PaymentDetails"`
-	Email               string                 `dynamodbav:"Email"`
-	TestClock           string                 `dynamodbav:"TestClock,omitempty"`
-	BillingStatus       string                 `dynamodbav:"BillingStatus"`
-	Process             string                 `dynamodbav:"Process"`
-	UpdatedEvent        string                 `dynamodbav:"UpdatedEvent,omitempty"`
-	TransactionID       string                 `dynamodbav:"TransactionId,omitempty"`
-	Error               string                 `dynamodbav:"Error,omitempty"`
-	DeclineCode         string                 `dynamodbav:"DeclineCode,omitempty"`
-	NotRetried          bool                   `dynamodbav:"NotRetried,omitempty"`
-	Attempts            int                    `dynamodbav:"Attempts"`
-	InFlightKey         string                 `dynamodbav:"InFlightKey,omitempty"`
-	InFlightAt          string                 `dynamodbav:"InFlightAt,omitempty"`
-	InFlightSent        string                 `dynamodbav:"InFlightSent,omitempty"`
-	NextAttemptDate     string                 `dynamodbav:"NextAttemptDate,omitempty"`
-	PauseDurationMonths int                    `dynamodbav:"PauseDurationMonths,omitempty"`
-	CreatedDate         string                 `dynamodbav:"CreatedDate"`
-	InitialRunDate      string                 `dynamodbav:"InitialRunDate,omitempty"`
-	LastRunDate         string                 `dynamodbav:"LastRunDate,omitempty"`
-	CompletionDate      string                 `dynamodbav:"CompletionDate,omitempty"`
-	Version             int64                  `dynamodbav:"Version"`
-	GSI2PK              string                 `dynamodbav:"GSI2PK,omitempty"`
-	GSI2SK              string                 `dynamodbav:"GSI2SK,omitempty"`
+	PK                  string               `dynamodbav:"PK"`
+	SK                  string               `dynamodbav:"SK"`
+	Type                string               `dynamodbav:"Type"`
+	AccountID           string               `dynamodbav:"AccountId"`
+	SubscriptionID      string               `dynamodbav:"SubscriptionId"`
+	SKU                 string               `dynamodbav:"SKU"`
+	BillingDate         string               `dynamodbav:"BillingDate"`
+	ChargeDate          string               `dynamodbav:"ChargeDate,omitempty"`
+	Term                string               `dynamodbav:"Term,omitempty"`
+	BillingWeek         int                  `dynamodbav:"BillingWeek,omitempty"`
+	PaymentAmount       int64                `dynamodbav:"PaymentAmount"`
+	Currency            string               `dynamodbav:"Currency"`
+	PaymentDetails      model.PaymentDetails `dynamodbav:"PaymentDetails"`
+	Email               string               `dynamodbav:"Email"`
+	TestClock           string               `dynamodbav:"TestClock,omitempty"`
+	BillingStatus       string               `dynamodbav:"BillingStatus"`
+	Process             string               `dynamodbav:"Process"`
+	UpdatedEvent        string               `dynamodbav:"UpdatedEvent,omitempty"`
+	TransactionID       string               `dynamodbav:"TransactionId,omitempty"`
+	Error               string               `dynamodbav:"Error,omitempty"`
+	DeclineCode         string               `dynamodbav:"DeclineCode,omitempty"`
+	NotRetried          bool                 `dynamodbav:"NotRetried,omitempty"`
+	Attempts            int                  `dynamodbav:"Attempts"`
+	InFlightKey         string               `dynamodbav:"InFlightKey,omitempty"`
+	InFlightAt          string               `dynamodbav:"InFlightAt,omitempty"`
+	InFlightSent        string               `dynamodbav:"InFlightSent,omitempty"`
+	NextAttemptDate     string               `dynamodbav:"NextAttemptDate,omitempty"`
+	PauseDurationMonths int                  `dynamodbav:"PauseDurationMonths,omitempty"`
+	CreatedDate         string               `dynamodbav:"CreatedDate"`
+	InitialRunDate      string               `dynamodbav:"InitialRunDate,omitempty"`
+	LastRunDate         string               `dynamodbav:"LastRunDate,omitempty"`
+	CompletionDate      string               `dynamodbav:"CompletionDate,omitempty"`
+	Version             int64                `dynamodbav:"Version"`
+	GSI2PK              string               `dynamodbav:"GSI2PK,omitempty"`
+	GSI2SK              string               `dynamodbav:"GSI2SK,omitempty"`
 }
 
 // toPeriodItem renders p; a period is in the payments index while a job has
 // to come back to it (an ERROR awaiting its retry or stale mark).
-func toPeriodItem(p billing.Period, shards int) periodItem {
+func toPeriodItem(p model.Period, shards int) periodItem {
 	it := periodItem{
 		PK: accountPK(p.AccountID), SK: periodSK(p.SubscriptionID, p.BillingDate), Type: "PER",
 		AccountID: p.AccountID, SubscriptionID: p.SubscriptionID, SKU: p.SKU, BillingDate: p.BillingDate.String(),
@@ -270,17 +270,17 @@ func toPeriodItem(p billing.Period, shards int) periodItem {
 		CreatedDate: formatTime(p.CreatedDate), InitialRunDate: formatTime(p.InitialRunDate), LastRunDate: formatTime(p.LastRunDate),
 		CompletionDate: formatTime(p.CompletionDate), Version: p.Version,
 	}
-	if p.Status == billing.Error && !p.NextAttemptDate.IsZero() {
+	if p.Status == model.Error && !p.NextAttemptDate.IsZero() {
 		it.GSI2PK, it.GSI2SK = indexPartition(p.TestClock, p.NextAttemptDate, Shard(p.AccountID, shards)), it.SK
 	}
 	return it
 }
 
-func (it periodItem) period() billing.Period {
-	return billing.Period{
+func (it periodItem) period() model.Period {
+	return model.Period{
 		AccountID: it.AccountID, SubscriptionID: it.SubscriptionID, SKU: it.SKU, BillingDate: parseDate(it.BillingDate),
 		ChargeDate: parseDate(it.ChargeDate), Term: dates.Term(it.Term), BillingWeek: it.BillingWeek, Amount: it.PaymentAmount, Currency: it.Currency, PaymentDetails: it.PaymentDetails, Email: it.Email,
-		TestClock: it.TestClock, Status: billing.Status(it.BillingStatus), Process: billing.Process(it.Process), UpdatedEvent: it.UpdatedEvent,
+		TestClock: it.TestClock, Status: model.Status(it.BillingStatus), Process: model.Process(it.Process), UpdatedEvent: it.UpdatedEvent,
 		TransactionID: it.TransactionID, Error: it.Error, DeclineCode: it.DeclineCode, NotRetried: it.NotRetried, Attempts: it.Attempts,
 		InFlightKey: it.InFlightKey, InFlightAt: parseTime(it.InFlightAt), InFlightSent: parseTime(it.InFlightSent),
 		NextAttemptDate: parseDate(it.NextAttemptDate), PauseDurationMonths: it.PauseDurationMonths,
@@ -308,7 +308,7 @@ type receiptItem struct {
 	TTL                int64  `dynamodbav:"TTL"`
 }
 
-func toReceiptItem(r billing.Receipt) receiptItem {
+func toReceiptItem(r model.Receipt) receiptItem {
 	return receiptItem{
 		PK: accountPK(r.AccountID), SK: receiptSK(r), Type: "REC", AccountID: r.AccountID,
 		SubscriptionID: r.SubscriptionID, SKU: r.SKU, ProcessedDate: r.ProcessedDate.String(),
@@ -318,8 +318,8 @@ func toReceiptItem(r billing.Receipt) receiptItem {
 	}
 }
 
-func (it receiptItem) receipt() billing.Receipt {
-	return billing.Receipt{
+func (it receiptItem) receipt() model.Receipt {
+	return model.Receipt{
 		AccountID: it.AccountID, SubscriptionID: it.SubscriptionID, SKU: it.SKU,
 		ProcessedDate: parseDate(it.ProcessedDate), BillingDate: parseDate(it.BillingDate),
 		Amount: it.ProcessedAmount, Currency: it.Currency, PaymentIntent: it.PaymentIntent,
@@ -373,7 +373,7 @@ type historyItem struct {
 	Cause          string `dynamodbav:"Cause"`
 }
 
-func toHistoryItem(e billing.HistoryEntry) historyItem {
+func toHistoryItem(e model.HistoryEntry) historyItem {
 	return historyItem{
 		PK: historyPK(e.AccountID, e.SubscriptionID), SK: historySK(e), AccountID: e.AccountID,
 		SubscriptionID: e.SubscriptionID, BillingDate: e.BillingDate.String(), BillingStatus: string(e.Status),
@@ -383,10 +383,10 @@ func toHistoryItem(e billing.HistoryEntry) historyItem {
 	}
 }
 
-func (it historyItem) entry() billing.HistoryEntry {
-	return billing.HistoryEntry{
+func (it historyItem) entry() model.HistoryEntry {
+	return model.HistoryEntry{
 		AccountID: it.AccountID, SubscriptionID: it.SubscriptionID, BillingDate: parseDate(it.BillingDate),
-		Status: billing.Status(it.BillingStatus), Process: billing.Process(it.Process), UpdatedEvent: it.UpdatedEvent,
+		Status: model.Status(it.BillingStatus), Process: model.Process(it.Process), UpdatedEvent: it.UpdatedEvent,
 		LastRunDate: parseTime(it.LastRunDate), TransactionID: it.TransactionID, Error: it.Error,
 		Amount: it.Amount, Attempts: it.Attempts, Version: it.Version, Cause: it.Cause,
 	}

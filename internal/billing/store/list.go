@@ -11,14 +11,14 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/stripe-payments/stripe-payments/internal/billing"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
+	"github.com/stripe-payments/stripe-payments/internal/billing/model"
 	"github.com/stripe-payments/stripe-payments/internal/dynamo"
 )
 
 // ListSubscriptions lists an account's subscriptions (getSubscriptionsByAccount).
-func (s *Store) ListSubscriptions(ctx context.Context, account string, limit int32, cursor string) (billing.Page[billing.Subscription], error) {
-	var page billing.Page[billing.Subscription]
+func (s *Store) ListSubscriptions(ctx context.Context, account string, limit int32, cursor string) (model.Page[model.Subscription], error) {
+	var page model.Page[model.Subscription]
 	kc := expression.Key("PK").Equal(expression.Value(accountPK(account))).And(expression.Key("SK").BeginsWith(prefixSub))
 	items, next, err := s.listPage(ctx, s.table, kc, nil, true, accountPK(account), limit, cursor)
 	if err != nil {
@@ -39,8 +39,8 @@ func (s *Store) ListSubscriptions(ctx context.Context, account string, limit int
 // (getReceiptsByAccount). DynamoDB deletes expired items only eventually, so
 // the key range skips receipts processed before the retention window and a
 // filter drops the ones at its edge.
-func (s *Store) ListReceipts(ctx context.Context, account string, now time.Time, retention time.Duration, limit int32, cursor string) (billing.Page[billing.Receipt], error) {
-	var page billing.Page[billing.Receipt]
+func (s *Store) ListReceipts(ctx context.Context, account string, now time.Time, retention time.Duration, limit int32, cursor string) (model.Page[model.Receipt], error) {
+	var page model.Page[model.Receipt]
 	oldest := dates.Of(now.UTC().Add(-retention)).AddDays(-1)
 	kc := expression.Key("PK").Equal(expression.Value(accountPK(account))).
 		And(expression.Key("SK").Between(expression.Value(prefixReceipt+oldest.String()), expression.Value("REC$")))
@@ -62,8 +62,8 @@ func (s *Store) ListReceipts(ctx context.Context, account string, now time.Time,
 
 // ListHistory lists the history of a subscription, by billing date and then
 // in order of change.
-func (s *Store) ListHistory(ctx context.Context, account, sub string, limit int32, cursor string) (billing.Page[billing.HistoryEntry], error) {
-	var page billing.Page[billing.HistoryEntry]
+func (s *Store) ListHistory(ctx context.Context, account, sub string, limit int32, cursor string) (model.Page[model.HistoryEntry], error) {
+	var page model.Page[model.HistoryEntry]
 	pk := historyPK(account, sub)
 	kc := expression.Key("PK").Equal(expression.Value(pk))
 	items, next, err := s.listPage(ctx, s.history, kc, nil, true, pk, limit, cursor)
@@ -82,8 +82,8 @@ func (s *Store) ListHistory(ctx context.Context, account, sub string, limit int3
 }
 
 // AllHistory reads the whole history of a subscription.
-func (s *Store) AllHistory(ctx context.Context, account, sub string) ([]billing.HistoryEntry, error) {
-	var all []billing.HistoryEntry
+func (s *Store) AllHistory(ctx context.Context, account, sub string) ([]model.HistoryEntry, error) {
+	var all []model.HistoryEntry
 	cursor := ""
 	for {
 		page, err := s.ListHistory(ctx, account, sub, 1000, cursor)
@@ -141,8 +141,8 @@ func (s *Store) listPage(ctx context.Context, table string, kc expression.KeyCon
 
 // ListPeriodsPage lists a subscription's periods, newest first (their
 // sort keys end in the billing date), a page at a time.
-func (s *Store) ListPeriodsPage(ctx context.Context, account, sub string, limit int32, cursor string) (billing.Page[billing.Period], error) {
-	var page billing.Page[billing.Period]
+func (s *Store) ListPeriodsPage(ctx context.Context, account, sub string, limit int32, cursor string) (model.Page[model.Period], error) {
+	var page model.Page[model.Period]
 	kc := expression.Key("PK").Equal(expression.Value(accountPK(account))).And(expression.Key("SK").BeginsWith(prefixPeriod + sub + "#"))
 	items, next, err := s.listPage(ctx, s.table, kc, nil, false, accountPK(account), limit, cursor)
 	if err != nil {
@@ -162,15 +162,15 @@ func (s *Store) ListPeriodsPage(ctx context.Context, account, sub string, limit 
 // ListOpenPeriods reads, oldest first, at most limit periods of a
 // subscription that are SCHEDULED or ERROR or have an attempt in flight:
 // one filtered query, holding at most limit periods.
-func (s *Store) ListOpenPeriods(ctx context.Context, account, sub string, limit int32) ([]billing.Period, error) {
+func (s *Store) ListOpenPeriods(ctx context.Context, account, sub string, limit int32) ([]model.Period, error) {
 	kc := expression.Key("PK").Equal(expression.Value(accountPK(account))).And(expression.Key("SK").BeginsWith(prefixPeriod + sub + "#"))
-	filter := expression.Name("BillingStatus").In(expression.Value(string(billing.Scheduled)), expression.Value(string(billing.Error))).
+	filter := expression.Name("BillingStatus").In(expression.Value(string(model.Scheduled)), expression.Value(string(model.Error))).
 		Or(expression.AttributeExists(expression.Name("InFlightKey")))
 	items, _, err := s.listPage(ctx, s.table, kc, &filter, true, accountPK(account), limit, "")
 	if err != nil {
 		return nil, fmt.Errorf("list the open periods of %s: %w", sub, err)
 	}
-	out := make([]billing.Period, 0, len(items))
+	out := make([]model.Period, 0, len(items))
 	for _, raw := range items {
 		var it periodItem
 		if err := attributevalue.UnmarshalMap(raw, &it); err != nil {
@@ -186,11 +186,11 @@ func (s *Store) ListOpenPeriods(ctx context.Context, account, sub string, limit 
 // recorded (InFlightKey set) and those left unpaid (ERROR, STALE). One
 // query over the account's period items, filtered, for the console's
 // account page (every period is read, only those come back).
-func (s *Store) ListPeriodsToWatch(ctx context.Context, account string) ([]billing.Period, error) {
+func (s *Store) ListPeriodsToWatch(ctx context.Context, account string) ([]model.Period, error) {
 	kc := expression.Key("PK").Equal(expression.Value(accountPK(account))).And(expression.Key("SK").BeginsWith(prefixPeriod))
 	status := expression.Name("BillingStatus")
 	filter := expression.AttributeExists(expression.Name("InFlightKey")).
-		Or(status.In(expression.Value(string(billing.Error)), expression.Value(string(billing.Stale))))
+		Or(status.In(expression.Value(string(model.Error)), expression.Value(string(model.Stale))))
 	expr, err := expression.NewBuilder().WithKeyCondition(kc).WithFilter(filter).Build()
 	if err != nil {
 		return nil, err
@@ -199,7 +199,7 @@ func (s *Store) ListPeriodsToWatch(ctx context.Context, account string) ([]billi
 		TableName: aws.String(s.table), KeyConditionExpression: expr.KeyCondition(), FilterExpression: expr.Filter(),
 		ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(), ConsistentRead: aws.Bool(true),
 	})
-	var out []billing.Period
+	var out []model.Period
 	for p.HasMorePages() {
 		page, err := p.NextPage(ctx)
 		if err != nil {

@@ -13,7 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/stripe-payments/stripe-payments/internal/apperr"
-	"github.com/stripe-payments/stripe-payments/internal/billing"
+	"github.com/stripe-payments/stripe-payments/internal/billing/model"
 )
 
 // Lookup items let an operator find a subscription without its account
@@ -38,13 +38,13 @@ type lookupItem struct {
 	SubscriptionID string `dynamodbav:"SubscriptionId"`
 }
 
-func lookupPK(by billing.LookupBy, value string) string {
+func lookupPK(by model.LookupBy, value string) string {
 	switch by {
-	case billing.BySubscription:
+	case model.BySubscription:
 		return prefixLookup + "SUB#" + value
-	case billing.ByCustomer:
+	case model.ByCustomer:
 		return prefixLookup + "CUS#" + value
-	case billing.ByEmail:
+	case model.ByEmail:
 		sum := sha256.Sum256([]byte(strings.ToLower(strings.TrimSpace(value))))
 		return prefixLookup + "EML#" + hex.EncodeToString(sum[:])
 	}
@@ -54,12 +54,12 @@ func lookupPK(by billing.LookupBy, value string) string {
 func lookupSK(account, sub string) string { return accountPK(account) + "#SUB#" + sub }
 
 // lookupItems are the items that find sub.
-func lookupItems(sub billing.Subscription) []lookupItem {
+func lookupItems(sub model.Subscription) []lookupItem {
 	var out []lookupItem
 	for _, k := range []struct {
-		by    billing.LookupBy
+		by    model.LookupBy
 		value string
-	}{{billing.BySubscription, sub.SubscriptionID}, {billing.ByCustomer, sub.PaymentDetails.Customer}, {billing.ByEmail, sub.Email}} {
+	}{{model.BySubscription, sub.SubscriptionID}, {model.ByCustomer, sub.PaymentDetails.Customer}, {model.ByEmail, sub.Email}} {
 		if k.value == "" {
 			continue
 		}
@@ -72,7 +72,7 @@ func lookupItems(sub billing.Subscription) []lookupItem {
 // FindSubscriptions reads the subscriptions a subscription id, a Stripe
 // customer or an email finds, at most limit (one query on the lookup items,
 // then one read per subscription).
-func (s *Store) FindSubscriptions(ctx context.Context, by billing.LookupBy, value string, limit int32) ([]billing.Subscription, error) {
+func (s *Store) FindSubscriptions(ctx context.Context, by model.LookupBy, value string, limit int32) ([]model.Subscription, error) {
 	pk := lookupPK(by, value)
 	if pk == "" || value == "" {
 		return nil, apperr.Invalid("find subscriptions: unknown lookup")
@@ -87,7 +87,7 @@ func (s *Store) FindSubscriptions(ctx context.Context, by billing.LookupBy, valu
 	if err != nil {
 		return nil, fmt.Errorf("find subscriptions: %w", err)
 	}
-	var out []billing.Subscription
+	var out []model.Subscription
 	for _, raw := range res.Items {
 		var it lookupItem
 		if err := attributevalue.UnmarshalMap(raw, &it); err != nil {
@@ -97,7 +97,7 @@ func (s *Store) FindSubscriptions(ctx context.Context, by billing.LookupBy, valu
 		if err != nil {
 			return nil, fmt.Errorf("find subscriptions: read %s: %w", it.SubscriptionID, err)
 		}
-		if by == billing.ByEmail && !strings.EqualFold(strings.TrimSpace(sub.Email), strings.TrimSpace(value)) {
+		if by == model.ByEmail && !strings.EqualFold(strings.TrimSpace(sub.Email), strings.TrimSpace(value)) {
 			continue // erased since, or a hash collision: not this address
 		}
 		out = append(out, sub)
@@ -111,7 +111,7 @@ func (s *Store) deleteEmailLookup(ctx context.Context, account, sub, addr string
 		return nil
 	}
 	if _, err := s.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: aws.String(s.table),
-		Key: key(lookupPK(billing.ByEmail, addr), lookupSK(account, sub))}); err != nil {
+		Key: key(lookupPK(model.ByEmail, addr), lookupSK(account, sub))}); err != nil {
 		return fmt.Errorf("delete the email lookup of %s: %w", sub, err)
 	}
 	return nil

@@ -11,10 +11,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/stripe-payments/stripe-payments/internal/apperr"
-	"github.com/stripe-payments/stripe-payments/internal/billing"
+	"github.com/stripe-payments/stripe-payments/internal/billing/model"
 )
 
-// move renders billing.OpMoveSubscription (a plan change, docs/design.md §8): the
+// move renders model.OpMoveSubscription (a plan change, docs/design.md §8): the
 // subscription's key names its SKU and a key cannot change, so, as
 // reference 003's AdminUpdate does, the item is deleted at its old key and
 // put at its new one, here in the change's one transaction: the delete is
@@ -22,7 +22,7 @@ import (
 // collection's write, makes the whole change fail), the put on the new key
 // not existing. The id claim is rewritten with the new SKU: still one id,
 // one subscription (a create of the id under any SKU stays refused).
-func (tx *writes) move(w billing.Write) {
+func (tx *writes) move(w model.Write) {
 	sub := w.Subscription
 	if w.FromSKU == sub.SKU || w.Expect == 0 {
 		tx.fail(fmt.Errorf("billing transaction: move of %s from %q to %q at version %d", sub.SubscriptionID, w.FromSKU, sub.SKU, w.Expect))
@@ -50,10 +50,10 @@ func (tx *writes) move(w billing.Write) {
 // movedSubscription reads the subscription an index entry names where it
 // is now: a plan change moved it to the key of its new SKU after the
 // (eventually consistent) index was read. apperr.ErrNotFound when it is gone.
-func (s *Store) movedSubscription(ctx context.Context, e billing.IndexEntry) (billing.Subscription, error) {
+func (s *Store) movedSubscription(ctx context.Context, e model.IndexEntry) (model.Subscription, error) {
 	subID, _, ok := strings.Cut(strings.TrimPrefix(e.SK, prefixSub), "#SKU#")
 	if !ok {
-		return billing.Subscription{}, fmt.Errorf("not a subscription key: %s", e.SK)
+		return model.Subscription{}, fmt.Errorf("not a subscription key: %s", e.SK)
 	}
 	return s.GetSubscription(ctx, e.AccountID, subID)
 }

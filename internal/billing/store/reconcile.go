@@ -9,7 +9,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
-	"github.com/stripe-payments/stripe-payments/internal/billing"
+	"github.com/stripe-payments/stripe-payments/internal/billing/model"
 )
 
 // PeriodsToReconcile reads every billing period the reconciliation
@@ -20,9 +20,9 @@ import (
 // one strongly consistent Scan of the table, filtered: it reads (and
 // bills) every item once, which a daily job can afford where a
 // per-request path could not.
-func (s *Store) PeriodsToReconcile(ctx context.Context) ([]billing.Period, error) {
+func (s *Store) PeriodsToReconcile(ctx context.Context) ([]model.Period, error) {
 	filter := expression.Name("SK").BeginsWith(prefixPeriod).
-		And(expression.Or(expression.Name("BillingStatus").Equal(expression.Value(string(billing.ACHSent))),
+		And(expression.Or(expression.Name("BillingStatus").Equal(expression.Value(string(model.ACHSent))),
 			expression.Name("InFlightKey").AttributeExists()))
 	expr, err := expression.NewBuilder().WithFilter(filter).Build()
 	if err != nil {
@@ -32,7 +32,7 @@ func (s *Store) PeriodsToReconcile(ctx context.Context) ([]billing.Period, error
 		TableName: aws.String(s.table), FilterExpression: expr.Filter(),
 		ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(), ConsistentRead: aws.Bool(true),
 	})
-	var out []billing.Period
+	var out []model.Period
 	for p.HasMorePages() {
 		page, err := p.NextPage(ctx)
 		if err != nil {

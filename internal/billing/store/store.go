@@ -1,9 +1,9 @@
 // Package store is the billing core's DynamoDB single-table store: the
 // subscriptions, billing periods, receipts, PaymentIntent references, test
 // clocks and sweep watermarks of BILLING_TABLE, the append-only history of
-// BILLING_HISTORY_TABLE, and the commit of a billing.Tx as one
-// TransactWriteItems. It implements billing.Store; DynamoDB's errors become
-// billing's vocabulary here (apperr.ErrNotFound, billing.ErrConflict,
+// BILLING_HISTORY_TABLE, and the commit of a model.Tx as one
+// TransactWriteItems. It implements model.Store; DynamoDB's errors become
+// billing's vocabulary here (apperr.ErrNotFound, model.ErrConflict,
 // apperr.ErrInvalid for a cursor).
 package store
 
@@ -18,8 +18,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/stripe-payments/stripe-payments/internal/apperr"
-	"github.com/stripe-payments/stripe-payments/internal/billing"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
+	"github.com/stripe-payments/stripe-payments/internal/billing/model"
 )
 
 // Store reads and writes the billing table and its history table. Every
@@ -69,15 +69,15 @@ func (s *Store) getItem(ctx context.Context, pk, sk string, out any) error {
 }
 
 // GetSubscription reads a subscription by id (strongly consistent).
-func (s *Store) GetSubscription(ctx context.Context, account, sub string) (billing.Subscription, error) {
-	if !billing.ValidID(account) || !billing.ValidID(sub) {
-		return billing.Subscription{}, apperr.New(apperr.CodeNotFound, "subscription %s not found", sub)
+func (s *Store) GetSubscription(ctx context.Context, account, sub string) (model.Subscription, error) {
+	if !model.ValidID(account) || !model.ValidID(sub) {
+		return model.Subscription{}, apperr.New(apperr.CodeNotFound, "subscription %s not found", sub)
 	}
 	kc := expression.Key("PK").Equal(expression.Value(accountPK(account))).
 		And(expression.Key("SK").BeginsWith(prefixSub + sub + "#SKU#"))
 	expr, err := expression.NewBuilder().WithKeyCondition(kc).Build()
 	if err != nil {
-		return billing.Subscription{}, err
+		return model.Subscription{}, err
 	}
 	out, err := s.db.Query(ctx, &dynamodb.QueryInput{
 		TableName: aws.String(s.table), KeyConditionExpression: expr.KeyCondition(),
@@ -85,41 +85,41 @@ func (s *Store) GetSubscription(ctx context.Context, account, sub string) (billi
 		ConsistentRead: aws.Bool(true), Limit: aws.Int32(2),
 	})
 	if err != nil {
-		return billing.Subscription{}, fmt.Errorf("get subscription %s: %w", sub, err)
+		return model.Subscription{}, fmt.Errorf("get subscription %s: %w", sub, err)
 	}
 	if len(out.Items) == 0 {
-		return billing.Subscription{}, apperr.New(apperr.CodeNotFound, "subscription %s not found", sub)
+		return model.Subscription{}, apperr.New(apperr.CodeNotFound, "subscription %s not found", sub)
 	}
 	var it subItem
 	if err := attributevalue.UnmarshalMap(out.Items[0], &it); err != nil {
-		return billing.Subscription{}, fmt.Errorf("decode subscription %s: %w", sub, err)
+		return model.Subscription{}, fmt.Errorf("decode subscription %s: %w", sub, err)
 	}
 	return it.subscription(), nil
 }
 
 // GetPeriod reads one billing period (strongly consistent).
-func (s *Store) GetPeriod(ctx context.Context, account, sub string, d dates.Date) (billing.Period, error) {
+func (s *Store) GetPeriod(ctx context.Context, account, sub string, d dates.Date) (model.Period, error) {
 	var it periodItem
 	if err := s.getItem(ctx, accountPK(account), periodSK(sub, d), &it); err != nil {
-		return billing.Period{}, err
+		return model.Period{}, err
 	}
 	return it.period(), nil
 }
 
 // GetPaymentRef finds the period a PaymentIntent was created for.
-func (s *Store) GetPaymentRef(ctx context.Context, pi string) (billing.PaymentRef, error) {
+func (s *Store) GetPaymentRef(ctx context.Context, pi string) (model.PaymentRef, error) {
 	var it piItem
 	if err := s.getItem(ctx, piKey(pi), piKey(pi), &it); err != nil {
-		return billing.PaymentRef{}, err
+		return model.PaymentRef{}, err
 	}
-	return billing.PaymentRef{PaymentIntent: it.PaymentIntent, AccountID: it.AccountID,
+	return model.PaymentRef{PaymentIntent: it.PaymentIntent, AccountID: it.AccountID,
 		SubscriptionID: it.SubscriptionID, BillingDate: parseDate(it.BillingDate), Amount: it.Amount, Currency: it.Currency,
 		RefundID: it.RefundID}, nil
 }
 
 // ListPeriods reads every billing period of a subscription, oldest first.
-func (s *Store) ListPeriods(ctx context.Context, account, sub string) ([]billing.Period, error) {
-	var periods []billing.Period
+func (s *Store) ListPeriods(ctx context.Context, account, sub string) ([]model.Period, error) {
+	var periods []model.Period
 	err := s.queryAll(ctx, accountPK(account), prefixPeriod+sub+"#", func(raw map[string]types.AttributeValue) error {
 		var it periodItem
 		if err := attributevalue.UnmarshalMap(raw, &it); err != nil {

@@ -2,7 +2,7 @@
 // collection's PaymentIntents (created and confirmed off-session with the
 // attempt's idempotency key) through one token bucket, and the lookups that
 // settle an attempt whose outcome is unknown (lookup.go). It implements
-// billing.Charger over a stripe-go client (internal/stripeclient).
+// model.Charger over a stripe-go client (internal/stripeclient).
 package stripecharge
 
 import (
@@ -18,7 +18,7 @@ import (
 	"github.com/stripe/stripe-go/v76/client"
 	"golang.org/x/time/rate"
 
-	"github.com/stripe-payments/stripe-payments/internal/billing"
+	"github.com/stripe-payments/stripe-payments/internal/billing/model"
 	"github.com/stripe-payments/stripe-payments/internal/config"
 )
 
@@ -84,10 +84,10 @@ func (c *Charger) Stats() Stats {
 
 // Charge creates and confirms the PaymentIntent. The error is non-nil
 // exactly when the outcome is Unknown.
-func (c *Charger) Charge(ctx context.Context, req billing.ChargeRequest) (billing.ChargeResult, error) {
+func (c *Charger) Charge(ctx context.Context, req model.ChargeRequest) (model.ChargeResult, error) {
 	for attempt := 0; ; attempt++ {
 		if err := c.limiter.Wait(ctx); err != nil {
-			return billing.ChargeResult{}, fmt.Errorf("rate limiter: %w", err)
+			return model.ChargeResult{}, fmt.Errorf("rate limiter: %w", err)
 		}
 		c.requests.Add(1)
 		pi, err := c.api.PaymentIntents.New(c.params(ctx, req))
@@ -96,16 +96,16 @@ func (c *Charger) Charge(ctx context.Context, req billing.ChargeRequest) (billin
 		}
 		var se *stripe.Error
 		if !errors.As(err, &se) {
-			return billing.ChargeResult{}, fmt.Errorf("create payment intent: %w", err)
+			return model.ChargeResult{}, fmt.Errorf("create payment intent: %w", err)
 		}
 		if se.HTTPStatusCode == http.StatusTooManyRequests {
 			c.rateLimited.Add(1)
 			if attempt >= c.opts.MaxRateLimitRetries {
-				return billing.ChargeResult{}, fmt.Errorf("create payment intent: rate limited %d times: %w", attempt+1, err)
+				return model.ChargeResult{}, fmt.Errorf("create payment intent: rate limited %d times: %w", attempt+1, err)
 			}
 			select {
 			case <-ctx.Done():
-				return billing.ChargeResult{}, fmt.Errorf("create payment intent: %w", ctx.Err())
+				return model.ChargeResult{}, fmt.Errorf("create payment intent: %w", ctx.Err())
 			case <-time.After(c.opts.Backoff(attempt + 1)):
 			}
 			continue
@@ -114,7 +114,7 @@ func (c *Charger) Charge(ctx context.Context, req billing.ChargeRequest) (billin
 	}
 }
 
-func (c *Charger) params(ctx context.Context, req billing.ChargeRequest) *stripe.PaymentIntentParams {
+func (c *Charger) params(ctx context.Context, req model.ChargeRequest) *stripe.PaymentIntentParams {
 	p := &stripe.PaymentIntentParams{
 		Amount:        stripe.Int64(req.Amount),
 		Currency:      stripe.String(req.Currency),
@@ -145,12 +145,12 @@ func (c *Charger) params(ctx context.Context, req billing.ChargeRequest) *stripe
 
 // classify maps a Stripe error to an outcome: a declined card (402) or a
 // refused request (4xx) is a failed attempt; anything else is unknown.
-func classify(se *stripe.Error, err error) (billing.ChargeResult, error) {
-	msg := billing.DeclineText(string(se.Code), se.Msg)
+func classify(se *stripe.Error, err error) (model.ChargeResult, error) {
+	msg := model.DeclineText(string(se.Code), se.Msg)
 	if se.DeclineCode != "" {
 		msg += " (" + string(se.DeclineCode) + ")"
 	}
-	res := billing.ChargeResult{Outcome: billing.Declined, Error: msg, DeclineCode: declineCode(string(se.DeclineCode), string(se.Code))}
+	res := model.ChargeResult{Outcome: model.Declined, Error: msg, DeclineCode: declineCode(string(se.DeclineCode), string(se.Code))}
 	if se.PaymentIntent != nil {
 		res.PaymentIntent = se.PaymentIntent.ID
 		if se.PaymentIntent.Status == stripe.PaymentIntentStatusSucceeded {
@@ -165,21 +165,21 @@ func classify(se *stripe.Error, err error) (billing.ChargeResult, error) {
 		se.HTTPStatusCode != http.StatusConflict:
 		return res, nil
 	}
-	return billing.ChargeResult{}, fmt.Errorf("create payment intent: %w", err)
+	return model.ChargeResult{}, fmt.Errorf("create payment intent: %w", err)
 }
 
-func fromPaymentIntent(pi *stripe.PaymentIntent) billing.ChargeResult {
-	res := billing.ChargeResult{PaymentIntent: pi.ID}
+func fromPaymentIntent(pi *stripe.PaymentIntent) model.ChargeResult {
+	res := model.ChargeResult{PaymentIntent: pi.ID}
 	switch pi.Status {
 	case stripe.PaymentIntentStatusSucceeded:
-		res.Outcome, res.Method = billing.Succeeded, billing.MethodOf(pi)
+		res.Outcome, res.Method = model.Succeeded, model.MethodOf(pi)
 	case stripe.PaymentIntentStatusProcessing:
-		res.Outcome = billing.Processing
+		res.Outcome = model.Processing
 	default:
-		res.Outcome = billing.Declined
+		res.Outcome = model.Declined
 		res.Error = "payment intent " + string(pi.Status)
 		if e := pi.LastPaymentError; e != nil {
-			res.Error = billing.DeclineText(string(e.Code), e.Msg)
+			res.Error = model.DeclineText(string(e.Code), e.Msg)
 			res.DeclineCode = declineCode(string(e.DeclineCode), string(e.Code))
 		}
 	}

@@ -10,7 +10,7 @@ import (
 
 	"github.com/stripe/stripe-go/v76"
 
-	"github.com/stripe-payments/stripe-payments/internal/billing"
+	"github.com/stripe-payments/stripe-payments/internal/billing/model"
 )
 
 // FindAttempt asks Stripe for the PaymentIntent an attempt whose outcome is
@@ -23,10 +23,10 @@ import (
 // metadata: metadata alone is merchant-writable. Found is false when
 // neither sees it: Stripe never created it. The error is non-nil when Stripe
 // could not be asked (nothing can be concluded then).
-func (c *Charger) FindAttempt(ctx context.Context, q billing.AttemptQuery) (billing.Lookup, error) {
+func (c *Charger) FindAttempt(ctx context.Context, q model.AttemptQuery) (model.Lookup, error) {
 	var found []*stripe.PaymentIntent
 	clauses := make([]string, 0, len(q.Metadata))
-	for _, k := range []string{billing.MetaAccount, billing.MetaSubscription, billing.MetaDate, billing.MetaAttempt} {
+	for _, k := range []string{model.MetaAccount, model.MetaSubscription, model.MetaDate, model.MetaAttempt} {
 		if v, ok := q.Metadata[k]; ok {
 			clauses = append(clauses, fmt.Sprintf("metadata['%s']:'%s'", k, searchEscape(v)))
 		}
@@ -38,7 +38,7 @@ func (c *Charger) FindAttempt(ctx context.Context, q billing.AttemptQuery) (bill
 		sp.SetStripeAccount(q.StripeAccount)
 	}
 	if err := c.limiter.Wait(ctx); err != nil {
-		return billing.Lookup{}, fmt.Errorf("rate limiter: %w", err)
+		return model.Lookup{}, fmt.Errorf("rate limiter: %w", err)
 	}
 	c.requests.Add(1)
 	it := c.api.PaymentIntents.Search(sp)
@@ -49,7 +49,7 @@ func (c *Charger) FindAttempt(ctx context.Context, q billing.AttemptQuery) (bill
 	}
 	how := "search"
 	if err := it.Err(); err != nil && !searchUnavailable(err) {
-		return billing.Lookup{}, fmt.Errorf("search payment intents: %w", err)
+		return model.Lookup{}, fmt.Errorf("search payment intents: %w", err)
 	}
 	if len(found) == 0 {
 		how = "list"
@@ -62,7 +62,7 @@ func (c *Charger) FindAttempt(ctx context.Context, q billing.AttemptQuery) (bill
 			lp.SetStripeAccount(q.StripeAccount)
 		}
 		if err := c.limiter.Wait(ctx); err != nil {
-			return billing.Lookup{}, fmt.Errorf("rate limiter: %w", err)
+			return model.Lookup{}, fmt.Errorf("rate limiter: %w", err)
 		}
 		c.requests.Add(1)
 		li := c.api.PaymentIntents.List(lp)
@@ -72,11 +72,11 @@ func (c *Charger) FindAttempt(ctx context.Context, q billing.AttemptQuery) (bill
 			}
 		}
 		if err := li.Err(); err != nil {
-			return billing.Lookup{}, fmt.Errorf("list payment intents: %w", err)
+			return model.Lookup{}, fmt.Errorf("list payment intents: %w", err)
 		}
 	}
 	if len(found) == 0 {
-		return billing.Lookup{}, nil
+		return model.Lookup{}, nil
 	}
 	// One attempt makes one PaymentIntent (one idempotency key); should
 	// there be more, money that moved wins over a failure.
@@ -86,7 +86,7 @@ func (c *Charger) FindAttempt(ctx context.Context, q billing.AttemptQuery) (bill
 			best = pi
 		}
 	}
-	return billing.Lookup{Found: true, Result: fromPaymentIntent(best), How: how}, nil
+	return model.Lookup{Found: true, Result: fromPaymentIntent(best), How: how}, nil
 }
 
 func rank(s stripe.PaymentIntentStatus) int {
@@ -100,7 +100,7 @@ func rank(s stripe.PaymentIntentStatus) int {
 }
 
 // matches: pi is the PaymentIntent q looks for.
-func matches(q billing.AttemptQuery, pi *stripe.PaymentIntent) bool {
+func matches(q model.AttemptQuery, pi *stripe.PaymentIntent) bool {
 	if pi == nil || q.Exclude[pi.ID] || pi.Amount != q.Amount || !strings.EqualFold(string(pi.Currency), q.Currency) {
 		return false
 	}
@@ -111,7 +111,7 @@ func matches(q billing.AttemptQuery, pi *stripe.PaymentIntent) bool {
 		return false
 	}
 	for k, v := range q.Metadata {
-		if k == billing.MetaAttempt {
+		if k == model.MetaAttempt {
 			// PaymentIntents made before the attempt number was set carry
 			// none; one that carries another number is another attempt.
 			if got, ok := pi.Metadata[k]; ok && got != v {

@@ -11,8 +11,9 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/stripe-payments/stripe-payments/internal/apperr"
-	"github.com/stripe-payments/stripe-payments/internal/billing"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
+	"github.com/stripe-payments/stripe-payments/internal/billing/jobs"
+	"github.com/stripe-payments/stripe-payments/internal/billing/model"
 )
 
 // AdvanceClock moves clock id to to, running every day's jobs in between.
@@ -21,16 +22,16 @@ import (
 // it); done closes when the advance ended, however. One advance at a time
 // per clock (ErrBusy); a claim whose holder went away (lease expired),
 // or a failed advance, is continued from where it stopped.
-func (s *Service) AdvanceClock(ctx, life context.Context, id string, to time.Time) (billing.Clock, <-chan struct{}, error) {
+func (s *Service) AdvanceClock(ctx, life context.Context, id string, to time.Time) (model.Clock, <-chan struct{}, error) {
 	if s.livemode() {
-		return billing.Clock{}, nil, billing.ErrLivemode
+		return model.Clock{}, nil, model.ErrLivemode
 	}
 	c, err := s.store.GetClock(ctx, id)
 	if err != nil {
-		return billing.Clock{}, nil, err
+		return model.Clock{}, nil, err
 	}
 	now := s.wall()
-	if c.Status == billing.ClockAdvancing && !now.After(c.LeaseUntil) {
+	if c.Status == model.ClockAdvancing && !now.After(c.LeaseUntil) {
 		return c, nil, ErrBusy
 	}
 	if err := checkClockCeiling(to); err != nil {
@@ -38,7 +39,7 @@ func (s *Service) AdvanceClock(ctx, life context.Context, id string, to time.Tim
 	}
 	to = to.UTC().Truncate(time.Second)
 	current := c.FrozenTime
-	if c.Status != billing.ClockReady {
+	if c.Status != model.ClockReady {
 		current = c.ReachedTime // continuing a stopped advance
 	}
 	switch {
@@ -54,11 +55,11 @@ func (s *Service) AdvanceClock(ctx, life context.Context, id string, to time.Tim
 		return c, nil, err
 	}
 	owner := uuid.NewString()
-	c.Status, c.FrozenTime, c.Error = billing.ClockAdvancing, to, ""
+	c.Status, c.FrozenTime, c.Error = model.ClockAdvancing, to, ""
 	c.LeaseOwner, c.LeaseUntil = owner, now.Add(s.cfg.Lease)
 	if err := s.store.PutClock(ctx, &c, now); err != nil {
 		release()
-		if errors.Is(err, billing.ErrConflict) {
+		if errors.Is(err, model.ErrConflict) {
 			return c, nil, ErrBusy // another request claimed it first
 		}
 		return c, nil, err
@@ -76,7 +77,7 @@ func (s *Service) AdvanceClock(ctx, life context.Context, id string, to time.Tim
 			if cur, gerr := s.store.GetClock(ctx, c.ID); gerr == nil {
 				reached = cur.ReachedTime // as far as the heartbeats recorded
 			}
-			s.endAdvance(ctx, c.ID, owner, reached, billing.ClockFailed, "the advance stopped on an internal error; advance again to continue")
+			s.endAdvance(ctx, c.ID, owner, reached, model.ClockFailed, "the advance stopped on an internal error; advance again to continue")
 		}
 	}()
 	return c, done, nil
@@ -91,7 +92,7 @@ func (s *Service) Wait() { s.advances.Wait() }
 // day runs remind then collect for the job date the real ticker would use
 // at that time (NowDate: the next UTC date; every subscription acts only
 // once its own date came in its time zone).
-func (s *Service) advanceClock(ctx context.Context, c billing.Clock, owner string) {
+func (s *Service) advanceClock(ctx context.Context, c model.Clock, owner string) {
 	log := s.log.With("test_clock", c.ID)
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -115,7 +116,7 @@ func (s *Service) advanceClock(ctx context.Context, c billing.Clock, owner strin
 	defer func() { cancel(nil); hb.Wait() }()
 
 	var at time.Time
-	cs := s.billing.OnClock(c.ID, func() time.Time { return at })
+	cs := s.billing.DailyOn(c.ID, func() time.Time { return at })
 	reached := c.ReachedTime
 	// renew keeps the claim and records how far the jobs got: the clock's
 	// subscriptions (the webhook feed's included) take today from it. False
@@ -126,10 +127,10 @@ func (s *Service) advanceClock(ctx context.Context, c billing.Clock, owner strin
 			return true
 		}
 		log.Warn("test clock: advance stopped", "error", err)
-		if !errors.Is(err, billing.ErrConflict) { // else lost the claim: whoever holds it now goes on
+		if !errors.Is(err, model.ErrConflict) { // else lost the claim: whoever holds it now goes on
 			// Shutting down, or the table failed: say so at once rather
 			// than when the lease runs out; the next advance goes on.
-			s.endAdvance(context.WithoutCancel(ctx), c.ID, owner, reached, billing.ClockFailed, "the advance stopped: "+err.Error())
+			s.endAdvance(context.WithoutCancel(ctx), c.ID, owner, reached, model.ClockFailed, "the advance stopped: "+err.Error())
 		}
 		return false
 	}
@@ -152,7 +153,7 @@ func (s *Service) advanceClock(ctx context.Context, c billing.Clock, owner strin
 				log.Warn("test clock: could not record a run", "error", perr)
 			}
 			log.Error("test clock: advance stopped", "at", at.Format(time.RFC3339), "error", err)
-			s.endAdvance(context.WithoutCancel(ctx), c.ID, owner, reached, billing.ClockFailed, err.Error())
+			s.endAdvance(context.WithoutCancel(ctx), c.ID, owner, reached, model.ClockFailed, err.Error())
 			return
 		}
 		reached = at
@@ -178,17 +179,17 @@ func (s *Service) advanceClock(ctx context.Context, c billing.Clock, owner strin
 			return
 		}
 	}
-	s.endAdvance(context.WithoutCancel(ctx), c.ID, owner, reached, billing.ClockReady, "")
+	s.endAdvance(context.WithoutCancel(ctx), c.ID, owner, reached, model.ClockReady, "")
 }
 
 // clockDay runs one day's jobs on cs, the clock's billing service, its now at.
-func (s *Service) clockDay(ctx context.Context, clock string, cs *billing.Service, at time.Time) (billing.ClockRun, error) {
+func (s *Service) clockDay(ctx context.Context, clock string, cs jobs.Daily, at time.Time) (model.ClockRun, error) {
 	date := cs.NowDate()
-	run := billing.ClockRun{Time: at, Date: date}
+	run := model.ClockRun{Time: at, Date: date}
 	var errs []error
 	jobs := []struct {
 		name string
-		run  func(context.Context, dates.Date) (*billing.Report, error)
+		run  func(context.Context, dates.Date) (*model.Report, error)
 	}{{"remind", cs.Remind}, {"collect", cs.Collect}}
 	for _, job := range jobs {
 		started := s.wall()
@@ -225,7 +226,7 @@ func (s *Service) clockDay(ctx context.Context, clock string, cs *billing.Servic
 // recordRun hands a job of a clock's day to the run log when it did or
 // found something (a day with nothing due is not worth a row: an advance
 // of three years runs over a thousand of them).
-func (s *Service) recordRun(ctx context.Context, clock, job string, date dates.Date, started time.Time, rep *billing.Report, err error) {
+func (s *Service) recordRun(ctx context.Context, clock, job string, date dates.Date, started time.Time, rep *model.Report, err error) {
 	if s.runs == nil || (err == nil && rep != nil && rep.Entries == 0) {
 		return
 	}
@@ -243,8 +244,8 @@ const clockLockWait = 3 * time.Minute
 // locked, with a short backoff instead of the real jobs' one long wait
 // (the clock's billing service has LockedRetryWait 0): a rerun acts on
 // what is left, idempotently. The report adds up what the runs did.
-func (s *Service) untilUnlocked(ctx context.Context, job func(context.Context, dates.Date) (*billing.Report, error), date dates.Date) (*billing.Report, error) {
-	total := &billing.Report{}
+func (s *Service) untilUnlocked(ctx context.Context, job func(context.Context, dates.Date) (*model.Report, error), date dates.Date) (*model.Report, error) {
+	total := &model.Report{}
 	deadline := s.wall().Add(clockLockWait)
 	for wait := 50 * time.Millisecond; ; wait = min(2*wait, time.Second) {
 		rep, err := job(ctx, date)
@@ -264,7 +265,7 @@ func (s *Service) untilUnlocked(ctx context.Context, job func(context.Context, d
 		total.Resolved += rep.Resolved
 		total.Unresolved, total.Errors, total.Locked = rep.Unresolved, rep.Errors, rep.Locked
 		for _, c := range rep.Causes {
-			if len(total.Causes) < billing.MaxCauses && !slices.Contains(total.Causes, c) {
+			if len(total.Causes) < model.MaxCauses && !slices.Contains(total.Causes, c) {
 				total.Causes = append(total.Causes, c)
 			}
 		}
@@ -281,19 +282,19 @@ func (s *Service) untilUnlocked(ctx context.Context, job func(context.Context, d
 
 // endAdvance records the end of owner's advance: ready at the target, or
 // failed at reached.
-func (s *Service) endAdvance(ctx context.Context, id, owner string, reached time.Time, status billing.ClockStatus, msg string) {
+func (s *Service) endAdvance(ctx context.Context, id, owner string, reached time.Time, status model.ClockStatus, msg string) {
 	for range 5 {
 		c, err := s.store.GetClock(ctx, id)
 		if err != nil || c.LeaseOwner != owner {
 			return // deleted, or taken over
 		}
 		c.Status, c.ReachedTime, c.Error = status, reached, msg
-		if status == billing.ClockReady {
+		if status == model.ClockReady {
 			c.FrozenTime = reached
 		}
 		c.LeaseOwner, c.LeaseUntil = "", time.Time{}
 		err = s.store.PutClock(ctx, &c, s.wall())
-		if !errors.Is(err, billing.ErrConflict) {
+		if !errors.Is(err, model.ErrConflict) {
 			if err != nil {
 				s.log.Error("test clock: could not record the end of an advance", "test_clock", id, "error", err)
 			}

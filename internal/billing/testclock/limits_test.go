@@ -12,8 +12,8 @@ import (
 
 	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/billing"
-	"github.com/stripe-payments/stripe-payments/internal/billing/billingtest"
 	"github.com/stripe-payments/stripe-payments/internal/billing/testclock"
+	"github.com/stripe-payments/stripe-payments/internal/billingtest"
 )
 
 // The bounds of limits.go (test clocks share real billing's tables and

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/stripe-payments/stripe-payments/internal/billing"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
+	"github.com/stripe-payments/stripe-payments/internal/billing/model"
 )
 
 // Bank debits on a clock settle in the clock's time.
@@ -88,7 +88,7 @@ func (s *Service) refreshDebits(ctx context.Context, d *debits) error {
 		}
 		loc := sub.Location()
 		for _, p := range periods {
-			if p.Status != billing.ACHSent || p.TransactionID == "" || d.awaited[p.TransactionID] {
+			if p.Status != model.ACHSent || p.TransactionID == "" || d.awaited[p.TransactionID] {
 				continue
 			}
 			// The period was last written when the debit was submitted
@@ -138,7 +138,7 @@ func (s *Service) awaitSettlements(ctx context.Context, due []debit) (settled, u
 						"billing_date", x.period.String(), "error", err)
 				}
 				left = append(left, x)
-			case p.Status == billing.ACHSent && p.TransactionID == x.pi:
+			case p.Status == model.ACHSent && p.TransactionID == x.pi:
 				left = append(left, x)
 			default:
 				settled++

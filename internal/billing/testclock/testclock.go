@@ -5,10 +5,10 @@
 // of every day up to the new time, through the very code of the real jobs
 // (billing's Remind and Collect: same lock, idempotency keys, history,
 // receipts, actions, Stripe calls), on a copy of the billing service whose
-// clock is the test clock's (billing.Service.OnClock).
+// clock is the test clock's (Billing.DailyOn).
 //
 // The billing core knows only that a subscription may live on a clock
-// (internal/billing/clock.go); it never imports this package.
+// (internal/billing/env: ForSub, OnClock); it never imports this package.
 package testclock
 
 import (
@@ -24,8 +24,10 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/stripe-payments/stripe-payments/internal/apperr"
-	"github.com/stripe-payments/stripe-payments/internal/billing"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
+	"github.com/stripe-payments/stripe-payments/internal/billing/jobs"
+	"github.com/stripe-payments/stripe-payments/internal/billing/lifecycle"
+	"github.com/stripe-payments/stripe-payments/internal/billing/model"
 	"github.com/stripe-payments/stripe-payments/internal/config"
 	"github.com/stripe-payments/stripe-payments/internal/safego"
 )
@@ -38,23 +40,23 @@ var ErrBusy = apperr.New(apperr.CodeConflict, "the test clock is advancing; wait
 
 // Store keeps the test clocks; the billing store implements it.
 type Store interface {
-	billing.ClockReader
+	model.ClockReader
 	// PutClock writes c if it is still at c.Version (0: creates it) and
-	// advances c.Version; billing.ErrConflict when it changed meanwhile.
-	PutClock(ctx context.Context, c *billing.Clock, now time.Time) error
-	ClockMembers(ctx context.Context, clock string) ([]billing.ClockMember, error)
-	PutClockRun(ctx context.Context, clock string, r billing.ClockRun) error
-	ClockRuns(ctx context.Context, clock string, limit int32) ([]billing.ClockRun, error)
+	// advances c.Version; model.ErrConflict when it changed meanwhile.
+	PutClock(ctx context.Context, c *model.Clock, now time.Time) error
+	ClockMembers(ctx context.Context, clock string) ([]model.ClockMember, error)
+	PutClockRun(ctx context.Context, clock string, r model.ClockRun) error
+	ClockRuns(ctx context.Context, clock string, limit int32) ([]model.ClockRun, error)
 	DeleteClockItems(ctx context.Context, clock string) error
 	// RenewClockLease extends the lease of an advancing clock held by owner
-	// and records how far it got; billing.ErrConflict when owner no longer
+	// and records how far it got; model.ErrConflict when owner no longer
 	// holds it.
 	RenewClockLease(ctx context.Context, id, owner string, reached, until, now time.Time) error
-	GetSubscription(ctx context.Context, account, id string) (billing.Subscription, error)
+	GetSubscription(ctx context.Context, account, id string) (model.Subscription, error)
 	// ListPeriods and GetPeriod read a clock subscription's periods: its
 	// bank debits waiting to settle (settle.go).
-	ListPeriods(ctx context.Context, account, sub string) ([]billing.Period, error)
-	GetPeriod(ctx context.Context, account, sub string, d dates.Date) (billing.Period, error)
+	ListPeriods(ctx context.Context, account, sub string) ([]model.Period, error)
+	GetPeriod(ctx context.Context, account, sub string, d dates.Date) (model.Period, error)
 }
 
 // Config bounds the test clocks (limits.go).
@@ -77,11 +79,19 @@ func DefaultConfig() Config {
 		SettleWait: DefaultSettleWait}
 }
 
+// Billing is the billing core as the test clocks use it (billing.Service):
+// it runs the days of an advance and cancels a deleted clock's
+// subscriptions; its configuration says whether Stripe is live.
+type Billing interface {
+	// DailyOn is the daily jobs on test clock clock, whose time is now.
+	DailyOn(clock string, now func() time.Time) jobs.Daily
+	Config() model.Config
+	UpdateSubscription(ctx context.Context, account, subID string, ch lifecycle.Change) (model.Subscription, error)
+}
+
 // Deps are the service's collaborators.
 type Deps struct {
-	// Billing runs the days of an advance and cancels a deleted clock's
-	// subscriptions; its configuration says whether Stripe is live.
-	Billing *billing.Service
+	Billing Billing
 	Store   Store
 	// Now is the real time (leases, run stamps); default time.Now.
 	Now func() time.Time
@@ -96,13 +106,13 @@ type Deps struct {
 
 // RunRecorder records one job of a test clock's day (opsdata.Runs).
 type RunRecorder interface {
-	RecordClockRun(ctx context.Context, clock, job string, date time.Time, started time.Time, rep *billing.Report, err error) error
+	RecordClockRun(ctx context.Context, clock, job string, date time.Time, started time.Time, rep *model.Report, err error) error
 }
 
 // Service creates, reads, advances and deletes test clocks.
 type Service struct {
 	cfg     Config
-	billing *billing.Service
+	billing Billing
 	store   Store
 	wall    func() time.Time
 	log     *slog.Logger
@@ -146,44 +156,44 @@ func New(cfg Config, d Deps) (*Service, error) {
 func (s *Service) livemode() bool { return s.billing.Config().Livemode }
 
 // CreateClock creates a test clock frozen at frozen.
-func (s *Service) CreateClock(ctx context.Context, frozen time.Time, name string) (billing.Clock, error) {
+func (s *Service) CreateClock(ctx context.Context, frozen time.Time, name string) (model.Clock, error) {
 	if s.livemode() {
-		return billing.Clock{}, billing.ErrLivemode
+		return model.Clock{}, model.ErrLivemode
 	}
 	if frozen.IsZero() {
-		return billing.Clock{}, apperr.Invalid("frozen_time: required (RFC 3339)")
+		return model.Clock{}, apperr.Invalid("frozen_time: required (RFC 3339)")
 	}
 	if y := frozen.UTC().Year(); y < 2000 || y > 2100 {
-		return billing.Clock{}, apperr.Invalid("frozen_time: a time between the years 2000 and 2100")
+		return model.Clock{}, apperr.Invalid("frozen_time: a time between the years 2000 and 2100")
 	}
 	if len(name) > 200 || strings.ContainsAny(name, "\x00\r\n") {
-		return billing.Clock{}, apperr.Invalid("name: at most 200 characters on one line")
+		return model.Clock{}, apperr.Invalid("name: at most 200 characters on one line")
 	}
 	if err := s.checkClockCount(ctx); err != nil {
-		return billing.Clock{}, err
+		return model.Clock{}, err
 	}
 	now := s.wall()
 	frozen = frozen.UTC().Truncate(time.Second)
-	c := billing.Clock{ID: "clock_" + strings.ReplaceAll(uuid.NewString(), "-", "")[:24], Name: name,
-		FrozenTime: frozen, ReachedTime: frozen, Status: billing.ClockReady, CreatedAt: now}
+	c := model.Clock{ID: "clock_" + strings.ReplaceAll(uuid.NewString(), "-", "")[:24], Name: name,
+		FrozenTime: frozen, ReachedTime: frozen, Status: model.ClockReady, CreatedAt: now}
 	if err := s.store.PutClock(ctx, &c, now); err != nil {
-		return billing.Clock{}, err
+		return model.Clock{}, err
 	}
 	return c, nil
 }
 
 // GetClock reads a test clock and its latest runs (newest first, at most
 // limit). An advance whose replica went away reads as internal_failure.
-func (s *Service) GetClock(ctx context.Context, id string, limit int32) (billing.Clock, []billing.ClockRun, error) {
+func (s *Service) GetClock(ctx context.Context, id string, limit int32) (model.Clock, []model.ClockRun, error) {
 	if s.livemode() {
-		return billing.Clock{}, nil, billing.ErrLivemode
+		return model.Clock{}, nil, model.ErrLivemode
 	}
 	c, err := s.store.GetClock(ctx, id)
 	if err != nil {
-		return billing.Clock{}, nil, err
+		return model.Clock{}, nil, err
 	}
-	if c.Status == billing.ClockAdvancing && s.wall().After(c.LeaseUntil) {
-		c.Status = billing.ClockFailed
+	if c.Status == model.ClockAdvancing && s.wall().After(c.LeaseUntil) {
+		c.Status = model.ClockFailed
 		c.Error = fmt.Sprintf("the advance stopped at %s (its process went away); advance again to continue",
 			c.ReachedTime.Format(time.RFC3339))
 	}
@@ -192,21 +202,21 @@ func (s *Service) GetClock(ctx context.Context, id string, limit int32) (billing
 	}
 	runs, err := s.store.ClockRuns(ctx, id, limit)
 	if err != nil {
-		return billing.Clock{}, nil, err
+		return model.Clock{}, nil, err
 	}
 	return c, runs, nil
 }
 
 // ListClocks reads every test clock, newest first.
-func (s *Service) ListClocks(ctx context.Context) ([]billing.Clock, error) {
+func (s *Service) ListClocks(ctx context.Context) ([]model.Clock, error) {
 	if s.livemode() {
-		return nil, billing.ErrLivemode
+		return nil, model.ErrLivemode
 	}
 	ids, err := s.store.ListClockIDs(ctx)
 	if err != nil {
 		return nil, err
 	}
-	clocks := make([]billing.Clock, 0, len(ids))
+	clocks := make([]model.Clock, 0, len(ids))
 	for _, id := range ids {
 		c, _, err := s.GetClock(ctx, id, 0)
 		if errors.Is(err, apperr.ErrNotFound) {
@@ -222,12 +232,12 @@ func (s *Service) ListClocks(ctx context.Context) ([]billing.Clock, error) {
 }
 
 // ClockSubscriptions reads the subscriptions created on clock id.
-func (s *Service) ClockSubscriptions(ctx context.Context, id string) ([]billing.Subscription, error) {
+func (s *Service) ClockSubscriptions(ctx context.Context, id string) ([]model.Subscription, error) {
 	members, err := s.store.ClockMembers(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	subs := make([]billing.Subscription, 0, len(members))
+	subs := make([]model.Subscription, 0, len(members))
 	for _, m := range members {
 		sub, err := s.store.GetSubscription(ctx, m.AccountID, m.SubscriptionID)
 		if errors.Is(err, apperr.ErrNotFound) {
@@ -245,13 +255,13 @@ func (s *Service) ClockSubscriptions(ctx context.Context, id string) ([]billing.
 // why) and removes the clock. Refused while it advances.
 func (s *Service) DeleteClock(ctx context.Context, id string) error {
 	if s.livemode() {
-		return billing.ErrLivemode
+		return model.ErrLivemode
 	}
 	c, err := s.store.GetClock(ctx, id)
 	if err != nil {
 		return err
 	}
-	if c.Status == billing.ClockAdvancing && !s.wall().After(c.LeaseUntil) {
+	if c.Status == model.ClockAdvancing && !s.wall().After(c.LeaseUntil) {
 		return ErrBusy
 	}
 	members, err := s.store.ClockMembers(ctx, id)
@@ -260,7 +270,7 @@ func (s *Service) DeleteClock(ctx context.Context, id string) error {
 	}
 	for _, m := range members {
 		_, err := s.billing.UpdateSubscription(ctx, m.AccountID, m.SubscriptionID,
-			billing.Change{Action: "cancel", Cause: "test-clock-deleted:" + id})
+			lifecycle.Change{Action: "cancel", Cause: "test-clock-deleted:" + id})
 		if err != nil && !errors.Is(err, apperr.ErrNotFound) {
 			return fmt.Errorf("cancel %s/%s: %w", m.AccountID, m.SubscriptionID, err)
 		}
