@@ -97,6 +97,7 @@ const (
 	ProcRetry           Process = "RETRY"
 	ProcPause           Process = "PAUSE"
 	ProcWebhook         Process = "WEBHOOK"
+	ProcWebhookBalance  Process = "WEBHOOK_BALANCE"
 	ProcBatch           Process = "BATCH"
 	ProcManualRepayment Process = "MANUAL_REPAYMENT"
 	ProcAdmin           Process = "ADMIN"
@@ -232,7 +233,12 @@ type Period struct {
 	// period has no retry days (decline.go).
 	DeclineCode string
 	NotRetried  bool
-	Attempts    int
+	// HardDeclinedMethod is the payment method a hard decline refused
+	// (NotRetried): a platform trigger tries the period again only once
+	// its payment method is another one (triggered.go). Empty on records
+	// written before it was kept: the trigger waits.
+	HardDeclinedMethod string
+	Attempts           int
 	// InFlightKey is the idempotency key of an attempt whose outcome is not
 	// recorded yet (a crash between the charge and the write). A rerun
 	// reuses it, so Stripe answers with the same PaymentIntent.
@@ -245,6 +251,10 @@ type Period struct {
 	// NextAttemptDate: when the collection job looks at this period again
 	// (a retry, or the stale mark); zero when no job needs to.
 	NextAttemptDate dates.Date
+	// TriggeredAt is when a platform trigger last claimed an attempt on
+	// the period (the subscription's time: a test clock's): at most one
+	// per BILLING_TRIGGER_MIN_GAP (triggered.go).
+	TriggeredAt time.Time
 
 	PauseDurationMonths int
 	CreatedDate         time.Time

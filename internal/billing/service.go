@@ -54,6 +54,9 @@ type Config struct {
 	LockedRetryWait time.Duration
 	// Livemode: STRIPE_API_KEY is a live key. Test clocks are refused.
 	Livemode bool
+	// TriggerMinGap is BILLING_TRIGGER_MIN_GAP: a period gets at most one
+	// attempt triggered by the platform per this long (triggered.go).
+	TriggerMinGap time.Duration
 }
 
 // DefaultConfig is the configuration of docs/design.md §8. What a
@@ -73,6 +76,7 @@ func DefaultConfig() Config {
 		// A lease and a heartbeat: long enough to take over a crashed
 		// holder's lock (app sets it from BILLING_LOCK_*).
 		LockedRetryWait: config.DefaultBillingLockLease + config.DefaultBillingLockHeartbeat,
+		TriggerMinGap:   config.DefaultBillingTriggerMinGap,
 	}
 }
 
@@ -147,6 +151,9 @@ func New(cfg Config, d Deps) (*Service, error) {
 	}
 	if cfg.HardDeclineCodes == nil {
 		cfg.HardDeclineCodes = def.HardDeclineCodes
+	}
+	if cfg.TriggerMinGap <= 0 {
+		cfg.TriggerMinGap = def.TriggerMinGap
 	}
 	if cfg.MaxPauseMonths <= 0 {
 		cfg.MaxPauseMonths = def.MaxPauseMonths

@@ -329,9 +329,12 @@ func complete(p *Period, in Settle) *Receipt {
 // It returns the decline's class.
 func declined(p *Period, in Settle, event string, retryFrom dates.Date) string {
 	p.Status, p.UpdatedEvent, p.Error, p.DeclineCode, p.NotRetried = Error, event, in.Error, in.DeclineCode, false
+	p.HardDeclinedMethod = ""
 	p.NextAttemptDate, _ = in.Rules.Retry.NextAttempt(p.Due(), retryFrom)
 	if in.hard(in.DeclineCode) {
 		p.NotRetried, p.UpdatedEvent = true, "declined-not-retried"
+		// The method refused: a platform trigger waits for another one.
+		p.HardDeclinedMethod = p.PaymentDetails.PaymentMethod
 		p.Error = "not retried: " + in.DeclineCode + " (" + in.Error + ")"
 		p.NextAttemptDate = in.Rules.Retry.StaleDate(p.Due())
 	}
