@@ -42,3 +42,6 @@ func (in *Intake) Accept(ctx context.Context, t Trigger, source, messageID strin
 	}
 	return rec, false, nil
 }
+
+// Get returns trigger id and what it did.
+func (in *Intake) Get(ctx context.Context, id string) (Record, error) { return in.Store.Get(ctx, id) }
