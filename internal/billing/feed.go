@@ -205,7 +205,7 @@ func (s *Service) applyFeed(ctx context.Context, msg FeedMessage, date dates.Dat
 	if h == HappenedUnknown {
 		return nil
 	}
-	in := s.settleInput(sub, p, h, msg.PaymentIntent, ProcWebhook, today)
+	in := s.settleInput(sub, p, h, msg.PaymentIntent, FeedProcess(p), today)
 	in.Now, in.Processed = now, evDate
 	// The event answers the attempt in flight when its PaymentIntent is not
 	// one recorded for the period (feedRefusal matched it by its metadata).

@@ -93,9 +93,14 @@ func (s Status) Terminal() bool {
 type Process string
 
 const (
-	ProcInitial         Process = "INITIAL"
-	ProcRetry           Process = "RETRY"
-	ProcPause           Process = "PAUSE"
+	ProcInitial Process = "INITIAL"
+	ProcRetry   Process = "RETRY"
+	ProcPause   Process = "PAUSE"
+	// ProcWebhook and ProcWebhookBalance are collections the platform
+	// triggered (income detected, a first balance; triggered.go), never
+	// Stripe's webhook feed, whose changes keep the attempt's own process
+	// (FeedProcess). Rows written before 2026-11-28 used WEBHOOK for the
+	// feed (docs/billing.md).
 	ProcWebhook         Process = "WEBHOOK"
 	ProcWebhookBalance  Process = "WEBHOOK_BALANCE"
 	ProcBatch           Process = "BATCH"

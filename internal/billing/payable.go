@@ -113,7 +113,7 @@ func (s *Service) applyPaid(ctx context.Context, p Period, pi *stripe.PaymentInt
 	if pi.Status == stripe.PaymentIntentStatusProcessing {
 		h = HappenedProcessing
 	}
-	in := s.settleInput(sub, p, h, pi.ID, ProcWebhook, s.today(sub))
+	in := s.settleInput(sub, p, h, pi.ID, FeedProcess(p), s.today(sub))
 	// pi is the period's latest attempt's (cancelPayable cancels no other).
 	in.Known, in.Amount, in.Currency, in.SKU = true, pi.Amount, string(pi.Currency), pi.Metadata[MetaSKU]
 	if ref, err := s.store.GetPaymentRef(ctx, pi.ID); err == nil && ref.of(p) {

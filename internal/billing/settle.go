@@ -2,7 +2,6 @@ package billing
 
 import (
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/stripe-payments/stripe-payments/internal/actions"
@@ -16,6 +15,30 @@ import (
 // it (the claim, the Stripe call, the refund, the write) is theirs. settle
 // reads no clock, store or Stripe: everything it needs is in its input, so
 // every transition is testable as a table (settle_test.go).
+
+// What Stripe's webhook feed did to a period, in updated_event
+// (docs/design.md §8 "Process values are the source document's"): a change
+// the feed makes keeps the process of the attempt it is about (FeedProcess)
+// and names what happened here. Before 2026-11-28 the feed wrote process
+// WEBHOOK with completed, ach-failed and late-success-after-<STATUS>
+// (docs/billing.md says how such rows read).
+const (
+	UpdatedEventACHCompleted = "ach-completed" // a bank debit settled
+	UpdatedEventACHReturned  = "ach-returned"  // a bank debit failed or was returned
+	UpdatedEventLatePayment  = "late-payment"  // a success for a period that had ended (STALE)
+	UpdatedEventRefunded     = "refunded"      // the collected charge was refunded in full
+)
+
+// FeedProcess is the process a change by Stripe's feed (or a read of
+// Stripe's PaymentIntent) records: the period's own, the attempt's that
+// the change is about. WEBHOOK and WEBHOOK_BALANCE are the platform's
+// triggers only (triggered.go).
+func FeedProcess(p Period) Process {
+	if p.Process == "" {
+		return ProcNotIdentified
+	}
+	return p.Process
+}
 
 // Happened is what the service learnt about one PaymentIntent of a period.
 type Happened int
@@ -234,9 +257,14 @@ func settleSucceeded(in Settle) Settled {
 	// The period (SCHEDULED, ERROR, ACHSENT, or STALE: a late payment) is
 	// collected, at the amount and plan of the attempt that was paid.
 	out := Settled{Write: true, Charged: true}
-	if p.Status != ACHSent && p.Status != Error && p.Status != Scheduled {
+	event := "completed"
+	switch p.Status {
+	case ACHSent:
+		event = UpdatedEventACHCompleted
+	case Error, Scheduled:
+	default:
 		out.Warn = "billing feed: payment succeeded on a period that had ended"
-		p.UpdatedEvent = "late-success-after-" + string(p.Status)
+		event = UpdatedEventLatePayment
 	}
 	a := paymentAction(ActionPaymentCompleted, p, pi, in.AttemptNo, "", in.Now)
 	if in.Amount > 0 && in.Currency != "" {
@@ -249,6 +277,7 @@ func settleSucceeded(in Settle) Settled {
 	out.Action = &a
 	p.TransactionID, p.Process = pi, in.Process
 	out.Receipt = complete(&p, in)
+	p.UpdatedEvent = event
 	ref := attemptRef(p, pi)
 	if in.RefCurrency != "" {
 		ref.Amount, ref.Currency = in.RefAmount, in.RefCurrency
@@ -267,7 +296,7 @@ func settleReturned(in Settle) Settled {
 	p, sub := in.Period, in.Sub
 	a := paymentAction(ActionPaymentFailed, p, in.PaymentIntent, in.AttemptNo, in.Error, in.Now)
 	a.BillingDetails.DeclineCode, a.BillingDetails.NotRetried = in.DeclineCode, in.hard(in.DeclineCode)
-	class := declined(&p, in, "ach-failed", in.Today)
+	class := declined(&p, in, UpdatedEventACHReturned, in.Today)
 	p.Process = in.Process
 	p.Amount, p.SKU, p.PaymentDetails.PaymentMethod = sub.Amount, sub.SKU, sub.PaymentDetails.PaymentMethod
 	if sub.Status == SubCancelled {
@@ -281,7 +310,7 @@ func settleRefunded(in Settle) Settled {
 	p, pi := in.Period, in.PaymentIntent
 	switch {
 	case p.Status == Completed && p.TransactionID == pi:
-		p.Status, p.Process, p.UpdatedEvent, p.CompletionDate = Refunded, in.Process, "refunded", in.Now
+		p.Status, p.Process, p.UpdatedEvent, p.CompletionDate = Refunded, in.Process, UpdatedEventRefunded, in.Now
 		return Settled{Write: true, Period: p}
 	case p.Status == Refunded, in.RefundedAlready: // the refund of a duplicate success
 		return Settled{Period: p}
@@ -316,10 +345,7 @@ func complete(p *Period, in Settle) *Receipt {
 		ExpiresAt: in.ReceiptExpires,
 	}
 	p.Status, p.Error, p.NextAttemptDate, p.CompletionDate = Completed, "", dates.Date{}, in.Now
-	p.DeclineCode, p.NotRetried = "", false
-	if !strings.HasPrefix(p.UpdatedEvent, "late-success") {
-		p.UpdatedEvent = "completed"
-	}
+	p.DeclineCode, p.NotRetried, p.UpdatedEvent = "", false, "completed"
 	return r
 }
 

@@ -370,7 +370,7 @@ func describeChange(e billing.HistoryEntry, currency string) string {
 		return "attempt lost (Stripe never made it)"
 	case ev == billing.ErasureEvent:
 		return "personal data erased"
-	case strings.HasPrefix(ev, "late-success"):
+	case ev == billing.UpdatedEventLatePayment, strings.HasPrefix(ev, "late-success"): // the latter: rows before 2026-11-28
 		return "paid (late success)"
 	}
 	switch e.Status {
