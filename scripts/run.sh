@@ -85,6 +85,24 @@ else
 	export LOCAL_STRIPE_STATE="${LOCAL_STRIPE_STATE:-$ROOT/.dev/stripe-local/state.json}"
 fi
 
+# The billing triggers queue (docs/billing.md "Triggers") on the local SQS
+# server, with its dead-letter queue and a redrive policy as Terraform's,
+# unless BILLING_TRIGGERS_QUEUE_URL was chosen. Creating an existing queue
+# with the same attributes answers its URL, so a restart reuses it.
+sqs() {
+	curl -sf -X POST "$SQS_ENDPOINT/" -H 'Content-Type: application/x-amz-json-1.0' \
+		-H "X-Amz-Target: AmazonSQS.$1" -d "$2"
+}
+json_field() { sed -n 's/.*"'"$1"'" *: *"\([^"]*\)".*/\1/p'; }
+if [ -z "${BILLING_TRIGGERS_QUEUE_URL:-}" ] && [ -n "${SQS_ENDPOINT:-}" ]; then
+	dlq_url="$(sqs CreateQueue '{"QueueName":"stripe-payments-billing-triggers-dlq"}' | json_field QueueUrl)" ||
+		{ echo "FATAL: could not create the billing triggers' dead-letter queue on $SQS_ENDPOINT" >&2; exit 1; }
+	dlq_arn="$(sqs GetQueueAttributes '{"QueueUrl":"'"$dlq_url"'","AttributeNames":["QueueArn"]}' | json_field QueueArn)"
+	BILLING_TRIGGERS_QUEUE_URL="$(sqs CreateQueue '{"QueueName":"stripe-payments-billing-triggers","Attributes":{"VisibilityTimeout":"60","RedrivePolicy":"{\"deadLetterTargetArn\":\"'"$dlq_arn"'\",\"maxReceiveCount\":5}"}}' |
+		json_field QueueUrl)" || { echo "FATAL: could not create the billing triggers queue on $SQS_ENDPOINT" >&2; exit 1; }
+	export BILLING_TRIGGERS_QUEUE_URL
+fi
+
 echo "== go build"
 go build -o bin/stripe-payments ./cmd/stripe-payments
 go build -o bin/stripe-local ./cmd/stripe-local
@@ -127,6 +145,7 @@ cat <<EOF
   actions          ${ACTIONS_URL:-(ACTIONS_URL not set: actions stay in the outbox)}
   DynamoDB Local   $DYNAMODB_ENDPOINT   (tables kept under .dev/dynamodb)
   PostgreSQL 15    $DATABASE_URL   (data under .dev/pg)
+  billing triggers ${BILLING_TRIGGERS_QUEUE_URL:-(off)}   (docs/billing.md "Triggers"; or POST /internal/v1/billing/triggers)
   walk-through     README.md "First hour" (it reads .dev/run.env); make reset wipes both stores and the local Stripe
 Ctrl-C (SIGINT) or SIGTERM stops the service, the local Stripe and the local components this run started.
 EOF

@@ -13,6 +13,10 @@ locals {
       eventbridge     = { name = aws_sqs_queue.eventbridge[0].name, dead_letter = false }
       eventbridge_dlq = { name = aws_sqs_queue.eventbridge_dlq[0].name, dead_letter = true }
     },
+    var.platform_event_bus_name == null ? {} : {
+      billing_triggers     = { name = aws_sqs_queue.billing_triggers[0].name, dead_letter = false }
+      billing_triggers_dlq = { name = aws_sqs_queue.billing_triggers_dlq[0].name, dead_letter = true }
+    },
   )
   dead_letter_queues = { for k, q in local.queues : k => q if q.dead_letter }
 

@@ -37,6 +37,7 @@ locals {
       LOCKS_TABLE             = aws_dynamodb_table.locks.name
     },
     var.stripe_event_source_name == null ? {} : { EVENTBRIDGE_QUEUE_URL = aws_sqs_queue.eventbridge[0].url },
+    var.platform_event_bus_name == null ? {} : { BILLING_TRIGGERS_QUEUE_URL = aws_sqs_queue.billing_triggers[0].url },
     var.actions_url == null ? {} : { ACTIONS_URL = var.actions_url },
     var.ses_from_address == null ? {} : { SES_FROM_ADDRESS = var.ses_from_address },
     var.ses_configuration_set == null ? {} : { SES_CONFIGURATION_SET = var.ses_configuration_set },

@@ -142,6 +142,18 @@ data "aws_iam_policy_document" "service" {
     }
   }
 
+  # The billing triggers intake (triggers.tf), only when it exists:
+  # receive, delete once recorded, give messages back at shutdown or hide
+  # them after a failure, and check at start that the queue redrives.
+  dynamic "statement" {
+    for_each = aws_sqs_queue.billing_triggers[*].arn
+    content {
+      sid       = "BillingTriggersQueue"
+      actions   = ["sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility", "sqs:GetQueueAttributes"]
+      resources = [statement.value]
+    }
+  }
+
   # Reminder emails, only when an SES identity is given. An email that
   # names a configuration set (SES_CONFIGURATION_SET) is authorized on the
   # set too, which lives in the identity's account and region.

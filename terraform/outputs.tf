@@ -86,3 +86,13 @@ output "migrate_command" {
     "--overrides '{\"taskRoleArn\":\"${aws_iam_role.migrate.arn}\",\"containerOverrides\":[{\"name\":\"${local.container_name}\",\"command\":[\"migrate\"]}]}'",
   ])
 }
+
+output "billing_triggers_queue_url" {
+  description = "BILLING_TRIGGERS_QUEUE_URL of the service (null without platform_event_bus_name)."
+  value       = one(aws_sqs_queue.billing_triggers[*].url)
+}
+
+output "billing_triggers_dlq_url" {
+  description = "The billing triggers' dead-letter queue: messages that are not triggers (docs/billing.md \"Triggers\")."
+  value       = one(aws_sqs_queue.billing_triggers_dlq[*].url)
+}

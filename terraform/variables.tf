@@ -94,6 +94,18 @@ variable "eventbridge_max_receive_count" {
   default     = 10
 }
 
+variable "platform_event_bus_name" {
+  description = "The platform's own EventBridge bus whose income and balance events trigger collections (triggers.tf, docs/billing.md \"Triggers\"); null leaves the billing triggers queue out."
+  type        = string
+  default     = null
+}
+
+variable "billing_triggers_max_receive_count" {
+  description = "Receives after which a message of the billing triggers queue moves to its dead-letter queue: a message that is not a trigger is refused on each (docs/billing.md \"Triggers\")."
+  type        = number
+  default     = 5
+}
+
 # The compute (ecs.tf, balancers.tf, scheduler.tf, alarms.tf): what the
 # operator brings (network, certificate, image) and how big it runs.
 

@@ -32,6 +32,7 @@ type Deps struct {
 	Incidents  IncidentService // nil: no incident routes
 	Replays    *Replays        // nil: no bulk replay routes
 	Batches    *Batches        // nil: no batch collection routes
+	Triggers   TriggerService  // nil: no billing trigger routes
 	// Reconciliations: the reconciliation routes (nil: none).
 	Reconciliations *Reconciliations
 	// Livemode: STRIPE_API_KEY is a live key; the test-clock routes answer
@@ -86,6 +87,7 @@ func Register(e *echo.Echo, token string, deps Deps) {
 	registerIncidents(g, deps.Incidents)
 	registerReplays(g, deps.Replays)
 	registerBatches(g, deps.Batches)
+	registerTriggers(g, deps.Triggers)
 	registerReconciliations(g, deps.Reconciliations)
 }
 

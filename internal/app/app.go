@@ -76,6 +76,8 @@ type App struct {
 	Incidents   *incidents.Store
 	Replays     *Replays
 	Batches     *Batches
+	// Triggers: the collections the platform triggers (docs/design.md §8).
+	Triggers *Triggers
 	// Reconciliations compare the service with Stripe (docs/design.md §11).
 	Reconciliations *Reconciliations
 
@@ -224,6 +226,7 @@ func (a *App) startBackground() {
 	a.startThin(ctx, &wg)
 	a.startReplays(ctx, &wg)
 	a.startBatches(ctx, &wg)
+	a.startTriggerProcessor(ctx, &wg)
 	a.startReconciliations(ctx, &wg)
 	if a.emails != nil {
 		a.safe.Go(ctx, &wg, "emails", func(ctx context.Context) { _ = a.emails.Run(ctx) })
@@ -278,11 +281,20 @@ func (a *App) Start(ctx context.Context) error {
 		a.abortStart(ctx)
 		return err
 	}
+	stopTriggerQueue, err := a.startTriggerQueue(ctx)
+	if err != nil {
+		stopEventBridge()
+		stopPolling()
+		stopProfiling()
+		a.abortStart(ctx)
+		return err
+	}
 	bctx, stopBilling := context.WithCancel(ctx)
 	waitBilling := a.startBilling(bctx)
 	a.stopWorkers = func() {
 		stopPolling()     // the poller replays through this server: stop it first
 		stopEventBridge() // its messages in hand finish before the handler drains
+		stopTriggerQueue()
 		stopBilling()
 		a.stopClocks()
 		waitBilling()

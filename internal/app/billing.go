@@ -37,6 +37,7 @@ func (a *App) newBilling() error {
 	cfg.HardDeclineCodes = c.HardDeclineCodes
 	cfg.ReceiptTTL, cfg.LookbackDays, cfg.LockedRetryWait = c.ReceiptTTL, c.LookbackDays, c.LockLease+c.LockHeartbeat
 	cfg.PlatformAccount, cfg.Livemode = a.Config.PlatformAccount, a.Config.Livemode()
+	cfg.TriggerMinGap = c.TriggerMinGap
 	log := a.log.With("component", "billing")
 	svc, err := billing.New(cfg, billing.Deps{Store: store, Locks: locks, Charger: charger,
 		Notifier: notify.Outbox{Pool: a.Pool, Email: a.Config.SESFromAddress != ""}, Log: log,

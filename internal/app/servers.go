@@ -59,6 +59,7 @@ func (a *App) registerRoutes() error {
 	}
 	apiDeps.Replays = a.newReplays(replayer)
 	apiDeps.Batches = a.newBatches()
+	apiDeps.Triggers = a.newTriggers()
 	apiDeps.Reconciliations = a.newReconciliations()
 	api.Register(a.Admin.Echo, cfg.InternalAPIToken, apiDeps)
 	if err := ops.Register(a.Admin.Echo, ops.Deps{
@@ -69,7 +70,7 @@ func (a *App) registerRoutes() error {
 		Development: cfg.Development, Failures: a.authFailures,
 		SessionIdle: cfg.Admin.SessionIdle, SessionMaxAge: cfg.Admin.SessionMaxAge,
 		Incidents: a.Incidents, Replays: a.Replays.Store, ReplayNudge: a.Replays.Runner.Nudge,
-		Batches: a.Batches.Store, BatchNudge: a.Batches.Runner.Nudge,
+		Batches: a.Batches.Store, BatchNudge: a.Batches.Runner.Nudge, Triggers: a.Triggers.Store,
 		Reconciliations: a.Reconciliations.Store, ReconcileNudge: a.Reconciliations.Runner.Nudge,
 	}); err != nil {
 		return fmt.Errorf("operator console: %w", err)

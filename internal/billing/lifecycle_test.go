@@ -258,7 +258,10 @@ func TestWebhookFeed(t *testing.T) {
 	}
 	p := period(t, e, sub, "2024-01-10")
 	assert.Equal(t, billing.Completed, p.Status)
-	assert.Equal(t, billing.ProcWebhook, p.Process)
+	// A change Stripe's feed makes keeps the attempt's own process and
+	// names what happened (docs/design.md §8 "Process values").
+	assert.Equal(t, billing.ProcInitial, p.Process)
+	assert.Equal(t, billing.UpdatedEventACHCompleted, p.UpdatedEvent)
 	receipts, err := e.Service.ListReceipts(ctx, "acc-1", 100, "")
 	require.NoError(t, err)
 	require.Len(t, receipts.Items, 1)
@@ -269,7 +272,10 @@ func TestWebhookFeed(t *testing.T) {
 	for range 2 {
 		require.NoError(t, feed(t, e, refunded, "charge.refunded"))
 	}
-	assert.Equal(t, billing.Refunded, period(t, e, sub, "2024-01-10").Status)
+	p = period(t, e, sub, "2024-01-10")
+	assert.Equal(t, billing.Refunded, p.Status)
+	assert.Equal(t, billing.ProcInitial, p.Process)
+	assert.Equal(t, billing.UpdatedEventRefunded, p.UpdatedEvent)
 	assert.Equal(t, []billing.Status{billing.Scheduled, billing.ACHSent, billing.Completed, billing.Refunded},
 		statuses(history(t, e, sub), "2024-01-10"), "one entry per change, however often an event is delivered")
 

@@ -339,6 +339,7 @@ func TestLatePaymentOfAStalePeriod(t *testing.T) {
 		collect(t, e, day)
 	}
 	require.Equal(t, billing.Stale, period(t, e, sub, "2024-01-10").Status)
+	staleProcess := period(t, e, sub, "2024-01-10").Process
 	amount := int64(2500)
 	_, err = e.Service.UpdateSubscription(ctx, "acc-1", sub.SubscriptionID, billing.Change{Amount: &amount})
 	require.NoError(t, err)
@@ -353,7 +354,8 @@ func TestLatePaymentOfAStalePeriod(t *testing.T) {
 
 	p := period(t, e, sub, "2024-01-10")
 	assert.Equal(t, billing.Completed, p.Status)
-	assert.Equal(t, "late-success-after-STALE", p.UpdatedEvent)
+	assert.Equal(t, billing.UpdatedEventLatePayment, p.UpdatedEvent)
+	assert.Equal(t, staleProcess, p.Process, "a change by Stripe's feed keeps the period's own process (docs/design.md §8)")
 	assert.Equal(t, int64(1999), p.Amount, "the paid attempt's amount")
 	page, err := e.Store.ListReceipts(ctx, "acc-1", e.Clock.Now(), 24*time.Hour*400, 100, "")
 	require.NoError(t, err)

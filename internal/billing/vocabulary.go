@@ -106,6 +106,7 @@ const (
 	PaymentsIndex                 = model.PaymentsIndex
 	ProcAdmin                     = model.ProcAdmin
 	ProcBatch                     = model.ProcBatch
+	ProcWebhookBalance            = model.ProcWebhookBalance
 	ProcInitial                   = model.ProcInitial
 	ProcManualRepayment           = model.ProcManualRepayment
 	ProcNotIdentified             = model.ProcNotIdentified
@@ -124,6 +125,10 @@ const (
 	Succeeded                     = model.Succeeded
 	Unknown                       = model.Unknown
 	UpdatedEventDuplicateRefunded = model.UpdatedEventDuplicateRefunded
+	UpdatedEventACHCompleted      = model.UpdatedEventACHCompleted
+	UpdatedEventACHReturned       = model.UpdatedEventACHReturned
+	UpdatedEventLatePayment       = model.UpdatedEventLatePayment
+	UpdatedEventRefunded          = model.UpdatedEventRefunded
 	UpdatedEventPlanChanged       = model.UpdatedEventPlanChanged
 	UpdatedEventReactivated       = model.UpdatedEventReactivated
 	Waived                        = model.Waived
@@ -157,6 +162,8 @@ func ValidID(s string) bool                               { return model.ValidID
 // The parts' own names, under the same roof.
 type (
 	BatchAttempt    = collect.BatchAttempt
+	TriggerResult   = collect.TriggerResult
+	TriggeredPeriod = collect.TriggeredPeriod
 	BatchCandidate  = collect.BatchCandidate
 	BatchResult     = collect.BatchResult
 	BatchSelection  = collect.BatchSelection
@@ -210,3 +217,29 @@ func FeedFromEvent(ev *stripe.Event) (FeedMessage, bool, error) { return feed.Fe
 
 // MaxStartDate is the latest start_date of a subscription created on today.
 func MaxStartDate(today dates.Date) dates.Date { return lifecycle.MaxStartDate(today) }
+
+// Platform-triggered collections (collect/triggered.go).
+const (
+	TriggeredPaid           = collect.TriggeredPaid
+	TriggeredProcessing     = collect.TriggeredProcessing
+	TriggeredDeclined       = collect.TriggeredDeclined
+	TriggeredTooSoon        = collect.TriggeredTooSoon
+	TriggeredWaitsForMethod = collect.TriggeredWaitsForMethod
+	TriggeredInFlight       = collect.TriggeredInFlight
+	TriggeredStale          = collect.TriggeredStale
+	TriggeredChanged        = collect.TriggeredChanged
+	TriggeredFailed         = collect.TriggeredFailed
+	TriggerCollected        = collect.TriggerCollected
+	TriggerProcessing       = collect.TriggerProcessing
+	TriggerDeclined         = collect.TriggerDeclined
+	TriggerNotAttempted     = collect.TriggerNotAttempted
+	TriggerNothingUnpaid    = collect.TriggerNothingUnpaid
+	TriggerUnknownAccount   = collect.TriggerUnknownAccount
+	TriggerFailed           = collect.TriggerFailed
+)
+
+// TriggerOutcomes lists every TriggerResult.Outcome (the metrics' label set).
+var TriggerOutcomes = collect.TriggerOutcomes
+
+// ValidTriggerProcess reports whether proc is a triggered collection's.
+func ValidTriggerProcess(proc Process) bool { return collect.ValidTriggerProcess(proc) }

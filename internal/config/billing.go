@@ -21,6 +21,10 @@ const (
 	DefaultBillingLookbackDays  = 3
 	DefaultBillingLockLease     = 60 * time.Second
 	DefaultBillingLockHeartbeat = time.Second
+	// DefaultBillingTriggerMinGap: a billing period gets at most one
+	// collection attempt triggered by the platform per this long
+	// (BILLING_TRIGGER_MIN_GAP, docs/design.md §8).
+	DefaultBillingTriggerMinGap = 24 * time.Hour
 	// DefaultStripeRateLimit is the whole service's Stripe requests per
 	// second, every replica and job together (STRIPE_RATE_LIMIT, docs/design.md §9).
 	DefaultStripeRateLimit = 20.0
@@ -66,6 +70,9 @@ type BillingConfig struct {
 	// replica that cannot reach the shared Stripe budget's store spends
 	// StripeRateLimit / StripeExpectedReplicas alone (docs/stripe-budget.md).
 	StripeExpectedReplicas int
+	// TriggerMinGap is BILLING_TRIGGER_MIN_GAP: at most one attempt
+	// triggered by the platform per billing period per this long.
+	TriggerMinGap time.Duration
 }
 
 // DefaultTestClocksMax is TEST_CLOCKS_MAX's default (docs/retention.md).
@@ -108,6 +115,7 @@ func loadBilling(get func(key, def string) string) (BillingConfig, error) {
 		LockHeartbeat:   dur("BILLING_LOCK_HEARTBEAT", shortDuration(DefaultBillingLockHeartbeat), false),
 		Every:           dur("BILLING_EVERY", "0s", true),
 		TestClocksMax:   atoi("TEST_CLOCKS_MAX", strconv.Itoa(DefaultTestClocksMax), 1, 10000),
+		TriggerMinGap:   dur("BILLING_TRIGGER_MIN_GAP", shortDuration(DefaultBillingTriggerMinGap), false),
 	}
 	b.TestClockSettleWait = dur("TEST_CLOCK_SETTLE_WAIT", shortDuration(DefaultTestClockSettleWait), true)
 	if b.TestClockSettleWait > MaxTestClockSettleWait {
@@ -157,6 +165,7 @@ func (b BillingConfig) LogValue() slog.Value {
 		slog.Float64("stripe_rate_limit", b.StripeRateLimit), slog.Int("test_clocks_max", b.TestClocksMax),
 		slog.Duration("test_clock_settle_wait", b.TestClockSettleWait),
 		slog.Int("stripe_expected_replicas", b.StripeExpectedReplicas),
+		slog.Duration("trigger_min_gap", b.TriggerMinGap),
 	)
 }
 

@@ -56,47 +56,51 @@ const InternalAPIDisabled = "disabled"
 // Config is every setting of the service. Fields map one to one onto the
 // environment variables of docs/design.md §3.
 type Config struct {
-	Development           bool // APP_ENV=development: dev defaults apply
-	ListenAddr            string
-	WebhookSecrets        []string
-	StripeAPIKey          string
-	StripeAPIBase         string
-	PlatformAccount       string
-	DatabaseURL           string
-	DynamoEndpoint        string
-	AWSRegion             string
-	EventsTable           string
-	BillingTable          string
-	BillingHistoryTable   string
-	LocksTable            string
-	InternalAPIToken      string // empty: the internal routes are off (INTERNAL_API_TOKEN=disabled)
-	EventTTL              time.Duration
-	ActionsURL            string
-	ActionsSecret         string
-	WebhookTolerance      time.Duration
-	WebhookMaxBody        int64
-	LogLevel              slog.Level
-	ShutdownTimeout       time.Duration
-	IngestMaxBatch        int
-	PprofAddr             string // PPROF_ADDR: net/http/pprof on its own listener; empty = off
-	SESFromAddress        string // SES_FROM_ADDRESS: reminder emails through SES from it; empty = off
-	SESEndpoint           string // SES_ENDPOINT: SES API endpoint override (tests); empty = AWS
-	SESConfigurationSet   string // SES_CONFIGURATION_SET: optional
-	IngestFlushers        int
-	IngestRecords         IngestRecords // the events table's write-behind: INGEST_WRITE_BEHIND, INGEST_RECORD_WRITERS, INGEST_RECORD_BACKLOG
-	PollEvery             time.Duration // POLL_EVERY: run the poller inside serve; 0 = off
-	ReconcileEvery        time.Duration // RECONCILE_EVERY: start a reconciliation inside serve this often; 0 = off
-	ReconcileWindow       time.Duration // RECONCILE_WINDOW: final objects changed within it are reconciled (default 90 days)
-	EventBridgeQueueURL   string        // EVENTBRIDGE_QUEUE_URL: the EventBridge intake's SQS queue; empty = off
-	SQSEndpoint           string        // SQS_ENDPOINT: SQS API endpoint override (the local SQS server); empty = AWS
-	StripeAPIVersion      string        // STRIPE_API_VERSION: the api_version events are expected to carry (default: the version stripe-go pins)
-	UsingDevWebhookSecret bool
-	UsingDevAPIToken      bool
-	Billing               BillingConfig
-	Outbox                OutboxConfig
-	Retention             RetentionConfig // DEAD_LETTER_RETENTION, OPS_RETENTION (docs/retention.md)
-	Limits                LimitsConfig
-	Admin                 AdminConfig // ADMIN_LISTEN_ADDR, TRUSTED_PROXIES, console sessions (admin.go)
+	Development         bool // APP_ENV=development: dev defaults apply
+	ListenAddr          string
+	WebhookSecrets      []string
+	StripeAPIKey        string
+	StripeAPIBase       string
+	PlatformAccount     string
+	DatabaseURL         string
+	DynamoEndpoint      string
+	AWSRegion           string
+	EventsTable         string
+	BillingTable        string
+	BillingHistoryTable string
+	LocksTable          string
+	InternalAPIToken    string // empty: the internal routes are off (INTERNAL_API_TOKEN=disabled)
+	EventTTL            time.Duration
+	ActionsURL          string
+	ActionsSecret       string
+	WebhookTolerance    time.Duration
+	WebhookMaxBody      int64
+	LogLevel            slog.Level
+	ShutdownTimeout     time.Duration
+	IngestMaxBatch      int
+	PprofAddr           string // PPROF_ADDR: net/http/pprof on its own listener; empty = off
+	SESFromAddress      string // SES_FROM_ADDRESS: reminder emails through SES from it; empty = off
+	SESEndpoint         string // SES_ENDPOINT: SES API endpoint override (tests); empty = AWS
+	SESConfigurationSet string // SES_CONFIGURATION_SET: optional
+	IngestFlushers      int
+	IngestRecords       IngestRecords // the events table's write-behind: INGEST_WRITE_BEHIND, INGEST_RECORD_WRITERS, INGEST_RECORD_BACKLOG
+	PollEvery           time.Duration // POLL_EVERY: run the poller inside serve; 0 = off
+	ReconcileEvery      time.Duration // RECONCILE_EVERY: start a reconciliation inside serve this often; 0 = off
+	ReconcileWindow     time.Duration // RECONCILE_WINDOW: final objects changed within it are reconciled (default 90 days)
+	EventBridgeQueueURL string        // EVENTBRIDGE_QUEUE_URL: the EventBridge intake's SQS queue; empty = off
+	// BillingTriggersQueueURL is BILLING_TRIGGERS_QUEUE_URL: the SQS queue of
+	// the platform's income and balance events that trigger a collection
+	// (docs/design.md §8); empty = off.
+	BillingTriggersQueueURL string
+	SQSEndpoint             string // SQS_ENDPOINT: SQS API endpoint override (the local SQS server); empty = AWS
+	StripeAPIVersion        string // STRIPE_API_VERSION: the api_version events are expected to carry (default: the version stripe-go pins)
+	UsingDevWebhookSecret   bool
+	UsingDevAPIToken        bool
+	Billing                 BillingConfig
+	Outbox                  OutboxConfig
+	Retention               RetentionConfig // DEAD_LETTER_RETENTION, OPS_RETENTION (docs/retention.md)
+	Limits                  LimitsConfig
+	Admin                   AdminConfig // ADMIN_LISTEN_ADDR, TRUSTED_PROXIES, console sessions (admin.go)
 }
 
 // apiVersionPattern is a Stripe API version: a date, and a release name
@@ -165,30 +169,31 @@ func LoadFor(lookup Lookup, uses Uses) (Config, error) {
 		return ""
 	}
 	c := Config{
-		Development:         dev,
-		ListenAddr:          get("LISTEN_ADDR", "127.0.0.1:8080"),
-		StripeAPIKey:        get("STRIPE_API_KEY", devDefault(uses.StripeAPIKey, DevAPIKey)),
-		StripeAPIBase:       strings.TrimRight(get("STRIPE_API_BASE", stripeAPIBase(dev, get)), "/"),
-		PlatformAccount:     get("STRIPE_PLATFORM_ACCOUNT", devDefault(uses.PlatformAccount, DevPlatformAccount)),
-		DatabaseURL:         get("DATABASE_URL", devDefault(uses.Database, DevDatabaseURL)),
-		DynamoEndpoint:      get("DYNAMODB_ENDPOINT", devDefault(true, DevDynamoEndpoint)),
-		AWSRegion:           get("AWS_REGION", "us-east-1"),
-		EventsTable:         get("EVENTS_TABLE", "stripe-payments-events"),
-		BillingTable:        get("BILLING_TABLE", "stripe-payments-billing"),
-		BillingHistoryTable: get("BILLING_HISTORY_TABLE", "stripe-payments-billing-history"),
-		LocksTable:          get("LOCKS_TABLE", "stripe-payments-locks"),
-		ActionsURL:          get("ACTIONS_URL", ""),
-		PprofAddr:           get("PPROF_ADDR", ""),
-		SESFromAddress:      get("SES_FROM_ADDRESS", ""),
-		SESEndpoint:         get("SES_ENDPOINT", ""),
-		SESConfigurationSet: get("SES_CONFIGURATION_SET", ""),
-		EventBridgeQueueURL: get("EVENTBRIDGE_QUEUE_URL", ""),
-		SQSEndpoint:         get("SQS_ENDPOINT", ""),
-		StripeAPIVersion:    get("STRIPE_API_VERSION", stripe.APIVersion),
-		InternalAPIToken:    get("INTERNAL_API_TOKEN", devDefault(uses.InternalAPI, DevInternalAPIToken)),
-		WebhookTolerance:    300 * time.Second,
-		WebhookMaxBody:      1 << 20,
-		ShutdownTimeout:     20 * time.Second,
+		Development:             dev,
+		ListenAddr:              get("LISTEN_ADDR", "127.0.0.1:8080"),
+		StripeAPIKey:            get("STRIPE_API_KEY", devDefault(uses.StripeAPIKey, DevAPIKey)),
+		StripeAPIBase:           strings.TrimRight(get("STRIPE_API_BASE", stripeAPIBase(dev, get)), "/"),
+		PlatformAccount:         get("STRIPE_PLATFORM_ACCOUNT", devDefault(uses.PlatformAccount, DevPlatformAccount)),
+		DatabaseURL:             get("DATABASE_URL", devDefault(uses.Database, DevDatabaseURL)),
+		DynamoEndpoint:          get("DYNAMODB_ENDPOINT", devDefault(true, DevDynamoEndpoint)),
+		AWSRegion:               get("AWS_REGION", "us-east-1"),
+		EventsTable:             get("EVENTS_TABLE", "stripe-payments-events"),
+		BillingTable:            get("BILLING_TABLE", "stripe-payments-billing"),
+		BillingHistoryTable:     get("BILLING_HISTORY_TABLE", "stripe-payments-billing-history"),
+		LocksTable:              get("LOCKS_TABLE", "stripe-payments-locks"),
+		ActionsURL:              get("ACTIONS_URL", ""),
+		PprofAddr:               get("PPROF_ADDR", ""),
+		SESFromAddress:          get("SES_FROM_ADDRESS", ""),
+		SESEndpoint:             get("SES_ENDPOINT", ""),
+		SESConfigurationSet:     get("SES_CONFIGURATION_SET", ""),
+		EventBridgeQueueURL:     get("EVENTBRIDGE_QUEUE_URL", ""),
+		BillingTriggersQueueURL: get("BILLING_TRIGGERS_QUEUE_URL", ""),
+		SQSEndpoint:             get("SQS_ENDPOINT", ""),
+		StripeAPIVersion:        get("STRIPE_API_VERSION", stripe.APIVersion),
+		InternalAPIToken:        get("INTERNAL_API_TOKEN", devDefault(uses.InternalAPI, DevInternalAPIToken)),
+		WebhookTolerance:        300 * time.Second,
+		WebhookMaxBody:          1 << 20,
+		ShutdownTimeout:         20 * time.Second,
 	}
 	// The actions secret signs deliveries to ACTIONS_URL: without a URL it
 	// is unused, and gets no default.
@@ -365,6 +370,11 @@ func (c Config) Validate() error {
 			errs = append(errs, errors.New("EVENTBRIDGE_QUEUE_URL: must be an SQS queue URL (https://sqs.<region>.amazonaws.com/<account>/<queue>)"))
 		}
 	}
+	if c.BillingTriggersQueueURL != "" {
+		if u, err := url.Parse(c.BillingTriggersQueueURL); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+			errs = append(errs, errors.New("BILLING_TRIGGERS_QUEUE_URL: must be an SQS queue URL (https://sqs.<region>.amazonaws.com/<account>/<queue>)"))
+		}
+	}
 	for name, v := range map[string]string{"EVENTS_TABLE": c.EventsTable, "BILLING_TABLE": c.BillingTable, "BILLING_HISTORY_TABLE": c.BillingHistoryTable, "LOCKS_TABLE": c.LocksTable} {
 		if len(v) < 3 || len(v) > 255 {
 			errs = append(errs, fmt.Errorf("%s: a table name has 3 to 255 characters", name))
@@ -404,6 +414,7 @@ func (c Config) LogValue() slog.Value {
 		slog.String("reconcile_every", c.ReconcileEvery.String()),
 		slog.String("reconcile_window", c.ReconcileWindow.String()),
 		slog.String("eventbridge_queue_url", c.EventBridgeQueueURL),
+		slog.String("billing_triggers_queue_url", c.BillingTriggersQueueURL),
 		slog.String("sqs_endpoint", c.SQSEndpoint),
 		slog.Any("billing", durationsReadable(c.Billing)),
 		slog.Any("outbox", durationsReadable(c.Outbox)), slog.Any("retention", durationsReadable(c.Retention)),

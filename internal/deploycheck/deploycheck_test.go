@@ -118,7 +118,8 @@ func theCode(t *testing.T) code {
 }
 
 // vars are the variables an operator passes (those without defaults) and
-// the optional parts turned on: the EventBridge intake, ACTIONS_URL, SES.
+// the optional parts turned on: the EventBridge intake, the billing
+// triggers queue, ACTIONS_URL, SES.
 func vars(full bool) map[string]cty.Value {
 	v := map[string]cty.Value{
 		"region":                  cty.StringVal(testRegion),
@@ -132,6 +133,7 @@ func vars(full bool) map[string]cty.Value {
 	}
 	if full {
 		v["stripe_event_source_name"] = cty.StringVal("aws.partner/stripe.com/ed_test_61RM8ltWcTW4mbsxf16RJyfa2xSQLHJJh1sxm7H0KVT6")
+		v["platform_event_bus_name"] = cty.StringVal("platform-bus")
 		v["actions_url"] = cty.StringVal("https://actions.internal.example/stripe-payments")
 		v["ses_identity_arn"] = cty.StringVal("arn:aws:ses:eu-west-1:111122223333:identity/example.com")
 		v["ses_from_address"] = cty.StringVal("billing@example.com")

@@ -42,7 +42,8 @@ var sqsActions = map[string]string{
 // queueExprs maps, per package, how the code names a queue (its QueueUrl,
 // without aws.String) to the Terraform queue it is at run time.
 var queueExprs = map[string]map[string]string{
-	"internal/eventbridge": {"c.cfg.QueueURL": "eventbridge"}, // EVENTBRIDGE_QUEUE_URL
+	"internal/eventbridge":     {"c.cfg.QueueURL": "eventbridge"},      // EVENTBRIDGE_QUEUE_URL
+	"internal/billing/trigger": {"c.cfg.QueueURL": "billing_triggers"}, // BILLING_TRIGGERS_QUEUE_URL
 }
 
 // sqsCodeGrants reads every SQS request literal of the service's packages
@@ -128,13 +129,15 @@ func sqsCodeGrants(t *testing.T, root string) map[grant]bool {
 	return out
 }
 
-// withEventBridge turns the EventBridge intake on in vars.
+// withEventBridge turns the SQS intakes on in vars: the EventBridge intake
+// and the billing triggers queue (triggers.tf).
 func withEventBridge(vars map[string]cty.Value) map[string]cty.Value {
 	out := map[string]cty.Value{}
 	for k, v := range vars {
 		out[k] = v
 	}
 	out["stripe_event_source_name"] = cty.StringVal("aws.partner/stripe.com/ed_test_61RM8ltWcTW4mbsxf16RJyfa2xSQLHJJh1sxm7H0KVT6")
+	out["platform_event_bus_name"] = cty.StringVal("platform-bus")
 	return out
 }
 
@@ -148,6 +151,12 @@ func TestIAMEventBridgeMatchesTheCode(t *testing.T) {
 		"sqs:ReceiveMessage queue/eventbridge":          true,
 		"sqs:DeleteMessage queue/eventbridge":           true,
 		"sqs:ChangeMessageVisibility queue/eventbridge": true,
+		// The billing triggers intake: the same, and the queue's
+		// attributes (its redrive policy, checked at start).
+		"sqs:ReceiveMessage queue/billing_triggers":          true,
+		"sqs:DeleteMessage queue/billing_triggers":           true,
+		"sqs:ChangeMessageVisibility queue/billing_triggers": true,
+		"sqs:GetQueueAttributes queue/billing_triggers":      true,
 	}, want)
 	tf, _ := tfPolicies(t, terraformDir, withEventBridge(tfVars(false, false)))
 	compareGrants(t, "service SQS", want, onlyPrefix(tf["service"], "sqs:"))
@@ -212,6 +221,23 @@ func TestIAMOnlyTheStripeRuleSendsToTheQueues(t *testing.T) {
 	off := policyStatements(t, tfVars(false, false))
 	assert.NotContains(t, off, "eventbridge_queue")
 	assert.NotContains(t, off, "eventbridge_dlq")
+}
+
+// TestIAMOnlyThePlatformRuleSendsToTheTriggersQueues: the same for the
+// billing triggers queues (triggers.tf) and the platform's rule.
+func TestIAMOnlyThePlatformRuleSendsToTheTriggersQueues(t *testing.T) {
+	docs := policyStatements(t, withEventBridge(tfVars(false, false)))
+	for doc, queue := range map[string]string{"billing_triggers_queue": "queue/billing_triggers", "billing_triggers_dlq": "queue/billing_triggers_dlq"} {
+		assert.Equal(t, []statement{
+			{Effect: "Allow", Actions: []string{"sqs:SendMessage"}, Resources: []string{queue},
+				Principals: []string{"Service:events.amazonaws.com"}, Conditions: []string{"ArnEquals aws:SourceArn rule/billing_triggers"}},
+			{Effect: "Deny", Actions: []string{"sqs:SendMessage"}, Resources: []string{queue},
+				Principals: []string{"*:*"}, Conditions: []string{"ArnNotEquals aws:SourceArn rule/billing_triggers"}},
+		}, docs[doc], doc)
+	}
+	off := policyStatements(t, tfVars(false, false))
+	assert.NotContains(t, off, "billing_triggers_queue")
+	assert.NotContains(t, off, "billing_triggers_dlq")
 }
 
 // resourceAttrs evaluates the attributes (not blocks) of a resource.

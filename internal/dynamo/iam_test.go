@@ -465,7 +465,8 @@ func forPolicyDocs(t *testing.T, ctx *hcl.EvalContext, bodies []*hclsyntax.Body,
 // their policy documents: var (vars), local (the locals that evaluate),
 // and the ARNs (and SQS queue ids) of the resources the documents name,
 // "table/<name>", "queue/<name>", "rule/<name>"; a resource with a count
-// exists once when stripe_event_source_name is set, else not at all.
+// exists once when stripe_event_source_name is set (withEventBridge, which
+// also sets platform_event_bus_name), else not at all.
 func tfEvalContext(t *testing.T, dir string, vars map[string]cty.Value) (*hcl.EvalContext, []*hclsyntax.Body) {
 	t.Helper()
 	files, err := filepath.Glob(filepath.Join(dir, "*.tf"))
@@ -548,6 +549,10 @@ func tfVars(kms, ses bool) map[string]cty.Value {
 		"stripe_event_source_name":       cty.NullVal(cty.String),
 		"eventbridge_visibility_timeout": cty.NumberIntVal(60),
 		"eventbridge_max_receive_count":  cty.NumberIntVal(10),
+		// The billing triggers intake (triggers.tf): off here, on with
+		// withEventBridge (the evaluator has one switch for counted queues).
+		"platform_event_bus_name":            cty.NullVal(cty.String),
+		"billing_triggers_max_receive_count": cty.NumberIntVal(5),
 	}
 	if kms {
 		vars["kms_key_arn"] = cty.StringVal("arn:aws:kms:eu-west-1:111122223333:key/test")

@@ -30,7 +30,7 @@ var boundedLabels = map[string]string{
 	"door":        "the token-protected doors (api, ops)",
 	"goroutine":   "the service's named background goroutines",
 	"job":         "billing jobs (remind, collect)",
-	"kind":        "incident kinds",
+	"kind":        "incident kinds; billing trigger kinds (income, balance)",
 	"method":      "HTTP methods of registered routes",
 	"operation":   "DynamoDB operations the service calls",
 	"outcome":     "a fixed set of outcomes per family",

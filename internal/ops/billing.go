@@ -1,6 +1,7 @@
 package ops
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -16,6 +17,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/billing"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
+	"github.com/stripe-payments/stripe-payments/internal/billing/trigger"
 	"github.com/stripe-payments/stripe-payments/internal/opsdata"
 )
 
@@ -130,7 +132,19 @@ type accountData struct {
 	// subscription that has not paid for months does not read as a plain
 	// ACTIVE.
 	Unpaid map[string]*unpaid
+	// Triggers: the platform's latest triggers for the account and what
+	// each did (docs/design.md §8).
+	Triggers []trigger.Record
 }
+
+// TriggerLister lists an account's platform triggers, newest first
+// (trigger.Store).
+type TriggerLister interface {
+	ForAccount(ctx context.Context, account string, n int) ([]trigger.Record, error)
+}
+
+// accountTriggers is how many of an account's triggers its page shows.
+const accountTriggers = 20
 
 // unpaid counts a subscription's periods left unpaid, by status.
 type unpaid struct {
@@ -207,6 +221,11 @@ func (c *Console) billingAccount(ec echo.Context) error {
 	}
 	if subs.NextCursor != "" {
 		d.NextSubs = Prefix + "/billing/" + url.PathEscape(d.Account) + "?" + url.Values{"subs": {subs.NextCursor}}.Encode()
+	}
+	if c.d.Triggers != nil {
+		if d.Triggers, err = c.d.Triggers.ForAccount(ctx, d.Account, accountTriggers); err != nil {
+			return c.unavailable(ec, "read the account's platform triggers", err)
+		}
 	}
 	return c.render(ec, http.StatusOK, "account", view{Title: "Account " + d.Account, Nav: "billing", Data: d})
 }
@@ -351,7 +370,7 @@ func describeChange(e billing.HistoryEntry, currency string) string {
 		return "attempt lost (Stripe never made it)"
 	case ev == billing.ErasureEvent:
 		return "personal data erased"
-	case strings.HasPrefix(ev, "late-success"):
+	case ev == billing.UpdatedEventLatePayment, strings.HasPrefix(ev, "late-success"): // the latter: rows before 2026-11-28
 		return "paid (late success)"
 	}
 	switch e.Status {

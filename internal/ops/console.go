@@ -57,6 +57,9 @@ type Deps struct {
 	// the runner after a start.
 	Batches    *batchrun.Store
 	BatchNudge func()
+	// Triggers lists an account's platform triggers and what they did
+	// (trigger.Store; nil: the account page shows none).
+	Triggers TriggerLister
 	// Counter, Problems and Runs are the operator tables (opsdata);
 	// Sessions holds the console's sessions.
 	Counter  *opsdata.Counter

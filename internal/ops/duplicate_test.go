@@ -23,7 +23,7 @@ func TestSubscriptionPageShowsDuplicateRefunds(t *testing.T) {
 	day := dates.MustParse("2024-01-10")
 	at := time.Date(2024, 1, 12, 10, 0, 0, 0, time.UTC)
 	refunded := billing.Period{AccountID: "acc-1", SubscriptionID: "sub-1", BillingDate: day, Status: billing.Completed,
-		Process: billing.ProcWebhook, UpdatedEvent: billing.UpdatedEventDuplicateRefunded, Amount: 700, Currency: "usd",
+		Process: billing.ProcInitial, UpdatedEvent: billing.UpdatedEventDuplicateRefunded, Amount: 700, Currency: "usd",
 		TransactionID: "pi_b", Error: "second successful charge pi_a (700 usd) refunded: re_1"}
 	plain := billing.Period{AccountID: "acc-1", SubscriptionID: "sub-1", BillingDate: day.AddDays(31), Status: billing.Completed,
 		UpdatedEvent: "completed", Amount: 700, Currency: "usd"}

@@ -87,6 +87,9 @@ func New(cfg model.Config, d Deps) (*Env, error) {
 	if cfg.HardDeclineCodes == nil {
 		cfg.HardDeclineCodes = def.HardDeclineCodes
 	}
+	if cfg.TriggerMinGap <= 0 {
+		cfg.TriggerMinGap = def.TriggerMinGap
+	}
 	if cfg.MaxPauseMonths <= 0 {
 		cfg.MaxPauseMonths = def.MaxPauseMonths
 	}

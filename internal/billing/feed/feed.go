@@ -233,7 +233,7 @@ func (f *Feed) applyFeed(ctx context.Context, msg FeedMessage, date dates.Date) 
 	if h == settle.HappenedUnknown {
 		return nil
 	}
-	in := f.rec.Input(sub, p, h, msg.PaymentIntent, model.ProcWebhook, today)
+	in := f.rec.Input(sub, p, h, msg.PaymentIntent, model.FeedProcess(p), today)
 	in.Now, in.Processed = now, evDate
 	// The event answers the attempt in flight when its PaymentIntent is not
 	// one recorded for the period (feedRefusal matched it by its metadata).

@@ -48,6 +48,9 @@ type Config struct {
 	LockedRetryWait time.Duration
 	// Livemode: STRIPE_API_KEY is a live key. Test clocks are refused.
 	Livemode bool
+	// TriggerMinGap is BILLING_TRIGGER_MIN_GAP: a period gets at most one
+	// attempt triggered by the platform per this long (collect/triggered.go).
+	TriggerMinGap time.Duration
 }
 
 // DefaultConfig is the configuration of docs/design.md §8. What a
@@ -67,6 +70,7 @@ func DefaultConfig() Config {
 		// A lease and a heartbeat: long enough to take over a crashed
 		// holder's lock (app sets it from BILLING_LOCK_*).
 		LockedRetryWait: config.DefaultBillingLockLease + config.DefaultBillingLockHeartbeat,
+		TriggerMinGap:   config.DefaultBillingTriggerMinGap,
 	}
 }
 

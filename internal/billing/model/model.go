@@ -87,10 +87,16 @@ func (s Status) Terminal() bool {
 type Process string
 
 const (
-	ProcInitial         Process = "INITIAL"
-	ProcRetry           Process = "RETRY"
-	ProcPause           Process = "PAUSE"
+	ProcInitial Process = "INITIAL"
+	ProcRetry   Process = "RETRY"
+	ProcPause   Process = "PAUSE"
+	// ProcWebhook and ProcWebhookBalance are collections the platform
+	// triggered (income detected, a first balance; triggered.go), never
+	// Stripe's webhook feed, whose changes keep the attempt's own process
+	// (FeedProcess). Rows written before 2026-11-28 used WEBHOOK for the
+	// feed (docs/billing.md).
 	ProcWebhook         Process = "WEBHOOK"
+	ProcWebhookBalance  Process = "WEBHOOK_BALANCE"
 	ProcBatch           Process = "BATCH"
 	ProcManualRepayment Process = "MANUAL_REPAYMENT"
 	ProcAdmin           Process = "ADMIN"
@@ -226,7 +232,12 @@ type Period struct {
 	// period has no retry days (decline.go).
 	DeclineCode string
 	NotRetried  bool
-	Attempts    int
+	// HardDeclinedMethod is the payment method a hard decline refused
+	// (NotRetried): a platform trigger tries the period again only once
+	// its payment method is another one (triggered.go). Empty on records
+	// written before it was kept: the trigger waits.
+	HardDeclinedMethod string
+	Attempts           int
 	// InFlightKey is the idempotency key of an attempt whose outcome is not
 	// recorded yet (a crash between the charge and the write). A rerun
 	// reuses it, so Stripe answers with the same PaymentIntent.
@@ -239,6 +250,10 @@ type Period struct {
 	// NextAttemptDate: when the collection job looks at this period again
 	// (a retry, or the stale mark); zero when no job needs to.
 	NextAttemptDate dates.Date
+	// TriggeredAt is when a platform trigger last claimed an attempt on
+	// the period (the subscription's time: a test clock's): at most one
+	// per BILLING_TRIGGER_MIN_GAP (triggered.go).
+	TriggeredAt time.Time
 
 	PauseDurationMonths int
 	CreatedDate         time.Time
@@ -366,4 +381,28 @@ func NewPeriod(sub Subscription, d dates.Date, status Status, proc Process, even
 		Term: sub.Term, BillingWeek: sub.BillingWeek, Amount: sub.Amount, Currency: sub.Currency, PaymentDetails: sub.PaymentDetails, Email: sub.Email,
 		TestClock: sub.TestClock, Status: status, Process: proc, UpdatedEvent: event, CreatedDate: now,
 	}
+}
+
+// What Stripe's webhook feed did to a period, in updated_event
+// (docs/design.md §8 "Process values are the source document's"): a change
+// the feed makes keeps the process of the attempt it is about (FeedProcess)
+// and names what happened here. Before 2026-11-28 the feed wrote process
+// WEBHOOK with completed, ach-failed and late-success-after-<STATUS>
+// (docs/billing.md says how such rows read).
+const (
+	UpdatedEventACHCompleted = "ach-completed" // a bank debit settled
+	UpdatedEventACHReturned  = "ach-returned"  // a bank debit failed or was returned
+	UpdatedEventLatePayment  = "late-payment"  // a success for a period that had ended (STALE)
+	UpdatedEventRefunded     = "refunded"      // the collected charge was refunded in full
+)
+
+// FeedProcess is the process a change by Stripe's feed (or a read of
+// Stripe's PaymentIntent) records: the period's own, the attempt's that
+// the change is about. WEBHOOK and WEBHOOK_BALANCE are the platform's
+// triggers only (collect/triggered.go).
+func FeedProcess(p Period) Process {
+	if p.Process == "" {
+		return ProcNotIdentified
+	}
+	return p.Process
 }

@@ -73,7 +73,7 @@ func (r *Recorder) ApplyPaid(ctx context.Context, p model.Period, pi *stripe.Pay
 	if pi.Status == stripe.PaymentIntentStatusProcessing {
 		h = settle.HappenedProcessing
 	}
-	in := r.Input(sub, p, h, pi.ID, model.ProcWebhook, r.Today(sub))
+	in := r.Input(sub, p, h, pi.ID, model.FeedProcess(p), r.Today(sub))
 	// pi is the period's latest attempt's (cancelPayable cancels no other).
 	in.Known, in.Amount, in.Currency, in.SKU = true, pi.Amount, string(pi.Currency), pi.Metadata[model.MetaSKU]
 	if ref, err := r.Store.GetPaymentRef(ctx, pi.ID); err == nil && ref.Of(p) {

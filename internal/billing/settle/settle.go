@@ -4,7 +4,6 @@ package settle
 
 import (
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/stripe-payments/stripe-payments/internal/actions"
@@ -237,9 +236,14 @@ func settleSucceeded(in Input) Settled {
 	// The period (SCHEDULED, ERROR, ACHSENT, or STALE: a late payment) is
 	// collected, at the amount and plan of the attempt that was paid.
 	out := Settled{Write: true, Charged: true}
-	if p.Status != model.ACHSent && p.Status != model.Error && p.Status != model.Scheduled {
+	event := "completed"
+	switch p.Status {
+	case model.ACHSent:
+		event = model.UpdatedEventACHCompleted
+	case model.Error, model.Scheduled:
+	default:
 		out.Warn = "billing feed: payment succeeded on a period that had ended"
-		p.UpdatedEvent = "late-success-after-" + string(p.Status)
+		event = model.UpdatedEventLatePayment
 	}
 	a := model.PaymentAction(model.ActionPaymentCompleted, p, pi, in.AttemptNo, "", in.Now)
 	if in.Amount > 0 && in.Currency != "" {
@@ -252,6 +256,7 @@ func settleSucceeded(in Input) Settled {
 	out.Action = &a
 	p.TransactionID, p.Process = pi, in.Process
 	out.Receipt = complete(&p, in)
+	p.UpdatedEvent = event
 	ref := model.AttemptRef(p, pi)
 	if in.RefCurrency != "" {
 		ref.Amount, ref.Currency = in.RefAmount, in.RefCurrency
@@ -270,7 +275,7 @@ func settleReturned(in Input) Settled {
 	p, sub := in.Period, in.Sub
 	a := model.PaymentAction(model.ActionPaymentFailed, p, in.PaymentIntent, in.AttemptNo, in.Error, in.Now)
 	a.BillingDetails.DeclineCode, a.BillingDetails.NotRetried = in.DeclineCode, in.hard(in.DeclineCode)
-	class := declined(&p, in, "ach-failed", in.Today)
+	class := declined(&p, in, model.UpdatedEventACHReturned, in.Today)
 	p.Process = in.Process
 	p.Amount, p.SKU, p.PaymentDetails.PaymentMethod = sub.Amount, sub.SKU, sub.PaymentDetails.PaymentMethod
 	if sub.Status == model.SubCancelled {
@@ -284,7 +289,7 @@ func settleRefunded(in Input) Settled {
 	p, pi := in.Period, in.PaymentIntent
 	switch {
 	case p.Status == model.Completed && p.TransactionID == pi:
-		p.Status, p.Process, p.UpdatedEvent, p.CompletionDate = model.Refunded, in.Process, "refunded", in.Now
+		p.Status, p.Process, p.UpdatedEvent, p.CompletionDate = model.Refunded, in.Process, model.UpdatedEventRefunded, in.Now
 		return Settled{Write: true, Period: p}
 	case p.Status == model.Refunded, in.RefundedAlready: // the refund of a duplicate success
 		return Settled{Period: p}
@@ -319,10 +324,7 @@ func complete(p *model.Period, in Input) *model.Receipt {
 		ExpiresAt: in.ReceiptExpires,
 	}
 	p.Status, p.Error, p.NextAttemptDate, p.CompletionDate = model.Completed, "", dates.Date{}, in.Now
-	p.DeclineCode, p.NotRetried = "", false
-	if !strings.HasPrefix(p.UpdatedEvent, "late-success") {
-		p.UpdatedEvent = "completed"
-	}
+	p.DeclineCode, p.NotRetried, p.UpdatedEvent = "", false, "completed"
 	return r
 }
 
@@ -332,9 +334,12 @@ func complete(p *model.Period, in Input) *model.Receipt {
 // It returns the decline's class.
 func declined(p *model.Period, in Input, event string, retryFrom dates.Date) string {
 	p.Status, p.UpdatedEvent, p.Error, p.DeclineCode, p.NotRetried = model.Error, event, in.Error, in.DeclineCode, false
+	p.HardDeclinedMethod = ""
 	p.NextAttemptDate, _ = in.Rules.Retry.NextAttempt(p.Due(), retryFrom)
 	if in.hard(in.DeclineCode) {
 		p.NotRetried, p.UpdatedEvent = true, "declined-not-retried"
+		// The method refused: a platform trigger waits for another one.
+		p.HardDeclinedMethod = p.PaymentDetails.PaymentMethod
 		p.Error = "not retried: " + in.DeclineCode + " (" + in.Error + ")"
 		p.NextAttemptDate = in.Rules.Retry.StaleDate(p.Due())
 	}

@@ -241,6 +241,8 @@ type periodItem struct {
 	Error               string               `dynamodbav:"Error,omitempty"`
 	DeclineCode         string               `dynamodbav:"DeclineCode,omitempty"`
 	NotRetried          bool                 `dynamodbav:"NotRetried,omitempty"`
+	HardDeclinedMethod  string               `dynamodbav:"HardDeclinedMethod,omitempty"`
+	TriggeredAt         string               `dynamodbav:"TriggeredAt,omitempty"`
 	Attempts            int                  `dynamodbav:"Attempts"`
 	InFlightKey         string               `dynamodbav:"InFlightKey,omitempty"`
 	InFlightAt          string               `dynamodbav:"InFlightAt,omitempty"`
@@ -266,6 +268,7 @@ func toPeriodItem(p model.Period, shards int) periodItem {
 		TestClock: p.TestClock, BillingStatus: string(p.Status), Process: string(p.Process), UpdatedEvent: p.UpdatedEvent,
 		TransactionID: p.TransactionID, Error: p.Error, DeclineCode: p.DeclineCode, NotRetried: p.NotRetried, Attempts: p.Attempts,
 		InFlightKey: p.InFlightKey, InFlightAt: formatTime(p.InFlightAt), InFlightSent: formatTime(p.InFlightSent),
+		HardDeclinedMethod: p.HardDeclinedMethod, TriggeredAt: formatTime(p.TriggeredAt),
 		NextAttemptDate: p.NextAttemptDate.String(), PauseDurationMonths: p.PauseDurationMonths,
 		CreatedDate: formatTime(p.CreatedDate), InitialRunDate: formatTime(p.InitialRunDate), LastRunDate: formatTime(p.LastRunDate),
 		CompletionDate: formatTime(p.CompletionDate), Version: p.Version,
@@ -283,6 +286,7 @@ func (it periodItem) period() model.Period {
 		TestClock: it.TestClock, Status: model.Status(it.BillingStatus), Process: model.Process(it.Process), UpdatedEvent: it.UpdatedEvent,
 		TransactionID: it.TransactionID, Error: it.Error, DeclineCode: it.DeclineCode, NotRetried: it.NotRetried, Attempts: it.Attempts,
 		InFlightKey: it.InFlightKey, InFlightAt: parseTime(it.InFlightAt), InFlightSent: parseTime(it.InFlightSent),
+		HardDeclinedMethod: it.HardDeclinedMethod, TriggeredAt: parseTime(it.TriggeredAt),
 		NextAttemptDate: parseDate(it.NextAttemptDate), PauseDurationMonths: it.PauseDurationMonths,
 		CreatedDate: parseTime(it.CreatedDate), InitialRunDate: parseTime(it.InitialRunDate), LastRunDate: parseTime(it.LastRunDate),
 		CompletionDate: parseTime(it.CompletionDate), Version: it.Version,
