@@ -59,10 +59,8 @@ func (r *Runner) Run(ctx context.Context, job string, date dates.Date, index mod
 	rep.SweptFrom = from.String()
 
 	var (
-		mu      sync.Mutex
-		retry   []accountWork
-		wg      sync.WaitGroup
-		readErr error
+		mu    sync.Mutex
+		retry []accountWork
 	)
 	work := func(w accountWork) {
 		// One account's panic fails that account only (logged and
@@ -82,6 +80,29 @@ func (r *Runner) Run(ctx context.Context, job string, date dates.Date, index mod
 			rep.Because("account "+w.account, err)
 		}
 	}
+	readErr := r.EachAccount(ctx, index, from, date, rep, func(account string, entries []model.IndexEntry) {
+		work(accountWork{account: account, entries: entries})
+	})
+	r.retryLocked(ctx, log, &retry, work)
+	rep.Locked = len(retry)
+	for _, w := range retry {
+		log.Warn("billing job: account locked for the whole run; rerun the job", "account", w.account)
+	}
+	return rep, r.finish(ctx, log, job, date, sweep, rep, start, readErr)
+}
+
+// EachAccount reads every shard's index partitions from from to date in
+// parallel and hands each account's entries to work, WorkersPerShard at a
+// time per shard (as each shard's read ends); it counts the entries in rep
+// and returns the read errors. Run collects through it; the billing queue
+// enqueues through it.
+func (r *Runner) EachAccount(ctx context.Context, index model.Index, from, date dates.Date, rep *model.Report,
+	work func(account string, entries []model.IndexEntry)) error {
+	var (
+		mu      sync.Mutex
+		wg      sync.WaitGroup
+		readErr error
+	)
 	for shard := 0; shard < r.indexShards(); shard++ {
 		wg.Add(1)
 		go func() {
@@ -105,7 +126,7 @@ func (r *Runner) Run(ctx context.Context, job string, date dates.Date, index mod
 				go func() {
 					defer workers.Done()
 					for w := range ch {
-						work(w)
+						work(w.account, w.entries)
 					}
 				}()
 			}
@@ -120,12 +141,27 @@ func (r *Runner) Run(ctx context.Context, job string, date dates.Date, index mod
 		}()
 	}
 	wg.Wait()
-	r.retryLocked(ctx, log, &retry, work)
-	rep.Locked = len(retry)
-	for _, w := range retry {
-		log.Warn("billing job: account locked for the whole run; rerun the job", "account", w.account)
+	return readErr
+}
+
+// SweepFrom is the oldest partition date a swept run of job for date
+// reads (sweep.go), on this Runner's clock.
+func (r *Runner) SweepFrom(ctx context.Context, job string, date dates.Date) (dates.Date, error) {
+	return r.sweepFrom(ctx, r.sweepKey(job), date)
+}
+
+// AdvanceSweep moves job's sweep watermark on this Runner's clock to to
+// (a run that left nothing behind).
+func (r *Runner) AdvanceSweep(ctx context.Context, job string, to dates.Date) error {
+	return r.Store.AdvanceSweep(ctx, r.sweepKey(job), to)
+}
+
+// SetGauge sets the unresolved-periods gauge from date's run, unless a
+// newer date's run set it already (real time only).
+func (r *Runner) SetGauge(date dates.Date, unresolved int) {
+	if r.Clock == "" {
+		r.Gauge.set(date, func() { r.Obs.UnresolvedPeriods(unresolved) })
 	}
-	return rep, r.finish(ctx, log, job, date, sweep, rep, start, readErr)
 }
 
 // finish ends a run: the Stripe accounts it charged on registered, the
