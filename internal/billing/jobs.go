@@ -59,6 +59,8 @@ type Report struct {
 	// Causes: why the run was not OK, in words (the first few distinct
 	// ones: "Stripe unreachable: …"), for a test clock's page and the logs.
 	Causes []string `json:"causes,omitempty"`
+	// Queue: the run went through the billing queue (queued.go).
+	Queue *QueueRun `json:"queue,omitempty"`
 
 	// chargedOn: the Stripe accounts this run charged on, registered for
 	// the poller at the end (subscriptions created before the registry).
@@ -132,6 +134,9 @@ type accountWork struct {
 func (s *Service) Collect(ctx context.Context, date dates.Date) (*Report, error) {
 	if s.charger == nil {
 		return nil, errors.New("collect: no Stripe charger configured")
+	}
+	if s.queued != nil {
+		return s.enqueueCollect(ctx, date)
 	}
 	return s.run(ctx, "collect", date, PaymentsIndex, true, s.collectEntry)
 }

@@ -119,6 +119,8 @@ type Service struct {
 	hard map[string]bool
 	// gauge: the date of the run that last set the unresolved gauge.
 	gauge *gaugeDate
+	// queued: the billing queue, when collection runs go through it.
+	queued *queued
 }
 
 // New returns the service.
