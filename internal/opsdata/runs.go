@@ -79,8 +79,12 @@ func (r *Runs) insert(ctx context.Context, clock, job string, date time.Time, st
 	if clock != "" {
 		testClock = &clock
 	}
-	_, err := r.pool.Exec(ctx, `INSERT INTO ops_billing_runs (job, date, started_at, finished_at, report, error, test_clock)
-		VALUES ($1, $2, $3, $4, $5, $6, $7)`, job, date, started.UTC(), time.Now().UTC(), raw, msg, testClock)
+	var queueRun *string
+	if rep != nil && rep.Queue != nil && rep.Queue.Run != "" {
+		queueRun = &rep.Queue.Run
+	}
+	_, err := r.pool.Exec(ctx, `INSERT INTO ops_billing_runs (job, date, started_at, finished_at, report, error, test_clock, queue_run)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`, job, date, started.UTC(), time.Now().UTC(), raw, msg, testClock, queueRun)
 	if err != nil {
 		return fmt.Errorf("record billing run: %w", err)
 	}
