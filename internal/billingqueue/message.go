@@ -81,7 +81,9 @@ func groupID(account string) string { return digest(account)[:40] }
 
 // dedupID deduplicates a resent batch within the run: the run, the
 // account and the part.
-func dedupID(m Message) string { return digest(fmt.Sprintf("%s\x00%s\x00%d", m.Run, m.Account, m.Part)) }
+func dedupID(m Message) string {
+	return digest(fmt.Sprintf("%s\x00%s\x00%d", m.Run, m.Account, m.Part))
+}
 
 func digest(s string) string {
 	h := sha256.Sum256([]byte(s))

@@ -251,4 +251,3 @@ func (q *QueueRuns) DeadGroups(ctx context.Context, samples int) ([]failcause.Gr
 	}
 	return collectGroups(rows, "billing queue dead letters")
 }
-
