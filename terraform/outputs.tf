@@ -86,3 +86,13 @@ output "migrate_command" {
     "--overrides '{\"taskRoleArn\":\"${aws_iam_role.migrate.arn}\",\"containerOverrides\":[{\"name\":\"${local.container_name}\",\"command\":[\"migrate\"]}]}'",
   ])
 }
+
+output "billing_queue_url" {
+  description = "BILLING_QUEUE_URL of the service: the billing queue collection runs spread their accounts through."
+  value       = aws_sqs_queue.billing.url
+}
+
+output "billing_dlq_url" {
+  description = "The billing queue's dead-letter queue (docs/runbooks/StripePaymentsBillingQueueNotDrained.md)."
+  value       = aws_sqs_queue.billing_dlq.url
+}

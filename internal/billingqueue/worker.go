@@ -33,6 +33,7 @@ type ReceiveAPI interface {
 	ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessageInput, optFns ...func(*sqs.Options)) (*sqs.ReceiveMessageOutput, error)
 	DeleteMessage(ctx context.Context, in *sqs.DeleteMessageInput, optFns ...func(*sqs.Options)) (*sqs.DeleteMessageOutput, error)
 	ChangeMessageVisibility(ctx context.Context, in *sqs.ChangeMessageVisibilityInput, optFns ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityOutput, error)
+	GetQueueAttributes(ctx context.Context, in *sqs.GetQueueAttributesInput, optFns ...func(*sqs.Options)) (*sqs.GetQueueAttributesOutput, error)
 }
 
 // Observer is told what the worker does (metrics); nil: nothing.
@@ -42,6 +43,9 @@ type Observer interface {
 	Finished(outcome string)
 	// Overdue: open runs past their deadline, as of now.
 	Overdue(n int)
+	// Depth: the queue's messages waiting (visible) and in hand (in
+	// flight), as SQS last counted them.
+	Depth(visible, inFlight int)
 }
 
 // Defaults of WorkerConfig.
@@ -442,9 +446,29 @@ func (w *Worker) CloseDrained(ctx context.Context) {
 		return
 	}
 	w.obs.Overdue(n)
+	w.depth(ctx)
+}
+
+// depth reports the queue's approximate message counts.
+func (w *Worker) depth(ctx context.Context) {
+	visible, inFlight := types.QueueAttributeNameApproximateNumberOfMessages, types.QueueAttributeNameApproximateNumberOfMessagesNotVisible
+	rctx, cancel := context.WithTimeout(ctx, w.cfg.RequestTimeout)
+	defer cancel()
+	out, err := w.api.GetQueueAttributes(rctx, &sqs.GetQueueAttributesInput{QueueUrl: aws.String(w.cfg.QueueURL),
+		AttributeNames: []types.QueueAttributeName{visible, inFlight}})
+	if err != nil {
+		if ctx.Err() == nil {
+			w.log.Warn("billing queue: could not read the queue's depth", "error", err)
+		}
+		return
+	}
+	v, _ := strconv.Atoi(out.Attributes[string(visible)])
+	f, _ := strconv.Atoi(out.Attributes[string(inFlight)])
+	w.obs.Depth(v, f)
 }
 
 type nopObserver struct{}
 
 func (nopObserver) Finished(string) {}
 func (nopObserver) Overdue(int)     {}
+func (nopObserver) Depth(int, int)  {}

@@ -42,7 +42,8 @@ var sqsActions = map[string]string{
 // queueExprs maps, per package, how the code names a queue (its QueueUrl,
 // without aws.String) to the Terraform queue it is at run time.
 var queueExprs = map[string]map[string]string{
-	"internal/eventbridge": {"c.cfg.QueueURL": "eventbridge"}, // EVENTBRIDGE_QUEUE_URL
+	"internal/eventbridge":  {"c.cfg.QueueURL": "eventbridge"},                          // EVENTBRIDGE_QUEUE_URL
+	"internal/billingqueue": {"w.cfg.QueueURL": "billing", "e.cfg.QueueURL": "billing"}, // BILLING_QUEUE_URL
 }
 
 // sqsCodeGrants reads every SQS request literal of the service's packages
@@ -139,15 +140,21 @@ func withEventBridge(vars map[string]cty.Value) map[string]cty.Value {
 }
 
 // TestIAMEventBridgeMatchesTheCode: the code's SQS calls are exactly
-// receive, delete and change-visibility on the intake's queue, and the
-// service policy grants exactly those (TestIAMMatchesTheCode compares the
-// two both ways; this pins what they are).
+// receive, delete and change-visibility on the intake's queue, and send,
+// receive, delete, change-visibility and get-attributes on the billing
+// queue; the service policy grants exactly those (TestIAMMatchesTheCode
+// compares the two both ways; this pins what they are).
 func TestIAMEventBridgeMatchesTheCode(t *testing.T) {
 	want := sqsCodeGrants(t, moduleRoot)
 	assert.Equal(t, map[grant]bool{
 		"sqs:ReceiveMessage queue/eventbridge":          true,
 		"sqs:DeleteMessage queue/eventbridge":           true,
 		"sqs:ChangeMessageVisibility queue/eventbridge": true,
+		"sqs:SendMessage queue/billing":                 true,
+		"sqs:ReceiveMessage queue/billing":              true,
+		"sqs:DeleteMessage queue/billing":               true,
+		"sqs:ChangeMessageVisibility queue/billing":     true,
+		"sqs:GetQueueAttributes queue/billing":          true,
 	}, want)
 	tf, _ := tfPolicies(t, terraformDir, withEventBridge(tfVars(false, false)))
 	compareGrants(t, "service SQS", want, onlyPrefix(tf["service"], "sqs:"))

@@ -8,6 +8,7 @@ import "github.com/prometheus/client_golang/prometheus"
 type BillingQueue struct {
 	messages *prometheus.CounterVec
 	overdue  prometheus.Gauge
+	depth    *prometheus.GaugeVec
 }
 
 // billingQueueOutcomes are the outcomes a receive ends in.
@@ -24,11 +25,15 @@ func NewBillingQueue(reg prometheus.Registerer) *BillingQueue {
 			Name: "stripe_payments_billing_queue_runs_overdue",
 			Help: "Queued collection runs (real time) not drained by their deadline (BILLING_QUEUE_DEADLINE after their start), as this replica last counted them in Postgres.",
 		}),
+		depth: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "stripe_payments_billing_queue_messages",
+			Help: "Billing queue messages as SQS last counted them (approximate), by state: visible (waiting) or in_flight (received, being collected or hidden until they come back).",
+		}, []string{"state"}),
 	}
 	for _, o := range billingQueueOutcomes {
 		q.messages.WithLabelValues(o)
 	}
-	reg.MustRegister(q.messages, q.overdue)
+	reg.MustRegister(q.messages, q.overdue, q.depth)
 	return q
 }
 
@@ -37,3 +42,9 @@ func (q *BillingQueue) Finished(outcome string) { q.messages.WithLabelValues(out
 
 // Overdue implements billingqueue.Observer.
 func (q *BillingQueue) Overdue(n int) { q.overdue.Set(float64(n)) }
+
+// Depth implements billingqueue.Observer.
+func (q *BillingQueue) Depth(visible, inFlight int) {
+	q.depth.WithLabelValues("visible").Set(float64(visible))
+	q.depth.WithLabelValues("in_flight").Set(float64(inFlight))
+}
