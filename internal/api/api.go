@@ -32,6 +32,8 @@ type Deps struct {
 	Incidents  IncidentService // nil: no incident routes
 	Replays    *Replays        // nil: no bulk replay routes
 	Batches    *Batches        // nil: no batch collection routes
+	// QueueRuns: the billing queue's run progress (nil: no route).
+	QueueRuns QueueRunReader
 	// Reconciliations: the reconciliation routes (nil: none).
 	Reconciliations *Reconciliations
 	// Livemode: STRIPE_API_KEY is a live key; the test-clock routes answer
@@ -87,6 +89,7 @@ func Register(e *echo.Echo, token string, deps Deps) {
 	registerReplays(g, deps.Replays)
 	registerBatches(g, deps.Batches)
 	registerReconciliations(g, deps.Reconciliations)
+	registerQueueRuns(g, deps.QueueRuns)
 }
 
 // router mounts routes with the bearer check as route middleware rather than

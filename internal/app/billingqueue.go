@@ -17,6 +17,9 @@ import (
 // workers that consume the queue run in serve only (startBillingQueue).
 func (a *App) newBillingQueue(ctx context.Context) error {
 	c := a.Config.Billing
+	// The run store is there without the queue too: the API and the
+	// console read the runs of an earlier configuration.
+	a.billingQueueRuns = opsdata.NewQueueRuns(a.Pool)
 	if c.QueueURL == "" {
 		return nil
 	}
@@ -25,7 +28,6 @@ func (a *App) newBillingQueue(ctx context.Context) error {
 		return fmt.Errorf("billing queue: %w", err)
 	}
 	a.billingQueueSQS = client
-	a.billingQueueRuns = opsdata.NewQueueRuns(a.Pool)
 	enq := billingqueue.NewEnqueuer(billingqueue.EnqueuerConfig{QueueURL: c.QueueURL, Deadline: c.QueueDeadline},
 		client, a.billingQueueRuns, a.log)
 	a.Billing.UseQueue(enq)

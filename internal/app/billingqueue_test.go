@@ -97,6 +97,21 @@ func queueScenario(t *testing.T, env map[string]string) []string {
 			FROM ops_billing_queue_runs r JOIN ops_billing_queue_messages m ON m.run_id = r.id WHERE r.test_clock = $1`, clockID).Scan(&runs, &collected))
 		require.Positive(t, runs)
 		require.GreaterOrEqual(t, collected, 2*len(accounts), "each account's two periods, and the retries")
+
+		// The run a clock's day recorded shows its progress in the API.
+		var run string
+		require.NoError(t, a.Pool.QueryRow(context.Background(), `SELECT queue_run::text FROM ops_billing_runs
+			WHERE test_clock = $1 AND queue_run IS NOT NULL AND (report->'queue'->>'enqueued')::int > 0 ORDER BY started_at LIMIT 1`, clockID).Scan(&run))
+		status, body := get(t, base+"/billing/queue-runs/"+run, token)
+		require.Equal(t, http.StatusOK, status, body)
+		assert.Equal(t, "drained", body["status"])
+		assert.Equal(t, clockID, body["test_clock"])
+		assert.Positive(t, body["collected"])
+		assert.Equal(t, body["enqueued"], body["collected"].(float64)+body["nothing_due"].(float64)+body["failed"].(float64))
+		status, body = get(t, base+"/billing/queue-runs/not-a-uuid", token)
+		assert.Equal(t, http.StatusBadRequest, status, body)
+		status, body = get(t, base+"/billing/queue-runs/"+"00000000-0000-4000-8000-000000000000", token)
+		assert.Equal(t, http.StatusNotFound, status, body)
 	}
 	var out []string
 	for _, p := range a.Fake.PIs() {

@@ -60,6 +60,7 @@ func (a *App) registerRoutes() error {
 	apiDeps.Replays = a.newReplays(replayer)
 	apiDeps.Batches = a.newBatches()
 	apiDeps.Reconciliations = a.newReconciliations()
+	apiDeps.QueueRuns = a.billingQueueRuns
 	api.Register(a.Admin.Echo, cfg.InternalAPIToken, apiDeps)
 	if err := ops.Register(a.Admin.Echo, ops.Deps{
 		Token: cfg.InternalAPIToken, Events: a.Events, Replayer: replayer,
@@ -71,6 +72,7 @@ func (a *App) registerRoutes() error {
 		Incidents: a.Incidents, Replays: a.Replays.Store, ReplayNudge: a.Replays.Runner.Nudge,
 		Batches: a.Batches.Store, BatchNudge: a.Batches.Runner.Nudge,
 		Reconciliations: a.Reconciliations.Store, ReconcileNudge: a.Reconciliations.Runner.Nudge,
+		QueueRuns: a.billingQueueRuns,
 	}); err != nil {
 		return fmt.Errorf("operator console: %w", err)
 	}

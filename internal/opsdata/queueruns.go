@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
 	"github.com/stripe-payments/stripe-payments/internal/billingqueue"
 	"github.com/stripe-payments/stripe-payments/internal/failcause"
@@ -167,7 +168,7 @@ func (q *QueueRuns) progress(ctx context.Context, ids []string) (map[string]bill
 }
 
 // ErrNoQueueRun: no queued run has that id.
-var ErrNoQueueRun = errors.New("no such billing queue run")
+var ErrNoQueueRun = apperr.New(apperr.CodeNotFound, "no such billing queue run")
 
 // Progress reads one run's state.
 func (q *QueueRuns) Progress(ctx context.Context, run string) (billingqueue.Progress, error) {
