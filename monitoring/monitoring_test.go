@@ -102,6 +102,8 @@ func TestEveryMetricNamedIsExported(t *testing.T) {
 	// poller and the console share them); the EventBridge intake's only
 	// when it runs (EVENTBRIDGE_QUEUE_URL): register them as it does.
 	metrics.NewEventBridge(reg)
+	// The billing queue's, likewise only when it runs (BILLING_QUEUE_URL).
+	metrics.NewBillingQueue(reg)
 
 	check := func(source string, names map[string]bool) {
 		require.NotEmpty(t, names, source)

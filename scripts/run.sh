@@ -89,18 +89,37 @@ fi
 # server, with its dead-letter queue and a redrive policy as Terraform's,
 # unless BILLING_TRIGGERS_QUEUE_URL was chosen. Creating an existing queue
 # with the same attributes answers its URL, so a restart reuses it.
-sqs() {
-	curl -sf -X POST "$SQS_ENDPOINT/" -H 'Content-Type: application/x-amz-json-1.0' \
-		-H "X-Amz-Target: AmazonSQS.$1" -d "$2"
+sqs_call() {
+	curl -sSf --max-time 10 -X POST -H 'Content-Type: application/x-amz-json-1.0' \
+		-H "X-Amz-Target: AmazonSQS.$1" -d "$2" "$SQS_ENDPOINT/"
 }
 json_field() { sed -n 's/.*"'"$1"'" *: *"\([^"]*\)".*/\1/p'; }
 if [ -z "${BILLING_TRIGGERS_QUEUE_URL:-}" ] && [ -n "${SQS_ENDPOINT:-}" ]; then
-	dlq_url="$(sqs CreateQueue '{"QueueName":"stripe-payments-billing-triggers-dlq"}' | json_field QueueUrl)" ||
+	dlq_url="$(sqs_call CreateQueue '{"QueueName":"stripe-payments-billing-triggers-dlq"}' | json_field QueueUrl)" ||
 		{ echo "FATAL: could not create the billing triggers' dead-letter queue on $SQS_ENDPOINT" >&2; exit 1; }
-	dlq_arn="$(sqs GetQueueAttributes '{"QueueUrl":"'"$dlq_url"'","AttributeNames":["QueueArn"]}' | json_field QueueArn)"
-	BILLING_TRIGGERS_QUEUE_URL="$(sqs CreateQueue '{"QueueName":"stripe-payments-billing-triggers","Attributes":{"VisibilityTimeout":"60","RedrivePolicy":"{\"deadLetterTargetArn\":\"'"$dlq_arn"'\",\"maxReceiveCount\":5}"}}' |
+	dlq_arn="$(sqs_call GetQueueAttributes '{"QueueUrl":"'"$dlq_url"'","AttributeNames":["QueueArn"]}' | json_field QueueArn)"
+	BILLING_TRIGGERS_QUEUE_URL="$(sqs_call CreateQueue '{"QueueName":"stripe-payments-billing-triggers","Attributes":{"VisibilityTimeout":"60","RedrivePolicy":"{\"deadLetterTargetArn\":\"'"$dlq_arn"'\",\"maxReceiveCount\":5}"}}' |
 		json_field QueueUrl)" || { echo "FATAL: could not create the billing triggers queue on $SQS_ENDPOINT" >&2; exit 1; }
 	export BILLING_TRIGGERS_QUEUE_URL
+fi
+
+# The billing queue (docs/billing.md "Billing queue") on the local SQS
+# server, so that collection runs (the first hour's test clock among them)
+# go through it as they do on AWS: a FIFO queue and its dead-letter queue
+# with the redrive policy Terraform gives them. CreateQueue answers an
+# existing queue of the same attributes, so a restart reuses it. Offline:
+# the server is local. BILLING_QUEUE_URL= (empty) keeps collections in
+# process.
+if [ -z "${BILLING_QUEUE_URL+set}" ] && [ -n "${SQS_ENDPOINT:-}" ]; then
+	dlq_url="$(sqs_call CreateQueue '{"QueueName":"stripe-payments-billing-dlq.fifo","Attributes":{"FifoQueue":"true"}}' | json_field QueueUrl)"
+	dlq_arn="$(sqs_call GetQueueAttributes "{\"QueueUrl\":\"$dlq_url\",\"AttributeNames\":[\"QueueArn\"]}" | json_field QueueArn)"
+	redrive="{\\\"deadLetterTargetArn\\\":\\\"$dlq_arn\\\",\\\"maxReceiveCount\\\":${BILLING_QUEUE_MAX_RECEIVES:-10}}"
+	queue_url="$(sqs_call CreateQueue "{\"QueueName\":\"stripe-payments-billing.fifo\",\"Attributes\":{\"FifoQueue\":\"true\",\"VisibilityTimeout\":\"60\",\"RedrivePolicy\":\"$redrive\"}}" | json_field QueueUrl)"
+	if [ -z "$dlq_arn" ] || [ -z "$queue_url" ]; then
+		echo "FATAL: could not create the billing queue on the local SQS server ($SQS_ENDPOINT)" >&2
+		exit 1
+	fi
+	export BILLING_QUEUE_URL="$queue_url"
 fi
 
 echo "== go build"
@@ -143,6 +162,7 @@ cat <<EOF
   $stripe_line
   webhook secret   $STRIPE_WEBHOOK_SECRET
   actions          ${ACTIONS_URL:-(ACTIONS_URL not set: actions stay in the outbox)}
+  billing queue    ${BILLING_QUEUE_URL:-(BILLING_QUEUE_URL empty: collections run in process)}
   DynamoDB Local   $DYNAMODB_ENDPOINT   (tables kept under .dev/dynamodb)
   PostgreSQL 15    $DATABASE_URL   (data under .dev/pg)
   billing triggers ${BILLING_TRIGGERS_QUEUE_URL:-(off)}   (docs/billing.md "Triggers"; or POST /internal/v1/billing/triggers)

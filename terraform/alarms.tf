@@ -9,6 +9,10 @@ locals {
   # Every queue, and whether it is a dead-letter queue.
   queues = merge(
     { scheduler_dlq = { name = aws_sqs_queue.scheduler_dlq.name, dead_letter = true } },
+    {
+      billing     = { name = aws_sqs_queue.billing.name, dead_letter = false }
+      billing_dlq = { name = aws_sqs_queue.billing_dlq.name, dead_letter = true }
+    },
     var.stripe_event_source_name == null ? {} : {
       eventbridge     = { name = aws_sqs_queue.eventbridge[0].name, dead_letter = false }
       eventbridge_dlq = { name = aws_sqs_queue.eventbridge_dlq[0].name, dead_letter = true }
@@ -73,7 +77,7 @@ resource "aws_cloudwatch_metric_alarm" "queue_age" {
   period              = 300
   evaluation_periods  = 1
   comparison_operator = "GreaterThanThreshold"
-  threshold           = each.value.dead_letter ? 864000 : var.queue_age_alarm_seconds
+  threshold           = each.value.dead_letter ? 864000 : (each.key == "billing" ? var.billing_queue_age_alarm_seconds : var.queue_age_alarm_seconds)
   treat_missing_data  = "notBreaching"
   alarm_actions       = local.alarm_actions
   ok_actions          = local.alarm_actions

@@ -35,6 +35,9 @@ locals {
       BILLING_TABLE           = aws_dynamodb_table.billing.name
       BILLING_HISTORY_TABLE   = aws_dynamodb_table.billing_history.name
       LOCKS_TABLE             = aws_dynamodb_table.locks.name
+      # Collection runs go through the billing queue (billingqueue.tf).
+      BILLING_QUEUE_URL          = aws_sqs_queue.billing.url
+      BILLING_QUEUE_MAX_RECEIVES = format("%d", var.billing_queue_max_receive_count)
     },
     var.stripe_event_source_name == null ? {} : { EVENTBRIDGE_QUEUE_URL = aws_sqs_queue.eventbridge[0].url },
     var.platform_event_bus_name == null ? {} : { BILLING_TRIGGERS_QUEUE_URL = aws_sqs_queue.billing_triggers[0].url },

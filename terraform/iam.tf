@@ -154,6 +154,16 @@ data "aws_iam_policy_document" "service" {
     }
   }
 
+  # The billing queue (billingqueue.tf): a run sends its accounts; the
+  # workers receive, delete once recorded, hide a locked account's message
+  # and give messages back at shutdown, and read the queue's depth.
+  statement {
+    sid = "BillingQueue"
+    actions = ["sqs:SendMessage", "sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility",
+    "sqs:GetQueueAttributes"]
+    resources = [aws_sqs_queue.billing.arn]
+  }
+
   # Reminder emails, only when an SES identity is given. An email that
   # names a configuration set (SES_CONFIGURATION_SET) is authorized on the
   # set too, which lives in the identity's account and region.

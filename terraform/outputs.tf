@@ -96,3 +96,13 @@ output "billing_triggers_dlq_url" {
   description = "The billing triggers' dead-letter queue: messages that are not triggers (docs/billing.md \"Triggers\")."
   value       = one(aws_sqs_queue.billing_triggers_dlq[*].url)
 }
+
+output "billing_queue_url" {
+  description = "BILLING_QUEUE_URL of the service: the billing queue collection runs spread their accounts through."
+  value       = aws_sqs_queue.billing.url
+}
+
+output "billing_dlq_url" {
+  description = "The billing queue's dead-letter queue (docs/runbooks/StripePaymentsBillingQueueNotDrained.md)."
+  value       = aws_sqs_queue.billing_dlq.url
+}

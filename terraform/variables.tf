@@ -252,6 +252,18 @@ variable "alarm_topic_arn" {
   default     = null
 }
 
+variable "billing_queue_max_receive_count" {
+  description = "Receives after which a billing queue message moves to its dead-letter queue (BILLING_QUEUE_MAX_RECEIVES). A locked account's message comes back after a lock lease (about a minute), a failed one after 10 s × 2^(n-1): 10 receives span about 2.8 hours of failures (docs/billing.md)."
+  type        = number
+  default     = 10
+}
+
+variable "billing_queue_age_alarm_seconds" {
+  description = "Alarm when the billing queue's oldest message is older than this (seconds): a run's accounts are not being collected. Keep it below BILLING_QUEUE_DEADLINE (6 h) and above a run's expected length (100,000 accounts at a 100/s Stripe budget take about 17 minutes)."
+  type        = number
+  default     = 3600
+}
+
 variable "queue_age_alarm_seconds" {
   description = "Alarm when a queue's oldest message is older than this (seconds): its consumer is stuck or gone."
   type        = number

@@ -45,6 +45,9 @@ func TestFirstHourAndRestart(t *testing.T) {
 	}
 	bins := buildBinaries(t, root)
 	dynamoDir := t.TempDir()
+	// make run's billing queue on the local SQS server: the clock's
+	// collections go through it, as scripts/run.sh sets them up.
+	billingQueue := testenv.CreateFIFOQueue(t, testenv.SQS(t), 60*time.Second, 10)
 	stack := &makeRun{t: t, bins: bins, dynamoDir: dynamoDir, env: map[string]string{
 		"APP_ENV":               "development",
 		"LISTEN_ADDR":           freeAddr(t),
@@ -60,6 +63,8 @@ func TestFirstHourAndRestart(t *testing.T) {
 		"LOCAL_STRIPE_ACH_DELAY":  "10s",
 		"LOCAL_STRIPE_RETRY_BASE": "200ms",
 		"LOG_LEVEL":               "warn",
+		"BILLING_QUEUE_URL":       billingQueue.URL,
+		"SQS_ENDPOINT":            testenv.SQSEndpoint(t),
 		"AWS_REGION":              "us-east-1",
 		"AWS_ACCESS_KEY_ID":       "local",
 		"AWS_SECRET_ACCESS_KEY":   "local",

@@ -33,6 +33,8 @@ type Deps struct {
 	Replays    *Replays        // nil: no bulk replay routes
 	Batches    *Batches        // nil: no batch collection routes
 	Triggers   TriggerService  // nil: no billing trigger routes
+	// QueueRuns: the billing queue's run progress (nil: no route).
+	QueueRuns QueueRunReader
 	// Reconciliations: the reconciliation routes (nil: none).
 	Reconciliations *Reconciliations
 	// Livemode: STRIPE_API_KEY is a live key; the test-clock routes answer
@@ -89,6 +91,7 @@ func Register(e *echo.Echo, token string, deps Deps) {
 	registerBatches(g, deps.Batches)
 	registerTriggers(g, deps.Triggers)
 	registerReconciliations(g, deps.Reconciliations)
+	registerQueueRuns(g, deps.QueueRuns)
 }
 
 // router mounts routes with the bearer check as route middleware rather than

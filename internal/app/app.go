@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"log/slog"
 	"sync"
 	"time"
@@ -115,6 +116,10 @@ type App struct {
 	// What the console records: events per hour, billing runs.
 	opsCounter *opsdata.Counter
 	opsRuns    *opsdata.Runs
+	// billingQueueSQS and billingQueueRuns: the billing queue's client and
+	// run store (BILLING_QUEUE_URL; nil without it).
+	billingQueueSQS  *sqs.Client
+	billingQueueRuns *opsdata.QueueRuns
 	// authFailures limits wrong INTERNAL_API_TOKEN guesses per client
 	// address, on the console's login and the bearer APIs alike.
 	authFailures *authlimit.Limiter
@@ -177,6 +182,9 @@ func (a *App) build(ctx context.Context, o options) error {
 		return err
 	}
 	if err := a.newBilling(); err != nil {
+		return err
+	}
+	if err := a.newBillingQueue(ctx); err != nil {
 		return err
 	}
 	if err := a.newHandler(o.routes); err != nil {

@@ -67,6 +67,9 @@ func (a *App) newBilling() error {
 func (a *App) startBilling(ctx context.Context) (wait func()) {
 	var wg sync.WaitGroup
 	a.safe.Go(ctx, &wg, "billing_feed", func(ctx context.Context) { _ = a.billingFeed.Run(ctx) })
+	if a.Config.Billing.QueueURL != "" {
+		a.safe.Go(ctx, &wg, "billing_queue", a.startBillingQueue)
+	}
 	if every := a.Config.Billing.Every; every > 0 {
 		a.safe.Go(ctx, &wg, "billing_ticker", func(ctx context.Context) { a.billingTicker(ctx, every) })
 	}

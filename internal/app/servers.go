@@ -61,6 +61,7 @@ func (a *App) registerRoutes() error {
 	apiDeps.Batches = a.newBatches()
 	apiDeps.Triggers = a.newTriggers()
 	apiDeps.Reconciliations = a.newReconciliations()
+	apiDeps.QueueRuns = a.billingQueueRuns
 	api.Register(a.Admin.Echo, cfg.InternalAPIToken, apiDeps)
 	if err := ops.Register(a.Admin.Echo, ops.Deps{
 		Token: cfg.InternalAPIToken, Events: a.Events, Replayer: replayer,
@@ -72,6 +73,7 @@ func (a *App) registerRoutes() error {
 		Incidents: a.Incidents, Replays: a.Replays.Store, ReplayNudge: a.Replays.Runner.Nudge,
 		Batches: a.Batches.Store, BatchNudge: a.Batches.Runner.Nudge, Triggers: a.Triggers.Store,
 		Reconciliations: a.Reconciliations.Store, ReconcileNudge: a.Reconciliations.Runner.Nudge,
+		QueueRuns: a.billingQueueRuns,
 	}); err != nil {
 		return fmt.Errorf("operator console: %w", err)
 	}

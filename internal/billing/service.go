@@ -37,6 +37,7 @@ import (
 	"github.com/stripe-payments/stripe-payments/internal/billing/lifecycle"
 	"github.com/stripe-payments/stripe-payments/internal/billing/reads"
 	"github.com/stripe-payments/stripe-payments/internal/billing/remind"
+	"github.com/stripe-payments/stripe-payments/internal/billingqueue"
 )
 
 // Deps are the service's collaborators.
@@ -49,6 +50,9 @@ type Service struct {
 	// gauge: the date of the run that last set the unresolved gauge,
 	// shared by the copies on other clocks.
 	gauge *jobs.Gauge
+	// queue: the billing queue collection runs go through (nil: in
+	// process), shared by the copies on other clocks.
+	queue *collect.Queue
 
 	*lifecycle.Lifecycle
 	*collect.Collector
@@ -63,14 +67,24 @@ func New(cfg Config, d Deps) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	return assemble(e, &jobs.Gauge{}), nil
+	return assemble(e, &jobs.Gauge{}, nil), nil
 }
 
 // assemble builds the parts over e.
-func assemble(e *env.Env, gauge *jobs.Gauge) *Service {
-	return &Service{env: e, gauge: gauge,
+func assemble(e *env.Env, gauge *jobs.Gauge, queue *collect.Queue) *Service {
+	s := &Service{env: e, gauge: gauge, queue: queue,
 		Lifecycle: lifecycle.New(e), Collector: collect.New(e, gauge), Feed: feed.New(e),
 		Reminder: remind.New(e, gauge), Reads: &reads.Reads{Env: e}}
+	s.Collector.UseQueue(queue)
+	return s
+}
+
+// UseQueue makes the service's collection runs, and those of its copies
+// made after this call, enqueue their accounts on the billing queue (nil:
+// collect in process). Call it before the service is used.
+func (s *Service) UseQueue(enq *billingqueue.Enqueuer) {
+	s.queue = collect.NewQueue(enq)
+	s.Collector.UseQueue(s.queue)
 }
 
 // Store is the service's store.
@@ -87,7 +101,7 @@ func (s *Service) HardDecline(code string) bool { return s.env.HardDecline(code)
 // now: its jobs read only that clock's index partitions (package testclock
 // runs an advance's days through it).
 func (s *Service) OnClock(clock string, now func() time.Time) *Service {
-	return assemble(s.env.OnClock(clock, now), s.gauge)
+	return assemble(s.env.OnClock(clock, now), s.gauge, s.queue)
 }
 
 // DailyOn is the daily jobs of a copy of s on test clock clock (OnClock).

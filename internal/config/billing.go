@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -73,7 +74,29 @@ type BillingConfig struct {
 	// TriggerMinGap is BILLING_TRIGGER_MIN_GAP: at most one attempt
 	// triggered by the platform per billing period per this long.
 	TriggerMinGap time.Duration
+	// QueueURL is BILLING_QUEUE_URL: the SQS FIFO queue that spreads a
+	// collection run's accounts over every replica; empty: each run
+	// collects in the process that runs it (docs/billing.md, Billing queue).
+	QueueURL string
+	// QueueMaxReceives is BILLING_QUEUE_MAX_RECEIVES: the queue's redrive
+	// maxReceiveCount; a message failing on its last receive is recorded
+	// dead and moves to the dead-letter queue.
+	QueueMaxReceives int
+	// QueueWorkers is BILLING_QUEUE_WORKERS: accounts one replica collects
+	// from the queue at once.
+	QueueWorkers int
+	// QueueDeadline is BILLING_QUEUE_DEADLINE: a queued run not drained
+	// this long after it started is overdue (the alert), and the next run
+	// of its date replaces it.
+	QueueDeadline time.Duration
 }
+
+// Defaults of the billing queue's settings.
+const (
+	DefaultBillingQueueMaxReceives = 10
+	DefaultBillingQueueWorkers     = 16
+	DefaultBillingQueueDeadline    = 6 * time.Hour
+)
 
 // DefaultTestClocksMax is TEST_CLOCKS_MAX's default (docs/retention.md).
 const DefaultTestClocksMax = 100
@@ -148,6 +171,18 @@ func loadBilling(get func(key, def string) string) (BillingConfig, error) {
 	}
 	b.StripeRateLimit = rate
 	b.StripeExpectedReplicas = atoi("STRIPE_EXPECTED_REPLICAS", "1", 1, 1000)
+	b.QueueURL = get("BILLING_QUEUE_URL", "")
+	if b.QueueURL != "" {
+		if u, err := url.Parse(b.QueueURL); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || !strings.HasSuffix(u.Path, ".fifo") {
+			errs = append(errs, errors.New("BILLING_QUEUE_URL: must be an SQS FIFO queue URL (https://sqs.<region>.amazonaws.com/<account>/<queue>.fifo)"))
+		}
+	}
+	b.QueueMaxReceives = atoi("BILLING_QUEUE_MAX_RECEIVES", strconv.Itoa(DefaultBillingQueueMaxReceives), 2, 1000)
+	b.QueueWorkers = atoi("BILLING_QUEUE_WORKERS", strconv.Itoa(DefaultBillingQueueWorkers), 1, 256)
+	b.QueueDeadline = dur("BILLING_QUEUE_DEADLINE", shortDuration(DefaultBillingQueueDeadline), false)
+	if b.QueueDeadline > 0 && b.QueueDeadline < 10*time.Minute {
+		errs = append(errs, errors.New("BILLING_QUEUE_DEADLINE: at least 10m"))
+	}
 	if b.LockHeartbeat > 0 && b.LockLease > 0 && b.LockHeartbeat*3 > b.LockLease {
 		errs = append(errs, errors.New("BILLING_LOCK_HEARTBEAT: at most a third of BILLING_LOCK_LEASE"))
 	}
@@ -166,6 +201,8 @@ func (b BillingConfig) LogValue() slog.Value {
 		slog.Duration("test_clock_settle_wait", b.TestClockSettleWait),
 		slog.Int("stripe_expected_replicas", b.StripeExpectedReplicas),
 		slog.Duration("trigger_min_gap", b.TriggerMinGap),
+		slog.String("queue_url", b.QueueURL), slog.Int("queue_max_receives", b.QueueMaxReceives),
+		slog.Int("queue_workers", b.QueueWorkers), slog.Duration("queue_deadline", b.QueueDeadline),
 	)
 }
 

@@ -906,6 +906,18 @@ func TestTerraformComputeChecksFail(t *testing.T) {
 		{"a dead-letter queue without its alarm", "alarms", "alarms.tf",
 			`{ scheduler_dlq = { name = aws_sqs_queue.scheduler_dlq.name, dead_letter = true } },`, `{},`,
 			"dead-letter queue aws_sqs_queue.scheduler_dlq has no alarm on its messages"},
+		{"the billing queue's dead-letter queue without its alarm", "alarms", "alarms.tf",
+			`billing_dlq = { name = aws_sqs_queue.billing_dlq.name, dead_letter = true }`, ``,
+			"dead-letter queue aws_sqs_queue.billing_dlq has no alarm on its messages"},
+		{"the billing queue without its redrive", "queues", "billingqueue.tf",
+			`  redrive_policy = jsonencode({
+    deadLetterTargetArn = aws_sqs_queue.billing_dlq.arn
+    maxReceiveCount     = var.billing_queue_max_receive_count
+  })
+`, ``, "has no redrive policy"},
+		{"BILLING_QUEUE_URL not set", "queues", "ecs.tf",
+			`      BILLING_QUEUE_URL          = aws_sqs_queue.billing.url
+`, ``, "BILLING_QUEUE_URL (read by the binary) is not set"},
 		{"the intake's dead-letter queue without its alarm", "alarms", "alarms.tf",
 			`eventbridge_dlq = { name = aws_sqs_queue.eventbridge_dlq[0].name, dead_letter = true }`,
 			`eventbridge_dlq = { name = aws_sqs_queue.eventbridge_dlq[0].name, dead_letter = false }`,

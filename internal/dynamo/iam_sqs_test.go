@@ -42,8 +42,9 @@ var sqsActions = map[string]string{
 // queueExprs maps, per package, how the code names a queue (its QueueUrl,
 // without aws.String) to the Terraform queue it is at run time.
 var queueExprs = map[string]map[string]string{
-	"internal/eventbridge":     {"c.cfg.QueueURL": "eventbridge"},      // EVENTBRIDGE_QUEUE_URL
-	"internal/billing/trigger": {"c.cfg.QueueURL": "billing_triggers"}, // BILLING_TRIGGERS_QUEUE_URL
+	"internal/eventbridge":     {"c.cfg.QueueURL": "eventbridge"},                          // EVENTBRIDGE_QUEUE_URL
+	"internal/billing/trigger": {"c.cfg.QueueURL": "billing_triggers"},                     // BILLING_TRIGGERS_QUEUE_URL
+	"internal/billingqueue":    {"w.cfg.QueueURL": "billing", "e.cfg.QueueURL": "billing"}, // BILLING_QUEUE_URL
 }
 
 // sqsCodeGrants reads every SQS request literal of the service's packages
@@ -142,9 +143,10 @@ func withEventBridge(vars map[string]cty.Value) map[string]cty.Value {
 }
 
 // TestIAMEventBridgeMatchesTheCode: the code's SQS calls are exactly
-// receive, delete and change-visibility on the intake's queue, and the
-// service policy grants exactly those (TestIAMMatchesTheCode compares the
-// two both ways; this pins what they are).
+// receive, delete and change-visibility on the intake's queue, and send,
+// receive, delete, change-visibility and get-attributes on the billing
+// queue; the service policy grants exactly those (TestIAMMatchesTheCode
+// compares the two both ways; this pins what they are).
 func TestIAMEventBridgeMatchesTheCode(t *testing.T) {
 	want := sqsCodeGrants(t, moduleRoot)
 	assert.Equal(t, map[grant]bool{
@@ -157,6 +159,11 @@ func TestIAMEventBridgeMatchesTheCode(t *testing.T) {
 		"sqs:DeleteMessage queue/billing_triggers":           true,
 		"sqs:ChangeMessageVisibility queue/billing_triggers": true,
 		"sqs:GetQueueAttributes queue/billing_triggers":      true,
+		"sqs:SendMessage queue/billing":                      true,
+		"sqs:ReceiveMessage queue/billing":                   true,
+		"sqs:DeleteMessage queue/billing":                    true,
+		"sqs:ChangeMessageVisibility queue/billing":          true,
+		"sqs:GetQueueAttributes queue/billing":               true,
 	}, want)
 	tf, _ := tfPolicies(t, terraformDir, withEventBridge(tfVars(false, false)))
 	compareGrants(t, "service SQS", want, onlyPrefix(tf["service"], "sqs:"))

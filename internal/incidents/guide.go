@@ -28,6 +28,7 @@ const (
 	runbookDeadLetters  = runbookDir + "StripePaymentsOutboxDeadLetters.md"
 	runbookBillingRun   = runbookDir + "StripePaymentsBillingRunFailed.md"
 	runbookUnresolved   = runbookDir + "StripePaymentsBillingUnresolvedCharges.md"
+	runbookBillingQueue = runbookDir + "StripePaymentsBillingQueueNotDrained.md"
 	runbookNotReady     = runbookDir + "StripePaymentsNotReady.md"
 	runbookRateLimited  = runbookDir + "StripePaymentsStripeRateLimited.md"
 	docsConfiguration   = "docs/configuration.md"
@@ -110,6 +111,10 @@ func Describe(inc Incident) Guide {
 			return Guide{Title: "Billing run left entries failed",
 				Action:  "Read the run's log lines for the entries' errors, fix the cause, then rerun the job for the same date.",
 				Runbook: runbookBillingRun}
+		case CauseQueueDeadLetter:
+			return Guide{Title: "Billing queue message dead-lettered",
+				Action:  "The account's collection failed on every receive (or its lock was held throughout): read the worker's log lines for the account, fix the cause, then redrive the billing dead-letter queue or rerun collect for the date.",
+				Runbook: runbookBillingQueue}
 		case CauseRunAccountsLocked:
 			return Guide{Title: "Billing run skipped locked accounts",
 				Action:  "Another holder kept those accounts' locks for the whole run; rerun the job for the same date once it let go.",

@@ -49,6 +49,11 @@ const (
 	CauseRunAccountsLocked = "run_accounts_locked"
 )
 
+// CauseQueueDeadLetter: a billing queue message of the account failed on
+// every receive and went to the queue's dead-letter queue; a later
+// collection of the account settles it.
+const CauseQueueDeadLetter = "queue_dead_letter"
+
 // State is an incident's state.
 type State string
 
@@ -111,6 +116,7 @@ type Store struct {
 	// The failing rows are read through their tables' owners.
 	problems   *opsdata.Problems
 	runs       *opsdata.Runs
+	queueRuns  *opsdata.QueueRuns
 	hydrations *thin.Queue
 	dead       *outbox.Store
 
@@ -154,7 +160,7 @@ func New(pool *pgxpool.Pool, cfg Config) *Store {
 		cfg.Now = time.Now
 	}
 	return &Store{pool: pool, cfg: cfg,
-		problems: opsdata.NewProblems(pool, slog.Default()), runs: opsdata.NewRuns(pool, nil),
+		problems: opsdata.NewProblems(pool, slog.Default()), runs: opsdata.NewRuns(pool, nil), queueRuns: opsdata.NewQueueRuns(pool),
 		hydrations: thin.NewQueue(pool), dead: outbox.NewStore(pool, slog.Default(), cfg.Now)}
 }
 
@@ -418,6 +424,14 @@ func (s *Store) derive(ctx context.Context) (map[string]*Incident, error) {
 			return part{kind: KindBilling, cause: src.cause, eventType: g.Type}
 		})
 	}
+	// Billing queue messages that went to the dead-letter queue, per account.
+	gs, err = s.queueRuns.DeadGroups(ctx, MaxSamples)
+	if err != nil {
+		return nil, err
+	}
+	add(gs, func(g failcause.Group) part {
+		return part{kind: KindBilling, cause: CauseQueueDeadLetter, eventType: g.Type, account: g.Account}
+	})
 	// Newest parts first, so the samples merged below are the newest.
 	sort.Slice(parts, func(i, j int) bool { return parts[i].last.After(parts[j].last) })
 	groups := map[string]*Incident{}

@@ -65,7 +65,9 @@ type Deps struct {
 	Counter  *opsdata.Counter
 	Problems *opsdata.Problems
 	Runs     *opsdata.Runs
-	Sessions SessionStore
+	// QueueRuns: the billing queue runs' progress (nil: not shown).
+	QueueRuns *opsdata.QueueRuns
+	Sessions  SessionStore
 	// Checkpoints lists the poller's checkpoints (tracking.Checkpoints),
 	// Thin reads the hydration queue (thin.Queue) and Quarantine counts
 	// the records the events table refused (recordq.Queue).

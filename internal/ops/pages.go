@@ -1,6 +1,7 @@
 package ops
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -326,11 +327,39 @@ func (c *Console) redriveDead(ec echo.Context) error {
 var topicPattern = regexp.MustCompile(`^[a-z0-9_.-]{1,64}$`)
 
 func (c *Console) runs(ec echo.Context) error {
-	runs, err := c.d.Runs.Last(ctxOf(ec), 100)
+	ctx := ctxOf(ec)
+	runs, err := c.d.Runs.Last(ctx, 100)
 	if err != nil {
 		return c.unavailable(ec, "read the billing runs", err)
 	}
+	if err := c.attachQueueProgress(ctx, runs); err != nil {
+		return c.unavailable(ec, "read the billing queue runs", err)
+	}
 	return c.render(ec, http.StatusOK, "runs", view{Title: "Billing runs", Nav: "billing", Data: runs})
+}
+
+// attachQueueProgress adds to each queued run its progress across
+// replicas (the billing queue's workers record it as they go).
+func (c *Console) attachQueueProgress(ctx context.Context, runs []opsdata.Run) error {
+	if c.d.QueueRuns == nil {
+		return nil
+	}
+	var ids []string
+	for _, r := range runs {
+		if r.QueueRun != "" {
+			ids = append(ids, r.QueueRun)
+		}
+	}
+	progress, err := c.d.QueueRuns.ProgressOf(ctx, ids)
+	if err != nil {
+		return err
+	}
+	for i := range runs {
+		if p, ok := progress[runs[i].QueueRun]; ok {
+			runs[i].Queue = &p
+		}
+	}
+	return nil
 }
 
 // noticeOf is the confirmation a redirect after a change carries.

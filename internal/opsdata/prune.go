@@ -34,3 +34,11 @@ func DeleteEventHoursBefore(ctx context.Context, pool *pgxpool.Pool, before time
 		SELECT hour, outcome FROM ops_event_hours WHERE hour < $1
 		LIMIT $2 FOR UPDATE SKIP LOCKED)`, before, limit)
 }
+
+// DeleteQueueRunsBefore deletes billing queue runs started before before,
+// their messages' outcomes with them.
+func DeleteQueueRunsBefore(ctx context.Context, pool *pgxpool.Pool, before time.Time, limit int) (int64, error) {
+	return postgres.DeleteBatch(ctx, pool, "billing queue runs", `DELETE FROM ops_billing_queue_runs WHERE id IN (
+		SELECT id FROM ops_billing_queue_runs WHERE started_at < $1
+		LIMIT $2 FOR UPDATE SKIP LOCKED)`, before, limit)
+}

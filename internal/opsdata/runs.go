@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/stripe-payments/stripe-payments/internal/billing"
+	"github.com/stripe-payments/stripe-payments/internal/billingqueue"
 	"github.com/stripe-payments/stripe-payments/internal/failcause"
 )
 
@@ -79,8 +80,12 @@ func (r *Runs) insert(ctx context.Context, clock, job string, date time.Time, st
 	if clock != "" {
 		testClock = &clock
 	}
-	_, err := r.pool.Exec(ctx, `INSERT INTO ops_billing_runs (job, date, started_at, finished_at, report, error, test_clock)
-		VALUES ($1, $2, $3, $4, $5, $6, $7)`, job, date, started.UTC(), time.Now().UTC(), raw, msg, testClock)
+	var queueRun *string
+	if rep != nil && rep.Queue != nil && rep.Queue.Run != "" {
+		queueRun = &rep.Queue.Run
+	}
+	_, err := r.pool.Exec(ctx, `INSERT INTO ops_billing_runs (job, date, started_at, finished_at, report, error, test_clock, queue_run)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`, job, date, started.UTC(), time.Now().UTC(), raw, msg, testClock, queueRun)
 	if err != nil {
 		return fmt.Errorf("record billing run: %w", err)
 	}
@@ -97,6 +102,10 @@ type Run struct {
 	Error      string
 	// TestClock is the clock whose day this run was ("": a real run).
 	TestClock string
+	// QueueRun is the billing queue run it enqueued ("": collected in
+	// process); Queue its progress, when the reader attached it.
+	QueueRun string
+	Queue    *billingqueue.Progress
 }
 
 // RunReport is what a run's billing.Report said (decoded from its JSON).
@@ -120,7 +129,8 @@ func (r Run) Failed() bool { return r.Error != "" }
 
 // Last reads the n most recent runs.
 func (r *Runs) Last(ctx context.Context, n int) ([]Run, error) {
-	rows, err := r.pool.Query(ctx, `SELECT job, date, started_at, finished_at, report, coalesce(error, ''), coalesce(test_clock, '')
+	rows, err := r.pool.Query(ctx, `SELECT job, date, started_at, finished_at, report, coalesce(error, ''), coalesce(test_clock, ''),
+			coalesce(queue_run::text, '')
 		FROM ops_billing_runs ORDER BY started_at DESC LIMIT $1`, n)
 	if err != nil {
 		return nil, fmt.Errorf("read billing runs: %w", err)
@@ -128,7 +138,7 @@ func (r *Runs) Last(ctx context.Context, n int) ([]Run, error) {
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (Run, error) {
 		var x Run
 		var raw []byte
-		if err := row.Scan(&x.Job, &x.Date, &x.StartedAt, &x.FinishedAt, &raw, &x.Error, &x.TestClock); err != nil {
+		if err := row.Scan(&x.Job, &x.Date, &x.StartedAt, &x.FinishedAt, &raw, &x.Error, &x.TestClock, &x.QueueRun); err != nil {
 			return x, err
 		}
 		if err := json.Unmarshal(raw, &x.Report); err != nil {

@@ -45,6 +45,8 @@ func Rules(deadLetters, ops, eventTTL time.Duration) []Rule {
 		{Name: "event_records_quarantined", Table: "event_records_quarantined", Keep: deadLetters, Delete: recordq.DeleteQuarantinedBefore},
 		{Name: "ops_event_problems", Table: "ops_event_problems", Keep: ops, Delete: opsdata.DeleteProblemsBefore},
 		{Name: "ops_billing_runs", Table: "ops_billing_runs", Keep: ops, Delete: opsdata.DeleteBillingRunsBefore},
+		// Queued collection runs, each message's outcome with its run.
+		{Name: "ops_billing_queue_runs", Table: "ops_billing_queue_runs", Keep: ops, Delete: opsdata.DeleteQueueRunsBefore},
 		{Name: "ops_event_hours", Table: "ops_event_hours", Keep: ops, Delete: opsdata.DeleteEventHoursBefore},
 		// Bulk replays once finished, their items with them; a running
 		// one is never pruned.

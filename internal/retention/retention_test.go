@@ -43,6 +43,10 @@ func TestPruneDeletesOnlyRowsPastTheirRetention(t *testing.T) {
 		exec(`INSERT INTO event_records_quarantined (event_id, record, payload, enqueued_at, quarantined_at, tries, error)
 			VALUES ($1, '{}', '{}', $2, $2, 5, 'ValidationException')`, id, at)
 		exec(`INSERT INTO event_records_prior (event_id, at) VALUES ($1, $2)`, id, at)
+		run := uuid.New()
+		exec(`INSERT INTO ops_billing_queue_runs (id, job, date, started_at, heartbeat_at, deadline, drained_at)
+			VALUES ($1, 'collect', $2::date, $2, $2, $2, $2)`, run, at)
+		exec(`INSERT INTO ops_billing_queue_messages (run_id, account, part, outcome, receives, at) VALUES ($1, $2, 0, 'collected', 1, $3)`, run, id, at)
 	}
 	// A mark 30 days old, under twice the 20-day EVENT_TTL: its record may
 	// still be in the table, so it stays.
@@ -78,7 +82,8 @@ func TestPruneDeletesOnlyRowsPastTheirRetention(t *testing.T) {
 	rules := retention.Rules(30*24*time.Hour, 60*24*time.Hour, 20*24*time.Hour)
 	require.NoError(t, retention.Prune(ctx, pool, now, rules, 2, func(name string, n int64) { got[name] += n }))
 	assert.Equal(t, map[string]int64{"outbox_dead": 3, "event_records_quarantined": 1, "ops_event_problems": 1,
-		"ops_billing_runs": 1, "ops_event_hours": 1, "replays": 2, "incident_audit": 1, "event_records_prior": 1}, got)
+		"ops_billing_runs": 1, "ops_event_hours": 1, "replays": 2, "incident_audit": 1, "event_records_prior": 1,
+		"ops_billing_queue_runs": 1}, got)
 	count := func(q string) int {
 		var n int
 		require.NoError(t, pool.QueryRow(ctx, q).Scan(&n))
@@ -87,7 +92,8 @@ func TestPruneDeletesOnlyRowsPastTheirRetention(t *testing.T) {
 	assert.Equal(t, 1, count(`SELECT count(*) FROM outbox WHERE dead_at IS NOT NULL`), "the young dead letter stays")
 	assert.Equal(t, 1, count(`SELECT count(*) FROM outbox WHERE dedupe_key = 'pending'`), "a pending message is never pruned here")
 	assert.Equal(t, 1, count(`SELECT count(*) FROM outbox WHERE dedupe_key = 'delivered'`), "delivered rows have their own retention")
-	for _, table := range []string{"ops_event_problems", "ops_billing_runs", "ops_event_hours", "event_records_quarantined"} {
+	for _, table := range []string{"ops_event_problems", "ops_billing_runs", "ops_event_hours", "event_records_quarantined",
+		"ops_billing_queue_runs", "ops_billing_queue_messages"} {
 		assert.Equal(t, 1, count(`SELECT count(*) FROM `+table), table)
 	}
 

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/stripe-payments/stripe-payments/internal/apperr"
 	"github.com/stripe-payments/stripe-payments/internal/billing/dates"
@@ -24,6 +25,9 @@ type Collector struct {
 	*env.Env
 	rec    *outcome.Recorder
 	runner *jobs.Runner
+	// queue: the billing queue collection runs go through (nil: in
+	// process), shared by the copies on other clocks.
+	queue *Queue
 }
 
 // New is the collector over e; runs share gauge.
@@ -40,7 +44,20 @@ func (c *Collector) forSub(ctx context.Context, sub model.Subscription) (*Collec
 	if e == c.Env {
 		return c, nil
 	}
-	return New(e, c.runner.Gauge), nil
+	return c.on(e), nil
+}
+
+// onClock is the collector on test clock clock ("": real time) whose time
+// is now (env.Env.OnClock).
+func (c *Collector) onClock(clock string, now func() time.Time) *Collector {
+	return c.on(c.Env.OnClock(clock, now))
+}
+
+// on is a copy of the collector over e, sharing its gauge and queue.
+func (c *Collector) on(e *env.Env) *Collector {
+	n := New(e, c.runner.Gauge)
+	n.queue = c.queue
+	return n
 }
 
 // Collect charges what is due on date (collect --date D): subscriptions
@@ -56,6 +73,9 @@ func (c *Collector) forSub(ctx context.Context, sub model.Subscription) (*Collec
 func (c *Collector) Collect(ctx context.Context, date dates.Date) (*model.Report, error) {
 	if c.Charger == nil {
 		return nil, errors.New("collect: no Stripe charger configured")
+	}
+	if c.queue != nil {
+		return c.queue.enqueueCollect(ctx, c, date)
 	}
 	return c.runner.Run(ctx, "collect", date, model.PaymentsIndex, true, c.collectAccount)
 }

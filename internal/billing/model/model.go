@@ -91,7 +91,7 @@ const (
 	ProcRetry   Process = "RETRY"
 	ProcPause   Process = "PAUSE"
 	// ProcWebhook and ProcWebhookBalance are collections the platform
-	// triggered (income detected, a first balance; triggered.go), never
+	// triggered (income detected, a first balance; collect/triggered.go), never
 	// Stripe's webhook feed, whose changes keep the attempt's own process
 	// (FeedProcess). Rows written before 2026-11-28 used WEBHOOK for the
 	// feed (docs/billing.md).
@@ -234,7 +234,7 @@ type Period struct {
 	NotRetried  bool
 	// HardDeclinedMethod is the payment method a hard decline refused
 	// (NotRetried): a platform trigger tries the period again only once
-	// its payment method is another one (triggered.go). Empty on records
+	// its payment method is another one (collect/triggered.go). Empty on records
 	// written before it was kept: the trigger waits.
 	HardDeclinedMethod string
 	Attempts           int
@@ -252,7 +252,7 @@ type Period struct {
 	NextAttemptDate dates.Date
 	// TriggeredAt is when a platform trigger last claimed an attempt on
 	// the period (the subscription's time: a test clock's): at most one
-	// per BILLING_TRIGGER_MIN_GAP (triggered.go).
+	// per BILLING_TRIGGER_MIN_GAP (collect/triggered.go).
 	TriggeredAt time.Time
 
 	PauseDurationMonths int

@@ -54,6 +54,8 @@ type Report struct {
 	// Causes: why the run was not OK, in words (the first few distinct
 	// ones: "Stripe unreachable: …"), for a test clock's page and the logs.
 	Causes []string `json:"causes,omitempty"`
+	// Queue: the run went through the billing queue (collect/queued.go).
+	Queue *QueueRun `json:"queue,omitempty"`
 
 	// chargedOn: the Stripe accounts this run charged on, registered for
 	// the poller at the end (subscriptions created before the registry).
@@ -62,6 +64,21 @@ type Report struct {
 	causeRoots map[string]bool
 
 	mu sync.Mutex
+}
+
+// QueueRun is what a queued collection run did in the process that ran it
+// (Report.Queue).
+type QueueRun struct {
+	// Run is the queued run's id: its progress across replicas is
+	// GET /internal/v1/billing/queue-runs/{id} and the console's runs page.
+	Run string `json:"run"`
+	// Enqueued: messages sent (one per account with something due).
+	Enqueued int `json:"enqueued"`
+	// Joined: a run of the same date was open (enqueuing or draining), so
+	// this one sent nothing.
+	Joined bool `json:"joined,omitempty"`
+	// Drained: a test clock's run waited until every message ended.
+	Drained bool `json:"drained,omitempty"`
 }
 
 // MaxCauses bounds Report.Causes (package testclock adds up reports).

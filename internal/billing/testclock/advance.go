@@ -264,6 +264,9 @@ func (s *Service) untilUnlocked(ctx context.Context, job func(context.Context, d
 		total.Unknown += rep.Unknown
 		total.Resolved += rep.Resolved
 		total.Unresolved, total.Errors, total.Locked = rep.Unresolved, rep.Errors, rep.Locked
+		if rep.Queue != nil { // the billing queue's run of the last try
+			total.Queue = rep.Queue
+		}
 		for _, c := range rep.Causes {
 			if len(total.Causes) < model.MaxCauses && !slices.Contains(total.Causes, c) {
 				total.Causes = append(total.Causes, c)
