@@ -135,21 +135,33 @@ func (c *dynamoCounter) snapshot() (map[string]int, int) {
 // collAPI calls the internal API of one replica.
 func collAPI(t testing.TB, client *http.Client, base, method, path string, body any) (int, map[string]any) {
 	t.Helper()
+	status, out, err := collCall(client, base, method, path, body)
+	require.NoError(t, err, "%s %s", method, path)
+	return status, out
+}
+
+// collCall is collAPI for a goroutine other than the test's: it returns
+// the error instead of ending the test.
+func collCall(client *http.Client, base, method, path string, body any) (int, map[string]any, error) {
 	var raw []byte
 	if body != nil {
 		raw, _ = json.Marshal(body)
 	}
 	req, err := http.NewRequest(method, base+path, bytes.NewReader(raw))
-	require.NoError(t, err)
+	if err != nil {
+		return 0, nil, err
+	}
 	req.Header.Set("Authorization", "Bearer "+collToken)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := client.Do(req)
-	require.NoError(t, err, "%s %s", method, path)
+	if err != nil {
+		return 0, nil, err
+	}
 	defer resp.Body.Close()
 	answer, _ := io.ReadAll(resp.Body)
 	var out map[string]any
 	_ = json.Unmarshal(answer, &out)
-	return resp.StatusCode, out
+	return resp.StatusCode, out, nil
 }
 
 func loadAverage() string {
@@ -234,9 +246,9 @@ func runCollections(t testing.TB, cfg collectionsConfig) collectionsResult {
 	go func() {
 		defer close(advanced)
 		advClient := &http.Client{Timeout: 20 * time.Minute}
-		status, body := collAPI(t, advClient, front, http.MethodPost, "/internal/v1/test_clocks/"+clockID+"/advance", map[string]any{"frozen_time": collTo})
-		if status != http.StatusOK && status != http.StatusAccepted {
-			t.Errorf("advance: %d %v", status, body)
+		status, body, err := collCall(advClient, front, http.MethodPost, "/internal/v1/test_clocks/"+clockID+"/advance", map[string]any{"frozen_time": collTo})
+		if err != nil || status != http.StatusOK && status != http.StatusAccepted {
+			t.Errorf("advance: %d %v %v", status, body, err)
 		}
 	}()
 	var victimReplica string
