@@ -47,7 +47,7 @@ func goTool() string {
 }
 
 // binary builds cmd/stripe-payments into a temporary directory, once.
-func binary(t *testing.T) string {
+func binary(t testing.TB) string {
 	t.Helper()
 	binOnce.Do(func() {
 		binDir, binErr = os.MkdirTemp("", "stripe-payments-bin-")
@@ -76,7 +76,7 @@ func binary(t *testing.T) string {
 }
 
 // freeAddr returns a loopback address with a port nobody listens on now.
-func freeAddr(t *testing.T) string {
+func freeAddr(t testing.TB) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -130,7 +130,7 @@ func assignments(vars map[string]string) []string {
 
 // runCommand runs the binary to completion (migrate, poll) and returns its
 // stdout and stderr.
-func runCommand(t *testing.T, bin string, env []string, timeout time.Duration, args ...string) (stdout, stderr string, err error) {
+func runCommand(t testing.TB, bin string, env []string, timeout time.Duration, args ...string) (stdout, stderr string, err error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
@@ -149,7 +149,7 @@ func runCommand(t *testing.T, bin string, env []string, timeout time.Duration, a
 // and started again on the same addresses: addr is the public listener
 // (LISTEN_ADDR), admin the admin one (ADMIN_LISTEN_ADDR in env).
 type server struct {
-	t      *testing.T
+	t      testing.TB
 	bin    string
 	env    []string
 	addr   atomic.Pointer[string] // read by load generators while it restarts
@@ -161,7 +161,7 @@ type server struct {
 	logs   []string // one file per run
 }
 
-func newServer(t *testing.T, bin string, env []string, addr string) *server {
+func newServer(t testing.TB, bin string, env []string, addr string) *server {
 	s := &server{t: t, bin: bin, env: env, logDir: t.TempDir()}
 	s.addr.Store(&addr)
 	admin := ""

@@ -230,7 +230,7 @@ func lastLines(s string, n int) string {
 	return strings.Join(lines, "\n")
 }
 
-func connect(t *testing.T, dbURL string) *pgx.Conn {
+func connect(t testing.TB, dbURL string) *pgx.Conn {
 	t.Helper()
 	conn, err := pgx.Connect(context.Background(), dbURL)
 	require.NoError(t, err)
@@ -240,7 +240,7 @@ func connect(t *testing.T, dbURL string) *pgx.Conn {
 
 // waitFor polls cond until it holds or timeout passes, then fails with
 // cond's last explanation.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
+func waitFor(t testing.TB, timeout time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {

@@ -32,7 +32,7 @@ import (
 // database and DynamoDB tables (deleted when the test ends), the fake
 // Stripe behind STRIPE_API_BASE (and its key, when it expects one), then
 // vars, which win.
-func stackVars(t *testing.T, stripe *stripetest.Stripe, vars map[string]string) map[string]string {
+func stackVars(t testing.TB, stripe *stripetest.Stripe, vars map[string]string) map[string]string {
 	t.Helper()
 	out := map[string]string{
 		"DYNAMODB_ENDPOINT":     testenv.DynamoEndpoint(t),
@@ -71,7 +71,7 @@ func with(vars map[string]string, addr string) []string {
 }
 
 // migrateStack runs `stripe-payments migrate` with vars; a failure ends the test.
-func migrateStack(t *testing.T, bin string, vars map[string]string) {
+func migrateStack(t testing.TB, bin string, vars map[string]string) {
 	t.Helper()
 	if _, stderr, err := runCommand(t, bin, with(vars, freeAddr(t)), time.Minute, "migrate"); err != nil {
 		t.Fatalf("migrate: %v\n%s", err, stderr)
