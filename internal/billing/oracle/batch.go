@@ -14,7 +14,7 @@ var ErrInFlight = errors.New("oracle: an attempt is in flight: skipped and repor
 // ErrInFlight when an attempt of the subscription is in flight (skipped and
 // reported); ErrRefused when the batch does not select it (no ERROR period,
 // or its oldest is outside the range).
-func (s *Sub) Batch(today, since, until Date) (Due, error) {
+func (s *chargesOnDemand) Batch(today, since, until Date) (Due, error) {
 	for _, p := range s.periods {
 		if p.unresolved() != nil {
 			return Due{}, ErrInFlight

@@ -10,7 +10,7 @@ import (
 
 // Sent records the reminder for payDate as sent on day; an error when no
 // reminder for that date may go out that day.
-func (s *Sub) Sent(day, payDate Date) error {
+func (s *dailyJobs) Sent(day, payDate Date) error {
 	for i := range s.reminders {
 		r := &s.reminders[i]
 		if r.PayDate == payDate && r.Sent == NoDate && r.From <= day && day <= r.To {
@@ -22,7 +22,7 @@ func (s *Sub) Sent(day, payDate Date) error {
 }
 
 // Missing are the reminders that should have gone out by the end of today.
-func (s *Sub) Missing(today Date) []Reminder {
+func (s *dailyJobs) Missing(today Date) []Reminder {
 	var out []Reminder
 	for _, r := range s.reminders {
 		if r.Sent == NoDate && r.To <= today {
@@ -36,7 +36,7 @@ func (s *Sub) Missing(today Date) []Reminder {
 // paused periods whose date came are skipped, failed ones past the stale
 // threshold are STALE; it returns the charges to make today: periods whose
 // charge date is today and failed ones on a retry day.
-func (s *Sub) Collect(today Date) []Due {
+func (s *dailyJobs) Collect(today Date) []Due {
 	for _, p := range s.periods {
 		if a := p.unresolved(); a != nil {
 			a.Unresolved = false
@@ -62,7 +62,7 @@ func (s *Sub) Collect(today Date) []Due {
 	return due
 }
 
-func (s *Sub) attemptedOn(p *Period, day Date) bool {
+func (s *state) attemptedOn(p *Period, day Date) bool {
 	for _, a := range p.Attempts {
 		if a.Day == day {
 			return true
@@ -73,7 +73,7 @@ func (s *Sub) attemptedOn(p *Period, day Date) bool {
 
 // Attempted records one charge of the period dated period (scheduled or
 // charge date) made on today. unknown: the service did not get the answer.
-func (s *Sub) Attempted(today, period Date, amount int64, pi string, o Outcome, unknown bool) error {
+func (s *outcomes) Attempted(today, period Date, amount int64, pi string, o Outcome, unknown bool) error {
 	p := s.Period(period)
 	if p == nil {
 		return fmt.Errorf("oracle: no period %s", period)
@@ -89,7 +89,7 @@ func (s *Sub) Attempted(today, period Date, amount int64, pi string, o Outcome, 
 }
 
 // apply records what Stripe did with a, learned on day.
-func (s *Sub) apply(p *Period, a Attempt, day Date) {
+func (s *state) apply(p *Period, a Attempt, day Date) {
 	switch a.Outcome {
 	case Succeeded:
 		s.succeed(p, a, day)
@@ -104,13 +104,13 @@ func (s *Sub) apply(p *Period, a Attempt, day Date) {
 	}
 }
 
-func (s *Sub) succeed(p *Period, a Attempt, day Date) {
+func (s *state) succeed(p *Period, a Attempt, day Date) {
 	p.set(Completed)
 	s.receipts = append(s.receipts, Receipt{Period: p.Scheduled, PI: a.PI, Amount: a.Amount, Processed: day, Plan: a.Plan})
 	s.charged(a)
 }
 
-func (s *Sub) attempt(pi string) (*Period, *Attempt) {
+func (s *state) attempt(pi string) (*Period, *Attempt) {
 	for _, p := range s.periods {
 		for i := range p.Attempts {
 			if p.Attempts[i].PI == pi {
@@ -123,7 +123,7 @@ func (s *Sub) attempt(pi string) (*Period, *Attempt) {
 
 // Settled is a bank debit's outcome arriving on day: COMPLETED, or ERROR
 // (CANCELLED when the subscription was cancelled meanwhile).
-func (s *Sub) Settled(day Date, pi string, ok bool) error {
+func (s *outcomes) Settled(day Date, pi string, ok bool) error {
 	p, a := s.attempt(pi)
 	if p == nil || p.Status != ACHSent {
 		return fmt.Errorf("oracle: %s is not a bank debit in flight", pi)
@@ -143,7 +143,7 @@ func (s *Sub) Settled(day Date, pi string, ok bool) error {
 }
 
 // Refunded is a full refund of a successful charge.
-func (s *Sub) Refunded(_ Date, pi string) error {
+func (s *outcomes) Refunded(_ Date, pi string) error {
 	p, _ := s.attempt(pi)
 	if p == nil || p.Status != Completed {
 		return fmt.Errorf("oracle: %s is not a completed charge", pi)
@@ -155,7 +155,7 @@ func (s *Sub) Refunded(_ Date, pi string) error {
 // Busy reports whether today is a day a period of s is due, retried,
 // skipped or marked stale, or an attempt is in flight: an operation then
 // would race the day's job, on which §8 is silent.
-func (s *Sub) Busy(today Date) bool {
+func (s *dailyJobs) Busy(today Date) bool {
 	for _, p := range s.periods {
 		switch {
 		case p.unresolved() != nil, p.Status == ACHSent:

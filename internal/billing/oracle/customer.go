@@ -45,7 +45,7 @@ func (p *Period) cancelPayable() {
 }
 
 // Payable reports whether the customer can pay PaymentIntent pi now.
-func (s *Sub) Payable(pi string) bool {
+func (s *outcomes) Payable(pi string) bool {
 	_, a := s.attempt(pi)
 	return a != nil && a.payable()
 }
@@ -53,7 +53,7 @@ func (s *Sub) Payable(pi string) bool {
 // CustomerPays is the customer paying PaymentIntent pi on day: ErrRefused
 // when it cannot be paid (cancelled by the rules, or not a declined
 // attempt's).
-func (s *Sub) CustomerPays(day Date, pi string) (PayResult, error) {
+func (s *outcomes) CustomerPays(day Date, pi string) (PayResult, error) {
 	p, a := s.attempt(pi)
 	if p == nil || !a.payable() {
 		return 0, fmt.Errorf("%w: %s cannot be paid", ErrRefused, pi)

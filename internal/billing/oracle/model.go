@@ -151,8 +151,22 @@ type Due struct {
 	Plan   string // the plan the charge is for
 }
 
-// Sub is the model of one subscription.
+// Sub is the model of one subscription. Its state and the steps every rule
+// takes (scheduling a period, announcing its reminder, recording a charge)
+// are state's; each group of rules is a type of its own over that one state,
+// and embedding gives Sub all of their methods.
 type Sub struct {
+	*state
+	dailyJobs       // reminders going out, the day's collection (collection.go)
+	outcomes        // what Stripe and the customer did with a charge (collection.go, customer.go)
+	chargesOnDemand // pay now and batches (operations.go, batch.go)
+	scheduleChanges // pause, resume, move, rule changes (operations.go)
+	paymentChanges  // amount, payment method and plan changes (operations.go, plan.go)
+	lifecycle       // cancel, waive, reactivate (operations.go)
+}
+
+// state is what the model knows of one subscription.
+type state struct {
 	cfg       Config
 	rule      Rule
 	start     Date
@@ -170,6 +184,21 @@ type Sub struct {
 	Dropped []Date
 }
 
+// The groups of rules, each over the subscription's one state.
+type (
+	dailyJobs       struct{ *state }
+	outcomes        struct{ *state }
+	chargesOnDemand struct{ *state }
+	scheduleChanges struct{ *state }
+	paymentChanges  struct{ *state }
+	lifecycle       struct{ *state }
+)
+
+func newSub(st *state) *Sub {
+	return &Sub{state: st, dailyJobs: dailyJobs{st}, outcomes: outcomes{st}, chargesOnDemand: chargesOnDemand{st},
+		scheduleChanges: scheduleChanges{st}, paymentChanges: paymentChanges{st}, lifecycle: lifecycle{st}}
+}
+
 // New is a subscription created on today with rule, amount and an optional
 // start date: its first period is the rule's first date strictly after
 // today and on or after start.
@@ -177,7 +206,7 @@ func New(cfg Config, rule Rule, amount int64, start, today Date) (*Sub, error) {
 	if err := rule.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Sub{cfg: cfg, rule: rule, start: start, amount: amount}
+	s := newSub(&state{cfg: cfg, rule: rule, start: start, amount: amount})
 	s.scheduleFrom(max(today.AddDays(1), start), today)
 	return s, nil
 }
@@ -187,14 +216,14 @@ const horizon = 400
 
 // scheduleFrom makes the rule's dates from `from` on the new tail of the
 // schedule, announced on `today`.
-func (s *Sub) scheduleFrom(from, today Date) {
+func (s *state) scheduleFrom(from, today Date) {
 	first, rule := s.rule.OnOrAfter(from)
 	s.rule = rule
 	s.addPeriod(first, today)
 	s.extend(today)
 }
 
-func (s *Sub) addPeriod(d, today Date) {
+func (s *state) addPeriod(d, today Date) {
 	p := &Period{Scheduled: d, Charge: d, Rule: s.rule}
 	p.set(Scheduled)
 	s.periods = append(s.periods, p)
@@ -202,7 +231,7 @@ func (s *Sub) addPeriod(d, today Date) {
 }
 
 // extend generates periods up to the horizon.
-func (s *Sub) extend(today Date) {
+func (s *state) extend(today Date) {
 	if s.cancelled || len(s.periods) == 0 {
 		return
 	}
@@ -212,7 +241,7 @@ func (s *Sub) extend(today Date) {
 }
 
 // open counts the periods at the end of the schedule nothing happened to.
-func (s *Sub) open() int {
+func (s *state) open() int {
 	n := 0
 	for i := len(s.periods) - 1; i >= 0 && s.periods[i].Status == Scheduled && len(s.periods[i].Attempts) == 0; i-- {
 		n++
@@ -223,7 +252,7 @@ func (s *Sub) open() int {
 // remind requires the reminder of p's charge date, announced on today: on
 // charge − ReminderDays, or at once when that day has come (today, or the
 // next day's job: today's may have run before the announcement).
-func (s *Sub) remind(p *Period, today Date) {
+func (s *state) remind(p *Period, today Date) {
 	s.unremind(p, today)
 	for _, r := range s.reminders {
 		if r.Period == p.Scheduled && r.PayDate == p.Charge {
@@ -239,14 +268,14 @@ func (s *Sub) remind(p *Period, today Date) {
 }
 
 // unremind drops p's reminders that have not gone out.
-func (s *Sub) unremind(p *Period, today Date) {
+func (s *state) unremind(p *Period, today Date) {
 	s.reminders = slices.DeleteFunc(s.reminders, func(r Reminder) bool {
 		return r.Period == p.Scheduled && r.Sent == NoDate
 	})
 }
 
 // Period returns the period whose scheduled or charge date is d.
-func (s *Sub) Period(d Date) *Period {
+func (s *state) Period(d Date) *Period {
 	for _, p := range s.periods {
 		if p.Charge == d {
 			return p

@@ -10,7 +10,7 @@ import (
 // Pause skips the next n periods without an attempt (YEARLY: the next one
 // when it falls within n months); nothing shifts. A pause that would skip
 // nothing is refused.
-func (s *Sub) Pause(today Date, n int) error {
+func (s *scheduleChanges) Pause(today Date, n int) error {
 	if s.cancelled || n < 1 {
 		return ErrRefused
 	}
@@ -42,7 +42,7 @@ func (s *Sub) Pause(today Date, n int) error {
 }
 
 // Resume schedules again the paused periods still in the future.
-func (s *Sub) Resume(today Date) error {
+func (s *scheduleChanges) Resume(today Date) error {
 	if s.cancelled {
 		return ErrRefused
 	}
@@ -56,7 +56,7 @@ func (s *Sub) Resume(today Date) error {
 }
 
 // ChangeAmount applies to every later attempt.
-func (s *Sub) ChangeAmount(_ Date, amount int64) error {
+func (s *paymentChanges) ChangeAmount(_ Date, amount int64) error {
 	if s.cancelled || amount < 1 {
 		return ErrRefused
 	}
@@ -77,7 +77,7 @@ func (s *Sub) ChangeAmount(_ Date, amount int64) error {
 // at the next collection run (today's, operations coming before the day's
 // jobs), hard-declined ones included; its earlier PaymentIntents can no
 // longer be paid (customer.go).
-func (s *Sub) ChangePaymentMethod(_ Date) error {
+func (s *paymentChanges) ChangePaymentMethod(_ Date) error {
 	if s.cancelled {
 		return ErrRefused
 	}
@@ -95,7 +95,7 @@ func (s *Sub) ChangePaymentMethod(_ Date) error {
 
 // ChangeRule changes the payment day (or Friday week) at today, keeping
 // the term: ChangeRuleTo with the current term.
-func (s *Sub) ChangeRule(today Date, day, week int) error {
+func (s *scheduleChanges) ChangeRule(today Date, day, week int) error {
 	return s.ChangeRuleTo(today, s.rule.Term, day, week)
 }
 
@@ -109,7 +109,7 @@ func (s *Sub) ChangeRule(today Date, day, week int) error {
 // keeps its month when only its day changes; a new YEARLY term takes the
 // month of its first date, as a create does. Friday billing is monthly: a
 // YEARLY rule with a week is refused.
-func (s *Sub) ChangeRuleTo(today Date, term Term, day, week int) error {
+func (s *scheduleChanges) ChangeRuleTo(today Date, term Term, day, week int) error {
 	next := s.rule
 	next.Day, next.Week = day, week
 	if term != s.rule.Term {
@@ -157,7 +157,7 @@ func termAfter(p *Period) Date {
 
 // Move charges one period on another date: strictly between its neighbours'
 // scheduled dates and after today; later periods keep their dates.
-func (s *Sub) Move(today, period, to Date) error {
+func (s *scheduleChanges) Move(today, period, to Date) error {
 	i := slices.IndexFunc(s.periods, func(p *Period) bool { return p.Scheduled == period })
 	if i < 0 || s.cancelled {
 		return ErrRefused
@@ -180,7 +180,7 @@ func (s *Sub) Move(today, period, to Date) error {
 }
 
 // Cancel ends every period not charged and not in flight.
-func (s *Sub) Cancel(today Date) error {
+func (s *lifecycle) Cancel(today Date) error {
 	if s.cancelled {
 		return ErrRefused
 	}
@@ -197,7 +197,7 @@ func (s *Sub) Cancel(today Date) error {
 }
 
 // Waive forgives a SCHEDULED or ERROR period.
-func (s *Sub) Waive(today, period Date) error {
+func (s *lifecycle) Waive(today, period Date) error {
 	p := s.Period(period)
 	if p == nil || s.cancelled || (p.Status != Scheduled && p.Status != Error) || p.unresolved() != nil {
 		return ErrRefused
@@ -212,7 +212,7 @@ func (s *Sub) Waive(today, period Date) error {
 // PayNow is the oldest ERROR period, to charge at once (the caller reports
 // the attempt with Attempted); ErrRefused when there is none or an attempt
 // is in flight.
-func (s *Sub) PayNow(today Date) (Due, error) {
+func (s *chargesOnDemand) PayNow(today Date) (Due, error) {
 	for _, p := range s.periods {
 		if p.unresolved() != nil {
 			return Due{}, ErrRefused
@@ -235,7 +235,7 @@ func (s *Sub) PayNow(today Date) (Due, error) {
 // cancel ended ahead of their dates, never attempted, from that date on are
 // replaced by the new schedule (Dropped: their records, when the service
 // has any, are scheduled again). ErrRefused when it is not cancelled.
-func (s *Sub) Reactivate(today Date, amount int64) error {
+func (s *lifecycle) Reactivate(today Date, amount int64) error {
 	if !s.cancelled || amount < 0 {
 		return ErrRefused
 	}

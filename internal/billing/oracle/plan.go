@@ -48,7 +48,7 @@ func ValidPlan(plan string) bool {
 }
 
 // ChangePlan moves the subscription to plan at amount on today.
-func (s *Sub) ChangePlan(_ Date, plan string, amount int64) error {
+func (s *paymentChanges) ChangePlan(_ Date, plan string, amount int64) error {
 	if s.cancelled || amount < 1 || !ValidPlan(plan) {
 		return ErrRefused
 	}
@@ -72,7 +72,7 @@ func (s *Sub) ChangePlan(_ Date, plan string, amount int64) error {
 
 // charged notes a successful charge a: one at the current plan and amount
 // ends a pending downgrade.
-func (s *Sub) charged(a Attempt) {
+func (s *state) charged(a Attempt) {
 	if a.Plan == s.plan && a.Amount == s.amount {
 		s.pendingDowngrade = false
 	}

@@ -31,7 +31,7 @@ type chargedAccountItem struct {
 // Stripe accounts. Idempotent (plain puts of fixed items), outside any
 // transaction: concurrent creates never conflict on the registry. The
 // platform ("") needs no entry: the poller always lists it.
-func (s *Store) RegisterChargedAccounts(ctx context.Context, accounts ...string) error {
+func (s *accountRegistry) RegisterChargedAccounts(ctx context.Context, accounts ...string) error {
 	seen := map[string]bool{}
 	var reqs []types.WriteRequest
 	for _, a := range accounts {
@@ -65,7 +65,7 @@ func (s *Store) RegisterChargedAccounts(ctx context.Context, accounts ...string)
 
 // ChargedAccounts lists every Stripe account the billing table charges on,
 // sorted (one partition query; poller.AccountSource).
-func (s *Store) ChargedAccounts(ctx context.Context) ([]string, error) {
+func (s *accountRegistry) ChargedAccounts(ctx context.Context) ([]string, error) {
 	var out []string
 	expr, err := expression.NewBuilder().
 		WithKeyCondition(expression.Key("PK").Equal(expression.Value(chargedAccountsPK))).

@@ -108,9 +108,9 @@ type clockRegistryItem struct {
 // PutClock writes c if it is still at c.Version (0: creates it, with its
 // registry entry) and advances c.Version; ErrConflict when it changed
 // meanwhile.
-func (s *Store) PutClock(ctx context.Context, c *model.Clock, now time.Time) error {
+func (s *testClocks) PutClock(ctx context.Context, c *model.Clock, now time.Time) error {
 	cond := versionCond(c.Version)
-	tx := &writes{store: s}
+	tx := &writes{store: s.tables}
 	if c.Version == 0 {
 		tx.put(clockRegistryItem{PK: pkClocks, SK: c.ID, Type: "CLOCKREG", ClockID: c.ID}, nil)
 	}
@@ -125,7 +125,7 @@ func (s *Store) PutClock(ctx context.Context, c *model.Clock, now time.Time) err
 }
 
 // GetClock reads a test clock (strongly consistent).
-func (s *Store) GetClock(ctx context.Context, id string) (model.Clock, error) {
+func (s *testClocks) GetClock(ctx context.Context, id string) (model.Clock, error) {
 	if !model.ValidID(id) {
 		return model.Clock{}, apperr.New(apperr.CodeNotFound, "test clock %s not found", id)
 	}
@@ -137,7 +137,7 @@ func (s *Store) GetClock(ctx context.Context, id string) (model.Clock, error) {
 }
 
 // ClockMembers lists the subscriptions created on clock.
-func (s *Store) ClockMembers(ctx context.Context, clock string) ([]model.ClockMember, error) {
+func (s *testClocks) ClockMembers(ctx context.Context, clock string) ([]model.ClockMember, error) {
 	var out []model.ClockMember
 	err := s.queryAll(ctx, clockPK(clock), prefixMember, func(raw map[string]types.AttributeValue) error {
 		var it memberItem
@@ -151,7 +151,7 @@ func (s *Store) ClockMembers(ctx context.Context, clock string) ([]model.ClockMe
 }
 
 // PutClockRun records one day of an advance.
-func (s *Store) PutClockRun(ctx context.Context, clock string, r model.ClockRun) error {
+func (s *testClocks) PutClockRun(ctx context.Context, clock string, r model.ClockRun) error {
 	av, err := attributevalue.MarshalMap(runItem{
 		PK: clockPK(clock), SK: prefixRun + formatTime(r.Time), Type: "RUN", Time: formatTime(r.Time), Date: r.Date.String(),
 		Entries: r.Entries, Reminded: r.Reminded, Charged: r.Charged, Processing: r.Processing, Declined: r.Declined,
@@ -168,7 +168,7 @@ func (s *Store) PutClockRun(ctx context.Context, clock string, r model.ClockRun)
 }
 
 // ClockRuns reads the latest limit runs of clock, newest first.
-func (s *Store) ClockRuns(ctx context.Context, clock string, limit int32) ([]model.ClockRun, error) {
+func (s *testClocks) ClockRuns(ctx context.Context, clock string, limit int32) ([]model.ClockRun, error) {
 	kc := expression.Key("PK").Equal(expression.Value(clockPK(clock))).And(expression.Key("SK").BeginsWith(prefixRun))
 	expr, err := expression.NewBuilder().WithKeyCondition(kc).Build()
 	if err != nil {
@@ -200,7 +200,7 @@ func (s *Store) ClockRuns(ctx context.Context, clock string, limit int32) ([]mod
 
 // DeleteClockItems removes every item of clock: its runs and members, then
 // the clock itself (last, so a DELETE that fails half-way can be retried).
-func (s *Store) DeleteClockItems(ctx context.Context, clock string) error {
+func (s *testClocks) DeleteClockItems(ctx context.Context, clock string) error {
 	var keys []map[string]types.AttributeValue
 	for _, prefix := range []string{prefixRun, prefixMember} {
 		err := s.queryAll(ctx, clockPK(clock), prefix, func(raw map[string]types.AttributeValue) error {
@@ -233,7 +233,7 @@ func (s *Store) DeleteClockItems(ctx context.Context, clock string) error {
 }
 
 // ListClockIDs lists the ids of every test clock (the registry; a handful).
-func (s *Store) ListClockIDs(ctx context.Context) ([]string, error) {
+func (s *testClocks) ListClockIDs(ctx context.Context) ([]string, error) {
 	var ids []string
 	err := s.queryAll(ctx, pkClocks, "clock_", func(raw map[string]types.AttributeValue) error {
 		var it clockRegistryItem
@@ -251,7 +251,7 @@ func (s *Store) ListClockIDs(ctx context.Context) ([]string, error) {
 
 // RenewClockLease extends the lease of an advancing clock held by owner
 // and records how far it got; ErrConflict when owner no longer holds it.
-func (s *Store) RenewClockLease(ctx context.Context, id, owner string, reached, until, now time.Time) error {
+func (s *testClocks) RenewClockLease(ctx context.Context, id, owner string, reached, until, now time.Time) error {
 	set := expression.Set(expression.Name("LeaseUntil"), expression.Value(formatTime(until))).
 		Set(expression.Name("UpdatedAt"), expression.Value(formatTime(now)))
 	if !reached.IsZero() {

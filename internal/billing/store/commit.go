@@ -25,7 +25,7 @@ func versionCond(v int64) expression.ConditionBuilder {
 // writes is the DynamoDB form of a change: the transaction items of its
 // writes, built in order (the first marshal error wins).
 type writes struct {
-	store *Store
+	store *tables
 	items []types.TransactWriteItem
 	err   error
 }
@@ -116,7 +116,7 @@ func (tx *writes) add(w model.Write) {
 // Commit applies every write of tx and appends its history entries in one
 // transaction. ErrConflict: an item changed since it was read (or a
 // concurrent transaction touched it); nothing was written.
-func (s *Store) Commit(ctx context.Context, tx *model.Tx) error {
+func (s *tables) Commit(ctx context.Context, tx *model.Tx) error {
 	w := &writes{store: s}
 	for _, x := range tx.Writes() {
 		w.add(x)
@@ -125,7 +125,7 @@ func (s *Store) Commit(ctx context.Context, tx *model.Tx) error {
 }
 
 // commit applies w and the put of every history entry as one change.
-func (s *Store) commit(ctx context.Context, tx *writes, history []model.HistoryEntry) error {
+func (s *tables) commit(ctx context.Context, tx *writes, history []model.HistoryEntry) error {
 	if tx.err != nil {
 		return tx.err
 	}
@@ -171,7 +171,7 @@ const maxTxItems = 100
 
 // historyWrite is the put of one history entry: it must not exist (no
 // write ever replaces an entry).
-func (s *Store) historyWrite(e model.HistoryEntry) (types.TransactWriteItem, error) {
+func (s *tables) historyWrite(e model.HistoryEntry) (types.TransactWriteItem, error) {
 	av, err := attributevalue.MarshalMap(toHistoryItem(e))
 	if err != nil {
 		return types.TransactWriteItem{}, fmt.Errorf("marshal history: %w", err)
@@ -187,7 +187,7 @@ func (s *Store) historyWrite(e model.HistoryEntry) (types.TransactWriteItem, err
 }
 
 // single performs a one-item change without a transaction (half the cost).
-func (s *Store) single(ctx context.Context, w types.TransactWriteItem) error {
+func (s *tables) single(ctx context.Context, w types.TransactWriteItem) error {
 	var err error
 	switch {
 	case w.Put != nil:

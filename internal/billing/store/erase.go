@@ -32,7 +32,7 @@ const erasedSKPrefix = "ERASED#"
 // items does, so no write from a stale read puts the email back. It is
 // idempotent: a second call finds nothing left to erase and appends one more
 // entry. It answers how many items it changed.
-func (s *Store) ErasePersonalData(ctx context.Context, account, sub string, entry model.HistoryEntry) (model.Erasure, error) {
+func (s *erasure) ErasePersonalData(ctx context.Context, account, sub string, entry model.HistoryEntry) (model.Erasure, error) {
 	var out model.Erasure
 	current, err := s.GetSubscription(ctx, account, sub)
 	if err != nil {
@@ -107,7 +107,7 @@ const redactedAddress = "[email erased]"
 
 // redactHistory replaces addr in the text fields of sub's history entries
 // that quote it.
-func (s *Store) redactHistory(ctx context.Context, account, sub, addr string) (int, error) {
+func (s *erasure) redactHistory(ctx context.Context, account, sub, addr string) (int, error) {
 	pk := historyPK(account, sub)
 	kc, err := expression.NewBuilder().WithKeyCondition(expression.Key("PK").Equal(expression.Value(pk))).Build()
 	if err != nil {

@@ -21,7 +21,7 @@ import (
 // QueryIndex reads the partition of date and shard of a billing index
 // (eventually consistent: callers re-check on the table before acting):
 // of real time when clock is empty, else of that test clock.
-func (s *Store) QueryIndex(ctx context.Context, which model.Index, clock string, date dates.Date, shard int) ([]model.IndexEntry, error) {
+func (s *dueIndex) QueryIndex(ctx context.Context, which model.Index, clock string, date dates.Date, shard int) ([]model.IndexEntry, error) {
 	partition := indexPartition(clock, date, shard)
 	index, pkAttr := dynamo.BillingRemindersIndex, dynamo.BillingGSI1PK
 	if which == model.PaymentsIndex {
@@ -71,7 +71,7 @@ func indexEntry(pk, sk string, date dates.Date) model.IndexEntry {
 }
 
 // GetSubscriptionAt reads the subscription item at an index entry's keys.
-func (s *Store) GetSubscriptionAt(ctx context.Context, e model.IndexEntry) (model.Subscription, error) {
+func (s *dueIndex) GetSubscriptionAt(ctx context.Context, e model.IndexEntry) (model.Subscription, error) {
 	var it subItem
 	if err := s.getItem(ctx, e.PK, e.SK, &it); isNotFound(err) {
 		return s.movedSubscription(ctx, e) // a plan change moved it (plan.go)
@@ -82,7 +82,7 @@ func (s *Store) GetSubscriptionAt(ctx context.Context, e model.IndexEntry) (mode
 }
 
 // GetPeriodAt reads the period item at an index entry's keys.
-func (s *Store) GetPeriodAt(ctx context.Context, e model.IndexEntry) (model.Period, error) {
+func (s *dueIndex) GetPeriodAt(ctx context.Context, e model.IndexEntry) (model.Period, error) {
 	var it periodItem
 	if err := s.getItem(ctx, e.PK, e.SK, &it); err != nil {
 		return model.Period{}, err
@@ -94,7 +94,7 @@ func (s *Store) GetPeriodAt(ctx context.Context, e model.IndexEntry) (model.Peri
 // the subscription at a payments-index entry and its period dated on the
 // entry's partition date (the period it is due for, unless it moved since
 // the index was read: found is false then).
-func (s *Store) GetSubscriptionWithPeriod(ctx context.Context, e model.IndexEntry) (sub model.Subscription, p model.Period, found bool, err error) {
+func (s *dueIndex) GetSubscriptionWithPeriod(ctx context.Context, e model.IndexEntry) (sub model.Subscription, p model.Period, found bool, err error) {
 	subID, _, ok := strings.Cut(strings.TrimPrefix(e.SK, prefixSub), "#SKU#")
 	if !ok {
 		return sub, p, false, fmt.Errorf("not a subscription key: %s", e.SK)

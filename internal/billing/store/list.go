@@ -17,7 +17,7 @@ import (
 )
 
 // ListSubscriptions lists an account's subscriptions (getSubscriptionsByAccount).
-func (s *Store) ListSubscriptions(ctx context.Context, account string, limit int32, cursor string) (model.Page[model.Subscription], error) {
+func (s *listings) ListSubscriptions(ctx context.Context, account string, limit int32, cursor string) (model.Page[model.Subscription], error) {
 	var page model.Page[model.Subscription]
 	kc := expression.Key("PK").Equal(expression.Value(accountPK(account))).And(expression.Key("SK").BeginsWith(prefixSub))
 	items, next, err := s.listPage(ctx, s.table, kc, nil, true, accountPK(account), limit, cursor)
@@ -39,7 +39,7 @@ func (s *Store) ListSubscriptions(ctx context.Context, account string, limit int
 // (getReceiptsByAccount). DynamoDB deletes expired items only eventually, so
 // the key range skips receipts processed before the retention window and a
 // filter drops the ones at its edge.
-func (s *Store) ListReceipts(ctx context.Context, account string, now time.Time, retention time.Duration, limit int32, cursor string) (model.Page[model.Receipt], error) {
+func (s *listings) ListReceipts(ctx context.Context, account string, now time.Time, retention time.Duration, limit int32, cursor string) (model.Page[model.Receipt], error) {
 	var page model.Page[model.Receipt]
 	oldest := dates.Of(now.UTC().Add(-retention)).AddDays(-1)
 	kc := expression.Key("PK").Equal(expression.Value(accountPK(account))).
@@ -62,7 +62,7 @@ func (s *Store) ListReceipts(ctx context.Context, account string, now time.Time,
 
 // ListHistory lists the history of a subscription, by billing date and then
 // in order of change.
-func (s *Store) ListHistory(ctx context.Context, account, sub string, limit int32, cursor string) (model.Page[model.HistoryEntry], error) {
+func (s *listings) ListHistory(ctx context.Context, account, sub string, limit int32, cursor string) (model.Page[model.HistoryEntry], error) {
 	var page model.Page[model.HistoryEntry]
 	pk := historyPK(account, sub)
 	kc := expression.Key("PK").Equal(expression.Value(pk))
@@ -82,7 +82,7 @@ func (s *Store) ListHistory(ctx context.Context, account, sub string, limit int3
 }
 
 // AllHistory reads the whole history of a subscription.
-func (s *Store) AllHistory(ctx context.Context, account, sub string) ([]model.HistoryEntry, error) {
+func (s *listings) AllHistory(ctx context.Context, account, sub string) ([]model.HistoryEntry, error) {
 	var all []model.HistoryEntry
 	cursor := ""
 	for {
@@ -98,7 +98,7 @@ func (s *Store) AllHistory(ctx context.Context, account, sub string) ([]model.Hi
 	}
 }
 
-func (s *Store) listPage(ctx context.Context, table string, kc expression.KeyConditionBuilder, filter *expression.ConditionBuilder,
+func (s *listings) listPage(ctx context.Context, table string, kc expression.KeyConditionBuilder, filter *expression.ConditionBuilder,
 	forward bool, pk string, limit int32, cursor string) ([]map[string]types.AttributeValue, string, error) {
 	start, err := dynamo.DecodeCursor(cursor, map[string]string{"PK": pk}, "PK", "SK")
 	if err != nil { // apperr.ErrInvalid: a cursor this listing did not issue
@@ -141,7 +141,7 @@ func (s *Store) listPage(ctx context.Context, table string, kc expression.KeyCon
 
 // ListPeriodsPage lists a subscription's periods, newest first (their
 // sort keys end in the billing date), a page at a time.
-func (s *Store) ListPeriodsPage(ctx context.Context, account, sub string, limit int32, cursor string) (model.Page[model.Period], error) {
+func (s *listings) ListPeriodsPage(ctx context.Context, account, sub string, limit int32, cursor string) (model.Page[model.Period], error) {
 	var page model.Page[model.Period]
 	kc := expression.Key("PK").Equal(expression.Value(accountPK(account))).And(expression.Key("SK").BeginsWith(prefixPeriod + sub + "#"))
 	items, next, err := s.listPage(ctx, s.table, kc, nil, false, accountPK(account), limit, cursor)
@@ -162,7 +162,7 @@ func (s *Store) ListPeriodsPage(ctx context.Context, account, sub string, limit 
 // ListOpenPeriods reads, oldest first, at most limit periods of a
 // subscription that are SCHEDULED or ERROR or have an attempt in flight:
 // one filtered query, holding at most limit periods.
-func (s *Store) ListOpenPeriods(ctx context.Context, account, sub string, limit int32) ([]model.Period, error) {
+func (s *listings) ListOpenPeriods(ctx context.Context, account, sub string, limit int32) ([]model.Period, error) {
 	kc := expression.Key("PK").Equal(expression.Value(accountPK(account))).And(expression.Key("SK").BeginsWith(prefixPeriod + sub + "#"))
 	filter := expression.Name("BillingStatus").In(expression.Value(string(model.Scheduled)), expression.Value(string(model.Error))).
 		Or(expression.AttributeExists(expression.Name("InFlightKey")))
@@ -186,7 +186,7 @@ func (s *Store) ListOpenPeriods(ctx context.Context, account, sub string, limit 
 // recorded (InFlightKey set) and those left unpaid (ERROR, STALE). One
 // query over the account's period items, filtered, for the console's
 // account page (every period is read, only those come back).
-func (s *Store) ListPeriodsToWatch(ctx context.Context, account string) ([]model.Period, error) {
+func (s *listings) ListPeriodsToWatch(ctx context.Context, account string) ([]model.Period, error) {
 	kc := expression.Key("PK").Equal(expression.Value(accountPK(account))).And(expression.Key("SK").BeginsWith(prefixPeriod))
 	status := expression.Name("BillingStatus")
 	filter := expression.AttributeExists(expression.Name("InFlightKey")).

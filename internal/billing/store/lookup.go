@@ -72,7 +72,7 @@ func lookupItems(sub model.Subscription) []lookupItem {
 // FindSubscriptions reads the subscriptions a subscription id, a Stripe
 // customer or an email finds, at most limit (one query on the lookup items,
 // then one read per subscription).
-func (s *Store) FindSubscriptions(ctx context.Context, by model.LookupBy, value string, limit int32) ([]model.Subscription, error) {
+func (s *lookups) FindSubscriptions(ctx context.Context, by model.LookupBy, value string, limit int32) ([]model.Subscription, error) {
 	pk := lookupPK(by, value)
 	if pk == "" || value == "" {
 		return nil, apperr.Invalid("find subscriptions: unknown lookup")
@@ -106,7 +106,7 @@ func (s *Store) FindSubscriptions(ctx context.Context, by model.LookupBy, value 
 }
 
 // deleteEmailLookup removes the item that finds sub by addr (the erasure).
-func (s *Store) deleteEmailLookup(ctx context.Context, account, sub, addr string) error {
+func (s *erasure) deleteEmailLookup(ctx context.Context, account, sub, addr string) error {
 	if addr == "" {
 		return nil
 	}

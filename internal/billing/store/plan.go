@@ -50,7 +50,7 @@ func (tx *writes) move(w model.Write) {
 // movedSubscription reads the subscription an index entry names where it
 // is now: a plan change moved it to the key of its new SKU after the
 // (eventually consistent) index was read. apperr.ErrNotFound when it is gone.
-func (s *Store) movedSubscription(ctx context.Context, e model.IndexEntry) (model.Subscription, error) {
+func (s *dueIndex) movedSubscription(ctx context.Context, e model.IndexEntry) (model.Subscription, error) {
 	subID, _, ok := strings.Cut(strings.TrimPrefix(e.SK, prefixSub), "#SKU#")
 	if !ok {
 		return model.Subscription{}, fmt.Errorf("not a subscription key: %s", e.SK)

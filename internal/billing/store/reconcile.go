@@ -20,7 +20,7 @@ import (
 // one strongly consistent Scan of the table, filtered: it reads (and
 // bills) every item once, which a daily job can afford where a
 // per-request path could not.
-func (s *Store) PeriodsToReconcile(ctx context.Context) ([]model.Period, error) {
+func (s *reconciliation) PeriodsToReconcile(ctx context.Context) ([]model.Period, error) {
 	filter := expression.Name("SK").BeginsWith(prefixPeriod).
 		And(expression.Or(expression.Name("BillingStatus").Equal(expression.Value(string(model.ACHSent))),
 			expression.Name("InFlightKey").AttributeExists()))

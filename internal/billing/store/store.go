@@ -28,23 +28,60 @@ import (
 // keys are recomputed from its state on every write, so an item can never be
 // left in an index it should have left. DynamoDB errors become the package's
 // sentinels here.
+//
+// Store declares nothing itself: each concept of the table is a type of its
+// own over the same tables, and embedding promotes their methods, so that
+// Store is model.Store and testclock.Store while no one type holds them all.
 type Store struct {
+	*tables         // records: subscriptions, periods, references; the commit
+	dueIndex        // the due-date indexes the jobs read
+	sweeps          // the jobs' sweep watermarks
+	testClocks      // test clocks, their members and runs
+	accountRegistry // the Stripe accounts the billing core charges on
+	listings        // the pages the API and the console list
+	lookups         // subscriptions found by id, customer or email
+	erasure         // the erasure of a subscriber's personal data
+	reconciliation  // the periods the reconciliation compares with Stripe
+}
+
+// tables is the billing table and its history table, with what every
+// concept of the store builds on: reads of one record by key (a
+// subscription, a period, a PaymentIntent reference) and the commit of a
+// change.
+type tables struct {
 	db      *dynamodb.Client
 	table   string
 	history string
 	shards  int
 }
 
+// The concepts of the store, each over the same tables (embedded: their
+// methods read and commit through it as Store's did).
+type (
+	dueIndex        struct{ *tables }
+	sweeps          struct{ *tables }
+	testClocks      struct{ *tables }
+	accountRegistry struct{ *tables }
+	listings        struct{ *tables }
+	lookups         struct{ *tables }
+	erasure         struct{ *tables }
+	reconciliation  struct{ *tables }
+)
+
 // New returns a store; shards is BILLING_SHARDS.
 func New(db *dynamodb.Client, table, historyTable string, shards int) *Store {
 	if shards < 1 {
 		shards = 1
 	}
-	return &Store{db: db, table: table, history: historyTable, shards: shards}
+	t := &tables{db: db, table: table, history: historyTable, shards: shards}
+	return &Store{tables: t, dueIndex: dueIndex{t}, sweeps: sweeps{t}, testClocks: testClocks{t},
+		accountRegistry: accountRegistry{t}, listings: listings{t}, lookups: lookups{t}, erasure: erasure{t},
+		reconciliation: reconciliation{t}}
 }
 
 // Shards is the configured write-shard count.
-func (s *Store) Shards() int { return s.shards }
+func (s *tables) Shards() int { return s.shards }
+
 func key(pk, sk string) map[string]types.AttributeValue {
 	return map[string]types.AttributeValue{
 		"PK": &types.AttributeValueMemberS{Value: pk},
@@ -52,7 +89,7 @@ func key(pk, sk string) map[string]types.AttributeValue {
 	}
 }
 
-func (s *Store) getItem(ctx context.Context, pk, sk string, out any) error {
+func (s *tables) getItem(ctx context.Context, pk, sk string, out any) error {
 	res, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{
 		TableName: aws.String(s.table), Key: key(pk, sk), ConsistentRead: aws.Bool(true),
 	})
@@ -69,7 +106,7 @@ func (s *Store) getItem(ctx context.Context, pk, sk string, out any) error {
 }
 
 // GetSubscription reads a subscription by id (strongly consistent).
-func (s *Store) GetSubscription(ctx context.Context, account, sub string) (model.Subscription, error) {
+func (s *tables) GetSubscription(ctx context.Context, account, sub string) (model.Subscription, error) {
 	if !model.ValidID(account) || !model.ValidID(sub) {
 		return model.Subscription{}, apperr.New(apperr.CodeNotFound, "subscription %s not found", sub)
 	}
@@ -98,7 +135,7 @@ func (s *Store) GetSubscription(ctx context.Context, account, sub string) (model
 }
 
 // GetPeriod reads one billing period (strongly consistent).
-func (s *Store) GetPeriod(ctx context.Context, account, sub string, d dates.Date) (model.Period, error) {
+func (s *tables) GetPeriod(ctx context.Context, account, sub string, d dates.Date) (model.Period, error) {
 	var it periodItem
 	if err := s.getItem(ctx, accountPK(account), periodSK(sub, d), &it); err != nil {
 		return model.Period{}, err
@@ -107,7 +144,7 @@ func (s *Store) GetPeriod(ctx context.Context, account, sub string, d dates.Date
 }
 
 // GetPaymentRef finds the period a PaymentIntent was created for.
-func (s *Store) GetPaymentRef(ctx context.Context, pi string) (model.PaymentRef, error) {
+func (s *tables) GetPaymentRef(ctx context.Context, pi string) (model.PaymentRef, error) {
 	var it piItem
 	if err := s.getItem(ctx, piKey(pi), piKey(pi), &it); err != nil {
 		return model.PaymentRef{}, err
@@ -118,7 +155,7 @@ func (s *Store) GetPaymentRef(ctx context.Context, pi string) (model.PaymentRef,
 }
 
 // ListPeriods reads every billing period of a subscription, oldest first.
-func (s *Store) ListPeriods(ctx context.Context, account, sub string) ([]model.Period, error) {
+func (s *tables) ListPeriods(ctx context.Context, account, sub string) ([]model.Period, error) {
 	var periods []model.Period
 	err := s.queryAll(ctx, accountPK(account), prefixPeriod+sub+"#", func(raw map[string]types.AttributeValue) error {
 		var it periodItem
@@ -134,7 +171,7 @@ func (s *Store) ListPeriods(ctx context.Context, account, sub string) ([]model.P
 	return periods, nil
 }
 
-func (s *Store) queryAll(ctx context.Context, pk, skPrefix string, fn func(map[string]types.AttributeValue) error) error {
+func (s *tables) queryAll(ctx context.Context, pk, skPrefix string, fn func(map[string]types.AttributeValue) error) error {
 	kc := expression.Key("PK").Equal(expression.Value(pk)).And(expression.Key("SK").BeginsWith(skPrefix))
 	expr, err := expression.NewBuilder().WithKeyCondition(kc).Build()
 	if err != nil {

@@ -29,7 +29,7 @@ type sweepItem struct {
 
 // SweepWatermark reads the date through which job's runs left nothing
 // behind (zero: never).
-func (s *Store) SweepWatermark(ctx context.Context, job string) (dates.Date, error) {
+func (s *sweeps) SweepWatermark(ctx context.Context, job string) (dates.Date, error) {
 	var it sweepItem
 	err := s.getItem(ctx, sweepPK, job, &it)
 	if errors.Is(err, apperr.ErrNotFound) {
@@ -46,7 +46,7 @@ func (s *Store) SweepWatermark(ctx context.Context, job string) (dates.Date, err
 }
 
 // AdvanceSweep moves job's watermark to through, never backwards.
-func (s *Store) AdvanceSweep(ctx context.Context, job string, through dates.Date) error {
+func (s *sweeps) AdvanceSweep(ctx context.Context, job string, through dates.Date) error {
 	av, err := attributevalue.MarshalMap(sweepItem{PK: sweepPK, SK: job, Type: "SWEEP", Through: through.String()})
 	if err != nil {
 		return err
