@@ -60,7 +60,7 @@ func TestFirstHourAndRestart(t *testing.T) {
 		// make run's: longer than the clock takes to reach a debit's
 		// settlement day, so the debit settles on that day (a shorter
 		// delay would settle it on the clock's day its webhook came).
-		"LOCAL_STRIPE_ACH_DELAY":  "10s",
+		"LOCAL_STRIPE_ACH_DELAY":  "20s",
 		"LOCAL_STRIPE_RETRY_BASE": "200ms",
 		"LOG_LEVEL":               "warn",
 		"BILLING_QUEUE_URL":       billingQueue.URL,

@@ -33,7 +33,7 @@ Environment (all optional but APP_ENV):
   LOCAL_STRIPE_WEBHOOK_URL   where events are delivered              (http://$LISTEN_ADDR/webhooks/stripe)
   STRIPE_WEBHOOK_SECRET      signing secret (the first of a list)    (the service's dev secret)
   LOCAL_STRIPE_ACCOUNT       a connected account existing from start (acct_local_demo)
-  LOCAL_STRIPE_ACH_DELAY     how long a bank debit stays processing  (10s)
+  LOCAL_STRIPE_ACH_DELAY     how long a bank debit stays processing  (20s)
   LOCAL_STRIPE_DROP_RATE     fraction of events never delivered      (0)
   LOCAL_STRIPE_RETRY_BASE    first retry pause, doubling per attempt (2s)
   LOCAL_STRIPE_MAX_ATTEMPTS  delivery attempts per event             (6)
@@ -104,7 +104,7 @@ func readSettings(getenv func(string) string) (Settings, error) {
 		WebhookURL:    get("LOCAL_STRIPE_WEBHOOK_URL", "http://"+listen+"/webhooks/stripe"),
 		WebhookSecret: strings.TrimSpace(strings.Split(get("STRIPE_WEBHOOK_SECRET", config.DevWebhookSecret), ",")[0]),
 		Account:       get("LOCAL_STRIPE_ACCOUNT", "acct_local_demo"),
-		ACHDelay:      dur("LOCAL_STRIPE_ACH_DELAY", "10s"),
+		ACHDelay:      dur("LOCAL_STRIPE_ACH_DELAY", "20s"),
 		RetryBase:     dur("LOCAL_STRIPE_RETRY_BASE", "2s"),
 	}}
 	if err := config.LoopbackAddr(s.Addr); err != nil {

@@ -25,7 +25,7 @@ func TestSettings(t *testing.T) {
 	assert.Equal(t, "http://127.0.0.1:8080/webhooks/stripe", s.WebhookURL)
 	assert.Equal(t, "whsec_dev_local_only", s.WebhookSecret, "the service's dev secret")
 	assert.Equal(t, "acct_local_demo", s.Account)
-	assert.Equal(t, 10*time.Second, s.ACHDelay)
+	assert.Equal(t, 20*time.Second, s.ACHDelay)
 	assert.Equal(t, 6, s.MaxAttempts)
 	assert.Zero(t, s.DropRate)
 	assert.Empty(t, s.ThinTypes, "snapshot events only")

@@ -295,8 +295,9 @@ func (w *Worker) handle(ctx context.Context, sm types.Message) {
 		res.Outcome, res.Cause = Locked, err.Error()
 		w.record(cctx, res, log) // progress only: a final outcome is never replaced by it
 		w.obs.Finished(string(Locked))
-		log.Info("billing queue: account locked; its message comes back later", "delay", w.cfg.LockedDelay.String())
-		w.setVisibility(sm, w.cfg.LockedDelay, "locked account")
+		d := w.lockedDelay(m, receives)
+		log.Info("billing queue: account locked; its message comes back later", "delay", d.String())
+		w.setVisibility(sm, d, "locked account")
 		return
 	case !last:
 		w.obs.Finished("retry")
@@ -374,6 +375,25 @@ func (w *Worker) record(ctx context.Context, r Result, log *slog.Logger) error {
 		return err
 	}
 	return nil
+}
+
+// lockedDelay is how long a locked account's message stays hidden. A real
+// time run's comes back after a lock lease (enough to take over a crashed
+// holder's lock). A test clock's advance waits for its run to drain, and
+// its account is mostly locked only for a moment (a webhook of the same
+// account being applied), so its message comes back after 1 s, doubling
+// with each receive up to the lease: the advance is not held a whole
+// lease, and a crashed holder's lease (60 s) still ends before its sixth
+// locked receive (1+2+4+8+16+32 s), well within BILLING_QUEUE_MAX_RECEIVES.
+func (w *Worker) lockedDelay(m Message, receives int) time.Duration {
+	if m.Clock == "" {
+		return w.cfg.LockedDelay
+	}
+	d := time.Second
+	for i := 1; i < receives && d < w.cfg.LockedDelay; i++ {
+		d *= 2
+	}
+	return min(d, w.cfg.LockedDelay)
 }
 
 func (w *Worker) backoff(receives int) time.Duration {

@@ -102,7 +102,7 @@ const (
 const DefaultTestClocksMax = 100
 
 // DefaultTestClockSettleWait is TEST_CLOCK_SETTLE_WAIT's default: the local
-// Stripe settles a bank debit after 10 s, and its webhook takes a moment
+// Stripe settles a bank debit after 20 s, and its webhook takes a moment
 // through the feed. MaxTestClockSettleWait bounds it: an advance holds one
 // of the instance's advance slots while it waits.
 const (

@@ -34,7 +34,7 @@ import (
 const SettleBusinessDays = 4
 
 // DefaultSettleWait is SettleWait's default: the local Stripe's bank debits
-// settle after 10 s (LOCAL_STRIPE_ACH_DELAY), plus the webhook's way
+// settle after 20 s (LOCAL_STRIPE_ACH_DELAY), plus the webhook's way
 // through the feed, with room for a loaded machine.
 const DefaultSettleWait = 30 * time.Second
 
