@@ -240,6 +240,3 @@ const (
 
 // TriggerOutcomes lists every TriggerResult.Outcome (the metrics' label set).
 var TriggerOutcomes = collect.TriggerOutcomes
-
-// ValidTriggerProcess reports whether proc is a triggered collection's.
-func ValidTriggerProcess(proc Process) bool { return collect.ValidTriggerProcess(proc) }

@@ -46,9 +46,6 @@ func NewQueue(enq *billingqueue.Enqueuer) *Queue {
 // in process). Call it before the collector is used.
 func (c *Collector) UseQueue(q *Queue) { c.queue = q }
 
-// Queued reports whether collection runs go through the billing queue.
-func (c *Collector) Queued() bool { return c.queue != nil }
-
 // enqueueCollect is Collect with the queue: it sends every account with
 // something due by date to the queue. A test clock's run then waits for the
 // queue to drain, since the clock's next day must find this one's charges
